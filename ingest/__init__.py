@@ -1,0 +1,1 @@
+"""Ingest: turning fleet XLA programs into data the optimizer can learn from."""

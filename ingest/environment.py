@@ -1,0 +1,78 @@
+"""The environment a graph is compiled for, and the store key that joins it to a fingerprint.
+
+A tuned config is only valid for the platform, device kind, device count and compiler it was
+measured on (CATWILD 3.4): the store key is hash(fingerprint, environment), and entries keep the
+two apart so the validator can re-key an entry when only the compiler changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# CPU features that change what XLA's CPU backend generates or which libraries it can route to.
+_RELEVANT_CPU_FLAGS = (
+    "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+    "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
+    "asimd", "sve", "sve2",
+)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where a graph runs: everything besides the graph that decides what the compiler emits."""
+
+    platform: str
+    device_kind: str
+    device_count: int
+    compiler_version: str
+    job_options: dict[str, str] = field(default_factory=dict)
+
+    def key(self) -> str:
+        """A stable 32-hex-character key of this environment."""
+        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
+
+
+def store_key(fingerprint: str, env_key: str) -> str:
+    """The config store's key for a graph (or op) fingerprint in an environment."""
+    return hashlib.blake2b(f"{fingerprint}/{env_key}".encode(), digest_size=16).hexdigest()
+
+
+def current_environment(job_options: dict[str, str] | None = None) -> Environment:
+    """The environment of the running process's default JAX backend."""
+    import jax
+    import jaxlib
+
+    devices = jax.devices()
+    device = devices[0]
+    device_kind = device.device_kind
+    if device.platform == "cpu":
+        device_kind = cpu_device_kind()
+    return Environment(
+        platform=device.platform,
+        device_kind=device_kind,
+        device_count=len(devices),
+        compiler_version=f"jaxlib-{jaxlib.__version__}",
+        job_options=dict(sorted((job_options or {}).items())),
+    )
+
+
+def cpu_device_kind() -> str:
+    """`cpu:<arch>:<isa features>`: CPU code generated for AVX-512 is not valid on AVX2."""
+    features = sorted(_cpu_flags() & set(_RELEVANT_CPU_FLAGS))
+    return f"cpu:{platform.machine()}:{','.join(features)}"
+
+
+def _cpu_flags() -> set[str]:
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return set()
+    for line in cpuinfo.read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()

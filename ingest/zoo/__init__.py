@@ -1,0 +1,78 @@
+"""The workload zoo: real JAX programs of the kinds an ML fleet runs, each in two sizes.
+
+Each family module (``transformer``, ``mlp``, ...) exposes ``DESCRIPTION``, a ``SIZES``
+table and ``build(size) -> (fn, args)``, where ``args`` are ``jax.ShapeDtypeStruct``
+pytrees. Parameters, optimizer state and integer inputs (ids, labels, positions) are
+all arguments of ``fn``, so lowering needs no concrete data and the HLO carries no
+large constants.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+import jax
+
+from ingest.zoo import attention_kv, cnn, gnn, mlp, recommender, rnn, transformer, unet
+
+# Registry order is the public, deterministic order of all_workloads().
+_FAMILIES = {
+    "transformer": transformer,
+    "mlp": mlp,
+    "cnn": cnn,
+    "rnn": rnn,
+    "gnn": gnn,
+    "recommender": recommender,
+    "attention_kv": attention_kv,
+    "unet": unet,
+}
+SIZES = ("s", "m")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One zoo program at one size; ``build`` is lazy so listing the zoo is cheap."""
+
+    name: str
+    family: str
+    size: str
+    description: str
+    build: Callable[[], tuple[Callable, tuple]]
+
+    def lower(self) -> jax.stages.Lowered:
+        """Trace and lower the program for its abstract arguments."""
+        fn, args = self.build()
+        return jax.jit(fn).lower(*args)
+
+
+def _make_registry() -> dict[str, Workload]:
+    registry = {}
+    for family, module in _FAMILIES.items():
+        for size in SIZES:
+            name = f"{family}-{size}"
+            registry[name] = Workload(
+                name=name,
+                family=family,
+                size=size,
+                description=f"{module.DESCRIPTION}; {module.SIZES[size]}",
+                build=functools.partial(module.build, size),
+            )
+    return registry
+
+
+_REGISTRY = _make_registry()
+
+
+def all_workloads() -> list[Workload]:
+    """All workloads, families in registry order, "s" before "m"."""
+    return list(_REGISTRY.values())
+
+
+def get(name: str) -> Workload:
+    """The workload called ``name``; ``KeyError`` listing the valid names otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown workload {name!r}; valid names: {', '.join(_REGISTRY)}") from None

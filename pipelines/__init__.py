@@ -1,0 +1,1 @@
+"""Pipelines: the `fdo` command line, the nightly loop, the scheduler and the dashboards."""

@@ -1,0 +1,173 @@
+"""Compiler flags: the declared table, typed parsing of values, and the XLA channel each uses.
+
+A compiler config is a mapping from flag name to a typed value (bool, int, str, or a tuple of
+enum names for repeated enums). It reaches XLA through one of two channels:
+
+- `option`: a DebugOptions field, set per executable through the compile options' overrides
+  (XLA checks the name and the value and rejects unknown ones);
+- `backend_extra`: an entry of the `xla_backend_extra_options` map, which only XLA_FLAGS or the
+  serialized compile options reach (XLA accepts any key there, so only declared names pass).
+
+The table below is the single source of truth for the flags this project knows: their types,
+domains and channel. Flags not in the table may still be set through `option` when the installed
+XLA knows them; XLA parses and checks their values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+FlagValue = Union[bool, int, float, str, tuple[str, ...]]
+CompilerConfig = dict[str, FlagValue]
+
+
+class FlagError(ValueError):
+    """A flag name or value that cannot be used; the message names the flag and the problem."""
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """One compiler flag: its type, its domain, and how it reaches XLA."""
+
+    name: str
+    type: str  # "bool" | "int" | "float" | "enum" | "repeated_enum" | "string"
+    choices: tuple[str, ...] = ()  # enum values, short names (without `enum_prefix`)
+    enum_prefix: str = ""  # XLA's proto enum prefix, e.g. "LIBRARY_FUSION_TYPE_"
+    channel: str = "option"  # "option" | "backend_extra"
+    codegen: bool = False  # changes generated code without changing the optimized HLO
+    platform: str = "cpu"
+
+
+_LIBRARY_FUSION_TYPES = ("INDIVIDUAL_DOT", "INDIVIDUAL_CONVOLUTION", "REDUCE", "ELTWISE", "DOT")
+
+FLAGS: dict[str, FlagSpec] = {
+    spec.name: spec
+    for spec in (
+        FlagSpec("xla_cpu_experimental_ynn_fusion_type", "repeated_enum", _LIBRARY_FUSION_TYPES,
+                 "LIBRARY_FUSION_TYPE_"),
+        FlagSpec("xla_cpu_experimental_xnn_fusion_type", "repeated_enum", _LIBRARY_FUSION_TYPES,
+                 "LIBRARY_FUSION_TYPE_"),
+        FlagSpec("xla_cpu_experimental_onednn_fusion_type", "repeated_enum",
+                 _LIBRARY_FUSION_TYPES, "LIBRARY_FUSION_TYPE_"),
+        FlagSpec("xla_cpu_scheduler_type", "enum", ("DEFAULT", "MEMORY_OPTIMIZED"),
+                 "CPU_SCHEDULER_TYPE_"),
+        FlagSpec("xla_cpu_copy_insertion_use_region_analysis", "bool"),
+        FlagSpec("xla_cpu_use_xnnpack", "bool"),
+        FlagSpec("xla_cpu_use_fusion_emitters", "bool"),
+        FlagSpec("xla_cpu_enable_fast_math", "bool", codegen=True),
+        FlagSpec("xla_cpu_enable_fast_min_max", "bool", codegen=True),
+        FlagSpec("xla_cpu_prefer_vector_width", "int", ("128", "256", "512"), codegen=True),
+        FlagSpec("xla_cpu_max_isa", "enum", ("SSE4_2", "AVX", "AVX2", "AVX512"), codegen=True),
+        FlagSpec("xla_cpu_parallel_codegen_split_count", "int", ("1", "8", "32"), codegen=True),
+        FlagSpec("xla_llvm_disable_expensive_passes", "bool", codegen=True),
+        FlagSpec("xla_backend_optimization_level", "int", ("0", "1", "2", "3"), codegen=True),
+        FlagSpec("xla_cpu_disable_loop_unrolling", "bool", channel="backend_extra",
+                 codegen=True),
+        FlagSpec("xla_cpu_optimize_for_size", "bool", channel="backend_extra", codegen=True),
+        FlagSpec("xla_llvm_dot_tiling_factor", "int", ("1", "2", "4", "8", "16"),
+                 channel="backend_extra", codegen=True),
+    )
+}
+
+# Flags that write files, read files, or change what the process does besides code generation:
+# never accepted in a config, wherever it comes from.
+_FORBIDDEN_SUBSTRINGS = ("dump", "_file", "_dir", "_path", "cache", "xla_fuel", "profile")
+
+
+def parse_assignment(text: str) -> tuple[str, FlagValue]:
+    """Parse `name=value` as given to `--set`."""
+    name, sep, raw = text.partition("=")
+    name = name.strip().lstrip("-")
+    if not sep or not name:
+        raise FlagError(f"--set {text!r}: expected name=value")
+    return name, parse_value(name, raw)
+
+
+def parse_value(name: str, raw: str) -> FlagValue:
+    """Parse a flag's textual value by the flag's declared type (string if undeclared)."""
+    check_name(name)
+    spec = FLAGS.get(name)
+    if spec is None:
+        return raw
+    raw = raw.strip()
+    if spec.type == "bool":
+        lowered = raw.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise FlagError(f"{name}: {raw!r} is not a bool (true/false)")
+    if spec.type == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            raise FlagError(f"{name}: {raw!r} is not an integer") from None
+    if spec.type == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            raise FlagError(f"{name}: {raw!r} is not a number") from None
+    if spec.type == "enum":
+        return _enum_name(spec, raw)
+    if spec.type == "repeated_enum":
+        # An empty value is meaningful: it clears the list (e.g. no library fusions at all).
+        return tuple(_enum_name(spec, item) for item in raw.split(",") if item.strip())
+    return raw
+
+
+def check_name(name: str) -> None:
+    """Reject names that are not XLA flags or that could touch files or the process."""
+    if not name.startswith("xla_"):
+        raise FlagError(f"{name}: not an XLA compiler flag (they start with 'xla_')")
+    if any(part in name for part in _FORBIDDEN_SUBSTRINGS):
+        raise FlagError(f"{name}: flags that write or read files or caches are never applied")
+
+
+def _enum_name(spec: FlagSpec, raw: str) -> str:
+    short = raw.strip().upper()
+    if spec.enum_prefix and short.startswith(spec.enum_prefix):
+        short = short[len(spec.enum_prefix):]
+    if spec.choices and short not in spec.choices:
+        raise FlagError(f"{spec.name}: {raw!r} is not one of {', '.join(spec.choices)}")
+    return short
+
+
+def to_xla(config: CompilerConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """Split a config into XLA's compile-option overrides and backend extra options (as text)."""
+    overrides: dict[str, str] = {}
+    backend_extra: dict[str, str] = {}
+    for name, value in sorted(config.items()):
+        check_name(name)
+        spec = FLAGS.get(name)
+        text = _to_text(spec, value)
+        if spec is not None and spec.channel == "backend_extra":
+            backend_extra[name] = text
+        else:
+            overrides[name] = text
+    return overrides, backend_extra
+
+
+def _to_text(spec: FlagSpec | None, value: FlagValue) -> str:
+    prefix = spec.enum_prefix if spec is not None else ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(prefix + item for item in value)
+    if isinstance(value, str) and spec is not None and spec.type == "enum":
+        return prefix + value
+    return str(value)
+
+
+def codegen_values(config: CompilerConfig) -> tuple[tuple[str, FlagValue], ...]:
+    """The config's codegen-level flags: these change speed without changing optimized HLO."""
+    return tuple(
+        (name, value)
+        for name, value in sorted(config.items())
+        if name not in FLAGS or FLAGS[name].codegen  # undeclared: assume it may affect codegen
+    )
+
+
+def to_json(config: CompilerConfig) -> dict[str, object]:
+    """A JSON-ready form of a config (tuples become lists)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(config.items())}

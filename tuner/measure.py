@@ -1,0 +1,120 @@
+"""Paired, interleaved timing of a default and a candidate, and its statistics.
+
+The machine is shared and noisy, so one time means nothing: after warm-ups, default (A) and
+candidate (B) run in alternating order (A B, B A, ...) in the same process, each sample repeats
+the executable long enough to be timed well, and the speedup is the median of the per-pair
+ratios A/B with a bootstrap confidence interval. Pairs are added in batches until the interval
+is tight enough, clearly shows no gain, or the time budget is spent. A speedup counts only when
+the whole interval clears the noise band.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+# Runs the executable `n` times back to back and returns the elapsed seconds.
+Runner = Callable[[int], float]
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How hard to measure. Defaults are tuned for a 2-core shared machine."""
+
+    warmup_runs: int = 3
+    min_pairs: int = 20
+    batch_pairs: int = 20
+    max_pairs: int = 400
+    min_sample_seconds: float = 0.004
+    max_seconds: float = 30.0
+    confidence: float = 0.99
+    target_half_width: float = 0.015  # relative half width of the interval that is tight enough
+    noise_band: float = 0.01  # a gain must clear 1 + noise_band at the interval's lower end
+    bootstrap_resamples: int = 2000
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The speedup of the candidate over the default (>1: candidate faster), with its interval."""
+
+    speedup: float
+    ci_low: float
+    ci_high: float
+    pairs: int
+    default_seconds: float  # median seconds per execution
+    candidate_seconds: float
+    significant: bool  # ci_low above 1 + noise band
+    stop_reason: str
+
+
+def bootstrap_median_interval(
+    log_ratios: np.ndarray, confidence: float, resamples: int, seed: int = 0
+) -> tuple[float, float, float]:
+    """Median of the per-pair ratios and its percentile-bootstrap interval, as ratios."""
+    rng = np.random.default_rng(seed)
+    n = len(log_ratios)
+    picks = rng.integers(0, n, size=(resamples, n))
+    medians = np.median(log_ratios[picks], axis=1)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(medians, [tail, 1.0 - tail])
+    return math.exp(float(np.median(log_ratios))), math.exp(float(low)), math.exp(float(high))
+
+
+def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSettings) -> Measurement:
+    """Time default vs candidate interleaved until the speedup's interval settles."""
+    started = time.perf_counter()
+    for _ in range(settings.warmup_runs):
+        run_default(1)
+        run_candidate(1)
+    repeats = _repeats_per_sample(run_default, run_candidate, settings.min_sample_seconds)
+    default_times: list[float] = []
+    candidate_times: list[float] = []
+    stop_reason = "max pairs"
+    while len(default_times) < settings.max_pairs:
+        for _ in range(settings.batch_pairs):
+            if len(default_times) % 2 == 0:
+                a = run_default(repeats)
+                b = run_candidate(repeats)
+            else:
+                b = run_candidate(repeats)
+                a = run_default(repeats)
+            default_times.append(a / repeats)
+            candidate_times.append(b / repeats)
+        if len(default_times) < settings.min_pairs:
+            continue
+        speedup, low, high = _interval(default_times, candidate_times, settings)
+        if (high - low) / 2.0 <= settings.target_half_width * speedup:
+            stop_reason = "interval tight"
+            break
+        if high < 1.0 + settings.noise_band:
+            stop_reason = "clearly no gain"
+            break
+        if time.perf_counter() - started > settings.max_seconds:
+            stop_reason = "time budget"
+            break
+    speedup, low, high = _interval(default_times, candidate_times, settings)
+    return Measurement(
+        speedup=speedup,
+        ci_low=low,
+        ci_high=high,
+        pairs=len(default_times),
+        default_seconds=float(np.median(default_times)),
+        candidate_seconds=float(np.median(candidate_times)),
+        significant=low > 1.0 + settings.noise_band,
+        stop_reason=stop_reason,
+    )
+
+
+def _interval(default_times: list[float], candidate_times: list[float],
+              settings: MeasureSettings) -> tuple[float, float, float]:
+    log_ratios = np.log(np.asarray(default_times)) - np.log(np.asarray(candidate_times))
+    return bootstrap_median_interval(log_ratios, settings.confidence, settings.bootstrap_resamples)
+
+
+def _repeats_per_sample(run_default: Runner, run_candidate: Runner, min_seconds: float) -> int:
+    fastest = max(min(run_default(1), run_candidate(1)), 1e-7)
+    return max(1, math.ceil(min_seconds / fastest))

@@ -1,0 +1,161 @@
+"""Sandboxed worker processes for compiles and runs.
+
+XLA can segfault, abort, run out of memory or hang on an odd config. Each job therefore runs in
+a worker subprocess with an address-space limit and a wall-clock timeout; whatever happens there
+comes back as a `WorkerFailure` with its reason and never takes the caller down. A dead or
+timed-out worker is replaced; a live one is reused, because starting JAX costs seconds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import traceback
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from typing import Any, Iterator
+
+DEFAULT_MEMORY_LIMIT = 8 * 1024**3
+DEFAULT_TIMEOUT = 300.0
+
+
+class WorkerFailure(RuntimeError):
+    """A job failed in its worker: an exception, a crash, out of memory, or a timeout."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(f"{kind}: {reason}")
+        self.kind = kind  # "error" | "crash" | "oom" | "timeout"
+        self.reason = reason
+
+
+def _serve(connection: Any, memory_limit: int) -> None:
+    """The worker's loop: run `module:function` jobs until the parent closes the pipe."""
+    if memory_limit > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a worker stops
+    while True:
+        try:
+            task, kwargs = connection.recv()
+        except EOFError:
+            return
+        try:
+            module_name, function_name = task.split(":")
+            function = getattr(importlib.import_module(module_name), function_name)
+            connection.send(("ok", function(**kwargs)))
+        except MemoryError:
+            connection.send(("oom", "out of memory in the worker"))
+        except Exception as exc:  # every failure goes back to the caller as data
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            connection.send(("error", detail))
+
+
+class Worker:
+    """One sandboxed subprocess, started on first use and replaced when it dies.
+
+    The worker is a fresh `python -m tuner.worker`, not a multiprocessing child: that would
+    re-import the caller's `__main__`, and the caller may be any user program (the hook).
+    """
+
+    def __init__(self, memory_limit: int = DEFAULT_MEMORY_LIMIT) -> None:
+        self._memory_limit = memory_limit
+        self._process: subprocess.Popen[bytes] | None = None
+        self._connection: Connection | None = None
+
+    def call(self, task: str, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> Any:
+        """Run `task` ("package.module:function") with `kwargs` in the worker."""
+        self._ensure_started()
+        self._connection.send((task, kwargs))
+        if not self._connection.poll(timeout):
+            self._kill()
+            raise WorkerFailure("timeout", f"{task} ran past {timeout:.0f} s")
+        try:
+            status, payload = self._connection.recv()
+        except (EOFError, ConnectionResetError):
+            raise WorkerFailure("crash", self._death_reason()) from None
+        if status != "ok":
+            raise WorkerFailure(status, payload)
+        return payload
+
+    def close(self) -> None:
+        """Stop the worker (it exits when its pipe closes)."""
+        if self._process is not None:
+            self._connection.close()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._kill()
+            self._process = None
+
+    def _ensure_started(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            return
+        parent, child = socket.socketpair()
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tuner.worker", str(child.fileno()), str(self._memory_limit)],
+            pass_fds=(child.fileno(),),
+            env={**os.environ, "PYTHONPATH": _import_root() + os.pathsep + os.environ.get("PYTHONPATH", "")},
+        )
+        child.close()
+        self._connection = Connection(parent.detach())
+
+    def _death_reason(self) -> str:
+        try:
+            code = self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            return "worker stopped answering"
+        self._process = None
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name
+            hint = " (out of memory or an abort)" if name == "SIGABRT" else ""
+            return f"worker killed by {name}{hint}"
+        return f"worker exited with status {code}"
+
+    def _kill(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            self._process = None
+
+
+def _import_root() -> str:
+    """The directory holding the project's packages, so the worker imports the same code."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class WorkerPool:
+    """A fixed number of workers handed out one job at a time."""
+
+    def __init__(self, size: int = 1, memory_limit: int = DEFAULT_MEMORY_LIMIT) -> None:
+        self._idle = [Worker(memory_limit) for _ in range(size)]
+        self._all = list(self._idle)
+        self._available = threading.Semaphore(size)
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def worker(self) -> Iterator[Worker]:
+        """Borrow an idle worker for the duration of the block."""
+        self._available.acquire()
+        with self._lock:
+            worker = self._idle.pop()
+        try:
+            yield worker
+        finally:
+            with self._lock:
+                self._idle.append(worker)
+            self._available.release()
+
+    def close(self) -> None:
+        """Stop every worker."""
+        for worker in self._all:
+            worker.close()
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])), int(sys.argv[2]))

@@ -1,0 +1,1 @@
+"""Validator: keeps every stored config valid as the compiler changes."""
