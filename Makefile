@@ -20,7 +20,6 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_fingerprint.py
-	$(BIN)/python benchmarks/bench_evaluate.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

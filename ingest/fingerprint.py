@@ -3,7 +3,8 @@
 A graph fingerprint is a Merkle hash over the module's DAG:
 
 - an instruction's hash covers every attribute XLA serializes for it (opcode, shape with dtype
-  and layout, constant literals, dimension numbers, backend config, ...), then its operands'
+  and layout, constant literals up to the size XLA prints in dumps, dimension numbers, backend
+  config, ...), then its operands'
   hashes in operand order, its called computations' hashes, and its control predecessors'
   hashes as a set. Names, ids, source metadata and value-tracking annotations are dropped.
 - a computation's hash covers its root's hash and the multiset of all its instruction hashes
@@ -33,9 +34,11 @@ from ingest.hlo_proto import (
     INSTRUCTION_IDENTITY_FIELDS,
     MODULE_IDENTITY_FIELDS,
     FrontendAttributesProto,
+    ShapeProto,
 )
 
 DIGEST_BYTES = 16
+LARGE_CONSTANT_ELEMENTS = 10
 _DOMAIN = b"fleet-fdo/fingerprint/v1"
 _blake = hashlib.blake2b
 # Lengths of the four parts of an instruction's hash input, so the parts cannot run together.
@@ -170,6 +173,8 @@ class _DagHasher:
                 instruction_id = instruction.id
                 for field in identity_fields:
                     instruction.ClearField(field)
+                if instruction.opcode == "constant" and _is_large(instruction.shape):
+                    instruction.ClearField("literal")
                 attr = _attribute_bytes(instruction)
                 attrs[instruction_id] = attr
                 digests[instruction_id] = blake(
@@ -231,6 +236,20 @@ def _instruction_count(computations: dict[int, Any], computation_id: int) -> int
         for i in computation.instructions
         for c in i.called_computation_ids
     )
+
+
+def _is_large(shape_bytes: bytes) -> bool:
+    """More elements than XLA prints in dumps: such constants hash by shape, not by value.
+
+    XLA's dumps print a constant of over `LARGE_CONSTANT_ELEMENTS` elements as `{...}`, so a
+    dump never tells its value; hashing it would give a dump and JAX's own module of the same
+    program different fingerprints. A config tuned for one such graph fits the other anyway.
+    """
+    shape = ShapeProto.FromString(shape_bytes)
+    elements = 1
+    for dimension in shape.dimensions:
+        elements *= dimension
+    return elements > LARGE_CONSTANT_ELEMENTS or bool(shape.tuple_shapes)
 
 
 def _attribute_bytes(instruction: Any) -> bytes:

@@ -36,6 +36,7 @@ _SCHEMA: dict[str, list[tuple[str, int, int, int, str | None]]] = {
         ("opcode", 2, _F.TYPE_STRING, _OPT, None),
         ("shape", 3, _F.TYPE_BYTES, _OPT, None),
         ("metadata", 7, _F.TYPE_BYTES, _OPT, None),
+        ("literal", 8, _F.TYPE_BYTES, _OPT, None),
         ("parameter_number", 9, _F.TYPE_INT64, _OPT, None),
         ("fusion_kind", 11, _F.TYPE_STRING, _OPT, None),
         ("dimensions", 14, _F.TYPE_INT64, _REP, None),

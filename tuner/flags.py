@@ -5,8 +5,9 @@ enum names for repeated enums). It reaches XLA through one of two channels:
 
 - `option`: a DebugOptions field, set per executable through the compile options' overrides
   (XLA checks the name and the value and rejects unknown ones);
-- `backend_extra`: an entry of the `xla_backend_extra_options` map, which only XLA_FLAGS or the
-  serialized compile options reach (XLA accepts any key there, so only declared names pass).
+- `backend_extra`: an entry of the `xla_backend_extra_options` map. Only XLA_FLAGS reaches it,
+  for a whole process: jaxlib's CompileOptions round trip drops the map (checked on jaxlib
+  0.10.2), so these flags are declared for the tuner's per-process workers and refused here.
 
 The table below is the single source of truth for the flags this project knows: their types,
 domains and channel. Flags not in the table may still be set through `option` when the installed
@@ -88,9 +89,9 @@ def parse_value(name: str, raw: str) -> FlagValue:
     """Parse a flag's textual value by the flag's declared type (string if undeclared)."""
     check_name(name)
     spec = FLAGS.get(name)
-    if spec is None:
-        return raw
     raw = raw.strip()
+    if spec is None:
+        return _guess_type(raw)
     if spec.type == "bool":
         lowered = raw.lower()
         if lowered in ("true", "1", "yes", "on"):
@@ -116,6 +117,18 @@ def parse_value(name: str, raw: str) -> FlagValue:
     return raw
 
 
+def _guess_type(raw: str) -> FlagValue:
+    """An undeclared flag's value: XLA's override parser wants bools and numbers typed."""
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
 def check_name(name: str) -> None:
     """Reject names that are not XLA flags or that could touch files or the process."""
     if not name.startswith("xla_"):
@@ -133,19 +146,24 @@ def _enum_name(spec: FlagSpec, raw: str) -> str:
     return short
 
 
-def to_xla(config: CompilerConfig) -> tuple[dict[str, str], dict[str, str]]:
-    """Split a config into XLA's compile-option overrides and backend extra options (as text)."""
-    overrides: dict[str, str] = {}
-    backend_extra: dict[str, str] = {}
+def to_xla(config: CompilerConfig) -> dict[str, bool | int | float | str]:
+    """XLA's per-executable compile-option overrides for a config.
+
+    Bools and numbers stay typed (XLA's override parser rejects the string 'false' for a bool);
+    enums and repeated enums become XLA's full names as text.
+    """
+    overrides: dict[str, bool | int | float | str] = {}
     for name, value in sorted(config.items()):
         check_name(name)
         spec = FLAGS.get(name)
-        text = _to_text(spec, value)
         if spec is not None and spec.channel == "backend_extra":
-            backend_extra[name] = text
+            raise FlagError(f"{name}: a backend extra option, settable only per process "
+                            "(XLA_FLAGS), not per executable")
+        if isinstance(value, (bool, int, float)):
+            overrides[name] = value
         else:
-            overrides[name] = text
-    return overrides, backend_extra
+            overrides[name] = _to_text(spec, value)
+    return overrides
 
 
 def _to_text(spec: FlagSpec | None, value: FlagValue) -> str:

@@ -1,0 +1,60 @@
+"""Fingerprint throughput: instructions per second from HLO proto and from HLO text.
+
+Prints, side by side in one run, XLA's own text parse time and our fingerprint time for
+generated modules of growing size (a random DAG of elementwise ops), and the zoo's modules.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+import time
+
+from ingest import zoo
+from ingest.fingerprint import graph_fingerprint
+from ingest.hlo_module import from_lowered, from_text
+
+
+def generated_module_text(n: int, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    lines = ["HloModule big", "ENTRY main {", "  p0 = f32[16]{0} parameter(0)",
+             "  p1 = f32[16]{0} parameter(1)"]
+    names = ["p0", "p1"]
+    for i in range(n - 3):
+        a, b = rng.choice(names[-50:]), rng.choice(names[-50:])
+        op = rng.choice(("add", "multiply", "subtract", "maximum"))
+        lines.append(f"  v{i} = f32[16]{{0}} {op}({a}, {b})")
+        names.append(f"v{i}")
+    lines += [f"  ROOT r = f32[16]{{0}} add({names[-1]}, {names[-2]})", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def timed(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main(sizes: list[int]) -> None:
+    print(f"{'instructions':>12} {'XLA text parse s':>17} {'fingerprint s':>14} {'instr/s':>10}")
+    for n in sizes:
+        text = generated_module_text(n)
+        repeats = 3 if n <= 100_000 else 1
+        parse = timed(lambda: from_text(text), repeats)
+        module = from_text(text)
+        hashing = timed(lambda: graph_fingerprint(module), repeats)
+        print(f"{n:>12} {parse:>17.2f} {hashing:>14.2f} {n / hashing:>10.0f}")
+    total, seconds = 0, 0.0
+    for workload in zoo.all_workloads():
+        module = from_lowered(workload.lower())
+        total += module.n_instructions()
+        seconds += timed(lambda: graph_fingerprint(module), 5)
+    print(f"zoo: {total} instructions in 16 modules, {total / seconds:.0f} instr/s (median of 5)")
+
+
+if __name__ == "__main__":
+    main([int(a) for a in sys.argv[1:]] or [10_000, 100_000, 500_000])

@@ -1,0 +1,131 @@
+"""Random HLO modules as data, printed as text under any naming and any valid order.
+
+The property tests print the same graph in many ways (renamed, reordered, with metadata) and
+mutate it in one structural detail at a time; XLA's parser reads every printed form.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+BINARY = ("add", "multiply", "subtract", "maximum", "divide")
+UNARY = ("exponential", "negate", "tanh", "abs")
+
+
+@dataclass(frozen=True)
+class Node:
+    opcode: str  # "parameter", "constant", a unary or a binary opcode
+    operands: tuple[int, ...] = ()
+    value: float = 0.0  # constant value, or parameter number
+    dtype: str = "f32"
+    dims: tuple[int, ...] = (4,)
+    layout: tuple[int, ...] = (0,)
+
+
+@dataclass(frozen=True)
+class Graph:
+    nodes: tuple[Node, ...]  # topologically ordered; the last node is the root
+
+
+def random_graph(rng: random.Random, size: int) -> Graph:
+    nodes = [Node("parameter", value=0), Node("parameter", value=1),
+             Node("constant", value=float(rng.randint(1, 9)))]
+    for _ in range(size):
+        if rng.random() < 0.3:
+            nodes.append(Node(rng.choice(UNARY), (rng.randrange(len(nodes)),)))
+        else:
+            nodes.append(Node(rng.choice(BINARY),
+                              (rng.randrange(len(nodes)), rng.randrange(len(nodes)))))
+    return Graph(tuple(nodes))
+
+
+def _shape(node: Node) -> str:
+    return f"{node.dtype}[{','.join(map(str, node.dims))}]{{{','.join(map(str, node.layout))}}}"
+
+
+def to_text(graph: Graph, rng: random.Random | None = None, prefix: str = "v",
+            metadata: bool = False, percent: bool = False) -> str:
+    """Print `graph` as an HLO module; with `rng`, in a random valid order with random names."""
+    n = len(graph.nodes)
+    names = [f"{prefix}{i}" for i in range(n)]
+    order = list(range(n - 1))
+    if rng is not None:
+        rng.shuffle(names)
+        order = _random_topological_order(graph, rng)
+    pct = "%" if percent else ""
+    lines = ["HloModule m" + (prefix if rng else ""), "", "ENTRY main {"]
+    for i in order + [n - 1]:
+        node = graph.nodes[i]
+        root = "ROOT " if i == n - 1 else ""
+        if node.opcode == "parameter":
+            body = f"parameter({int(node.value)})"
+        elif node.opcode == "constant":
+            body = f"constant({node.value})"
+            lines.append(f"  {pct}{names[i]}s = {node.dtype}[] {body}")
+            body = f"broadcast({pct}{names[i]}s), dimensions={{}}"
+        else:
+            body = f"{node.opcode}({', '.join(pct + names[o] for o in node.operands)})"
+        meta = f', metadata={{op_name="op{i}" source_file="x.py" source_line={i}}}' if metadata else ""
+        lines.append(f"  {root}{pct}{names[i]} = {_shape(node)} {body}{meta}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _random_topological_order(graph: Graph, rng: random.Random) -> list[int]:
+    n = len(graph.nodes) - 1  # the root stays last
+    users = {i: [] for i in range(n)}
+    pending = {i: len(set(graph.nodes[i].operands)) for i in range(n)}
+    for i in range(n):
+        for operand in set(graph.nodes[i].operands):
+            users[operand].append(i)
+    ready = [i for i in range(n) if pending[i] == 0]
+    order = []
+    while ready:
+        i = ready.pop(rng.randrange(len(ready)))
+        order.append(i)
+        for user in users[i]:
+            pending[user] -= 1
+            if pending[user] == 0:
+                ready.append(user)
+    return order
+
+
+def mutations(graph: Graph, rng: random.Random) -> list[tuple[str, Graph, Graph]]:
+    """(what, base, mutated): pairs of graphs that differ in exactly one structural detail."""
+    nodes = list(graph.nodes)
+    out = []
+    computed = [i for i, node in enumerate(nodes) if node.opcode in BINARY + UNARY]
+    i = rng.choice(computed)
+    node = nodes[i]
+    pool = BINARY if node.opcode in BINARY else UNARY
+    out.append(("opcode", _with(nodes, i, replace(node, opcode=next(o for o in pool if o != node.opcode)))))
+    out.append(("constant value", _with(nodes, 2, replace(nodes[2], value=nodes[2].value + 1))))
+    out.append(("dtype", Graph(tuple(replace(m, dtype="f64") for m in nodes))))
+    out.append(("shape", Graph(tuple(replace(m, dims=(5,)) for m in nodes))))
+    binaries = [j for j, m in enumerate(nodes) if m.opcode in BINARY and m.operands[0] != m.operands[1]]
+    if binaries:
+        j = rng.choice(binaries)
+        a, b = nodes[j].operands
+        out.append(("operand order", _with(nodes, j, replace(nodes[j], operands=(b, a)))))
+    j = rng.choice(computed)
+    old = nodes[j].operands[0]
+    new = next((k for k in range(j) if k != old and _differs(nodes, k, old)), None)
+    if new is not None:
+        out.append(("topology", _with(nodes, j, replace(nodes[j], operands=(new,) + nodes[j].operands[1:]))))
+    square = tuple(replace(m, dims=(2, 2), layout=(1, 0)) for m in nodes)
+    relaid = tuple(replace(m, layout=(0, 1)) if k == 0 else m for k, m in enumerate(square))
+    return [(what, graph, mutated) for what, mutated in out] + [
+        ("layout", Graph(square), Graph(relaid))
+    ]
+
+
+def _differs(nodes: list[Node], a: int, b: int) -> bool:
+    # Two parameters or identical subgraphs would make a rewire a no-op structurally.
+    return nodes[a] != nodes[b] or nodes[a].opcode == "parameter"
+
+
+def _with(nodes: list[Node], i: int, node: Node) -> Graph:
+    copy = list(nodes)
+    copy[i] = node
+    return Graph(tuple(copy))

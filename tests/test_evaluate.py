@@ -1,0 +1,162 @@
+"""The evaluation core: compile with overrides, inputs, numerics, sandbox, statistics."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ingest import zoo
+from ingest.hlo_module import from_lowered, from_text
+from pipelines.cli import main
+from tuner.compile import CompileError, check_options, compile_module, compile_options
+from tuner.evaluate import evaluate
+from tuner.flags import FlagError, parse_assignment, to_xla
+from tuner.inputs import make_inputs, parameter_specs
+from tuner.measure import MeasureSettings, bootstrap_median_interval
+from tuner.numerics import all_ok, compare_outputs
+from tuner.worker import Worker, WorkerFailure
+
+QUICK = MeasureSettings(max_seconds=4, max_pairs=120)
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = Worker()
+    yield w
+    w.close()
+
+
+def test_aa_interval_contains_one(worker) -> None:
+    module = from_lowered(zoo.get("mlp-s").lower())
+    result = evaluate(module, {}, settings=QUICK, worker=worker)
+    assert result.error is None and result.numerics_ok
+    assert not result.identical_program and result.pairs >= QUICK.min_pairs
+    assert result.ci_low <= 1.0 <= result.ci_high
+    assert not result.significant
+
+
+def test_known_bad_config_is_measured_slower(worker) -> None:
+    module = from_lowered(zoo.get("unet-s").lower())
+    result = evaluate(module, {"xla_backend_optimization_level": 0}, settings=QUICK, worker=worker)
+    assert result.error is None and result.numerics_ok
+    assert result.ci_high < 1.0
+
+
+def test_config_that_changes_nothing_is_not_run(worker) -> None:
+    module = from_lowered(zoo.get("gnn-s").lower())
+    result = evaluate(module, {"xla_cpu_copy_insertion_use_region_analysis": False}, worker=worker)
+    assert result.identical_program and result.pairs == 0
+
+
+def test_overrides_are_typed_and_backend_extra_options_refused() -> None:
+    options = compile_options({"xla_cpu_use_xnnpack": False, "xla_cpu_prefer_vector_width": 512})
+    assert ("xla_cpu_use_xnnpack", False) in list(options.env_option_overrides)
+    assert ("xla_cpu_prefer_vector_width", 512) in list(options.env_option_overrides)
+    with pytest.raises(FlagError, match="per process"):
+        compile_options({"xla_cpu_disable_loop_unrolling": True})
+
+
+def test_unknown_flag_is_rejected_by_name() -> None:
+    with pytest.raises(CompileError, match="xla_no_such_flag"):
+        check_options({"xla_no_such_flag": "1"})
+    with pytest.raises(FlagError, match="never applied"):
+        parse_assignment("xla_dump_to=/tmp/x")
+    with pytest.raises(FlagError, match="not a bool"):
+        parse_assignment("xla_cpu_use_xnnpack=maybe")
+
+
+def test_flag_values_parse_by_type() -> None:
+    assert parse_assignment("xla_cpu_use_xnnpack=false") == ("xla_cpu_use_xnnpack", False)
+    assert parse_assignment("xla_cpu_prefer_vector_width=512")[1] == 512
+    assert parse_assignment("xla_cpu_experimental_ynn_fusion_type=individual_dot,REDUCE")[1] == (
+        "INDIVIDUAL_DOT", "REDUCE")
+    assert parse_assignment("xla_cpu_experimental_ynn_fusion_type=")[1] == ()
+    assert to_xla({"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED",
+                   "xla_cpu_experimental_ynn_fusion_type": ("REDUCE",)}) == {
+        "xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
+        "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE",
+    }
+    assert parse_assignment("xla_some_undeclared_flag=false")[1] is False
+
+
+@pytest.mark.parametrize("name,low,high", [("recommender-s", 0, None), ("gnn-s", 0, None),
+                                           ("attention_kv-s", 0, None)])
+def test_index_parameters_get_valid_ranges(name: str, low: int, high) -> None:
+    specs = parameter_specs(from_lowered(zoo.get(name).lower()))
+    indexed = [s for s in specs if s.dtype.kind in "iu" and s.low == 0]
+    assert indexed, "no integer parameter was recognised as an index"
+    arrays = make_inputs(specs, seed=3)
+    again = make_inputs(specs, seed=3)
+    for spec, array, same in zip(specs, arrays, again):
+        assert array.shape == spec.shape and array.dtype == spec.dtype
+        np.testing.assert_array_equal(array, same)
+        if spec in indexed:
+            assert array.min() >= 0 and array.max() < spec.high
+
+
+def test_gather_index_bound_is_the_table_size() -> None:
+    def f(table, ids):
+        return jnp.take(table, ids, axis=0).sum()
+
+    module = from_lowered(jax.jit(f).lower(jnp.ones((37, 4)), jnp.ones((100,), jnp.int32)))
+    assert (parameter_specs(module)[1].low, parameter_specs(module)[1].high) == (0, 37)
+
+
+def test_numerics() -> None:
+    a = np.linspace(0, 1, 100, dtype=np.float32)
+    assert all_ok(compare_outputs([a], [a * (1 + 1e-6)]))
+    assert not all_ok(compare_outputs([a], [a * 1.1]))
+    nan = a.copy()
+    nan[3] = np.nan
+    assert not all_ok(compare_outputs([a], [nan]))
+    assert all_ok(compare_outputs([nan], [nan]))
+    assert not all_ok(compare_outputs([np.arange(4)], [np.arange(4) + (np.arange(4) == 2)]))
+    assert not all_ok(compare_outputs([a], [a, a]))
+
+
+def test_bootstrap_interval_covers_the_truth() -> None:
+    rng = np.random.default_rng(0)
+    covered = 0
+    for trial in range(100):
+        logs = rng.normal(np.log(1.1), 0.05, size=40)
+        _, low, high = bootstrap_median_interval(logs, 0.95, 1000, seed=trial)
+        covered += low <= 1.1 <= high
+    assert covered >= 85
+
+
+def test_sandbox_survives_crash_timeout_and_oom() -> None:
+    w = Worker(memory_limit=2 * 1024**3)
+    try:
+        with pytest.raises(WorkerFailure) as crash:
+            w.call("tests.worker_tasks:crash", timeout=60)
+        assert crash.value.kind == "crash" and "SIGABRT" in crash.value.reason
+        with pytest.raises(WorkerFailure) as hang:
+            w.call("tests.worker_tasks:hang", timeout=1)
+        assert hang.value.kind == "timeout"
+        with pytest.raises(WorkerFailure) as oom:
+            w.call("tests.worker_tasks:allocate", timeout=60, gib=4)
+        assert oom.value.kind == "oom"
+        assert w.call("tests.worker_tasks:echo", timeout=60, value=7) == 7
+    finally:
+        w.close()
+
+
+def test_cli_fingerprint_json(tmp_path, capsys) -> None:
+    path = tmp_path / "m.hlo"
+    path.write_text(zoo.get("mlp-s").lower().as_text(dialect="hlo"))
+    assert main(["fingerprint", str(path), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert set(payload) == {"fingerprint", "env_key", "key", "n_instructions"}
+    assert main(["fingerprint", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == payload["fingerprint"]
+
+
+def test_cli_evaluate_rejects_unknown_flag(tmp_path, capsys) -> None:
+    path = tmp_path / "m.hlo"
+    path.write_text(from_text("HloModule m\nENTRY e {\n  ROOT p = f32[2]{0} parameter(0)\n}\n").to_text())
+    assert main(["evaluate", str(path), "--set", "xla_no_such_flag=1"]) == 2
+    assert "xla_no_such_flag" in capsys.readouterr().err
