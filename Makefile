@@ -20,6 +20,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_fingerprint.py
+	$(BIN)/python benchmarks/bench_evaluate.py
+	$(BIN)/python benchmarks/bench_ingest_scale.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

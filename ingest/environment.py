@@ -31,10 +31,36 @@ class Environment:
     compiler_version: str
     job_options: dict[str, str] = field(default_factory=dict)
 
+    def to_json(self) -> dict:
+        """The JSON form, as the environment file beside a dump holds it."""
+        return asdict(self)
+
     def key(self) -> str:
         """A stable 32-hex-character key of this environment."""
         canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
         return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
+
+
+# The file beside a dump (written by the hook's spool and the simulator) that says where it ran.
+ENVIRONMENT_FILE = "fdo-environment.json"
+
+
+def environment_from_json(data: object) -> Environment:
+    """An Environment from its JSON form (as `to_json` writes it); ValueError if malformed."""
+    if not isinstance(data, dict):
+        raise ValueError("an environment must be a JSON object")
+    expected = {"platform": str, "device_kind": str, "device_count": int, "compiler_version": str}
+    for name, type_ in expected.items():
+        if not isinstance(data.get(name), type_) or isinstance(data.get(name), bool):
+            raise ValueError(f"environment field {name!r} must be a {type_.__name__}")
+    options = data.get("job_options", {})
+    if not isinstance(options, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in options.items()):
+        raise ValueError("environment field 'job_options' must map strings to strings")
+    if data["device_count"] < 1:
+        raise ValueError("environment field 'device_count' must be at least 1")
+    return Environment(data["platform"], data["device_kind"], data["device_count"],
+                       data["compiler_version"], dict(sorted(options.items())))
 
 
 def store_key(fingerprint: str, env_key: str) -> str:

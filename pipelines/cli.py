@@ -1,7 +1,8 @@
 """`fdo`: the command line of fleet-fdo, one subcommand per stage of the loop.
 
 Exit codes: 0 success; 1 the work ran but its outcome is a failure (a failed evaluation, numerics
-off); 2 bad usage or bad input (unreadable module, unknown flag); 130 interrupted.
+off); 2 bad usage or bad input (unreadable module, unknown flag); 3 the good inputs landed but
+some inputs (or rows) were quarantined; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_QUARANTINED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def default_home() -> Path:
@@ -111,6 +112,65 @@ def cmd_workloads(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from ingest.profiles import ingest_profiles
+    from ingest.symbols import ingest_symbols
+
+    paths = [Path(p) for p in args.paths]
+    if args.kind == "symbols":
+        report: Any = ingest_symbols(paths, default_home(), progress=not args.json)
+        summary = (f"{report.modules} modules: {report.graphs_changed} graphs and "
+                   f"{report.ops_changed} ops new or updated")
+    else:
+        report = ingest_profiles(paths, default_home(), progress=not args.json)
+        summary = (f"{report.inputs} inputs ({report.skipped} already ingested): "
+                   f"{report.graph_runs} graph_runs and {report.op_runs} op_runs rows")
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        print(summary)
+        for item in report.quarantined:
+            print(f"quarantined {item.source}: {item.reason}", file=sys.stderr)
+    return EXIT_QUARANTINED if report.quarantined else EXIT_OK
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    import datetime
+
+    from pipelines.simulator.run import simulate
+
+    start = datetime.date.fromisoformat(args.start) if args.start else None
+    workloads = args.workloads.split(",") if args.workloads else None
+    report = simulate(default_home(), args.days, args.jobs, args.seed, start=start,
+                      workloads=workloads, op_sample=args.op_sample, progress=not args.json)
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        print_simulation(report)
+    return EXIT_QUARANTINED if report.quarantined else EXIT_OK
+
+
+def print_simulation(report: Any) -> None:
+    """The simulated fleet's summary: per day, then its cost distribution, opt-outs and tail."""
+    print(f"{'date':<12}{'rows':>10}{'chip-hours':>14}{'opted out':>11}  compiler versions (chip-time)")
+    for day in report.days:
+        versions = ", ".join(f"{v.rsplit('+', 1)[-1]} {s:.0%}" for v, s in day["compiler_versions"].items())
+        print(f"{day['dt']:<12}{day['rows']:>10}{day['chip_hours']:>14.0f}"
+              f"{day['opted_out_share']:>11.1%}  {versions}")
+    shares = report.top_graph_shares
+    print(f"{report.graphs} graphs; chip-time in the top 1 / 5 / 10 graphs: "
+          f"{shares['top1']:.0%} / {shares['top5']:.0%} / {shares['top10']:.0%}")
+    print("chip-time by job size: " + ", ".join(
+        f"{name} {share:.1%}" for name, share in report.size_class_shares.items()))
+    print(f"opted out: {report.opted_out_share:.1%} of chip-time; long tail (runs under one "
+          f"chip-hour): {report.long_tail['row_share']:.0%} of runs, "
+          f"{report.long_tail['chip_time_share']:.2%} of chip-time")
+    print(f"ingested {report.graph_runs} graph_runs and {report.op_runs} op_runs rows, "
+          f"{report.symbol_modules} symbol modules")
+    for item in report.quarantined:
+        print(f"quarantined {item.source}: {item.reason}", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `fdo`."""
     parser = argparse.ArgumentParser(prog="fdo", description=__doc__.splitlines()[0])
@@ -139,6 +199,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="*", help="dump: only these workloads")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_workloads)
+
+    p = sub.add_parser("ingest", help="load symbols (HLO) or profiles into the warehouse")
+    p.add_argument("kind", choices=["symbols", "profiles"])
+    p.add_argument("paths", nargs="+", help="symbols: XLA dump dirs, HLO files, the hook's spool; "
+                   "profiles: *.xplane.pb traces and *.graph_runs/*.op_runs drops (or dirs of them)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_ingest)
+
+    p = sub.add_parser("simulate", help="simulate a fleet for some days and ingest what it hands over")
+    p.add_argument("--days", type=int, default=7)
+    p.add_argument("--jobs", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--start", help="first simulated date, YYYY-MM-DD (default: so the last is today)")
+    p.add_argument("--workloads", help="comma-separated zoo workloads the fleet runs (default: all)")
+    p.add_argument("--op-sample", type=float, default=1.0,
+                   help="share of job-days with op-level profiles (op time is scaled up to match)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_simulate)
     return parser
 
 

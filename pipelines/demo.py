@@ -3,7 +3,8 @@
 Dumps zoo programs with XLA's own dumper, fingerprints each dump and checks that JAX's
 compile-time module gets the same fingerprint, lists the kernels (op fingerprints) of the
 optimized modules, then evaluates a few compiler configs against the default with paired timing
-and the numeric check. Later stages (ranking, tuning, delivery, validation) plug in here.
+and the numeric check; then simulates a small fleet for a few days and ingests its dumps and
+profile drops into the warehouse. Later stages (ranking, tuning, delivery, validation) plug in here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from ingest import zoo
 from ingest.fingerprint import fingerprint_module, graph_fingerprint
 from ingest.hlo_module import from_lowered, load_file
 from ingest.zoo.dump import dump_workloads
-from pipelines.cli import default_home
+from pipelines.cli import default_home, print_simulation
+from pipelines.simulator.run import simulate
 from tuner.evaluate import evaluate
 from tuner.measure import MeasureSettings
 from tuner.worker import Worker
@@ -29,6 +31,11 @@ _EVALUATIONS = (
     ("gnn-s", {"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"}),
     ("unet-s", {"xla_backend_optimization_level": 0}),
 )
+
+
+_FLEET_DAYS = 5
+_FLEET_JOBS = 5000
+_FLEET_WORKLOADS = ["transformer-s", "mlp-s", "cnn-s", "gnn-s", "recommender-s"]
 
 
 def main() -> int:
@@ -68,8 +75,13 @@ def main() -> int:
                   f"{'ok' if result.numerics_ok else 'FAILED'}")
     finally:
         worker.close()
-    print(f"\n{len(rows) - mismatches}/{len(rows)} dumps fingerprint the same as JAX's modules")
-    return 0 if mismatches == 0 else 1
+    print(f"\nsimulating a fleet for {_FLEET_DAYS} days and ingesting what it hands over:")
+    report = simulate(home, days=_FLEET_DAYS, jobs=_FLEET_JOBS, seed=0, workloads=_FLEET_WORKLOADS,
+                      progress=True)
+    print_simulation(report)
+    print(f"\n{len(rows) - mismatches}/{len(rows)} dumps fingerprint the same as JAX's modules; "
+          f"warehouse under {home / 'warehouse'}")
+    return 0 if mismatches == 0 and not report.quarantined else 1
 
 
 if __name__ == "__main__":

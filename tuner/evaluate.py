@@ -119,8 +119,8 @@ def run_evaluation(
     device = jax.devices()[0]
     arguments = [jax.device_put(a, device) for a in make_inputs(parameter_specs(module), seed)]
     checks = compare_outputs(_outputs(base.executable, arguments), _outputs(tuned.executable, arguments))
-    measurement = measure_pair(_runner(base.executable, arguments),
-                               _runner(tuned.executable, arguments), settings)
+    measurement = measure_pair(timed_runner(base.executable, arguments),
+                               timed_runner(tuned.executable, arguments), settings)
     return asdict(EvaluationResult(
         speedup=measurement.speedup,
         ci_low=measurement.ci_low,
@@ -165,7 +165,8 @@ def _outputs(executable: Any, arguments: list[Any]) -> list[Any]:
     return [np.asarray(output) for output in executable.execute(arguments)]
 
 
-def _runner(executable: Any, arguments: list[Any]):
+def timed_runner(executable: Any, arguments: list[Any]):
+    """A Runner (see tuner.measure) that executes `executable` on `arguments` and waits."""
     import time
 
     def run(repeats: int) -> float:

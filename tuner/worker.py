@@ -82,6 +82,12 @@ class Worker:
             raise WorkerFailure(status, payload)
         return payload
 
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Stop the worker (it exits when its pipe closes)."""
         if self._process is not None:

@@ -9,6 +9,7 @@ large constants.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Callable
@@ -68,6 +69,25 @@ _REGISTRY = _make_registry()
 def all_workloads() -> list[Workload]:
     """All workloads, families in registry order, "s" before "m"."""
     return list(_REGISTRY.values())
+
+
+def variant(name: str, scale: int) -> Workload:
+    """Workload `name` with its batch (for the GNN: nodes and edges) multiplied by `scale`.
+
+    A fleet runs the same program at many shapes; each shape is its own graph fingerprint.
+    """
+    base = get(name)
+    if scale == 1:
+        return base
+    module = _FAMILIES[base.family]
+    config = module.SIZES[base.size]
+    if hasattr(config, "batch"):
+        config = dataclasses.replace(config, batch=config.batch * scale)
+    else:
+        config = dataclasses.replace(config, nodes=config.nodes * scale, edges=config.edges * scale)
+    return Workload(name=f"{name}-x{scale}", family=base.family, size=base.size,
+                    description=f"{base.description}; scaled x{scale}",
+                    build=functools.partial(module.build, config))
 
 
 def get(name: str) -> Workload:

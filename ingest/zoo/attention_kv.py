@@ -63,9 +63,9 @@ def _param_specs(c: Config) -> dict:
     }
 
 
-def build(size: str) -> tuple[Callable, tuple]:
+def build(size: "str | Config") -> tuple[Callable, tuple]:
     """Return ``(decode_step, abstract_args)`` for the given size."""
-    c = SIZES[size]
+    c = SIZES[size] if isinstance(size, str) else size
 
     def attention_decode_step(params: dict, k_cache: jax.Array, v_cache: jax.Array,
                               tokens: jax.Array, pos: jax.Array):

@@ -44,9 +44,9 @@ def _loss(params: dict, images: jax.Array, labels: jax.Array) -> jax.Array:
     return _nn.cross_entropy(logits, labels)
 
 
-def build(size: str) -> tuple[Callable, tuple]:
+def build(size: "str | Config") -> tuple[Callable, tuple]:
     """Return ``(train_step, abstract_args)`` for the given size."""
-    c = SIZES[size]
+    c = SIZES[size] if isinstance(size, str) else size
 
     def cnn_train_step(params: dict, images: jax.Array, labels: jax.Array):
         loss, grads = jax.value_and_grad(_loss)(params, images, labels)

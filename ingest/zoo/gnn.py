@@ -54,9 +54,9 @@ def _loss(params: dict, x: jax.Array, senders: jax.Array, receivers: jax.Array, 
     return _nn.cross_entropy(_nn.dense(h, params["decode"]), labels)
 
 
-def build(size: str) -> tuple[Callable, tuple]:
+def build(size: "str | Config") -> tuple[Callable, tuple]:
     """Return ``(train_step, abstract_args)`` for the given size."""
-    c = SIZES[size]
+    c = SIZES[size] if isinstance(size, str) else size
 
     def gnn_train_step(params: dict, x: jax.Array, senders: jax.Array, receivers: jax.Array, labels: jax.Array):
         loss, grads = jax.value_and_grad(_loss)(params, x, senders, receivers, labels)

@@ -29,9 +29,9 @@ SIZES = {
 }
 
 
-def build(size: str) -> tuple[Callable, tuple]:
+def build(size: "str | Config") -> tuple[Callable, tuple]:
     """Return ``(train_step, abstract_args)`` for the given size."""
-    c = SIZES[size]
+    c = SIZES[size] if isinstance(size, str) else size
 
     def mlp_train_step(params: list, velocity: list, x: jax.Array, labels: jax.Array):
         loss, grads = jax.value_and_grad(lambda p: _nn.cross_entropy(_nn.mlp(x, p), labels))(params)

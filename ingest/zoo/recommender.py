@@ -60,9 +60,9 @@ def _loss(mlps: dict, rows: list[jax.Array], dense: jax.Array, labels: jax.Array
     return jnp.mean(losses)
 
 
-def build(size: str) -> tuple[Callable, tuple]:
+def build(size: "str | Config") -> tuple[Callable, tuple]:
     """Return ``(train_step, abstract_args)`` for the given size."""
-    c = SIZES[size]
+    c = SIZES[size] if isinstance(size, str) else size
 
     def recommender_train_step(tables: list, mlps: dict, dense: jax.Array, ids: list, labels: jax.Array):
         rows = [t[i] for t, i in zip(tables, ids)]

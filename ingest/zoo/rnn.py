@@ -61,9 +61,9 @@ def _clip_by_global_norm(grads: dict, max_norm: float) -> dict:
     return jax.tree.map(lambda g: g * scale, grads)
 
 
-def build(size: str) -> tuple[Callable, tuple]:
+def build(size: "str | Config") -> tuple[Callable, tuple]:
     """Return ``(train_step, abstract_args)`` for the given size."""
-    c = SIZES[size]
+    c = SIZES[size] if isinstance(size, str) else size
 
     def lstm_train_step(params: dict, tokens: jax.Array):
         loss, grads = jax.value_and_grad(_loss)(params, tokens)

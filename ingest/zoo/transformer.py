@@ -77,9 +77,9 @@ def _loss(params: dict, tokens: jax.Array, n_heads: int) -> jax.Array:
     return _nn.cross_entropy(logits, targets)
 
 
-def build(size: str) -> tuple[Callable, tuple]:
+def build(size: "str | Config") -> tuple[Callable, tuple]:
     """Return ``(train_step, abstract_args)`` for the given size."""
-    c = SIZES[size]
+    c = SIZES[size] if isinstance(size, str) else size
 
     def transformer_train_step(params: dict, opt_state: dict, tokens: jax.Array):
         loss, grads = jax.value_and_grad(_loss)(params, tokens, c.n_heads)

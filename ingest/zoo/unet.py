@@ -64,9 +64,9 @@ def _param_specs(c: Config) -> dict:
     }
 
 
-def build(size: str) -> tuple[Callable, tuple]:
+def build(size: "str | Config") -> tuple[Callable, tuple]:
     """Return ``(forward, abstract_args)`` for the given size."""
-    c = SIZES[size]
+    c = SIZES[size] if isinstance(size, str) else size
 
     def unet_forward(params: dict, images: jax.Array) -> jax.Array:
         return _nn.conv(_level(images, params, 0), params["out"], stride=1)

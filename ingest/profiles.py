@@ -1,0 +1,179 @@
+"""Profile ingestion: profile drops and JAX profiler traces into `graph_runs` and `op_runs`.
+
+Each input lands as one part per date partition, named after the input's content digest, and
+a marker under `warehouse/_ingested/` records that the input is complete: ingesting the same
+input again adds nothing, and a run killed half-way finishes what it started when rerun.
+
+A trace (`*.xplane.pb`) says which modules ran for how long; who ran them comes from an
+`fdo-job.json` beside the trace or above it (see ingest.sidecars), else the trace's directory
+name, team "unknown" and one chip. The environment comes from an `fdo-environment.json`
+likewise, else the running machine's. A traced module is keyed by the
+graph whose optimized module it is (from `graphs`); without symbols, by its own fingerprint.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest import drops
+from ingest.environment import ENVIRONMENT_FILE, current_environment
+from ingest.quarantine import Quarantine, Quarantined, file_digest
+from ingest.sidecars import JOB_FILE, Job, nearest_file, read_environment_file, read_job_file
+from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
+from ingest.warehouse import Warehouse
+
+TRACE_SUFFIX = ".xplane.pb"
+
+
+@dataclass
+class ProfileReport:
+    """What one `ingest profiles` run did."""
+
+    inputs: int = 0
+    skipped: int = 0  # already ingested
+    graph_runs: int = 0
+    op_runs: int = 0
+    quarantined: list[Quarantined] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict."""
+        return {"inputs": self.inputs, "skipped": self.skipped, "graph_runs": self.graph_runs,
+                "op_runs": self.op_runs, "quarantined": [q.__dict__ for q in self.quarantined]}
+
+
+def find_profiles(paths: Iterable[Path]) -> list[Path]:
+    """Drops and traces under `paths`, in a stable order; a named file is taken as given."""
+    found: list[Path] = []
+    for root in paths:
+        if root.is_file() or not root.exists():
+            found.append(root)
+            continue
+        found += sorted(p for p in root.rglob("*") if p.is_file() and _is_profile(p))
+    return found
+
+
+def ingest_profiles(paths: Iterable[Path], home: Path, progress: bool = False) -> ProfileReport:
+    """Ingest every drop and trace under `paths`; bad inputs and rows go to quarantine."""
+    from tqdm import tqdm
+
+    warehouse, quarantine = Warehouse(home), Quarantine(home)
+    warehouse.remove_temporaries()
+    report = ProfileReport()
+    roots = [Path(p) for p in paths]
+    for path in tqdm(find_profiles(roots), desc="profiles", unit="input", disable=not progress):
+        report.inputs += 1
+        if not path.is_file():
+            report.quarantined.append(Quarantined(str(path), "no such file", ""))
+            continue
+        if not _is_profile(path):
+            report.quarantined.append(quarantine.put_file(
+                path, f"{path}: not a profile: expected *{TRACE_SUFFIX} or a drop named "
+                      "*.graph_runs.parquet|jsonl or *.op_runs.parquet|jsonl"))
+            continue
+        digest = file_digest(path)
+        marker = warehouse.root / "_ingested" / f"{digest}.json"
+        if marker.exists():
+            report.skipped += 1
+            continue
+        try:
+            if path.name.endswith(TRACE_SUFFIX):
+                _ingest_trace(path, digest, roots, warehouse, report)
+            else:
+                _ingest_drop(path, digest, warehouse, quarantine, report)
+        except (drops.DropError, ValueError) as exc:
+            report.quarantined.append(quarantine.put_file(path, str(exc)))
+            continue
+        _write_marker(marker, path)
+    return report
+
+
+def _ingest_drop(path: Path, digest: str, warehouse: Warehouse, quarantine: Quarantine,
+                 report: ProfileReport) -> None:
+    fmt = drops.drop_format(path)
+    assert fmt is not None
+    bad_rows: list[pa.Table] = []
+    reasons: list[str] = []
+    landed = 0
+    with warehouse.part_writer(fmt.table, f"drop-{digest}") as write:
+        for batch in drops.read_batches(path, fmt):
+            good, bad, why = drops.validate(batch, fmt)
+            write(good)
+            landed += good.num_rows
+            if bad.num_rows:
+                bad_rows.append(bad)
+                reasons += why
+    if fmt.table is GRAPH_RUNS:
+        report.graph_runs += landed
+    else:
+        report.op_runs += landed
+    if bad_rows:
+        report.quarantined.append(quarantine.put_rows(path, digest, pa.concat_tables(bad_rows), reasons))
+
+
+def _ingest_trace(path: Path, digest: str, roots: list[Path], warehouse: Warehouse,
+                  report: ProfileReport) -> None:
+    from ingest.xplane import TraceError, read_trace
+
+    try:
+        modules = read_trace(path)
+    except TraceError as exc:
+        raise ValueError(str(exc)) from None
+    job_file = nearest_file(path, roots, JOB_FILE)
+    job = read_job_file(job_file) if job_file else Job(path.parent.name, "unknown", 1, False)
+    env_file = nearest_file(path, roots, ENVIRONMENT_FILE)
+    environment = read_environment_file(env_file).environment if env_file else current_environment()
+    env_key = environment.key()
+    dt = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC).date()
+    graph_of = _graphs_by_optimized_fingerprint(warehouse, env_key)
+    graph_rows, op_rows = [], []
+    for module in modules:
+        fingerprint = graph_of.get(module.optimized_fingerprint or "", module.optimized_fingerprint)
+        if fingerprint is None:
+            raise ValueError(f"{path}: module {module.module_name} carries no HLO to fingerprint")
+        graph_rows.append({
+            "dt": dt, "job_id": job.job_id, "team": job.team, "fingerprint": fingerprint,
+            "env_key": env_key, "device_kind": environment.device_kind,
+            "compiler_version": environment.compiler_version, "chips": job.chips,
+            "executions": module.executions, "chip_seconds": job.chips * module.seconds,
+            "opted_out": job.opted_out, "config_key": None, "config_version": None,
+            "expected_speedup": None,
+        })
+        op_rows += [{
+            "dt": dt, "job_id": job.job_id, "team": job.team, "op_fingerprint": op.op_fingerprint,
+            "graph_fingerprint": fingerprint, "env_key": env_key,
+            "chip_seconds": job.chips * op.seconds, "opted_out": job.opted_out,
+            "config_key": None, "config_version": None, "expected_speedup": None,
+        } for op in module.ops if op.op_fingerprint is not None]
+    part = f"trace-{digest}"
+    warehouse.append(OP_RUNS, pa.Table.from_pylist(op_rows, OP_RUNS.schema), part)
+    warehouse.append(GRAPH_RUNS, pa.Table.from_pylist(graph_rows, GRAPH_RUNS.schema), part)
+    report.graph_runs += len(graph_rows)
+    report.op_runs += len(op_rows)
+
+
+def _graphs_by_optimized_fingerprint(warehouse: Warehouse, env_key: str) -> dict[str, str]:
+    graphs = warehouse.read(GRAPHS, ["fingerprint", "env_key", "optimized_fingerprint"])
+    graphs = graphs.filter(pc.and_(pc.equal(graphs.column("env_key"), env_key),
+                                   pc.is_valid(graphs.column("optimized_fingerprint"))))
+    return dict(zip(graphs.column("optimized_fingerprint").to_pylist(),
+                    graphs.column("fingerprint").to_pylist()))
+
+
+def _is_profile(path: Path) -> bool:
+    return path.name.endswith(TRACE_SUFFIX) or drops.drop_format(path) is not None
+
+
+def _write_marker(marker: Path, source: Path) -> None:
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    tmp = marker.with_name(f".{marker.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({"source": str(source),
+                               "ingested_at": datetime.datetime.now(datetime.UTC).isoformat()}) + "\n")
+    os.replace(tmp, marker)

@@ -1,0 +1,228 @@
+"""Symbol ingestion: HLO modules from XLA dumps, single files and the hook's spool, into
+the `graphs` and `ops` tables and the blob store.
+
+A module is the unit: its unoptimized HLO (`*.before_optimizations.txt`) gives the graph
+fingerprint, the key the compiler hook computes at compile time; its optimized HLO
+(`*after_optimizations.txt`) gives the op fingerprints. Files XLA writes beside them (buffer
+assignments, LLVM IR, ...) are not modules and are skipped. The environment comes from an
+`fdo-environment.json` in the module's directory or above it (see ingest.sidecars), else the
+running machine's; the time it was seen from that file's `captured_at`, else the file's mtime.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from ingest.blobs import BlobStore
+from ingest.environment import ENVIRONMENT_FILE, Environment, current_environment
+from ingest.fingerprint import ModuleFingerprint, fingerprint_module
+from ingest.hlo_module import HloLoadError, load_file
+from ingest.quarantine import Quarantine, Quarantined, file_digest
+from ingest.sidecars import Capture, nearest_file, read_environment_file
+from ingest.tables import GRAPHS, OPS
+from ingest.warehouse import Warehouse
+
+_UNOPTIMIZED = "before_optimizations"
+_OPTIMIZED = "after_optimizations"
+_SUFFIXES = (".txt", ".hlo.pb", ".pb")
+_PLAIN_SUFFIXES = (".hlo", ".hlo.txt", ".hlo.pb")
+
+
+@dataclass
+class ModuleFiles:
+    """The files of one compiled module: unoptimized and optimized HLO (either may be missing)."""
+
+    unoptimized: Path | None = None
+    optimized: Path | None = None
+
+    @property
+    def main(self) -> Path:
+        """The file whose fingerprint keys the graph."""
+        return self.unoptimized or self.optimized  # type: ignore[return-value]
+
+
+@dataclass
+class SymbolReport:
+    """What one `ingest symbols` run did."""
+
+    modules: int = 0
+    graphs_changed: int = 0
+    ops_changed: int = 0
+    quarantined: list[Quarantined] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict."""
+        return {"modules": self.modules, "graphs_changed": self.graphs_changed,
+                "ops_changed": self.ops_changed,
+                "quarantined": [q.__dict__ for q in self.quarantined]}
+
+
+def find_modules(paths: Iterable[Path]) -> list[ModuleFiles]:
+    """Group the HLO files under `paths` into modules, in a stable order."""
+    groups: dict[tuple[Path, str], ModuleFiles] = {}
+    for root in paths:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in files:
+            found = _role(path, explicit=path == root)
+            if found is not None:
+                role, module_id = found
+                setattr(groups.setdefault((path.parent, module_id), ModuleFiles()), role, path)
+    return [groups[key] for key in sorted(groups)]
+
+
+def ingest_symbols(paths: Iterable[Path], home: Path, progress: bool = False) -> SymbolReport:
+    """Ingest every module under `paths`: blobs first, then ops, then graphs (so a graph row
+    means its blobs and ops are there); bad files go to quarantine."""
+    from tqdm import tqdm
+
+    paths = [Path(p) for p in paths]
+    warehouse, blobs, quarantine = Warehouse(home), BlobStore(home), Quarantine(home)
+    warehouse.remove_temporaries()
+    report = SymbolReport()
+    graph_rows: list[dict] = []
+    op_rows: list[dict] = []
+    captures: dict[Path, Capture | Quarantined] = {}
+    here: list[Capture] = []  # this machine's environment, computed once if needed
+    missing = [p for p in paths if not p.exists()]
+    for path in missing:
+        report.quarantined.append(Quarantined(str(path), "no such file or directory", ""))
+    modules = find_modules(p for p in paths if p.exists())
+    loader = _Loader(blobs, quarantine, report)
+    for files in tqdm(modules, desc="symbols", unit="module", disable=not progress):
+        capture = _capture_for(files.main, paths, captures, quarantine)
+        if capture is None:
+            here = here or [Capture(current_environment(), None)]
+            capture = here[0]
+        if isinstance(capture, Quarantined):
+            report.quarantined.append(Quarantined(str(files.main), capture.reason, ""))
+            continue
+        seen = capture.captured_at or datetime.datetime.fromtimestamp(
+            files.main.stat().st_mtime, datetime.UTC)
+        rows = _module_rows(files, capture.environment, seen.astimezone(datetime.UTC), loader)
+        if rows is not None:
+            graph_rows.append(rows[0])
+            op_rows.extend(rows[1])
+            report.modules += 1
+    report.ops_changed = warehouse.upsert(OPS, pa.Table.from_pylist(op_rows, OPS.schema), _merge_ops)
+    report.graphs_changed = warehouse.upsert(
+        GRAPHS, pa.Table.from_pylist(graph_rows, GRAPHS.schema), _merge_graphs)
+    return report
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A module file, fingerprinted and its text in the blob store."""
+
+    name: str
+    fingerprint: ModuleFingerprint
+    blob: str
+
+
+class _Loader:
+    """Loads, fingerprints and stores module files, once per distinct content: a fleet hands
+    over the same module for many environments."""
+
+    def __init__(self, blobs: BlobStore, quarantine: Quarantine, report: SymbolReport) -> None:
+        self.blobs, self.quarantine, self.report = blobs, quarantine, report
+        self.done: dict[str, _Stored | None] = {}
+
+    def load(self, path: Path, with_ops: bool) -> _Stored | None:
+        digest = file_digest(path)
+        if digest not in self.done:
+            try:
+                module = load_file(path)
+            except HloLoadError as exc:
+                self.report.quarantined.append(self.quarantine.put_file(path, str(exc)))
+                self.done[digest] = None
+            else:
+                result = fingerprint_module(module, with_ops=with_ops)
+                self.done[digest] = _Stored(module.name, result,
+                                            self.blobs.put_text(result.fingerprint, module.to_text()))
+        return self.done[digest]
+
+
+def _module_rows(files: ModuleFiles, environment: Environment, seen: datetime.datetime,
+                 loader: _Loader) -> tuple[dict, list[dict]] | None:
+    graph = loader.load(files.main, with_ops=files.unoptimized is None)
+    if graph is None:
+        return None
+    optimized = graph if files.unoptimized is None else (
+        loader.load(files.optimized, with_ops=True) if files.optimized else None)
+    env_key = environment.key()
+    row = {
+        "dt": seen.date(), "fingerprint": graph.fingerprint.fingerprint, "env_key": env_key,
+        "module_name": graph.name, "n_instructions": graph.fingerprint.n_instructions,
+        "hlo_blob": graph.blob, "optimized_blob": None, "optimized_fingerprint": None,
+        "platform": environment.platform, "device_kind": environment.device_kind,
+        "device_count": environment.device_count, "compiler_version": environment.compiler_version,
+        "first_seen": seen, "last_seen": seen,
+    }
+    ops: list[dict] = []
+    if optimized is not None:
+        row["optimized_blob"] = optimized.blob
+        row["optimized_fingerprint"] = optimized.fingerprint.fingerprint
+        ops = [{"dt": seen.date(), "fingerprint": op.fingerprint,
+                "graph_fingerprint": row["fingerprint"], "env_key": env_key, "kind": op.kind,
+                "n_instructions": op.n_instructions, "name": op.name, "hlo_blob": optimized.blob}
+               for op in optimized.fingerprint.ops]
+    return row, ops
+
+
+def _merge_graphs(rows: pa.Table) -> pa.Table:
+    """One row per (fingerprint, env_key): earliest first_seen, latest last_seen, the optimized
+    module from the latest sighting that had one."""
+    merged: dict[tuple[str, str], dict] = {}
+    for row in sorted(rows.to_pylist(), key=lambda r: (r["last_seen"], r["optimized_blob"] or "")):
+        key = (row["fingerprint"], row["env_key"])
+        old = merged.get(key)
+        if old is not None:
+            row["first_seen"] = min(old["first_seen"], row["first_seen"])
+            if row["optimized_blob"] is None:
+                row["optimized_blob"] = old["optimized_blob"]
+                row["optimized_fingerprint"] = old["optimized_fingerprint"]
+        row["dt"] = row["first_seen"].date()
+        merged[key] = row
+    return pa.Table.from_pylist(list(merged.values()), GRAPHS.schema)
+
+
+def _merge_ops(rows: pa.Table) -> pa.Table:
+    """One row per (op, graph, environment): the earliest sighting."""
+    merged: dict[tuple[str, str, str], dict] = {}
+    for row in sorted(rows.to_pylist(), key=lambda r: (r["dt"], r["name"], r["hlo_blob"])):
+        merged.setdefault((row["fingerprint"], row["graph_fingerprint"], row["env_key"]), row)
+    return pa.Table.from_pylist(list(merged.values()), OPS.schema)
+
+
+def _capture_for(path: Path, roots: list[Path], cache: dict[Path, Capture | Quarantined],
+                 quarantine: Quarantine) -> Capture | Quarantined | None:
+    """What the environment file that applies to `path` says, if there is one."""
+    found = nearest_file(path, roots, ENVIRONMENT_FILE)
+    if found is None:
+        return None
+    if found not in cache:
+        try:
+            cache[found] = read_environment_file(found)
+        except (ValueError, OSError) as exc:
+            cache[found] = quarantine.put_file(found, str(exc))
+    return cache[found]
+
+
+def _role(path: Path, explicit: bool) -> tuple[str, str] | None:
+    """("unoptimized" or "optimized", module id) of an HLO file, None if not a module file."""
+    name = path.name
+    suffix = next((s for s in _SUFFIXES if name.endswith(s)), None)
+    if suffix is not None:
+        stem = name[: -len(suffix)]
+        # XLA names dump files `module_<id>.<name>.<stage>`: the first part ties them together.
+        if stem.endswith(_UNOPTIMIZED):
+            return "unoptimized", name.split(".", 1)[0]
+        if stem.endswith(_OPTIMIZED):
+            return "optimized", name.split(".", 1)[0]
+    if explicit or name.endswith(_PLAIN_SUFFIXES):
+        return "unoptimized", name
+    return None

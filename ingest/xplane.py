@@ -1,0 +1,560 @@
+"""Device time per HLO module and per op from a JAX profiler trace (`*.xplane.pb`).
+
+`jax.profiler.trace(dir)` writes an `xla.XSpace` protobuf: planes (a host, a device, the
+metadata) of lines (threads, streams) of timed events, each with stats. What XLA writes there:
+
+- CPU (checked on jaxlib 0.10.2): every thunk the runtime executes is an event on a
+  `/host:CPU` line (`tf_XLAPjRtCpuClient/...`, `tf_XLAEigen/...`) named by its HLO instruction,
+  with stats `hlo_op` (instruction name), `hlo_module` (module name), `program_id` (the module's
+  unique id), `run_id` (one per execution) and `device_ordinal`. There is no module-level event:
+  an execution is the span from the first to the last event carrying its `run_id` (thunks, and
+  the caller's `ThunkExecutor::Execute (wait for completion)`), which matches the wall time of
+  the call to within the dispatch overhead. Thunks of control flow (`while`, `call`,
+  `conditional`) contain the thunks of their bodies and are not ops of their own.
+- GPU (from XLA's source, not run here): CUPTI kernel events on `/device:GPU:N` stream lines
+  carry the stats of the innermost XLA annotations, `XlaModule:#hlo_module=..,program_id=..#`
+  and `Thunk:#hlo_op=..#`, so again `hlo_op`, `hlo_module`, `program_id` (no `run_id`). A
+  module's device time is then the union of its kernels' intervals per device; its executions
+  are counted from the host's `<module>:XLA GPU module` events. The host copies of those stats
+  (kernel launches on host planes) are ignored when device events exist.
+- Planes with `XLA Modules` / `XLA Ops` lines (TPU, or traces post-processed by xprof) give
+  module executions directly; ops on `XLA Ops` belong to the module event that contains them.
+- `/host:metadata` holds, when the profiler's `enable_hlo_proto` is on (JAX's default), one
+  *event metadata* entry per live XLA executable, named `<module>(<program_id>)`, with a
+  `program_id` stat and a `Hlo Proto` stat: a serialized `xla.HloProto` of the module *after*
+  optimization (scheduled; its fingerprint equals that of
+  `jax.jit(f).lower(...).compile().runtime_executable().hlo_modules()[0]`). `ProfileData` does
+  not expose event metadata, so this plane is decoded here with a minimal schema.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+
+from ingest.fingerprint import fingerprint_module
+from ingest.hlo_module import HloLoadError, HloModule, from_proto_bytes
+
+METADATA_PLANE = "/host:metadata"
+DEVICE_PLANE_PREFIX = "/device:"
+XLA_MODULES_LINE = "XLA Modules"
+XLA_OPS_LINE = "XLA Ops"
+GPU_MODULE_EVENT_SUFFIX = ":XLA GPU module"
+HLO_PROTO_STAT = "Hlo Proto"
+# Instructions whose thunks only run the thunks of the computations they call.
+_CONTROL_FLOW_OPCODES = frozenset({"while", "conditional", "call"})
+_MODULE_EVENT_NAME = re.compile(r"^(?P<name>.*)\((?P<id>\d+)\)$")
+
+_ModuleKey = tuple[str | None, int | None]  # (module name, program_id) as events name them
+_Span = tuple[float, float, _ModuleKey]  # (start ns, end ns, module) of a module-level event
+_HloEntries = dict[int | None, list[tuple[str, bytes]]]  # program_id -> [(name, HloProto)]
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """Time spent in one kernel (fusion, library call, unfused instruction) of a module."""
+
+    name: str  # instruction name of the fusion/kernel in the optimized module
+    op_fingerprint: str | None  # `fingerprint_module(optimized).ops` entry of that name, if any
+    seconds: float  # total over all executions in the trace
+
+
+@dataclass(frozen=True)
+class ModuleTime:
+    """One XLA module (executable) that ran in the trace, and where its time went.
+
+    `seconds` sums over executions, and over devices when the module ran on several (so it is
+    device-seconds); `executions` counts executions per device likewise. `ops` are sorted by
+    time, largest first.
+    """
+
+    module_name: str
+    program_id: int | None
+    executions: int
+    seconds: float  # device time (on CPU: execution time) of this module in the trace
+    optimized_hlo: bytes | None  # serialized HloModuleProto as the trace carries it
+    optimized_fingerprint: str | None  # graph fingerprint of `optimized_hlo`
+    ops: tuple[OpTime, ...]
+
+
+class TraceError(ValueError):
+    """A trace is unreadable, corrupt, or holds no XLA activity; the message names the file."""
+
+
+def read_trace(path: Path | str, max_bytes: int = 1 << 30) -> list[ModuleTime]:
+    """Modules executed in the trace at `path`, with their time, optimized HLO and op times."""
+    path = Path(path)
+    data = _read(path, max_bytes)
+    from jax.profiler import ProfileData
+
+    try:
+        profile = ProfileData.from_serialized_xspace(data)
+    except Exception as exc:  # jaxlib raises RuntimeError("Failed to parse XSpace ...")
+        raise TraceError(f"{path}: not a profiler trace (XSpace): {_first_line(exc)}") from exc
+    hlos = _hlo_protos(data, path)
+    events = _collect(profile)
+    if not events.op_events and not events.module_events:
+        raise TraceError(f"{path}: no XLA module executions in the trace")
+    return _modules(events, hlos, path)
+
+
+# --------------------------------------------------------------------------------------------
+# Events
+
+
+@dataclass
+class _OpEvent:
+    module: _ModuleKey
+    op: str
+    start: float
+    end: float
+    track: tuple[str, str]  # (plane, line)
+    on_device: bool
+    run: tuple[Any, Any] | None  # (run_id, device_ordinal) when the event carries a run_id
+
+
+@dataclass
+class _Events:
+    op_events: list[_OpEvent]
+    # (module name, program_id) -> [(plane, start, end)] from `XLA Modules` lines
+    module_events: dict[_ModuleKey, list[tuple[str, float, float]]]
+    # (plane, run_id, device_ordinal) -> [start, end] over events with a run_id but no hlo_op
+    run_markers: dict[tuple[str, Any, Any], list[float]]
+    # module name -> number of host `<module>:XLA GPU module` events
+    gpu_module_markers: dict[str, int]
+
+
+def _collect(profile: Any) -> _Events:
+    events = _Events([], defaultdict(list), {}, defaultdict(int))
+    for plane in profile.planes:
+        plane_name = plane.name
+        if plane_name == METADATA_PLANE:
+            continue
+        on_device = plane_name.startswith(DEVICE_PLANE_PREFIX)
+        lines = list(plane.lines)
+        module_spans = _module_line_events(plane_name, lines, events)
+        for line in lines:
+            if line.name == XLA_MODULES_LINE:
+                continue
+            if line.name == XLA_OPS_LINE:
+                _xla_ops_line(plane_name, line, on_device, module_spans, events)
+                continue
+            track = (plane_name, line.name)
+            for event in line.events:
+                _classify(event, track, on_device, events)
+    return events
+
+
+def _module_line_events(plane_name: str, lines: list, events: _Events) -> list[_Span]:
+    spans = []
+    for line in lines:
+        if line.name != XLA_MODULES_LINE:
+            continue
+        for event in line.events:
+            stats = dict(event.stats)
+            match = _MODULE_EVENT_NAME.match(event.name)
+            name = stats.get("hlo_module") or (match.group("name") if match else event.name)
+            program_id = _as_int(stats.get("program_id", match.group("id") if match else None))
+            start, end = event.start_ns, event.start_ns + event.duration_ns
+            events.module_events[(name, program_id)].append((plane_name, start, end))
+            spans.append((start, end, (name, program_id)))
+    spans.sort()
+    return spans
+
+
+def _xla_ops_line(plane_name: str, line: Any, on_device: bool, module_spans: list[_Span],
+                  events: _Events) -> None:
+    track = (plane_name, line.name)
+    for event in line.events:
+        stats = dict(event.stats)
+        start, end = event.start_ns, event.start_ns + event.duration_ns
+        module = _containing(module_spans, start, end)
+        if module is None:
+            module = (stats.get("hlo_module"), _as_int(stats.get("program_id")))
+        if module == (None, None):
+            continue
+        op = stats.get("hlo_op") or event.name
+        events.op_events.append(_OpEvent(module, str(op), start, end, track, on_device, None))
+
+
+def _containing(spans: list[_Span], start: float, end: float) -> _ModuleKey | None:
+    for span_start, span_end, module in spans:  # few module events per plane: linear is fine
+        if span_start <= start and end <= span_end:
+            return module
+    return None
+
+
+def _classify(event: Any, track: tuple[str, str], on_device: bool, events: _Events) -> None:
+    stats = dict(event.stats)
+    start = event.start_ns
+    end = start + event.duration_ns
+    run_id = stats.get("run_id")
+    hlo_op = stats.get("hlo_op")
+    if hlo_op is not None and ("hlo_module" in stats or "program_id" in stats):
+        module = (stats.get("hlo_module"), _as_int(stats.get("program_id")))
+        run = (run_id, stats.get("device_ordinal")) if run_id is not None else None
+        events.op_events.append(_OpEvent(module, str(hlo_op), start, end, track, on_device, run))
+    elif run_id is not None:
+        key = (track[0], run_id, stats.get("device_ordinal"))
+        span = events.run_markers.get(key)
+        if span is None:
+            events.run_markers[key] = [start, end]
+        else:
+            span[0] = min(span[0], start)
+            span[1] = max(span[1], end)
+    elif event.name.endswith(GPU_MODULE_EVENT_SUFFIX) and not on_device:
+        events.gpu_module_markers[event.name[: -len(GPU_MODULE_EVENT_SUFFIX)]] += 1
+
+
+# --------------------------------------------------------------------------------------------
+# Modules
+
+
+@dataclass
+class _Hlo:
+    module: HloModule
+    fingerprint: str
+    kernels: dict[str, str]  # kernel instruction name -> op fingerprint
+    instructions: frozenset[str]  # every instruction name in the module
+
+
+def _modules(events: _Events, hlos: _HloEntries, path: Path) -> list[ModuleTime]:
+    names_by_id = {
+        pid: entries[0][0] for pid, entries in hlos.items() if pid is not None and len(entries) == 1
+    }
+    by_module: dict[tuple[str, int | None], list[_OpEvent]] = defaultdict(list)
+    for event in events.op_events:
+        by_module[_resolve(event.module, names_by_id)].append(event)
+    module_events = defaultdict(list)
+    for key, spans in events.module_events.items():
+        module_events[_resolve(key, names_by_id)].extend(spans)
+
+    results = []
+    keys = sorted(set(by_module) | set(module_events),
+                  key=lambda k: (k[0], -1 if k[1] is None else k[1]))
+    for key in keys:
+        name, program_id = key
+        op_events = by_module.get(key, [])
+        if any(e.on_device for e in op_events):  # host copies (kernel launches) are not device time
+            op_events = [e for e in op_events if e.on_device]
+        executions, seconds = _execution_time(name, op_events, module_events.get(key, []), events)
+        if executions == 0:
+            continue
+        hlo = _load_hlo(key, hlos, path)
+        results.append(ModuleTime(
+            module_name=name,
+            program_id=program_id,
+            executions=executions,
+            seconds=seconds,
+            optimized_hlo=hlo.module.proto if hlo else None,
+            optimized_fingerprint=hlo.fingerprint if hlo else None,
+            ops=_op_times(op_events, hlo),
+        ))
+    if not results:
+        raise TraceError(f"{path}: no XLA module executions in the trace")
+    return sorted(results, key=lambda m: -m.seconds)
+
+
+def _resolve(module: _ModuleKey, names_by_id: dict[int, str]) -> tuple[str, int | None]:
+    name, program_id = module
+    if name is None:
+        name = names_by_id.get(program_id, f"program_{program_id}")
+    return name, program_id
+
+
+def _execution_time(name: str, op_events: list[_OpEvent],
+                    module_spans: list[tuple[str, float, float]], events: _Events) -> tuple[int, float]:
+    """(executions, seconds) of one module, from the best evidence the trace has."""
+    if module_spans:  # module-level events: each is one execution on one device
+        return len(module_spans), sum(end - start for _, start, end in module_spans) * 1e-9
+    runs: dict[tuple, list[float]] = {}
+    unrun: list[_OpEvent] = []
+    for event in op_events:
+        if event.run is None:
+            unrun.append(event)
+            continue
+        key = (event.track[0], *event.run)
+        span = runs.get(key)
+        if span is None:
+            runs[key] = [event.start, event.end]
+        else:
+            span[0] = min(span[0], event.start)
+            span[1] = max(span[1], event.end)
+    seconds = 0.0
+    for key, (start, end) in runs.items():
+        marker = events.run_markers.get(key)  # e.g. the caller waiting for completion
+        if marker is not None:
+            start, end = min(start, marker[0]), max(end, marker[1])
+        seconds += end - start
+    executions = len(runs)
+    if unrun:  # no run ids (GPU kernels): busy time, and executions from host markers
+        seconds += _busy_time(unrun)
+        executions += events.gpu_module_markers.get(name, 0) or _min_op_count(unrun)
+    return executions, seconds * 1e-9
+
+
+def _busy_time(op_events: list[_OpEvent]) -> float:
+    """Union of the events' intervals, per plane (device), summed; in ns."""
+    by_plane: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for event in op_events:
+        by_plane[event.track[0]].append((event.start, event.end))
+    total = 0.0
+    for intervals in by_plane.values():
+        intervals.sort()
+        current_start, current_end = intervals[0]
+        for start, end in intervals[1:]:
+            if start > current_end:
+                total += current_end - current_start
+                current_start, current_end = start, end
+            else:
+                current_end = max(current_end, end)
+        total += current_end - current_start
+    return total
+
+
+def _min_op_count(op_events: list[_OpEvent]) -> int:
+    """Without any execution marker: the fewest times any one op ran, per plane, summed."""
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for event in op_events:
+        counts[(event.track[0], event.op)] += 1
+    per_plane: dict[str, int] = {}
+    for (plane, _), count in counts.items():
+        per_plane[plane] = min(per_plane.get(plane, count), count)
+    return sum(per_plane.values())
+
+
+def _op_times(op_events: list[_OpEvent], hlo: _Hlo | None) -> tuple[OpTime, ...]:
+    kept = _leaf_events(op_events) if hlo is None else [
+        e for e in op_events if e.op in hlo.kernels or e.op not in hlo.instructions
+    ]
+    totals: dict[str, float] = defaultdict(float)
+    for event in kept:
+        totals[event.op] += event.end - event.start
+    return tuple(
+        OpTime(op, hlo.kernels.get(op) if hlo else None, ns * 1e-9)
+        for op, ns in sorted(totals.items(), key=lambda item: (-item[1], item[0]))
+    )
+
+
+def _leaf_events(op_events: list[_OpEvent]) -> list[_OpEvent]:
+    """Without the HLO to tell control flow apart: drop events that contain another op event
+    on the same line (a `while` around its body's thunks)."""
+    by_track: dict[tuple[str, str], list[_OpEvent]] = defaultdict(list)
+    for event in op_events:
+        by_track[event.track].append(event)
+    kept = []
+    for track_events in by_track.values():
+        track_events.sort(key=lambda e: (e.start, -e.end))
+        for i, event in enumerate(track_events):
+            following = track_events[i + 1] if i + 1 < len(track_events) else None
+            if following is not None and following.start < event.end and following.end <= event.end:
+                continue
+            kept.append(event)
+    return kept
+
+
+def _load_hlo(key: tuple[str, int | None], hlos: _HloEntries, path: Path) -> _Hlo | None:
+    name, program_id = key
+    candidates = hlos.get(program_id, []) if program_id is not None else []
+    if not candidates:  # no program id to match by: a module name the metadata holds once
+        candidates = [entry for entries in hlos.values() for entry in entries if entry[0] == name]
+    if len(candidates) != 1:
+        return None
+    entry_name, data = candidates[0]
+    try:
+        module = from_proto_bytes(data, f"{path}:{entry_name}")
+        fingerprints = fingerprint_module(module, with_ops=True)
+        instructions = frozenset(i.name for c in module.view().computations for i in c.instructions)
+    except (HloLoadError, ValueError) as exc:
+        raise TraceError(
+            f"{path}: the HLO the trace carries for {entry_name} is corrupt: {exc}"
+        ) from exc
+    kernels = {op.name: op.fingerprint for op in fingerprints.ops}
+    return _Hlo(module, fingerprints.fingerprint, kernels, instructions)
+
+
+# --------------------------------------------------------------------------------------------
+# The metadata plane (ProfileData does not expose event metadata)
+
+_F = descriptor_pb2.FieldDescriptorProto
+_OPT, _REP = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
+# tsl/profiler/protobuf/xplane.proto, only what the metadata plane needs. Field numbers are fixed.
+_XPLANE_SCHEMA: dict[str, list[tuple[str, int, int, int, str | None]]] = {
+    "XStat": [
+        ("metadata_id", 1, _F.TYPE_INT64, _OPT, None),
+        ("double_value", 2, _F.TYPE_DOUBLE, _OPT, None),
+        ("uint64_value", 3, _F.TYPE_UINT64, _OPT, None),
+        ("int64_value", 4, _F.TYPE_INT64, _OPT, None),
+        ("str_value", 5, _F.TYPE_STRING, _OPT, None),
+        ("bytes_value", 6, _F.TYPE_BYTES, _OPT, None),
+        ("ref_value", 7, _F.TYPE_UINT64, _OPT, None),
+    ],
+    "XEventMetadata": [
+        ("id", 1, _F.TYPE_INT64, _OPT, None),
+        ("name", 2, _F.TYPE_STRING, _OPT, None),
+        ("stats", 5, _F.TYPE_MESSAGE, _REP, ".fdo_xplane.XStat"),
+    ],
+    "XStatMetadata": [
+        ("id", 1, _F.TYPE_INT64, _OPT, None),
+        ("name", 2, _F.TYPE_STRING, _OPT, None),
+    ],
+    "EventMetadataEntry": [
+        ("key", 1, _F.TYPE_INT64, _OPT, None),
+        ("value", 2, _F.TYPE_MESSAGE, _OPT, ".fdo_xplane.XEventMetadata"),
+    ],
+    "StatMetadataEntry": [
+        ("key", 1, _F.TYPE_INT64, _OPT, None),
+        ("value", 2, _F.TYPE_MESSAGE, _OPT, ".fdo_xplane.XStatMetadata"),
+    ],
+    # Lines (field 3) are left out: the metadata plane has none, and unknown fields are skipped.
+    "XPlane": [
+        ("id", 1, _F.TYPE_INT64, _OPT, None),
+        ("name", 2, _F.TYPE_STRING, _OPT, None),
+        ("event_metadata", 4, _F.TYPE_MESSAGE, _REP, ".fdo_xplane.EventMetadataEntry"),
+        ("stat_metadata", 5, _F.TYPE_MESSAGE, _REP, ".fdo_xplane.StatMetadataEntry"),
+    ],
+}
+
+
+def _build_xplane_classes() -> dict[str, type]:
+    fd = descriptor_pb2.FileDescriptorProto(
+        name="fdo_xplane_subset.proto", package="fdo_xplane", syntax="proto3"
+    )
+    for message_name, fields in _XPLANE_SCHEMA.items():
+        message = fd.message_type.add(name=message_name)
+        if message_name == "XStat":
+            message.oneof_decl.add(name="value")
+        for field_name, number, field_type, label, type_name in fields:
+            field = message.field.add(name=field_name, number=number, type=field_type, label=label)
+            if type_name:
+                field.type_name = type_name
+            if message_name == "XStat" and number >= 2:
+                field.oneof_index = 0
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"fdo_xplane.{name}"))
+        for name in _XPLANE_SCHEMA
+    }
+
+
+_XPLANE = _build_xplane_classes()
+
+
+def _hlo_protos(data: bytes, path: Path) -> _HloEntries:
+    """program_id -> [(event metadata name, serialized HloProto)] from `/host:metadata`."""
+    result: dict[int | None, list[tuple[str, bytes]]] = defaultdict(list)
+    view = memoryview(data)
+    try:
+        for number, wire_type, start, end in _fields(view, 0, len(view)):
+            if number != 1 or wire_type != 2 or _plane_name(view, start, end) != METADATA_PLANE:
+                continue
+            plane = _XPLANE["XPlane"].FromString(view[start:end].tobytes())
+            stat_names = {entry.key: entry.value.name for entry in plane.stat_metadata}
+            for entry in plane.event_metadata:
+                metadata = entry.value
+                stats = {stat_names.get(s.metadata_id): s for s in metadata.stats}
+                proto = stats.get(HLO_PROTO_STAT)
+                if proto is None or not proto.bytes_value:
+                    continue
+                program_id = _stat_int(stats.get("program_id"))
+                if program_id is None:
+                    match = _MODULE_EVENT_NAME.match(metadata.name)
+                    program_id = int(match.group("id")) if match else None
+                result[program_id].append((metadata.name, proto.bytes_value))
+    except (DecodeError, _WireError) as exc:
+        raise TraceError(f"{path}: corrupt profiler trace: {exc}") from exc
+    return dict(result)
+
+
+class _WireError(ValueError):
+    pass
+
+
+def _fields(view: memoryview, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, value start, value end) of the fields in view[pos:end]."""
+    while pos < end:
+        key, pos = _varint(view, pos, end)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            _, value_end = _varint(view, pos, end)
+        elif wire_type == 1:
+            value_end = pos + 8
+        elif wire_type == 2:
+            length, pos = _varint(view, pos, end)
+            value_end = pos + length
+        elif wire_type == 5:
+            value_end = pos + 4
+        else:
+            raise _WireError(f"unsupported wire type {wire_type}")
+        if value_end > end:
+            raise _WireError("truncated message")
+        yield number, wire_type, pos, value_end
+        pos = value_end
+
+
+def _varint(view: memoryview, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise _WireError("truncated or malformed varint")
+        byte = view[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _plane_name(view: memoryview, start: int, end: int) -> str | None:
+    for number, wire_type, value_start, value_end in _fields(view, start, end):
+        if number == 2 and wire_type == 2:
+            return view[value_start:value_end].tobytes().decode("utf-8", "replace")
+    return None
+
+
+def _stat_int(stat: Any) -> int | None:
+    if stat is None:
+        return None
+    kind = stat.WhichOneof("value")
+    if kind in ("int64_value", "uint64_value"):
+        return int(getattr(stat, kind))
+    return _as_int(stat.str_value) if kind == "str_value" else None
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _read(path: Path, max_bytes: int) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise TraceError(f"{path}: {size} bytes is over the {max_bytes}-byte input limit")
+        if size == 0:
+            raise TraceError(f"{path}: empty file")
+        return path.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _as_int(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__

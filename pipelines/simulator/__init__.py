@@ -1,0 +1,1 @@
+"""The fleet simulator: a realistic fleet that hands us dumps and profile drops."""

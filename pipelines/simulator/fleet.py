@@ -1,0 +1,317 @@
+"""A fleet of jobs that behaves like CATWILD's, deterministic by seed, generated vectorized.
+
+- Jobs belong to teams, have a size class from XS (1 chip) to XXL (2048-4096 chips), run on
+  one of several device kinds, and run every day (services, long training runs) or on some
+  days; many are short or tiny (minutes a day).
+- Each job runs a main program and maybe an eval or serving program, picked by a Zipf-like
+  popularity over the catalog, so a few graphs dominate fleet chip-time.
+- About `opt_out_share` of chip-time belongs to jobs that opted out of tuning.
+- The compiler has a release every `release_every_days` days (counted from a fixed epoch, so
+  day-by-day runs agree); each job adopts a release after its own lag of 0-6 days.
+- Jobs whose graph has a tuned config (a `TunedLookup` answers) run faster by its speedup and
+  record the hit metadata.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from ingest.environment import Environment
+
+EPOCH = datetime.date(2026, 1, 1)
+TEAMS = ("llm-pretrain", "llm-serving", "ads", "search", "recsys", "vision", "speech",
+         "translate", "maps", "robotics", "science", "infra")
+# (name, chips choices, probability of a job being in this class)
+SIZE_CLASSES = (
+    ("XS", (1,), 0.50),
+    ("S", (4, 8), 0.25),
+    ("M", (16, 32, 64), 0.14),
+    ("L", (128, 256), 0.07),
+    ("XL", (512, 1024), 0.03),
+    ("XXL", (2048, 4096), 0.01),
+)
+# (platform, device kind, share of jobs); "local" is this machine's CPU kind, so tuned configs
+# measured here apply to part of the fleet.
+DEVICE_KINDS = (("cpu", "local", 0.25), ("tpu", "TPU v5 lite", 0.35), ("tpu", "TPU v5p", 0.2),
+                ("gpu", "NVIDIA H100 80GB HBM3", 0.2))
+LAG_DAYS = 7
+ROW_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """The knobs of a simulated fleet."""
+
+    jobs: int
+    seed: int = 0
+    release_every_days: int = 4
+    opt_out_share: float = 0.2
+    zipf_exponent: float = 1.2
+    op_sample: float = 1.0  # share of job-days profiled at op level (op time scaled up by 1/it)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A tuned config that a job's compile found in the store."""
+
+    config_key: str
+    config_version: int
+    speedup: float
+
+
+# (graph fingerprint, env_key) -> the tuned config applied to it, if any
+TunedLookup = Callable[[str, str], Hit | None]
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """The job population: one entry per job, as arrays."""
+
+    team: np.ndarray  # index into TEAMS
+    size_class: np.ndarray  # index into SIZE_CLASSES
+    chips: np.ndarray
+    kind: np.ndarray  # index into DEVICE_KINDS
+    long_running: np.ndarray  # runs every day (services, long training runs)
+    duty: np.ndarray  # for the others: the chance it runs on a given day
+    hours: np.ndarray  # hours a day the job runs when it runs
+    graphs: np.ndarray  # (jobs, 3) catalog indices, -1 for none
+    graph_split: np.ndarray  # (jobs, 3) share of the job's time per graph
+    opted_out: np.ndarray
+    lag: np.ndarray  # (jobs,) base adoption lag in days
+
+
+def make_jobs(spec: FleetSpec, n_graphs: int) -> Jobs:
+    """The fleet's jobs, a pure function of the spec (so day-by-day runs see the same fleet).
+
+    Drawn with float32 uniforms and inverse CDFs in compact types: a large fleet has tens of
+    millions of jobs.
+    """
+    rng = np.random.default_rng([spec.seed, 1])
+    n = spec.jobs
+
+    def uniform(*shape: int) -> np.ndarray:
+        return rng.random(shape or (n,), dtype=np.float32)
+
+    team = _draw(uniform(), _zipf(len(TEAMS), 1.0))
+    size_class = _draw(uniform(), np.array([c[2] for c in SIZE_CLASSES]))
+    widest = max(len(c[1]) for c in SIZE_CLASSES)
+    chips_table = np.array([list(c[1]) + [c[1][-1]] * (widest - len(c[1])) for c in SIZE_CLASSES])
+    choice_count = np.array([len(c[1]) for c in SIZE_CLASSES])
+    pick = (uniform() * choice_count[size_class]).astype(np.int64)
+    chips = chips_table[size_class, pick].astype(np.int32)
+    kind = _draw(uniform(), np.array([k[2] for k in DEVICE_KINDS]))
+    long_running = uniform() < 0.3 + 0.1 * size_class  # big jobs tend to be long-lived
+    duty = np.where(long_running, np.float32(1), 0.1 + 0.5 * uniform()).astype(np.float32)
+    tiny = (size_class == 0) & (uniform() < 0.5)
+    hours = np.where(long_running, 12 + 12 * uniform(), 0.5 + 7.5 * uniform())
+    hours = np.where(tiny, 1 / 60 + 0.28 * uniform(), hours).astype(np.float32)
+    popularity = rng.permutation(n_graphs).astype(np.int16)  # which graph has which rank
+    graphs = popularity[_draw(uniform(n, 3), _zipf(n_graphs, spec.zipf_exponent))]
+    graphs[:, 1] = np.where(uniform() < 0.5, graphs[:, 1], -1)
+    graphs[:, 2] = np.where(uniform() < 0.2, graphs[:, 2], -1)
+    split = np.where(graphs >= 0, np.array([0.8, 0.15, 0.05], dtype=np.float32), np.float32(0))
+    split /= split.sum(axis=1, keepdims=True)
+    opted_out = _opt_outs(rng, chips * hours * duty, spec.opt_out_share)
+    lag = rng.integers(0, LAG_DAYS, size=n, dtype=np.int8)
+    return Jobs(team, size_class, chips, kind, long_running, duty, hours, graphs, split,
+                opted_out, lag)
+
+
+def _draw(uniforms: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Indices drawn with probability proportional to `weights`, by inverse CDF."""
+    cdf = np.cumsum(weights / weights.sum())
+    cdf[-1] = 1.0
+    return np.searchsorted(cdf, uniforms, side="right").clip(0, len(weights) - 1).astype(np.int16)
+
+
+def release_days(day: int, every: int) -> list[int]:
+    """The compiler releases out by `day` that a job may still run (the last few)."""
+    latest = day - day % every
+    return [r for r in range(latest - every * (LAG_DAYS // every + 2), latest + 1, every) if r >= 0]
+
+
+def compiler_version(base: str, release_day: int) -> str:
+    """The version name of the release on `release_day` (days since EPOCH)."""
+    date = EPOCH + datetime.timedelta(days=release_day)
+    return f"{base}+{date.strftime('%Y%m%d')}"
+
+
+@dataclass(frozen=True)
+class DayRows:
+    """One simulated day of graph runs, as arrays (one entry per job and graph)."""
+
+    job: np.ndarray
+    graph: np.ndarray
+    env: np.ndarray  # index into `environments`
+    seconds: np.ndarray  # wall seconds in this graph (after any tuned speedup)
+    executions: np.ndarray
+    environments: list[Environment]
+
+
+def simulate_day(jobs: Jobs, spec: FleetSpec, day: int, step_seconds: np.ndarray,
+                 base_version: str, local_kind: str) -> DayRows:
+    """The graph runs of every job alive on `day`."""
+    rng = np.random.default_rng([spec.seed, 2, day])
+    alive = np.flatnonzero(jobs.long_running | (rng.random(len(jobs.duty)) < jobs.duty))
+    slots = jobs.graphs[alive] >= 0
+    job = np.repeat(alive, slots.sum(axis=1))
+    graph = jobs.graphs[alive][slots]
+    split = jobs.graph_split[alive][slots]
+    daily = jobs.hours[job] * 3600.0 * rng.uniform(0.7, 1.0, size=len(job))
+    seconds = np.minimum(daily * split, 86_400.0)
+    releases = release_days(day, spec.release_every_days)
+    release = np.full(len(job), releases[0])
+    for release_day in releases:  # the newest release each job has adopted by now
+        release = np.where(release_day + _lag(jobs.lag[job], release_day) <= day, release_day, release)
+    # One integer per (device kind, chips, release): np.unique over it is a plain sort.
+    code = ((jobs.kind[job].astype(np.int64) << 40) | (jobs.chips[job].astype(np.int64) << 20)
+            | (release - releases[0]))
+    combos, env = np.unique(code, return_inverse=True)
+    environments = []
+    for combo in combos.tolist():
+        platform, kind_name, _ = DEVICE_KINDS[combo >> 40]
+        environments.append(Environment(
+            platform=platform, device_kind=local_kind if kind_name == "local" else kind_name,
+            device_count=(combo >> 20) & 0xFFFFF,
+            compiler_version=compiler_version(base_version, releases[0] + (combo & 0xFFFFF))))
+    executions = np.maximum(1, (seconds / step_seconds[graph]).astype(np.int64))
+    return DayRows(job, graph, env.reshape(-1), seconds, executions, environments)
+
+
+@dataclass(frozen=True)
+class Hits:
+    """Per row of a DayRows: the applied config's key, version and speedup (None / NaN: none)."""
+
+    key: np.ndarray
+    version: np.ndarray
+    speedup: np.ndarray
+
+
+def apply_hits(rows: DayRows, fingerprints: list[str], tuned: TunedLookup | None) -> tuple[DayRows, Hits]:
+    """The day's rows with tuned graphs sped up, and the hit metadata per row."""
+    n = len(rows.job)
+    hits = Hits(np.full(n, None, dtype=object), np.full(n, None, dtype=object), np.full(n, np.nan))
+    if tuned is None or n == 0:
+        return rows, hits
+    env_keys = [e.key() for e in rows.environments]
+    pairs, inverse = graph_env_pairs(rows)
+    for index, (g, e) in enumerate(pairs):
+        hit = tuned(fingerprints[g], env_keys[e])
+        if hit is not None:
+            members = inverse == index
+            hits.key[members], hits.version[members] = hit.config_key, hit.config_version
+            hits.speedup[members] = hit.speedup
+    seconds = rows.seconds / np.where(np.isnan(hits.speedup), 1.0, hits.speedup)
+    return dataclasses.replace(rows, seconds=seconds), hits
+
+
+def graph_env_pairs(rows: DayRows) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """The distinct (graph, environment) pairs of the day, and each row's pair index."""
+    n_env = max(len(rows.environments), 1)
+    codes, inverse = np.unique(rows.graph.astype(np.int64) * n_env + rows.env, return_inverse=True)
+    return [(int(c) // n_env, int(c) % n_env) for c in codes], inverse.reshape(-1)
+
+
+def graph_run_batches(rows: DayRows, hits: Hits, jobs: Jobs, day: int,
+                      fingerprints: list[str]) -> Iterator[pa.Table]:
+    """The day's rows in the graph_runs drop format, in chunks."""
+    dt = EPOCH + datetime.timedelta(days=day)
+    env_keys = [e.key() for e in rows.environments]
+    hit_key, hit_version, hit_speedup = hits.key, hits.version, hits.speedup
+    seconds = rows.seconds
+    for start in range(0, len(rows.job), ROW_CHUNK):
+        part = slice(start, start + ROW_CHUNK)
+        job, env = rows.job[part], rows.env[part]
+        yield pa.table({
+            "dt": pa.array(np.full(len(job), dt), pa.date32()),
+            "job_id": _job_ids(job),
+            "team": _labels(jobs.team[job], list(TEAMS)),
+            "fingerprint": _labels(rows.graph[part], fingerprints),
+            "env_key": _labels(env, env_keys),
+            "device_kind": _labels(env, [e.device_kind for e in rows.environments]),
+            "compiler_version": _labels(env, [e.compiler_version for e in rows.environments]),
+            "chips": pa.array(jobs.chips[job], pa.int64()),
+            "executions": pa.array(rows.executions[part], pa.int64()),
+            "seconds": pa.array(seconds[part], pa.float64()),
+            "opted_out": pa.array(jobs.opted_out[job], pa.bool_()),
+            "config_key": pa.array(hit_key[part], pa.string()),
+            "config_version": pa.array(hit_version[part], pa.int64()),
+            "expected_speedup": pa.array(hit_speedup[part], pa.float64(), from_pandas=True),
+        })
+
+
+def op_run_batches(rows: DayRows, jobs: Jobs, spec: FleetSpec, day: int, fingerprints: list[str],
+                   op_fingerprints: list[tuple[str, ...]], op_shares: list[tuple[float, ...]]
+                   ) -> Iterator[pa.Table]:
+    """Op-level rows for the sampled job-days, each op's time scaled by 1 / op_sample."""
+    rng = np.random.default_rng([spec.seed, 3, day])
+    sampled = np.flatnonzero(rng.random(len(rows.job)) < spec.op_sample)
+    env_keys = [e.key() for e in rows.environments]
+    dt = EPOCH + datetime.timedelta(days=day)
+    all_ops = sorted({fp for ops in op_fingerprints for fp in ops})
+    op_index = {fp: i for i, fp in enumerate(all_ops)}
+    counts_of = np.array([len(ops) for ops in op_fingerprints])
+    width = max(1, int(counts_of.max(initial=0)))
+    op_matrix = np.zeros((len(fingerprints), width), dtype=np.int64)
+    share_matrix = np.zeros((len(fingerprints), width))
+    for g, (ops, shares) in enumerate(zip(op_fingerprints, op_shares)):
+        op_matrix[g, :len(ops)] = [op_index[fp] for fp in ops]
+        share_matrix[g, :len(shares)] = shares
+    for start in range(0, len(sampled), ROW_CHUNK // width):
+        part = sampled[start:start + ROW_CHUNK // width]
+        counts = counts_of[rows.graph[part]]
+        row = np.repeat(part, counts)
+        position = np.arange(len(row)) - np.repeat(np.cumsum(counts) - counts, counts)
+        g = rows.graph[row]
+        ops, shares = op_matrix[g, position], share_matrix[g, position]
+        chip_seconds = jobs.chips[rows.job[row]] * rows.seconds[row] * shares / spec.op_sample
+        yield pa.table({
+            "dt": pa.array(np.full(len(row), dt), pa.date32()),
+            "job_id": _job_ids(rows.job[row]),
+            "team": _labels(jobs.team[rows.job[row]], list(TEAMS)),
+            "op_fingerprint": _labels(ops, all_ops),
+            "graph_fingerprint": _labels(g, fingerprints),
+            "env_key": _labels(rows.env[row], env_keys),
+            "chip_seconds": pa.array(chip_seconds, pa.float64()),
+            "opted_out": pa.array(jobs.opted_out[rows.job[row]], pa.bool_()),
+        })
+
+
+def _lag(base_lag: np.ndarray, release_day: int) -> np.ndarray:
+    """Each job's adoption lag for one release: its own base lag, shuffled per release."""
+    salt = int.from_bytes(hashlib.blake2b(str(release_day).encode(), digest_size=2).digest(), "big")
+    return (base_lag.astype(np.int16) + salt % LAG_DAYS) % LAG_DAYS
+
+
+def _opt_outs(rng: np.random.Generator, expected: np.ndarray, share: float) -> np.ndarray:
+    """Mark jobs, in random order, until they hold `share` of the expected chip-time."""
+    order = rng.permutation(len(expected))
+    cumulative = np.cumsum(expected[order]) / max(expected.sum(), 1e-9)
+    opted = np.zeros(len(expected), dtype=bool)
+    opted[order[: int(np.searchsorted(cumulative, share)) + 1]] = True
+    return opted
+
+
+def _zipf(n: int, exponent: float) -> np.ndarray:
+    weights = 1.0 / np.arange(1, n + 1) ** exponent
+    return weights / weights.sum()
+
+
+def _labels(indices: np.ndarray, names: list[str]) -> pa.Array:
+    """Strings by index, built as a dictionary array (no Python object per row)."""
+    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()),
+                                          pa.array(names, pa.string())).cast(pa.string())
+
+
+def _job_ids(job: np.ndarray) -> pa.Array:
+    import pyarrow.compute as pc
+
+    digits = pc.utf8_lpad(pa.array(job, pa.int64()).cast(pa.string()), 7, "0")
+    return pc.binary_join_element_wise("job-", digits, "")

@@ -1,0 +1,179 @@
+"""`fdo simulate`: run the simulated fleet for some days and ingest what it hands over.
+
+Per day the fleet writes what a real one would give us, under `<home>/fleet/`:
+- `dumps/<env_key>/<graph>/`: an XLA dump (unoptimized and optimized module) and an
+  `fdo-environment.json`, for each graph first run in an environment that day;
+- `profiles/<dt>/fleet-*.graph_runs.parquet` and `*.op_runs.parquet`: the day's profile drops.
+Then both go through `ingest_symbols` and `ingest_profiles`, the same path as real input.
+Files are written atomically and named by seed and size, so a rerun writes the same bytes
+and ingestion skips them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from ingest.environment import ENVIRONMENT_FILE, current_environment
+from ingest.profiles import ingest_profiles
+from ingest.quarantine import Quarantined
+from ingest.symbols import ingest_symbols
+from pipelines.simulator import fleet
+from pipelines.simulator.catalog import SCALES, CatalogGraph, build_catalog
+
+CHIP_HOUR = 3600.0
+
+
+@dataclass
+class SimulationReport:
+    """What the simulated fleet did, in the terms of CATWILD's figures."""
+
+    days: list[dict] = field(default_factory=list)  # per day: rows, chip-hours, shares
+    graphs: int = 0
+    chip_hours: float = 0.0
+    top_graph_shares: dict[str, float] = field(default_factory=dict)  # top-1/5/10 share
+    size_class_shares: dict[str, float] = field(default_factory=dict)
+    opted_out_share: float = 0.0
+    long_tail: dict[str, float] = field(default_factory=dict)
+    graph_runs: int = 0
+    op_runs: int = 0
+    symbol_modules: int = 0
+    quarantined: list[Quarantined] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict."""
+        return {**asdict(self), "quarantined": [asdict(q) for q in self.quarantined]}
+
+
+def simulate(home: Path, days: int, jobs: int, seed: int = 0, start: datetime.date | None = None,
+             workloads: list[str] | None = None, scales: tuple[int, ...] = SCALES,
+             op_sample: float = 1.0, tuned: fleet.TunedLookup | None = None,
+             progress: bool = False) -> SimulationReport:
+    """Simulate `days` days (ending today unless `start` is given) and ingest them."""
+    start = start or datetime.date.today() - datetime.timedelta(days=days - 1)
+    first_day = (start - fleet.EPOCH).days
+    if first_day < 0:
+        raise ValueError(f"--start must be on or after {fleet.EPOCH}")
+    catalog = build_catalog(home / "simulator" / "catalog", workloads, scales, progress)
+    spec = fleet.FleetSpec(jobs=jobs, seed=seed, op_sample=op_sample)
+    population = fleet.make_jobs(spec, len(catalog))
+    here = current_environment()
+    fingerprints = [g.fingerprint for g in catalog]
+    step_seconds = np.array([g.step_seconds for g in catalog])
+    totals = _Totals(len(catalog))
+    report = SimulationReport(graphs=len(catalog))
+    for day in tqdm(range(first_day, first_day + days), desc="fleet days", unit="day",
+                    disable=not progress):
+        rows = fleet.simulate_day(population, spec, day, step_seconds,
+                                  here.compiler_version, here.device_kind)
+        rows, hits = fleet.apply_hits(rows, fingerprints, tuned)
+        dt = (fleet.EPOCH + datetime.timedelta(days=day)).isoformat()
+        drop_dir = home / "fleet" / "profiles" / dt
+        name = f"fleet-s{seed}-j{jobs}-{dt}"
+        _write_drop(drop_dir / f"{name}.graph_runs.parquet",
+                    fleet.graph_run_batches(rows, hits, population, day, fingerprints))
+        _write_drop(drop_dir / f"{name}.op_runs.parquet", fleet.op_run_batches(
+            rows, population, spec, day, fingerprints,
+            [g.op_fingerprints for g in catalog], [g.op_shares for g in catalog]))
+        dumps = _hand_over_dumps(home / "fleet" / "dumps", rows, catalog, day)
+        symbols = ingest_symbols(dumps, home) if dumps else None
+        profiles = ingest_profiles([drop_dir], home)
+        report.symbol_modules += symbols.modules if symbols else 0
+        report.graph_runs += profiles.graph_runs
+        report.op_runs += profiles.op_runs
+        report.quarantined += (symbols.quarantined if symbols else []) + profiles.quarantined
+        report.days.append(totals.add_day(dt, rows, population))
+    totals.finish(report)
+    return report
+
+
+class _Totals:
+    """Chip-time tallies across the simulated days."""
+
+    def __init__(self, n_graphs: int) -> None:
+        self.by_graph = np.zeros(n_graphs)
+        self.by_class = np.zeros(len(fleet.SIZE_CLASSES))
+        self.opted_out = 0.0
+        self.rows = 0
+        self.tail_rows = 0
+        self.tail_chip_seconds = 0.0
+
+    def add_day(self, dt: str, rows: fleet.DayRows, jobs: fleet.Jobs) -> dict:
+        chip_seconds = jobs.chips[rows.job] * rows.seconds
+        total = float(chip_seconds.sum())
+        self.by_graph += np.bincount(rows.graph, chip_seconds, len(self.by_graph))
+        self.by_class += np.bincount(jobs.size_class[rows.job], chip_seconds, len(self.by_class))
+        opted = float(chip_seconds[jobs.opted_out[rows.job]].sum())
+        self.opted_out += opted
+        tail = chip_seconds < CHIP_HOUR
+        self.rows += len(chip_seconds)
+        self.tail_rows += int(tail.sum())
+        self.tail_chip_seconds += float(chip_seconds[tail].sum())
+        versions: Counter[str] = Counter()
+        per_env = np.bincount(rows.env, chip_seconds, len(rows.environments))
+        for environment, seconds in zip(rows.environments, per_env):
+            versions[environment.compiler_version] += float(seconds)
+        return {"dt": dt, "rows": len(chip_seconds), "chip_hours": total / CHIP_HOUR,
+                "opted_out_share": opted / max(total, 1e-9),
+                "compiler_versions": {v: s / max(total, 1e-9) for v, s in sorted(versions.items())}}
+
+    def finish(self, report: SimulationReport) -> None:
+        total = max(float(self.by_graph.sum()), 1e-9)
+        ranked = np.sort(self.by_graph)[::-1]
+        report.chip_hours = total / CHIP_HOUR
+        report.top_graph_shares = {f"top{k}": float(ranked[:k].sum() / total) for k in (1, 5, 10)}
+        report.size_class_shares = {name: float(s / total) for (name, _, _), s in
+                                    zip(fleet.SIZE_CLASSES, self.by_class)}
+        report.opted_out_share = self.opted_out / total
+        report.long_tail = {"row_share": self.tail_rows / max(self.rows, 1),
+                            "chip_time_share": self.tail_chip_seconds / total}
+
+
+def _write_drop(path: Path, batches) -> None:
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    writer = None
+    try:
+        for batch in batches:
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, batch.schema)
+            writer.write_table(batch, row_group_size=1 << 20)
+        if writer is not None:
+            writer.close()
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _hand_over_dumps(root: Path, rows: fleet.DayRows, catalog: list[CatalogGraph], day: int) -> list[Path]:
+    """Dump directories for the graphs first run in an environment today (hard links to the
+    catalog's files, which are the same bytes XLA wrote)."""
+    captured = datetime.datetime.combine(fleet.EPOCH + datetime.timedelta(days=day),
+                                         datetime.time(12), datetime.UTC)
+    new = []
+    for g, e in fleet.graph_env_pairs(rows)[0]:
+        environment = rows.environments[e]
+        target = root / environment.key() / catalog[g].name
+        if (target / ENVIRONMENT_FILE).exists():
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        for source in catalog[g].module_files():
+            link = target / source.name
+            if not link.exists():
+                os.link(source, link)
+        note = {**environment.to_json(), "captured_at": captured.isoformat()}
+        tmp = target / f".{ENVIRONMENT_FILE}.tmp"
+        tmp.write_text(json.dumps(note, indent=1) + "\n")
+        os.replace(tmp, target / ENVIRONMENT_FILE)
+        new.append(target)
+    return new

@@ -1,0 +1,216 @@
+"""Ingestion end to end through the real `fdo` command: XLA dumps, drops and profiler traces
+into the Parquet warehouse, with quarantine, idempotency and crash safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ingest.blobs import BlobStore
+from ingest.fingerprint import fingerprint_module
+from ingest.hlo_module import from_text, load_file
+from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
+from ingest.warehouse import SchemaError, Warehouse, read_checked
+
+EXIT_QUARANTINED = 3
+
+
+def fdo(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def attention_block(x, w_qkv, w_out):
+    """A program the zoo does not have: one self-attention block with a residual."""
+    q, k, v = jnp.split(x @ w_qkv, 3, axis=-1)
+    scores = jax.nn.softmax(q @ k.T / np.sqrt(q.shape[-1]), axis=-1)
+    return x + jnp.tanh(scores @ v) @ w_out
+
+
+def _arguments(n: int = 256, d: int = 128):
+    rng = np.random.default_rng(0)
+    return (jnp.asarray(rng.normal(size=(n, d)), jnp.float32),
+            jnp.asarray(rng.normal(size=(d, 3 * d)) / d, jnp.float32),
+            jnp.asarray(rng.normal(size=(d, d)) / d, jnp.float32))
+
+
+@pytest.fixture(scope="module")
+def dump_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dump")
+    jax.jit(attention_block).lower(*_arguments()).compile(compiler_options={"xla_dump_to": str(out)})
+    return out
+
+
+def _table_snapshot(home: Path) -> dict[str, bytes]:
+    root = home / "warehouse"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.parquet"))}
+
+
+def test_dump_lands_under_the_fingerprint_fdo_gives(dump_dir, tmp_path):
+    home = tmp_path / "home"
+    corrupt = dump_dir / "module_9999.jit_broken.before_optimizations.txt"
+    unoptimized = next(dump_dir.glob("*jit_attention_block.before_optimizations.txt"))
+    corrupt.write_text(unoptimized.read_text()[: len(unoptimized.read_text()) // 2])  # truncated
+    try:
+        result = fdo(home, "ingest", "symbols", str(dump_dir), "--json")
+    finally:
+        corrupt.unlink()
+    assert result.returncode == EXIT_QUARANTINED, result.stderr
+    report = json.loads(result.stdout)
+    assert [Path(q["source"]).name for q in report["quarantined"]] == [corrupt.name]
+    quarantined = Path(report["quarantined"][0]["copy"])
+    assert quarantined.read_bytes() == unoptimized.read_bytes()[: len(quarantined.read_bytes())]
+    assert "parsable" in json.loads(Path(str(quarantined) + ".reason.json").read_text())["reason"]
+
+    printed = fdo(home, "fingerprint", str(unoptimized), "--json")
+    expected = json.loads(printed.stdout)
+    graphs = Warehouse(home).read(GRAPHS).to_pylist()
+    assert [(g["fingerprint"], g["env_key"]) for g in graphs] == [(expected["fingerprint"], expected["env_key"])]
+    graph = graphs[0]
+    assert graph["n_instructions"] == expected["n_instructions"]
+    # The blob holds the module: parsing it back gives the same fingerprint.
+    text = BlobStore(home).get_text(graph["hlo_blob"])
+    assert fingerprint_module(from_text(text)).fingerprint == expected["fingerprint"]
+    optimized = next(dump_dir.glob("*jit_attention_block.cpu_after_optimizations.txt"))
+    op_fps = fingerprint_module(load_file(optimized)).ops
+    ops = Warehouse(home).read(OPS).to_pylist()
+    assert sorted(o["fingerprint"] for o in ops) == sorted({o.fingerprint for o in op_fps})
+    assert {o["graph_fingerprint"] for o in ops} == {expected["fingerprint"]}
+
+    before = _table_snapshot(home)
+    again = fdo(home, "ingest", "symbols", str(dump_dir), "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["graphs_changed"] == 0
+    assert _table_snapshot(home) == before
+
+
+def test_trace_time_matches_the_measured_job_time(dump_dir, tmp_path):
+    home = tmp_path / "home"
+    assert fdo(home, "ingest", "symbols", str(dump_dir)).returncode == 0
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    (trace_dir / "fdo-job.json").write_text(json.dumps({"job_id": "attn-1", "team": "research", "chips": 4}))
+    step = jax.jit(attention_block)
+    arguments = _arguments()
+    jax.block_until_ready(step(*arguments))
+    with jax.profiler.trace(str(trace_dir)):
+        started = time.perf_counter()
+        for _ in range(30):
+            jax.block_until_ready(step(*arguments))
+        measured = time.perf_counter() - started
+    result = fdo(home, "ingest", "profiles", str(trace_dir), "--json")
+    assert result.returncode == 0, result.stderr
+    runs = Warehouse(home).read(GRAPH_RUNS).to_pylist()
+    graph = Warehouse(home).read(GRAPHS).to_pylist()[0]
+    mine = [r for r in runs if r["fingerprint"] == graph["fingerprint"]]
+    assert len(mine) == 1, runs  # keyed by the graph whose optimized module ran
+    row = mine[0]
+    assert (row["job_id"], row["team"], row["chips"], row["executions"]) == ("attn-1", "research", 4, 30)
+    assert row["chip_seconds"] / 4 == pytest.approx(measured, rel=0.10)
+    ops = Warehouse(home).read(OP_RUNS).to_pylist()
+    assert 0 < sum(o["chip_seconds"] for o in ops if o["graph_fingerprint"] == row["fingerprint"]) <= row["chip_seconds"]
+    assert fdo(home, "ingest", "profiles", str(trace_dir), "--json").returncode == 0
+    assert Warehouse(home).read(GRAPH_RUNS).num_rows == len(runs)
+
+
+def test_corrupt_trace_is_quarantined(tmp_path):
+    trace = tmp_path / "host.xplane.pb"
+    trace.write_bytes(os.urandom(4096))
+    result = fdo(tmp_path / "home", "ingest", "profiles", str(trace), "--json")
+    assert result.returncode == EXIT_QUARANTINED
+    [entry] = json.loads(result.stdout)["quarantined"]
+    assert str(trace) in entry["reason"] and Path(entry["copy"]).read_bytes() == trace.read_bytes()
+
+
+def _drop_rows(n: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "dt": [f"2026-11-{d:02d}" for d in rng.integers(10, 14, n)],
+        "job_id": [f"job-{i}" for i in rng.integers(0, 50, n)],
+        "team": ["ads"] * n,
+        "fingerprint": [f"{i:032x}" for i in rng.integers(0, 10, n)],
+        "env_key": ["e" * 32] * n,
+        "device_kind": ["TPU v5p"] * n,
+        "chips": rng.integers(1, 512, n).tolist(),
+        "executions": rng.integers(0, 1000, n).tolist(),
+        "seconds": rng.uniform(0, 3600, n).tolist(),
+    }
+
+
+def test_drop_bad_rows_and_bad_files_are_quarantined_good_rows_land(tmp_path):
+    drops = tmp_path / "drops"
+    drops.mkdir()
+    rows = _drop_rows(40)
+    rows["chips"][3] = 0  # absurd
+    rows["seconds"][5] = float("nan")
+    rows["seconds"][6] = 10 * 86_400.0  # more than a day in a day
+    rows["fingerprint"][7] = "not-a-fingerprint"
+    rows["dt"][8] = "2026-13-45"
+    with open(drops / "a.graph_runs.jsonl", "w") as out:
+        for i in range(40):
+            out.write(json.dumps({k: v[i] for k, v in rows.items()}).replace("NaN", "null") + "\n")
+    pq.write_table(pa.table({"dt": ["2026-11-10"], "job": ["x"]}), drops / "b.graph_runs.parquet")
+    (drops / "c.op_runs.parquet").write_bytes(b"PAR1" + os.urandom(100))
+    home = tmp_path / "home"
+    result = fdo(home, "ingest", "profiles", str(drops), "--json")
+    assert result.returncode == EXIT_QUARANTINED, result.stderr
+    report = json.loads(result.stdout)
+    reasons = {Path(q["source"]).name: q["reason"] for q in report["quarantined"]}
+    assert "missing columns" in reasons["b.graph_runs.parquet"]
+    assert "c.op_runs.parquet" in reasons
+    assert reasons["a.graph_runs.jsonl"].startswith("5 bad rows")
+    landed = Warehouse(home).read(GRAPH_RUNS)
+    assert landed.num_rows == report["graph_runs"] == 35
+    bad = pq.read_table(next((home / "quarantine").rglob("*bad-rows.parquet")))
+    assert sorted(bad.column("job_id").to_pylist()) == sorted(rows["job_id"][i] for i in (3, 5, 6, 7, 8))
+    good = [i for i in range(40) if i not in (3, 5, 6, 7, 8)]
+    assert sum(landed.column("chip_seconds").to_pylist()) == pytest.approx(
+        sum(rows["chips"][i] * rows["seconds"][i] for i in good), rel=1e-12)
+    # DuckDB reads the warehouse with hive partitioning.
+    count = duckdb.sql(f"select count(*) from read_parquet('{home}/warehouse/graph_runs/*/*.parquet', "
+                       "hive_partitioning = true) where dt between '2026-11-10' and '2026-11-13'").fetchone()
+    assert count == (35,)
+
+
+def test_kill_9_mid_ingest_then_rerun_equals_one_clean_run(tmp_path):
+    drop = tmp_path / "big.graph_runs.parquet"
+    pq.write_table(pa.table(_drop_rows(2_000_000, seed=1)), drop, row_group_size=100_000)
+    killed_home, clean_home = tmp_path / "killed", tmp_path / "clean"
+    command = [sys.executable, "-m", "pipelines.cli", "--home", str(killed_home),
+               "ingest", "profiles", str(drop), "--json"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((killed_home / "warehouse").rglob(".*.tmp-*")):
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL  # killed while writing, not after finishing
+    assert list((killed_home / "warehouse").rglob(".*.tmp-*"))
+    rerun = fdo(killed_home, "ingest", "profiles", str(drop), "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    assert fdo(clean_home, "ingest", "profiles", str(drop), "--json").returncode == 0
+    assert not list((killed_home / "warehouse").rglob(".*.tmp-*"))
+    assert _table_snapshot(killed_home) == _table_snapshot(clean_home)
+    assert Warehouse(clean_home).read(GRAPH_RUNS).num_rows == 2_000_000
+
+
+def test_files_of_another_schema_version_are_refused(tmp_path):
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"job_id": ["j"]}).replace_schema_metadata(
+        {"fleet_fdo.table": "graph_runs", "fleet_fdo.schema_version": "0"}), path)
+    with pytest.raises(SchemaError, match="schema version 0"):
+        read_checked(path, GRAPH_RUNS)
+    with pytest.raises(SchemaError, match="not 'op_runs'"):
+        read_checked(path, OP_RUNS)
