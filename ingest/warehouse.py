@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 PARTITION = "dt"
-ROW_GROUP_ROWS = 1 << 20
+ROW_GROUP_ROWS = 1 << 17  # Beam's multi-process runner stalls on much larger elements
 _TABLE_META = b"fleet_fdo.table"
 _VERSION_META = b"fleet_fdo.schema_version"
 _TMP_MARK = ".tmp-"

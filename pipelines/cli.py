@@ -171,6 +171,52 @@ def print_simulation(report: Any) -> None:
         print(f"quarantined {item.source}: {item.reason}", file=sys.stderr)
 
 
+def cmd_rank(args: argparse.Namespace) -> int:
+    import datetime
+
+    from ranking.rank import RankSettings, rank
+
+    settings = RankSettings(date=datetime.date.fromisoformat(args.date) if args.date else datetime.date.today(),
+                            window_days=args.window_days, top_k=args.top, min_share=args.min_share)
+    candidates, coverage = rank(default_home(), settings, args.beam_args)
+    if args.json:
+        _print_json({"candidates": _json_rows(candidates), "coverage": _json_rows(coverage)})
+        return EXIT_OK
+    print(f"ranking {settings.first_day} .. {settings.date}: top {settings.top_k} per kind")
+    for row in candidates.to_pylist():
+        print(f"  {row['kind']:<5} #{row['rank']:<3} {row['fingerprint']}  env {row['env_key'][:8]}  "
+              f"{row['chip_seconds'] / 3600:>14,.1f} chip-hours  {row['share']:>6.2%}")
+    print("coverage of fleet chip-time:")
+    for row in coverage.to_pylist():
+        print(f"  {row['kind']:<5} {row['category']:<16} {row['share']:>7.2%}  ({row['keys']} keys)")
+    return EXIT_OK
+
+
+def cmd_savings(args: argparse.Namespace) -> int:
+    import datetime
+
+    from ranking.savings import savings
+
+    last = datetime.date.fromisoformat(args.to) if args.to else datetime.date.today()
+    first = datetime.date.fromisoformat(args.from_) if args.from_ else last - datetime.timedelta(days=29)
+    rows = savings(default_home(), first, last, args.beam_args)
+    if args.json:
+        _print_json(_json_rows(rows))
+        return EXIT_OK
+    saved = sum(r["chip_seconds_saved"] for r in rows.to_pylist())
+    print(f"savings {first} .. {last}: {saved / 3600:,.1f} chip-hours saved in {rows.num_rows} rows")
+    for row in rows.to_pylist():
+        print(f"  {row['dt']} {row['kind']:<5} {row['team']:<14} v{row['config_version']} "
+              f"{'validator ' if row['validator_updated'] else ''}"
+              f"{row['chip_seconds_saved'] / 3600:>12,.1f} chip-hours")
+    return EXIT_OK
+
+
+def _json_rows(table: Any) -> list[dict]:
+    return [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
+            for row in table.to_pylist()]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `fdo`."""
     parser = argparse.ArgumentParser(prog="fdo", description=__doc__.splitlines()[0])
@@ -217,6 +263,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of job-days with op-level profiles (op time is scaled up to match)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_simulate)
+
+    beam_note = ("other --flags go to Apache Beam (e.g. --runner=FlinkRunner --flink_master=HOST:PORT); "
+                 "default: Beam's in-process runner, multi-process")
+    p = sub.add_parser("rank", help="rank graphs and ops by fleet cost (Beam)", epilog=beam_note)
+    p.add_argument("--date", help="ranking date, YYYY-MM-DD (default: today)")
+    p.add_argument("--window-days", type=int, default=7)
+    p.add_argument("--top", type=int, default=20, help="candidates per kind")
+    p.add_argument("--min-share", type=float, default=0.001,
+                   help="the long tail: keys under this share of fleet chip-time are not ranked")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_rank, takes_beam_args=True)
+
+    p = sub.add_parser("savings", help="chip-seconds saved by tuned configs (Beam)", epilog=beam_note)
+    p.add_argument("--from", dest="from_", help="first date (default: 30 days before --to)")
+    p.add_argument("--to", help="last date (default: today)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_savings, takes_beam_args=True)
     return parser
 
 
@@ -226,7 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     from tuner.compile import CompileError
     from tuner.flags import FlagError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_beam_args", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.beam_args = extra
     if args.home is not None:
         os.environ["FDO_HOME"] = str(args.home)
     run: Callable[[argparse.Namespace], int] = args.run

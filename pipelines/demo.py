@@ -60,7 +60,7 @@ def main() -> int:
         print(f"{name:<18} {fingerprint:<34} {n:>6} {kernels:>7}  {'yes' if same else 'NO'}")
     mismatches = sum(1 for row in rows if not row[4])
 
-    print("\nevaluating configs (paired, interleaved; 99% bootstrap interval):")
+    print("\nevaluating configs (paired, interleaved; 99% order-statistic interval):")
     worker = Worker()
     try:
         for name, config in _EVALUATIONS:

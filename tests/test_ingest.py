@@ -40,7 +40,7 @@ def attention_block(x, w_qkv, w_out):
     return x + jnp.tanh(scores @ v) @ w_out
 
 
-def _arguments(n: int = 256, d: int = 128):
+def _arguments(n: int = 768, d: int = 256):
     rng = np.random.default_rng(0)
     return (jnp.asarray(rng.normal(size=(n, d)), jnp.float32),
             jnp.asarray(rng.normal(size=(d, 3 * d)) / d, jnp.float32),

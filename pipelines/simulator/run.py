@@ -26,6 +26,7 @@ from ingest.environment import ENVIRONMENT_FILE, current_environment
 from ingest.profiles import ingest_profiles
 from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
+from ingest.warehouse import ROW_GROUP_ROWS
 from pipelines.simulator import fleet
 from pipelines.simulator.catalog import SCALES, CatalogGraph, build_catalog
 
@@ -147,7 +148,7 @@ def _write_drop(path: Path, batches) -> None:
         for batch in batches:
             if writer is None:
                 writer = pq.ParquetWriter(tmp, batch.schema)
-            writer.write_table(batch, row_group_size=1 << 20)
+            writer.write_table(batch, row_group_size=ROW_GROUP_ROWS)
         if writer is not None:
             writer.close()
             os.replace(tmp, path)

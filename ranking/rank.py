@@ -1,0 +1,188 @@
+"""`fdo rank`: which graphs and ops cost the fleet the most, as an Apache Beam pipeline.
+
+Cost of a graph = chip-seconds per (fingerprint, env_key) over the window; cost of an op = its
+chip-seconds summed over every graph that contains it, per (op fingerprint, env_key), since an
+op config is shared by all graphs with that op. Every key of a kind lands in exactly one
+coverage category, in this order:
+  opted_out        chip-time of jobs that opted out of tuning (by row, before anything else)
+  tuned            the key has a live entry in the config store (same key: same compiler)
+  missing_symbols  no HLO for it in `graphs` / `ops`: a coverage gap, reported, not ranked
+  long_tail        its share of the kind's fleet chip-time is under `min_share`
+  candidate        ranked by cost (ties by fingerprint, then env_key), within the top K
+  beyond_top_k     ranked, but below the top K
+Candidates and coverage are written to the warehouse under the ranking date, replacing an
+earlier ranking of that date.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
+from ingest.warehouse import TableSchema, Warehouse
+from ranking.beam_io import ArrowSum, ReadPartitions, partition_files, pipeline_options
+from ranking.store_snapshot import live_entries
+from ranking.tables import CANDIDATES, COVERAGE
+
+CATEGORIES = ("candidate", "beyond_top_k", "tuned", "opted_out", "missing_symbols", "long_tail")
+
+
+@dataclass(frozen=True)
+class RankSettings:
+    """What to rank and how much of it to keep."""
+
+    date: datetime.date
+    window_days: int = 7
+    top_k: int = 20
+    min_share: float = 0.001  # the long tail: keys under this share of the kind's chip-time
+
+    @property
+    def first_day(self) -> datetime.date:
+        """The first date of the window."""
+        return self.date - datetime.timedelta(days=self.window_days - 1)
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """Where one kind's costs and symbols come from."""
+
+    kind: str
+    runs: TableSchema
+    key: str  # the runs column holding the fingerprint
+    symbols: TableSchema
+
+
+KINDS = (KindSpec("graph", GRAPH_RUNS, "fingerprint", GRAPHS),
+         KindSpec("op", OP_RUNS, "op_fingerprint", OPS))
+
+_COSTS = pa.schema([("fingerprint", pa.string()), ("graph_fingerprint", pa.string()),
+                    ("env_key", pa.string()), ("opted_out", pa.bool_()), ("chip_seconds", pa.float64())])
+_SYMBOLS = pa.schema([("fingerprint", pa.string()), ("env_key", pa.string())])
+
+
+def build_rank_pipeline(pipeline: beam.Pipeline, home: Path, settings: RankSettings,
+                        tuned: pa.Table) -> None:
+    """Add the ranking of both kinds to `pipeline`; results land in the warehouse."""
+    root = str(Path(home) / "warehouse")
+    for spec in KINDS:
+        graph_column = "fingerprint" if spec.kind == "graph" else "graph_fingerprint"
+        runs = partition_files(root, spec.runs, settings.first_day, settings.date)
+        cost = ArrowSum(["fingerprint", "graph_fingerprint", "env_key", "opted_out"], ["chip_seconds"], _COSTS)
+        costs = (pipeline
+                 | f"Read {spec.runs.name}" >> ReadPartitions(
+                     runs, [spec.key, graph_column, "env_key", "opted_out", "chip_seconds"],
+                     functools.partial(_cost_columns, key=spec.key, graph_column=graph_column, cost=cost))
+                 | f"Cost per {spec.kind}" >> beam.CombineGlobally(cost))
+        distinct = ArrowSum(["fingerprint", "env_key"], [], _SYMBOLS)
+        symbols = (pipeline
+                   | f"Read {spec.symbols.name}" >> ReadPartitions(
+                       partition_files(root, spec.symbols, None, None), ["fingerprint", "env_key"],
+                       distinct.reduce)
+                   | f"Distinct {spec.symbols.name}" >> beam.CombineGlobally(distinct))
+        kind_tuned = tuned.filter(pc.equal(tuned.column("kind"), spec.kind)).select(["fingerprint", "env_key"])
+        (costs
+         | f"Classify {spec.kind}" >> beam.Map(classify, beam.pvalue.AsSingleton(symbols), kind_tuned,
+                                               spec.kind, settings)
+         | f"Write {spec.kind}" >> beam.Map(_write, str(home), spec.kind, settings.date))
+
+
+def rank(home: Path, settings: RankSettings, beam_args: Iterable[str] = ()) -> tuple[pa.Table, pa.Table]:
+    """Run the ranking pipeline; returns the date's (candidates, coverage) as written."""
+    with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
+        build_rank_pipeline(pipeline, home, settings, live_entries(home))
+    warehouse = Warehouse(home)
+    on_date = settings.date.isoformat()
+    candidates = warehouse.read(CANDIDATES, filter_dt=lambda dt: dt == on_date)
+    coverage = warehouse.read(COVERAGE, filter_dt=lambda dt: dt == on_date)
+    return (candidates.sort_by([("kind", "descending"), ("rank", "ascending")]),
+            coverage.sort_by([("kind", "descending"), ("category", "ascending")]))
+
+
+def classify(costs: pa.Table, symbols: pa.Table, tuned: pa.Table, kind: str,
+             settings: RankSettings) -> tuple[pa.Table, pa.Table]:
+    """(candidates, coverage) of one kind from its summed costs; vectorized over keys."""
+    total = pc.sum(costs.column("chip_seconds")).as_py() or 0.0
+    opted = costs.filter(costs.column("opted_out"))
+    active = costs.filter(pc.invert(costs.column("opted_out")))
+    per_key = _per_key(active)
+    in_store = _member(per_key, tuned)
+    has_symbols = _member(per_key, symbols)
+    share = pc.divide(per_key.column("chip_seconds"), total) if total else pc.multiply(
+        per_key.column("chip_seconds"), 0.0)
+    category = pc.if_else(in_store, "tuned", pc.if_else(
+        pc.invert(has_symbols), "missing_symbols",
+        pc.if_else(pc.less(share, settings.min_share), "long_tail", "ranked")))
+    per_key = per_key.append_column("share", share).append_column("category", category)
+    ranked = per_key.filter(pc.equal(per_key.column("category"), "ranked")).sort_by(
+        [("chip_seconds", "descending"), ("fingerprint", "ascending"), ("env_key", "ascending")])
+    ranks = pa.array(range(1, ranked.num_rows + 1), pa.int64())
+    ranked = ranked.append_column("rank", ranks)
+    top = ranked.filter(pc.less_equal(ranks, settings.top_k))
+    candidates = pa.table({
+        "dt": pa.repeat(pa.scalar(settings.date, pa.date32()), top.num_rows),
+        "kind": pa.repeat(pa.scalar(kind), top.num_rows),
+        "fingerprint": top.column("fingerprint"), "env_key": top.column("env_key"),
+        "graph_fingerprint": top.column("graph_fingerprint"),
+        "chip_seconds": top.column("chip_seconds"), "share": top.column("share"),
+        "rank": top.column("rank"),
+    })
+    rows = []
+    for name in CATEGORIES:
+        if name == "opted_out":
+            part = opted
+            keys = _per_key(opted).num_rows
+        elif name in ("candidate", "beyond_top_k"):
+            part = ranked.filter(pc.less_equal(ranks, settings.top_k) if name == "candidate"
+                                 else pc.greater(ranks, settings.top_k))
+            keys = part.num_rows
+        else:
+            part = per_key.filter(pc.equal(per_key.column("category"), name))
+            keys = part.num_rows
+        seconds = pc.sum(part.column("chip_seconds")).as_py() or 0.0
+        rows.append({"dt": settings.date, "kind": kind, "category": name, "keys": keys,
+                     "chip_seconds": seconds, "share": seconds / total if total else 0.0})
+    return CANDIDATES.conform(candidates), pa.Table.from_pylist(rows, COVERAGE.schema)
+
+
+def _cost_columns(table: pa.Table, key: str, graph_column: str, cost: ArrowSum) -> pa.Table:
+    return cost.reduce(pa.table({
+        "fingerprint": table.column(key), "graph_fingerprint": table.column(graph_column),
+        "env_key": table.column("env_key"), "opted_out": table.column("opted_out"),
+        "chip_seconds": table.column("chip_seconds")}))
+
+
+def _per_key(costs: pa.Table) -> pa.Table:
+    """Chip-seconds per (fingerprint, env_key), with the graph that spends the most on it."""
+    ordered = costs.sort_by([("fingerprint", "ascending"), ("env_key", "ascending"),
+                             ("chip_seconds", "descending"), ("graph_fingerprint", "ascending")])
+    per_graph = ordered.group_by(["fingerprint", "env_key", "graph_fingerprint"], use_threads=False
+                                 ).aggregate([("chip_seconds", "sum")])
+    per_graph = per_graph.sort_by([("fingerprint", "ascending"), ("env_key", "ascending"),
+                                   ("chip_seconds_sum", "descending"), ("graph_fingerprint", "ascending")])
+    per_key = per_graph.group_by(["fingerprint", "env_key"], use_threads=False).aggregate(
+        [("chip_seconds_sum", "sum"), ("graph_fingerprint", "first")])
+    return pa.table({"fingerprint": per_key.column("fingerprint"), "env_key": per_key.column("env_key"),
+                     "graph_fingerprint": per_key.column("graph_fingerprint_first"),
+                     "chip_seconds": per_key.column("chip_seconds_sum_sum")})
+
+
+def _member(keys: pa.Table, members: pa.Table) -> pa.Array:
+    """Whether each (fingerprint, env_key) of `keys` is in `members`."""
+    joined = pc.binary_join_element_wise(keys.column("fingerprint"), keys.column("env_key"), "/")
+    known = pc.binary_join_element_wise(members.column("fingerprint"), members.column("env_key"), "/")
+    return pc.is_in(joined, value_set=pa.chunked_array(known, pa.string()).combine_chunks())
+
+
+def _write(result: tuple[pa.Table, pa.Table], home: str, kind: str, date: datetime.date) -> None:
+    candidates, coverage = result
+    warehouse = Warehouse(home)
+    warehouse.replace(CANDIDATES, candidates, f"candidates-{kind}", dts=[date.isoformat()])
+    warehouse.replace(COVERAGE, coverage, f"coverage-{kind}", dts=[date.isoformat()])

@@ -1,0 +1,81 @@
+"""`fdo savings`: chip-seconds saved by tuned configs, from the hit metadata in the profiles.
+
+A run that applied a tuned config records its key, store version and expected speedup; it used
+`chip_seconds`, so without the config it would have used chip_seconds x speedup, and the saving
+is chip_seconds x (speedup - 1) (CATWILD 4.3.1). Summed per day, kind (graph or op config),
+team, config version, and whether the entry was last written by the validator, as an Apache
+Beam pipeline; the days of the range are replaced in the `savings` table.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Iterable
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.tables import GRAPH_RUNS, OP_RUNS
+from ingest.warehouse import Warehouse
+from ranking.beam_io import ArrowSum, ReadPartitions, partition_files, pipeline_options
+from ranking.store_snapshot import live_entries
+from ranking.tables import SAVINGS
+
+_KEYS = ["dt", "kind", "team", "config_version", "validator_updated"]
+_VALUES = ["hit_chip_seconds", "chip_seconds_saved"]
+_SUMMED = pa.schema([SAVINGS.schema.field(name) for name in _KEYS + _VALUES])
+_COLUMNS = ["team", "chip_seconds", "config_key", "config_version", "expected_speedup"]
+
+
+def build_savings_pipeline(pipeline: beam.Pipeline, home: Path, first: datetime.date,
+                           last: datetime.date, validator_keys: list[str]) -> None:
+    """Add the savings accounting of [first, last] to `pipeline`; results land in the warehouse."""
+    root = str(Path(home) / "warehouse")
+    total = ArrowSum(_KEYS, _VALUES, _SUMMED)
+    per_kind = []
+    for kind, table in (("graph", GRAPH_RUNS), ("op", OP_RUNS)):
+        per_kind.append(
+            pipeline
+            | f"Read {table.name}" >> ReadPartitions(
+                partition_files(root, table, first, last), _COLUMNS,
+                lambda runs, k=kind: total.reduce(hit_rows(runs, k, validator_keys))))
+    days = [(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
+    (per_kind
+     | "Both kinds" >> beam.Flatten()
+     | "Sum" >> beam.CombineGlobally(total)
+     | "Write" >> beam.Map(_write, str(home), days))
+
+
+def savings(home: Path, first: datetime.date, last: datetime.date,
+            beam_args: Iterable[str] = ()) -> pa.Table:
+    """Run the savings pipeline over [first, last]; returns the rows it wrote."""
+    entries = live_entries(home)
+    validator_keys = entries.filter(pc.equal(entries.column("provenance"), "validator")).column("key")
+    with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
+        build_savings_pipeline(pipeline, home, first, last, validator_keys.to_pylist())
+    inside = lambda dt: first.isoformat() <= dt <= last.isoformat()  # noqa: E731
+    return Warehouse(home).read(SAVINGS, filter_dt=inside).sort_by(
+        [(name, "ascending") for name in _KEYS])
+
+
+def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
+    """The runs that applied a tuned config, with their hit and saved chip-seconds."""
+    hits = runs.filter(pc.is_valid(runs.column("config_key")))
+    speedup = hits.column("expected_speedup")
+    used = hits.column("chip_seconds")
+    return pa.table({
+        "dt": hits.column("dt"),
+        "kind": pa.repeat(pa.scalar(kind), hits.num_rows),
+        "team": hits.column("team"),
+        "config_version": hits.column("config_version"),
+        "validator_updated": pc.is_in(hits.column("config_key"),
+                                      value_set=pa.array(validator_keys, pa.string())),
+        "hit_chip_seconds": used,
+        "chip_seconds_saved": pc.multiply(used, pc.subtract(pc.fill_null(speedup, 1.0), 1.0)),
+    })
+
+
+def _write(summed: pa.Table, home: str, days: list[str]) -> None:
+    Warehouse(home).replace(SAVINGS, summed, "savings", dts=days)

@@ -1,0 +1,51 @@
+"""The tables ranking writes, declared once: candidates, coverage and savings."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ingest.warehouse import TableSchema
+
+CANDIDATES = TableSchema(
+    name="candidates",
+    version=1,
+    schema=pa.schema([
+        pa.field("dt", pa.date32(), nullable=False),  # the ranking date
+        pa.field("kind", pa.string(), nullable=False),  # 'graph' or 'op'
+        pa.field("fingerprint", pa.string(), nullable=False),
+        pa.field("env_key", pa.string(), nullable=False),
+        # For an op, the graph that spends the most on it (the tuner cuts the op out of it).
+        pa.field("graph_fingerprint", pa.string(), nullable=False),
+        pa.field("chip_seconds", pa.float64(), nullable=False),
+        pa.field("share", pa.float64(), nullable=False),  # of the kind's fleet chip-time
+        pa.field("rank", pa.int64(), nullable=False),
+    ]),
+)
+
+# Where fleet chip-time went, per kind: one row per category (see ranking.rank.CATEGORIES).
+COVERAGE = TableSchema(
+    name="coverage",
+    version=1,
+    schema=pa.schema([
+        pa.field("dt", pa.date32(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("category", pa.string(), nullable=False),
+        pa.field("keys", pa.int64(), nullable=False),
+        pa.field("chip_seconds", pa.float64(), nullable=False),
+        pa.field("share", pa.float64(), nullable=False),
+    ]),
+)
+
+SAVINGS = TableSchema(
+    name="savings",
+    version=1,
+    schema=pa.schema([
+        pa.field("dt", pa.date32(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("team", pa.string(), nullable=False),
+        pa.field("config_version", pa.int64(), nullable=True),
+        pa.field("validator_updated", pa.bool_(), nullable=False),
+        pa.field("hit_chip_seconds", pa.float64(), nullable=False),  # chip-time that ran tuned
+        pa.field("chip_seconds_saved", pa.float64(), nullable=False),
+    ]),
+)
