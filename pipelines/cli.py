@@ -137,12 +137,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     import datetime
 
-    from pipelines.simulator.run import simulate
+    from pipelines.simulator.run import simulate, store_lookup
 
     start = datetime.date.fromisoformat(args.start) if args.start else None
     workloads = args.workloads.split(",") if args.workloads else None
-    report = simulate(default_home(), args.days, args.jobs, args.seed, start=start,
-                      workloads=workloads, op_sample=args.op_sample, progress=not args.json)
+    home = default_home()
+    report = simulate(home, args.days, args.jobs, args.seed, start=start, workloads=workloads,
+                      op_sample=args.op_sample, tuned=store_lookup(home), progress=not args.json)
     if args.json:
         _print_json(report.to_json())
     else:

@@ -3,7 +3,8 @@
 The contract the store (`delivery`) publishes by: `<home>/store/CURRENT` holds the live version
 number N, and `<home>/store/v<N>/entries.parquet` one row per entry with at least the columns
 of STORE_ENTRY_COLUMNS. Ranking skips keys with a live entry; savings attributes hits to
-entries the validator last updated. No store yet means no entries.
+entries the validator last updated; the fleet simulator applies the entries' speedups. No store
+yet means no entries.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ STORE_ENTRY_COLUMNS = pa.schema([
     pa.field("fingerprint", pa.string()),
     pa.field("env_key", pa.string()),
     pa.field("kind", pa.string()),  # 'graph' or 'op'
+    pa.field("speedup", pa.float64()),  # the measured speedup a hit is expected to give
     pa.field("expires_at", pa.timestamp("us", tz="UTC")),
     pa.field("provenance", pa.string()),  # 'tuner', 'validator' or 'import': who wrote it last
 ])

@@ -19,8 +19,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 from ingest.environment import store_key
 from ingest.tables import GRAPH_RUNS
 from ingest.warehouse import Warehouse
-from pipelines.simulator import fleet
-from pipelines.simulator.run import simulate
+from pipelines.simulator.run import simulate, store_lookup
 from ranking.beam_io import pipeline_options
 from ranking.rank import CATEGORIES, RankSettings, rank
 from ranking.reference import reference_rank, reference_savings
@@ -50,14 +49,13 @@ def fleet_home(tmp_path_factory) -> Path:
         [("chip_seconds_sum", "descending")])
     far = datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC)
     entries = [{"key": store_key(fp, env), "fingerprint": fp, "env_key": env, "kind": "graph",
-                "expires_at": far, "provenance": provenance}
+                "speedup": 1.2, "expires_at": far, "provenance": provenance}
                for fp, env, provenance in zip(costs.column("fingerprint").to_pylist()[:2],
                                               costs.column("env_key").to_pylist()[:2],
                                               ["tuner", "validator"])]
     _publish_store(home, entries)
-    tuned = {(e["fingerprint"], e["env_key"]): fleet.Hit(e["key"], 1, 1.2) for e in entries}
     simulate(home, days=DAYS - 1, jobs=3000, seed=5, start=START + datetime.timedelta(days=1),
-             workloads=["mlp-s", "rnn-s"], tuned=lambda fp, env: tuned.get((fp, env)))
+             workloads=["mlp-s", "rnn-s"], tuned=store_lookup(home))
     # A fleet graph nobody handed symbols for.
     drop = home / "orphan.graph_runs.jsonl"
     drop.write_text(json.dumps({"dt": LAST.isoformat(), "job_id": "orphan", "team": "maps",

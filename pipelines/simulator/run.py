@@ -29,6 +29,7 @@ from ingest.symbols import ingest_symbols
 from ingest.warehouse import ROW_GROUP_ROWS
 from pipelines.simulator import fleet
 from pipelines.simulator.catalog import SCALES, CatalogGraph, build_catalog
+from ranking.store_snapshot import current_version, live_entries
 
 CHIP_HOUR = 3600.0
 
@@ -52,6 +53,17 @@ class SimulationReport:
     def to_json(self) -> dict:
         """A JSON-ready dict."""
         return {**asdict(self), "quarantined": [asdict(q) for q in self.quarantined]}
+
+
+def store_lookup(home: Path) -> fleet.TunedLookup | None:
+    """The live config store's graph entries as the fleet's jobs find them (None: no store)."""
+    version = current_version(home)
+    if version is None:
+        return None
+    entries = live_entries(home).to_pylist()
+    hits = {(e["fingerprint"], e["env_key"]): fleet.Hit(e["key"], version, e["speedup"])
+            for e in entries if e["kind"] == "graph"}
+    return lambda fingerprint, env_key: hits.get((fingerprint, env_key))
 
 
 def simulate(home: Path, days: int, jobs: int, seed: int = 0, start: datetime.date | None = None,
