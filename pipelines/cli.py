@@ -184,13 +184,18 @@ def cmd_rank(args: argparse.Namespace) -> int:
         _print_json({"candidates": _json_rows(candidates), "coverage": _json_rows(coverage)})
         return EXIT_OK
     print(f"ranking {settings.first_day} .. {settings.date}: top {settings.top_k} per kind")
+    print_ranking(candidates, coverage)
+    return EXIT_OK
+
+
+def print_ranking(candidates: Any, coverage: Any) -> None:
+    """Candidates by kind and rank, then where each kind's fleet chip-time went."""
     for row in candidates.to_pylist():
         print(f"  {row['kind']:<5} #{row['rank']:<3} {row['fingerprint']}  env {row['env_key'][:8]}  "
               f"{row['chip_seconds'] / 3600:>14,.1f} chip-hours  {row['share']:>6.2%}")
     print("coverage of fleet chip-time:")
     for row in coverage.to_pylist():
         print(f"  {row['kind']:<5} {row['category']:<16} {row['share']:>7.2%}  ({row['keys']} keys)")
-    return EXIT_OK
 
 
 def cmd_savings(args: argparse.Namespace) -> int:

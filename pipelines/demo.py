@@ -4,11 +4,12 @@ Dumps zoo programs with XLA's own dumper, fingerprints each dump and checks that
 compile-time module gets the same fingerprint, lists the kernels (op fingerprints) of the
 optimized modules, then evaluates a few compiler configs against the default with paired timing
 and the numeric check; then simulates a small fleet for a few days and ingests its dumps and
-profile drops into the warehouse. Later stages (ranking, tuning, delivery, validation) plug in here.
+profile drops into the warehouse, and ranks what the fleet spends. Later stages (ranking, tuning, delivery, validation) plug in here.
 """
 
 from __future__ import annotations
 
+import datetime
 import sys
 import tempfile
 from pathlib import Path
@@ -19,8 +20,9 @@ from ingest import zoo
 from ingest.fingerprint import fingerprint_module, graph_fingerprint
 from ingest.hlo_module import from_lowered, load_file
 from ingest.zoo.dump import dump_workloads
-from pipelines.cli import default_home, print_simulation
+from pipelines.cli import default_home, print_ranking, print_simulation
 from pipelines.simulator.run import simulate
+from ranking.rank import RankSettings, rank
 from tuner.evaluate import evaluate
 from tuner.measure import MeasureSettings
 from tuner.worker import Worker
@@ -79,6 +81,9 @@ def main() -> int:
     report = simulate(home, days=_FLEET_DAYS, jobs=_FLEET_JOBS, seed=0, workloads=_FLEET_WORKLOADS,
                       progress=True)
     print_simulation(report)
+    print("\nranking the fleet's graphs and ops by chip-seconds (Beam):")
+    candidates, coverage = rank(home, RankSettings(date=datetime.date.today(), top_k=5))
+    print_ranking(candidates, coverage)
     print(f"\n{len(rows) - mismatches}/{len(rows)} dumps fingerprint the same as JAX's modules; "
           f"warehouse under {home / 'warehouse'}")
     return 0 if mismatches == 0 and not report.quarantined else 1
