@@ -218,6 +218,28 @@ def cmd_savings(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from ingest.hlo_module import load_file
+    from tuner.tune import TuneSettings, tune_module
+
+    settings = TuneSettings(budget_evals=args.budget_evals, budget_minutes=args.budget_minutes,
+                            strategy=args.strategy, seed=args.seed)
+    if not args.files:
+        raise KeyError("give HLO files to tune (tuning the ranked candidates comes with --top)")
+    results = [tune_module(load_file(path), default_home(), settings, progress=not args.json)
+               for path in args.files]
+    if args.json:
+        payload = [r.to_json() for r in results]
+        _print_json(payload[0] if len(payload) == 1 else payload)
+    else:
+        for path, r in zip(args.files, results):
+            interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else ""
+            speed = f"{r.speedup:.3f}x {interval}" if r.speedup is not None else ""
+            print(f"{path}: {r.status} {speed} after {r.evaluations} evaluations "
+                  f"({r.measured} timed); config {json.dumps(r.to_json()['config'])}")
+    return EXIT_OK
+
+
 def _json_rows(table: Any) -> list[dict]:
     return [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
             for row in table.to_pylist()]
@@ -280,6 +302,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the long tail: keys under this share of fleet chip-time are not ranked")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_rank, takes_beam_args=True)
+
+    p = sub.add_parser("tune", help="search compiler flags for HLO modules and verify the best")
+    p.add_argument("files", nargs="*", help="HLO modules (unoptimized) to tune")
+    p.add_argument("--budget-evals", type=int, default=40)
+    p.add_argument("--budget-minutes", type=float, default=None)
+    p.add_argument("--strategy", default="evolution",
+                   choices=["random", "anneal", "evolution", "exhaustive", "model"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_tune)
 
     p = sub.add_parser("savings", help="chip-seconds saved by tuned configs (Beam)", epilog=beam_note)
     p.add_argument("--from", dest="from_", help="first date (default: 30 days before --to)")

@@ -11,12 +11,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ingest.fingerprint import graph_fingerprint
 from ingest.hlo_module import HloModule
 from ingest.hlo_proto import ModuleProto
-from tuner.compile import CompileError, compile_module
-from tuner.flags import CompilerConfig, codegen_values
-from tuner.measure import MeasureSettings, measure_pair
+from tuner.compile import CompileError
+from tuner.flags import CompilerConfig
+from tuner.measure import MeasureSettings
 from tuner.worker import Worker, WorkerFailure
 
 _EVALUATE_TASK = "tuner.evaluate:run_evaluation"
@@ -93,62 +92,43 @@ def run_evaluation(
     seed: int,
 ) -> dict[str, Any]:
     """The worker side of `evaluate`; returns the fields of an EvaluationResult."""
-    import jax
+    from tuner import session
 
-    from tuner.inputs import make_inputs, parameter_specs
-    from tuner.numerics import all_ok, compare_outputs
-
-    module_proto = _without_buffer_aliasing(module_proto)
-    module = HloModule(module_proto, "", "evaluation")
     try:
-        base = compile_module(module_proto, default)
+        base = session.prepare(module_proto, seed, default)
     except CompileError as exc:
         return asdict(failed_result(f"default config does not compile: {exc}"))
-    try:
-        tuned = compile_module(module_proto, {**default, **candidate})
-    except CompileError as exc:
-        return asdict(failed_result(f"candidate does not compile: {exc}"))
-    identical = _same_program(base.optimized_proto, tuned.optimized_proto, default, candidate)
-    if identical and candidate:  # an empty candidate is an A/A check: measure it anyway
+    tuned = session.compile_candidate({**default, **candidate})
+    if "error" in tuned:
+        return asdict(failed_result(f"candidate {tuned['error']}"))
+    if tuned["program"] == base["program"] and candidate:  # an empty candidate is an A/A check
+        session.discard_candidate(tuned["program"])
         return asdict(EvaluationResult(
             speedup=1.0, ci_low=1.0, ci_high=1.0, significant=False, numerics_ok=True,
-            identical_program=True, compile_seconds=tuned.compile_seconds,
-            default_compile_seconds=base.compile_seconds,
+            identical_program=True, compile_seconds=tuned["compile_seconds"],
+            default_compile_seconds=base["compile_seconds"],
             stop_reason="optimized module and codegen flags identical to the default's",
         ))
-    device = jax.devices()[0]
-    arguments = [jax.device_put(a, device) for a in make_inputs(parameter_specs(module), seed)]
-    checks = compare_outputs(_outputs(base.executable, arguments), _outputs(tuned.executable, arguments))
-    measurement = measure_pair(timed_runner(base.executable, arguments),
-                               timed_runner(tuned.executable, arguments), settings)
+    measured = session.measure_candidate(tuned["program"], settings)
     return asdict(EvaluationResult(
-        speedup=measurement.speedup,
-        ci_low=measurement.ci_low,
-        ci_high=measurement.ci_high,
-        significant=measurement.significant,
-        numerics_ok=all_ok(checks),
+        speedup=measured["speedup"],
+        ci_low=measured["ci_low"],
+        ci_high=measured["ci_high"],
+        significant=measured["significant"],
+        numerics_ok=measured["numerics_ok"],
         identical_program=False,
-        compile_seconds=tuned.compile_seconds,
-        default_compile_seconds=base.compile_seconds,
-        pairs=measurement.pairs,
-        default_seconds=measurement.default_seconds,
-        candidate_seconds=measurement.candidate_seconds,
-        stop_reason=measurement.stop_reason,
-        numerics=[asdict(check) for check in checks],
+        compile_seconds=tuned["compile_seconds"],
+        default_compile_seconds=base["compile_seconds"],
+        pairs=measured["pairs"],
+        default_seconds=measured["default_seconds"],
+        candidate_seconds=measured["candidate_seconds"],
+        stop_reason=measured["stop_reason"],
+        numerics=measured["numerics"],
     ))
 
 
-def _same_program(base: bytes, tuned: bytes, default: CompilerConfig, candidate: CompilerConfig) -> bool:
-    """Same optimized module and same codegen-level flags: the same machine code, in effect."""
-    merged = {**default, **candidate}
-    if codegen_values(merged) != codegen_values(default):
-        return False
-    return graph_fingerprint(HloModule(base, "", "default")) == graph_fingerprint(
-        HloModule(tuned, "", "candidate")
-    )
-
-
-def _without_buffer_aliasing(module_proto: bytes) -> bytes:
+def without_buffer_aliasing(module_proto: bytes) -> bytes:
+    """The module without input/output aliasing and buffer donation."""
     # Donated parameters would be consumed by the first run; aliasing only changes memory reuse,
     # and both configs are compiled without it, so the comparison stays fair.
     view = ModuleProto.FromString(module_proto)
@@ -157,12 +137,6 @@ def _without_buffer_aliasing(module_proto: bytes) -> bytes:
     view.ClearField("input_output_alias")
     view.ClearField("buffer_donor")
     return view.SerializeToString()
-
-
-def _outputs(executable: Any, arguments: list[Any]) -> list[Any]:
-    import numpy as np
-
-    return [np.asarray(output) for output in executable.execute(arguments)]
 
 
 def timed_runner(executable: Any, arguments: list[Any]):

@@ -1,0 +1,54 @@
+"""The tables the tuner writes, declared once: every trial, and one result per task."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ingest.warehouse import TableSchema
+
+TRIALS = TableSchema(
+    name="trials",
+    version=1,
+    schema=pa.schema([
+        pa.field("dt", pa.date32(), nullable=False),
+        pa.field("trial_id", pa.string(), nullable=False),  # hash(task, config): idempotent
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("fingerprint", pa.string(), nullable=False),
+        pa.field("env_key", pa.string(), nullable=False),
+        pa.field("strategy", pa.string(), nullable=False),
+        pa.field("index", pa.int64(), nullable=False),  # order within the search
+        pa.field("config", pa.string(), nullable=False),  # JSON
+        pa.field("program", pa.string(), nullable=True),  # optimized module + codegen flags
+        pa.field("outcome", pa.string(), nullable=False),  # measured | duplicate | identical | failed
+        pa.field("speedup", pa.float64(), nullable=True),
+        pa.field("ci_low", pa.float64(), nullable=True),
+        pa.field("ci_high", pa.float64(), nullable=True),
+        pa.field("numerics_ok", pa.bool_(), nullable=True),
+        pa.field("compile_seconds", pa.float64(), nullable=True),
+        pa.field("error", pa.string(), nullable=True),
+    ]),
+)
+
+TUNING_RESULTS = TableSchema(
+    name="tuning_results",
+    version=1,
+    schema=pa.schema([
+        pa.field("dt", pa.date32(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("fingerprint", pa.string(), nullable=False),
+        pa.field("env_key", pa.string(), nullable=False),
+        pa.field("config", pa.string(), nullable=False),  # JSON; {} when nothing beat the default
+        pa.field("speedup", pa.float64(), nullable=True),
+        pa.field("ci_low", pa.float64(), nullable=True),
+        pa.field("ci_high", pa.float64(), nullable=True),
+        pa.field("numerics_ok", pa.bool_(), nullable=True),
+        pa.field("compiler_version", pa.string(), nullable=False),
+        pa.field("accepted", pa.bool_(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),  # accepted | no significant gain | ...
+        pa.field("strategy", pa.string(), nullable=False),
+        pa.field("evaluations", pa.int64(), nullable=False),
+        pa.field("measured", pa.int64(), nullable=False),  # trials actually timed (after dedupe)
+    ]),
+)
