@@ -224,10 +224,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     settings = TuneSettings(budget_evals=args.budget_evals, budget_minutes=args.budget_minutes,
                             strategy=args.strategy, seed=args.seed)
-    if not args.files:
-        raise KeyError("give HLO files to tune (tuning the ranked candidates comes with --top)")
-    results = [tune_module(load_file(path), default_home(), settings, progress=not args.json)
-               for path in args.files]
+    if args.files:
+        tasks = [(str(path), load_file(path), None) for path in args.files]
+    else:
+        from tuner.candidates import tunable_candidates
+
+        tasks = tunable_candidates(default_home(), args.top)
+        if not tasks:
+            print("no ranked graph candidates that this machine can measure (run fdo rank)",
+                  file=sys.stderr)
+            return EXIT_FAILED
+    results = [tune_module(module, default_home(), settings, env_key=env_key, progress=not args.json)
+               for _, module, env_key in tasks]
+    args.files = [label for label, _, _ in tasks]
     if args.json:
         payload = [r.to_json() for r in results]
         _print_json(payload[0] if len(payload) == 1 else payload)
@@ -304,7 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_rank, takes_beam_args=True)
 
     p = sub.add_parser("tune", help="search compiler flags for HLO modules and verify the best")
-    p.add_argument("files", nargs="*", help="HLO modules (unoptimized) to tune")
+    p.add_argument("files", nargs="*", help="HLO modules (unoptimized) to tune; none: the top "
+                   "ranked graph candidates this machine can measure")
+    p.add_argument("--top", type=int, default=5, help="without files: how many candidates")
     p.add_argument("--budget-evals", type=int, default=40)
     p.add_argument("--budget-minutes", type=float, default=None)
     p.add_argument("--strategy", default="evolution",

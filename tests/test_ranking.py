@@ -147,3 +147,21 @@ def test_cli_passes_beam_flags_and_refuses_them_elsewhere(fleet_home):
     refused = subprocess.run([sys.executable, "-m", "pipelines.cli", "fingerprint", "x", "--runner=Foo"],
                              capture_output=True, text=True)
     assert refused.returncode == 2 and "unrecognized arguments: --runner=Foo" in refused.stderr
+
+
+def test_tunable_candidates_are_this_machines_with_their_hlo(fleet_home, ranked):
+    from ingest.environment import current_environment
+    from ingest.fingerprint import graph_fingerprint
+    from ingest.tables import GRAPHS
+    from tuner.candidates import tunable_candidates
+
+    _, candidates, _ = ranked
+    tasks = tunable_candidates(fleet_home, top=10)
+    assert tasks
+    here = current_environment()
+    graphs = {(g["fingerprint"], g["env_key"]): g for g in Warehouse(fleet_home).read(GRAPHS).to_pylist()}
+    ranked_keys = {(c["fingerprint"], c["env_key"]) for c in candidates.to_pylist() if c["kind"] == "graph"}
+    for _, module, env_key in tasks:
+        key = (graph_fingerprint(module), env_key)
+        assert key in ranked_keys
+        assert graphs[key]["device_kind"] == here.device_kind
