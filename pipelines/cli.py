@@ -249,6 +249,57 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_deliver(args: argparse.Namespace) -> int:
+    from delivery.deliver import deliver
+
+    version = deliver(default_home())
+    if args.json:
+        _print_json({"version": version})
+    else:
+        print(f"published store version {version}" if version else "nothing new to deliver")
+    return EXIT_OK
+
+
+def cmd_store(args: argparse.Namespace) -> int:
+    from delivery.store import Store, merge_entries, read_import
+
+    store = Store(default_home())
+    if args.action == "versions":
+        rows = [m.__dict__ for m in store.versions()]
+        current = store.current()
+        if args.json:
+            _print_json({"current": current, "versions": rows})
+        for row in [] if args.json else rows:
+            live = "*" if row["version"] == current else " "
+            print(f"{live} v{row['version']:<4} parent {row['parent']}  {row['created'][:19]}  "
+                  f"{row['counts']}  {row['reason']}")
+        return EXIT_OK
+    if args.action == "show":
+        entries = [r for r in _json_rows(store.entries()) if args.arg in (r["key"], r["fingerprint"])]
+        _print_json(entries)
+        return EXIT_OK if entries else EXIT_FAILED
+    if args.action == "diff":
+        old, new = (_json_rows(store.entries(int(v))) for v in (args.arg, args.arg2))
+        before, after = {r["key"]: r for r in old}, {r["key"]: r for r in new}
+        diff = {"added": sorted(after.keys() - before.keys()), "removed": sorted(before.keys() - after.keys()),
+                "changed": sorted(k for k in before.keys() & after.keys() if before[k] != after[k])}
+        _print_json(diff)
+        return EXIT_OK
+    if args.action == "rollback":
+        version = store.rollback(int(args.arg))
+        print(json.dumps({"version": version}) if args.json else f"published v{version} = v{args.arg}")
+        return EXIT_OK
+    if args.action == "export":
+        for row in _json_rows(store.entries(int(args.arg) if args.arg else None)):
+            print(json.dumps(row, sort_keys=True))
+        return EXIT_OK
+    new = read_import(Path(args.arg))
+    version = store.update(lambda live: merge_entries(live, new), f"import {Path(args.arg).name}")
+    print(json.dumps({"version": version, "imported": new.num_rows}) if args.json
+          else f"imported {new.num_rows} entries: store version {version}")
+    return EXIT_OK
+
+
 def _json_rows(table: Any) -> list[dict]:
     return [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
             for row in table.to_pylist()]
@@ -324,6 +375,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_tune)
 
+    p = sub.add_parser("deliver", help="publish accepted tuning results as a new store version")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_deliver)
+
+    p = sub.add_parser("store", help="the versioned config store")
+    p.add_argument("action", choices=["versions", "show", "diff", "rollback", "export", "import"])
+    p.add_argument("arg", nargs="?", help="show: KEY or fingerprint; diff: A; rollback: N; "
+                   "export: version (default live); import: JSON-lines FILE")
+    p.add_argument("arg2", nargs="?", help="diff: B")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_store)
+
     p = sub.add_parser("savings", help="chip-seconds saved by tuned configs (Beam)", epilog=beam_note)
     p.add_argument("--from", dest="from_", help="first date (default: 30 days before --to)")
     p.add_argument("--to", help="last date (default: today)")
@@ -334,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fdo` console script."""
+    from delivery.store import StoreError
     from ingest.hlo_module import HloLoadError
     from tuner.compile import CompileError
     from tuner.flags import FlagError
@@ -348,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
-    except (HloLoadError, FlagError, CompileError, KeyError) as exc:
+    except (HloLoadError, FlagError, CompileError, KeyError, StoreError) as exc:
         print(f"fdo {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

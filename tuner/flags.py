@@ -189,3 +189,27 @@ def codegen_values(config: CompilerConfig) -> tuple[tuple[str, FlagValue], ...]:
 def to_json(config: CompilerConfig) -> dict[str, object]:
     """A JSON-ready form of a config (tuples become lists)."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(config.items())}
+
+
+def from_json(data: object) -> CompilerConfig:
+    """A config from its JSON form (as `to_json` writes it and the store holds it): only flags
+    on the allowlist, each value checked by the flag's type. FlagError names the flag."""
+    if not isinstance(data, dict):
+        raise FlagError("a config must be a JSON object of flag: value")
+    config: CompilerConfig = {}
+    for name, value in data.items():
+        if not isinstance(name, str):
+            raise FlagError(f"{name!r}: flag names are strings")
+        check_name(name)
+        if name not in FLAGS:
+            raise FlagError(f"{name}: not on the allowlist of tunable flags")
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            text = ",".join(value)
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (int, float, str)):
+            text = str(value)
+        else:
+            raise FlagError(f"{name}: {value!r} is not a flag value")
+        config[name] = parse_value(name, text)
+    return config

@@ -12,7 +12,7 @@ import itertools
 import json
 from dataclasses import dataclass
 
-from tuner.flags import FLAGS, CompilerConfig, FlagSpec, FlagValue
+from tuner.flags import FLAGS, CompilerConfig, FlagSpec, FlagValue, to_json
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,7 @@ class SearchSpace:
 
 def config_key(config: CompilerConfig) -> str:
     """A canonical text of a config: equal configs, equal keys."""
-    return json.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in sorted(config.items())},
-                      sort_keys=True, separators=(",", ":"))
+    return json.dumps(to_json(config), sort_keys=True, separators=(",", ":"))
 
 
 def values_of(spec: FlagSpec) -> tuple[FlagValue, ...]:

@@ -1,0 +1,117 @@
+"""The versioned config store: import, allowlist, deliver, rollback, and concurrent publishers."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from delivery.deliver import deliver
+from delivery.store import ConcurrentPublish, Store, StoreError, merge_entries, read_import
+from ingest.environment import store_key
+from ingest.warehouse import Warehouse
+from ranking.store_snapshot import live_entries
+from tuner.tables import TUNING_RESULTS
+
+
+def fdo(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def _entry(i: int, config: dict, speedup: float = 1.2) -> dict:
+    return {"fingerprint": f"{i:032x}", "env_key": "e" * 32, "kind": "graph", "config": config,
+            "speedup": speedup}
+
+
+def _write(path: Path, entries: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return path
+
+
+def test_import_show_diff_rollback(tmp_path):
+    home = tmp_path / "home"
+    first = _write(tmp_path / "a.jsonl", [_entry(1, {"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"})])
+    second = _write(tmp_path / "b.jsonl", [_entry(1, {"xla_cpu_enable_fast_math": True}, 1.3),
+                                          _entry(2, {"xla_cpu_experimental_ynn_fusion_type": ["REDUCE"]})])
+    assert fdo(home, "store", "import", str(first)).returncode == 0
+    assert fdo(home, "store", "import", str(second)).returncode == 0
+    store = Store(home)
+    assert store.current() == 2 and store.entries().num_rows == 2
+    diff = json.loads(fdo(home, "store", "diff", "1", "2").stdout)
+    assert diff == {"added": [store_key(f"{2:032x}", "e" * 32)], "removed": [],
+                    "changed": [store_key(f"{1:032x}", "e" * 32)]}
+    shown = json.loads(fdo(home, "store", "show", f"{1:032x}").stdout)
+    assert json.loads(shown[0]["config"]) == {"xla_cpu_enable_fast_math": True}
+    rolled = json.loads(fdo(home, "store", "rollback", "1", "--json").stdout)["version"]
+    assert rolled == 3 and store.current() == 3
+    assert store.entries(3).equals(store.entries(1))  # the old entries are live again
+    assert [m.parent for m in store.versions()] == [None, 1, 2]
+    # Ranking reads the same snapshot through its contract.
+    assert live_entries(home).column("key").to_pylist() == store.entries().column("key").to_pylist()
+
+
+def test_non_allowlisted_flags_never_enter(tmp_path):
+    home = tmp_path / "home"
+    for config in ({"xla_dump_to": "/tmp/x"}, {"xla_cpu_not_a_flag": True},
+                   {"xla_gpu_per_fusion_autotune_cache_dir": "/tmp"}, {"xla_cpu_scheduler_type": "BOGUS"}):
+        result = fdo(home, "store", "import", str(_write(tmp_path / "bad.jsonl", [_entry(1, config)])))
+        assert result.returncode == 2 and "config refused" in result.stderr
+    assert Store(home).current() is None
+    with pytest.raises(StoreError, match="line|:1"):
+        read_import(_write(tmp_path / "short.jsonl", [{"fingerprint": "abc"}]))
+
+
+def test_a_corrupt_version_is_detected(tmp_path):
+    home = tmp_path / "home"
+    fdo(home, "store", "import", str(_write(tmp_path / "a.jsonl", [_entry(1, {"xla_cpu_use_xnnpack": False})])))
+    path = home / "store" / "v1" / "entries.parquet"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="checksum"):
+        Store(home).entries()
+
+
+def test_stale_publish_is_refused_and_concurrent_writers_lose_nothing(tmp_path):
+    home = tmp_path / "home"
+    store = Store(home)
+    store.publish(read_import(_write(tmp_path / "0.jsonl", [_entry(0, {"xla_cpu_use_xnnpack": True})])),
+                  None, "first")
+    with pytest.raises(ConcurrentPublish):
+        store.publish(store.entries(), None, "built on nothing, but version 1 exists")
+    files = [_write(tmp_path / f"{i}.jsonl", [_entry(i, {"xla_cpu_use_xnnpack": bool(i % 2)})])
+             for i in range(1, 7)]
+    writers = [subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--home", str(home), "store",
+                                 "import", str(f)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+               for f in files]
+    assert all(w.wait(timeout=300) == 0 for w in writers)
+    keys = set(store.entries().column("key").to_pylist())
+    assert keys == {store_key(f"{i:032x}", "e" * 32) for i in range(7)}
+
+
+def test_deliver_publishes_the_best_accepted_result_once(tmp_path):
+    home = tmp_path / "home"
+    today = datetime.date.today()
+    base = {"dt": today, "kind": "graph", "env_key": "e" * 32, "numerics_ok": True,
+            "compiler_version": "jaxlib-test", "strategy": "evolution", "evaluations": 40, "measured": 12}
+    rows = [
+        {**base, "task_id": "t1", "fingerprint": "1" * 32, "config": '{"xla_cpu_use_xnnpack": false}',
+         "speedup": 1.2, "ci_low": 1.10, "ci_high": 1.3, "accepted": True, "status": "accepted"},
+        {**base, "task_id": "t2", "fingerprint": "1" * 32, "config": '{"xla_cpu_use_xnnpack": true}',
+         "speedup": 1.3, "ci_low": 1.20, "ci_high": 1.4, "accepted": True, "status": "accepted"},
+        {**base, "task_id": "t3", "fingerprint": "2" * 32, "config": "{}", "speedup": 1.0,
+         "ci_low": 0.98, "ci_high": 1.02, "accepted": False, "status": "no significant gain"},
+    ]
+    Warehouse(home).append(TUNING_RESULTS, pa.Table.from_pylist(rows, TUNING_RESULTS.schema), "test")
+    assert deliver(home) == 1
+    [entry] = Store(home).entries().to_pylist()
+    assert (entry["fingerprint"], entry["source"], entry["provenance"]) == ("1" * 32, "t2", "tuner")
+    assert json.loads(entry["config"]) == {"xla_cpu_use_xnnpack": True}
+    assert deliver(home) is None  # nothing new: no new version
+    assert merge_entries(Store(home).entries(), Store(home).entries()).num_rows == 1
