@@ -300,6 +300,22 @@ def cmd_store(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from delivery.service import create_app
+
+    token = os.environ.get("FDO_TOKEN")
+    if args.token_file:
+        token = Path(args.token_file).read_text().strip()
+    if not token:
+        print("fdo serve: no FDO_TOKEN or --token-file: the store is read-only through this server",
+              file=sys.stderr)
+    uvicorn.run(create_app(default_home(), token or None), host=args.host, port=args.port,
+                log_level="warning")
+    return EXIT_OK
+
+
 def _json_rows(table: Any) -> list[dict]:
     return [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
             for row in table.to_pylist()]
@@ -386,6 +402,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("arg2", nargs="?", help="diff: B")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_store)
+
+    p = sub.add_parser("serve", help="the config service (FastAPI on uvicorn)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8470)
+    p.add_argument("--token-file", help="file holding the bearer token for writes (or FDO_TOKEN)")
+    p.set_defaults(run=cmd_serve)
 
     p = sub.add_parser("savings", help="chip-seconds saved by tuned configs (Beam)", epilog=beam_note)
     p.add_argument("--from", dest="from_", help="first date (default: 30 days before --to)")
