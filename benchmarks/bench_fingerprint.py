@@ -1,7 +1,9 @@
 """Fingerprint throughput: instructions per second from HLO proto and from HLO text.
 
-Prints, side by side in one run, XLA's own text parse time and our fingerprint time for
-generated modules of growing size (a random DAG of elementwise ops), and the zoo's modules.
+Prints, side by side in one run, XLA's own text parse time, our graph fingerprint time and the
+time of the full fingerprint with op fingerprints, for generated modules of growing size (a random
+DAG of elementwise ops), and the zoo's modules. Times are medians of several runs: the machine may
+be shared.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 import time
 
 from ingest import zoo
-from ingest.fingerprint import graph_fingerprint
+from ingest.fingerprint import fingerprint_module, graph_fingerprint
 from ingest.hlo_module import from_lowered, from_text
 
 
@@ -40,14 +42,16 @@ def timed(fn, repeats: int) -> float:
 
 
 def main(sizes: list[int]) -> None:
-    print(f"{'instructions':>12} {'XLA text parse s':>17} {'fingerprint s':>14} {'instr/s':>10}")
+    print(f"{'instructions':>12} {'XLA text parse s':>17} {'fingerprint s':>14} {'instr/s':>10}"
+          f" {'with ops s':>11}")
     for n in sizes:
         text = generated_module_text(n)
-        repeats = 3 if n <= 100_000 else 1
+        repeats = 5 if n <= 100_000 else 3
         parse = timed(lambda: from_text(text), repeats)
         module = from_text(text)
         hashing = timed(lambda: graph_fingerprint(module), repeats)
-        print(f"{n:>12} {parse:>17.2f} {hashing:>14.2f} {n / hashing:>10.0f}")
+        with_ops = timed(lambda: fingerprint_module(module, with_ops=True), repeats)
+        print(f"{n:>12} {parse:>17.2f} {hashing:>14.2f} {n / hashing:>10.0f} {with_ops:>11.2f}")
     total, seconds = 0, 0.0
     for workload in zoo.all_workloads():
         module = from_lowered(workload.lower())
