@@ -27,7 +27,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -110,6 +110,8 @@ class Store:
             _check_config(row["config"], f"entry {row['key']}")
         self.root.mkdir(parents=True, exist_ok=True)
         with self._lock():
+            for abandoned in self.root.glob(".v*.tmp-*"):  # staged by a publish a kill cut short
+                shutil.rmtree(abandoned, ignore_errors=True)
             live = self.current()
             if live != parent:
                 raise ConcurrentPublish(f"store moved from version {parent} to {live} meanwhile")
@@ -134,7 +136,7 @@ class Store:
             _write_atomic(self.root / "CURRENT", f"{version}\n")
         return version
 
-    def update(self, change: "EntryChange", reason: str, retries: int = 5) -> int | None:
+    def update(self, change: Callable[[pa.Table], pa.Table], reason: str, retries: int = 5) -> int | None:
         """Apply `change` to the live entries and publish, retrying when another writer got in
         first; returns the new version, or None when nothing changed."""
         for _ in range(retries):
@@ -162,9 +164,6 @@ class Store:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-EntryChange = Any  # Callable[[pa.Table], pa.Table]
 
 
 def merge_entries(current: pa.Table, new: pa.Table) -> pa.Table:
@@ -250,8 +249,3 @@ def _write_atomic(path: Path, text: str) -> None:
     _fsync(tmp)
     os.replace(tmp, path)
 
-
-def remove_abandoned_staging(home: Path) -> None:
-    """Delete staging directories of publishes that a kill cut short."""
-    for path in (Path(home) / "store").glob(".v*.tmp-*"):
-        shutil.rmtree(path, ignore_errors=True)

@@ -59,6 +59,13 @@ _blake = hashlib.blake2b
 # Lengths of the four parts of an instruction's hash input, so the parts cannot run together.
 _pack_lengths = struct.Struct("<4I").pack
 
+
+def _instruction_digest(attr: bytes, operands: bytes, called: bytes, controls: bytes) -> bytes:
+    """An instruction's hash: its attributes, then its operands', called computations' and
+    control predecessors' digests, each part's length first so the parts cannot run together."""
+    return _blake(_pack_lengths(len(attr), len(operands), len(called), len(controls))
+                  + attr + operands + called + controls, digest_size=DIGEST_BYTES).digest()
+
 # Opcodes that move or name data but compute nothing: they are not kernels of their own.
 _NON_KERNEL_OPCODES = frozenset(
     {
@@ -177,9 +184,7 @@ class _DagHasher:
         digests: dict[int, bytes] = {}
         attrs: dict[int, bytes] = {}
         called_digests = self._computation_digests
-        blake = _blake
         identity_fields = INSTRUCTION_IDENTITY_FIELDS
-        pack_lengths = _pack_lengths
         pending = computation.instructions
         while pending:
             deferred = []
@@ -200,11 +205,7 @@ class _DagHasher:
                     instruction.ClearField("literal")
                 attr = _attribute_bytes(instruction)
                 attrs[instruction_id] = attr
-                digests[instruction_id] = blake(
-                    pack_lengths(len(attr), len(operands), len(called), len(controls))
-                    + attr + operands + called + controls,
-                    digest_size=DIGEST_BYTES,
-                ).digest()
+                digests[instruction_id] = _instruction_digest(attr, operands, called, controls)
             if len(deferred) == len(pending):
                 raise ValueError(
                     f"{self._source}: computation {computation.name!r} has a cycle or a "
@@ -701,11 +702,7 @@ class _BulkHasher(_DagHasher):
                 called = b"".join([called_digests[c] for c in called_of[j]])
                 attr = attributes[j]
                 attrs[ids[j]] = attr
-                digests[ids[j]] = _blake(
-                    _pack_lengths(len(attr), len(operands), len(called), len(controls))
-                    + attr + operands + called + controls,
-                    digest_size=DIGEST_BYTES,
-                ).digest()
+                digests[ids[j]] = _instruction_digest(attr, operands, called, controls)
             if len(deferred) == len(pending):
                 raise ValueError(
                     f"{self._source}: computation {computation.name!r} has a cycle or a "

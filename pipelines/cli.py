@@ -269,7 +269,8 @@ def cmd_store(args: argparse.Namespace) -> int:
         current = store.current()
         if args.json:
             _print_json({"current": current, "versions": rows})
-        for row in [] if args.json else rows:
+            return EXIT_OK
+        for row in rows:
             live = "*" if row["version"] == current else " "
             print(f"{live} v{row['version']:<4} parent {row['parent']}  {row['created'][:19]}  "
                   f"{row['counts']}  {row['reason']}")

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from ingest.warehouse import PARTITION, TableSchema
 
@@ -37,10 +37,7 @@ def pipeline_options(beam_args: Iterable[str] = ()) -> PipelineOptions:
     if any(a.startswith("--runner") for a in args):
         defaults = [a for a in defaults if not a.startswith("--direct")]
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
-    options = PipelineOptions(defaults + args)
-    options.view_as(StandardOptions)
-    options.view_as(DirectOptions)
-    return options
+    return PipelineOptions(defaults + args)
 
 
 def partition_files(root: str, table: TableSchema, first: datetime.date | None,

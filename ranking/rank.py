@@ -134,20 +134,13 @@ def classify(costs: pa.Table, symbols: pa.Table, tuned: pa.Table, kind: str,
         "chip_seconds": top.column("chip_seconds"), "share": top.column("share"),
         "rank": top.column("rank"),
     })
+    parts = {"opted_out": _per_key(opted), "candidate": top,
+             "beyond_top_k": ranked.filter(pc.greater(ranks, settings.top_k))}
     rows = []
     for name in CATEGORIES:
-        if name == "opted_out":
-            part = opted
-            keys = _per_key(opted).num_rows
-        elif name in ("candidate", "beyond_top_k"):
-            part = ranked.filter(pc.less_equal(ranks, settings.top_k) if name == "candidate"
-                                 else pc.greater(ranks, settings.top_k))
-            keys = part.num_rows
-        else:
-            part = per_key.filter(pc.equal(per_key.column("category"), name))
-            keys = part.num_rows
+        part = parts[name] if name in parts else per_key.filter(pc.equal(per_key.column("category"), name))
         seconds = pc.sum(part.column("chip_seconds")).as_py() or 0.0
-        rows.append({"dt": settings.date, "kind": kind, "category": name, "keys": keys,
+        rows.append({"dt": settings.date, "kind": kind, "category": name, "keys": part.num_rows,
                      "chip_seconds": seconds, "share": seconds / total if total else 0.0})
     return CANDIDATES.conform(candidates), pa.Table.from_pylist(rows, COVERAGE.schema)
 

@@ -8,6 +8,7 @@ the empty config is the default itself.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ def values_of(spec: FlagSpec) -> tuple[FlagValue, ...]:
     return ()
 
 
-def graph_space(platform: str = "cpu", accepted: set[str] | None = None) -> SearchSpace:
+def graph_space(platform: str = "cpu", accepted: frozenset[str] | None = None) -> SearchSpace:
     """The graph-level space of `platform`: per-executable flags with a finite domain, limited to
     `accepted` (the names the installed compiler takes; see `accepted_flags`) when given."""
     params = []
@@ -75,8 +76,10 @@ def graph_space(platform: str = "cpu", accepted: set[str] | None = None) -> Sear
     return SearchSpace(tuple(params))
 
 
-def accepted_flags(platform: str = "cpu") -> set[str]:
-    """The table's flags of `platform` that the installed compiler accepts per executable."""
+@functools.lru_cache(maxsize=None)
+def accepted_flags(platform: str = "cpu") -> frozenset[str]:
+    """The table's flags of `platform` that the installed compiler accepts per executable
+    (probed by compiling once per flag, so once per process)."""
     from tuner.compile import CompileError, check_options
 
     accepted = set()
@@ -88,4 +91,4 @@ def accepted_flags(platform: str = "cpu") -> set[str]:
         except CompileError:
             continue
         accepted.add(spec.name)
-    return accepted
+    return frozenset(accepted)

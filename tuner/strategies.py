@@ -112,16 +112,13 @@ class ExhaustiveStrategy(Strategy):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._order = self._configs()
+        self._order = self.configs()
 
     def sample(self, history: list[TrialRecord]) -> CompilerConfig:
         return next(self._order, {})
 
     def configs(self) -> Iterator[CompilerConfig]:
         """Every config but the default: one flag changed, then two, ..."""
-        return self._configs()
-
-    def _configs(self) -> Iterator[CompilerConfig]:
         for changed in range(1, len(self.space.params) + 1):
             for params in itertools.combinations(self.space.params, changed):
                 for values in itertools.product(*(p.values for p in params)):

@@ -254,7 +254,8 @@ def _read_journal(path: Path) -> list[Trial]:
     if not path.exists():
         return []
     trials, good = [], []
-    for line in path.read_text().splitlines(keepends=True):
+    lines = path.read_text().splitlines(keepends=True)
+    for line in lines:
         try:
             data = json.loads(line)
         except json.JSONDecodeError:
@@ -264,9 +265,10 @@ def _read_journal(path: Path) -> list[Trial]:
         data["config"] = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
         trials.append(Trial(**data))
         good.append(line)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(good))
-    os.replace(tmp, path)
+    if len(good) < len(lines):  # appends must not land after a torn line
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text("".join(good))
+        os.replace(tmp, path)
     return trials
 
 
