@@ -92,3 +92,31 @@ OP_RUNS = TableSchema(
         _field("expected_speedup", pa.float64(), nullable=True),
     ]),
 )
+
+# What the compiler hook saw at each compile (delivery.hook writes it; `fdo hits` and profile
+# ingestion read it; the validator reads the fallbacks). One row per compile the hook handled.
+HITS = TableSchema(
+    name="hits",
+    version=1,
+    schema=pa.schema([
+        _field("dt", pa.date32()),
+        _field("at", TIMESTAMP),
+        _field("job_id", pa.string()),  # FDO_JOB_ID, else host-pid
+        _field("key", pa.string()),  # the store key looked up
+        _field("fingerprint", pa.string()),
+        _field("env_key", pa.string()),
+        _field("module_name", pa.string()),
+        # 'applied' (tuned config compiled), 'miss' (no entry), 'fallback' (tuned compile failed,
+        # default used), 'refused' (entry's config not allowlisted), 'error' (store unusable)
+        _field("outcome", pa.string()),
+        _field("kind", pa.string(), nullable=True),
+        _field("config_version", pa.int64(), nullable=True),  # store version that served it
+        _field("expected_speedup", pa.float64(), nullable=True),
+        _field("config", pa.string(), nullable=True),  # JSON of the applied flags
+        # The optimized module's fingerprint, so a profile of the tuned executable finds its hit.
+        _field("optimized_fingerprint", pa.string(), nullable=True),
+        _field("reason", pa.string(), nullable=True),  # why a fallback, refusal or error
+        _field("hook_seconds", pa.float64()),  # time the hook added (fingerprint + look-up)
+        _field("compile_seconds", pa.float64()),
+    ]),
+)

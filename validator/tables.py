@@ -1,0 +1,35 @@
+"""The tables the validator writes, declared once: one audit row per decision."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ingest.warehouse import TableSchema
+
+OUTCOMES = ("kept", "rekeyed", "invalidated", "expired")
+
+VALIDATIONS = TableSchema(
+    name="validations",
+    version=1,
+    schema=pa.schema([
+        pa.field("dt", pa.date32(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("validated_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("key", pa.string(), nullable=False),  # the entry's key before the decision
+        pa.field("fingerprint", pa.string(), nullable=False),
+        pa.field("env_key", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("outcome", pa.string(), nullable=False),  # one of OUTCOMES
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("new_key", pa.string(), nullable=True),  # rekeyed: the key for the new environment
+        pa.field("toolchain", pa.string(), nullable=False),  # the toolchain that measured it
+        pa.field("compiler_version", pa.string(), nullable=False),
+        pa.field("speedup", pa.float64(), nullable=True),
+        pa.field("ci_low", pa.float64(), nullable=True),
+        pa.field("ci_high", pa.float64(), nullable=True),
+        pa.field("numerics_ok", pa.bool_(), nullable=True),
+        pa.field("fleet_hits", pa.int64(), nullable=False),  # the priority it was scanned by
+        pa.field("age_days", pa.float64(), nullable=False),  # staleness: since last measured
+        pa.field("store_version", pa.int64(), nullable=True),  # the version that holds the decision
+    ]),
+)
