@@ -9,6 +9,9 @@ A trace (`*.xplane.pb`) says which modules ran for how long; who ran them comes 
 name, team "unknown" and one chip. The environment comes from an `fdo-environment.json`
 likewise, else the running machine's. A traced module is keyed by the
 graph whose optimized module it is (from `graphs`); without symbols, by its own fingerprint.
+A module the compiler hook compiled with a tuned config is found through the hook's hit record
+(ingest.hits), which gives its graph, environment, config key, store version and expected
+speedup: the hit metadata savings accounting reads.
 """
 
 from __future__ import annotations
@@ -133,22 +136,26 @@ def _ingest_trace(path: Path, digest: str, roots: list[Path], warehouse: Warehou
     env_key = environment.key()
     dt = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC).date()
     graph_of = _graphs_by_optimized_fingerprint(warehouse, env_key)
+    hit_of = _hits_by_optimized_fingerprint(warehouse.root.parent, job.job_id)
     graph_rows, op_rows = [], []
     for module in modules:
-        fingerprint = graph_of.get(module.optimized_fingerprint or "", module.optimized_fingerprint)
+        hit = hit_of.get(module.optimized_fingerprint or "", {})
+        fingerprint = hit.get("fingerprint") or graph_of.get(
+            module.optimized_fingerprint or "", module.optimized_fingerprint)
         if fingerprint is None:
             raise ValueError(f"{path}: module {module.module_name} carries no HLO to fingerprint")
+        run_env_key = hit.get("env_key", env_key)
         graph_rows.append({
             "dt": dt, "job_id": job.job_id, "team": job.team, "fingerprint": fingerprint,
-            "env_key": env_key, "device_kind": environment.device_kind,
+            "env_key": run_env_key, "device_kind": environment.device_kind,
             "compiler_version": environment.compiler_version, "chips": job.chips,
             "executions": module.executions, "chip_seconds": job.chips * module.seconds,
-            "opted_out": job.opted_out, "config_key": None, "config_version": None,
-            "expected_speedup": None,
+            "opted_out": job.opted_out, "config_key": hit.get("key"),
+            "config_version": hit.get("config_version"), "expected_speedup": hit.get("expected_speedup"),
         })
         op_rows += [{
             "dt": dt, "job_id": job.job_id, "team": job.team, "op_fingerprint": op.op_fingerprint,
-            "graph_fingerprint": fingerprint, "env_key": env_key,
+            "graph_fingerprint": fingerprint, "env_key": run_env_key,
             "chip_seconds": job.chips * op.seconds, "opted_out": job.opted_out,
             "config_key": None, "config_version": None, "expected_speedup": None,
         } for op in module.ops if op.op_fingerprint is not None]
@@ -165,6 +172,21 @@ def _graphs_by_optimized_fingerprint(warehouse: Warehouse, env_key: str) -> dict
                                    pc.is_valid(graphs.column("optimized_fingerprint"))))
     return dict(zip(graphs.column("optimized_fingerprint").to_pylist(),
                     graphs.column("fingerprint").to_pylist()))
+
+
+def _hits_by_optimized_fingerprint(home: Path, job_id: str) -> dict[str, dict]:
+    """The hook's tuned compiles by optimized module: a traced module that is one of them ran
+    with that config (CATWILD's hit metadata). The hook knew the job's environment, so its
+    record keys the run. The job's own compile wins over another job's, later over earlier."""
+    from ingest.hits import read_hits
+
+    hits = read_hits(home)
+    applied = hits.filter(pc.and_(pc.equal(hits.column("outcome"), "applied"),
+                                  pc.is_valid(hits.column("optimized_fingerprint"))))
+    found: dict[str, dict] = {}
+    for row in sorted(applied.to_pylist(), key=lambda r: (r["job_id"] == job_id, r["at"])):
+        found[row["optimized_fingerprint"]] = row
+    return found
 
 
 def _is_profile(path: Path) -> bool:

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -113,11 +114,19 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    from ingest.hits import ingest_hits
     from ingest.profiles import ingest_profiles
     from ingest.symbols import ingest_symbols
 
     paths = [Path(p) for p in args.paths]
-    if args.kind == "symbols":
+    if args.kind != "hits" and not paths:
+        print(f"fdo ingest {args.kind}: name the files or directories to ingest", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.kind == "hits":
+        report: Any = ingest_hits(default_home())
+        summary = (f"{report.files} spool files: {report.rows} hit records "
+                   f"({report.waiting} files still being written)")
+    elif args.kind == "symbols":
         report: Any = ingest_symbols(paths, default_home(), progress=not args.json)
         summary = (f"{report.modules} modules: {report.graphs_changed} graphs and "
                    f"{report.ops_changed} ops new or updated")
@@ -313,7 +322,50 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("fdo serve: no FDO_TOKEN or --token-file: the store is read-only through this server",
               file=sys.stderr)
     uvicorn.run(create_app(default_home(), token or None), host=args.host, port=args.port,
-                log_level="warning")
+                log_level="warning", access_log=False)
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not command:
+        print("fdo run: give the program to run after --, e.g. fdo run -- python train.py",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    env = dict(os.environ, FDO_HOOK="1", FDO_HOME=str(default_home()))
+    for name, value in (("FDO_STORE_URL", args.store_url), ("FDO_STORE_VERSION", args.store_version),
+                        ("FDO_JOB_ID", args.job_id)):
+        if value is not None:
+            env[name] = str(value)
+    if args.spool_hlo:
+        env["FDO_SPOOL_HLO"] = "1"
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        print(f"fdo run: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def cmd_hits(args: argparse.Namespace) -> int:
+    import pyarrow.compute as pc
+
+    from ingest.hits import read_hits
+
+    hits = read_hits(default_home())
+    if args.job:
+        hits = hits.filter(pc.equal(hits.column("job_id"), args.job))
+    rows = sorted(_json_rows(hits.drop_columns(["dt"])), key=lambda r: r["at"])
+    outcomes = Counter(row["outcome"] for row in rows)
+    if args.json:
+        _print_json({"records": rows, "outcomes": dict(outcomes)})
+        return EXIT_OK
+    for row in rows:
+        speed = f" {row['expected_speedup']:.3f}x" if row["expected_speedup"] else ""
+        version = f" v{row['config_version']}" if row["config_version"] is not None else ""
+        reason = f"  ({row['reason']})" if row["reason"] else ""
+        print(f"{row['at'][:19]} {row['job_id']:<16} {row['module_name'][:32]:<32} {row['key']} "
+              f"{row['outcome']}{version}{speed}{reason}")
+    print(", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "no hits recorded")
     return EXIT_OK
 
 
@@ -351,10 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_workloads)
 
-    p = sub.add_parser("ingest", help="load symbols (HLO) or profiles into the warehouse")
-    p.add_argument("kind", choices=["symbols", "profiles"])
-    p.add_argument("paths", nargs="+", help="symbols: XLA dump dirs, HLO files, the hook's spool; "
-                   "profiles: *.xplane.pb traces and *.graph_runs/*.op_runs drops (or dirs of them)")
+    p = sub.add_parser("ingest", help="load symbols (HLO), profiles or the hook's hits into the warehouse")
+    p.add_argument("kind", choices=["symbols", "profiles", "hits"])
+    p.add_argument("paths", nargs="*", help="symbols: XLA dump dirs, HLO files, the hook's spool "
+                   "(HOME/spool/symbols); profiles: *.xplane.pb traces and *.graph_runs/*.op_runs "
+                   "drops (or dirs of them); hits: none (the hook's spool under HOME)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_ingest)
 
@@ -409,6 +462,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8470)
     p.add_argument("--token-file", help="file holding the bearer token for writes (or FDO_TOKEN)")
     p.set_defaults(run=cmd_serve)
+
+    p = sub.add_parser("run", help="run a program with the compiler hook on (FDO_HOOK=1)")
+    p.add_argument("--store-url", help="ask this config service (default: the store under --home)")
+    p.add_argument("--store-version", type=int, help="pin this store version")
+    p.add_argument("--job-id", help="the job's id in hit records (default: host-pid)")
+    p.add_argument("--spool-hlo", action="store_true",
+                   help="spool each module's HLO under HOME/spool/symbols for fdo ingest symbols")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- then the program and its arguments")
+    p.set_defaults(run=cmd_run)
+
+    p = sub.add_parser("hits", help="what the compiler hook did at each compile")
+    p.add_argument("--job", help="only this job id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_hits)
 
     p = sub.add_parser("savings", help="chip-seconds saved by tuned configs (Beam)", epilog=beam_note)
     p.add_argument("--from", dest="from_", help="first date (default: 30 days before --to)")

@@ -24,13 +24,9 @@ from ingest.fingerprint import fingerprint_module
 from ingest.hlo_module import from_text, load_file
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
 from ingest.warehouse import SchemaError, Warehouse, read_checked
+from processes import fdo
 
 EXIT_QUARANTINED = 3
-
-
-def fdo(home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", "--home", str(home), *args],
-                          capture_output=True, text=True, timeout=600)
 
 
 def attention_block(x, w_qkv, w_out):

@@ -1,0 +1,423 @@
+"""The compiler hook: every `jax.jit` compile in the process looks up a tuned config for its module.
+
+Enable it with one call at start-up (`delivery.hook.install()`), with `FDO_HOOK=1` in the
+environment (JAX loads `delivery.jax_plugin` when it starts its backends), or by running the
+program under `fdo run -- python prog.py`. Settings come from the arguments, else from
+`FDO_HOME` (data root, default ~/.fdo), `FDO_STORE_URL` (ask the config service instead of
+the embedded store), `FDO_STORE_VERSION` (pin an embedded version), `FDO_STORE_TIMEOUT`
+(seconds), `FDO_SPOOL_HLO=1` (spool modules for symbol ingestion) and `FDO_JOB_ID`.
+
+JAX lowers a jitted function to StableHLO and hands it to `jax._src.compiler.
+compile_or_get_cached`; the hook wraps that function. Per compile it:
+1. fingerprints the module exactly as symbol ingestion fingerprints a dump of it, and keys it
+   with the process's environment (plus any compiler options the job set itself);
+2. looks the key up (delivery.lookup) and re-checks the entry's config against the allowlist;
+3. compiles with the config's flags added to the compile options' overrides. JAX's persistent
+   compilation cache keys on those options, so it can never hand back an executable built
+   with other flags;
+4. if the tuned compile fails, compiles again with the job's own options and records why;
+5. appends a hit record to its spool (ingest.hits): outcome, key, store version, expected
+   speedup, and for a tuned executable the fingerprint of its optimized module, which is how a
+   profile of the job finds the hit.
+Whatever goes wrong in the hook itself (store missing, corrupt, unreachable, slow; a module it
+cannot fingerprint) ends in the job's own compile and a warning, never in a failed job.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import functools
+import hashlib
+import json
+import logging
+import os
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, StoreUnavailable
+from ingest.environment import ENVIRONMENT_FILE, Environment, current_environment, store_key
+from ingest.fingerprint import graph_fingerprint
+from ingest.hits import spool_path, to_line
+from ingest.hlo_module import HloModule, from_proto_bytes, from_stablehlo
+from tuner.flags import FlagError, from_json, to_xla
+
+log = logging.getLogger("fleet_fdo.hook")
+SPOOL_SYMBOLS = Path("spool") / "symbols"
+_HEX = set("0123456789abcdef")
+MEMO_DIR = Path("cache") / "fingerprints"
+
+_installed: "Hook | None" = None
+_install_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class HookSettings:
+    """Where the hook looks configs up, and what it records."""
+
+    home: Path
+    url: str | None = None  # the config service; None: the embedded store under `home`
+    version: int | None = None  # embedded: pin this version (default: the live one at first use)
+    timeout: float = 0.25
+    spool_hlo: bool = False
+    job_id: str = ""
+
+    @classmethod
+    def from_environment(cls) -> "HookSettings":
+        """Settings from the FDO_* environment variables; ValueError names a bad one."""
+        env = os.environ
+        home = Path(env.get("FDO_HOME") or Path.home() / ".fdo")
+        return cls(home=home, url=env.get("FDO_STORE_URL") or None,
+                   version=_int_var("FDO_STORE_VERSION"),
+                   timeout=_float_var("FDO_STORE_TIMEOUT", 0.25),
+                   spool_hlo=env.get("FDO_SPOOL_HLO", "") not in ("", "0", "false"),
+                   job_id=env.get("FDO_JOB_ID", ""))
+
+
+@dataclass
+class _Plan:
+    """What the hook decided for one compile before compiling."""
+
+    digest: str = ""  # of the StableHLO, see FingerprintMemo
+    fingerprint: str = ""
+    env_key: str = ""
+    key: str = ""
+    module_name: str = ""
+    unoptimized_text: str | None = None
+    found: Found | None = None
+    overrides: dict[str, Any] | None = None
+    outcome: str = "miss"
+    reason: str | None = None
+
+
+class Hook:
+    """Looks up, applies and records tuned configs around JAX's compile function."""
+
+    def __init__(self, settings: HookSettings) -> None:
+        self.settings = settings
+        self.source: ConfigSource = (RemoteStore(settings.url, settings.timeout) if settings.url
+                                     else EmbeddedStore(settings.home, settings.version))
+        self.job_id = settings.job_id or f"{socket.gethostname()}-{os.getpid()}"
+        self._spool = spool_path(settings.home)
+        self._lock = threading.Lock()
+        self._environment: Environment | None = None
+        self._warned: set[str] = set()
+        self._memo = FingerprintMemo(settings.home / MEMO_DIR)
+
+    def compile(self, original: Callable[..., Any], backend: Any, computation: Any, devices: Any,
+                compile_options: Any, *args: Any, **kwargs: Any) -> Any:
+        """Compile as JAX would, with the tuned config for this module when the store has one."""
+        started = time.perf_counter()
+        plan = self._plan_safely(computation, compile_options)
+        hook_seconds = time.perf_counter() - started
+        optimized_fingerprint = None
+        executable = None
+        if plan.overrides:
+            try:
+                executable = original(backend, computation, devices,
+                                      _with_overrides(compile_options, plan.overrides), *args, **kwargs)
+                plan.outcome = "applied"
+            except Exception as exc:  # any failure of the tuned compile: the job's own compile decides
+                plan.outcome, plan.reason = "fallback", f"tuned compile failed: {_first_line(exc)}"
+                self._warn(plan.reason, f"fallback {plan.key}")
+        if executable is None:
+            executable = original(backend, computation, devices, compile_options, *args, **kwargs)
+        compile_seconds = time.perf_counter() - started - hook_seconds
+        if plan.fingerprint:
+            extra_started = time.perf_counter()
+            if plan.outcome == "applied":
+                optimized_fingerprint = self._memo.optimized(plan.digest, plan.found, executable)
+            if self.settings.spool_hlo and not self._spooled(plan.fingerprint):
+                self._spool_symbols(plan, None if plan.outcome == "applied"
+                                    else _optimized_text(executable))
+            hook_seconds += time.perf_counter() - extra_started
+            self._record(plan, optimized_fingerprint, hook_seconds, compile_seconds)
+        return executable
+
+    def _plan_safely(self, computation: Any, compile_options: Any) -> _Plan:
+        try:
+            return self._plan(computation, compile_options)
+        except Exception as exc:  # the hook's own failure must never fail the job's compile
+            reason = f"hook could not look up this module: {_first_line(exc)}"
+            self._warn(reason, "plan")
+            return _Plan(outcome="error", reason=reason)
+
+    def _plan(self, computation: Any, compile_options: Any) -> _Plan:
+        plan = _Plan(module_name=_module_name(computation))
+        plan.digest, plan.fingerprint, module = self._memo.fingerprint(computation)
+        if self.settings.spool_hlo and not self._spooled(plan.fingerprint):
+            plan.unoptimized_text = (module or from_stablehlo(computation)).to_text()
+        plan.env_key = self._environment_for(compile_options).key()
+        plan.key = store_key(plan.fingerprint, plan.env_key)
+        try:
+            plan.found = self.source.lookup(plan.key)
+        except StoreUnavailable as exc:
+            plan.outcome, plan.reason = "error", str(exc)
+            self._warn(f"{exc}; compiling with the defaults", "store")
+            return plan
+        if plan.found is None:
+            return plan
+        try:
+            plan.overrides = to_xla(from_json(json.loads(plan.found.entry["config"])))
+        except (FlagError, json.JSONDecodeError, TypeError) as exc:
+            plan.outcome, plan.reason = "refused", f"config refused: {exc}"
+            self._warn(f"entry {plan.key}: {plan.reason}", f"refused {plan.key}")
+        return plan
+
+    def _environment_for(self, compile_options: Any) -> Environment:
+        """The process's environment, plus the compiler options the job set for this compile."""
+        if self._environment is None:
+            self._environment = current_environment()
+        job_options = {str(name): str(value) for name, value in compile_options.env_option_overrides}
+        if not job_options:
+            return self._environment
+        return current_environment(job_options)
+
+    def _record(self, plan: _Plan, optimized_fingerprint: str | None, hook_seconds: float,
+                compile_seconds: float) -> None:
+        entry = plan.found.entry if plan.found is not None else {}
+        applied = plan.outcome in ("applied", "fallback")
+        record = {
+            "at": datetime.datetime.now(datetime.UTC), "job_id": self.job_id, "key": plan.key,
+            "fingerprint": plan.fingerprint, "env_key": plan.env_key,
+            "module_name": plan.module_name, "outcome": plan.outcome,
+            "kind": entry.get("kind"),
+            "config_version": plan.found.version if plan.found is not None else None,
+            "expected_speedup": entry.get("speedup") if plan.outcome == "applied" else None,
+            "config": entry.get("config") if applied else None,
+            "optimized_fingerprint": optimized_fingerprint, "reason": plan.reason,
+            "hook_seconds": hook_seconds, "compile_seconds": compile_seconds,
+        }
+        try:
+            with self._lock:
+                self._spool.parent.mkdir(parents=True, exist_ok=True)
+                with open(self._spool, "a") as handle:
+                    handle.write(to_line(record))
+        except OSError as exc:
+            self._warn(f"cannot record hits in {self._spool}: {exc}", "spool")
+
+    def _spool_symbols(self, plan: _Plan, optimized: str | None) -> None:
+        """Leave the module as an XLA dump would, once per fingerprint, for symbol ingestion."""
+        target = self._spool_target(plan.fingerprint)
+        if target.exists() or plan.unoptimized_text is None:
+            return
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{plan.fingerprint}.", dir=target.parent))
+            stem = f"module_{plan.fingerprint[:8]}.{plan.module_name}"
+            (staging / f"{stem}.before_optimizations.txt").write_text(plan.unoptimized_text)
+            if optimized is not None:
+                (staging / f"{stem}.after_optimizations.txt").write_text(optimized)
+            environment = self._environment or current_environment()
+            (staging / ENVIRONMENT_FILE).write_text(json.dumps(
+                {**environment.to_json(),
+                 "captured_at": datetime.datetime.now(datetime.UTC).isoformat()}) + "\n")
+            os.replace(staging, target)
+        except OSError as exc:
+            self._warn(f"cannot spool HLO under {target.parent}: {exc}", "spool symbols")
+
+    def _spool_target(self, fingerprint: str) -> Path:
+        return self.settings.home / SPOOL_SYMBOLS / fingerprint[:2] / fingerprint
+
+    def _spooled(self, fingerprint: str) -> bool:
+        return self._spool_target(fingerprint).exists()
+
+    def _warn(self, message: str, kind: str) -> None:
+        """Log a problem once per kind, so a broken store does not flood the job's log."""
+        with self._lock:
+            if kind in self._warned:
+                return
+            self._warned.add(kind)
+        log.warning("fleet-fdo hook: %s", message)
+
+
+class FingerprintMemo:
+    """Graph fingerprints by digest of the StableHLO that JAX hands the compiler.
+
+    Converting StableHLO to HLO to fingerprint it costs a few percent of a compile; a fleet
+    compiles the same programs over and over, so the fingerprint is remembered on disk per
+    (jaxlib version, module bytecode) and a repeat costs a serialization and a hash. Only the
+    first compile of a program on a machine pays the conversion.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        import jaxlib
+
+        self.directory = directory
+        self._salt = f"jaxlib-{jaxlib.__version__}\n".encode()
+        self._known: dict[str, str] = {}
+
+    def fingerprint(self, computation: Any) -> tuple[str, str, HloModule | None]:
+        """(digest, graph fingerprint) of the module, and the converted module when it had to
+        convert."""
+        from jax._src.interpreters import mlir
+
+        bytecode = mlir.module_to_bytecode(computation)
+        digest = hashlib.blake2b(self._salt + bytecode, digest_size=16).hexdigest()
+        known = self._recall(digest)
+        if known is not None:
+            return digest, known, None
+        module = from_stablehlo(bytecode)
+        fingerprint = graph_fingerprint(module)
+        self._remember(digest, fingerprint)
+        return digest, fingerprint, module
+
+    def optimized(self, digest: str, found: Found | None, executable: Any) -> str | None:
+        """The fingerprint of the optimized module a tuned compile produced."""
+        config = found.entry["config"] if found is not None else ""
+        key = hashlib.blake2b(f"{digest}/{config}".encode(), digest_size=16).hexdigest()
+        known = self._recall(key)
+        if known is not None:
+            return known
+        optimized = _optimized_proto(executable)
+        fingerprint = _fingerprint_proto(optimized) if optimized is not None else None
+        if fingerprint is not None:
+            self._remember(key, fingerprint)
+        return fingerprint
+
+    def _recall(self, digest: str) -> str | None:
+        known = self._known.get(digest) or self._read(digest)
+        if known is not None:
+            self._known[digest] = known
+        return known
+
+    def _remember(self, digest: str, fingerprint: str) -> None:
+        self._known[digest] = fingerprint
+        self._write(digest, fingerprint)
+
+    def _path(self, digest: str) -> Path:
+        return self.directory / digest[:2] / digest
+
+    def _read(self, digest: str) -> str | None:
+        try:
+            text = self._path(digest).read_text()
+        except OSError:
+            return None
+        return text if len(text) == 32 and set(text) <= _HEX else None
+
+    def _write(self, digest: str, fingerprint: str) -> None:
+        path = self._path(digest)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{digest}.tmp-{os.getpid()}-{threading.get_ident()}")
+            tmp.write_text(fingerprint)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a memo that cannot be written only costs the next process a conversion
+
+
+def install(home: Path | str | None = None, url: str | None = None, version: int | None = None,
+            timeout: float | None = None, spool_hlo: bool | None = None,
+            job_id: str | None = None) -> Hook:
+    """Route every JAX compile of this process through the hook; returns it. Arguments left
+    out come from the FDO_* environment variables. Installing again replaces the settings."""
+    global _installed
+    from jax._src import compiler
+
+    base = HookSettings.from_environment()
+    settings = HookSettings(
+        home=Path(home) if home is not None else base.home,
+        url=url if url is not None else base.url,
+        version=version if version is not None else base.version,
+        timeout=timeout if timeout is not None else base.timeout,
+        spool_hlo=spool_hlo if spool_hlo is not None else base.spool_hlo,
+        job_id=job_id if job_id is not None else base.job_id)
+    hook = Hook(settings)
+    with _install_lock:
+        original = getattr(compiler.compile_or_get_cached, "__wrapped__",
+                           compiler.compile_or_get_cached)
+
+        @functools.wraps(original)
+        def compile_or_get_cached(*args: Any, **kwargs: Any) -> Any:
+            return hook.compile(original, *args, **kwargs)
+
+        compiler.compile_or_get_cached = compile_or_get_cached
+        _installed = hook
+    return hook
+
+
+def uninstall() -> None:
+    """Give JAX its own compile function back."""
+    global _installed
+    from jax._src import compiler
+
+    with _install_lock:
+        compiler.compile_or_get_cached = getattr(compiler.compile_or_get_cached, "__wrapped__",
+                                                 compiler.compile_or_get_cached)
+        _installed = None
+
+
+def installed() -> Hook | None:
+    """The installed hook, if any."""
+    return _installed
+
+
+def _with_overrides(compile_options: Any, overrides: dict[str, Any]) -> Any:
+    """A copy of the job's options with the config's flags added; a flag the job set itself
+    stays the job's (its value is part of the environment the entry was keyed by)."""
+    tuned = copy.deepcopy(compile_options)
+    own = {name for name, _ in tuned.env_option_overrides}
+    tuned.env_option_overrides = list(tuned.env_option_overrides) + [
+        (name, value) for name, value in overrides.items() if name not in own]
+    return tuned
+
+
+def _optimized_proto(executable: Any) -> bytes | None:
+    """An executable's optimized module, serialized; None if it hides it."""
+    try:
+        return executable.hlo_modules()[0].as_serialized_hlo_module_proto()
+    except Exception:  # some executables (e.g. deserialized ones on some backends) hide their HLO
+        return None
+
+
+def _optimized_text(executable: Any) -> str | None:
+    """An executable's optimized module as text; None if it hides it."""
+    try:
+        return executable.hlo_modules()[0].to_string()
+    except Exception:  # as above
+        return None
+
+
+def _module_name(computation: Any) -> str:
+    from jax._src.lib.mlir import ir
+
+    return ir.StringAttr(computation.operation.attributes["sym_name"]).value
+
+
+def _fingerprint_proto(proto: bytes) -> str | None:
+    try:
+        return graph_fingerprint(from_proto_bytes(proto, "jax:optimized"))
+    except Exception:  # a module the fingerprinter cannot read: the hit still counts
+        return None
+
+
+def _int_var(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise ValueError(f"{name}={raw!r}: must be a non-negative integer")
+    return int(raw)
+
+
+def _float_var(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: must be a number of seconds") from None
+    if not 0 < value <= 60:
+        raise ValueError(f"{name}={raw!r}: must be between 0 and 60 seconds")
+    return value
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

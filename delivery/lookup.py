@@ -1,0 +1,188 @@
+"""Where the compiler hook finds tuned configs: the embedded snapshot or the remote service.
+
+Both answer `lookup(key)` with a `Found` (the entry and the store version that served it) or
+None, and raise `StoreUnavailable` when the store cannot answer (missing, corrupt, unreachable,
+slow); the hook then compiles with the defaults. Neither ever raises anything else.
+
+- `EmbeddedStore` reads one version (pinned, or the live one at first use) once per process.
+- `RemoteStore` asks `GET /v1/configs/{key}` with a short timeout, caches answers (hits and
+  misses) for a while, and after a failure stops asking for a while, so a slow or dead service
+  costs one timeout per back-off period, not one per compile.
+"""
+
+from __future__ import annotations
+
+import datetime
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+MAX_RESPONSE_BYTES = 1 << 20
+_ENTRY_FIELDS = {"key": str, "fingerprint": str, "env_key": str, "kind": str, "config": str,
+                 "speedup": float}
+
+
+class StoreUnavailable(Exception):
+    """The store could not answer; the message says why."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """A live entry for a key and the store version that holds it."""
+
+    version: int
+    entry: dict[str, Any]
+
+
+class ConfigSource(Protocol):
+    """What the hook looks keys up in."""
+
+    def lookup(self, key: str) -> Found | None:
+        """The entry for `key`, None when there is none; StoreUnavailable when unknown."""
+        ...
+
+
+class EmbeddedStore:
+    """The store directory of a home, one version read once."""
+
+    def __init__(self, home: Path, version: int | None = None) -> None:
+        self.home, self.pinned = Path(home), version
+        self._lock = threading.Lock()
+        self._loaded: tuple[int, dict[str, dict[str, Any]]] | None = None
+        self._failure: str | None = None
+
+    def lookup(self, key: str) -> Found | None:
+        """The entry for `key` in the snapshot."""
+        version, entries = self._snapshot()
+        entry = entries.get(key)
+        if entry is None or _expired(entry):
+            return None
+        return Found(version, entry)
+
+    def _snapshot(self) -> tuple[int, dict[str, dict[str, Any]]]:
+        with self._lock:
+            if self._loaded is None and self._failure is None:
+                try:
+                    self._loaded = self._read()
+                except Exception as exc:  # corrupt files raise many kinds: all mean "unusable"
+                    self._failure = f"embedded store {self.home / 'store'}: {exc}"
+            if self._failure is not None:
+                raise StoreUnavailable(self._failure)
+            assert self._loaded is not None
+            return self._loaded
+
+    def _read(self) -> tuple[int, dict[str, dict[str, Any]]]:
+        from delivery.store import Store
+
+        store = Store(self.home)
+        version = self.pinned if self.pinned is not None else store.current()
+        if version is None:
+            raise StoreUnavailable(f"no store published under {self.home}")
+        rows = store.entries(version).to_pylist()
+        return version, {row["key"]: row for row in rows}
+
+
+class RemoteStore:
+    """The config service at `url`."""
+
+    def __init__(self, url: str, timeout: float = 0.25, cache_seconds: float = 600.0,
+                 backoff_seconds: float = 30.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"store URL {url!r}: must start with http:// or https://")
+        self.url = url.rstrip("/")
+        self.timeout, self.cache_seconds, self.backoff_seconds = timeout, cache_seconds, backoff_seconds
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, Found | None]] = {}
+        self._down_until = 0.0
+        self._down_reason = ""
+        parts = urllib.parse.urlsplit(self.url)
+        self._https, self._netloc, self._path = parts.scheme == "https", parts.netloc, parts.path
+        self._connections = threading.local()  # one kept-alive connection per thread
+
+    def lookup(self, key: str) -> Found | None:
+        """The service's answer for `key`, from the local cache when fresh."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None and cached[0] > now:
+                return cached[1]
+            if self._down_until > now:
+                raise StoreUnavailable(f"{self._down_reason} (not retried for "
+                                       f"{self._down_until - now:.0f} s)")
+        try:
+            found = self._ask(key)
+        except StoreUnavailable as exc:
+            with self._lock:
+                self._down_until, self._down_reason = time.monotonic() + self.backoff_seconds, str(exc)
+            raise
+        with self._lock:
+            self._cache[key] = (time.monotonic() + self.cache_seconds, found)
+        return found
+
+    def _ask(self, key: str) -> Found | None:
+        try:
+            status, body = self._get(f"{self._path}/v1/configs/{key}")
+        except (http.client.HTTPException, OSError) as exc:
+            self._connections.connection = None
+            reason = "timed out" if isinstance(exc, TimeoutError) else exc
+            raise StoreUnavailable(f"store service {self.url}: {reason}") from None
+        if status == 404:
+            return None
+        if status != 200:
+            raise StoreUnavailable(f"store service {self.url}: HTTP {status}")
+        if len(body) > MAX_RESPONSE_BYTES:
+            raise StoreUnavailable(f"store service {self.url}: answer over {MAX_RESPONSE_BYTES} bytes")
+        found = _parse_answer(body)
+        if found is None:
+            raise StoreUnavailable(f"store service {self.url}: malformed answer for {key}")
+        if found.entry["key"] != key or _expired(found.entry):
+            return None
+        return found
+
+
+    def _get(self, path: str) -> tuple[int, bytes]:
+        connection = getattr(self._connections, "connection", None)
+        if connection is None:
+            kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            connection = self._connections.connection = kind(self._netloc, timeout=self.timeout)
+        connection.request("GET", path, headers={"Accept": "application/json"})
+        response = connection.getresponse()
+        body = response.read(MAX_RESPONSE_BYTES + 1)
+        if response.will_close or len(body) > MAX_RESPONSE_BYTES:
+            connection.close()
+            self._connections.connection = None
+        return response.status, body
+
+
+def _parse_answer(body: bytes) -> Found | None:
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    entry = data.get("entry") if isinstance(data, dict) else None
+    version = data.get("version") if isinstance(data, dict) else None
+    if not isinstance(entry, dict) or not isinstance(version, int) or isinstance(version, bool):
+        return None
+    for name, type_ in _ENTRY_FIELDS.items():
+        value = entry.get(name)
+        if type_ is float and isinstance(value, int) and not isinstance(value, bool):
+            value = entry[name] = float(value)
+        if not isinstance(value, type_):
+            return None
+    if entry.get("expires_at") is not None:
+        try:
+            expires = datetime.datetime.fromisoformat(entry["expires_at"])
+        except (TypeError, ValueError):
+            return None
+        entry["expires_at"] = expires if expires.tzinfo else expires.replace(tzinfo=datetime.UTC)
+    return Found(version, entry)
+
+
+def _expired(entry: dict[str, Any]) -> bool:
+    expires = entry.get("expires_at")
+    return expires is not None and expires <= datetime.datetime.now(datetime.UTC)

@@ -1,0 +1,303 @@
+"""The compiler hook in real JAX jobs run under `fdo run`: configs reach the compiler, outputs
+stay right, every failure of the store or of a config ends in a default compile, and hits land
+where `fdo hits` and profile ingestion read them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import sys
+import urllib.request
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from delivery.store import ENTRIES, Store
+from ingest.environment import store_key
+from processes import fdo, running_server
+
+JOB = str(Path(__file__).with_name("hook_job.py"))
+NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": []}  # observable: no ynn_fusion in the module
+RESULTS = ("jit", "grad", "vmap", "sharded")
+
+
+def run_job(home: Path, *options: str, env: dict | None = None) -> tuple[dict, str]:
+    """Run the job under `fdo run`; returns its JSON output and its stderr."""
+    result = fdo(home, "run", *options, "--", sys.executable, JOB, env=env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
+
+
+def hits(home: Path, job: str) -> list[dict]:
+    result = fdo(home, "hits", "--job", job, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["records"]
+
+
+def import_configs(home: Path, records: list[dict], config: dict, speedup: float = 1.25) -> None:
+    path = home / f"import-{len(list(home.glob('import-*')))}.jsonl"
+    path.write_text("".join(json.dumps({"fingerprint": r["fingerprint"], "env_key": r["env_key"],
+                                        "kind": "graph", "config": config, "speedup": speedup}) + "\n"
+                            for r in records))
+    result = fdo(home, "store", "import", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """A home whose store holds no entry for the job, and the job's default run in it."""
+    home = tmp_path_factory.mktemp("hook") / "home"
+    home.mkdir()
+    unrelated = {"fingerprint": "0" * 32, "env_key": "0" * 32, "kind": "graph", "config": NO_YNN,
+                 "speedup": 1.1}
+    (home / "unrelated.jsonl").write_text(json.dumps(unrelated) + "\n")
+    assert fdo(home, "store", "import", str(home / "unrelated.jsonl")).returncode == 0
+    output, _ = run_job(home, "--job-id", "default")
+    records = hits(home, "default")
+    return home, output, records
+
+
+def assert_same_numbers(a: dict, b: dict) -> None:
+    for name in RESULTS:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-4, err_msg=name)
+
+
+def test_default_run_looks_up_every_compile(baseline):
+    home, output, records = baseline
+    assert output["ynn"] is True
+    assert {r["outcome"] for r in records} == {"miss"}
+    names = {r["module_name"] for r in records}
+    assert {"jit_layer", "jit_loss"} <= names
+    layer_keys = {r["key"] for r in records if r["module_name"] == "jit_layer"}
+    assert len(layer_keys) >= 3  # plain, vmapped and sharded layer are three programs
+
+
+def test_imported_config_reaches_the_compiler_for_jit_grad_vmap_and_sharded(baseline, tmp_path):
+    home, default_output, default_records = baseline
+    tuned = tmp_path / "home"
+    shutil.copytree(home, tuned)
+    import_configs(tuned, default_records, NO_YNN)
+    output, _ = run_job(tuned, "--job-id", "tuned")
+    assert output["ynn"] is False  # the config changed what XLA generated
+    assert_same_numbers(output, default_output)
+    records = hits(tuned, "tuned")
+    assert {r["outcome"] for r in records} == {"applied"}
+    assert {r["key"] for r in records} == {r["key"] for r in default_records}
+    version = Store(tuned).current()
+    for record in records:
+        assert record["config_version"] == version and record["expected_speedup"] == 1.25
+        assert json.loads(record["config"]) == NO_YNN
+        assert record["optimized_fingerprint"] and record["hook_seconds"] >= 0
+
+    # Rollback to the version before the import: the job compiles with the defaults again.
+    assert fdo(tuned, "store", "rollback", str(version - 1)).returncode == 0
+    output, _ = run_job(tuned, "--job-id", "rolled-back")
+    assert output["ynn"] is True
+    assert {r["outcome"] for r in hits(tuned, "rolled-back")} == {"miss"}
+
+
+def test_persistent_cache_never_hands_back_an_executable_with_other_flags(baseline, tmp_path):
+    home, default_output, default_records = baseline
+    tuned = tmp_path / "home"
+    shutil.copytree(home, tuned)
+    cache = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax-cache"),
+             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    assert run_job(tuned, env=cache)[0]["ynn"] is True  # fills the cache with default executables
+    import_configs(tuned, default_records, NO_YNN)
+    assert run_job(tuned, env=cache)[0]["ynn"] is False
+    assert run_job(tuned, env=cache)[0]["ynn"] is False  # now served from the cache, still tuned
+    version = Store(tuned).current()
+    assert fdo(tuned, "store", "rollback", str(version - 1)).returncode == 0
+    assert run_job(tuned, env=cache)[0]["ynn"] is True
+
+
+def test_a_config_that_fails_to_compile_falls_back_to_the_defaults(baseline, tmp_path):
+    home, default_output, default_records = baseline
+    tuned = tmp_path / "home"
+    shutil.copytree(home, tuned)
+    # Allowlisted and well-typed, but this XLA refuses to split code generation into 0 parts.
+    import_configs(tuned, default_records, {"xla_cpu_parallel_codegen_split_count": 0})
+    output, stderr = run_job(tuned, "--job-id", "fallback")
+    assert_same_numbers(output, default_output)
+    records = hits(tuned, "fallback")
+    assert {r["outcome"] for r in records} == {"fallback"}
+    assert all("tuned compile failed" in r["reason"] for r in records)
+    assert "fallback" in stderr or "tuned compile failed" in stderr
+
+
+def test_a_dump_path_never_arrives_from_the_store(baseline, tmp_path):
+    home, default_output, default_records = baseline
+    tuned = tmp_path / "home"
+    shutil.copytree(home, tuned)
+    dump = tmp_path / "dumped"
+    bad = tmp_path / "bad.jsonl"
+    layer = next(r for r in default_records if r["module_name"] == "jit_layer")
+    bad.write_text(json.dumps({"fingerprint": layer["fingerprint"], "env_key": layer["env_key"],
+                               "kind": "graph", "config": {"xla_dump_to": str(dump)},
+                               "speedup": 2.0}) + "\n")
+    refused = fdo(tuned, "store", "import", str(bad))
+    assert refused.returncode == 2 and "xla_dump_to" in refused.stderr
+
+    # A store written behind the import's back (a forged version with a valid checksum): the
+    # hook checks the allowlist again and compiles with the defaults.
+    forge_version(tuned, layer, {"xla_dump_to": str(dump)})
+    output, stderr = run_job(tuned, "--job-id", "forged")
+    assert output["ynn"] is True and not dump.exists()
+    refused_hits = [r for r in hits(tuned, "forged") if r["outcome"] == "refused"]
+    assert [r["key"] for r in refused_hits] == [layer["key"]]
+    assert "xla_dump_to" in refused_hits[0]["reason"]
+
+
+def test_corrupt_store_leaves_the_job_running_with_defaults(baseline, tmp_path):
+    home, default_output, default_records = baseline
+    tuned = tmp_path / "home"
+    shutil.copytree(home, tuned)
+    import_configs(tuned, default_records, NO_YNN)
+    entries = tuned / "store" / f"v{Store(tuned).current()}" / "entries.parquet"
+    data = bytearray(entries.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    entries.write_bytes(bytes(data))
+    output, stderr = run_job(tuned, "--job-id", "corrupt")
+    assert output["ynn"] is True
+    assert_same_numbers(output, default_output)
+    records = hits(tuned, "corrupt")
+    assert {r["outcome"] for r in records} == {"error"}
+    assert "checksum" in records[0]["reason"] and "checksum" in stderr
+
+
+def test_remote_store_applies_configs_and_an_unreachable_or_silent_one_does_not_break_the_job(
+        baseline, tmp_path):
+    home, default_output, default_records = baseline
+    tuned = tmp_path / "home"
+    shutil.copytree(home, tuned)
+    import_configs(tuned, default_records, NO_YNN)
+    with running_server(tuned) as url:
+        output, _ = run_job(tuned, "--store-url", url, "--job-id", "remote")
+    assert output["ynn"] is False
+    assert_same_numbers(output, default_output)
+    records = hits(tuned, "remote")
+    assert {r["outcome"] for r in records} == {"applied"}
+    assert {r["config_version"] for r in records} == {Store(tuned).current()}
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    output, _ = run_job(tuned, "--store-url", f"http://127.0.0.1:{port}", "--job-id", "unreachable")
+    assert output["ynn"] is True
+    assert {r["outcome"] for r in hits(tuned, "unreachable")} == {"error"}
+
+    with socket.socket() as silent:  # accepts connections, never answers: a hung service
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        output, _ = run_job(tuned, "--store-url", url, "--job-id", "silent",
+                            env={"FDO_STORE_TIMEOUT": "0.2"})
+    assert output["ynn"] is True
+    records = hits(tuned, "silent")
+    assert {r["outcome"] for r in records} == {"error"}
+    assert "timed out" in records[0]["reason"]
+    # One timeout, then the hook backs off instead of waiting at every compile.
+    assert sum(r["hook_seconds"] >= 0.2 for r in records) == 1
+
+
+def test_hits_land_once_and_a_profile_of_a_tuned_job_carries_its_hit(baseline, tmp_path):
+    home, default_output, default_records = baseline
+    tuned = tmp_path / "home"
+    shutil.copytree(home, tuned)
+    import_configs(tuned, default_records, NO_YNN, speedup=1.5)
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "fdo-job.json").write_text(json.dumps({"job_id": "traced", "team": "search", "chips": 2}))
+    run_job(tuned, "--job-id", "traced", env={"TRACE_DIR": str(trace)})
+    spool = tuned / "spool" / "hits"
+    with open(next(spool.glob("*.jsonl")), "a") as handle:
+        handle.write('{"outcome": "applied", "at": "yesterday"}\n')  # a bad line: quarantined
+
+    landed = fdo(tuned, "ingest", "hits", "--json")
+    assert landed.returncode == 3, landed.stderr  # landed, with a line quarantined
+    report = json.loads(landed.stdout)
+    assert report["rows"] > 0 and len(report["quarantined"]) == 1
+    assert "at must be an ISO 8601 time" in report["quarantined"][0]["reason"]
+    before = hits(tuned, "traced")
+    again = json.loads(fdo(tuned, "ingest", "hits", "--json").stdout)
+    assert again["rows"] == 0 and hits(tuned, "traced") == before
+
+    result = fdo(tuned, "ingest", "profiles", str(trace), "--json")
+    assert result.returncode == 0, result.stderr
+    rows = duckdb.sql(
+        f"select fingerprint, config_key, config_version, expected_speedup, chip_seconds "
+        f"from read_parquet('{tuned}/warehouse/graph_runs/*/*.parquet') where job_id = 'traced'"
+    ).fetchall()
+    layer = next(r for r in before if r["module_name"] == "jit_layer" and r["outcome"] == "applied")
+    tuned_rows = [r for r in rows if r[1] is not None]
+    assert tuned_rows, rows
+    assert {(r[0], r[1], r[2], r[3]) for r in tuned_rows} >= {
+        (layer["fingerprint"], layer["key"], Store(tuned).current(), 1.5)}
+
+
+def forge_version(home: Path, record: dict, config: dict) -> None:
+    """Publish a version the way only someone with write access to the files could: checksum and
+    all, but with a config the store's own checks would refuse."""
+    from delivery import store as store_module
+
+    store = Store(home)
+    live = store.entries()
+    row = {name: None for name in ENTRIES.names}
+    row.update(key=store_key(record["fingerprint"], record["env_key"]), fingerprint=record["fingerprint"],
+               env_key=record["env_key"], kind="graph", speedup=2.0, provenance="import",
+               config=json.dumps(config), source="forged")
+    entries = pa.concat_tables([live, pa.Table.from_pylist([row], ENTRIES)])
+    version = (store.current() or 0) + 1
+    directory = store.root / f"v{version}"
+    directory.mkdir()
+    sink = pa.BufferOutputStream()
+    pq.write_table(entries, sink)
+    data = sink.getvalue().to_pybytes()
+    (directory / "entries.parquet").write_bytes(data)
+    manifest = {"version": version, "parent": version - 1, "created": "2026-01-01T00:00:00+00:00",
+                "checksum": store_module._checksum(data), "counts": {"graph": entries.num_rows},
+                "compiler_versions": [], "reason": "forged"}
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    (store.root / "CURRENT").write_text(f"{version}\n")
+
+
+def test_embedded_snapshot_is_read_once_and_can_be_pinned(tmp_path):
+    from delivery.lookup import EmbeddedStore
+    from delivery.store import merge_entries, read_import
+
+    entry = {"fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph", "config": NO_YNN,
+             "speedup": 1.3}
+    (tmp_path / "one.jsonl").write_text(json.dumps(entry) + "\n")
+    store = Store(tmp_path)
+    first = store.update(lambda live: merge_entries(live, read_import(tmp_path / "one.jsonl")), "one")
+    key = store_key("1" * 32, "2" * 32)
+    running = EmbeddedStore(tmp_path)
+    assert running.lookup(key).version == first
+    store.update(lambda live: live.slice(0, 0), "empty")
+    assert running.lookup(key).entry["speedup"] == 1.3  # a job keeps the version it started with
+    assert EmbeddedStore(tmp_path).lookup(key) is None
+    assert EmbeddedStore(tmp_path, version=first).lookup(key).version == first
+
+
+def test_remote_lookups_are_cached_hits_and_misses_alike(tmp_path):
+    from delivery.lookup import RemoteStore
+
+    entry = {"fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph", "config": NO_YNN,
+             "speedup": 1.3}
+    (tmp_path / "one.jsonl").write_text(json.dumps(entry) + "\n")
+    assert fdo(tmp_path, "store", "import", str(tmp_path / "one.jsonl")).returncode == 0
+    hit, miss = store_key("1" * 32, "2" * 32), "f" * 32
+    with running_server(tmp_path) as url:
+        remote = RemoteStore(url, timeout=5.0)
+        for _ in range(3):
+            assert remote.lookup(hit).entry["speedup"] == 1.3
+            assert remote.lookup(miss) is None
+        with urllib.request.urlopen(f"{url}/v1/metrics") as response:
+            metrics = json.loads(response.read())
+    assert metrics["lookups"] == 2 and metrics["hits"] == 1 and metrics["misses"] == 1
