@@ -1,45 +1,115 @@
-"""`fdo deliver`: fold accepted tuning results into the next store version.
+"""`fdo deliver`: fold accepted tuning results into the next store version, as a Beam job.
 
 Per store key, the best verified result wins: accepted (numerics ok, and the fresh interval's
-lower bound above the noise band), highest lower bound first. It replaces the live entry of the
-same key; every other entry carries over. Nothing new, no new version.
+lower bound above the noise band), highest lower bound first. The Beam pipeline reads
+`tuning_results` as Arrow tables, keeps the accepted rows and combines them to the best per key
+(vectorized, as ranking does); its output is staged as one Parquet file, and the driver then
+publishes it over the live entries with the store's optimistic update: the entry of the same key
+is replaced, every other entry carries over. Nothing new, no new version.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
+import tempfile
 from pathlib import Path
+from typing import Iterable
 
+import apache_beam as beam
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from delivery.store import DEFAULT_TTL, ENTRIES, Store, merge_entries
 from ingest.environment import store_key
-from ingest.warehouse import Warehouse
+from ranking.beam_io import ReadPartitions, partition_files, pipeline_options
 from tuner.tables import TUNING_RESULTS
 
 NOISE_BAND = 0.01
+_COLUMNS = ["task_id", "kind", "fingerprint", "env_key", "config", "speedup", "ci_low", "ci_high",
+            "numerics_ok", "compiler_version", "accepted"]
 
 
-def accepted_entries(home: Path, ttl: datetime.timedelta = DEFAULT_TTL) -> pa.Table:
-    """The best accepted tuning result per store key, as store entries."""
-    best: dict[str, dict] = {}
-    for row in Warehouse(home).read(TUNING_RESULTS).to_pylist():
-        if not (row["accepted"] and row["numerics_ok"] and (row["ci_low"] or 0) > 1 + NOISE_BAND):
-            continue
-        key = store_key(row["fingerprint"], row["env_key"])
-        if key not in best or row["ci_low"] > best[key]["ci_low"]:
-            measured = datetime.datetime.combine(row["dt"], datetime.time(), datetime.UTC)
-            best[key] = {"key": key, "fingerprint": row["fingerprint"], "env_key": row["env_key"],
-                         "kind": row["kind"], "speedup": row["speedup"], "expires_at": measured + ttl,
-                         "provenance": "tuner", "config": row["config"], "ci_low": row["ci_low"],
-                         "ci_high": row["ci_high"], "compiler_version": row["compiler_version"],
-                         "measured_at": measured, "source": row["task_id"]}
-    return pa.Table.from_pylist(list(best.values()), ENTRIES)
+class BestPerKey(beam.CombineFn):
+    """The entry with the highest interval lower bound per store key, over tables of entries."""
+
+    def create_accumulator(self) -> pa.Table:
+        return ENTRIES.empty_table()
+
+    def add_input(self, best: pa.Table, entries: pa.Table) -> pa.Table:
+        return best_per_key(pa.concat_tables([best, entries]))
+
+    def merge_accumulators(self, accumulators: Iterable[pa.Table]) -> pa.Table:
+        return best_per_key(pa.concat_tables(list(accumulators)))
+
+    def extract_output(self, best: pa.Table) -> pa.Table:
+        return best
 
 
-def deliver(home: Path) -> int | None:
+def best_per_key(entries: pa.Table) -> pa.Table:
+    """One row per key: the highest ci_low (ties: the later task id), in key order."""
+    if entries.num_rows == 0:
+        return entries
+    ordered = entries.sort_by([("key", "ascending"), ("ci_low", "descending"), ("source", "descending")])
+    keys = ordered.column("key")
+    first = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1)).combine_chunks()
+    return ordered.filter(pa.concat_arrays([pa.array([True]), first]))
+
+
+def accepted_as_entries(results: pa.Table, ttl: datetime.timedelta = DEFAULT_TTL) -> pa.Table:
+    """The accepted rows of a `tuning_results` table (with `dt`) as store entries."""
+    keep = pc.and_(pc.and_(results.column("accepted"), pc.fill_null(results.column("numerics_ok"), False)),
+                   pc.greater(pc.fill_null(results.column("ci_low"), 0.0), 1 + NOISE_BAND))
+    rows = results.filter(keep)
+    measured = pc.cast(rows.column("dt").cast(pa.timestamp("s")), pa.timestamp("us", tz="UTC"))
+    keys = [store_key(f, e) for f, e in zip(rows.column("fingerprint").to_pylist(),
+                                           rows.column("env_key").to_pylist())]
+    return pa.table({
+        "key": pa.array(keys, pa.string()), "fingerprint": rows.column("fingerprint"),
+        "env_key": rows.column("env_key"), "kind": rows.column("kind"),
+        "speedup": rows.column("speedup"),
+        "expires_at": pc.add(measured, pa.scalar(ttl, pa.duration("us"))),
+        "provenance": pa.repeat(pa.scalar("tuner"), rows.num_rows),
+        "config": rows.column("config"), "ci_low": rows.column("ci_low"),
+        "ci_high": rows.column("ci_high"), "compiler_version": rows.column("compiler_version"),
+        "measured_at": measured, "source": rows.column("task_id"),
+    }).cast(ENTRIES)
+
+
+def build_deliver_pipeline(pipeline: beam.Pipeline, files: list[str], staged: str) -> None:
+    """Add to `pipeline`: read `files` of tuning_results, best accepted entry per key, staged
+    as Parquet at `staged`."""
+    (pipeline
+     | "Read tuning_results" >> ReadPartitions(files, _COLUMNS, lambda t: accepted_as_entries(_plain(t)))
+     | "Best per key" >> beam.CombineGlobally(BestPerKey())
+     | "Stage" >> beam.Map(_stage, staged))
+
+
+def deliver(home: Path, beam_args: Iterable[str] = ()) -> int | None:
     """Publish the accepted results not yet live; returns the new version (None: no change)."""
-    new = accepted_entries(home)
+    home = Path(home)
+    files = partition_files(str(home / "warehouse"), TUNING_RESULTS, None, None)
+    if not files:
+        return None
+    (home / "delivery").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=home / "delivery", prefix=".run-") as run:
+        staged = os.path.join(run, "accepted.parquet")
+        with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
+            build_deliver_pipeline(pipeline, files, staged)
+        new = pq.read_table(staged).cast(ENTRIES)
     if new.num_rows == 0:
         return None
     return Store(home).update(lambda live: merge_entries(live, new), "deliver")
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """The reader hands strings as dictionary arrays; entries hold plain strings."""
+    return pa.table({name: (column.cast(pa.string()) if pa.types.is_dictionary(column.type) else column)
+                     for name, column in zip(table.column_names, table.columns)})
+
+
+def _stage(entries: pa.Table, path: str) -> None:
+    tmp = f"{path}.tmp"
+    pq.write_table(entries, tmp)
+    os.replace(tmp, path)

@@ -261,7 +261,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_deliver(args: argparse.Namespace) -> int:
     from delivery.deliver import deliver
 
-    version = deliver(default_home())
+    version = deliver(default_home(), args.beam_args)
     if args.json:
         _print_json({"version": version})
     else:
@@ -445,9 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_tune)
 
-    p = sub.add_parser("deliver", help="publish accepted tuning results as a new store version")
+    p = sub.add_parser("deliver", help="publish accepted tuning results as a new store version (Beam)",
+                       epilog=beam_note)
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=cmd_deliver)
+    p.set_defaults(run=cmd_deliver, takes_beam_args=True)
 
     p = sub.add_parser("store", help="the versioned config store")
     p.add_argument("action", choices=["versions", "show", "diff", "rollback", "export", "import"])

@@ -115,3 +115,12 @@ def test_deliver_publishes_the_best_accepted_result_once(tmp_path):
     assert json.loads(entry["config"]) == {"xla_cpu_use_xnnpack": True}
     assert deliver(home) is None  # nothing new: no new version
     assert merge_entries(Store(home).entries(), Store(home).entries()).num_rows == 1
+
+    # A better result in another partition (another file, read by another worker) wins.
+    yesterday = today - datetime.timedelta(days=1)
+    better = {**rows[1], "dt": yesterday, "task_id": "t4", "ci_low": 1.25}
+    Warehouse(home).append(TUNING_RESULTS, pa.Table.from_pylist([better], TUNING_RESULTS.schema), "more")
+    assert deliver(home, ["--direct_running_mode=in_memory"]) == 2
+    [entry] = Store(home).entries().to_pylist()
+    assert entry["source"] == "t4" and entry["measured_at"].date() == yesterday
+    assert entry["expires_at"] - entry["measured_at"] == datetime.timedelta(days=30)
