@@ -369,6 +369,40 @@ def cmd_hits(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_nightly(args: argparse.Namespace) -> int:
+    import datetime
+
+    from pipelines.nightly import NightlySettings, run_nightly
+
+    settings = NightlySettings(
+        date=datetime.date.fromisoformat(args.date) if args.date else datetime.date.today(),
+        inbox=tuple(Path(p) for p in args.inbox), window_days=args.window_days, top=args.top,
+        tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
+        validate_minutes=args.validate_minutes, beam_args=tuple(args.beam_args), force=args.force)
+    report = run_nightly(default_home(), settings, progress=not args.json)
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        for stage in report.stages:
+            detail = stage.error.splitlines()[0] if stage.error else json.dumps(stage.counts)
+            print(f"{report.date} {stage.stage:<9} {stage.status:<8} {stage.seconds:7.1f} s  {detail}")
+        if all(s.status == "skipped" for s in report.stages):
+            print(f"{report.date}: finished before; nothing to do (--force runs it again)")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    import shlex
+
+    from pipelines.scheduler import SchedulerSettings, run_scheduler
+
+    settings = SchedulerSettings(cron=args.cron, misfire_grace_minutes=args.misfire_grace_minutes,
+                                 nightly_args=tuple(shlex.split(args.nightly_args)),
+                                 validate_every_minutes=args.validate_every_minutes,
+                                 validate_budget_minutes=args.validate_budget_minutes)
+    return run_scheduler(default_home(), settings)
+
+
 def _json_rows(table: Any) -> list[dict]:
     return [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
             for row in table.to_pylist()]
@@ -464,6 +498,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-file", help="file holding the bearer token for writes (or FDO_TOKEN)")
     p.set_defaults(run=cmd_serve)
 
+    p = sub.add_parser("nightly", help="one turn of the loop for a date: ingest, rank, tune, deliver, "
+                       "validate, savings", epilog=beam_note)
+    p.add_argument("--date", help="YYYY-MM-DD (default: today)")
+    p.add_argument("--inbox", action="append", default=[],
+                   help="where drops, traces and dumps arrive (repeat; default HOME/inbox)")
+    p.add_argument("--window-days", type=int, default=7)
+    p.add_argument("--top", type=int, default=3, help="graphs to tune")
+    p.add_argument("--tune-evals", type=int, default=24, help="evaluations per graph")
+    p.add_argument("--tune-minutes", type=float, default=20.0, help="budget of the tune stage")
+    p.add_argument("--validate-minutes", type=float, default=10.0, help="budget of the validator")
+    p.add_argument("--force", action="store_true", help="run every stage again for a finished date")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_nightly, takes_beam_args=True)
+
+    p = sub.add_parser("scheduler", help="the daemon: fdo nightly on a cron, the validator on an interval")
+    p.add_argument("--cron", default="0 2 * * *",
+                   help="when the nightly run starts, crontab in UTC (6 fields: seconds first)")
+    p.add_argument("--misfire-grace-minutes", type=float, default=360.0,
+                   help="a run missed while the daemon was down still runs within this time")
+    p.add_argument("--nightly-args", default="", help="arguments for each fdo nightly, quoted")
+    p.add_argument("--validate-every-minutes", type=float, default=None,
+                   help="also run the validator on this interval")
+    p.add_argument("--validate-budget-minutes", type=float, default=10.0)
+    p.set_defaults(run=cmd_scheduler)
+
     p = sub.add_parser("run", help="run a program with the compiler hook on (FDO_HOOK=1)")
     p.add_argument("--store-url", help="ask this config service (default: the store under --home)")
     p.add_argument("--store-version", type=int, help="pin this store version")
@@ -488,10 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fdo` console script."""
-    from delivery.store import StoreError
-    from ingest.hlo_module import HloLoadError
+    from pipelines.nightly import LockHeld
     from tuner.compile import CompileError
-    from tuner.flags import FlagError
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -503,9 +560,13 @@ def main(argv: list[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
-    except (HloLoadError, FlagError, CompileError, KeyError, StoreError) as exc:
+    # Bad input of every stage (HloLoadError, FlagError, StoreError, bad dates...) is a ValueError.
+    except (CompileError, KeyError, ValueError) as exc:
         print(f"fdo {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except LockHeld as exc:
+        print(f"fdo {args.command}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print(f"fdo {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -34,7 +34,7 @@ def pipeline_options(beam_args: Iterable[str] = ()) -> PipelineOptions:
     args = list(beam_args)
     given = {a.split("=", 1)[0] for a in args}
     defaults = [a for a in DEFAULT_OPTIONS if a.split("=", 1)[0] not in given]
-    if any(a.startswith("--runner") for a in args):
+    if any(a.startswith(("--runner", "--direct_running_mode")) for a in args):
         defaults = [a for a in defaults if not a.startswith("--direct")]
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
     return PipelineOptions(defaults + args)

@@ -1,0 +1,226 @@
+"""`fdo nightly`: one turn of the loop for a date: ingest, rank, tune, deliver, validate, savings.
+
+Each stage appends a row to the `runs` ledger when it ends, done or failed, with its timings and
+counts. A date whose stages are all done is not redone; a run that failed or was killed resumes
+at the first stage not done. That is safe because every stage is idempotent on its own:
+ingestion skips inputs it has (markers), ranking and savings replace the date's rows, a tuning
+task resumes from its journal and lands once, deliver and validate publish only a change.
+One run at a time per home: a lock file held by the process (the OS drops it if it dies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.warehouse import Warehouse
+from pipelines.tables import RUNS
+
+STAGES = ("ingest", "rank", "tune", "deliver", "validate", "savings")
+
+
+class LockHeld(RuntimeError):
+    """Another process holds the lock; the message names it."""
+
+
+@dataclass(frozen=True)
+class NightlySettings:
+    """What one nightly run does and how much it may spend."""
+
+    date: datetime.date
+    inbox: tuple[Path, ...] = ()  # where drops, traces and dumps arrive (default: HOME/inbox)
+    window_days: int = 7
+    top: int = 3  # graphs to tune
+    tune_evals: int = 24  # per graph
+    tune_minutes: float = 20.0  # for the whole stage
+    validate_minutes: float = 10.0
+    beam_args: tuple[str, ...] = ()
+    force: bool = False  # run every stage again, even for a finished date
+
+
+@dataclass
+class StageResult:
+    """One stage of a run: what it did, or why it failed, or that it was done before."""
+
+    stage: str
+    status: str  # 'done', 'failed' or 'skipped' (done by an earlier attempt)
+    seconds: float = 0.0
+    counts: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class NightlyReport:
+    """A nightly run, stage by stage."""
+
+    date: str
+    stages: list[StageResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every stage is done."""
+        return all(s.status in ("done", "skipped") for s in self.stages) and len(self.stages) == len(STAGES)
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict."""
+        return {"date": self.date, "ok": self.ok, "stages": [s.__dict__ for s in self.stages]}
+
+
+def run_nightly(home: Path, settings: NightlySettings, progress: bool = False) -> NightlyReport:
+    """Run the stages of `settings.date` not yet done, in order; stops at the first failure."""
+    home = Path(home)
+    report = NightlyReport(settings.date.isoformat())
+    with exclusive_lock(home / "pipelines" / "nightly.lock", "nightly run"):
+        ledger = _ledger(home, settings.date)
+        for stage in STAGES:
+            attempts = ledger.get(stage, [])
+            if "done" in attempts and not settings.force:
+                report.stages.append(StageResult(stage, "skipped"))
+                continue
+            result = _run_stage(stage, home, settings, progress)
+            _record(home, settings.date, result, len(attempts) + 1)
+            report.stages.append(result)
+            if result.status == "failed":
+                break
+    return report
+
+
+def ledger_rows(home: Path, date: datetime.date | None = None) -> pa.Table:
+    """The run ledger, of one date or all."""
+    runs = Warehouse(home).read(RUNS)
+    if date is not None:
+        runs = runs.filter(pc.equal(runs.column("dt"), pa.scalar(date, pa.date32())))
+    return runs.sort_by([("dt", "ascending"), ("started_at", "ascending")])
+
+
+def _run_stage(stage: str, home: Path, settings: NightlySettings, progress: bool) -> StageResult:
+    started = time.perf_counter()
+    try:
+        counts = _STAGE_FUNCTIONS[stage](home, settings, progress)
+    except Exception as exc:  # a failed stage is recorded and ends the run; the next run resumes
+        error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        return StageResult(stage, "failed", time.perf_counter() - started, {}, error)
+    return StageResult(stage, "done", time.perf_counter() - started, counts)
+
+
+def _ingest(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+    from ingest.hits import ingest_hits
+    from ingest.profiles import ingest_profiles
+    from ingest.symbols import ingest_symbols
+
+    inbox = [p for p in (settings.inbox or (home / "inbox",)) if p.exists()]
+    spooled = home / "spool" / "symbols"
+    symbol_paths = inbox + ([spooled] if spooled.exists() else [])
+    symbols = ingest_symbols(symbol_paths, home, progress) if symbol_paths else None
+    profiles = ingest_profiles(inbox, home, progress) if inbox else None
+    hits = ingest_hits(home)
+    return {"modules": symbols.modules if symbols else 0,
+            "graph_runs": profiles.graph_runs if profiles else 0,
+            "op_runs": profiles.op_runs if profiles else 0, "hits": hits.rows,
+            "quarantined": len((symbols.quarantined if symbols else []) +
+                               (profiles.quarantined if profiles else []) + hits.quarantined)}
+
+
+def _rank(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+    from ranking.rank import RankSettings, rank
+
+    candidates, _ = rank(home, RankSettings(date=settings.date, window_days=settings.window_days),
+                         settings.beam_args)
+    kinds = candidates.column("kind").to_pylist()
+    return {"graph_candidates": kinds.count("graph"), "op_candidates": kinds.count("op")}
+
+
+def _tune(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+    from tuner.candidates import tunable_candidates
+    from tuner.tune import TuneSettings, tune_module
+
+    deadline = time.monotonic() + 60 * settings.tune_minutes
+    tasks = tunable_candidates(home, settings.top)
+    counts = {"tasks": len(tasks), "tuned": 0, "accepted": 0, "out_of_budget": 0}
+    for index, (_, module, env_key) in enumerate(tasks):
+        left = (deadline - time.monotonic()) / 60
+        if left <= 0:
+            counts["out_of_budget"] = len(tasks) - index
+            break
+        share = left / (len(tasks) - index)
+        result = tune_module(module, home, TuneSettings(budget_evals=settings.tune_evals,
+                                                        budget_minutes=share),
+                             env_key=env_key, progress=progress)
+        counts["tuned"] += 1
+        counts["accepted"] += result.status == "accepted"
+    return counts
+
+
+def _deliver(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+    from delivery.deliver import deliver
+
+    return {"version": deliver(home, settings.beam_args)}
+
+
+def _validate(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+    from validator.validate import ValidateSettings, validate
+
+    return validate(home, ValidateSettings(budget_minutes=settings.validate_minutes),
+                    progress=progress).to_json()
+
+
+def _savings(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+    from ranking.savings import savings
+
+    first = settings.date - datetime.timedelta(days=settings.window_days - 1)
+    rows = savings(home, first, settings.date, settings.beam_args)
+    return {"rows": rows.num_rows,
+            "chip_hours_saved": round((pc.sum(rows.column("chip_seconds_saved")).as_py() or 0.0) / 3600, 3)}
+
+
+_STAGE_FUNCTIONS: dict[str, Callable[[Path, NightlySettings, bool], dict[str, Any]]] = {
+    "ingest": _ingest, "rank": _rank, "tune": _tune, "deliver": _deliver, "validate": _validate,
+    "savings": _savings,
+}
+
+
+def _ledger(home: Path, date: datetime.date) -> dict[str, list[str]]:
+    """Stage -> statuses of its earlier attempts for `date`."""
+    found: dict[str, list[str]] = {}
+    for row in ledger_rows(home, date).select(["stage", "status"]).to_pylist():
+        found.setdefault(row["stage"], []).append(row["status"])
+    return found
+
+
+def _record(home: Path, date: datetime.date, result: StageResult, attempt: int) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    row = {"dt": date, "stage": result.stage, "attempt": attempt, "status": result.status,
+           "started_at": now - datetime.timedelta(seconds=result.seconds), "seconds": result.seconds,
+           "counts": json.dumps(result.counts, sort_keys=True, default=str), "error": result.error}
+    Warehouse(home).append(RUNS, pa.Table.from_pylist([row], RUNS.schema), f"{result.stage}-{attempt}")
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, what: str) -> Iterator[None]:
+    """Hold `path` locked for the block, or raise LockHeld at once. The OS releases the lock
+    when the process dies, so a crash never leaves a stale lock behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise LockHeld(f"another {what} holds {path} (pid {handle.read().strip() or '?'})") from None
+        handle.truncate(0)
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
