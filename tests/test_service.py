@@ -4,63 +4,19 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 from ingest.environment import store_key
+from tests.serving import call, running_server
 
 TOKEN = "s3cret-token"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def server(tmp_path):
-    port = _free_port()
-    env = {**os.environ, "FDO_TOKEN": TOKEN}
-    process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--home", str(tmp_path / "home"),
-                                "serve", "--port", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(f"{base}/v1/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield base
-    process.terminate()
-    process.wait(timeout=10)
-
-
-def call(url: str, body: bytes | None = None, token: str | None = None,
-         headers: dict | None = None) -> tuple[int, dict | bytes, dict]:
-    request = urllib.request.Request(url, data=body, headers=headers or {},
-                                     method="POST" if body is not None else "GET")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            data = response.read()
-            status, head = response.status, dict(response.headers)
-    except urllib.error.HTTPError as error:
-        data, status, head = error.read(), error.code, dict(error.headers)
-    try:
-        return status, json.loads(data), head
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return status, data, head
+    with running_server(tmp_path / "home", {"FDO_TOKEN": TOKEN}) as base:
+        yield base
 
 
 def _line(i: int, config: dict) -> bytes:
