@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def make_store(home: Path, entries: int) -> list[str]:
@@ -88,7 +88,7 @@ def pct(values: list[float], q: float) -> float:
 
 def bench_lookups(entries: int) -> None:
     from delivery.lookup import EmbeddedStore, RemoteStore
-    from processes import running_server
+    from tests.serving import running_server
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)

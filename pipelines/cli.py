@@ -314,6 +314,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from delivery.service import create_app
+    from pipelines.dashboard.routes import dashboard_router
 
     token = os.environ.get("FDO_TOKEN")
     if args.token_file:
@@ -321,8 +322,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not token:
         print("fdo serve: no FDO_TOKEN or --token-file: the store is read-only through this server",
               file=sys.stderr)
-    uvicorn.run(create_app(default_home(), token or None), host=args.host, port=args.port,
-                log_level="warning", access_log=False)
+    app = create_app(default_home(), token or None)
+    app.include_router(dashboard_router(default_home()))  # the dashboards at / and /api/
+    print(f"fdo serve: dashboards at http://{args.host}:{args.port}/", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return EXIT_OK
 
 
@@ -492,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_store)
 
-    p = sub.add_parser("serve", help="the config service (FastAPI on uvicorn)")
+    p = sub.add_parser("serve", help="the config service and the dashboards (FastAPI on uvicorn)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8470)
     p.add_argument("--token-file", help="file holding the bearer token for writes (or FDO_TOKEN)")

@@ -19,7 +19,7 @@ import pytest
 
 from delivery.store import ENTRIES, Store
 from ingest.environment import store_key
-from processes import fdo, running_server
+from tests.serving import fdo, running_server
 
 JOB = str(Path(__file__).with_name("hook_job.py"))
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": []}  # observable: no ynn_fusion in the module

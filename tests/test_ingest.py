@@ -24,7 +24,7 @@ from ingest.fingerprint import fingerprint_module
 from ingest.hlo_module import from_text, load_file
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
 from ingest.warehouse import SchemaError, Warehouse, read_checked
-from processes import fdo
+from tests.serving import fdo
 
 EXIT_QUARANTINED = 3
 

@@ -4,39 +4,19 @@ from __future__ import annotations
 
 import http.client
 import json
-import urllib.error
-import urllib.request
 
 import pytest
 
 from ingest.environment import store_key
-from processes import running_server
+from tests.serving import call, running_server
 
 TOKEN = "s3cret-token"
 
 
 @pytest.fixture
 def server(tmp_path):
-    with running_server(tmp_path / "home", TOKEN) as base:
+    with running_server(tmp_path / "home", {"FDO_TOKEN": TOKEN}) as base:
         yield base
-
-
-def call(url: str, body: bytes | None = None, token: str | None = None,
-         headers: dict | None = None) -> tuple[int, dict | bytes, dict]:
-    request = urllib.request.Request(url, data=body, headers=headers or {},
-                                     method="POST" if body is not None else "GET")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            data = response.read()
-            status, head = response.status, dict(response.headers)
-    except urllib.error.HTTPError as error:
-        data, status, head = error.read(), error.code, dict(error.headers)
-    try:
-        return status, json.loads(data), head
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return status, data, head
 
 
 def _line(i: int, config: dict) -> bytes:

@@ -1,0 +1,80 @@
+"""Test helpers for real processes: the `fdo` command, and `fdo serve` on a free loopback port with a client."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+START_SECONDS = 60  # a loaded machine imports FastAPI, Plotly and the stages slowly
+
+
+def fdo(home: Path, *args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run `fdo --home HOME ARGS...` in a fresh interpreter."""
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_server(home: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """`fdo --home HOME serve` on a free port until the block ends; yields its base URL."""
+    port = free_port()
+    log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server never blocks on it
+    process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--home", str(home), "serve",
+                                "--port", str(port)], env={**os.environ, **(env or {})},
+                               stdout=subprocess.DEVNULL, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        while True:
+            if process.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"fdo serve exited with {process.returncode}: {log.read().decode()}")
+            try:
+                urllib.request.urlopen(f"{base}/v1/health", timeout=1)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"fdo serve did not answer on {base} in {START_SECONDS} s") from None
+                time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+
+
+def call(url: str, body: bytes | None = None, token: str | None = None,
+         headers: dict | None = None) -> tuple[int, dict | list | bytes, dict]:
+    """GET `url` (POST with `body`): status, JSON (or the raw bytes) and headers."""
+    request = urllib.request.Request(url, data=body, headers=headers or {},
+                                     method="POST" if body is not None else "GET")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            data = response.read()
+            status, head = response.status, dict(response.headers)
+    except urllib.error.HTTPError as error:
+        data, status, head = error.read(), error.code, dict(error.headers)
+    try:
+        return status, json.loads(data), head
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return status, data, head
