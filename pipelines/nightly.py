@@ -171,7 +171,7 @@ def _deliver(home: Path, settings: NightlySettings, progress: bool) -> dict[str,
 def _validate(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
     from validator.validate import ValidateSettings, validate
 
-    return validate(home, ValidateSettings(budget_minutes=settings.validate_minutes),
+    return validate(home, settings=ValidateSettings(budget_minutes=settings.validate_minutes),
                     progress=progress).to_json()
 
 
