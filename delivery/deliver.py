@@ -3,6 +3,10 @@
 Per store key, the best verified result wins: accepted (numerics ok, and the fresh interval's
 lower bound above the noise band), highest lower bound first. It replaces the live entry of the
 same key; every other entry carries over. Nothing new, no new version.
+
+Only graph-kind results become entries: a compiler config applies to a whole compile, so an op
+result reaches users folded into the graph-level configs of the graphs that hold the op
+(`tuner.fold`, results with strategy 'fold-ops'), which are graph results like any other.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ def accepted_entries(home: Path, ttl: datetime.timedelta = DEFAULT_TTL) -> pa.Ta
     """The best accepted tuning result per store key, as store entries."""
     best: dict[str, dict] = {}
     for row in Warehouse(home).read(TUNING_RESULTS).to_pylist():
-        if not (row["accepted"] and row["numerics_ok"] and (row["ci_low"] or 0) > 1 + NOISE_BAND):
+        if not (row["kind"] == "graph" and row["accepted"] and row["numerics_ok"]
+                and (row["ci_low"] or 0) > 1 + NOISE_BAND):
             continue
         key = store_key(row["fingerprint"], row["env_key"])
         if key not in best or row["ci_low"] > best[key]["ci_low"]:
