@@ -6,6 +6,10 @@ lower bound above the noise band), highest lower bound first. The Beam pipeline 
 (vectorized, as ranking does); its output is staged as one Parquet file, and the driver then
 publishes it over the live entries with the store's optimistic update: the entry of the same key
 is replaced, every other entry carries over. Nothing new, no new version.
+
+Only graph-kind results become entries: a compiler config applies to a whole compile, so an op
+result reaches users folded into the graph-level configs of the graphs that hold the op
+(`tuner.fold`, results with strategy 'fold-ops'), which are graph results like any other.
 """
 
 from __future__ import annotations
@@ -59,8 +63,9 @@ def best_per_key(entries: pa.Table) -> pa.Table:
 
 def accepted_as_entries(results: pa.Table, ttl: datetime.timedelta = DEFAULT_TTL) -> pa.Table:
     """The accepted rows of a `tuning_results` table (with `dt`) as store entries."""
-    keep = pc.and_(pc.and_(results.column("accepted"), pc.fill_null(results.column("numerics_ok"), False)),
-                   pc.greater(pc.fill_null(results.column("ci_low"), 0.0), 1 + NOISE_BAND))
+    keep = pc.and_(pc.and_(pc.equal(results.column("kind"), "graph"), results.column("accepted")),
+                   pc.and_(pc.fill_null(results.column("numerics_ok"), False),
+                           pc.greater(pc.fill_null(results.column("ci_low"), 0.0), 1 + NOISE_BAND)))
     rows = results.filter(keep)
     measured = pc.cast(rows.column("dt").cast(pa.timestamp("s")), pa.timestamp("us", tz="UTC"))
     keys = [store_key(f, e) for f, e in zip(rows.column("fingerprint").to_pylist(),

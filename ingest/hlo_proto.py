@@ -25,12 +25,20 @@ _SCHEMA: dict[str, list[tuple[str, int, int, int, str | None]]] = {
         ("value", 2, _F.TYPE_STRING, _OPT, None),
     ],
     "FrontendAttributes": [("map", 1, _F.TYPE_MESSAGE, _REP, ".fdo_hlo.StringMapEntry")],
+    # xla.LayoutProto: only the dimension order (op cuts reset layouts to the default).
+    "Layout": [("minor_to_major", 1, _F.TYPE_INT64, _REP, None)],
     "Shape": [
         ("element_type", 2, _F.TYPE_INT32, _OPT, None),
         ("dimensions", 3, _F.TYPE_INT64, _REP, None),
         ("tuple_shapes", 4, _F.TYPE_MESSAGE, _REP, ".fdo_hlo.Shape"),
+        ("layout", 5, _F.TYPE_MESSAGE, _OPT, ".fdo_hlo.Layout"),
     ],
-    "ProgramShape": [("parameter_names", 3, _F.TYPE_STRING, _REP, None)],
+    # Shapes as bytes: re-serializing a module leaves them exactly as XLA wrote them.
+    "ProgramShape": [
+        ("parameters", 1, _F.TYPE_BYTES, _REP, None),
+        ("result", 2, _F.TYPE_BYTES, _OPT, None),
+        ("parameter_names", 3, _F.TYPE_STRING, _REP, None),
+    ],
     "Instruction": [
         ("name", 1, _F.TYPE_STRING, _OPT, None),
         ("opcode", 2, _F.TYPE_STRING, _OPT, None),
@@ -110,11 +118,17 @@ MODULE_IDENTITY_FIELDS = (
 )
 
 
-def _build_classes() -> dict[str, type]:
+# A field's declaration: (name, number, type, label, message type or None).
+FieldSpec = tuple[str, int, int, int, "str | None"]
+
+
+def build_messages(package: str, schema: dict[str, list[FieldSpec]]) -> dict[str, type]:
+    """Message classes for a partial schema of XLA protos (message types named
+    `.<package>.<Name>`); fields left out stay unknown fields, kept byte for byte."""
     fd = descriptor_pb2.FileDescriptorProto(
-        name="fdo_hlo_subset.proto", package="fdo_hlo", syntax="proto3"
+        name=f"{package}_subset.proto", package=package, syntax="proto3"
     )
-    for message_name, fields in _SCHEMA.items():
+    for message_name, fields in schema.items():
         message = fd.message_type.add(name=message_name)
         for field_name, number, field_type, label, type_name in fields:
             field = message.field.add(name=field_name, number=number, type=field_type, label=label)
@@ -123,16 +137,18 @@ def _build_classes() -> dict[str, type]:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
     return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"fdo_hlo.{name}"))
-        for name in _SCHEMA
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
+        for name in schema
     }
 
 
-_CLASSES = _build_classes()
+_CLASSES = build_messages("fdo_hlo", _SCHEMA)
 ModuleProto = _CLASSES["Module"]
 ComputationProto = _CLASSES["Computation"]
 InstructionProto = _CLASSES["Instruction"]
 ShapeProto = _CLASSES["Shape"]
+LayoutProto = _CLASSES["Layout"]
+ProgramShapeProto = _CLASSES["ProgramShape"]
 HloProtoWrapper = _CLASSES["HloProto"]
 GatherDimsProto = _CLASSES["GatherDims"]
 FrontendAttributesProto = _CLASSES["FrontendAttributes"]

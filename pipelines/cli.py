@@ -231,8 +231,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from ingest.hlo_module import load_file
     from tuner.tune import TuneSettings, tune_module
 
-    settings = TuneSettings(budget_evals=args.budget_evals, budget_minutes=args.budget_minutes,
-                            strategy=args.strategy, seed=args.seed)
+    if args.kind == "op":
+        return _tune_ops(args)
+    settings = TuneSettings(budget_evals=args.budget_evals or 40, budget_minutes=args.budget_minutes,
+                            strategy=args.strategy or "evolution", seed=args.seed)
     if args.files:
         tasks = [(str(path), load_file(path), None) for path in args.files]
     else:
@@ -245,17 +247,58 @@ def cmd_tune(args: argparse.Namespace) -> int:
             return EXIT_FAILED
     results = [tune_module(module, default_home(), settings, env_key=env_key, progress=not args.json)
                for _, module, env_key in tasks]
-    args.files = [label for label, _, _ in tasks]
     if args.json:
         payload = [r.to_json() for r in results]
         _print_json(payload[0] if len(payload) == 1 else payload)
     else:
-        for path, r in zip(args.files, results):
-            interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else ""
-            speed = f"{r.speedup:.3f}x {interval}" if r.speedup is not None else ""
-            print(f"{path}: {r.status} {speed} after {r.evaluations} evaluations "
-                  f"({r.measured} timed); config {json.dumps(r.to_json()['config'])}")
+        for (label, _, _), r in zip(tasks, results):
+            _print_tune_result(label, r)
     return EXIT_OK
+
+
+def _tune_ops(args: argparse.Namespace) -> int:
+    """`fdo tune --kind op`: tune the top ranked ops, then fold them into their graphs."""
+    from tuner.candidates import tunable_op_candidates
+    from tuner.fold import fold_graph, graphs_holding
+    from tuner.tune import TuneSettings, tune_op
+
+    if args.files:
+        print("fdo tune --kind op: ops come from the ranking (fdo rank); give no files",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    # Op spaces are small: searched whole unless a budget says otherwise.
+    settings = TuneSettings(budget_evals=args.budget_evals or 200, budget_minutes=args.budget_minutes,
+                            strategy=args.strategy or "exhaustive", seed=args.seed)
+    found = tunable_op_candidates(default_home(), args.top)
+    for reason in found.skipped:
+        print(f"skipped {reason}", file=sys.stderr)
+    if not found.tasks:
+        print("no ranked op candidates that this machine can measure (run fdo rank)",
+              file=sys.stderr)
+        return EXIT_FAILED
+    results = [tune_op(cut, default_home(), settings, env_key=env_key, progress=not args.json)
+               for _, cut, env_key in found.tasks]
+    folds = []
+    if not args.no_fold:
+        graphs = {(graph, env_key) for (_, cut, env_key) in found.tasks
+                  for graph in graphs_holding(default_home(), [cut.fingerprint], env_key)}
+        folds = [(graph, fold) for graph, env_key in sorted(graphs)
+                 if (fold := fold_graph(default_home(), graph, env_key, seed=args.seed)) is not None]
+    if args.json:
+        _print_json({"ops": [r.to_json() for r in results], "folds": [f.to_json() for _, f in folds]})
+    else:
+        for (label, _, _), r in zip(found.tasks, results):
+            _print_tune_result(label, r)
+        for graph, f in folds:
+            _print_tune_result(f"graph {graph[:8]} folded from {len(f.sources)} op results", f)
+    return EXIT_OK
+
+
+def _print_tune_result(label: str, r: Any) -> None:
+    interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else ""
+    speed = f"{r.speedup:.3f}x {interval}" if r.speedup is not None else ""
+    print(f"{label}: {r.status} {speed} after {r.evaluations} evaluations "
+          f"({r.measured} timed); config {json.dumps(r.to_json()['config'])}")
 
 
 def cmd_deliver(args: argparse.Namespace) -> int:
@@ -473,11 +516,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="search compiler flags for HLO modules and verify the best")
     p.add_argument("files", nargs="*", help="HLO modules (unoptimized) to tune; none: the top "
                    "ranked graph candidates this machine can measure")
+    p.add_argument("--kind", choices=["graph", "op"], default="graph",
+                   help="op: tune the top ranked ops (cut out of their graphs), then fold the "
+                   "winners into graph-level configs measured on each whole graph")
     p.add_argument("--top", type=int, default=5, help="without files: how many candidates")
-    p.add_argument("--budget-evals", type=int, default=40)
+    p.add_argument("--budget-evals", type=int, default=None,
+                   help="evaluations per task (default: 40 for graphs, the whole space for ops)")
     p.add_argument("--budget-minutes", type=float, default=None)
-    p.add_argument("--strategy", default="evolution",
-                   choices=["random", "anneal", "evolution", "exhaustive", "model"])
+    p.add_argument("--strategy", default=None,
+                   choices=["random", "anneal", "evolution", "exhaustive", "model"],
+                   help="default: evolution for graphs, exhaustive for ops")
+    p.add_argument("--no-fold", action="store_true", help="with --kind op: tune the ops only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_tune)

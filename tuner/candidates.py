@@ -1,41 +1,57 @@
 """Which ranked candidates this machine can tune, with their HLO from the blob store.
 
-A config is measured on the machine that runs the tuner, so a graph candidate is tunable here
-when it was ranked for this platform and device kind; the result is keyed to the candidate's
-own environment.
+A config is measured on the machine that runs the tuner, so a candidate is tunable here when it
+was ranked for this platform and device kind; the result is keyed to the candidate's own
+environment. A graph candidate brings its unoptimized module. An op candidate brings its kernel
+cut out of an optimized graph that holds it (`tuner.op_cut`), found deterministically: among the
+`ops` rows of (op fingerprint, environment), the graph ranking named (the one that spends the
+most on the op) first, then the earliest sighting, by instruction name and blob.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.blobs import BlobStore
 from ingest.environment import current_environment
 from ingest.hlo_module import HloModule, from_text
-from ingest.tables import GRAPHS
+from ingest.tables import GRAPHS, OPS
 from ingest.warehouse import Warehouse
 from ranking.tables import CANDIDATES
+from tuner.op_cut import OpCut, OpCutError, cut_op
+
+
+@dataclass
+class OpCandidates:
+    """The op candidates to tune, and the ones that could not be cut, with why."""
+
+    tasks: list[tuple[str, OpCut, str]] = field(default_factory=list)  # (label, cut, env_key)
+    skipped: list[str] = field(default_factory=list)
+
+
+def latest_candidates(home: Path, kind: str) -> pa.Table:
+    """The latest ranking's candidates of `kind`, best first."""
+    candidates = Warehouse(home).read(CANDIDATES)
+    if candidates.num_rows == 0:
+        return candidates
+    latest = pc.max(candidates.column("dt"))
+    return candidates.filter(pc.and_(pc.equal(candidates.column("dt"), latest),
+                                     pc.equal(candidates.column("kind"), kind))).sort_by("rank")
 
 
 def tunable_candidates(home: Path, top: int) -> list[tuple[str, HloModule, str]]:
     """(label, module, env_key) of the best-ranked graph candidates of the latest ranking that
     run on this machine's platform and device kind, at most `top`."""
-    warehouse = Warehouse(home)
-    candidates = warehouse.read(CANDIDATES)
-    if candidates.num_rows == 0:
-        return []
-    latest = pc.max(candidates.column("dt"))
-    candidates = candidates.filter(pc.and_(pc.equal(candidates.column("dt"), latest),
-                                           pc.equal(candidates.column("kind"), "graph")))
-    here = current_environment()
-    graphs = {(g["fingerprint"], g["env_key"]): g for g in warehouse.read(GRAPHS).to_pylist()}
+    graphs = _graphs_here(home)
     blobs = BlobStore(home)
     tasks = []
-    for candidate in candidates.sort_by("rank").to_pylist():
+    for candidate in latest_candidates(home, "graph").to_pylist():
         graph = graphs.get((candidate["fingerprint"], candidate["env_key"]))
-        if graph is None or (graph["platform"], graph["device_kind"]) != (here.platform, here.device_kind):
+        if graph is None:
             continue
         module = from_text(blobs.get_text(graph["hlo_blob"]), source=graph["hlo_blob"])
         tasks.append((f"#{candidate['rank']} {graph['module_name']} {candidate['fingerprint'][:8]}",
@@ -43,3 +59,43 @@ def tunable_candidates(home: Path, top: int) -> list[tuple[str, HloModule, str]]
         if len(tasks) == top:
             break
     return tasks
+
+
+def tunable_op_candidates(home: Path, top: int) -> OpCandidates:
+    """The best-ranked op candidates of the latest ranking that run here, cut out of their
+    graphs, at most `top`."""
+    graphs = _graphs_here(home)
+    ops: dict[tuple[str, str], list[dict]] = {}
+    for row in Warehouse(home).read(OPS).to_pylist():
+        ops.setdefault((row["fingerprint"], row["env_key"]), []).append(row)
+    blobs = BlobStore(home)
+    found = OpCandidates()
+    for candidate in latest_candidates(home, "op").to_pylist():
+        key = (candidate["fingerprint"], candidate["env_key"])
+        rows = [r for r in ops.get(key, []) if (r["graph_fingerprint"], r["env_key"]) in graphs]
+        if not rows:
+            continue
+        row = min(rows, key=lambda r: (r["graph_fingerprint"] != candidate["graph_fingerprint"],
+                                       r["dt"], r["name"], r["hlo_blob"]))
+        label = f"#{candidate['rank']} op {row['name']} {candidate['fingerprint'][:8]}"
+        try:
+            cut = cut_op(from_text(blobs.get_text(row["hlo_blob"]), source=row["hlo_blob"]),
+                         row["name"])
+        except OpCutError as exc:
+            found.skipped.append(f"{label}: {exc}")
+            continue
+        if cut.fingerprint != candidate["fingerprint"]:
+            found.skipped.append(f"{label}: kernel {row['name']!r} of {row['hlo_blob']} "
+                                 "fingerprints differently now (compiler or hash changed)")
+            continue
+        found.tasks.append((f"{label} ({cut.kind}, {cut.op_class})", cut, candidate["env_key"]))
+        if len(found.tasks) == top:
+            break
+    return found
+
+
+def _graphs_here(home: Path) -> dict[tuple[str, str], dict]:
+    """The `graphs` rows, by (fingerprint, env_key), of this machine's platform and device kind."""
+    here = current_environment()
+    return {(g["fingerprint"], g["env_key"]): g for g in Warehouse(home).read(GRAPHS).to_pylist()
+            if (g["platform"], g["device_kind"]) == (here.platform, here.device_kind)}

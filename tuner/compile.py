@@ -8,11 +8,35 @@ loads the executable.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.flags import CompilerConfig, to_xla
+from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
+
+from ingest.hlo_proto import build_messages
+from tuner.flags import FLAGS, CompilerConfig, to_xla
+
+# The part of xla.CompileOptionsProto (xla/pjrt/proto/compile_options.proto) and xla.DebugOptions
+# (xla/xla.proto) that says the installed compiler's defaults of the flags below.
+_DEBUG_OPTION_FIELDS = {
+    "xla_cpu_prefer_vector_width": (308, _F.TYPE_INT32, _F.LABEL_OPTIONAL),
+    "xla_cpu_experimental_onednn_fusion_type": (399, _F.TYPE_INT32, _F.LABEL_REPEATED),
+    "xla_cpu_experimental_xnn_fusion_type": (400, _F.TYPE_INT32, _F.LABEL_REPEATED),
+    "xla_cpu_experimental_ynn_fusion_type": (422, _F.TYPE_INT32, _F.LABEL_REPEATED),
+}
+# xla.DebugOptions.LibraryFusionType, by number.
+_LIBRARY_FUSION_TYPES = {1: "DOT", 2: "ELTWISE", 3: "REDUCE", 4: "INDIVIDUAL_DOT",
+                         5: "INDIVIDUAL_CONVOLUTION"}
+_COMPILE_OPTIONS = build_messages("fdo_compile", {
+    "DebugOptions": [(name, number, type_, label, None)
+                     for name, (number, type_, label) in _DEBUG_OPTION_FIELDS.items()],
+    "ExecutableBuildOptions": [("debug_options", 3, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL,
+                                ".fdo_compile.DebugOptions")],
+    "CompileOptions": [("executable_build_options", 3, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL,
+                        ".fdo_compile.ExecutableBuildOptions")],
+})["CompileOptions"]
 
 
 class CompileError(RuntimeError):
@@ -55,6 +79,25 @@ def compile_options(config: CompilerConfig) -> Any:
     return compiler.get_compile_options(
         num_replicas=1, num_partitions=1, env_options_overrides=to_xla(config)
     )
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_defaults() -> tuple[tuple[str, Any], ...]:
+    options = _COMPILE_OPTIONS.FromString(compile_options({}).SerializeAsString())
+    debug = options.executable_build_options.debug_options
+    defaults = []
+    for name in _DEBUG_OPTION_FIELDS:
+        value = getattr(debug, name)
+        if FLAGS[name].type == "repeated_enum":
+            value = tuple(_LIBRARY_FUSION_TYPES.get(number, str(number)) for number in value)
+        defaults.append((name, value))
+    return tuple(defaults)
+
+
+def compiler_defaults() -> CompilerConfig:
+    """The installed compiler's default values of the flags op-level search spaces start
+    from (library routing and vector width), as compile options carry them."""
+    return dict(_compiler_defaults())
 
 
 def check_options(config: CompilerConfig) -> None:

@@ -4,6 +4,13 @@ A space is built from the flag table (`tuner.flags.FLAGS`, the single allowlist 
 the hook enforce too), keeping the flags of the platform that the installed compiler accepts
 per executable. A config is a sparse mapping: flags left out keep the compiler's default, and
 the empty config is the default itself.
+
+Graph level: every such flag (`graph_space`). Op level (`op_space`): the knobs that act on one
+class of kernel (`OP_KNOBS`): the library routing of its fusion types (each library's list
+with the class's types added or taken out, relative to the compiler's default list) and its
+codegen flags, small enough to search exhaustively. A knob the installed compiler cannot take
+per executable (e.g. `xla_llvm_dot_tiling_factor`, a backend extra option) is declared but
+filtered out, like any flag missing from `accepted_flags`.
 """
 
 from __future__ import annotations
@@ -74,6 +81,71 @@ def graph_space(platform: str = "cpu", accepted: frozenset[str] | None = None) -
         if values:
             params.append(Param(spec.name, values))
     return SearchSpace(tuple(params))
+
+
+# The flags that route fusion types to a library (YNNPACK, XNNPACK, oneDNN); a type in none of
+# them is left to XLA's own emitters.
+LIBRARY_FLAGS = ("xla_cpu_experimental_ynn_fusion_type", "xla_cpu_experimental_xnn_fusion_type",
+                 "xla_cpu_experimental_onednn_fusion_type")
+
+
+def library_list(flag: str, members: set[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """A library flag's list of fusion types in the table's order (types the table does not
+    know last, kept so that nothing the compiler defaults to is dropped unseen)."""
+    order = FLAGS[flag].choices
+    return tuple(t for t in order if t in members) + tuple(sorted(set(members) - set(order)))
+
+
+@dataclass(frozen=True)
+class OpKnobs:
+    """What XLA's CPU backend exposes for one class of kernel."""
+
+    routing: tuple[str, ...]  # the library fusion types that decide which library runs it
+    codegen: tuple[str, ...]  # flags that change its generated code
+
+
+# Per op class (see tuner.op_cut.op_class).
+OP_KNOBS: dict[str, OpKnobs] = {
+    "convolution": OpKnobs(("INDIVIDUAL_CONVOLUTION",), ("xla_cpu_prefer_vector_width",)),
+    "dot": OpKnobs(("INDIVIDUAL_DOT", "DOT"),
+                   ("xla_cpu_prefer_vector_width", "xla_llvm_dot_tiling_factor")),
+    "reduce": OpKnobs(("REDUCE",), ("xla_cpu_prefer_vector_width",)),
+    "eltwise": OpKnobs(("ELTWISE",), ("xla_cpu_prefer_vector_width",)),
+    "other": OpKnobs((), ("xla_cpu_prefer_vector_width",)),
+}
+
+# GPU op level: XLA's Triton GEMM tile configs (the fields of xla.AutotuneResult.TritonGemmKey,
+# xla/autotuning.proto), applied per fusion through an autotune-results file rather than flags.
+TRITON_GEMM_SPACE = SearchSpace((
+    Param("block_m", (16, 32, 64, 128, 256)),
+    Param("block_n", (16, 32, 64, 128, 256)),
+    Param("block_k", (16, 32, 64, 128)),
+    Param("split_k", (1, 2, 4, 8, 16)),
+    Param("num_stages", (1, 2, 3, 4)),
+    Param("num_warps", (2, 4, 8, 16)),
+))
+
+
+def op_space(op_class: str, accepted: frozenset[str] | None = None,
+             defaults: CompilerConfig | None = None) -> SearchSpace:
+    """The CPU op-level space of kernels of `op_class`, relative to the compiler's `defaults`
+    (see tuner.compile.compiler_defaults): per library flag, its default list with the class's
+    fusion types added and with them taken out (whichever differs from the default); per codegen
+    flag, its values but the default. Limited to `accepted` flags when given."""
+    knobs, defaults = OP_KNOBS[op_class], defaults or {}
+    params = []
+    for name in LIBRARY_FLAGS if knobs.routing else ():
+        default = set(defaults.get(name, ()))
+        added = library_list(name, default | set(knobs.routing))
+        removed = library_list(name, default - set(knobs.routing))
+        values = tuple(v for v in dict.fromkeys((added, removed)) if set(v) != default)
+        if values:
+            params.append(Param(name, values))
+    for name in knobs.codegen:
+        values = tuple(v for v in values_of(FLAGS[name]) if v != defaults.get(name))
+        if values:
+            params.append(Param(name, values))
+    return SearchSpace(tuple(p for p in params if accepted is None or p.name in accepted))
 
 
 @functools.lru_cache(maxsize=None)
