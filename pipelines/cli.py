@@ -258,9 +258,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def _tune_ops(args: argparse.Namespace) -> int:
     """`fdo tune --kind op`: tune the top ranked ops, then fold them into their graphs."""
-    from tuner.candidates import tunable_op_candidates
-    from tuner.fold import fold_graph, graphs_holding
-    from tuner.tune import TuneSettings, tune_op
+    from tuner.fold import tune_ops_and_fold
+    from tuner.tune import TuneSettings
 
     if args.files:
         print("fdo tune --kind op: ops come from the ranking (fdo rank); give no files",
@@ -269,27 +268,21 @@ def _tune_ops(args: argparse.Namespace) -> int:
     # Op spaces are small: searched whole unless a budget says otherwise.
     settings = TuneSettings(budget_evals=args.budget_evals or 200, budget_minutes=args.budget_minutes,
                             strategy=args.strategy or "exhaustive", seed=args.seed)
-    found = tunable_op_candidates(default_home(), args.top)
-    for reason in found.skipped:
+    done = tune_ops_and_fold(default_home(), args.top, settings, fold=not args.no_fold,
+                             progress=not args.json)
+    for reason in done.skipped:
         print(f"skipped {reason}", file=sys.stderr)
-    if not found.tasks:
+    if not done.tasks:
         print("no ranked op candidates that this machine can measure (run fdo rank)",
               file=sys.stderr)
         return EXIT_FAILED
-    results = [tune_op(cut, default_home(), settings, env_key=env_key, progress=not args.json)
-               for _, cut, env_key in found.tasks]
-    folds = []
-    if not args.no_fold:
-        graphs = {(graph, env_key) for (_, cut, env_key) in found.tasks
-                  for graph in graphs_holding(default_home(), [cut.fingerprint], env_key)}
-        folds = [(graph, fold) for graph, env_key in sorted(graphs)
-                 if (fold := fold_graph(default_home(), graph, env_key, seed=args.seed)) is not None]
     if args.json:
-        _print_json({"ops": [r.to_json() for r in results], "folds": [f.to_json() for _, f in folds]})
+        _print_json({"ops": [r.to_json() for r in done.results],
+                     "folds": [f.to_json() for _, f in done.folds]})
     else:
-        for (label, _, _), r in zip(found.tasks, results):
+        for (label, _, _), r in zip(done.tasks, done.results):
             _print_tune_result(label, r)
-        for graph, f in folds:
+        for graph, f in done.folds:
             _print_tune_result(f"graph {graph[:8]} folded from {len(f.sources)} op results", f)
     return EXIT_OK
 
@@ -423,7 +416,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     settings = NightlySettings(
         date=datetime.date.fromisoformat(args.date) if args.date else datetime.date.today(),
         inbox=tuple(Path(p) for p in args.inbox), window_days=args.window_days, top=args.top,
-        tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
+        top_ops=args.top_ops, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
         validate_minutes=args.validate_minutes, beam_args=tuple(args.beam_args), force=args.force)
     report = run_nightly(default_home(), settings, progress=not args.json)
     if args.json:
@@ -557,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where drops, traces and dumps arrive (repeat; default HOME/inbox)")
     p.add_argument("--window-days", type=int, default=7)
     p.add_argument("--top", type=int, default=3, help="graphs to tune")
+    p.add_argument("--top-ops", type=int, default=2, help="ops to tune, then fold into their graphs")
     p.add_argument("--tune-evals", type=int, default=24, help="evaluations per graph")
     p.add_argument("--tune-minutes", type=float, default=20.0, help="budget of the tune stage")
     p.add_argument("--validate-minutes", type=float, default=10.0, help="budget of the validator")

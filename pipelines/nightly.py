@@ -42,6 +42,7 @@ class NightlySettings:
     inbox: tuple[Path, ...] = ()  # where drops, traces and dumps arrive (default: HOME/inbox)
     window_days: int = 7
     top: int = 3  # graphs to tune
+    top_ops: int = 2  # ops to tune, then fold into their graphs
     tune_evals: int = 24  # per graph
     tune_minutes: float = 20.0  # for the whole stage
     validate_minutes: float = 10.0
@@ -143,22 +144,31 @@ def _rank(home: Path, settings: NightlySettings, progress: bool) -> dict[str, An
 
 def _tune(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
     from tuner.candidates import tunable_candidates
+    from tuner.fold import tune_ops_and_fold
     from tuner.tune import TuneSettings, tune_module
 
     deadline = time.monotonic() + 60 * settings.tune_minutes
     tasks = tunable_candidates(home, settings.top)
-    counts = {"tasks": len(tasks), "tuned": 0, "accepted": 0, "out_of_budget": 0}
+    counts = {"graphs": len(tasks), "tuned": 0, "accepted": 0, "out_of_budget": 0}
+    # Graphs get the stage's budget but what the ops need, split evenly; ops get what is left.
     for index, (_, module, env_key) in enumerate(tasks):
         left = (deadline - time.monotonic()) / 60
         if left <= 0:
             counts["out_of_budget"] = len(tasks) - index
             break
-        share = left / (len(tasks) - index)
+        share = left / (len(tasks) - index + (1 if settings.top_ops else 0))
         result = tune_module(module, home, TuneSettings(budget_evals=settings.tune_evals,
                                                         budget_minutes=share),
                              env_key=env_key, progress=progress)
         counts["tuned"] += 1
         counts["accepted"] += result.status == "accepted"
+    left = (deadline - time.monotonic()) / 60
+    if settings.top_ops and left > 0:
+        ops = tune_ops_and_fold(home, settings.top_ops, TuneSettings(
+            budget_evals=200, budget_minutes=left / settings.top_ops, strategy="exhaustive"),
+            progress=progress)
+        counts.update(ops=len(ops.results), ops_accepted=sum(r.status == "accepted" for r in ops.results),
+                      folds=len(ops.folds), folds_accepted=sum(f.status == "accepted" for _, f in ops.folds))
     return counts
 
 

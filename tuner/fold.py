@@ -167,6 +167,35 @@ def fold_graph(home: Path, graph: str, env_key: str, search: MeasureSettings = S
     return run_task(target, home, settings, env_key)
 
 
+@dataclass
+class OpRound:
+    """One round of op tuning: the ops tuned, then the graphs their results were folded into."""
+
+    skipped: list[str]
+    tasks: list[tuple[str, object, str]]  # (label, cut op, env_key)
+    results: list[TuneResult]
+    folds: list[tuple[str, TuneResult]]  # (graph fingerprint, folded result)
+
+
+def tune_ops_and_fold(home: Path, top: int, settings: TuneSettings, fold: bool = True,
+                      progress: bool = False) -> OpRound:
+    """Tune the `top` ranked ops this machine can measure, then fold the results into each graph
+    that holds one of them (CPU has no per-op channel: this is how op results reach users)."""
+    from tuner.candidates import tunable_op_candidates
+    from tuner.tune import tune_op
+
+    found = tunable_op_candidates(home, top)
+    results = [tune_op(cut, home, settings, env_key=env_key, progress=progress)
+               for _, cut, env_key in found.tasks]
+    folds: list[tuple[str, TuneResult]] = []
+    if fold:
+        graphs = {(graph, env_key) for (_, cut, env_key) in found.tasks
+                  for graph in graphs_holding(home, [cut.fingerprint], env_key)}
+        folds = [(graph, folded) for graph, env_key in sorted(graphs)
+                 if (folded := fold_graph(home, graph, env_key, seed=settings.seed)) is not None]
+    return OpRound(list(found.skipped), list(found.tasks), results, folds)
+
+
 def graphs_holding(home: Path, op_fingerprints: Iterable[str], env_key: str) -> list[str]:
     """The graphs (of `env_key`) that hold any of the ops, in a stable order."""
     wanted = set(op_fingerprints)
