@@ -2,7 +2,8 @@
 
 Per store key, the best verified result wins: accepted (numerics ok, and the fresh interval's
 lower bound above the noise band), highest lower bound first. It replaces the live entry of the
-same key; every other entry carries over. Nothing new, no new version.
+same key; every other entry carries over. A result is delivered once (its task id, the entry's
+`source`, in no version yet), so the validator's decisions stick. Nothing new, no new version.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from delivery.store import DEFAULT_TTL, ENTRIES, Store, merge_entries
 from ingest.environment import store_key
@@ -38,8 +40,13 @@ def accepted_entries(home: Path, ttl: datetime.timedelta = DEFAULT_TTL) -> pa.Ta
 
 
 def deliver(home: Path) -> int | None:
-    """Publish the accepted results not yet live; returns the new version (None: no change)."""
+    """Publish the accepted results never published before; returns the new version (None: no
+    change). A result is delivered once: an entry the validator has since re-validated,
+    invalidated or let expire, or that a rollback removed, is not brought back by its old result."""
+    store = Store(home)
     new = accepted_entries(home)
+    published = pa.array(sorted(store.sources()), pa.string())
+    new = new.filter(pc.invert(pc.is_in(new.column("source"), value_set=published)))
     if new.num_rows == 0:
         return None
-    return Store(home).update(lambda live: merge_entries(live, new), "deliver")
+    return store.update(lambda live: merge_entries(live, new), "deliver")

@@ -203,7 +203,7 @@ class Warehouse:
         removed = 0
         for path in self.root.glob(f"*/{PARTITION}=*/*{_TMP_MARK}*"):
             pid = path.name.rsplit(_TMP_MARK, 1)[1]
-            if pid.isdigit() and _alive(int(pid)):
+            if pid.isdigit() and process_alive(int(pid)):
                 continue
             path.unlink(missing_ok=True)
             removed += 1
@@ -301,7 +301,8 @@ def _fsync(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process of this pid runs on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
