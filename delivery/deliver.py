@@ -5,7 +5,10 @@ lower bound above the noise band), highest lower bound first. The Beam pipeline 
 `tuning_results` as Arrow tables, keeps the accepted rows and combines them to the best per key
 (vectorized, as ranking does); its output is staged as one Parquet file, and the driver then
 publishes it over the live entries with the store's optimistic update: the entry of the same key
-is replaced, every other entry carries over. Nothing new, no new version.
+is replaced, every other entry carries over. A result is delivered once (its task id, the
+entry's `source`, in no version yet), so an entry the validator has since invalidated, re-keyed
+or let expire, or that a rollback removed, is not brought back by its old result. Nothing new,
+no new version.
 
 Only graph-kind results become entries: a compiler config applies to a whole compile, so an op
 result reaches users folded into the graph-level configs of the graphs that hold the op
@@ -103,9 +106,12 @@ def deliver(home: Path, beam_args: Iterable[str] = ()) -> int | None:
         with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
             build_deliver_pipeline(pipeline, files, staged)
         new = pq.read_table(staged).cast(ENTRIES)
+    store = Store(home)
+    published = pa.array(sorted(store.sources()), pa.string())
+    new = new.filter(pc.invert(pc.is_in(new.column("source"), value_set=published)))
     if new.num_rows == 0:
         return None
-    return Store(home).update(lambda live: merge_entries(live, new), "deliver")
+    return store.update(lambda live: merge_entries(live, new), "deliver")
 
 
 def _plain(table: pa.Table) -> pa.Table:

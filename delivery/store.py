@@ -23,8 +23,10 @@ import fcntl
 import hashlib
 import json
 import os
+import random
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -103,6 +105,13 @@ class Store:
             raise StoreError(f"store version {version}: entries.parquet does not match its checksum")
         return pq.read_table(pa.BufferReader(data)).cast(ENTRIES)
 
+    def sources(self) -> set[str]:
+        """The `source` (tuning task, imported file) of every entry any version ever held."""
+        found: set[str] = set()
+        for path in self.root.glob("v*/entries.parquet"):
+            found.update(pq.read_table(path, columns=["source"]).column("source").to_pylist())
+        return found - {None}
+
     def publish(self, entries: pa.Table, parent: int | None, reason: str) -> int:
         """Publish `entries` as the next version, built on `parent`; returns the new version."""
         entries = _sorted(entries.select(ENTRIES.names).cast(ENTRIES))
@@ -136,10 +145,12 @@ class Store:
             _write_atomic(self.root / "CURRENT", f"{version}\n")
         return version
 
-    def update(self, change: Callable[[pa.Table], pa.Table], reason: str, retries: int = 5) -> int | None:
+    def update(self, change: Callable[[pa.Table], pa.Table], reason: str, retries: int = 20) -> int | None:
         """Apply `change` to the live entries and publish, retrying when another writer got in
         first; returns the new version, or None when nothing changed."""
-        for _ in range(retries):
+        for attempt in range(retries):
+            if attempt:  # writers that collided must not collide again in lockstep
+                time.sleep(random.uniform(0.0, 0.05))
             parent = self.current()
             before = self.entries(parent)
             after = change(before)

@@ -358,10 +358,134 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not token:
         print("fdo serve: no FDO_TOKEN or --token-file: the store is read-only through this server",
               file=sys.stderr)
+    scheduler = None
+    if args.validate_every:
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        from validator.schedule import add_validation_job
+
+        scheduler = BackgroundScheduler()
+        add_validation_job(scheduler, default_home(), args.validate_every, args.validate_budget_minutes)
+        scheduler.start()
     app = create_app(default_home(), token or None)
     app.include_router(dashboard_router(default_home()))  # the dashboards at / and /api/
     print(f"fdo serve: dashboards at http://{args.host}:{args.port}/", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    finally:
+        if scheduler is not None:
+            scheduler.shutdown(wait=False)
+    return EXIT_OK
+
+
+def cmd_toolchain(args: argparse.Namespace) -> int:
+    from validator.toolchains import Registry, ToolchainError, build_venv, probe
+
+    registry = Registry(default_home())
+    try:
+        if args.action == "list":
+            chains = [probe(sys.executable)] + registry.list()
+            if args.json:
+                _print_json([c.to_json() for c in chains])
+            for chain in [] if args.json else chains:
+                print(f"{chain.name:<16} {chain.compiler_version:<16} {chain.python}")
+            return EXIT_OK
+        if not args.name:
+            raise ToolchainError(f"fdo toolchain {args.action}: give a toolchain NAME")
+        if args.action == "remove":
+            registry.remove(args.name)
+            return EXIT_OK
+        if not args.arg:
+            what = "PYTHON (an interpreter)" if args.action == "add" else "JAX_VERSION (e.g. 0.10.0)"
+            raise ToolchainError(f"fdo toolchain {args.action} {args.name}: give {what}")
+        python = args.arg
+        if args.action == "create":
+            python = build_venv(default_home() / "toolchains" / "venvs" / args.name, args.arg,
+                                standalone=args.standalone)
+        chain = registry.add(args.name, python)
+    except ToolchainError as exc:
+        print(f"fdo toolchain: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.json:
+        _print_json(chain.to_json())
+    else:
+        print(f"toolchain {chain.name}: {chain.python} runs {chain.compiler_version} "
+              f"(env {chain.env().key()[:8]})")
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    import dataclasses
+    import datetime
+
+    from validator.toolchains import ToolchainError
+    from validator.run import ValidatorBusy
+    from validator.validate import MEASURE_SETTINGS, ValidateSettings, validate
+
+    home = default_home()
+    if args.report:
+        return _validation_report(home, args.json)
+    if not args.once:
+        return _validate_forever(home, args)
+    settings = ValidateSettings(
+        budget_minutes=args.budget_minutes, ttl=datetime.timedelta(days=args.ttl_days),
+        max_age=datetime.timedelta(days=args.max_age_days),
+        revalidate_after=datetime.timedelta(hours=args.revalidate_after_hours),
+        measure=dataclasses.replace(MEASURE_SETTINGS, max_seconds=args.max_seconds))
+    try:
+        report = validate(home, args.toolchain, settings, progress=not args.json)
+    except ToolchainError as exc:
+        print(f"fdo validate: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ValidatorBusy as exc:
+        print(f"fdo validate: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        _print_json(report.to_json())
+        return EXIT_OK
+    for d in report.decisions:
+        target = f" -> {d.new_key[:12]}" if d.new_key else ""
+        print(f"  {d.outcome:<12} {d.key[:12]}{target}  hits {d.fleet_hits:<6} {d.reason}")
+    counts = ", ".join(f"{n} {outcome}" for outcome, n in report.counts().items())
+    print(f"validated on {report.compiler_version} ({report.toolchain}): {counts}; "
+          f"{report.skipped} skipped, {report.deferred} deferred; store version {report.version}"
+          f"{'' if report.published else ' (unchanged)'}")
+    return EXIT_OK
+
+
+def _validate_forever(home: Path, args: argparse.Namespace) -> int:
+    import logging
+
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
+    from validator.schedule import add_validation_job
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    scheduler = BlockingScheduler()
+    add_validation_job(scheduler, home, args.every_minutes, args.budget_minutes, args.toolchain)
+    scheduler.start()  # until Ctrl-C
+    return EXIT_OK
+
+
+def _validation_report(home: Path, as_json: bool) -> int:
+    from validator.report import outcomes_over_time, staleness, validator_hit_share
+
+    tables = {"staleness": staleness(home), "outcomes": outcomes_over_time(home),
+              "hit_share": validator_hit_share(home)}
+    if as_json:
+        _print_json({name: _json_rows(table) for name, table in tables.items()})
+        return EXIT_OK
+    print("staleness of live entries (since last measured):")
+    for row in tables["staleness"].to_pylist():
+        print(f"  {row['bucket']:<14} {row['entries']:>6}  {row['share']:>6.1%}  "
+              f"({row['validator_entries']} by the validator)")
+    print("decisions per day:")
+    for row in tables["outcomes"].to_pylist():
+        print(f"  {row['dt']}  {row['outcome']:<12} {row['decisions']:>6}")
+    print("fleet hits served by validator-updated entries:")
+    for row in tables["hit_share"].to_pylist():
+        print(f"  {row['dt']}  {row['source']:<9} {row['validator_hits']:>8} of {row['hits']:<8} "
+              f"{row['share']:>6.1%}")
     return EXIT_OK
 
 
@@ -541,6 +665,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8470)
     p.add_argument("--token-file", help="file holding the bearer token for writes (or FDO_TOKEN)")
+    p.add_argument("--validate-every", type=float, metavar="MINUTES",
+                   help="also run the validator in the background at this interval")
+    p.add_argument("--validate-budget-minutes", type=float, default=30.0,
+                   help="time budget of each background validation run")
     p.set_defaults(run=cmd_serve)
 
     p = sub.add_parser("nightly", help="one turn of the loop for a date: ingest, rank, tune, deliver, "
@@ -582,6 +710,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", help="only this job id")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_hits)
+
+    p = sub.add_parser("toolchain", help="compilers the validator measures with (python + jaxlib)")
+    p.add_argument("action", choices=["add", "create", "list", "remove"])
+    p.add_argument("name", nargs="?", help="the toolchain's name")
+    p.add_argument("arg", nargs="?", help="add: PYTHON interpreter; create: JAX_VERSION to install in a venv")
+    p.add_argument("--standalone", action="store_true",
+                   help="create: install jax's dependencies too instead of sharing this interpreter's")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_toolchain)
+
+    p = sub.add_parser("validate", help="re-check stored configs on the current compiler: keep, "
+                       "re-key, invalidate, expire")
+    p.add_argument("--once", action="store_true", help="one pass, then exit (default: every --every-minutes)")
+    p.add_argument("--budget-minutes", type=float, default=None, help="stop measuring after this long")
+    p.add_argument("--every-minutes", type=float, default=60.0, help="without --once: the interval")
+    p.add_argument("--toolchain", help="the compiler to validate on (fdo toolchain; default: this interpreter)")
+    p.add_argument("--max-seconds", type=float, default=10.0, help="timing budget per entry")
+    p.add_argument("--ttl-days", type=float, default=30.0, help="the fresh lease of a kept or re-keyed entry")
+    p.add_argument("--max-age-days", type=float, default=180.0,
+                   help="absolute lifetime of a config since first measured")
+    p.add_argument("--revalidate-after-hours", type=float, default=24.0,
+                   help="entries measured more recently on the same compiler are skipped")
+    p.add_argument("--report", action="store_true",
+                   help="print staleness, outcomes per day and the validator's share of fleet hits")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_validate)
 
     p = sub.add_parser("savings", help="chip-seconds saved by tuned configs (Beam)", epilog=beam_note)
     p.add_argument("--from", dest="from_", help="first date (default: 30 days before --to)")

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -15,6 +13,7 @@ import pytest
 
 from ingest.hlo_module import from_lowered
 from ingest.warehouse import Warehouse
+from tests.processes import kill_9_once_journaled
 from tuner.flags import FLAGS
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
@@ -100,17 +99,8 @@ def test_kill_9_mid_search_then_rerun_loses_and_duplicates_nothing(tmp_path):
     home = tmp_path / "home"
     command = [sys.executable, "-m", "pipelines.cli", "--home", str(home), "tune", str(module),
                "--budget-evals", "6", "--strategy", "random", "--json"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    journal = None
-    while time.monotonic() < deadline:
-        journals = list((home / "tuner" / "tasks").glob("*/trials.jsonl"))
-        if journals and len(journals[0].read_text().splitlines()) >= 2:
-            journal = journals[0]
-            break
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    assert process.wait() == -signal.SIGKILL and journal is not None
+    journal = kill_9_once_journaled(command, home / "tuner" / "tasks", "*/trials.jsonl", lines=2)
+    assert journal is not None
     before = journal.read_text().splitlines()
     assert 2 <= len(before) < 6
     rerun = fdo(home, "tune", str(module), "--budget-evals", "6", "--strategy", "random", "--json")

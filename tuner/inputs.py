@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ingest.hlo_module import HloModule
+from ingest.hlo_module import HloModule, xla_hlo
 from ingest.hlo_proto import GatherDimsProto, ScatterDimsProto, ShapeProto
 
 # Ops through which an index value keeps being an index (including JAX's negative-index wrap
@@ -43,9 +43,7 @@ class ParameterSpec:
 
 def parameter_specs(module: HloModule) -> list[ParameterSpec]:
     """The entry computation's parameters, with index ranges found by data-flow analysis."""
-    from jax._src.lib import hlo
-
-    program_shape = hlo.XlaComputation(module.proto).program_shape()
+    program_shape = xla_hlo().XlaComputation(module.proto).program_shape()
     bounds = _index_bounds(module)
     specs = []
     for number, shape in enumerate(program_shape.parameter_shapes()):

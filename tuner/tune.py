@@ -39,6 +39,7 @@ from ingest.warehouse import Warehouse
 from tuner.compile import compiler_defaults
 from tuner.evaluate import EvaluationResult, evaluate
 from tuner.flags import CompilerConfig
+from tuner.journal import append_record, read_records
 from tuner.measure import MeasureSettings
 from tuner.op_cut import OpCut
 from tuner.space import SearchSpace, accepted_flags, config_key, graph_space, op_space
@@ -181,7 +182,7 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
             if config is None:
                 break
             trial = search.run(len(trials), config, trials, settings.search)
-            _append_journal(task_dir / "trials.jsonl", trial)
+            append_record(task_dir / "trials.jsonl", asdict(trial))
             trials.append(trial)
             bar.update()
     bar.close()
@@ -318,34 +319,12 @@ def land_result(home: Path, result: TuneResult) -> None:
 
 
 def _read_journal(path: Path) -> list[Trial]:
-    """The trials journaled so far; a last line cut short by a kill is dropped from the file."""
-    if not path.exists():
-        return []
-    trials, good = [], []
-    lines = path.read_text().splitlines(keepends=True)
-    for line in lines:
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            break
-        if not line.endswith("\n"):
-            break
+    """The trials journaled so far (see tuner.journal: a line torn by a kill is dropped)."""
+    trials = []
+    for data in read_records(path):
         data["config"] = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
         trials.append(Trial(**data))
-        good.append(line)
-    if len(good) < len(lines):  # appends must not land after a torn line
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text("".join(good))
-        os.replace(tmp, path)
     return trials
-
-
-def _append_journal(path: Path, trial: Trial) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as journal:
-        journal.write(json.dumps(asdict(trial)) + "\n")
-        journal.flush()
-        os.fsync(journal.fileno())
 
 
 def _result_from_json(data: dict[str, Any]) -> TuneResult:

@@ -4,6 +4,10 @@ XLA can segfault, abort, run out of memory or hang on an odd config. Each job th
 a worker subprocess with an address-space limit and a wall-clock timeout; whatever happens there
 comes back as a `WorkerFailure` with its reason and never takes the caller down. A dead or
 timed-out worker is replaced; a live one is reused, because starting JAX costs seconds.
+
+A worker can run under another Python interpreter than its caller (a toolchain: an interpreter
+with another jaxlib, see validator.toolchains); it imports this project's code from the same
+directory as its caller, so only the compiler differs.
 """
 
 from __future__ import annotations
@@ -62,8 +66,9 @@ class Worker:
     re-import the caller's `__main__`, and the caller may be any user program (the hook).
     """
 
-    def __init__(self, memory_limit: int = DEFAULT_MEMORY_LIMIT) -> None:
+    def __init__(self, memory_limit: int = DEFAULT_MEMORY_LIMIT, python: str | None = None) -> None:
         self._memory_limit = memory_limit
+        self._python = python or sys.executable  # the interpreter (and so the jaxlib) it runs
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Connection | None = None
 
@@ -102,12 +107,17 @@ class Worker:
         if self._process is not None and self._process.poll() is None:
             return
         parent, child = socket.socketpair()
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "tuner.worker", str(child.fileno()), str(self._memory_limit)],
-            pass_fds=(child.fileno(),),
-            env={**os.environ, "PYTHONPATH": _import_root() + os.pathsep + os.environ.get("PYTHONPATH", "")},
-        )
-        child.close()
+        try:
+            self._process = subprocess.Popen(
+                [self._python, "-m", "tuner.worker", str(child.fileno()), str(self._memory_limit)],
+                pass_fds=(child.fileno(),),
+                env={**os.environ, "PYTHONPATH": project_root() + os.pathsep + os.environ.get("PYTHONPATH", "")},
+            )
+        except OSError as exc:
+            parent.close()
+            raise WorkerFailure("error", f"cannot start a worker with {self._python}: {exc}") from None
+        finally:
+            child.close()
         self._connection = Connection(parent.detach())
 
     def _death_reason(self) -> str:
@@ -130,7 +140,7 @@ class Worker:
             self._process = None
 
 
-def _import_root() -> str:
+def project_root() -> str:
     """The directory holding the project's packages, so the worker imports the same code."""
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

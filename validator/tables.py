@@ -6,11 +6,13 @@ import pyarrow as pa
 
 from ingest.warehouse import TableSchema
 
-OUTCOMES = ("kept", "rekeyed", "invalidated", "expired")
+# 'unmeasured': the entry could not be measured here (no symbols, an op-level config, another
+# machine, ...); it is left as it is until it expires. The other four change the store.
+OUTCOMES = ("kept", "rekeyed", "invalidated", "expired", "unmeasured")
 
 VALIDATIONS = TableSchema(
     name="validations",
-    version=1,
+    version=2,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("run_id", pa.string(), nullable=False),
@@ -31,5 +33,9 @@ VALIDATIONS = TableSchema(
         pa.field("fleet_hits", pa.int64(), nullable=False),  # the priority it was scanned by
         pa.field("age_days", pa.float64(), nullable=False),  # staleness: since last measured
         pa.field("store_version", pa.int64(), nullable=True),  # the version that holds the decision
+        pa.field("config", pa.string(), nullable=True),  # the config decided on, JSON
+        # When the config was first measured (by the tuner, or at import): the entry's absolute
+        # lifetime runs from here, carried through every keep and re-key (null: not recorded).
+        pa.field("origin_at", pa.timestamp("us", tz="UTC"), nullable=True),
     ]),
 )

@@ -1,0 +1,25 @@
+"""Killing a real process at a known point of its work, for the resume tests."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+
+def kill_9_once_journaled(command: list[str], root: Path, pattern: str, lines: int,
+                          timeout: float = 300) -> Path | None:
+    """Start `command`, and `kill -9` it as soon as a journal `root.glob(pattern)` finds holds
+    `lines` lines (or when it ends or `timeout` passes); returns that journal, if one got there."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal, deadline = None, time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        found = list(root.glob(pattern))
+        if found and len(found[0].read_text().splitlines()) >= lines:
+            journal = found[0]
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL, "the process ended before it could be killed"
+    return journal

@@ -1,0 +1,370 @@
+"""The configurations validator: real re-measurements keep, re-key, invalidate and expire store
+entries; a second jaxlib in its own venv; concurrent deliver; kill -9 and resume; the job."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pyarrow as pa
+import pytest
+
+from delivery.deliver import deliver
+from delivery.store import ENTRIES, Store
+from ingest.environment import current_environment, store_key
+from ingest.fingerprint import graph_fingerprint
+from ingest.hlo_module import from_lowered
+from ingest.symbols import ingest_symbols
+from ingest.tables import HITS
+from ingest.warehouse import Warehouse
+from tests.processes import kill_9_once_journaled
+from tests.serving import fdo
+from tuner.tables import TUNING_RESULTS
+from validator import decisions as rules
+from validator.report import outcomes_over_time, staleness, validator_hit_share
+from validator.tables import VALIDATIONS
+from validator.toolchains import RegistryUnreachable, build_venv, cached_venv_dir
+
+OLD_JAX = "0.10.0"  # a second compiler: YNN's reductions apply there only to some shapes
+NO_YNN_REDUCE = {"xla_cpu_experimental_ynn_fusion_type": ["INDIVIDUAL_DOT", "INDIVIDUAL_CONVOLUTION"]}
+UTC = datetime.UTC
+
+# Tiny graphs where routing reductions away from YNN matters, measured on jaxlib 0.10.2 and
+# 0.10.0 on this machine (median speedup of NO_YNN_REDUCE):
+GRAPHS = {
+    "narrow_sum": (lambda x: x.sum(-1), (16384, 3)),  # 7x on 0.10.2, 4-5x on 0.10.0
+    "narrow_sum_b": (lambda x: x.sum(-1), (8192, 3)),  # 5-7x on 0.10.2, same program on 0.10.0
+    "column_sum": (lambda x: x.sum(0), (8192, 8)),  # 4-5x on 0.10.2
+    "row_sq_sum": (lambda x: (x * x).sum(-1), (256, 1024)),  # 0.6x on 0.10.2: slower
+}
+
+
+def fdo_json(home: Path, *args: str) -> dict:
+    done = fdo(home, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def ingest_graph(home: Path, name: str, compiler_version: str | None = None) -> tuple[str, str]:
+    """Ingest graph `name` as the fleet hands it over (a module file beside its environment);
+    returns (fingerprint, env_key)."""
+    fn, shape = GRAPHS[name]
+    module = from_lowered(jax.jit(fn).lower(jax.ShapeDtypeStruct(shape, jnp.float32)))
+    env = current_environment()
+    if compiler_version:
+        env = dataclasses.replace(env, compiler_version=compiler_version)
+    directory = home.parent / f"symbols-{name}-{env.compiler_version}"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.hlo").write_text(module.to_text())
+    (directory / "fdo-environment.json").write_text(json.dumps(env.to_json()))
+    ingest_symbols([directory], home)
+    return graph_fingerprint(module), env.key()
+
+
+def entry(fingerprint: str, env_key: str, config: dict, days_old: float = 3, expires_in_days: float = 27,
+          compiler_version: str | None = None, source: str = "task") -> dict:
+    """A tuner's store entry measured `days_old` ago that expires `expires_in_days` from now."""
+    now = datetime.datetime.now(UTC)
+    measured = now - datetime.timedelta(days=days_old)
+    return {"key": store_key(fingerprint, env_key), "fingerprint": fingerprint, "env_key": env_key,
+            "kind": "graph", "speedup": 2.0, "expires_at": now + datetime.timedelta(days=expires_in_days),
+            "provenance": "tuner", "config": json.dumps(config, sort_keys=True), "ci_low": 1.8,
+            "ci_high": 2.2, "compiler_version": compiler_version or current_environment().compiler_version,
+            "measured_at": measured, "source": source}
+
+
+def publish(home: Path, rows: list[dict]) -> int:
+    store = Store(home)
+    return store.publish(pa.Table.from_pylist(rows, ENTRIES), store.current(), "test entries")
+
+
+def hit_rows(key: str, n: int, outcome: str = "applied", reason: str | None = None,
+             config: str | None = None, version: int = 1) -> list[dict]:
+    now = datetime.datetime.now(UTC)
+    return [{"dt": now.date(), "at": now, "job_id": f"job-{i}", "key": key, "fingerprint": "f" * 32,
+             "env_key": "e" * 32, "module_name": "m", "outcome": outcome, "kind": "graph",
+             "config_version": version, "expected_speedup": 2.0, "config": config,
+             "optimized_fingerprint": None, "reason": reason, "hook_seconds": 0.001,
+             "compile_seconds": 0.1} for i in range(n)]
+
+
+def land_hits(home: Path, rows: list[dict], part: str) -> None:
+    Warehouse(home).append(HITS, pa.Table.from_pylist(rows, HITS.schema), part)
+
+
+def land_results(home: Path, rows: list[dict], part: str) -> None:
+    Warehouse(home).append(TUNING_RESULTS, pa.Table.from_pylist(rows, TUNING_RESULTS.schema), part)
+
+
+def live(home: Path) -> dict[str, dict]:
+    return {row["key"]: row for row in Store(home).entries().to_pylist()}
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    """A store with one entry for every outcome, validated once on this machine's compiler."""
+    home = tmp_path_factory.mktemp("validated") / "home"
+    fast = ingest_graph(home, "narrow_sum")
+    slow = ingest_graph(home, "row_sq_sum")
+    old = ingest_graph(home, "column_sum", compiler_version="jaxlib-0.0.1-older")
+    flaky = ingest_graph(home, "narrow_sum_b")
+    rows = {
+        "kept": entry(*fast, NO_YNN_REDUCE, source="t-fast"),
+        "slower": entry(*slow, NO_YNN_REDUCE, source="t-slow"),
+        "other_compiler": entry(*old, NO_YNN_REDUCE, compiler_version="jaxlib-0.0.1-older", source="t-old"),
+        "fallback": entry(*flaky, NO_YNN_REDUCE, source="t-flaky"),
+        "expired": entry("1" * 32, fast[1], NO_YNN_REDUCE, days_old=40, expires_in_days=-10, source="t-exp"),
+        "too_old": entry("2" * 32, fast[1], NO_YNN_REDUCE, days_old=200, expires_in_days=5, source="t-old2"),
+        "no_symbols": entry("3" * 32, fast[1], NO_YNN_REDUCE, source="t-nosym"),
+    }
+    before = publish(home, list(rows.values()))
+    keys = {name: row["key"] for name, row in rows.items()}
+    land_hits(home, hit_rows(keys["kept"], 5) + hit_rows(keys["slower"], 3)
+              + hit_rows(keys["fallback"], 2, "fallback", "INTERNAL: tuned compile failed",
+                         config=rows["fallback"]["config"]), "fleet")
+    report = fdo_json(home, "validate", "--once", "--max-seconds", "2")
+    return {"home": home, "rows": rows, "keys": keys, "before": before, "report": report}
+
+
+def test_every_outcome_after_real_measurement(validated):
+    home, rows, keys, report = validated["home"], validated["rows"], validated["keys"], validated["report"]
+    assert {k: report[k] for k in ("kept", "rekeyed", "invalidated", "expired", "unmeasured")} == {
+        "kept": 1, "rekeyed": 1, "invalidated": 2, "expired": 2, "unmeasured": 1}, report
+    assert report["version"] == validated["before"] + 1 and report["published"]
+    after = live(home)
+    # Still faster: kept, re-measured now, by the validator, with a fresh expiry.
+    kept = after[keys["kept"]]
+    assert kept["provenance"] == "validator" and kept["speedup"] > 1.01, kept
+    assert kept["measured_at"] > rows["kept"]["measured_at"] + datetime.timedelta(days=2)
+    assert kept["expires_at"] - kept["measured_at"] == datetime.timedelta(days=30)
+    # Slower, reported failing in the fleet, expired, past its absolute lifetime: gone.
+    for name in ("slower", "fallback", "expired", "too_old"):
+        assert keys[name] not in after, name
+    # Another compiler's entry: re-keyed for this one, the old key stays until it expires.
+    assert after[keys["other_compiler"]] == rows["other_compiler"]
+    new_key = store_key(rows["other_compiler"]["fingerprint"], current_environment().key())
+    rekeyed = after[new_key]
+    assert (rekeyed["config"], rekeyed["source"], rekeyed["provenance"]) == (
+        rows["other_compiler"]["config"], "t-old", "validator")
+    assert rekeyed["compiler_version"] == current_environment().compiler_version, rekeyed
+    assert rekeyed["ci_low"] > 1.01, rekeyed
+    # Without symbols it cannot be measured: left as it is.
+    assert after[keys["no_symbols"]] == rows["no_symbols"]
+
+
+def test_one_audit_row_per_decision_in_priority_order(validated):
+    keys, report = validated["keys"], validated["report"]
+    audit = Warehouse(validated["home"]).read(VALIDATIONS).sort_by("validated_at").to_pylist()
+    assert len(audit) == 7 and {r["run_id"] for r in audit} == {report["run_id"]}
+    by_key = {r["key"]: r for r in audit}
+    assert by_key[keys["slower"]]["outcome"] == "invalidated" and by_key[keys["slower"]]["ci_high"] < 1.01
+    assert "no longer faster" in by_key[keys["slower"]]["reason"]
+    assert "fell back" in by_key[keys["fallback"]]["reason"] and by_key[keys["fallback"]]["speedup"] is None
+    assert "absolute lifetime" in by_key[keys["too_old"]]["reason"]
+    assert by_key[keys["other_compiler"]]["new_key"] is not None
+    assert all(r["store_version"] == report["version"] for r in audit)
+    assert by_key[keys["kept"]]["fleet_hits"] == 5 and 2.9 < by_key[keys["kept"]]["age_days"] < 3.1
+    # Measured in priority order: most fleet hits first.
+    measured = [r["key"] for r in audit if r["speedup"] is not None]
+    assert measured == [keys["kept"], keys["slower"], keys["other_compiler"]]
+
+
+def test_a_second_run_skips_what_is_fresh_or_decided(validated):
+    home = validated["home"]
+    again = fdo_json(home, "validate", "--once", "--max-seconds", "2")
+    assert {k: again[k] for k in ("kept", "rekeyed", "invalidated", "expired", "unmeasured")} == {
+        "kept": 0, "rekeyed": 0, "invalidated": 0, "expired": 0, "unmeasured": 1}, again
+    assert again["skipped"] == 3 and not again["published"]
+    assert again["version"] == validated["report"]["version"]
+    assert Warehouse(home).read(VALIDATIONS).num_rows == 7  # the repeated 'unmeasured' is not re-audited
+
+
+def test_report_tables(validated):
+    home, keys = validated["home"], validated["keys"]
+    version = validated["report"]["version"]
+    land_hits(home, hit_rows(keys["kept"], 3, version=version)
+              + hit_rows(keys["no_symbols"], 1, version=version), "after-validation")
+    ages = staleness(home)
+    assert sum(ages.column("entries").to_pylist()) == len(live(home))
+    fresh = ages.to_pylist()[0]
+    assert fresh["min_days"] == 0 and fresh["entries"] == fresh["validator_entries"] == 2
+    outcomes = {r["outcome"]: r["decisions"] for r in outcomes_over_time(home).to_pylist()}
+    assert outcomes == {"kept": 1, "rekeyed": 1, "invalidated": 2, "expired": 2, "unmeasured": 1}
+    share = {r["source"]: r for r in validator_hit_share(home).to_pylist()}["hook"]
+    # Before validation, 8 hits on v1 (all tuner entries); after, 3 of 4 on validator entries.
+    assert (share["hits"], share["validator_hits"]) == (12, 3)
+    printed = fdo_json(home, "validate", "--report")
+    assert set(printed) == {"staleness", "outcomes", "hit_share"} and printed["hit_share"][0]["hits"] == 12
+
+
+@pytest.fixture(scope="module")
+def old_toolchain():
+    """A venv with jax/jaxlib OLD_JAX (cached between runs), or a skip if PyPI is unreachable."""
+    try:
+        return build_venv(cached_venv_dir(OLD_JAX), OLD_JAX)
+    except RegistryUnreachable as exc:
+        pytest.skip(f"the package index is unreachable, cannot install jaxlib {OLD_JAX}: {exc}")
+
+
+def test_rekeyed_and_invalidated_under_a_real_second_jaxlib(tmp_path, old_toolchain):
+    home = tmp_path / "home"
+    added = fdo_json(home, "toolchain", "add", "old", old_toolchain)
+    assert added["jaxlib"] == OLD_JAX and added["compiler_version"] == f"jaxlib-{OLD_JAX}"
+    listed = {t["name"]: t for t in fdo_json(home, "toolchain", "list")}
+    assert set(listed) == {"default", "old"} and listed["default"]["jaxlib"] == jax.__version__
+    carries = entry(*ingest_graph(home, "narrow_sum"), NO_YNN_REDUCE, source="t-carries")
+    lost = entry(*ingest_graph(home, "narrow_sum_b"), NO_YNN_REDUCE, source="t-lost")
+    publish(home, [carries, lost])
+    report = fdo_json(home, "validate", "--once", "--toolchain", "old", "--max-seconds", "2")
+    assert (report["rekeyed"], report["invalidated"], report["compiler_version"]) == (1, 1, f"jaxlib-{OLD_JAX}")
+    after = live(home)
+    old_env = dataclasses.replace(current_environment(), compiler_version=f"jaxlib-{OLD_JAX}")
+    moved = after[store_key(carries["fingerprint"], old_env.key())]
+    # How much faster moves with the machine's load; that it is, beyond the noise band, does not.
+    assert moved["compiler_version"] == f"jaxlib-{OLD_JAX}" and moved["ci_low"] > 1.01, moved
+    assert store_key(lost["fingerprint"], old_env.key()) not in after
+    # Both stay for the jobs still on this compiler until they expire.
+    assert after[carries["key"]] == carries and after[lost["key"]] == lost
+    audit = {r["key"]: r for r in Warehouse(home).read(VALIDATIONS).to_pylist()}
+    assert audit[lost["key"]]["toolchain"] == "old" and "same program" in audit[lost["key"]]["reason"]
+    # Decided for this compiler (and the re-keyed entry is fresh): nothing measured again.
+    assert fdo_json(home, "validate", "--once", "--toolchain", "old")["skipped"] == 3
+
+
+def test_bad_toolchains_are_refused_by_name(tmp_path):
+    home = tmp_path / "home"
+    missing = fdo(home, "toolchain", "add", "gone", str(tmp_path / "no-python"))
+    assert missing.returncode == 2 and "no-python" in missing.stderr and "not an executable" in missing.stderr
+    no_jax = fdo(home, "toolchain", "add", "nojax", "/bin/true")
+    assert no_jax.returncode == 2 and "cannot run jaxlib" in no_jax.stderr
+    assert fdo(home, "toolchain", "add", "default", sys.executable).returncode == 2
+    unknown = fdo(home, "validate", "--once", "--toolchain", "nope")
+    assert unknown.returncode == 2 and "nope: not registered" in unknown.stderr
+
+
+def _accepted(i: int, env_key: str) -> dict:
+    return {"dt": datetime.date.today(), "task_id": f"new-{i}", "kind": "graph",
+            "fingerprint": f"{i:032x}", "env_key": env_key, "config": json.dumps(NO_YNN_REDUCE),
+            "speedup": 1.5, "ci_low": 1.3, "ci_high": 1.7, "numerics_ok": True,
+            "compiler_version": "jaxlib-x", "accepted": True, "status": "accepted",
+            "strategy": "evolution", "evaluations": 10, "measured": 5}
+
+
+def test_validate_and_deliver_at_the_same_time_lose_nothing(tmp_path):
+    home = tmp_path / "home"
+    fast, slow = ingest_graph(home, "narrow_sum"), ingest_graph(home, "row_sq_sum")
+    tuned = [{**_accepted(i, env_key), "fingerprint": fingerprint, "task_id": f"t-{i}",
+              "dt": datetime.date.today() - datetime.timedelta(days=3)}
+             for i, (fingerprint, env_key) in enumerate([fast, slow])]
+    land_results(home, tuned, "tuned")
+    assert deliver(home) == 1
+    rows = sorted(live(home).values(), key=lambda r: r["source"])
+    rows.append(entry("1" * 32, fast[1], NO_YNN_REDUCE, days_old=40, expires_in_days=-1))
+    publish(home, rows)
+    validating = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--home", str(home), "validate",
+                                   "--once", "--json", "--max-seconds", "2"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    delivered, batch = [], 0
+    while validating.poll() is None and batch < 8:  # deliver batch after batch while it validates
+        results = [_accepted(100 * batch + i, fast[1]) for i in range(3)]
+        land_results(home, results, f"b{batch}")
+        assert fdo(home, "deliver").returncode == 0
+        delivered += [store_key(r["fingerprint"], r["env_key"]) for r in results]
+        batch += 1
+    out, err = validating.communicate(timeout=600)
+    assert validating.returncode == 0, err
+    report = json.loads(out)
+    assert batch >= 1 and (report["kept"], report["invalidated"], report["expired"]) == (1, 1, 1)
+    manifests = {m.version: m for m in Store(home).versions()}
+    # The validator published on top of a deliver that happened while it measured.
+    assert manifests[manifests[report["version"]].parent].reason == "deliver"
+    after = live(home)
+    assert set(delivered) <= set(after)  # every delivered entry survived the validator's publish
+    assert after[rows[0]["key"]]["provenance"] == "validator"
+    assert rows[1]["key"] not in after and rows[2]["key"] not in after
+    assert deliver(home) is None  # and deliver does not bring back what the validator removed
+    assert rows[1]["key"] not in live(home)
+
+
+def test_a_publish_that_loses_the_race_is_redone_on_the_new_live_entries(tmp_path):
+    home = tmp_path / "home"
+    old = entry("a" * 32, "e" * 32, NO_YNN_REDUCE, source="t-a")
+    publish(home, [old])
+    now = datetime.datetime.now(UTC)
+    removal = rules.Decision(
+        key=old["key"], fingerprint=old["fingerprint"], env_key=old["env_key"], kind="graph",
+        config=old["config"], source="t-a", outcome="invalidated", reason="test", change=rules.REMOVE,
+        toolchain="default", compiler_version="x", fleet_hits=0, age_days=3.0,
+        decided_at=now.isoformat(), origin_at=old["measured_at"].isoformat(),
+        entry_measured_at=old["measured_at"].isoformat(), entry_expires_at=old["expires_at"].isoformat())
+    land_results(home, [_accepted(7, "e" * 32)], "t")
+    calls = []
+
+    def change(entries: pa.Table) -> pa.Table:
+        calls.append(entries.num_rows)
+        if len(calls) == 1:  # another process publishes between this read and this publish
+            assert fdo(home, "deliver").returncode == 0
+        return rules.apply([removal], entries)[0]
+
+    version = Store(home).update(change, "validate test")
+    assert calls == [1, 2] and version == 3
+    assert set(live(home)) == {store_key(f"{7:032x}", "e" * 32)}
+
+
+def test_kill_9_mid_run_then_resume_redoes_nothing(tmp_path):
+    home = tmp_path / "home"
+    names = ["narrow_sum", "narrow_sum_b", "row_sq_sum", "column_sum"]
+    rows = [entry(*ingest_graph(home, name), NO_YNN_REDUCE, source=name) for name in names]
+    publish(home, rows)
+    command = [sys.executable, "-m", "pipelines.cli", "--home", str(home), "validate", "--once",
+               "--json", "--max-seconds", "2"]
+    journal = kill_9_once_journaled(command, home / "validator" / "runs", "*/journal.jsonl", lines=2)
+    assert journal is not None
+    before = journal.read_text().splitlines()
+    assert 2 <= len(before) < 4 and Store(home).current() == 1  # killed before publishing
+    resumed = fdo_json(home, "validate", "--once", "--max-seconds", "2")
+    assert resumed["resumed"] and resumed["run_id"] == journal.parent.name
+    after = journal.read_text().splitlines()
+    assert after[: len(before)] == before  # nothing decided again
+    decided = [json.loads(line)["decision"]["key"] for line in after if "decision" in line]
+    assert sorted(decided) == sorted(r["key"] for r in rows)
+    audit = Warehouse(home).read(VALIDATIONS)
+    assert sorted(audit.column("key").to_pylist()) == sorted(decided)
+    assert Store(home).current() == 2 and resumed["version"] == 2
+    assert fdo_json(home, "validate", "--once")["run_id"] != resumed["run_id"]  # that run is done
+    assert Warehouse(home).read(VALIDATIONS).num_rows == 4
+
+
+def test_the_interval_job_runs_in_a_real_scheduler(tmp_path):
+    from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from validator.schedule import add_validation_job
+
+    home = tmp_path / "home"
+    expired = entry("1" * 32, "e" * 32, NO_YNN_REDUCE, days_old=40, expires_in_days=-1)
+    unmeasured = entry("2" * 32, "e" * 32, NO_YNN_REDUCE)
+    publish(home, [expired, unmeasured])
+    finished = threading.Event()
+    events = []
+    scheduler = BackgroundScheduler()
+    scheduler.add_listener(lambda event: (events.append(event), finished.set()),
+                           EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
+    job = add_validation_job(scheduler, home, minutes=60, budget_minutes=1)
+    scheduler.start()
+    try:
+        assert finished.wait(timeout=300)
+    finally:
+        scheduler.shutdown(wait=True)
+    assert job.id == "fdo-validate" and events[0].exception is None
+    report = events[0].retval
+    assert (report.counts()["expired"], report.counts()["unmeasured"]) == (1, 1)
+    assert set(live(home)) == {unmeasured["key"]}
+    assert Warehouse(home).read(VALIDATIONS).num_rows == 2

@@ -1,0 +1,219 @@
+"""The validator's decisions: the rules that make them, and how they change the store.
+
+Rules (CATWILD 3.4), for an entry checked under a toolchain's compiler:
+- expired: now is past its `expires_at`, or past its absolute lifetime (`max_age` since its
+  config was first measured, however often it was re-validated): whatever it would measure.
+- invalidated without measuring: the fleet reported fallbacks for it (the tuned compile failed
+  and the hook compiled with the defaults) after it was last measured.
+- measured on the entry's own compiler: invalidated if the candidate no longer compiles,
+  crashes, compiles to the very program the defaults give (no gain left), fails the numeric
+  check, or if the interval's upper end is under 1 + noise band (the data rule out a gain
+  worth having). Otherwise kept: speedup and interval replaced by the new measurement, expiry
+  refreshed to min(now + ttl, origin + max_age). An inconclusive interval keeps the entry: it
+  passed a strict verification once, and only evidence against it removes it.
+- measured on another compiler (the entry's environment but for the compiler version):
+  re-keyed only on the evidence the tuner demands of a new entry (the whole interval above
+  1 + noise band, numerics ok): a new entry under the key of the new environment, with the
+  same expiry rule; the old entry stays for the fleet's jobs on the old compiler until it
+  expires. Anything less is 'invalidated' for the new compiler: no new key, and the old entry,
+  which this measurement says nothing about, stays too.
+- unmeasured: what cannot be measured here (an op-level config, no symbols, another machine,
+  a graph that does not compile on this compiler) is left as it is until it expires.
+
+A decision is applied to the store entries live at publish time (not a snapshot from the start
+of a run), and only if the entry is still the one decided on; applying it twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import pyarrow as pa
+
+from delivery.store import ENTRIES
+from tuner.evaluate import EvaluationResult
+
+# How a decision changes the store.
+REFRESH, REMOVE, ADD, NONE = "refresh", "remove", "add", "none"
+# How applying it went.
+APPLIED, STALE = "applied", "stale"
+
+
+@dataclass
+class Decision:
+    """One entry's outcome in a validation run, as journaled and audited."""
+
+    key: str
+    fingerprint: str
+    env_key: str
+    kind: str
+    config: str
+    source: str | None
+    outcome: str
+    reason: str
+    change: str
+    toolchain: str
+    compiler_version: str  # the toolchain's
+    fleet_hits: int
+    age_days: float
+    decided_at: str  # ISO 8601, UTC
+    origin_at: str
+    entry_measured_at: str  # what the entry looked like when decided: the guard when applying
+    entry_expires_at: str
+    new_key: str | None = None
+    new_env_key: str | None = None
+    expires_at: str | None = None  # refreshed expiry (kept, rekeyed)
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    numerics_ok: bool | None = None
+    audited: bool = True  # False: an 'unmeasured' the audit trail already holds, not written again
+
+    def to_json(self) -> dict[str, Any]:
+        """The journal's form."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Decision":
+        """Back from the journal."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def expiry(now: datetime.datetime, origin: datetime.datetime, ttl: datetime.timedelta,
+           max_age: datetime.timedelta) -> datetime.datetime:
+    """A re-validated entry's new expiry: a fresh ttl, never past its absolute lifetime."""
+    return min(now + ttl, origin + max_age)
+
+
+def expired_reason(entry: dict[str, Any], origin: datetime.datetime, now: datetime.datetime,
+                   max_age: datetime.timedelta) -> str | None:
+    """Why `entry` is expired at `now`, or None if it is not."""
+    if now >= entry["expires_at"]:
+        return f"past its expiry ({entry['expires_at']:%Y-%m-%d %H:%M} UTC)"
+    if now >= origin + max_age:
+        return (f"past its absolute lifetime of {max_age.days} days since first measured "
+                f"({origin:%Y-%m-%d})")
+    return None
+
+
+def measured_outcome(result: EvaluationResult, same_compiler: bool, compiler_version: str,
+                     noise_band: float) -> tuple[str, str]:
+    """(outcome, reason) of a completed measurement (no harness error) under `compiler_version`."""
+    where = f"on {compiler_version}"
+    if result.identical_program:
+        return "invalidated", f"compiles to the same program as the defaults {where}: no gain left"
+    if not result.numerics_ok:
+        bad = [c["detail"] for c in result.numerics if not c.get("ok")]
+        return "invalidated", f"numerics off {where}: {'; '.join(bad[:2]) or 'outputs differ'}"
+    figure = f"{result.speedup:.3f}x [{result.ci_low:.3f}, {result.ci_high:.3f}]"
+    if same_compiler:
+        if result.ci_high < 1.0 + noise_band:
+            return "invalidated", f"no longer faster {where}: {figure}"
+        return "kept", f"still faster {where}: {figure}"
+    if result.ci_low > 1.0 + noise_band:
+        return "rekeyed", f"faster {where} too: {figure}"
+    return "invalidated", f"not shown faster {where}: {figure}; not re-keyed"
+
+
+def apply(decisions: list[Decision], live: pa.Table) -> tuple[pa.Table, list[str]]:
+    """The live entries with `decisions` applied, and how each went (APPLIED or STALE).
+
+    A decision applies only to the entry it was made on (same config, measured and expiry
+    times): one that deliver or an import replaced meanwhile is left alone (STALE). A decision
+    already applied (a rerun after a kill) applies again as a no-op.
+    """
+    rows = {row["key"]: row for row in live.to_pylist()}
+    status = [_apply_one(decision, rows) for decision in decisions]
+    return pa.Table.from_pylist(list(rows.values()), ENTRIES), status
+
+
+def _apply_one(decision: Decision, rows: dict[str, dict[str, Any]]) -> str:
+    if decision.change == NONE:
+        return APPLIED
+    if decision.change == ADD:
+        wanted = new_entry(decision)
+        present = rows.get(decision.new_key)
+        if present is None:
+            rows[decision.new_key] = wanted
+            return APPLIED
+        return APPLIED if _same(present, wanted) else STALE
+    current = rows.get(decision.key)
+    if decision.change == REMOVE:
+        if current is None:
+            return APPLIED  # gone already: removed by this decision before a kill, or by another
+        if not _decided_on(decision, current):
+            return STALE
+        del rows[decision.key]
+        return APPLIED
+    if current is None:
+        return STALE
+    refreshed = refreshed_entry(decision, current)
+    if _same(current, refreshed):
+        return APPLIED
+    if not _decided_on(decision, current):
+        return STALE
+    rows[decision.key] = refreshed
+    return APPLIED
+
+
+def refreshed_entry(decision: Decision, entry: dict[str, Any]) -> dict[str, Any]:
+    """A kept entry: re-measured now, by the validator."""
+    return {**entry, "provenance": "validator", "speedup": decision.speedup,
+            "ci_low": decision.ci_low, "ci_high": decision.ci_high,
+            "compiler_version": decision.compiler_version,
+            "measured_at": _time(decision.decided_at), "expires_at": _time(decision.expires_at)}
+
+
+def new_entry(decision: Decision) -> dict[str, Any]:
+    """A re-keyed entry: the same config under the new environment's key."""
+    return {"key": decision.new_key, "fingerprint": decision.fingerprint,
+            "env_key": decision.new_env_key, "kind": decision.kind, "speedup": decision.speedup,
+            "expires_at": _time(decision.expires_at), "provenance": "validator",
+            "config": decision.config, "ci_low": decision.ci_low, "ci_high": decision.ci_high,
+            "compiler_version": decision.compiler_version,
+            "measured_at": _time(decision.decided_at), "source": decision.source}
+
+
+def audit_row(decision: Decision, run_id: str, store_version: int | None, status: str) -> dict[str, Any]:
+    """The `validations` row of a decision."""
+    reason = decision.reason
+    if status == STALE:
+        reason += "; not applied: the entry changed meanwhile"
+        store_version = None
+    decided = _time(decision.decided_at)
+    return {"dt": decided.date(), "run_id": run_id, "validated_at": decided, "key": decision.key,
+            "fingerprint": decision.fingerprint, "env_key": decision.env_key, "kind": decision.kind,
+            "outcome": decision.outcome, "reason": reason, "new_key": decision.new_key,
+            "toolchain": decision.toolchain, "compiler_version": decision.compiler_version,
+            "speedup": decision.speedup, "ci_low": decision.ci_low, "ci_high": decision.ci_high,
+            "numerics_ok": decision.numerics_ok, "fleet_hits": decision.fleet_hits,
+            "age_days": decision.age_days, "store_version": store_version,
+            "config": decision.config, "origin_at": _time(decision.origin_at)}
+
+
+def config_matches(recorded: str | None, config: str) -> bool:
+    """Whether a config the hook recorded (JSON, maybe None) is the entry's `config`."""
+    if recorded is None:
+        return True  # the hook did not say: the fallback was on this key, so it counts
+    try:
+        return json.loads(recorded) == json.loads(config)
+    except json.JSONDecodeError:
+        return False
+
+
+def _decided_on(decision: Decision, entry: dict[str, Any]) -> bool:
+    return (entry["config"] == decision.config
+            and entry["measured_at"] == _time(decision.entry_measured_at)
+            and entry["expires_at"] == _time(decision.entry_expires_at))
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a.get(name) == b.get(name) for name in ENTRIES.names)
+
+
+def _time(text: str | None) -> datetime.datetime | None:
+    return None if text is None else datetime.datetime.fromisoformat(text)

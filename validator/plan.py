@@ -1,0 +1,150 @@
+"""A validation run's plan: which entries to decide without measuring, which to measure, and
+in which order (the rules are validator.decisions; the signals validator.signals).
+
+Per live entry, first match wins: expired; reported failing in the fleet (fallbacks since it was
+last measured); not measurable here (an op-level config, no symbols, an unknown environment,
+another machine): 'unmeasured'; on the toolchain's compiler and measured recently: skipped;
+on another compiler but re-keyed or decided for this one already: skipped; else measured, most
+fleet hits first, then least recently measured.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from delivery.store import Store
+from ingest.blobs import BlobStore
+from ingest.environment import Environment, store_key
+from ingest.tables import GRAPHS
+from ingest.warehouse import Warehouse
+from validator import decisions as rules
+from validator.decisions import Decision
+from validator.signals import History, fallbacks, fleet_hits
+from validator.toolchains import Registry, Toolchain
+
+_ENV_FIELDS = ("platform", "device_kind", "device_count", "compiler_version")
+
+
+class EnvFields(NamedTuple):
+    """What the warehouse records of an environment (not the job's own compile options)."""
+
+    platform: str
+    device_kind: str
+    device_count: int
+    compiler_version: str
+
+
+@dataclass
+class Queued:
+    """An entry to measure, and what its decision will carry."""
+
+    entry: dict[str, Any]
+    base: dict[str, Any]
+    blob: str
+    same_compiler: bool
+    new_key: str | None
+    new_env_key: str | None
+    origin: datetime.datetime
+    priority: tuple
+
+
+class Planner:
+    """Everything a run knows before measuring: the live entries and what the warehouse says."""
+
+    def __init__(self, home: Path, chain: Toolchain, now: datetime.datetime,
+                 max_age: datetime.timedelta, revalidate_after: datetime.timedelta) -> None:
+        self.home, self.chain, self.now = home, chain, now
+        self.max_age, self.revalidate_after = max_age, revalidate_after
+        self.here = chain.env()
+        self.entries = Store(home).entries().to_pylist()
+        graphs = Warehouse(home).read(GRAPHS, columns=["fingerprint", "env_key", "hlo_blob", *_ENV_FIELDS])
+        # The HLO is the same in every environment (its blob is named by the fingerprint); an
+        # environment is known from any graph seen in it, or from a toolchain (re-keyed entries).
+        self.blobs = dict(zip(graphs.column("fingerprint").to_pylist(), graphs.column("hlo_blob").to_pylist()))
+        self.envs = {row["env_key"]: EnvFields(*(row[f] for f in _ENV_FIELDS))
+                     for row in graphs.select(["env_key", *_ENV_FIELDS]).to_pylist()}
+        for known in [*Registry(home).list(), chain]:
+            env = known.env()
+            self.envs[env.key()] = EnvFields(*(getattr(env, f) for f in _ENV_FIELDS))
+        self.hits = fleet_hits(home, now)
+        self.fallbacks = fallbacks(home)
+        self.history = History(home)
+
+    def plan(self, decided: set[str]) -> tuple[list[Decision], list[Queued], int]:
+        """(decisions made without measuring, entries to measure by priority, entries skipped)."""
+        free: list[Decision] = []
+        queue: list[Queued] = []
+        skipped = 0
+        live_keys = {e["key"] for e in self.entries}
+        for entry in self.entries:
+            if entry["key"] in decided:
+                continue
+            origin = self.history.origin(entry["key"], entry["provenance"], entry["measured_at"])
+            base = self._base(entry, origin)
+            expired = rules.expired_reason(entry, origin, self.now, self.max_age)
+            if expired:
+                free.append(Decision(**base, outcome="expired", reason=expired, change=rules.REMOVE))
+                continue
+            failed = [f for f in self.fallbacks.get(entry["key"], [])
+                      if f.at > entry["measured_at"] and rules.config_matches(f.config, entry["config"])]
+            if failed:
+                reason = (f"the fleet's compile with it failed {len(failed)} time(s) since it was "
+                          f"last measured (fell back to the defaults): {failed[-1].reason}")
+                free.append(Decision(**base, outcome="invalidated", reason=reason, change=rules.REMOVE))
+                continue
+            queued = self._queued(entry, base, origin, live_keys)
+            if isinstance(queued, str):
+                known = self.history.decided(entry["key"], "unmeasured", self.chain.compiler_version,
+                                             entry["measured_at"], queued)
+                free.append(Decision(**base, outcome="unmeasured", reason=queued, change=rules.NONE,
+                                     audited=not known))
+            elif queued is None:
+                skipped += 1
+            else:
+                queue.append(queued)
+        return free, sorted(queue, key=lambda q: q.priority), skipped
+
+    def _queued(self, entry: dict[str, Any], base: dict[str, Any], origin: datetime.datetime,
+                live_keys: set[str]) -> Queued | str | None:
+        """What to measure for `entry`; a reason why it cannot be measured; None: nothing to do."""
+        if entry["kind"] != "graph":
+            return "op-level configs cannot be re-measured yet"
+        blob = self.blobs.get(entry["fingerprint"])
+        if blob is None:
+            return "no symbols: its graph is not in the warehouse"
+        if not BlobStore(self.home).exists(blob):
+            return f"its HLO blob {blob} is missing"
+        env = self.envs.get(entry["env_key"])
+        if env is None:
+            return "its environment is unknown here: no graph seen in it, no toolchain runs it"
+        if env[:3] != (self.here.platform, self.here.device_kind, self.here.device_count):
+            return (f"measured for {env.platform} {env.device_kind} x{env.device_count}; toolchain "
+                    f"{self.chain.name} runs on {self.here.platform} {self.here.device_kind} "
+                    f"x{self.here.device_count}")
+        priority = (-self.hits.get(entry["key"], 0), entry["measured_at"], entry["key"])
+        if env.compiler_version == self.chain.compiler_version:
+            if self.now - entry["measured_at"] < self.revalidate_after:
+                return None
+            return Queued(entry, base, blob, True, None, None, origin, priority)
+        if Environment(*env).key() != entry["env_key"]:
+            return "its environment has job options the warehouse does not record: cannot re-key it"
+        new_env_key = self.here.key()
+        new_key = store_key(entry["fingerprint"], new_env_key)
+        if new_key in live_keys or any(
+                self.history.decided(entry["key"], outcome, self.chain.compiler_version, entry["measured_at"])
+                for outcome in ("rekeyed", "invalidated")):
+            return None
+        return Queued(entry, base, blob, False, new_key, new_env_key, origin, priority)
+
+    def _base(self, entry: dict[str, Any], origin: datetime.datetime) -> dict[str, Any]:
+        return {"key": entry["key"], "fingerprint": entry["fingerprint"], "env_key": entry["env_key"],
+                "kind": entry["kind"], "config": entry["config"], "source": entry["source"],
+                "toolchain": self.chain.name, "compiler_version": self.chain.compiler_version,
+                "fleet_hits": self.hits.get(entry["key"], 0),
+                "age_days": (self.now - entry["measured_at"]).total_seconds() / 86400,
+                "decided_at": self.now.isoformat(), "origin_at": origin.isoformat(),
+                "entry_measured_at": entry["measured_at"].isoformat(),
+                "entry_expires_at": entry["expires_at"].isoformat()}

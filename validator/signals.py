@@ -1,0 +1,101 @@
+"""What the fleet and the validator's own audit trail say about each store entry.
+
+- Fleet hits (the scan's priority): compiles where the hook applied the entry's config (`hits`
+  rows with outcome 'applied') plus profiled runs that carry its key (`graph_runs` and
+  `op_runs` rows whose `config_key` is the entry's), over a recent window.
+- Fallbacks: `hits` rows with outcome 'fallback', where the tuned compile failed in the fleet
+  and the hook compiled with the defaults (CATWILD 3.4): a cause of invalidation.
+- History: the `validations` audit trail, for an entry's first measurement (its lifetime runs
+  from there, whatever re-validations refreshed since) and for decisions that need not be made
+  twice under one compiler.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
+from ingest.warehouse import Warehouse
+from validator.tables import VALIDATIONS
+
+HIT_WINDOW = datetime.timedelta(days=30)
+
+
+def fleet_hits(home: Path, now: datetime.datetime, window: datetime.timedelta = HIT_WINDOW) -> Counter:
+    """Hits per store key over the `window` before `now`: applied compiles plus profiled runs.
+
+    DuckDB counts them over the window's partitions: a fleet's profiles run to millions of rows
+    a day, and only the per-key counts are needed."""
+    import duckdb
+
+    since = (now - window).date().isoformat()
+    warehouse = Warehouse(home)
+    counts: Counter = Counter()
+    with duckdb.connect() as con:
+        for table, column, condition in ((HITS, "key", "outcome = 'applied'"),
+                                         (GRAPH_RUNS, "config_key", "config_key is not null"),
+                                         (OP_RUNS, "config_key", "config_key is not null")):
+            paths = [str(p) for p in warehouse.files(table) if p.parent.name.split("=", 1)[1] >= since]
+            if paths:
+                counts.update(dict(con.execute(
+                    f"select {column}, count(*) from read_parquet(?) where {condition} group by all",
+                    [paths]).fetchall()))
+    return counts
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """One compile in the fleet where the tuned config failed and the default was used."""
+
+    at: datetime.datetime
+    config: str | None  # the config the hook tried, JSON, when it recorded it
+    reason: str
+
+
+def fallbacks(home: Path) -> dict[str, list[Fallback]]:
+    """The fleet's fallbacks per store key, oldest first."""
+    rows = Warehouse(home).read(HITS, columns=["key", "outcome", "at", "config", "reason"])
+    rows = rows.filter(pc.equal(rows.column("outcome"), "fallback")).sort_by("at")
+    found: dict[str, list[Fallback]] = defaultdict(list)
+    for row in rows.to_pylist():
+        found[row["key"]].append(Fallback(row["at"], row["config"], row["reason"] or "no reason recorded"))
+    return found
+
+
+class History:
+    """The audit trail of earlier validations."""
+
+    def __init__(self, home: Path) -> None:
+        rows = Warehouse(home).read(VALIDATIONS, columns=[
+            "key", "new_key", "outcome", "reason", "compiler_version", "validated_at", "origin_at"])
+        self._by_key: dict[str, list[dict]] = defaultdict(list)
+        self._origin: dict[str, datetime.datetime] = {}
+        for row in sorted(rows.to_pylist(), key=lambda r: r["validated_at"]):
+            self._by_key[row["key"]].append(row)
+            # Later rows win: the latest decision that wrote the key.
+            if row["origin_at"] is None:
+                continue
+            if row["outcome"] == "kept":
+                self._origin[row["key"]] = row["origin_at"]
+            elif row["outcome"] == "rekeyed" and row["new_key"]:
+                self._origin[row["new_key"]] = row["origin_at"]
+
+    def origin(self, key: str, provenance: str, measured_at: datetime.datetime) -> datetime.datetime:
+        """When the entry's config was first measured: its own measurement unless the validator
+        wrote it, else what the validation that wrote it carried forward."""
+        if provenance != "validator":
+            return measured_at
+        return self._origin.get(key, measured_at)
+
+    def decided(self, key: str, outcome: str, compiler_version: str, since: datetime.datetime,
+                reason: str | None = None) -> bool:
+        """Whether `key` got `outcome` (with `reason`, if given) under `compiler_version` at or
+        after `since`."""
+        return any(r["outcome"] == outcome and r["compiler_version"] == compiler_version
+                   and r["validated_at"] >= since and (reason is None or r["reason"] == reason)
+                   for r in self._by_key.get(key, ()))

@@ -1,0 +1,182 @@
+"""`fdo validate`: re-check every store entry on the current compiler (CATWILD 3.4, 4.3).
+
+A run, under one toolchain (validator.toolchains; default: the running interpreter):
+1. Plans over the live entries. Decisions that need no measurement come first: expired
+   entries, entries the fleet reported fallbacks for, and entries that cannot be measured here
+   (validator.decisions has the rules). The rest are queued by priority: most fleet hits first
+   (validator.signals), then least recently measured.
+2. Re-measures queued entries one by one, within the time budget, with the tuner's evaluator in
+   a sandboxed worker running under the toolchain: the entry's graph (unoptimized HLO from the
+   blob store) compiled with its config against the defaults, paired timing and numeric check.
+   What the budget does not reach is deferred to the next run.
+3. Publishes one new store version with every decision applied to the entries live at that
+   moment (Store.update retries when deliver, an import or the service published meanwhile).
+4. Writes one `validations` audit row per decision.
+
+Every decision is journaled (`<home>/validator/runs/<run>/journal.jsonl`, fsynced) before the
+next entry is looked at. A run killed at any point is resumed by the next run under the same
+toolchain: decided entries are not measured again, the publish is not repeated, and the audit
+rows land once (their part is named after the run). One run at a time per home (a file lock).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from delivery.store import DEFAULT_TTL, Store
+from ingest.blobs import BlobStore
+from ingest.hlo_module import HloLoadError, from_text
+from ingest.warehouse import Warehouse
+from tuner.evaluate import evaluate
+from tuner.flags import FlagError, from_json
+from tuner.measure import MeasureSettings
+from tuner.worker import Worker, WorkerFailure
+from validator import decisions as rules
+from validator.decisions import Decision
+from validator.plan import Planner, Queued
+from validator.run import Run, exclusive
+from validator.tables import OUTCOMES
+from validator.toolchains import Registry
+
+MEASURE_SETTINGS = MeasureSettings(confidence=0.99, min_pairs=20, max_seconds=10.0)
+MAX_AGE = datetime.timedelta(days=180)
+
+
+@dataclass(frozen=True)
+class ValidateSettings:
+    """A run's budget and rules."""
+
+    budget_minutes: float | None = None  # None: measure every entry that needs it
+    ttl: datetime.timedelta = DEFAULT_TTL  # a kept or re-keyed entry's fresh lease
+    max_age: datetime.timedelta = MAX_AGE  # absolute lifetime since first measured
+    # Entries measured more recently on the same compiler are not measured again: the budget
+    # goes to the stale ones (entries on another compiler are checked however fresh).
+    revalidate_after: datetime.timedelta = datetime.timedelta(days=1)
+    measure: MeasureSettings = MEASURE_SETTINGS
+    timeout: float = 600.0  # per measurement, in the worker
+    seed: int = 0
+
+
+@dataclass
+class RunReport:
+    """What a run decided."""
+
+    run_id: str
+    toolchain: str
+    compiler_version: str
+    version: int | None  # the live store version after the run
+    published: bool  # whether the run published that version
+    resumed: bool
+    skipped: int  # nothing to do: measured recently, or re-keyed or decided for this compiler
+    deferred: int  # not reached within the budget
+    decisions: list[Decision] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        """Decisions per outcome (every outcome present, zero or not)."""
+        found = Counter(d.outcome for d in self.decisions)
+        return {outcome: found[outcome] for outcome in OUTCOMES}
+
+    def to_json(self) -> dict[str, Any]:
+        """The counts, the version and the run, JSON-ready."""
+        return {**self.counts(), "version": self.version, "published": self.published,
+                "skipped": self.skipped, "deferred": self.deferred, "run_id": self.run_id,
+                "toolchain": self.toolchain, "compiler_version": self.compiler_version,
+                "resumed": self.resumed}
+
+
+def validate(home: Path | str, toolchain: str | None = None,
+             settings: ValidateSettings = ValidateSettings(), progress: bool = False,
+             now: datetime.datetime | None = None) -> RunReport:
+    """Run (or resume) one validation pass over the store under `toolchain`."""
+    home = Path(home)
+    with exclusive(home):
+        chain = Registry(home).get(toolchain)
+        run = Run.open(home, chain)
+        skipped = deferred = 0
+        if run.published is None:
+            planner = Planner(home, chain, now or datetime.datetime.now(datetime.UTC),
+                              settings.max_age, settings.revalidate_after)
+            free, queue, skipped = planner.plan(decided={d.key for d in run.decisions})
+            for decision in free:
+                run.record(decision)
+            deferred = _measure_queue(queue, planner, run, settings, progress)
+            run.publish(Store(home))
+        run.land(Warehouse(home))
+        return RunReport(run.run_id, chain.name, chain.compiler_version, run.published["version"],
+                         run.published["published"], run.resumed, skipped, deferred, run.decisions)
+
+
+def _measure_queue(queue: list[Queued], planner: Planner, run: Run, settings: ValidateSettings,
+                   progress: bool) -> int:
+    """Measure the queue in order until the budget is spent; returns how many were deferred."""
+    from tqdm import tqdm
+
+    started = time.monotonic()
+    worker = Worker(python=planner.chain.python)
+    bar = tqdm(total=len(queue), desc=f"validate on {planner.chain.compiler_version}", unit="entry",
+               disable=not progress)
+    try:
+        budget = math.inf if settings.budget_minutes is None else 60 * settings.budget_minutes
+        for done, queued in enumerate(queue):
+            if time.monotonic() - started > budget:
+                return len(queue) - done
+            run.record(_measure(queued, planner, worker, settings))
+            bar.update()
+    finally:
+        bar.close()
+        worker.close()
+    return 0
+
+
+def _measure(queued: Queued, planner: Planner, worker: Worker, settings: ValidateSettings) -> Decision:
+    """Re-measure one entry's config against the defaults and decide."""
+    chain, entry = planner.chain, queued.entry
+    cv = chain.compiler_version
+    invalidated = rules.REMOVE if queued.same_compiler else rules.NONE
+
+    def decide(outcome: str, reason: str, change: str, result: Any = None) -> Decision:
+        now = datetime.datetime.now(datetime.UTC)
+        base = {**queued.base, "decided_at": now.isoformat()}
+        extra: dict[str, Any] = {}
+        if result is not None and result.speedup is not None:
+            extra = {"speedup": result.speedup, "ci_low": result.ci_low, "ci_high": result.ci_high,
+                     "numerics_ok": result.numerics_ok}
+        if outcome in ("kept", "rekeyed"):
+            extra["expires_at"] = rules.expiry(now, queued.origin, settings.ttl, settings.max_age).isoformat()
+        if outcome == "rekeyed":
+            extra.update(new_key=queued.new_key, new_env_key=queued.new_env_key)
+        return Decision(**base, outcome=outcome, reason=reason, change=change, **extra)
+
+    try:
+        config = from_json(json.loads(entry["config"]))
+    except (FlagError, json.JSONDecodeError) as exc:
+        return decide("invalidated", f"its config is no longer accepted: {exc}", invalidated)
+    try:
+        module = from_text(BlobStore(planner.home).get_text(queued.blob), source=queued.blob)
+    except HloLoadError as exc:
+        return decide("unmeasured", str(exc), rules.NONE)
+    result = evaluate(module, config, settings=settings.measure, worker=worker,
+                      timeout=settings.timeout, seed=settings.seed)
+    if result.error is None:
+        outcome, reason = rules.measured_outcome(result, queued.same_compiler, cv,
+                                                 settings.measure.noise_band)
+        change = {"kept": rules.REFRESH, "rekeyed": rules.ADD}.get(outcome, invalidated)
+        return decide(outcome, reason, change, result)
+    if result.error.startswith("default config does not compile"):
+        return decide("unmeasured", f"its graph does not compile on {cv}: {result.error}", rules.NONE)
+    if result.error.startswith("candidate"):
+        return decide("invalidated", f"{result.error} on {cv}", invalidated)
+    # The worker crashed, ran out of memory or time: blame the config only if the defaults run.
+    try:
+        worker.call("tuner.session:prepare", timeout=settings.timeout, module_proto=module.proto,
+                    seed=settings.seed)
+    except WorkerFailure as failure:
+        return decide("unmeasured", f"its graph fails on {cv} with the defaults too: {failure}", rules.NONE)
+    return decide("invalidated", f"{result.error} with this config on {cv}; the defaults run", invalidated)
