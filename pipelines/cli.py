@@ -691,7 +691,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="when the nightly run starts, crontab in UTC (6 fields: seconds first)")
     p.add_argument("--misfire-grace-minutes", type=float, default=360.0,
                    help="a run missed while the daemon was down still runs within this time")
-    p.add_argument("--nightly-args", default="", help="arguments for each fdo nightly, quoted")
+    p.add_argument("--nightly-args", default="", help="arguments for each fdo nightly, as one string: --nightly-args=\"--top 2 ...\"")
     p.add_argument("--validate-every-minutes", type=float, default=None,
                    help="also run the validator on this interval")
     p.add_argument("--validate-budget-minutes", type=float, default=10.0)
@@ -747,7 +747,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fdo` console script."""
-    from pipelines.nightly import LockHeld
+    from ingest.locks import LockHeld
     from tuner.compile import CompileError
 
     parser = build_parser()

@@ -1,92 +1,114 @@
-"""`make demo`: what the foundation does today, end to end on the workload zoo.
+"""`make demo` (`fdo demo`): the whole loop on a simulated fleet, one nightly run per day.
 
-Dumps zoo programs with XLA's own dumper, fingerprints each dump and checks that JAX's
-compile-time module gets the same fingerprint, lists the kernels (op fingerprints) of the
-optimized modules, then evaluates a few compiler configs against the default with paired timing
-and the numeric check; then simulates a small fleet for a few days and ingests its dumps and
-profile drops into the warehouse, and ranks what the fleet spends. Later stages (ranking, tuning, delivery, validation) plug in here.
+Each simulated day the fleet runs its jobs, picking up the configs the store holds that day
+(so savings appear once something is delivered), and hands over its dumps and profiles; then
+the nightly loop runs for that date: ingest, rank, tune the top graph within a small budget,
+deliver, validate and account the savings. The fleet's compiler changes under it (a release
+every few days, adopted gradually), as a real fleet's does. The summary at the end comes from
+the warehouse and the store, the same tables the dashboards read.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
+import pyarrow.compute as pc
 
-from ingest import zoo
-from ingest.fingerprint import fingerprint_module, graph_fingerprint
-from ingest.hlo_module import from_lowered, load_file
-from ingest.zoo.dump import dump_workloads
-from pipelines.cli import default_home, print_ranking, print_simulation
-from pipelines.simulator.run import simulate
-from ranking.rank import RankSettings, rank
-from tuner.evaluate import evaluate
-from tuner.measure import MeasureSettings
-from tuner.worker import Worker
-
-_EVALUATIONS = (
-    ("mlp-s", {}),
-    ("cnn-s", {"xla_cpu_experimental_ynn_fusion_type": ("INDIVIDUAL_DOT", "REDUCE")}),
-    ("gnn-s", {"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"}),
-    ("unet-s", {"xla_backend_optimization_level": 0}),
-)
+from delivery.store import Store
+from ingest.warehouse import Warehouse
+from pipelines.cli import default_home
+from pipelines.nightly import NightlySettings, run_nightly
+from pipelines.simulator.run import simulate, store_lookup
+from ranking.tables import SAVINGS
+from tuner.tables import TUNING_RESULTS
+from validator.tables import VALIDATIONS
 
 
-_FLEET_DAYS = 5
-_FLEET_JOBS = 5000
-_FLEET_WORKLOADS = ["transformer-s", "mlp-s", "cnn-s", "gnn-s", "recommender-s"]
+@dataclass(frozen=True)
+class DemoSettings:
+    """The demo fleet and the loop's budgets: sized to finish in a few minutes on a laptop."""
+
+    days: int = 4
+    jobs: int = 2000
+    # The fleet's mix is drawn from the seed; with 7 a CNN holds the most chip-time, and
+    # convolutions are where XLA's CPU backend has headroom (library routing), so the demo's
+    # small budget has something to find. Other seeds run the same loop on other mixes.
+    seed: int = 7
+    workloads: tuple[str, ...] = ("cnn-s", "unet-s", "mlp-s", "rnn-s")
+    # A compiler release every week: one lands during the demo and is adopted gradually, so
+    # some tuned keys go out of use mid-demo, as in a real fleet.
+    release_every_days: int = 7
+    top: int = 2  # graphs per night; each night takes the best-ranked ones not tried yet
+    top_ops: int = 2
+    tune_evals: int = 12
+    tune_minutes: float = 2.5
+    validate_minutes: float = 0.75
+    # One process per Beam pipeline: on a small day the multi-process runner's start-up dominates.
+    beam_args: tuple[str, ...] = ("--direct_running_mode=in_memory",)
+
+
+def run_demo(home: Path, settings: DemoSettings = DemoSettings()) -> int:
+    """Run the demo in `home`; returns the exit code."""
+    home.mkdir(parents=True, exist_ok=True)
+    first = datetime.date.today() - datetime.timedelta(days=settings.days - 1)
+    print(f"fleet-fdo demo: {settings.days} days of a simulated fleet ({settings.jobs} jobs running "
+          f"{', '.join(settings.workloads)}), the nightly loop after each; data root {home}\n")
+    failed = False
+    for offset in range(settings.days):
+        date = first + datetime.timedelta(days=offset)
+        day = simulate(home, days=1, jobs=settings.jobs, seed=settings.seed, start=date,
+                       workloads=list(settings.workloads), tuned=store_lookup(home), progress=True,
+                       release_every_days=settings.release_every_days)
+        print(f"{date}: the fleet ran {day.graph_runs:,} graph runs, {day.chip_hours:,.0f} chip-hours")
+        report = run_nightly(home, NightlySettings(
+            date=date, top=settings.top, top_ops=settings.top_ops, tune_evals=settings.tune_evals,
+            tune_minutes=settings.tune_minutes, validate_minutes=settings.validate_minutes,
+            beam_args=settings.beam_args), progress=True)
+        for stage in report.stages:
+            detail = stage.error.splitlines()[0] if stage.error else json.dumps(stage.counts, default=str)
+            print(f"  {stage.stage:<9} {stage.status:<8} {stage.seconds:6.1f} s  {detail}")
+        failed |= not report.ok
+    print_summary(home)
+    return 1 if failed else 0
+
+
+def print_summary(home: Path) -> None:
+    """What the loop did, from the warehouse and the store."""
+    warehouse = Warehouse(home)
+    results = warehouse.read(TUNING_RESULTS).to_pylist()
+    store = Store(home)
+    entries = {(e["fingerprint"], e["env_key"]) for e in store.entries().to_pylist()}
+    print(f"\n{len(results)} tuning results (graph or op, per environment):")
+    for row in results:
+        interval = (f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]" if row["ci_low"] is not None else "")
+        speed = f"{row['speedup']:.3f}x {interval}" if row["speedup"] is not None else "-"
+        live = "in the store" if (row["fingerprint"], row["env_key"]) in entries else "not delivered"
+        print(f"  {row['kind']:<5} {row['fingerprint'][:12]}  {row['status']:<22} {speed:<26} "
+              f"{live}  {row['config']}")
+    versions = store.versions()
+    print(f"store: {len(versions)} version(s), live v{store.current()} with {len(entries)} entries; "
+          + "; ".join(f"v{m.version} {m.reason}" for m in versions))
+    validations = warehouse.read(VALIDATIONS)
+    outcomes = {o: validations.column("outcome").to_pylist().count(o)
+                for o in ("kept", "rekeyed", "invalidated", "expired", "unmeasured")}
+    print("validator: " + ", ".join(f"{n} {o}" for o, n in outcomes.items()))
+    saved = warehouse.read(SAVINGS)
+    by_day = saved.group_by("dt").aggregate([("chip_seconds_saved", "sum"), ("hit_chip_seconds", "sum")])
+    for row in by_day.sort_by("dt").to_pylist():
+        print(f"  {row['dt']}: {row['chip_seconds_saved_sum'] / 3600:,.1f} chip-hours saved on "
+              f"{row['hit_chip_seconds_sum'] / 3600:,.0f} chip-hours that ran tuned")
+    total = (pc.sum(saved.column("chip_seconds_saved")).as_py() or 0.0) / 3600
+    print(f"chip-hours saved in all: {total:,.1f}")
+    print(f"\ndashboards: fdo --home {home} serve, then open http://127.0.0.1:8470/")
 
 
 def main() -> int:
-    """Run the demo and print its summary."""
-    home = default_home()
-    home.mkdir(parents=True, exist_ok=True)
-    workloads = zoo.all_workloads()
-    print(f"fleet-fdo demo: {len(workloads)} zoo workloads, data root {home}")
-    with tempfile.TemporaryDirectory(dir=home) as tmp:
-        dirs = dump_workloads(Path(tmp), progress=True)
-        rows = []
-        for workload, directory in tqdm(list(zip(workloads, dirs)), desc="fingerprint", unit="wl"):
-            before = load_file(next(directory.glob("*.before_optimizations.txt")))
-            after = load_file(next(directory.glob("*after_optimizations.txt")))
-            from_jax = graph_fingerprint(from_lowered(workload.lower()))
-            graph = fingerprint_module(before, with_ops=False)
-            optimized = fingerprint_module(after)
-            rows.append((workload.name, graph.fingerprint, graph.n_instructions,
-                         len(optimized.ops), graph.fingerprint == from_jax))
-    print(f"\n{'workload':<18} {'graph fingerprint':<34} {'instr':>6} {'kernels':>7}  dump==jax")
-    for name, fingerprint, n, kernels, same in rows:
-        print(f"{name:<18} {fingerprint:<34} {n:>6} {kernels:>7}  {'yes' if same else 'NO'}")
-    mismatches = sum(1 for row in rows if not row[4])
-
-    print("\nevaluating configs (paired, interleaved; 99% order-statistic interval):")
-    worker = Worker()
-    try:
-        for name, config in _EVALUATIONS:
-            module = from_lowered(zoo.get(name).lower(), source=name)
-            result = evaluate(module, config, settings=MeasureSettings(max_seconds=10), worker=worker)
-            label = ", ".join(f"{k}={v}" for k, v in config.items()) or "A/A"
-            if result.error:
-                print(f"  {name:<10} {label}: failed: {result.error}")
-                continue
-            print(f"  {name:<10} {label}: {result.speedup:.3f}x "
-                  f"[{result.ci_low:.3f}, {result.ci_high:.3f}] numerics "
-                  f"{'ok' if result.numerics_ok else 'FAILED'}")
-    finally:
-        worker.close()
-    print(f"\nsimulating a fleet for {_FLEET_DAYS} days and ingesting what it hands over:")
-    report = simulate(home, days=_FLEET_DAYS, jobs=_FLEET_JOBS, seed=0, workloads=_FLEET_WORKLOADS,
-                      progress=True)
-    print_simulation(report)
-    print("\nranking the fleet's graphs and ops by chip-seconds (Beam):")
-    candidates, coverage = rank(home, RankSettings(date=datetime.date.today(), top_k=5))
-    print_ranking(candidates, coverage)
-    print(f"\n{len(rows) - mismatches}/{len(rows)} dumps fingerprint the same as JAX's modules; "
-          f"warehouse under {home / 'warehouse'}")
-    return 0 if mismatches == 0 and not report.quarantined else 1
+    """Entry point of `make demo`."""
+    return run_demo(default_home())
 
 
 if __name__ == "__main__":

@@ -10,28 +10,22 @@ One run at a time per home: a lock file held by the process (the OS drops it if 
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import fcntl
 import json
-import os
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.locks import exclusive_lock
 from ingest.warehouse import Warehouse
 from pipelines.tables import RUNS
 
 STAGES = ("ingest", "rank", "tune", "deliver", "validate", "savings")
-
-
-class LockHeld(RuntimeError):
-    """Another process holds the lock; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +142,7 @@ def _tune(home: Path, settings: NightlySettings, progress: bool) -> dict[str, An
     from tuner.tune import TuneSettings, tune_module
 
     deadline = time.monotonic() + 60 * settings.tune_minutes
-    tasks = tunable_candidates(home, settings.top)
+    tasks = tunable_candidates(home, settings.top, untried=True)
     counts = {"graphs": len(tasks), "tuned": 0, "accepted": 0, "out_of_budget": 0}
     # Graphs get the stage's budget but what the ops need, split evenly; ops get what is left.
     for index, (_, module, env_key) in enumerate(tasks):
@@ -166,7 +160,7 @@ def _tune(home: Path, settings: NightlySettings, progress: bool) -> dict[str, An
     if settings.top_ops and left > 0:
         ops = tune_ops_and_fold(home, settings.top_ops, TuneSettings(
             budget_evals=200, budget_minutes=left / settings.top_ops, strategy="exhaustive"),
-            progress=progress)
+            progress=progress, untried=True)
         counts.update(ops=len(ops.results), ops_accepted=sum(r.status == "accepted" for r in ops.results),
                       folds=len(ops.folds), folds_accepted=sum(f.status == "accepted" for _, f in ops.folds))
     return counts
@@ -214,23 +208,3 @@ def _record(home: Path, date: datetime.date, result: StageResult, attempt: int) 
            "started_at": now - datetime.timedelta(seconds=result.seconds), "seconds": result.seconds,
            "counts": json.dumps(result.counts, sort_keys=True, default=str), "error": result.error}
     Warehouse(home).append(RUNS, pa.Table.from_pylist([row], RUNS.schema), f"{result.stage}-{attempt}")
-
-
-@contextlib.contextmanager
-def exclusive_lock(path: Path, what: str) -> Iterator[None]:
-    """Hold `path` locked for the block, or raise LockHeld at once. The OS releases the lock
-    when the process dies, so a crash never leaves a stale lock behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            raise LockHeld(f"another {what} holds {path} (pid {handle.read().strip() or '?'})") from None
-        handle.truncate(0)
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

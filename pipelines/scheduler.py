@@ -9,7 +9,7 @@ interval, with APScheduler.
   overlap.
 - The nightly run is a child process (`fdo nightly`): a crash in it cannot take the daemon
   down, and a run cut short resumes at its stage next time. Each firing is appended to
-  HOME/pipelines/scheduler-runs.jsonl.
+  HOME/pipelines/scheduler-runs.jsonl, and the run's output to HOME/pipelines/logs/.
 - SIGTERM or SIGINT: stop scheduling, stop the running child (it resumes next time), exit 0.
 """
 
@@ -28,7 +28,7 @@ from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
-from pipelines.nightly import exclusive_lock
+from ingest.locks import exclusive_lock
 
 log = logging.getLogger("fleet_fdo.scheduler")
 NIGHTLY_JOB = "nightly"
@@ -94,7 +94,10 @@ def run_nightly_job(home: str, nightly_args: list[str]) -> int:
     """The scheduled job: `fdo nightly` for today, as a child process; returns its exit code."""
     command = [sys.executable, "-m", "pipelines.cli", "--home", home, "nightly", *nightly_args]
     fired = datetime.datetime.now(datetime.UTC)
-    child = subprocess.Popen(command)
+    logs = Path(home) / "pipelines" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"nightly-{fired.date()}.log", "a") as log:
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     with _children_lock:
         _children.add(child)
     try:

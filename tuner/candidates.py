@@ -23,6 +23,7 @@ from ingest.tables import GRAPHS, OPS
 from ingest.warehouse import Warehouse
 from ranking.tables import CANDIDATES
 from tuner.op_cut import OpCut, OpCutError, cut_op
+from tuner.tables import TUNING_RESULTS
 
 
 @dataclass
@@ -43,15 +44,17 @@ def latest_candidates(home: Path, kind: str) -> pa.Table:
                                      pc.equal(candidates.column("kind"), kind))).sort_by("rank")
 
 
-def tunable_candidates(home: Path, top: int) -> list[tuple[str, HloModule, str]]:
+def tunable_candidates(home: Path, top: int, untried: bool = False) -> list[tuple[str, HloModule, str]]:
     """(label, module, env_key) of the best-ranked graph candidates of the latest ranking that
-    run on this machine's platform and device kind, at most `top`."""
+    run on this machine's platform and device kind, at most `top`. `untried`: only those this
+    compiler has no tuning result for yet, so that a nightly run moves down the ranking."""
     graphs = _graphs_here(home)
+    tried = _tried(home, "graph") if untried else set()
     blobs = BlobStore(home)
     tasks = []
     for candidate in latest_candidates(home, "graph").to_pylist():
         graph = graphs.get((candidate["fingerprint"], candidate["env_key"]))
-        if graph is None:
+        if graph is None or (candidate["fingerprint"], candidate["env_key"]) in tried:
             continue
         module = from_text(blobs.get_text(graph["hlo_blob"]), source=graph["hlo_blob"])
         tasks.append((f"#{candidate['rank']} {graph['module_name']} {candidate['fingerprint'][:8]}",
@@ -61,10 +64,11 @@ def tunable_candidates(home: Path, top: int) -> list[tuple[str, HloModule, str]]
     return tasks
 
 
-def tunable_op_candidates(home: Path, top: int) -> OpCandidates:
+def tunable_op_candidates(home: Path, top: int, untried: bool = False) -> OpCandidates:
     """The best-ranked op candidates of the latest ranking that run here, cut out of their
-    graphs, at most `top`."""
+    graphs, at most `top` (`untried`: as for graphs)."""
     graphs = _graphs_here(home)
+    tried = _tried(home, "op") if untried else set()
     ops: dict[tuple[str, str], list[dict]] = {}
     for row in Warehouse(home).read(OPS).to_pylist():
         ops.setdefault((row["fingerprint"], row["env_key"]), []).append(row)
@@ -72,6 +76,8 @@ def tunable_op_candidates(home: Path, top: int) -> OpCandidates:
     found = OpCandidates()
     for candidate in latest_candidates(home, "op").to_pylist():
         key = (candidate["fingerprint"], candidate["env_key"])
+        if key in tried:
+            continue
         rows = [r for r in ops.get(key, []) if (r["graph_fingerprint"], r["env_key"]) in graphs]
         if not rows:
             continue
@@ -92,6 +98,14 @@ def tunable_op_candidates(home: Path, top: int) -> OpCandidates:
         if len(found.tasks) == top:
             break
     return found
+
+
+def _tried(home: Path, kind: str) -> set[tuple[str, str]]:
+    """(fingerprint, env_key) of the `kind` results this compiler has measured already."""
+    version = current_environment().compiler_version
+    results = Warehouse(home).read(TUNING_RESULTS, ["kind", "fingerprint", "env_key", "compiler_version"])
+    return {(r["fingerprint"], r["env_key"]) for r in results.to_pylist()
+            if r["kind"] == kind and r["compiler_version"] == version}
 
 
 def _graphs_here(home: Path) -> dict[tuple[str, str], dict]:

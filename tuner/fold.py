@@ -178,13 +178,14 @@ class OpRound:
 
 
 def tune_ops_and_fold(home: Path, top: int, settings: TuneSettings, fold: bool = True,
-                      progress: bool = False) -> OpRound:
+                      progress: bool = False, untried: bool = False) -> OpRound:
     """Tune the `top` ranked ops this machine can measure, then fold the results into each graph
-    that holds one of them (CPU has no per-op channel: this is how op results reach users)."""
+    that holds one of them (CPU has no per-op channel: this is how op results reach users).
+    `untried`: skip ops this compiler has a result for (see tunable_candidates)."""
     from tuner.candidates import tunable_op_candidates
     from tuner.tune import tune_op
 
-    found = tunable_op_candidates(home, top)
+    found = tunable_op_candidates(home, top, untried)
     results = [tune_op(cut, home, settings, env_key=env_key, progress=progress)
                for _, cut, env_key in found.tasks]
     folds: list[tuple[str, TuneResult]] = []

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
 import json
 import os
 import secrets
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 
 from delivery.store import Store
+from ingest.locks import LockHeld, exclusive_lock
 from ingest.warehouse import Warehouse
 from tuner.journal import append_record, read_records
 from validator import decisions as rules
@@ -27,7 +27,7 @@ from validator.tables import VALIDATIONS
 from validator.toolchains import Toolchain
 
 
-class ValidatorBusy(RuntimeError):
+class ValidatorBusy(LockHeld):
     """Another validation run holds this home."""
 
 
@@ -107,26 +107,9 @@ class Run:
                                                      "decisions": len(rows)})
 
 
-@contextlib.contextmanager
-def exclusive(home: Path) -> Iterator[None]:
+def exclusive(home: Path) -> contextlib.AbstractContextManager[None]:
     """Hold the home's validator lock; ValidatorBusy if another run has it."""
-    path = home / "validator" / ".lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "?"
-            raise ValidatorBusy(f"another validation run holds {home} (pid {holder})") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return exclusive_lock(home / "validator" / ".lock", "validation run", ValidatorBusy)
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:

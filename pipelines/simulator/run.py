@@ -69,14 +69,15 @@ def store_lookup(home: Path) -> fleet.TunedLookup | None:
 def simulate(home: Path, days: int, jobs: int, seed: int = 0, start: datetime.date | None = None,
              workloads: list[str] | None = None, scales: tuple[int, ...] = SCALES,
              op_sample: float = 1.0, tuned: fleet.TunedLookup | None = None,
-             progress: bool = False) -> SimulationReport:
+             progress: bool = False, release_every_days: int = 4) -> SimulationReport:
     """Simulate `days` days (ending today unless `start` is given) and ingest them."""
     start = start or datetime.date.today() - datetime.timedelta(days=days - 1)
     first_day = (start - fleet.EPOCH).days
     if first_day < 0:
         raise ValueError(f"--start must be on or after {fleet.EPOCH}")
     catalog = build_catalog(home / "simulator" / "catalog", workloads, scales, progress)
-    spec = fleet.FleetSpec(jobs=jobs, seed=seed, op_sample=op_sample)
+    spec = fleet.FleetSpec(jobs=jobs, seed=seed, op_sample=op_sample,
+                           release_every_days=release_every_days)
     population = fleet.make_jobs(spec, len(catalog))
     here = current_environment()
     fingerprints = [g.fingerprint for g in catalog]

@@ -1,0 +1,122 @@
+"""The nightly loop and its scheduler, as real processes: a run killed mid-stage finishes on the
+next try without duplicating anything; the daemon runs the loop on its cron, stops cleanly on
+SIGTERM and picks its schedule up again after a restart, even after kill -9."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+from ingest.warehouse import Warehouse
+from pipelines.nightly import STAGES, ledger_rows
+from pipelines.simulator.run import simulate
+from tests.serving import fdo
+from ranking.tables import CANDIDATES
+from tuner.tables import TRIALS, TUNING_RESULTS
+
+DATE = datetime.date(2026, 5, 2)
+FAST = ["--top", "1", "--top-ops", "0", "--tune-evals", "4", "--tune-minutes", "4", "--validate-minutes", "1",
+        "--direct_running_mode=in_memory"]
+
+
+@pytest.fixture(scope="module")
+def fleet_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("nightly")
+    simulate(home, days=2, jobs=600, seed=3, start=DATE - datetime.timedelta(days=1), workloads=["mlp-s"])
+    return home
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_nightly_run_killed_mid_stage_finishes_without_duplicates(fleet_home):
+    home = fleet_home
+    command = [sys.executable, "-m", "pipelines.cli", "--home", str(home), "nightly",
+               "--date", DATE.isoformat(), *FAST]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    journals = lambda: [p for p in (home / "tuner" / "tasks").glob("*/trials.jsonl")  # noqa: E731
+                        if p.read_text().count("\n") >= 1]
+    try:
+        wait_for(lambda: (home / "tuner" / "tasks").exists() and journals(), 300, "the tune stage")
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the run and its tuner workers, mid-stage
+        process.wait()
+    done = {r["stage"] for r in ledger_rows(home, DATE).to_pylist() if r["status"] == "done"}
+    assert done == {"ingest", "rank"}
+
+    result = fdo(home, "nightly", "--date", DATE.isoformat(), "--json", *FAST)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [s["status"] for s in report["stages"]] == ["skipped"] * 2 + ["done"] * 4
+    assert report["stages"][2]["counts"]["tuned"] == 1
+
+    ledger = ledger_rows(home, DATE).to_pylist()
+    assert sorted(r["stage"] for r in ledger if r["status"] == "done") == sorted(STAGES)
+    warehouse = Warehouse(home)
+    candidates = warehouse.read(CANDIDATES, filter_dt=lambda dt: dt == DATE.isoformat())
+    keys = list(zip(*(candidates.column(c).to_pylist() for c in ("kind", "fingerprint", "env_key"))))
+    assert keys and len(keys) == len(set(keys))
+    trials = warehouse.read(TRIALS).column("trial_id").to_pylist()
+    assert trials and len(trials) == len(set(trials))
+    tasks = warehouse.read(TUNING_RESULTS).column("task_id").to_pylist()
+    assert len(tasks) == len(set(tasks)) == 1
+
+    again = fdo(home, "nightly", "--date", DATE.isoformat(), "--json", *FAST)
+    assert again.returncode == 0
+    assert {s["status"] for s in json.loads(again.stdout)["stages"]} == {"skipped"}
+    assert ledger_rows(home, DATE).num_rows == len(ledger)
+
+
+def test_the_scheduler_runs_nightly_on_its_cron_and_survives_restarts(tmp_path):
+    home = tmp_path / "home"
+    fired = home / "pipelines" / "scheduler-runs.jsonl"
+    command = [sys.executable, "-m", "pipelines.cli", "--home", str(home), "scheduler",
+               "--cron", "*/3 * * * * *", "--nightly-args=--direct_running_mode=in_memory --top-ops 0"]
+
+    def start() -> subprocess.Popen:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def firings() -> int:
+        return fired.read_text().count("\n") if fired.exists() else 0
+
+    daemon = start()
+    wait_for(lambda: firings() >= 1, 180, "the first scheduled run")
+    today = datetime.datetime.now(datetime.UTC).date()
+    done = {r["stage"] for r in ledger_rows(home, today).to_pylist() if r["status"] == "done"}
+    assert done == set(STAGES)
+    assert json.loads(fired.read_text().splitlines()[0])["exit_code"] == 0
+
+    second = start()  # one daemon per home
+    assert second.wait(timeout=60) == 1
+    assert "another fdo scheduler holds" in second.stdout.read()
+
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=60) == 0
+    assert "fdo scheduler: stopped" in daemon.stdout.read()
+
+    for stop in (signal.SIGKILL, signal.SIGTERM):  # restart after a clean stop, then after kill -9
+        seen = firings()
+        daemon = start()
+        wait_for(lambda: firings() > seen, 180, "a scheduled run after the restart")
+        daemon.send_signal(stop)
+        daemon.wait(timeout=60)
+    runs = ledger_rows(home, today)
+    # Later firings found the date finished: the ledger holds each stage once.
+    assert sorted(pc.unique(runs.column("stage")).to_pylist()) == sorted(STAGES)
+    assert runs.num_rows == len(STAGES)
