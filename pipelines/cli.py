@@ -294,6 +294,24 @@ def _print_tune_result(label: str, r: Any) -> None:
           f"({r.measured} timed); config {json.dumps(r.to_json()['config'])}")
 
 
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from tuner.analyze import analyze_flags, format_analysis
+
+    analysis = analyze_flags(default_home(), fingerprint=args.graph)
+    if args.json:
+        payload = analysis.to_json()
+        payload["flags"] = payload["flags"][: args.top]
+        _print_json(payload)
+    if analysis.trials == 0:
+        where = f" for graph {args.graph}" if args.graph else ""
+        print(f"no tuning trials in the warehouse under {default_home()}{where}: run fdo tune first",
+              file=sys.stderr)
+        return EXIT_FAILED
+    if not args.json:
+        print(format_analysis(analysis, args.top))
+    return EXIT_OK
+
+
 def cmd_deliver(args: argparse.Namespace) -> int:
     from delivery.deliver import deliver
 
@@ -647,6 +665,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_tune)
+
+    p = sub.add_parser("analyze", help="which compiler flags matter, from every tuning trial")
+    p.add_argument("what", choices=["flags"])
+    p.add_argument("--top", type=int, default=None, help="only the N most important flags")
+    p.add_argument("--graph", help="only the trials of this graph fingerprint")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_analyze)
 
     p = sub.add_parser("deliver", help="publish accepted tuning results as a new store version (Beam)",
                        epilog=beam_note)

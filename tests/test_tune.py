@@ -59,6 +59,16 @@ def test_strategies_start_from_the_default_and_never_repeat(name):
         assert history[1].config == {"b": 3}  # warm start from the winner on a similar graph
 
 
+@pytest.mark.parametrize("name", ["anneal", "evolution", "model"])
+def test_mutation_of_a_single_value_flag_goes_back_to_the_default(name):
+    space = SearchSpace((Param("a", (True,)), Param("b", ("X",))))
+    strategy = STRATEGIES[name](space, budget=8, seed=0)
+    history = [TrialRecord({}, 0.0)]
+    while (config := propose(strategy, history)) is not None:
+        history.append(TrialRecord(config, 0.1 * len(config)))
+    assert len(history) == space.size() == 4
+
+
 def test_graph_space_is_the_allowlist():
     space = graph_space("cpu")
     assert {p.name for p in space.params} <= set(FLAGS)

@@ -56,7 +56,8 @@ class Strategy(ABC):
         mutated = dict(config)
         for param in self.rng.sample(self.space.params, min(changes, len(self.space.params))):
             options = [v for v in param.values if mutated.get(param.name) != v]
-            if param.name in mutated and self.rng.random() < 0.25:
+            # A param whose only value is set already can only go back to the default.
+            if param.name in mutated and (not options or self.rng.random() < 0.25):
                 del mutated[param.name]
             else:
                 mutated[param.name] = self.rng.choice(options)
@@ -141,7 +142,10 @@ class ModelStrategy(Strategy):
         best = max(history, key=lambda t: t.fitness).config
         candidates = [self.mutate(best, self.rng.choice((1, 2))) for _ in range(64)]
         candidates += [random_config(self.space, self.rng) for _ in range(16)]
-        return max(candidates, key=lambda c: self._score(c, effects))
+        # Score only untried candidates: the best-scoring one is often tried already, and
+        # asking again would redraw until `propose` gives up and falls back to random configs.
+        untried = [c for c in candidates if config_key(c) not in tried] or candidates
+        return max(untried, key=lambda c: self._score(c, effects))
 
     def _effects(self, history: list[TrialRecord]) -> dict[tuple[str, str], tuple[float, float]]:
         """Per (flag, value): (weighted mean fitness of trials that set it, total weight)."""
