@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, StoreUnavailable
 from ingest.environment import ENVIRONMENT_FILE, Environment, current_environment, store_key
+from ingest.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from ingest.fingerprint import graph_fingerprint
 from ingest.hits import spool_path, to_line
 from ingest.hlo_module import HloModule, from_proto_bytes, from_stablehlo
@@ -51,6 +52,7 @@ log = logging.getLogger("fleet_fdo.hook")
 SPOOL_SYMBOLS = Path("spool") / "symbols"
 _HEX = set("0123456789abcdef")
 MEMO_DIR = Path("cache") / "fingerprints"
+MEMO_SCHEME = b"/entry-layouts-default"  # what from_stablehlo does before fingerprinting
 
 _installed: "Hook | None" = None
 _install_lock = threading.Lock()
@@ -249,7 +251,8 @@ class FingerprintMemo:
         import jaxlib
 
         self.directory = directory
-        self._salt = f"jaxlib-{jaxlib.__version__}\n".encode()
+        # A new jaxlib may convert differently, a new fingerprint scheme hashes differently.
+        self._salt = f"jaxlib-{jaxlib.__version__}\n".encode() + FINGERPRINT_DOMAIN + MEMO_SCHEME
         self._known: dict[str, str] = {}
 
     def fingerprint(self, computation: Any) -> tuple[str, str, HloModule | None]:

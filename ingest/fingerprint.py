@@ -54,7 +54,8 @@ from ingest.hlo_proto import (
 
 DIGEST_BYTES = 16
 LARGE_CONSTANT_ELEMENTS = 10
-_DOMAIN = b"fleet-fdo/fingerprint/v1"
+DOMAIN = b"fleet-fdo/fingerprint/v1"  # the scheme: change it and every fingerprint changes
+_DOMAIN = DOMAIN
 _blake = hashlib.blake2b
 # Lengths of the four parts of an instruction's hash input, so the parts cannot run together.
 _pack_lengths = struct.Struct("<4I").pack

@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from ingest.hlo_proto import HloProtoWrapper, ModuleProto
+from ingest.hlo_proto import HloProtoWrapper, ModuleProto, ProgramShapeProto, ShapeProto
 
 # Refuse inputs larger than this unless the caller raises the limit (the scale of a 1M-instruction
 # module as text is ~70 MiB; this leaves ample room while bounding memory).
@@ -84,7 +84,14 @@ def from_lowered(lowered: Any, source: str | None = None) -> HloModule:
 
 
 def from_stablehlo(mlir_module: Any, source: str = "jax:stablehlo") -> HloModule:
-    """Convert a StableHLO module (what JAX hands the compiler) to HLO, as XLA's compile does."""
+    """Convert a StableHLO module (what JAX hands the compiler) to HLO, as XLA's compile does.
+
+    The converter leaves the entry's result layout as its root computes it (a transposed result
+    comes out column-major); XLA's compile gives the entry default layouts, as JAX asks for by
+    default, and that is what a dump shows. So the entry layouts are reset to the default here,
+    to key the module as its dump is keyed. (A job that pins other entry layouts is keyed by
+    default ones: a rare case where the hook and a dump disagree.)
+    """
     from jax._src.interpreters import mlir
     from jax._src.lib import _jax
 
@@ -93,8 +100,38 @@ def from_stablehlo(mlir_module: Any, source: str = "jax:stablehlo") -> HloModule
     computation = _jax.mlir.mlir_module_to_xla_computation(
         mlir_module, use_tuple_args=False, return_tuple=False
     )
-    proto = computation.as_serialized_hlo_module_proto()
+    proto = _with_default_entry_layouts(computation.as_serialized_hlo_module_proto())
     return HloModule(proto, ModuleProto.FromString(proto).name, source)
+
+
+def _with_default_entry_layouts(proto: bytes) -> bytes:
+    view = ModuleProto.FromString(proto)
+    _default_program_shape(view.host_program_shape)
+    for computation in view.computations:
+        if computation.id == view.entry_computation_id and computation.program_shape:
+            shape = ProgramShapeProto.FromString(computation.program_shape)
+            _default_program_shape(shape)
+            computation.program_shape = shape.SerializeToString()
+    return view.SerializeToString()
+
+
+def _default_program_shape(program: Any) -> None:
+    program.parameters[:] = [_default_layout(p) for p in program.parameters]
+    if program.result:
+        program.result = _default_layout(program.result)
+
+
+def _default_layout(data: bytes) -> bytes:
+    shape = ShapeProto.FromString(data)
+    _reset(shape)
+    return shape.SerializeToString()
+
+
+def _reset(shape: Any) -> None:
+    for element in shape.tuple_shapes:
+        _reset(element)
+    if shape.HasField("layout"):
+        shape.layout.minor_to_major[:] = list(range(len(shape.dimensions) - 1, -1, -1))
 
 
 def load_file(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) -> HloModule:

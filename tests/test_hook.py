@@ -301,3 +301,20 @@ def test_remote_lookups_are_cached_hits_and_misses_alike(tmp_path):
         with urllib.request.urlopen(f"{url}/v1/metrics") as response:
             metrics = json.loads(response.read())
     assert metrics["lookups"] == 2 and metrics["hits"] == 1 and metrics["misses"] == 1
+
+
+def test_the_hook_keys_a_module_by_the_fingerprint_of_its_xla_dump(tmp_path):
+    """The hook and symbol ingestion must meet on one fingerprint: the hook's, taken from the
+    StableHLO JAX hands the compiler, equals `fdo fingerprint` of XLA's own dump of the module."""
+    dump = tmp_path / "dump"
+    home = tmp_path / "home"
+    run_job(home, "--job-id", "dumped", env={"XLA_FLAGS": f"--xla_dump_to={dump}"})
+    records = hits(home, "dumped")
+    checked = 0
+    for record in records:
+        files = sorted(dump.glob(f"module_*.{record['module_name']}.before_optimizations.txt"))
+        fingerprints = {fdo(home, "fingerprint", str(f)).stdout.strip() for f in files}
+        if files:
+            assert record["fingerprint"] in fingerprints, record["module_name"]
+            checked += 1
+    assert checked >= 4  # layer (plain, vmapped, sharded), loss, and the helpers around them
