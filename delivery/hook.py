@@ -36,12 +36,13 @@ import socket
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, StoreUnavailable
 from ingest.environment import ENVIRONMENT_FILE, Environment, current_environment, store_key
+from ingest.errors import first_line
 from ingest.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from ingest.fingerprint import graph_fingerprint
 from ingest.hits import spool_path, to_line
@@ -125,7 +126,7 @@ class Hook:
                                       _with_overrides(compile_options, plan.overrides), *args, **kwargs)
                 plan.outcome = "applied"
             except Exception as exc:  # any failure of the tuned compile: the job's own compile decides
-                plan.outcome, plan.reason = "fallback", f"tuned compile failed: {_first_line(exc)}"
+                plan.outcome, plan.reason = "fallback", f"tuned compile failed: {first_line(exc)}"
                 self._warn(plan.reason, f"fallback {plan.key}")
         if executable is None:
             executable = original(backend, computation, devices, compile_options, *args, **kwargs)
@@ -145,7 +146,7 @@ class Hook:
         try:
             return self._plan(computation, compile_options)
         except Exception as exc:  # the hook's own failure must never fail the job's compile
-            reason = f"hook could not look up this module: {_first_line(exc)}"
+            reason = f"hook could not look up this module: {first_line(exc)}"
             self._warn(reason, "plan")
             return _Plan(outcome="error", reason=reason)
 
@@ -178,7 +179,8 @@ class Hook:
         job_options = {str(name): str(value) for name, value in compile_options.env_option_overrides}
         if not job_options:
             return self._environment
-        return current_environment(job_options)
+        # The machine does not change between compiles: only the job's options are new.
+        return replace(self._environment, job_options=dict(sorted(job_options.items())))
 
     def _record(self, plan: _Plan, optimized_fingerprint: str | None, hook_seconds: float,
                 compile_seconds: float) -> None:
@@ -419,8 +421,3 @@ def _float_var(name: str, default: float) -> float:
     if not 0 < value <= 60:
         raise ValueError(f"{name}={raw!r}: must be between 0 and 60 seconds")
     return value
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from ingest.errors import first_line
 from ingest.tables import GRAPH_RUNS, OP_RUNS
 from ingest.warehouse import TableSchema
 
@@ -116,7 +117,7 @@ def read_batches(path: Path, fmt: DropFormat) -> Iterator[pa.Table]:
         for batch in source.iter_batches(batch_size=BATCH_ROWS, columns=present):
             yield _typed(pa.Table.from_batches([batch]), fmt)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as exc:
-        raise DropError(f"{path}: not a readable {fmt.kind} drop: {_first_line(exc)}") from None
+        raise DropError(f"{path}: not a readable {fmt.kind} drop: {first_line(exc)}") from None
 
 
 def validate(batch: pa.Table, fmt: DropFormat) -> tuple[pa.Table, pa.Table, list[str]]:
@@ -198,7 +199,3 @@ def _check_columns(path: Path, fmt: DropFormat, schema: pa.Schema) -> None:
     missing = [f.name for f in fmt.required if f.name not in schema.names]
     if missing:
         raise DropError(f"{path}: wrong schema for a {fmt.kind} drop: missing columns {missing}")
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -55,7 +55,6 @@ from ingest.hlo_proto import (
 DIGEST_BYTES = 16
 LARGE_CONSTANT_ELEMENTS = 10
 DOMAIN = b"fleet-fdo/fingerprint/v1"  # the scheme: change it and every fingerprint changes
-_DOMAIN = DOMAIN
 _blake = hashlib.blake2b
 # Lengths of the four parts of an instruction's hash input, so the parts cannot run together.
 _pack_lengths = struct.Struct("<4I").pack
@@ -133,7 +132,7 @@ def _fingerprint_view(
     hasher = hasher_class(by_id, module, view)
     entry = hasher.computation_digest(view.entry_computation_id)
     n_instructions = sum(len(c.instructions) for c in by_id.values())
-    h = _blake(_DOMAIN + b"/module", digest_size=DIGEST_BYTES)
+    h = _blake(DOMAIN + b"/module", digest_size=DIGEST_BYTES)
     h.update(entry)
     for field in MODULE_IDENTITY_FIELDS:
         view.ClearField(field)
@@ -170,7 +169,7 @@ class _DagHasher:
         digests, attrs = self._hash_instructions(computation)
         if computation.root_id not in digests:
             raise ValueError(f"{self._source}: computation {computation.name!r} has no root")
-        h = _blake(_DOMAIN + b"/computation", digest_size=DIGEST_BYTES)
+        h = _blake(DOMAIN + b"/computation", digest_size=DIGEST_BYTES)
         h.update(b"F" if computation.is_fusion_computation else b"C")
         h.update(digests[computation.root_id])
         h.update(b"".join(sorted(digests.values())))
@@ -243,7 +242,7 @@ class _DagHasher:
         self, computations: dict[int, Any], computation_id: int, instruction: Any, shapes: dict
     ) -> OpFingerprint:
         attr = self._instruction_attrs[computation_id][instruction.id]
-        h = _blake(_DOMAIN + b"/op", digest_size=DIGEST_BYTES)
+        h = _blake(DOMAIN + b"/op", digest_size=DIGEST_BYTES)
         h.update(b"%d:" % len(attr) + attr)
         for operand in instruction.operand_ids:
             h.update(b"%d:" % len(shapes[operand]) + shapes[operand])
@@ -373,7 +372,7 @@ _get_opcode = attrgetter("opcode")
 _get_name = attrgetter("name")
 _get_shape = attrgetter("shape")
 _KIND_OPCODES = frozenset({"fusion", "custom-call"})  # whose `_kernel_kind` is not the opcode
-_OP_HASH = _blake(_DOMAIN + b"/op", digest_size=DIGEST_BYTES)
+_OP_HASH = _blake(DOMAIN + b"/op", digest_size=DIGEST_BYTES)
 
 
 class _Unsupported(Exception):
@@ -612,7 +611,7 @@ class _BulkHasher(_DagHasher):
         )
         if computation.root_id not in digests:
             raise ValueError(f"{self._source}: computation {computation.name!r} has no root")
-        h = _blake(_DOMAIN + b"/computation", digest_size=DIGEST_BYTES)
+        h = _blake(DOMAIN + b"/computation", digest_size=DIGEST_BYTES)
         h.update(b"F" if computation.is_fusion_computation else b"C")
         h.update(digests[computation.root_id])
         h.update(_sorted_join(digests.values()))

@@ -17,11 +17,12 @@ speedup: the hit metadata savings accounting reads.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,6 +72,7 @@ def ingest_profiles(paths: Iterable[Path], home: Path, progress: bool = False) -
     warehouse.remove_temporaries()
     report = ProfileReport()
     roots = [Path(p) for p in paths]
+    applied_hits = functools.cache(lambda: _applied_hits(Path(home)))  # read once, if a trace needs it
     for path in tqdm(find_profiles(roots), desc="profiles", unit="input", disable=not progress):
         report.inputs += 1
         if not path.is_file():
@@ -88,7 +90,7 @@ def ingest_profiles(paths: Iterable[Path], home: Path, progress: bool = False) -
             continue
         try:
             if path.name.endswith(TRACE_SUFFIX):
-                _ingest_trace(path, digest, roots, warehouse, report)
+                _ingest_trace(path, digest, roots, warehouse, report, applied_hits)
             else:
                 _ingest_drop(path, digest, warehouse, quarantine, report)
         except (drops.DropError, ValueError) as exc:
@@ -122,7 +124,7 @@ def _ingest_drop(path: Path, digest: str, warehouse: Warehouse, quarantine: Quar
 
 
 def _ingest_trace(path: Path, digest: str, roots: list[Path], warehouse: Warehouse,
-                  report: ProfileReport) -> None:
+                  report: ProfileReport, applied_hits: Callable[[], pa.Table]) -> None:
     from ingest.xplane import TraceError, read_trace
 
     try:
@@ -136,7 +138,7 @@ def _ingest_trace(path: Path, digest: str, roots: list[Path], warehouse: Warehou
     env_key = environment.key()
     dt = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC).date()
     graph_of = _graphs_by_optimized_fingerprint(warehouse, env_key)
-    hit_of = _hits_by_optimized_fingerprint(warehouse.root.parent, job.job_id)
+    hit_of = _hits_by_optimized_fingerprint(applied_hits(), job.job_id)
     graph_rows, op_rows = [], []
     for module in modules:
         hit = hit_of.get(module.optimized_fingerprint or "", {})
@@ -174,15 +176,19 @@ def _graphs_by_optimized_fingerprint(warehouse: Warehouse, env_key: str) -> dict
                     graphs.column("fingerprint").to_pylist()))
 
 
-def _hits_by_optimized_fingerprint(home: Path, job_id: str) -> dict[str, dict]:
-    """The hook's tuned compiles by optimized module: a traced module that is one of them ran
-    with that config (CATWILD's hit metadata). The hook knew the job's environment, so its
-    record keys the run. The job's own compile wins over another job's, later over earlier."""
+def _applied_hits(home: Path) -> pa.Table:
+    """The hook's tuned compiles whose optimized module it fingerprinted."""
     from ingest.hits import read_hits
 
     hits = read_hits(home)
-    applied = hits.filter(pc.and_(pc.equal(hits.column("outcome"), "applied"),
-                                  pc.is_valid(hits.column("optimized_fingerprint"))))
+    return hits.filter(pc.and_(pc.equal(hits.column("outcome"), "applied"),
+                               pc.is_valid(hits.column("optimized_fingerprint"))))
+
+
+def _hits_by_optimized_fingerprint(applied: pa.Table, job_id: str) -> dict[str, dict]:
+    """The hook's tuned compiles by optimized module: a traced module that is one of them ran
+    with that config (CATWILD's hit metadata). The hook knew the job's environment, so its
+    record keys the run. The job's own compile wins over another job's, later over earlier."""
     found: dict[str, dict] = {}
     for row in sorted(applied.to_pylist(), key=lambda r: (r["job_id"] == job_id, r["at"])):
         found[row["optimized_fingerprint"]] = row

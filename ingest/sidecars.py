@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingest.drops import MAX_CHIPS
-from ingest.environment import ENVIRONMENT_FILE, Environment, environment_from_json
+from ingest.environment import Environment, environment_from_json
 
 JOB_FILE = "fdo-job.json"
 MAX_SIDECAR_BYTES = 1 << 16

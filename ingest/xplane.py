@@ -38,6 +38,7 @@ from typing import Any, Iterator
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+from ingest.errors import first_line
 from ingest.fingerprint import fingerprint_module
 from ingest.hlo_module import HloLoadError, HloModule, from_proto_bytes
 
@@ -96,7 +97,7 @@ def read_trace(path: Path | str, max_bytes: int = 1 << 30) -> list[ModuleTime]:
     try:
         profile = ProfileData.from_serialized_xspace(data)
     except Exception as exc:  # jaxlib raises RuntimeError("Failed to parse XSpace ...")
-        raise TraceError(f"{path}: not a profiler trace (XSpace): {_first_line(exc)}") from exc
+        raise TraceError(f"{path}: not a profiler trace (XSpace): {first_line(exc)}") from exc
     hlos = _hlo_protos(data, path)
     events = _collect(profile)
     if not events.op_events and not events.module_events:
@@ -553,8 +554,3 @@ def _as_int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
