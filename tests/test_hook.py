@@ -202,8 +202,9 @@ def test_remote_store_applies_configs_and_an_unreachable_or_silent_one_does_not_
     records = hits(tuned, "silent")
     assert {r["outcome"] for r in records} == {"error"}
     assert "timed out" in records[0]["reason"]
-    # One timeout, then the hook backs off instead of waiting at every compile.
-    assert sum(r["hook_seconds"] >= 0.2 for r in records) == 1
+    # One timeout, then the hook backs off instead of asking (and waiting) at every compile.
+    backed_off = [r for r in records if "not retried for" in r["reason"]]
+    assert len(backed_off) == len(records) - 1 >= 1
 
 
 def test_hits_land_once_and_a_profile_of_a_tuned_job_carries_its_hit(baseline, tmp_path):
