@@ -5,7 +5,7 @@ every strategy for many seeds live would take hours and compare the noise as muc
 strategies. The benchmark therefore measures once and replays:
 
 1. Measure (once per graph, cached): configs are evaluated for real by the tuner's own search
-   session (`tuner.tune._Search`: the default compiled once in one sandboxed worker, each
+   session (`tuner.tune.Search`: the default compiled once in one sandboxed worker, each
    candidate compiled, and a program identical to the default's or already timed in this
    session not timed again), with the tuner's screening settings. Results are cached as JSON
    keyed by `config_key` under `--cache` (default ~/.cache/fleet-fdo/bench_tuner/<graph>.json),
@@ -58,7 +58,7 @@ from tqdm import tqdm
 from tuner.flags import CompilerConfig, from_json
 from tuner.space import Param, SearchSpace, accepted_flags, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, ExhaustiveStrategy, TrialRecord, propose, random_config
-from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, Trial, _Search
+from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, Search, Trial
 
 DEFAULT_GRAPHS = ("cnn-s", "rnn-s", "mlp-s")
 DENSE_SAMPLES = 8  # configs with every flag drawn, as Optuna's samplers propose them
@@ -190,7 +190,7 @@ class Measurer:
 
     def __init__(self, module: Any, table: Table, path: Path) -> None:
         self.table, self.path, self.settings = table, path, SEARCH_SETTINGS
-        self.search = _Search(module.proto, seed=0).__enter__()
+        self.search = Search(module.proto, seed=0).__enter__()
         self.trials: list[Any] = []
 
     def measure(self, config: CompilerConfig) -> Entry:

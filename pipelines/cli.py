@@ -229,12 +229,11 @@ def cmd_savings(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from ingest.hlo_module import load_file
-    from tuner.tune import TuneSettings, tune_module
+    from tuner.tune import overall_progress, tune_module
 
     if args.kind == "op":
         return _tune_ops(args)
-    settings = TuneSettings(budget_evals=args.budget_evals or 40, budget_minutes=args.budget_minutes,
-                            strategy=args.strategy or "evolution", seed=args.seed)
+    settings = _tune_settings(args, evals=40, strategy="evolution")
     if args.files:
         tasks = [(str(path), load_file(path), None) for path in args.files]
     else:
@@ -246,7 +245,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_FAILED
     results = [tune_module(module, default_home(), settings, env_key=env_key, progress=not args.json)
-               for _, module, env_key in tasks]
+               for _, module, env_key in overall_progress(tasks, "tune graphs", not args.json)]
     if args.json:
         payload = [r.to_json() for r in results]
         _print_json(payload[0] if len(payload) == 1 else payload)
@@ -259,15 +258,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def _tune_ops(args: argparse.Namespace) -> int:
     """`fdo tune --kind op`: tune the top ranked ops, then fold them into their graphs."""
     from tuner.fold import tune_ops_and_fold
-    from tuner.tune import TuneSettings
 
     if args.files:
         print("fdo tune --kind op: ops come from the ranking (fdo rank); give no files",
               file=sys.stderr)
         return EXIT_BAD_INPUT
     # Op spaces are small: searched whole unless a budget says otherwise.
-    settings = TuneSettings(budget_evals=args.budget_evals or 200, budget_minutes=args.budget_minutes,
-                            strategy=args.strategy or "exhaustive", seed=args.seed)
+    settings = _tune_settings(args, evals=200, strategy="exhaustive")
     done = tune_ops_and_fold(default_home(), args.top, settings, fold=not args.no_fold,
                              progress=not args.json)
     for reason in done.skipped:
@@ -285,6 +282,20 @@ def _tune_ops(args: argparse.Namespace) -> int:
         for graph, f in done.folds:
             _print_tune_result(f"graph {graph[:8]} folded from {len(f.sources)} op results", f)
     return EXIT_OK
+
+
+def _tune_settings(args: argparse.Namespace, evals: int, strategy: str) -> Any:
+    """`fdo tune`'s TuneSettings from its arguments, with these defaults for the budget and
+    the strategy; ValueError names a bad --cores or --compile-workers."""
+    from tuner.cores import parse_cores
+    from tuner.tune import TuneSettings
+
+    if args.compile_workers is not None and args.compile_workers < 1:
+        raise ValueError(f"--compile-workers {args.compile_workers}: at least one is needed")
+    return TuneSettings(budget_evals=args.budget_evals or evals, budget_minutes=args.budget_minutes,
+                        strategy=args.strategy or strategy, seed=args.seed,
+                        cores=parse_cores(args.cores) if args.cores else None,
+                        compile_workers=args.compile_workers)
 
 
 def _print_tune_result(label: str, r: Any) -> None:
@@ -662,6 +673,11 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["random", "anneal", "evolution", "exhaustive", "model"],
                    help="default: evolution for graphs, exhaustive for ops")
     p.add_argument("--no-fold", action="store_true", help="with --kind op: tune the ops only")
+    p.add_argument("--cores", default=None,
+                   help="cores to compile and measure on, e.g. 0-7 (default: all available); a "
+                   "quarter compile, the rest measure")
+    p.add_argument("--compile-workers", type=int, default=None,
+                   help="compile worker processes (default: one per compile core)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_tune)

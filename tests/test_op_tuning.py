@@ -39,7 +39,8 @@ YNN, XNN = "xla_cpu_experimental_ynn_fusion_type", "xla_cpu_experimental_xnn_fus
 QUICK = TuneSettings(budget_evals=200, strategy="exhaustive",
                      search=MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=60, max_seconds=1.0),
                      verify=MeasureSettings(min_pairs=20, batch_pairs=20, max_pairs=200, max_seconds=3.0))
-FOLD_SETTINGS = MeasureSettings(min_pairs=20, batch_pairs=20, max_pairs=200, max_seconds=3.0)
+FOLD = TuneSettings(search=QUICK.search,
+                    verify=MeasureSettings(min_pairs=20, batch_pairs=20, max_pairs=200, max_seconds=3.0))
 
 
 def _optimized(name: str) -> HloModule:
@@ -181,7 +182,7 @@ def test_fold_measures_the_op_winner_on_the_whole_graph(tuned_home):
     [vote] = graph_votes(home, graph["fingerprint"], graph["env_key"])
     assert (vote.fingerprint, vote.op_class) == (cut.fingerprint, "convolution")
     assert vote.weight > 0  # its chip-time in this graph, from the ingested profile
-    folded = fold_graph(home, graph["fingerprint"], graph["env_key"], QUICK.search, FOLD_SETTINGS)
+    folded = fold_graph(home, graph["fingerprint"], graph["env_key"], FOLD)
     if not op_result.accepted:  # nothing won, nothing to fold (rare: this op runs ~2x off YNNPACK)
         assert folded is None
         return
@@ -202,7 +203,7 @@ def test_fold_measures_the_op_winner_on_the_whole_graph(tuned_home):
     entries = accepted_as_entries(Warehouse(home).read(TUNING_RESULTS)).to_pylist()
     assert [e["fingerprint"] for e in entries] == ([graph["fingerprint"]] if folded.accepted else [])
     # Folding again is the same task and lands nothing new.
-    again = fold_graph(home, graph["fingerprint"], graph["env_key"], QUICK.search, FOLD_SETTINGS)
+    again = fold_graph(home, graph["fingerprint"], graph["env_key"], FOLD)
     assert again.task_id == folded.task_id
     assert Warehouse(home).read(TUNING_RESULTS).num_rows == 2
 

@@ -11,13 +11,16 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from ingest.hlo_module import from_lowered
+from ingest.hlo_module import from_lowered, from_text
 from ingest.warehouse import Warehouse
 from tests.processes import kill_9_once_journaled
+from tuner.cores import available_cores, plan_cores
 from tuner.flags import FLAGS
+from tuner.measure import MeasureSettings
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.tune import Search, Span
 
 
 def fdo(home: Path, *args: str) -> subprocess.CompletedProcess:
@@ -73,6 +76,62 @@ def test_graph_space_is_the_allowlist():
     space = graph_space("cpu")
     assert {p.name for p in space.params} <= set(FLAGS)
     assert not any("dump" in p.name or "path" in p.name for p in space.params)
+
+
+def test_core_plans_split_the_cores_or_take_turns_on_one():
+    plan = plan_cores(cores=frozenset(range(8)))
+    assert plan.execute.isdisjoint(plan.compile) and plan.execute | plan.compile == set(range(8))
+    assert len(plan.execute) == 6 and plan.compile_workers == 2 and not plan.overlapping
+    assert plan_cores(3, frozenset({4, 5})).compile_workers == 3
+    single = plan_cores(cores=frozenset({3}))
+    assert single.execute == single.compile == {3} and single.overlapping
+
+
+def _overlaps(a: Span, b: Span) -> bool:
+    return a.started < b.ended and b.started < a.ended
+
+
+# Codegen flags: each config is a program of its own, so every one is compiled and measured.
+_DISTINCT_PROGRAMS = [{"xla_cpu_prefer_vector_width": 128}, {"xla_cpu_prefer_vector_width": 512},
+                      {"xla_cpu_enable_fast_math": True}, {"xla_cpu_enable_fast_min_max": True},
+                      {"xla_cpu_prefer_vector_width": 128, "xla_cpu_enable_fast_math": True}]
+
+
+def _search_timeline(module_path: Path, plan) -> tuple[list, list[Span]]:
+    module = from_text(module_path.read_text())
+    configs = iter(_DISTINCT_PROGRAMS)
+    trials: list = []
+    with Search(module.proto, 0, plan) as search:
+        search.search(lambda pending: next(configs, None), trials, len(_DISTINCT_PROGRAMS),
+                      MeasureSettings(max_seconds=0.5, min_pairs=10), lambda: True, lambda t: None)
+    return trials, search.timeline
+
+
+@pytest.mark.skipif(len(available_cores()) < 2, reason="one core: nothing to split")
+def test_compiles_run_in_their_pool_beside_measurements_on_other_cores(tmp_path):
+    module = _write_module(tmp_path / "conv.hlo", conv_net, (4, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
+    plan = plan_cores()
+    trials, timeline = _search_timeline(module, plan)
+    assert [t.outcome for t in trials] == ["measured"] * len(_DISTINCT_PROGRAMS)
+    compiles = [s for s in timeline if s.kind == "compile"]
+    measures = [s for s in timeline if s.kind == "measure"]
+    assert len(compiles) == len(measures) == len(_DISTINCT_PROGRAMS)
+    assert {s.pid for s in compiles}.isdisjoint({s.pid for s in measures})
+    assert {s.cores for s in measures} == {tuple(sorted(plan.execute))}
+    assert {s.cores for s in compiles} == {tuple(sorted(plan.compile))}
+    # The next candidates compile while one is measured: the pool works ahead.
+    assert any(_overlaps(c, m) for c in compiles for m in measures)
+
+
+def test_on_one_core_compiles_and_measurements_take_turns(tmp_path):
+    module = _write_module(tmp_path / "conv.hlo", conv_net, (4, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
+    core = min(available_cores())
+    trials, timeline = _search_timeline(module, plan_cores(cores=frozenset({core})))
+    assert [t.outcome for t in trials] == ["measured"] * len(_DISTINCT_PROGRAMS)
+    assert {s.cores for s in timeline} == {(core,)}
+    compiles = [s for s in timeline if s.kind == "compile"]
+    measures = [s for s in timeline if s.kind == "measure"]
+    assert not any(_overlaps(c, m) for c in compiles for m in measures)
 
 
 def test_tune_finds_verifies_and_reports_a_real_speedup(tmp_path):

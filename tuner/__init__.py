@@ -1,1 +1,1 @@
-"""Tuner: the XLA compile / execute / measure core, and (later) the search over configs."""
+"""Tuner: the XLA compile / execute / measure core, and the search over configs."""

@@ -98,18 +98,18 @@ def run_evaluation(
         base = session.prepare(module_proto, seed, default)
     except CompileError as exc:
         return asdict(failed_result(f"default config does not compile: {exc}"))
-    tuned = session.compile_candidate({**default, **candidate})
+    config = {**default, **candidate}
+    tuned = session.compile_serialized(without_buffer_aliasing(module_proto), config)
     if "error" in tuned:
         return asdict(failed_result(f"candidate {tuned['error']}"))
     if tuned["program"] == base["program"] and candidate:  # an empty candidate is an A/A check
-        session.discard_candidate(tuned["program"])
         return asdict(EvaluationResult(
             speedup=1.0, ci_low=1.0, ci_high=1.0, significant=False, numerics_ok=True,
             identical_program=True, compile_seconds=tuned["compile_seconds"],
             default_compile_seconds=base["compile_seconds"],
             stop_reason="optimized module and codegen flags identical to the default's",
         ))
-    measured = session.measure_candidate(tuned["program"], settings)
+    measured = session.measure_serialized(tuned["executable"], config, settings)
     return asdict(EvaluationResult(
         speedup=measured["speedup"],
         ci_low=measured["ci_low"],

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -46,12 +46,10 @@ from ingest.tables import GRAPHS, OP_RUNS, OPS
 from ingest.warehouse import Warehouse
 from tuner.compile import compiler_defaults
 from tuner.flags import CompilerConfig, FlagValue, from_json
-from tuner.measure import MeasureSettings
 from tuner.op_cut import cut_ops
 from tuner.space import LIBRARY_FLAGS, OP_KNOBS, SearchSpace, library_list
 from tuner.tables import TUNING_RESULTS
-from tuner.tune import (SEARCH_SETTINGS, VERIFY_SETTINGS, TuneResult, TuneSettings, TuneTarget,
-                        run_task)
+from tuner.tune import TuneResult, TuneSettings, TuneTarget, run_task
 
 STRATEGY = "fold-ops"
 
@@ -140,12 +138,12 @@ def _with_lists(config: CompilerConfig, lists: dict[str, set[str]],
     return result
 
 
-def fold_graph(home: Path, graph: str, env_key: str, search: MeasureSettings = SEARCH_SETTINGS,
-               verify: MeasureSettings = VERIFY_SETTINGS, seed: int = 0) -> TuneResult | None:
+def fold_graph(home: Path, graph: str, env_key: str,
+               settings: TuneSettings = TuneSettings()) -> TuneResult | None:
     """Fold the op results of graph `graph` (in `env_key`) into one config and measure it, and
     its variants without each change, on the whole graph; the best is verified afresh (a
-    graph tuning task over that fixed list). None when no op of it won or the votes elect the
-    default."""
+    graph tuning task over that fixed list, with the measurement settings, seed and cores of
+    `settings`). None when no op of it won or the votes elect the default."""
     votes = graph_votes(home, graph, env_key)
     defaults = compiler_defaults()
     config = fold_config(votes, defaults)
@@ -162,9 +160,8 @@ def fold_graph(home: Path, graph: str, env_key: str, search: MeasureSettings = S
     variants = fold_variants(config, defaults)
     target = TuneTarget(module, graph, "graph", SearchSpace(()), f"fold {row['module_name']}",
                         tuple(variants), tuple(sorted(v.task_id for v in votes if v.config)))
-    settings = TuneSettings(budget_evals=len(variants), strategy=STRATEGY, seed=seed,
-                            search=search, verify=verify)
-    return run_task(target, home, settings, env_key)
+    return run_task(target, home, replace(settings, budget_evals=len(variants), budget_minutes=None,
+                                          strategy=STRATEGY), env_key)
 
 
 @dataclass
@@ -183,17 +180,17 @@ def tune_ops_and_fold(home: Path, top: int, settings: TuneSettings, fold: bool =
     that holds one of them (CPU has no per-op channel: this is how op results reach users).
     `untried`: skip ops this compiler has a result for (see tunable_candidates)."""
     from tuner.candidates import tunable_op_candidates
-    from tuner.tune import tune_op
+    from tuner.tune import overall_progress, tune_op
 
     found = tunable_op_candidates(home, top, untried)
     results = [tune_op(cut, home, settings, env_key=env_key, progress=progress)
-               for _, cut, env_key in found.tasks]
+               for _, cut, env_key in overall_progress(found.tasks, "tune ops", progress)]
     folds: list[tuple[str, TuneResult]] = []
     if fold:
         graphs = {(graph, env_key) for (_, cut, env_key) in found.tasks
                   for graph in graphs_holding(home, [cut.fingerprint], env_key)}
         folds = [(graph, folded) for graph, env_key in sorted(graphs)
-                 if (folded := fold_graph(home, graph, env_key, seed=settings.seed)) is not None]
+                 if (folded := fold_graph(home, graph, env_key, settings)) is not None]
     return OpRound(list(found.skipped), list(found.tasks), results, folds)
 
 

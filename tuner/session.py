@@ -1,16 +1,19 @@
-"""The worker side of a tuning search: one module compiled once with the defaults, then
-candidates compiled, deduplicated and measured against it.
+"""The worker side of a tuning search: candidates compiled in compile workers, measured in
+the execute worker against the module compiled once with the defaults.
 
-These functions run inside a sandboxed `tuner.worker` process (called as
-"tuner.session:prepare" and so on) and keep the module's state in that process between calls,
-so the default is compiled, run and checked once per search instead of once per candidate.
-A candidate is compiled first (`compile_candidate`), which names its program: the optimized
-module's fingerprint plus the codegen-level flag values. The caller measures a program once
-(`measure_candidate`) and reuses the result for every other config that yields it.
+These functions run inside sandboxed `tuner.worker` processes (called as
+"tuner.session:prepare" and so on). The execute worker keeps the module's state between calls
+(`prepare`), so the default is compiled, run and checked once per search instead of once per
+candidate. A candidate is compiled in a compile worker (`compile_serialized`), which names its
+program (the optimized module's fingerprint plus the codegen-level flag values) and hands the
+executable back serialized. The caller measures a program once (`measure_serialized`, in the
+execute worker) and reuses the result for every other config that yields it.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -45,38 +48,49 @@ def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None =
     _STATE.clear()
     _STATE.update(module=module_proto, arguments=arguments, base=base,
                   outputs=[np.asarray(o) for o in base.executable.execute(arguments)],
-                  runner=timed_runner(base.executable, arguments), pending={})
+                  runner=timed_runner(base.executable, arguments))
     key = program_key(base.optimized_proto, default or {})
     return {"program": key, "compile_seconds": base.compile_seconds}
 
 
-def compile_candidate(config: CompilerConfig) -> dict[str, Any]:
-    """Compile `config`; returns its program key (or the compile error)."""
+def _span(started: float) -> tuple[int, tuple[int, ...], float, float]:
+    """This process, the cores it runs on, and when a job of it ran (see tuner.tune.Span)."""
+    return os.getpid(), tuple(sorted(os.sched_getaffinity(0))), started, time.monotonic()
+
+
+def compile_serialized(module_proto: bytes, config: CompilerConfig) -> dict[str, Any]:
+    """Compile `config` (in a compile worker); returns its program key and the executable,
+    serialized for the execute worker, or the compile error."""
+    started = time.monotonic()
     try:
-        compiled = compile_module(_STATE["module"], config)
+        compiled = compile_module(module_proto, config)
     except CompileError as exc:
         return {"error": f"does not compile: {exc}"}
-    key = program_key(compiled.optimized_proto, config)
-    _STATE["pending"] = {key: compiled}
-    return {"program": key, "compile_seconds": compiled.compile_seconds}
+    return {"program": program_key(compiled.optimized_proto, config),
+            "compile_seconds": compiled.compile_seconds,
+            "executable": compiled.executable.client.serialize_executable(compiled.executable),
+            "span": _span(started)}
 
 
-def discard_candidate(program: str) -> None:
-    """Forget a compiled candidate that will not be measured (a duplicate program)."""
-    _STATE["pending"].pop(program, None)
-
-
-def measure_candidate(program: str, settings: MeasureSettings) -> dict[str, Any]:
-    """Check the numerics of the compiled candidate `program` and time it against the default."""
+def measure_serialized(executable: bytes, config: CompilerConfig,
+                       settings: MeasureSettings) -> dict[str, Any]:
+    """Load a candidate compiled elsewhere (`compile_serialized`), check its numerics and time
+    it against the prepared default."""
+    import jax
     import numpy as np
+    from jax._src.lib import _jax
 
+    from tuner.compile import compile_options
     from tuner.evaluate import timed_runner
     from tuner.numerics import all_ok, compare_outputs
 
-    compiled = _STATE["pending"].pop(program)
+    started = time.monotonic()
+    device = jax.devices()[0]
+    loaded = device.client.deserialize_executable(executable, _jax.DeviceList((device,)),
+                                                  compile_options(config))
     arguments = _STATE["arguments"]
-    checks = compare_outputs(_STATE["outputs"],
-                             [np.asarray(o) for o in compiled.executable.execute(arguments)])
-    measurement = measure_pair(_STATE["runner"], timed_runner(compiled.executable, arguments), settings)
+    checks = compare_outputs(_STATE["outputs"], [np.asarray(o) for o in loaded.execute(arguments)])
+    measurement = measure_pair(_STATE["runner"], timed_runner(loaded, arguments), settings)
     return {**asdict(measurement), "numerics_ok": all_ok(checks),
-            "numerics": [asdict(check) for check in checks]}
+            "numerics": [asdict(check) for check in checks],
+            "span": _span(started)}

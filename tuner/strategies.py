@@ -172,11 +172,13 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
-def propose(strategy: Strategy, history: list[TrialRecord], attempts: int = 200) -> CompilerConfig | None:
-    """The strategy's next config that no trial has had yet. A strategy stuck where every
-    neighbour was tried gets a random untried config instead, then the first untried one in
-    enumeration order; None only when the whole space has been tried."""
-    tried = {config_key(t.config) for t in history}
+def propose(strategy: Strategy, history: list[TrialRecord],
+            pending: Sequence[CompilerConfig] = (), attempts: int = 200) -> CompilerConfig | None:
+    """The strategy's next config that no trial has had yet and none `pending` (proposed, not
+    yet measured) has. A strategy stuck where every neighbour was tried gets a random untried
+    config instead, then the first untried one in enumeration order; None only when the whole
+    space has been tried."""
+    tried = {config_key(t.config) for t in history} | {config_key(c) for c in pending}
     samplers = ([lambda: strategy.sample(history)] * attempts
                 + [lambda: random_config(strategy.space, strategy.rng)] * attempts)
     for sample in samplers:

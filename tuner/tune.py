@@ -4,13 +4,15 @@ A task tunes a graph (`tune_module`: the unoptimized module, the graph-level spa
 keyed by the graph fingerprint) or an op (`tune_op`: a kernel cut out of its optimized graph,
 the op-level space of its class, results keyed by the op fingerprint); both run `run_task`.
 
-The search runs in a sandboxed worker that compiled the default once (`tuner.session`). Each
-proposed config is compiled; if its program (optimized module + codegen flags) equals the
-default's or one already measured, the known result is reused instead of running it again.
-Each trial is appended to the task's journal (`<home>/tuner/tasks/<task>/trials.jsonl`,
-flushed and fsynced), so a task killed at any moment resumes without repeating a finished
-trial. A crash or timeout is recorded for its candidate (after one retry in a new worker) and
-the search goes on.
+Candidates compile in a pool of sandboxed compile workers and are measured, one at a time, in
+a separate execute worker that compiled the default once (`tuner.session`); the two sets of
+workers are pinned to disjoint cores (`tuner.cores`), so compiles of the next candidates go on
+while one is measured without disturbing it. If a candidate's program (optimized module +
+codegen flags) equals the default's or one already measured, the known result is reused
+instead of running it again. Each trial is appended to the task's journal
+(`<home>/tuner/tasks/<task>/trials.jsonl`, flushed and fsynced), so a task killed at any moment
+resumes without repeating a finished trial. A crash or timeout is recorded for its candidate
+(after one retry in a new worker) and the search goes on.
 
 The best trial is then re-measured in a fresh worker with a stricter interval and the numeric
 check (the screen's winner is biased upward by selection). Only if its interval clears the
@@ -21,14 +23,17 @@ and the result land in the warehouse under the task id, so finishing a task twic
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import math
 import os
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, TypeVar
 
 import pyarrow as pa
 
@@ -37,7 +42,8 @@ from ingest.fingerprint import graph_fingerprint
 from ingest.hlo_module import HloModule
 from ingest.warehouse import Warehouse
 from tuner.compile import compiler_defaults
-from tuner.evaluate import EvaluationResult, evaluate
+from tuner.cores import CorePlan, plan_cores
+from tuner.evaluate import EvaluationResult, evaluate, without_buffer_aliasing
 from tuner.flags import CompilerConfig
 from tuner.journal import append_record, read_records
 from tuner.measure import MeasureSettings
@@ -45,8 +51,9 @@ from tuner.op_cut import OpCut
 from tuner.space import SearchSpace, accepted_flags, config_key, graph_space, op_space
 from tuner.strategies import FAILED, STRATEGIES, Strategy, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.worker import Worker, WorkerFailure
+from tuner.worker import Worker, WorkerFailure, WorkerPool
 
+T = TypeVar("T")
 SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200)
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=30.0)
 
@@ -59,6 +66,8 @@ class TuneSettings:
     budget_minutes: float | None = None
     strategy: str = "evolution"
     seed: int = 0
+    cores: frozenset[int] | None = None  # the cores to compile and measure on (default: all)
+    compile_workers: int | None = None  # default: one per compile core (see tuner.cores)
     search: MeasureSettings = SEARCH_SETTINGS
     verify: MeasureSettings = VERIFY_SETTINGS
 
@@ -174,17 +183,17 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
     started = time.monotonic()
     bar = tqdm(total=settings.budget_evals, initial=len(trials), desc=f"tune {target.label}",
                unit="eval", disable=not progress)
-    with _Search(target.module.proto, settings.seed) as search:
-        while len(trials) < settings.budget_evals:
-            if settings.budget_minutes and time.monotonic() - started > 60 * settings.budget_minutes:
-                break
-            config = _next_config(target, strategy, trials)
-            if config is None:
-                break
-            trial = search.run(len(trials), config, trials, settings.search)
-            append_record(task_dir / "trials.jsonl", asdict(trial))
-            trials.append(trial)
-            bar.update()
+    def in_time() -> bool:
+        return not settings.budget_minutes or time.monotonic() - started < 60 * settings.budget_minutes
+
+    def record(trial: Trial) -> None:
+        append_record(task_dir / "trials.jsonl", asdict(trial))
+        bar.update()
+
+    plan = plan_cores(settings.compile_workers, settings.cores)
+    with Search(target.module.proto, settings.seed, plan) as search:
+        search.search(lambda pending: _next_config(target, strategy, trials, pending), trials,
+                      settings.budget_evals, settings.search, in_time, record)
     bar.close()
     result = _verify(target, trials, settings, task_id, env_key, environment.compiler_version)
     save_result(task_dir, result)
@@ -192,12 +201,23 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
     return result
 
 
-def _next_config(target: TuneTarget, strategy: Strategy | None, trials: list[Trial]) -> CompilerConfig | None:
-    """The target's next listed config, or the strategy's next proposal; None when done."""
+def overall_progress(tasks: list[T], label: str, progress: bool) -> Iterable[T]:
+    """`tasks` with an overall bar (tasks done of all) above each task's own bar, when `progress`
+    is on and there are several."""
+    from tqdm import tqdm
+
+    return tqdm(tasks, desc=label, unit="task", disable=not progress or len(tasks) < 2)
+
+
+def _next_config(target: TuneTarget, strategy: Strategy | None, trials: list[Trial],
+                 pending: list[CompilerConfig]) -> CompilerConfig | None:
+    """The target's next listed config, or the strategy's next proposal (neither a tried nor a
+    `pending` one); None when done."""
     if target.configs:
-        return dict(target.configs[len(trials)]) if len(trials) < len(target.configs) else None
+        index = len(trials) + len(pending)
+        return dict(target.configs[index]) if index < len(target.configs) else None
     history = [TrialRecord({}, 0.0)] + [TrialRecord(t.config, t.fitness) for t in trials]
-    return propose(strategy, history)
+    return propose(strategy, history, pending)
 
 
 def task_directory(home: Path, task_id: str) -> Path:
@@ -220,59 +240,130 @@ def finished_result(task_dir: Path) -> TuneResult | None:
     return _result_from_json(json.loads(done.read_text())) if done.exists() else None
 
 
-class _Search:
-    """The search's worker: the default compiled once, candidates compiled and measured."""
+class Search:
+    """A search's workers: candidates compile in a pool of compile workers while the execute
+    worker, which compiled the default once, measures; each set pinned to its own cores
+    (`tuner.cores`), so a compile never runs beside a measurement on the same core."""
 
-    def __init__(self, module_proto: bytes, seed: int) -> None:
-        self.module_proto, self.seed = module_proto, seed
-        self.worker = Worker()
+    def __init__(self, module_proto: bytes, seed: int, plan: CorePlan | None = None) -> None:
+        self.module_proto, self.seed = without_buffer_aliasing(module_proto), seed
+        self.plan = plan or plan_cores()
+        self.executor = Worker(cores=self.plan.execute)
+        self.compilers = WorkerPool(self.plan.compile_workers, cores=self.plan.compile)
+        self.threads = ThreadPoolExecutor(self.plan.compile_workers, thread_name_prefix="compile")
         self.default_program = ""
+        self.timeline: list[Span] = []  # what each worker ran, and when
 
-    def __enter__(self) -> "_Search":
+    @property
+    def depth(self) -> int:
+        """How many candidates may be compiling or waiting to be measured: one per compile
+        worker beyond the one measured, or just that one when compiles and measurements share
+        cores (so they take turns)."""
+        return 1 if self.plan.overlapping else self.plan.compile_workers + 1
+
+    def __enter__(self) -> "Search":
         self._prepare()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.worker.close()
+        self.threads.shutdown(wait=True, cancel_futures=True)  # compiles in flight end first
+        self.compilers.close()
+        self.executor.close()
 
     def _prepare(self) -> None:
-        prepared = self.worker.call("tuner.session:prepare", module_proto=self.module_proto, seed=self.seed)
+        prepared = self.executor.call("tuner.session:prepare", module_proto=self.module_proto,
+                                      seed=self.seed)
         self.default_program = prepared["program"]
+
+    def search(self, next_config: Callable[[list[CompilerConfig]], CompilerConfig | None],
+               trials: list[Trial], budget: int, settings: MeasureSettings,
+               in_time: Callable[[], bool], record: Callable[[Trial], None]) -> None:
+        """Evaluate configs from `next_config(pending)` until `budget` trials, `in_time()` says
+        stop, or it has none left; each new trial is `record`ed, then appended to `trials`.
+        While one candidate is measured, up to `depth - 1` more compile."""
+        queue: deque[tuple[CompilerConfig, Future]] = deque()  # compiling, in proposal order
+        while in_time():
+            while len(queue) < self.depth and len(trials) + len(queue) < budget:
+                config = next_config([c for c, _ in queue])
+                if config is None:
+                    break
+                queue.append((config, self.submit(config)))
+            if not queue:
+                return
+            config, compiling = queue.popleft()
+            trial = self.finish(len(trials), config, compiling, trials, settings)
+            record(trial)
+            trials.append(trial)
+
+    def submit(self, config: CompilerConfig) -> Future:
+        """Start compiling `config` in the compile pool."""
+        return self.threads.submit(self._compile, config)
 
     def run(self, index: int, config: CompilerConfig, earlier: list[Trial],
             settings: MeasureSettings) -> Trial:
-        """Evaluate one config, reusing the result of a program already measured."""
-        for attempt in range(2):
-            try:
-                return self._run(index, config, earlier, settings)
-            except WorkerFailure as failure:
-                if attempt == 0 and failure.kind in ("crash", "timeout", "oom"):
-                    time.sleep(1.0)  # back off, then retry once in a fresh worker
-                    self._prepare()
-                    continue
-                self._prepare()
-                return Trial(index, config, "failed", error=f"{failure.kind}: {failure.reason}")
-        raise AssertionError("unreachable")
+        """Compile and evaluate one config, reusing the result of a program already measured."""
+        return self.finish(index, config, self.submit(config), earlier, settings)
 
-    def _run(self, index: int, config: CompilerConfig, earlier: list[Trial],
-             settings: MeasureSettings) -> Trial:
-        compiled = self.worker.call("tuner.session:compile_candidate", config=config)
+    def finish(self, index: int, config: CompilerConfig, compiling: Future, earlier: list[Trial],
+               settings: MeasureSettings) -> Trial:
+        """The trial of `config` once its compile (`submit`) is done: the known result of its
+        program, or a measurement in the execute worker. A crash or timeout is retried once
+        in a fresh worker; a second one fails the trial, and the search goes on."""
+        try:
+            compiled = _once_more(compiling.result, lambda: self._compile(config))
+        except WorkerFailure as failure:
+            return Trial(index, config, "failed", error=f"compile {failure.kind}: {failure.reason}")
         if "error" in compiled:
             return Trial(index, config, "failed", error=compiled["error"])
-        program = compiled["program"]
-        seconds = compiled["compile_seconds"]
+        self.timeline.append(Span("compile", *compiled["span"]))
+        program, seconds = compiled["program"], compiled["compile_seconds"]
         if program == self.default_program:
-            self.worker.call("tuner.session:discard_candidate", program=program)
             return Trial(index, config, "identical", program, 1.0, 1.0, 1.0, True, seconds)
         known = next((t for t in earlier if t.program == program and t.outcome == "measured"), None)
         if known is not None:
-            self.worker.call("tuner.session:discard_candidate", program=program)
             return Trial(index, config, "duplicate", program, known.speedup, known.ci_low,
                          known.ci_high, known.numerics_ok, seconds)
-        measured = self.worker.call("tuner.session:measure_candidate", timeout=300,
-                                    program=program, settings=settings)
+        measure = functools.partial(self.executor.call, "tuner.session:measure_serialized",
+                                    timeout=300, executable=compiled["executable"], config=config,
+                                    settings=settings)
+        try:
+            measured = _once_more(measure, lambda: (self._prepare(), measure())[1])
+        except WorkerFailure as failure:
+            if failure.kind != "error":
+                self._prepare()  # the execute worker died with the default in it
+            return Trial(index, config, "failed", program, compile_seconds=seconds,
+                         error=f"{failure.kind}: {failure.reason}")
+        self.timeline.append(Span("measure", *measured["span"]))
         return Trial(index, config, "measured", program, measured["speedup"], measured["ci_low"],
                      measured["ci_high"], measured["numerics_ok"], seconds)
+
+    def _compile(self, config: CompilerConfig) -> dict[str, Any]:
+        with self.compilers.worker() as worker:
+            return worker.call("tuner.session:compile_serialized", module_proto=self.module_proto,
+                               config=config)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One job of a search's worker: what (compile | measure), which process on which cores,
+    and when (`time.monotonic()`, the same clock in every process of the machine)."""
+
+    kind: str
+    pid: int
+    cores: tuple[int, ...]
+    started: float
+    ended: float
+
+
+def _once_more(first: Callable[[], Any], retry: Callable[[], Any]) -> Any:
+    """`first()`; after a crash, out-of-memory or timeout, `retry()` once after a back-off."""
+    try:
+        return first()
+    except WorkerFailure as failure:
+        if failure.kind not in ("crash", "timeout", "oom"):
+            raise
+    time.sleep(1.0)
+    return retry()
 
 
 def _verify(target: TuneTarget, trials: list[Trial], settings: TuneSettings, task_id: str,

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any, Iterator
 
+from tuner.cores import pin
+
 DEFAULT_MEMORY_LIMIT = 8 * 1024**3
 DEFAULT_TIMEOUT = 300.0
 
@@ -38,8 +40,9 @@ class WorkerFailure(RuntimeError):
         self.reason = reason
 
 
-def _serve(connection: Any, memory_limit: int) -> None:
+def _serve(connection: Any, memory_limit: int, cores: frozenset[int] | None) -> None:
     """The worker's loop: run `module:function` jobs until the parent closes the pipe."""
+    pin(cores)  # before any job imports JAX, which sizes its thread pool by the cores it may use
     if memory_limit > 0:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a worker stops
@@ -66,9 +69,11 @@ class Worker:
     re-import the caller's `__main__`, and the caller may be any user program (the hook).
     """
 
-    def __init__(self, memory_limit: int = DEFAULT_MEMORY_LIMIT, python: str | None = None) -> None:
+    def __init__(self, memory_limit: int = DEFAULT_MEMORY_LIMIT, python: str | None = None,
+                 cores: frozenset[int] | None = None) -> None:
         self._memory_limit = memory_limit
         self._python = python or sys.executable  # the interpreter (and so the jaxlib) it runs
+        self._cores = cores  # the cores it is pinned to (None: those of its caller)
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Connection | None = None
 
@@ -109,7 +114,8 @@ class Worker:
         parent, child = socket.socketpair()
         try:
             self._process = subprocess.Popen(
-                [self._python, "-m", "tuner.worker", str(child.fileno()), str(self._memory_limit)],
+                [self._python, "-m", "tuner.worker", str(child.fileno()), str(self._memory_limit),
+                 ",".join(map(str, sorted(self._cores or ())))],
                 pass_fds=(child.fileno(),),
                 env={**os.environ, "PYTHONPATH": project_root() + os.pathsep + os.environ.get("PYTHONPATH", "")},
             )
@@ -148,8 +154,9 @@ def project_root() -> str:
 class WorkerPool:
     """A fixed number of workers handed out one job at a time."""
 
-    def __init__(self, size: int = 1, memory_limit: int = DEFAULT_MEMORY_LIMIT) -> None:
-        self._idle = [Worker(memory_limit) for _ in range(size)]
+    def __init__(self, size: int = 1, memory_limit: int = DEFAULT_MEMORY_LIMIT,
+                 cores: frozenset[int] | None = None) -> None:
+        self._idle = [Worker(memory_limit, cores=cores) for _ in range(size)]
         self._all = list(self._idle)
         self._available = threading.Semaphore(size)
         self._lock = threading.Lock()
@@ -174,4 +181,5 @@ class WorkerPool:
 
 
 if __name__ == "__main__":
-    _serve(Connection(int(sys.argv[1])), int(sys.argv[2]))
+    _serve(Connection(int(sys.argv[1])), int(sys.argv[2]),
+           frozenset(int(c) for c in sys.argv[3].split(",") if c) or None)

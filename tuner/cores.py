@@ -1,0 +1,76 @@
+"""Which cores a search compiles on and which it measures on (CATWILD's compile and execute pools).
+
+A search compiles candidates in a pool of worker processes and measures them in one execute
+worker. On a CPU target both would compete for the same cores, and a compile running beside a
+measurement slows it by a varying amount: noise, or worse, bias. So the cores this process may
+use are split in two disjoint sets, each worker pinned to its set (`os.sched_setaffinity`, which
+XLA's CPU client reads when it sizes its thread pool). With a single core there is nothing to
+split: compiles and measurements then take turns, never overlapping.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CorePlan:
+    """The cores of the execute worker and of the compile pool, and the pool's size."""
+
+    execute: frozenset[int]
+    compile: frozenset[int]
+    compile_workers: int
+
+    @property
+    def overlapping(self) -> bool:
+        """Whether compiles and measurements share cores (then they must take turns)."""
+        return bool(self.execute & self.compile)
+
+
+def available_cores() -> frozenset[int]:
+    """The cores this process may run on."""
+    return frozenset(os.sched_getaffinity(0))
+
+
+def plan_cores(compile_workers: int | None = None,
+               cores: frozenset[int] | None = None) -> CorePlan:
+    """Split `cores` (default: the available ones): a quarter, at least one, for compiles,
+    the rest for measurements. `compile_workers` defaults to one per compile core."""
+    ordered = sorted(cores if cores is not None else available_cores())
+    if not ordered:
+        raise ValueError("no cores to run on")
+    if len(ordered) == 1:
+        return CorePlan(frozenset(ordered), frozenset(ordered), compile_workers or 1)
+    n_compile = max(1, len(ordered) // 4)
+    compile_cores = frozenset(ordered[-n_compile:])
+    return CorePlan(frozenset(ordered[:-n_compile]), compile_cores,
+                    compile_workers or len(compile_cores))
+
+
+def pin(cores: frozenset[int] | None) -> None:
+    """Run this process on `cores` from now on (None: leave it as it is)."""
+    if cores:
+        os.sched_setaffinity(0, cores)
+
+
+def parse_cores(text: str) -> frozenset[int]:
+    """Cores written as Linux lists them ("0-3,8"); ValueError naming the problem otherwise,
+    or if one is not available to this process."""
+    cores: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, _, high = part.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise ValueError(f"cores {text!r}: {part!r} is not a core number or range") from None
+        if first < 0 or last < first:
+            raise ValueError(f"cores {text!r}: {part!r} is not a range of core numbers")
+        cores.update(range(first, last + 1))
+    if not cores:
+        raise ValueError(f"cores {text!r}: no core named")
+    missing = cores - available_cores()
+    if missing:
+        raise ValueError(f"cores {text!r}: {sorted(missing)} not available to this process "
+                         f"(available: {sorted(available_cores())})")
+    return frozenset(cores)
