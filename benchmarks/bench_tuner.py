@@ -5,8 +5,8 @@ every strategy for many seeds live would take hours and compare the noise as muc
 strategies. The benchmark therefore measures once and replays:
 
 1. Measure (once per graph, cached): configs are evaluated for real by the tuner's own search
-   session (`tuner.tune.Search`: the default compiled once in one sandboxed worker, each
-   candidate compiled, and a program identical to the default's or already timed in this
+   session (`tuner.tune.Search`: the default compiled once in the execute worker, each
+   candidate compiled in the compile pool, and a program identical to the default's or already timed in this
    session not timed again), with the tuner's screening settings. Results are cached as JSON
    keyed by `config_key` under `--cache` (default ~/.cache/fleet-fdo/bench_tuner/<graph>.json),
    written atomically after every config, so a killed run resumes; a cache of another graph

@@ -12,6 +12,16 @@ def kill_9_once_journaled(command: list[str], root: Path, pattern: str, lines: i
                           timeout: float = 300) -> Path | None:
     """Start `command`, and `kill -9` it as soon as a journal `root.glob(pattern)` finds holds
     `lines` lines (or when it ends or `timeout` passes); returns that journal, if one got there."""
+    journal, code = signal_once_journaled(command, root, pattern, lines, signal.SIGKILL, timeout)
+    assert code == -signal.SIGKILL, "the process ended before it could be killed"
+    return journal
+
+
+def signal_once_journaled(command: list[str], root: Path, pattern: str, lines: int,
+                          signum: int, timeout: float = 300) -> tuple[Path | None, int]:
+    """Start `command`, and send it `signum` as soon as a journal `root.glob(pattern)` finds
+    holds `lines` lines (or when it ends or `timeout` passes); returns that journal, if one got
+    there, and the process's exit status."""
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal, deadline = None, time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
@@ -20,6 +30,5 @@ def kill_9_once_journaled(command: list[str], root: Path, pattern: str, lines: i
             journal = found[0]
             break
         time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    assert process.wait() == -signal.SIGKILL, "the process ended before it could be killed"
-    return journal
+    process.send_signal(signum)
+    return journal, process.wait(timeout=timeout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from ingest.hlo_module import from_lowered, from_text
 from ingest.warehouse import Warehouse
-from tests.processes import kill_9_once_journaled
+from tests.processes import kill_9_once_journaled, signal_once_journaled
 from tuner.cores import available_cores, plan_cores
 from tuner.flags import FLAGS
 from tuner.measure import MeasureSettings
@@ -183,3 +184,18 @@ def test_kill_9_mid_search_then_rerun_loses_and_duplicates_nothing(tmp_path):
     assert json.loads(again.stdout)["task_id"] == json.loads(rerun.stdout)["task_id"]
     assert Warehouse(home).read(TRIALS).num_rows == 6
     assert Warehouse(home).read(TUNING_RESULTS).num_rows == 1
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(tmp_path):
+    module = _write_module(tmp_path / "conv.hlo", conv_net, (8, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
+    home = tmp_path / "home"
+    command = [sys.executable, "-m", "pipelines.cli", "--home", str(home), "tune", str(module),
+               "--budget-evals", "6", "--strategy", "random", "--json"]
+    journal, code = signal_once_journaled(command, home / "tuner" / "tasks", "*/trials.jsonl",
+                                          2, signal.SIGINT)
+    assert code == 130 and journal is not None
+    kept = journal.read_text().splitlines()
+    assert 2 <= len(kept) < 6
+    assert not (journal.parent / "result.json").exists()  # stopped, not finished
+    assert all(json.loads(line)["outcome"] for line in kept)  # whole records: the kill test resumes them
+
