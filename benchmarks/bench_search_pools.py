@@ -26,6 +26,7 @@ import time
 
 from ingest import zoo
 from ingest.hlo_module import from_lowered
+from tuner.compile import compiler_defaults
 from tuner.cores import CorePlan, available_cores, plan_cores
 from tuner.flags import CompilerConfig
 from tuner.space import accepted_flags, config_key, graph_space
@@ -35,7 +36,7 @@ from tuner.tune import SEARCH_SETTINGS, Search, Span, Trial
 
 def config_list(count: int, seed: int = 0) -> list[CompilerConfig]:
     """One-flag configs of the graph space, then random ones, `count` distinct in all."""
-    space = graph_space("cpu", accepted_flags("cpu"))
+    space = graph_space("cpu", accepted_flags("cpu"), compiler_defaults())
     configs = {config_key(c): c for c in ({p.name: v} for p in space.params for v in p.values[:1])}
     rng = random.Random(seed)
     while len(configs) < count * 2:

@@ -12,12 +12,14 @@ import pytest
 from ingest import zoo
 from ingest.hlo_module import from_lowered, from_text
 from pipelines.cli import main
-from tuner.compile import CompileError, check_options, compile_module, compile_options
+from tuner.compile import (CompileError, check_options, compile_module, compile_options,
+                           compiler_defaults)
 from tuner.evaluate import evaluate
-from tuner.flags import FlagError, parse_assignment, to_xla
+from tuner.flags import FLAGS, FlagError, is_default, parse_assignment, to_xla
 from tuner.inputs import make_inputs, parameter_specs
 from tuner.measure import MeasureSettings, median_interval
 from tuner.numerics import all_ok, compare_outputs
+from tuner.space import graph_space
 from tuner.worker import Worker, WorkerFailure
 
 QUICK = MeasureSettings(max_seconds=4, max_pairs=120)
@@ -50,6 +52,29 @@ def test_config_that_changes_nothing_is_not_run(worker) -> None:
     module = from_lowered(zoo.get("gnn-s").lower())
     result = evaluate(module, {"xla_cpu_copy_insertion_use_region_analysis": False}, worker=worker)
     assert result.identical_program and result.pairs == 0
+
+
+def test_codegen_flags_at_their_defaults_compile_the_default_program(worker) -> None:
+    module = from_lowered(zoo.get("mlp-s").lower())
+    defaults = compiler_defaults()
+    for name in ("xla_llvm_disable_expensive_passes", "xla_backend_optimization_level",
+                 "xla_cpu_prefer_vector_width"):
+        assert FLAGS[name].codegen
+        result = evaluate(module, {name: defaults[name]}, worker=worker)
+        assert result.identical_program and result.pairs == 0, name
+
+
+def test_compiler_defaults_agree_with_jaxlib_and_leave_the_graph_space() -> None:
+    debug = compile_options({}).executable_build_options.debug_options
+    defaults = compiler_defaults()
+    for name in ("xla_backend_optimization_level", "xla_cpu_enable_fast_math",
+                 "xla_llvm_disable_expensive_passes"):  # the fields jaxlib has accessors for
+        assert defaults[name] == getattr(debug, name), name
+    assert set(defaults) <= set(FLAGS)
+    space = graph_space("cpu", None, defaults)
+    assert all(not is_default(p.name, v, defaults) for p in space.params for v in p.values)
+    assert sum(map(len, (p.values for p in space.params))) < sum(
+        map(len, (p.values for p in graph_space("cpu").params)))
 
 
 def test_overrides_are_typed_and_backend_extra_options_refused() -> None:

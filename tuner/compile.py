@@ -19,16 +19,29 @@ from ingest.hlo_proto import build_messages
 from tuner.flags import FLAGS, CompilerConfig, to_xla
 
 # The part of xla.CompileOptionsProto (xla/pjrt/proto/compile_options.proto) and xla.DebugOptions
-# (xla/xla.proto) that says the installed compiler's defaults of the flags below.
+# (xla/xla.proto) that says the installed compiler's defaults of the table's option flags. The
+# numbers were read off jaxlib 0.10.2 by setting each flag through XLA_FLAGS and seeing which
+# field of the serialized debug options changed; a test checks them against jaxlib's own
+# accessors where it has them.
 _DEBUG_OPTION_FIELDS = {
+    "xla_backend_optimization_level": (31, _F.TYPE_INT32, _F.LABEL_OPTIONAL),
+    "xla_llvm_disable_expensive_passes": (73, _F.TYPE_BOOL, _F.LABEL_OPTIONAL),
+    "xla_cpu_enable_fast_math": (99, _F.TYPE_BOOL, _F.LABEL_OPTIONAL),
     "xla_cpu_prefer_vector_width": (308, _F.TYPE_INT32, _F.LABEL_OPTIONAL),
+    "xla_cpu_parallel_codegen_split_count": (323, _F.TYPE_INT32, _F.LABEL_OPTIONAL),
+    "xla_cpu_max_isa": (333, _F.TYPE_STRING, _F.LABEL_OPTIONAL),
+    "xla_cpu_copy_insertion_use_region_analysis": (337, _F.TYPE_BOOL, _F.LABEL_OPTIONAL),
+    "xla_cpu_use_xnnpack": (359, _F.TYPE_BOOL, _F.LABEL_OPTIONAL),
+    "xla_cpu_use_fusion_emitters": (376, _F.TYPE_BOOL, _F.LABEL_OPTIONAL),
     "xla_cpu_experimental_onednn_fusion_type": (399, _F.TYPE_INT32, _F.LABEL_REPEATED),
     "xla_cpu_experimental_xnn_fusion_type": (400, _F.TYPE_INT32, _F.LABEL_REPEATED),
     "xla_cpu_experimental_ynn_fusion_type": (422, _F.TYPE_INT32, _F.LABEL_REPEATED),
+    "xla_cpu_scheduler_type": (448, _F.TYPE_INT32, _F.LABEL_OPTIONAL),
 }
-# xla.DebugOptions.LibraryFusionType, by number.
+# Enum values by number: xla.DebugOptions.LibraryFusionType and CpuSchedulerType.
 _LIBRARY_FUSION_TYPES = {1: "DOT", 2: "ELTWISE", 3: "REDUCE", 4: "INDIVIDUAL_DOT",
                          5: "INDIVIDUAL_CONVOLUTION"}
+_ENUMS = {"xla_cpu_scheduler_type": {0: "DEFAULT", 1: "MEMORY_OPTIMIZED"}}
 _COMPILE_OPTIONS = build_messages("fdo_compile", {
     "DebugOptions": [(name, number, type_, label, None)
                      for name, (number, type_, label) in _DEBUG_OPTION_FIELDS.items()],
@@ -90,13 +103,16 @@ def _compiler_defaults() -> tuple[tuple[str, Any], ...]:
         value = getattr(debug, name)
         if FLAGS[name].type == "repeated_enum":
             value = tuple(_LIBRARY_FUSION_TYPES.get(number, str(number)) for number in value)
+        elif name in _ENUMS:
+            value = _ENUMS[name].get(value, str(value))
         defaults.append((name, value))
     return tuple(defaults)
 
 
 def compiler_defaults() -> CompilerConfig:
-    """The installed compiler's default values of the flags op-level search spaces start
-    from (library routing and vector width), as compile options carry them."""
+    """The installed compiler's default values of the table's option flags, as compile options
+    carry them: searches leave these values out (setting a flag to its default changes
+    nothing), and op-level spaces start from the library routing."""
     return dict(_compiler_defaults())
 
 

@@ -177,6 +177,22 @@ def _to_text(spec: FlagSpec | None, value: FlagValue) -> str:
     return str(value)
 
 
+def is_default(name: str, value: FlagValue, defaults: CompilerConfig) -> bool:
+    """Whether `value` is the compiler's default for flag `name` (repeated enums compare as
+    sets: the order of a library's fusion types does not matter)."""
+    if name not in defaults:
+        return False
+    default = defaults[name]
+    if isinstance(value, tuple) and isinstance(default, tuple):
+        return set(value) == set(default)
+    return value == default
+
+
+def without_defaults(config: CompilerConfig, defaults: CompilerConfig) -> CompilerConfig:
+    """`config` without the flags it sets to the compiler's `defaults`: the same compile."""
+    return {name: value for name, value in config.items() if not is_default(name, value, defaults)}
+
+
 def codegen_values(config: CompilerConfig) -> tuple[tuple[str, FlagValue], ...]:
     """The config's codegen-level flags: these change speed without changing optimized HLO."""
     return tuple(

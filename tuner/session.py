@@ -19,16 +19,18 @@ from typing import Any
 
 from ingest.fingerprint import graph_fingerprint
 from ingest.hlo_module import HloModule
-from tuner.compile import CompileError, compile_module
-from tuner.flags import CompilerConfig, codegen_values
+from tuner.compile import CompileError, compile_module, compiler_defaults
+from tuner.flags import CompilerConfig, codegen_values, without_defaults
 from tuner.measure import MeasureSettings, measure_pair
 
 _STATE: dict[str, Any] = {}
 
 
 def program_key(optimized_proto: bytes, config: CompilerConfig) -> str:
-    """What decides the machine code: the optimized module and the codegen-level flags."""
-    return f"{graph_fingerprint(HloModule(optimized_proto, '', 'optimized'))}:{codegen_values(config)!r}"
+    """What decides the machine code: the optimized module and the codegen-level flags that
+    differ from the compiler's defaults."""
+    codegen = codegen_values(without_defaults(config, compiler_defaults()))
+    return f"{graph_fingerprint(HloModule(optimized_proto, '', 'optimized'))}:{codegen!r}"
 
 
 def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None = None) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import itertools
 import json
 from dataclasses import dataclass
 
-from tuner.flags import FLAGS, CompilerConfig, FlagSpec, FlagValue, to_json
+from tuner.flags import FLAGS, CompilerConfig, FlagSpec, FlagValue, is_default, to_json
 
 
 @dataclass(frozen=True)
@@ -68,16 +68,19 @@ def values_of(spec: FlagSpec) -> tuple[FlagValue, ...]:
     return ()
 
 
-def graph_space(platform: str = "cpu", accepted: frozenset[str] | None = None) -> SearchSpace:
+def graph_space(platform: str = "cpu", accepted: frozenset[str] | None = None,
+                defaults: CompilerConfig | None = None) -> SearchSpace:
     """The graph-level space of `platform`: per-executable flags with a finite domain, limited to
-    `accepted` (the names the installed compiler takes; see `accepted_flags`) when given."""
+    `accepted` (the names the installed compiler takes; see `accepted_flags`) when given, each
+    without its value in the compiler's `defaults` (see tuner.compile.compiler_defaults): that
+    is the config without the flag, and would only be measured again as another program."""
     params = []
     for spec in FLAGS.values():
         if spec.platform != platform or spec.channel != "option":
             continue
         if accepted is not None and spec.name not in accepted:
             continue
-        values = values_of(spec)
+        values = tuple(v for v in values_of(spec) if not is_default(spec.name, v, defaults or {}))
         if values:
             params.append(Param(spec.name, values))
     return SearchSpace(tuple(params))

@@ -48,8 +48,10 @@ class Strategy(ABC):
         self.rng = random.Random(seed)
 
     @abstractmethod
-    def sample(self, history: list[TrialRecord]) -> CompilerConfig:
-        """A config to try next (the driver skips ones already tried)."""
+    def sample(self, history: list[TrialRecord], pending: Sequence[CompilerConfig] = ()) -> CompilerConfig:
+        """A config to try next, given the trials so far and the configs `pending` (proposed,
+        being compiled or measured: like Optuna's running trials). The driver skips a config
+        already tried or pending."""
 
     def mutate(self, config: CompilerConfig, changes: int = 1) -> CompilerConfig:
         """`config` with `changes` flags set to another value or back to the default."""
@@ -73,7 +75,7 @@ def random_config(space: SearchSpace, rng: random.Random) -> CompilerConfig:
 class RandomStrategy(Strategy):
     name = "random"
 
-    def sample(self, history: list[TrialRecord]) -> CompilerConfig:
+    def sample(self, history: list[TrialRecord], pending: Sequence[CompilerConfig] = ()) -> CompilerConfig:
         return random_config(self.space, self.rng)
 
 
@@ -85,7 +87,7 @@ class AnnealStrategy(Strategy):
         super().__init__(*args, **kwargs)
         self.current: TrialRecord | None = None
 
-    def sample(self, history: list[TrialRecord]) -> CompilerConfig:
+    def sample(self, history: list[TrialRecord], pending: Sequence[CompilerConfig] = ()) -> CompilerConfig:
         if self.current is None:
             self.current = history[0]
         elif history[-1].fitness != FAILED:
@@ -101,7 +103,7 @@ class EvolutionStrategy(Strategy):
     name = "evolution"
     tournament = 3
 
-    def sample(self, history: list[TrialRecord]) -> CompilerConfig:
+    def sample(self, history: list[TrialRecord], pending: Sequence[CompilerConfig] = ()) -> CompilerConfig:
         population = history[-max(4, min(10, self.budget // 4)):]
         contestants = self.rng.sample(population, min(self.tournament, len(population)))
         parent = max(contestants, key=lambda t: t.fitness)
@@ -115,7 +117,7 @@ class ExhaustiveStrategy(Strategy):
         super().__init__(*args, **kwargs)
         self._order = self.configs()
 
-    def sample(self, history: list[TrialRecord]) -> CompilerConfig:
+    def sample(self, history: list[TrialRecord], pending: Sequence[CompilerConfig] = ()) -> CompilerConfig:
         return next(self._order, {})
 
     def configs(self) -> Iterator[CompilerConfig]:
@@ -133,8 +135,8 @@ class ModelStrategy(Strategy):
     exploration = 0.05
     prior_weight = 0.5  # trials of other graphs count half
 
-    def sample(self, history: list[TrialRecord]) -> CompilerConfig:
-        tried = {config_key(t.config) for t in history}
+    def sample(self, history: list[TrialRecord], pending: Sequence[CompilerConfig] = ()) -> CompilerConfig:
+        tried = {config_key(t.config) for t in history} | {config_key(c) for c in pending}
         for trial in sorted(self.prior, key=lambda t: -t.fitness):
             if trial.fitness > 0 and config_key(trial.config) not in tried:
                 return dict(trial.config)
@@ -179,7 +181,7 @@ def propose(strategy: Strategy, history: list[TrialRecord],
     config instead, then the first untried one in enumeration order; None only when the whole
     space has been tried."""
     tried = {config_key(t.config) for t in history} | {config_key(c) for c in pending}
-    samplers = ([lambda: strategy.sample(history)] * attempts
+    samplers = ([lambda: strategy.sample(history, pending)] * attempts
                 + [lambda: random_config(strategy.space, strategy.rng)] * attempts)
     for sample in samplers:
         config = sample()

@@ -144,8 +144,8 @@ def tune_module(module: HloModule, home: Path, settings: TuneSettings, env_key: 
     """Tune `module`'s graph-level flags within the budget; resumes the task if interrupted."""
     platform = current_environment().platform
     fingerprint = graph_fingerprint(module)
-    target = TuneTarget(module, fingerprint, "graph", graph_space(platform, accepted_flags(platform)),
-                        module.name or fingerprint[:8])
+    space = graph_space(platform, accepted_flags(platform), compiler_defaults())
+    target = TuneTarget(module, fingerprint, "graph", space, module.name or fingerprint[:8])
     return run_task(target, home, settings, env_key, progress, prior)
 
 
