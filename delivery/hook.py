@@ -12,9 +12,11 @@ compile_or_get_cached`; the hook wraps that function. Per compile it:
 1. fingerprints the module exactly as symbol ingestion fingerprints a dump of it, and keys it
    with the process's environment (plus any compiler options the job set itself);
 2. looks the key up (delivery.lookup) and re-checks the entry's config against the allowlist;
-3. compiles with the config's flags added to the compile options' overrides. JAX's persistent
-   compilation cache keys on those options, so it can never hand back an executable built
-   with other flags;
+3. compiles with the config applied to the job's compile options (tuner.compile.apply_config):
+   its flags added to the options' overrides, its backend extra options merged into the
+   options' `xla_backend_extra_options` map, both for this executable only; a flag the job set
+   itself stays the job's. JAX's persistent compilation cache keys on the serialized options,
+   map included, so it can never hand back an executable built with other flags;
 4. if the tuned compile fails, compiles again with the job's own options and records why;
 5. appends a hit record to its spool (ingest.hits): outcome, key, store version, expected
    speedup, and for a tuned executable the fingerprint of its optimized module, which is how a
@@ -25,7 +27,6 @@ cannot fingerprint) ends in the job's own compile and a warning, never in a fail
 
 from __future__ import annotations
 
-import copy
 import datetime
 import functools
 import hashlib
@@ -47,7 +48,8 @@ from ingest.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from ingest.fingerprint import graph_fingerprint
 from ingest.hits import spool_path, to_line
 from ingest.hlo_module import HloModule, from_proto_bytes, from_stablehlo
-from tuner.flags import FlagError, from_json, to_xla
+from tuner.compile import apply_config
+from tuner.flags import CompilerConfig, FlagError, from_json
 
 log = logging.getLogger("fleet_fdo.hook")
 SPOOL_SYMBOLS = Path("spool") / "symbols"
@@ -93,7 +95,7 @@ class _Plan:
     module_name: str = ""
     unoptimized_text: str | None = None
     found: Found | None = None
-    overrides: dict[str, Any] | None = None
+    config: CompilerConfig | None = None  # the entry's, checked against the allowlist
     outcome: str = "miss"
     reason: str | None = None
 
@@ -120,10 +122,10 @@ class Hook:
         hook_seconds = time.perf_counter() - started
         optimized_fingerprint = None
         executable = None
-        if plan.overrides:
+        if plan.config:
             try:
                 executable = original(backend, computation, devices,
-                                      _with_overrides(compile_options, plan.overrides), *args, **kwargs)
+                                      apply_config(compile_options, plan.config), *args, **kwargs)
                 plan.outcome = "applied"
             except Exception as exc:  # any failure of the tuned compile: the job's own compile decides
                 plan.outcome, plan.reason = "fallback", f"tuned compile failed: {first_line(exc)}"
@@ -166,7 +168,7 @@ class Hook:
         if plan.found is None:
             return plan
         try:
-            plan.overrides = to_xla(from_json(json.loads(plan.found.entry["config"])))
+            plan.config = from_json(json.loads(plan.found.entry["config"]))
         except (FlagError, json.JSONDecodeError, TypeError) as exc:
             plan.outcome, plan.reason = "refused", f"config refused: {exc}"
             self._warn(f"entry {plan.key}: {plan.reason}", f"refused {plan.key}")
@@ -360,16 +362,6 @@ def uninstall() -> None:
 def installed() -> Hook | None:
     """The installed hook, if any."""
     return _installed
-
-
-def _with_overrides(compile_options: Any, overrides: dict[str, Any]) -> Any:
-    """A copy of the job's options with the config's flags added; a flag the job set itself
-    stays the job's (its value is part of the environment the entry was keyed by)."""
-    tuned = copy.deepcopy(compile_options)
-    own = {name for name, _ in tuned.env_option_overrides}
-    tuned.env_option_overrides = list(tuned.env_option_overrides) + [
-        (name, value) for name, value in overrides.items() if name not in own]
-    return tuned
 
 
 def _optimized_proto(executable: Any) -> bytes | None:

@@ -12,8 +12,8 @@ import pytest
 from ingest import zoo
 from ingest.hlo_module import from_lowered, from_text
 from pipelines.cli import main
-from tuner.compile import (CompileError, check_options, compile_module, compile_options,
-                           compiler_defaults)
+from tuner.compile import (CompileError, backend_extra_options, check_options, compile_module,
+                           compile_options, compiler_defaults)
 from tuner.evaluate import evaluate
 from tuner.flags import FLAGS, FlagError, is_default, parse_assignment, to_xla
 from tuner.inputs import make_inputs, parameter_specs
@@ -77,12 +77,22 @@ def test_compiler_defaults_agree_with_jaxlib_and_leave_the_graph_space() -> None
         map(len, (p.values for p in graph_space("cpu").params)))
 
 
-def test_overrides_are_typed_and_backend_extra_options_refused() -> None:
-    options = compile_options({"xla_cpu_use_xnnpack": False, "xla_cpu_prefer_vector_width": 512})
+def test_overrides_are_typed_and_backend_extra_options_are_map_entries() -> None:
+    options = compile_options({"xla_cpu_use_xnnpack": False, "xla_cpu_prefer_vector_width": 512,
+                               "xla_cpu_disable_loop_unrolling": True,
+                               "xla_cpu_optimize_for_size": False, "xla_llvm_dot_tiling_factor": 4})
     assert ("xla_cpu_use_xnnpack", False) in list(options.env_option_overrides)
     assert ("xla_cpu_prefer_vector_width", 512) in list(options.env_option_overrides)
-    with pytest.raises(FlagError, match="per process"):
-        compile_options({"xla_cpu_disable_loop_unrolling": True})
+    assert not any(name in FLAGS and FLAGS[name].channel == "backend_extra"
+                   for name, _ in options.env_option_overrides)
+    # XLA tests its boolean keys for presence: a false one is left out.
+    assert backend_extra_options(options) == {"xla_cpu_disable_loop_unrolling": "true",
+                                              "xla_llvm_dot_tiling_factor": "4"}
+    # A name the table does not declare never reaches the map; XLA checks it as an override.
+    settings = to_xla({"xla_force_enable_experimental_llvm_ir_gemm": True})
+    assert settings.backend_extra == {}
+    with pytest.raises(CompileError, match="xla_force_enable_experimental_llvm_ir_gemm"):
+        check_options({"xla_force_enable_experimental_llvm_ir_gemm": True})
 
 
 def test_unknown_flag_is_rejected_by_name() -> None:
@@ -101,7 +111,7 @@ def test_flag_values_parse_by_type() -> None:
         "INDIVIDUAL_DOT", "REDUCE")
     assert parse_assignment("xla_cpu_experimental_ynn_fusion_type=")[1] == ()
     assert to_xla({"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED",
-                   "xla_cpu_experimental_ynn_fusion_type": ("REDUCE",)}) == {
+                   "xla_cpu_experimental_ynn_fusion_type": ("REDUCE",)}).overrides == {
         "xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
         "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE",
     }
@@ -187,3 +197,15 @@ def test_cli_evaluate_rejects_unknown_flag(tmp_path, capsys) -> None:
     path.write_text(from_text("HloModule m\nENTRY e {\n  ROOT p = f32[2]{0} parameter(0)\n}\n").to_text())
     assert main(["evaluate", str(path), "--set", "xla_no_such_flag=1"]) == 2
     assert "xla_no_such_flag" in capsys.readouterr().err
+
+
+def test_cli_evaluate_sets_a_backend_extra_option(tmp_path, capsys) -> None:
+    path = tmp_path / "m.hlo"
+    path.write_text(zoo.get("gnn-s").lower().as_text(dialect="hlo"))
+    code = main(["evaluate", str(path), "--set", "xla_cpu_optimize_for_size=true",
+                 "--max-seconds", "1", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["config"] == {"xla_cpu_optimize_for_size": True}
+    # Measured, not skipped: the option changed the program (its machine code only).
+    assert not result["identical_program"] and result["pairs"] > 0 and result["numerics_ok"]
+    assert result["ci_low"] <= result["speedup"] <= result["ci_high"]

@@ -23,6 +23,7 @@ from tests.serving import fdo, running_server
 
 JOB = str(Path(__file__).with_name("hook_job.py"))
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": []}  # observable: no ynn_fusion in the module
+SMALL = {"xla_cpu_optimize_for_size": True}  # a backend extra option; observable: less machine code
 RESULTS = ("jit", "grad", "vmap", "sharded")
 
 
@@ -115,6 +116,56 @@ def test_persistent_cache_never_hands_back_an_executable_with_other_flags(baseli
     version = Store(tuned).current()
     assert fdo(tuned, "store", "rollback", str(version - 1)).returncode == 0
     assert run_job(tuned, env=cache)[0]["ynn"] is True
+
+
+def test_a_backend_extra_option_reaches_the_compiler_and_the_cache_keeps_it_apart(baseline, tmp_path):
+    home, default_output, default_records = baseline
+    tuned = tmp_path / "home"
+    shutil.copytree(home, tuned)
+    jax_cache = tmp_path / "jax-cache"
+    cache = {"JAX_COMPILATION_CACHE_DIR": str(jax_cache),
+             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    default = run_job(tuned, env=cache)[0]  # fills the cache with default executables
+    assert default["code"] == default_output["code"] > 0
+    filled = set(jax_cache.iterdir())
+    import_configs(tuned, default_records, SMALL)
+    small, _ = run_job(tuned, "--job-id", "small", env=cache)
+    # Compiled afresh, not handed the default executable by the cache: the map entry is in the
+    # cache key. Only the machine code differs from the default's.
+    assert 0 < small["code"] < default["code"] and small["ynn"] is True
+    assert_same_numbers(small, default_output)
+    records = hits(tuned, "small")
+    assert {r["outcome"] for r in records} == {"applied"}
+    assert {json.dumps(json.loads(r["config"])) for r in records} == {json.dumps(SMALL)}
+    both = set(jax_cache.iterdir())
+    assert both > filled
+    assert_same_numbers(run_job(tuned, env=cache)[0], default_output)  # tuned, from the cache
+    version = Store(tuned).current()
+    assert fdo(tuned, "store", "rollback", str(version - 1)).returncode == 0
+    assert_same_numbers(run_job(tuned, env=cache)[0], default_output)  # default, from the cache
+    assert set(jax_cache.iterdir()) == both  # both runs were served from the cache
+
+
+def test_a_backend_extra_option_off_the_allowlist_is_refused(baseline, tmp_path):
+    home, default_output, default_records = baseline
+    tuned = tmp_path / "home"
+    shutil.copytree(home, tuned)
+    layer = next(r for r in default_records if r["module_name"] == "jit_layer")
+    # A real key of XLA's CPU backend extra options, not in the flag table.
+    config = {"xla_force_enable_experimental_llvm_ir_gemm": True}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"fingerprint": layer["fingerprint"], "env_key": layer["env_key"],
+                               "kind": "graph", "config": config, "speedup": 2.0}) + "\n")
+    refused = fdo(tuned, "store", "import", str(bad))
+    assert refused.returncode == 2 and "xla_force_enable_experimental_llvm_ir_gemm" in refused.stderr
+
+    forge_version(tuned, layer, config)
+    output, _ = run_job(tuned, "--job-id", "forged")
+    assert output["code"] == default_output["code"]
+    refused_hits = [r for r in hits(tuned, "forged") if r["outcome"] == "refused"]
+    assert [r["key"] for r in refused_hits] == [layer["key"]]
+    assert "not on the allowlist" in refused_hits[0]["reason"]
 
 
 def test_a_config_that_fails_to_compile_falls_back_to_the_defaults(baseline, tmp_path):

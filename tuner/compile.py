@@ -2,13 +2,24 @@
 
 The path follows JAX's own compile stage (`jax.jit(f).lower(...).compile(...)`): the HLO module
 proto goes through jaxlib's MLIR bridge to StableHLO, compile options come from JAX's
-`get_compile_options` with the config's flags as overrides, and the backend client compiles and
-loads the executable.
+`get_compile_options` with the config applied (`apply_config`, which the compiler hook uses on
+the job's own options too), and the backend client compiles and loads the executable.
+
+A config reaches XLA through two channels (tuner.flags): compile-option overrides, and entries
+of DebugOptions' `xla_backend_extra_options` map, which no override reaches. Those entries are
+merged into the serialized CompileOptionsProto (protobuf merges concatenated messages; a map is
+repeated key/value entries) and parsed back into jaxlib's CompileOptions: they then travel with
+that one executable's options, into XLA and into JAX's persistent-cache key, which hashes the
+serialized options. On jaxlib 0.10.2, `xla_cpu_optimize_for_size` set this way shrinks a small
+MLP's optimized LLVM IR from 25,310 to 10,192 bytes, and the zoo's mlp-s's machine code
+(`object_code`) from 59,624 to 45,736 bytes.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -42,9 +53,18 @@ _DEBUG_OPTION_FIELDS = {
 _LIBRARY_FUSION_TYPES = {1: "DOT", 2: "ELTWISE", 3: "REDUCE", 4: "INDIVIDUAL_DOT",
                          5: "INDIVIDUAL_CONVOLUTION"}
 _ENUMS = {"xla_cpu_scheduler_type": {0: "DEFAULT", 1: "MEMORY_OPTIMIZED"}}
+_BACKEND_EXTRA_FIELD = 500  # DebugOptions.xla_backend_extra_options, map<string, string>
+# What an absent backend extra entry means: bools are off (XLA tests presence), and the dot
+# tiling factor is XLA's 8 (seen: 8 compiles to the same machine code as no entry).
+_BACKEND_EXTRA_DEFAULTS = {"xla_cpu_disable_loop_unrolling": False,
+                           "xla_cpu_optimize_for_size": False, "xla_llvm_dot_tiling_factor": 8}
 _COMPILE_OPTIONS = build_messages("fdo_compile", {
+    "MapEntry": [("key", 1, _F.TYPE_STRING, _F.LABEL_OPTIONAL, None),
+                 ("value", 2, _F.TYPE_STRING, _F.LABEL_OPTIONAL, None)],
     "DebugOptions": [(name, number, type_, label, None)
-                     for name, (number, type_, label) in _DEBUG_OPTION_FIELDS.items()],
+                     for name, (number, type_, label) in _DEBUG_OPTION_FIELDS.items()]
+    + [("xla_backend_extra_options", _BACKEND_EXTRA_FIELD, _F.TYPE_MESSAGE, _F.LABEL_REPEATED,
+        ".fdo_compile.MapEntry")],
     "ExecutableBuildOptions": [("debug_options", 3, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL,
                                 ".fdo_compile.DebugOptions")],
     "CompileOptions": [("executable_build_options", 3, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL,
@@ -86,12 +106,74 @@ def compile_module(module_proto: bytes, config: CompilerConfig) -> Compiled:
 
 
 def compile_options(config: CompilerConfig) -> Any:
-    """JAX's compile options for one device with `config` applied as overrides."""
+    """JAX's compile options for one device with `config` applied."""
     from jax._src import compiler
 
-    return compiler.get_compile_options(
-        num_replicas=1, num_partitions=1, env_options_overrides=to_xla(config)
-    )
+    return apply_config(compiler.get_compile_options(num_replicas=1, num_partitions=1), config)
+
+
+def apply_config(options: Any, config: CompilerConfig) -> Any:
+    """A copy of jaxlib CompileOptions `options` with `config` applied through both channels.
+
+    A flag the options set already (an override, or a backend extra entry, e.g. from the job's
+    XLA_FLAGS) keeps its value: it is part of the environment a config was tuned for.
+    """
+    from jax._src.lib import xla_client
+
+    settings = to_xla(config)
+    tuned = copy.deepcopy(options)
+    own = {name for name, _ in tuned.env_option_overrides}
+    tuned.env_option_overrides = list(tuned.env_option_overrides) + [
+        (name, value) for name, value in settings.overrides.items() if name not in own]
+    if not settings.backend_extra:
+        return tuned
+    raw = tuned.SerializeAsString()
+    own_extra = _backend_extra_of(raw)
+    fragment = _COMPILE_OPTIONS()
+    entries = fragment.executable_build_options.debug_options.xla_backend_extra_options
+    for name, value in settings.backend_extra.items():
+        if name not in own_extra:
+            entries.add(key=name, value=value)
+    return xla_client.CompileOptions.ParseFromString(raw + fragment.SerializeToString())
+
+
+def backend_extra_options(options: Any) -> dict[str, str]:
+    """The `xla_backend_extra_options` map of jaxlib CompileOptions `options`."""
+    return _backend_extra_of(options.SerializeAsString())
+
+
+def _backend_extra_of(serialized_options: bytes) -> dict[str, str]:
+    parsed = _COMPILE_OPTIONS.FromString(serialized_options)
+    return {entry.key: entry.value
+            for entry in parsed.executable_build_options.debug_options.xla_backend_extra_options}
+
+
+def object_code(executable: Any) -> tuple[bytes, ...]:
+    """The machine code of a CPU executable: the ELF objects in its serialized form, sorted
+    (their order varies between identical compiles; their bytes do not). Empty when the
+    executable cannot be serialized or holds no ELF object: another platform or format, or an
+    executable JAX's persistent cache loaded (it serializes again without them)."""
+    try:
+        blob = executable.serialize()
+    except Exception:  # e.g. a backend without serialization
+        return ()
+    objects, start = [], blob.find(_ELF_MAGIC)
+    while start >= 0 and start + _ELF64_HEADER <= len(blob):
+        if blob[start + 4:start + 6] != b"\x02\x01":  # 64-bit little-endian only
+            break
+        # A relocatable object ends with its section header table.
+        (section_headers,) = struct.unpack_from("<Q", blob, start + 0x28)
+        entry_size, count = struct.unpack_from("<HH", blob, start + 0x3A)
+        end = start + section_headers + entry_size * count
+        if end > len(blob):
+            break
+        objects.append(blob[start:end])
+        start = blob.find(_ELF_MAGIC, end)
+    return tuple(sorted(objects))
+
+
+_ELF_MAGIC = b"\x7fELF"
+_ELF64_HEADER = 64
 
 
 @functools.lru_cache(maxsize=None)
@@ -106,12 +188,13 @@ def _compiler_defaults() -> tuple[tuple[str, Any], ...]:
         elif name in _ENUMS:
             value = _ENUMS[name].get(value, str(value))
         defaults.append((name, value))
-    return tuple(defaults)
+    return tuple(defaults) + tuple(_BACKEND_EXTRA_DEFAULTS.items())
 
 
 def compiler_defaults() -> CompilerConfig:
-    """The installed compiler's default values of the table's option flags, as compile options
-    carry them: searches leave these values out (setting a flag to its default changes
+    """The installed compiler's default values of the table's flags (option flags as compile
+    options carry them; backend extra ones as an absent entry means): searches leave these
+    values out (setting a flag to its default changes
     nothing), and op-level spaces start from the library routing."""
     return dict(_compiler_defaults())
 

@@ -5,9 +5,14 @@ enum names for repeated enums). It reaches XLA through one of two channels:
 
 - `option`: a DebugOptions field, set per executable through the compile options' overrides
   (XLA checks the name and the value and rejects unknown ones);
-- `backend_extra`: an entry of the `xla_backend_extra_options` map. Only XLA_FLAGS reaches it,
-  for a whole process: jaxlib's CompileOptions round trip drops the map (checked on jaxlib
-  0.10.2), so these flags are declared for the tuner's per-process workers and refused here.
+- `backend_extra`: an entry of DebugOptions' `xla_backend_extra_options` map, which the compile
+  options' overrides cannot reach. It is set per executable too, by merging map entries into the
+  serialized compile options (`tuner.compile.apply_config`). XLA checks nothing here: it ignores
+  keys it does not know and values it cannot parse, and the CPU backend tests its boolean keys
+  for presence only (an entry `xla_cpu_optimize_for_size=false` still optimizes for size;
+  checked on jaxlib 0.10.2). So `to_xla` writes a true bool as an entry ("true"), leaves a false
+  one out (the default), writes ints as text, and only flags the table declares `backend_extra`
+  ever reach the map: the table is its allowlist.
 
 The table below is the single source of truth for the flags this project knows: their types,
 domains and channel. Flags not in the table may still be set through `option` when the installed
@@ -66,7 +71,9 @@ FLAGS: dict[str, FlagSpec] = {
         FlagSpec("xla_cpu_disable_loop_unrolling", "bool", channel="backend_extra",
                  codegen=True),
         FlagSpec("xla_cpu_optimize_for_size", "bool", channel="backend_extra", codegen=True),
-        FlagSpec("xla_llvm_dot_tiling_factor", "int", ("1", "2", "4", "8", "16"),
+        # Absent, XLA tiles matrix-vector products by 8 (same object code; jaxlib 0.10.2): the
+        # domain is half and double that, which keeps the dot op space searchable.
+        FlagSpec("xla_llvm_dot_tiling_factor", "int", ("4", "16"),
                  channel="backend_extra", codegen=True),
     )
 }
@@ -146,24 +153,35 @@ def _enum_name(spec: FlagSpec, raw: str) -> str:
     return short
 
 
-def to_xla(config: CompilerConfig) -> dict[str, bool | int | float | str]:
-    """XLA's per-executable compile-option overrides for a config.
+@dataclass(frozen=True)
+class XlaSettings:
+    """A config as XLA takes it, per channel."""
 
-    Bools and numbers stay typed (XLA's override parser rejects the string 'false' for a bool);
-    enums and repeated enums become XLA's full names as text.
+    overrides: dict[str, bool | int | float | str]  # compile-option overrides (DebugOptions)
+    backend_extra: dict[str, str]  # entries of the `xla_backend_extra_options` map
+
+
+def to_xla(config: CompilerConfig) -> XlaSettings:
+    """XLA's per-executable settings for a config, per channel.
+
+    Overrides: bools and numbers stay typed (XLA's override parser rejects the string 'false'
+    for a bool); enums and repeated enums become XLA's full names as text. Backend extra
+    entries: text as XLA's backend parses it; a false bool is no entry (see the module
+    docstring). A name the table does not declare goes to the overrides, where XLA checks it.
     """
     overrides: dict[str, bool | int | float | str] = {}
+    backend_extra: dict[str, str] = {}
     for name, value in sorted(config.items()):
         check_name(name)
         spec = FLAGS.get(name)
         if spec is not None and spec.channel == "backend_extra":
-            raise FlagError(f"{name}: a backend extra option, settable only per process "
-                            "(XLA_FLAGS), not per executable")
-        if isinstance(value, (bool, int, float)):
+            if value is not False:
+                backend_extra[name] = _to_text(spec, value)
+        elif isinstance(value, (bool, int, float)):
             overrides[name] = value
         else:
             overrides[name] = _to_text(spec, value)
-    return overrides
+    return XlaSettings(overrides, backend_extra)
 
 
 def _to_text(spec: FlagSpec | None, value: FlagValue) -> str:

@@ -2,15 +2,22 @@
 
 A space is built from the flag table (`tuner.flags.FLAGS`, the single allowlist the store and
 the hook enforce too), keeping the flags of the platform that the installed compiler accepts
-per executable. A config is a sparse mapping: flags left out keep the compiler's default, and
-the empty config is the default itself.
+(`accepted_flags`). A config is a sparse mapping: flags left out keep the compiler's default,
+and the empty config is the default itself.
 
 Graph level: every such flag (`graph_space`). Op level (`op_space`): the knobs that act on one
 class of kernel (`OP_KNOBS`): the library routing of its fusion types (each library's list
 with the class's types added or taken out, relative to the compiler's default list) and its
-codegen flags, small enough to search exhaustively. A knob the installed compiler cannot take
-per executable (e.g. `xla_llvm_dot_tiling_factor`, a backend extra option) is declared but
-filtered out, like any flag missing from `accepted_flags`.
+codegen flags, small enough to search exhaustively.
+
+What "accepted" means differs per channel. A compile-option override is checked by XLA, so a
+flag is accepted when a compile with it succeeds. A backend extra option is never checked (XLA
+ignores keys it does not know), so a compile proves nothing: such a flag is accepted only when
+it is seen to act, when a small probe module (a matrix-vector product, where all three declared
+CPU options act on jaxlib 0.10.2) compiles to different machine code (`tuner.compile.
+object_code`) with one of the flag's values than with none. A flag a new XLA dropped or renamed
+thus leaves the spaces instead of being searched in vain. Both probes run once per process and
+take about a second together.
 """
 
 from __future__ import annotations
@@ -57,7 +64,8 @@ def config_key(config: CompilerConfig) -> str:
 def values_of(spec: FlagSpec) -> tuple[FlagValue, ...]:
     """The values a search may give a flag."""
     if spec.type == "bool":
-        return (True, False)
+        # A backend extra bool acts by its presence: false is the absent default (tuner.flags).
+        return (True,) if spec.channel == "backend_extra" else (True, False)
     if spec.type == "int":
         return tuple(int(c) for c in spec.choices)
     if spec.type == "enum":
@@ -70,13 +78,13 @@ def values_of(spec: FlagSpec) -> tuple[FlagValue, ...]:
 
 def graph_space(platform: str = "cpu", accepted: frozenset[str] | None = None,
                 defaults: CompilerConfig | None = None) -> SearchSpace:
-    """The graph-level space of `platform`: per-executable flags with a finite domain, limited to
+    """The graph-level space of `platform`: the table's flags with a finite domain, limited to
     `accepted` (the names the installed compiler takes; see `accepted_flags`) when given, each
     without its value in the compiler's `defaults` (see tuner.compile.compiler_defaults): that
     is the config without the flag, and would only be measured again as another program."""
     params = []
     for spec in FLAGS.values():
-        if spec.platform != platform or spec.channel != "option":
+        if spec.platform != platform:
             continue
         if accepted is not None and spec.name not in accepted:
             continue
@@ -153,8 +161,9 @@ def op_space(op_class: str, accepted: frozenset[str] | None = None,
 
 @functools.lru_cache(maxsize=None)
 def accepted_flags(platform: str = "cpu") -> frozenset[str]:
-    """The table's flags of `platform` that the installed compiler accepts per executable
-    (probed by compiling once per flag, so once per process)."""
+    """The table's flags of `platform` that the installed compiler accepts per executable:
+    overrides it compiles with, backend extra options it is seen to act on (see the module
+    docstring). Probed once per process."""
     from tuner.compile import CompileError, check_options
 
     accepted = set()
@@ -166,4 +175,38 @@ def accepted_flags(platform: str = "cpu") -> frozenset[str]:
         except CompileError:
             continue
         accepted.add(spec.name)
+    extra = [spec for spec in FLAGS.values()
+             if spec.platform == platform and spec.channel == "backend_extra" and values_of(spec)]
+    if extra and platform == "cpu":
+        accepted |= acting_backend_extra(extra)
     return frozenset(accepted)
+
+
+# A matrix-vector product and an elementwise tail: XLA emits both itself (no library call), so
+# code-size, unrolling and dot-tiling options all show in its machine code.
+_PROBE_HLO = """HloModule fdo_backend_extra_probe
+ENTRY e {
+  m = f32[64,64]{1,0} parameter(0)
+  v = f32[64]{0} parameter(1)
+  d = f32[64]{0} dot(m, v), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[64]{0} tanh(d)
+  one = f32[] constant(1)
+  b = f32[64]{0} broadcast(one), dimensions={}
+  ROOT a = f32[64]{0} add(t, b)
+}
+"""
+
+
+def acting_backend_extra(specs: list[FlagSpec]) -> set[str]:
+    """The CPU backend extra options among `specs` that change the probe module's machine code
+    with one of their values; none if the machine code cannot be read."""
+    from ingest.hlo_module import from_text
+    from tuner.compile import compile_module, object_code
+
+    probe = from_text(_PROBE_HLO, "fdo_backend_extra_probe").proto
+    default = object_code(compile_module(probe, {}).executable)
+    if not default:
+        return set()
+    return {spec.name for spec in specs
+            if any(object_code(compile_module(probe, {spec.name: value}).executable) != default
+                   for value in values_of(spec))}
