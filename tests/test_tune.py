@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from ingest import zoo
 from ingest.hlo_module import from_lowered, from_text
 from ingest.warehouse import Warehouse
 from tests.processes import kill_9_once_journaled, signal_once_journaled
@@ -22,6 +23,7 @@ from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.tune import Search, Span
+from tuner.worker import Worker
 
 
 def fdo(home: Path, *args: str) -> subprocess.CompletedProcess:
@@ -92,9 +94,9 @@ def _overlaps(a: Span, b: Span) -> bool:
     return a.started < b.ended and b.started < a.ended
 
 
-# Codegen flags: each config is a program of its own, so every one is compiled and measured.
-_DISTINCT_PROGRAMS = [{"xla_cpu_prefer_vector_width": 128}, {"xla_cpu_prefer_vector_width": 512},
-                      {"xla_cpu_enable_fast_math": True}, {"xla_cpu_enable_fast_min_max": True},
+# Codegen flags that change the machine code: programs of their own, each compiled and measured.
+_DISTINCT_PROGRAMS = [{"xla_cpu_prefer_vector_width": 128}, {"xla_cpu_enable_fast_math": True},
+                      {"xla_cpu_optimize_for_size": True}, {"xla_backend_optimization_level": 1},
                       {"xla_cpu_prefer_vector_width": 128, "xla_cpu_enable_fast_math": True}]
 
 
@@ -122,6 +124,19 @@ def test_compiles_run_in_their_pool_beside_measurements_on_other_cores(tmp_path)
     assert {s.cores for s in compiles} == {tuple(sorted(plan.compile))}
     # The next candidates compile while one is measured: the pool works ahead.
     assert any(_overlaps(c, m) for c in compiles for m in measures)
+
+
+@pytest.mark.skipif(len(available_cores()) < 2, reason="one core: one parallelism")
+def test_a_compile_worker_compiles_for_the_execute_cores_parallelism():
+    module = from_lowered(zoo.get("mlp-s").lower())  # compiles to other code on 1 and 2 cores
+    both, one = frozenset(sorted(available_cores())[:2]), frozenset(sorted(available_cores())[1:2])
+    probe = "tests.worker_tasks:cores_and_machine_code"
+    with Worker(cores=both) as on_both, Worker(cores=one) as on_one, \
+            Worker(cores=one, backend_cores=both) as moved:
+        (_, code_both), (_, code_one), (cores, code_moved) = (
+            w.call(probe, module_proto=module.proto) for w in (on_both, on_one, moved))
+    assert code_both != code_one  # XLA compiles for the parallelism its backend started with
+    assert cores == sorted(one) and code_moved == code_both
 
 
 def test_on_one_core_compiles_and_measurements_take_turns(tmp_path):

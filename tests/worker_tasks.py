@@ -1,4 +1,5 @@
-"""Jobs that misbehave, for the sandbox tests (they run inside a worker process)."""
+"""Jobs for the worker tests: ones that misbehave, and probes of the worker's process (they run
+inside a worker process)."""
 
 import os
 import time
@@ -18,3 +19,10 @@ def allocate(gib: int) -> int:
 
 def echo(value: int) -> int:
     return value
+
+
+def cores_and_machine_code(module_proto: bytes) -> tuple[list[int], tuple[bytes, ...]]:
+    """The cores this worker runs on, and the machine code XLA compiles `module_proto` to here."""
+    from tuner.compile import compile_module, object_code
+
+    return sorted(os.sched_getaffinity(0)), object_code(compile_module(module_proto, {}).executable)

@@ -6,6 +6,12 @@ measurement slows it by a varying amount: noise, or worse, bias. So the cores th
 use are split in two disjoint sets, each worker pinned to its set (`os.sched_setaffinity`, which
 XLA's CPU client reads when it sizes its thread pool). With a single core there is nothing to
 split: compiles and measurements then take turns, never overlapping.
+
+XLA's CPU compiler partitions work for the thread count of its client, which is the number of
+cores the process could use when its backend started (seen on jaxlib 0.10.2: mlp-s compiles to
+other machine code on two cores than on one). A compile worker therefore starts its backend on
+the execute cores, then moves to its own: it compiles for the parallelism the measurement runs
+with (`start_backend_on`).
 """
 
 from __future__ import annotations
@@ -46,6 +52,14 @@ def plan_cores(compile_workers: int | None = None,
     compile_cores = frozenset(ordered[-n_compile:])
     return CorePlan(frozenset(ordered[:-n_compile]), compile_cores,
                     compile_workers or len(compile_cores))
+
+
+def start_backend_on(cores: frozenset[int]) -> None:
+    """Start this process's JAX backend as if it ran on `cores` (see the module docstring)."""
+    pin(cores)
+    import jax
+
+    jax.devices()
 
 
 def pin(cores: frozenset[int] | None) -> None:

@@ -5,13 +5,14 @@ These functions run inside sandboxed `tuner.worker` processes (called as
 "tuner.session:prepare" and so on). The execute worker keeps the module's state between calls
 (`prepare`), so the default is compiled, run and checked once per search instead of once per
 candidate. A candidate is compiled in a compile worker (`compile_serialized`), which names its
-program (the optimized module's fingerprint plus the codegen-level flag values) and hands the
-executable back serialized. The caller measures a program once (`measure_serialized`, in the
+program (the optimized module's fingerprint plus its machine code, see `program_key`) and hands
+the executable back serialized. The caller measures a program once (`measure_serialized`, in the
 execute worker) and reuses the result for every other config that yields it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import asdict
@@ -19,18 +20,25 @@ from typing import Any
 
 from ingest.fingerprint import graph_fingerprint
 from ingest.hlo_module import HloModule
-from tuner.compile import CompileError, compile_module, compiler_defaults
+from tuner.compile import Compiled, CompileError, compile_module, compiler_defaults, object_code
 from tuner.flags import CompilerConfig, codegen_values, without_defaults
 from tuner.measure import MeasureSettings, measure_pair
 
 _STATE: dict[str, Any] = {}
 
 
-def program_key(optimized_proto: bytes, config: CompilerConfig) -> str:
-    """What decides the machine code: the optimized module and the codegen-level flags that
-    differ from the compiler's defaults."""
-    codegen = codegen_values(without_defaults(config, compiler_defaults()))
-    return f"{graph_fingerprint(HloModule(optimized_proto, '', 'optimized'))}:{codegen!r}"
+def program_key(compiled: Compiled, config: CompilerConfig) -> str:
+    """What a candidate runs: the optimized module, and its machine code where the backend
+    shows it (CPU: the ELF objects), so a flag that changes nothing is seen to; elsewhere the
+    codegen-level flags that differ from the compiler's defaults stand in for the code."""
+    fingerprint = graph_fingerprint(HloModule(compiled.optimized_proto, "", "optimized"))
+    code = object_code(compiled.executable)
+    if code:
+        digest = hashlib.blake2b(digest_size=16)
+        for obj in code:
+            digest.update(b"%d:" % len(obj) + obj)
+        return f"{fingerprint}:code-{digest.hexdigest()}"
+    return f"{fingerprint}:{codegen_values(without_defaults(config, compiler_defaults()))!r}"
 
 
 def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None = None) -> dict[str, Any]:
@@ -51,7 +59,7 @@ def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None =
     _STATE.update(module=module_proto, arguments=arguments, base=base,
                   outputs=[np.asarray(o) for o in base.executable.execute(arguments)],
                   runner=timed_runner(base.executable, arguments))
-    key = program_key(base.optimized_proto, default or {})
+    key = program_key(base, default or {})
     return {"program": key, "compile_seconds": base.compile_seconds}
 
 
@@ -68,7 +76,7 @@ def compile_serialized(module_proto: bytes, config: CompilerConfig) -> dict[str,
         compiled = compile_module(module_proto, config)
     except CompileError as exc:
         return {"error": f"does not compile: {exc}"}
-    return {"program": program_key(compiled.optimized_proto, config),
+    return {"program": program_key(compiled, config),
             "compile_seconds": compiled.compile_seconds,
             "executable": compiled.executable.client.serialize_executable(compiled.executable),
             "span": _span(started)}

@@ -8,8 +8,8 @@ Candidates compile in a pool of sandboxed compile workers and are measured, one 
 a separate execute worker that compiled the default once (`tuner.session`); the two sets of
 workers are pinned to disjoint cores (`tuner.cores`), so compiles of the next candidates go on
 while one is measured without disturbing it. If a candidate's program (optimized module +
-codegen flags) equals the default's or one already measured, the known result is reused
-instead of running it again. Each trial is appended to the task's journal
+machine code, `tuner.session.program_key`) equals the default's or one already measured, the
+known result is reused instead of running it again. Each trial is appended to the task's journal
 (`<home>/tuner/tasks/<task>/trials.jsonl`, flushed and fsynced), so a task killed at any moment
 resumes without repeating a finished trial. A crash or timeout is recorded for its candidate
 (after one retry in a new worker) and the search goes on.
@@ -249,7 +249,8 @@ class Search:
         self.module_proto, self.seed = without_buffer_aliasing(module_proto), seed
         self.plan = plan or plan_cores()
         self.executor = Worker(cores=self.plan.execute)
-        self.compilers = WorkerPool(self.plan.compile_workers, cores=self.plan.compile)
+        self.compilers = WorkerPool(self.plan.compile_workers, cores=self.plan.compile,
+                                    backend_cores=self.plan.execute)
         self.threads = ThreadPoolExecutor(self.plan.compile_workers, thread_name_prefix="compile")
         self.default_program = ""
         self.timeline: list[Span] = []  # what each worker ran, and when

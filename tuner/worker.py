@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any, Iterator
 
-from tuner.cores import pin
+from tuner.cores import pin, start_backend_on
 
 DEFAULT_MEMORY_LIMIT = 8 * 1024**3
 DEFAULT_TIMEOUT = 300.0
@@ -40,8 +40,11 @@ class WorkerFailure(RuntimeError):
         self.reason = reason
 
 
-def _serve(connection: Any, memory_limit: int, cores: frozenset[int] | None) -> None:
+def _serve(connection: Any, memory_limit: int, cores: frozenset[int] | None,
+           backend_cores: frozenset[int] | None) -> None:
     """The worker's loop: run `module:function` jobs until the parent closes the pipe."""
+    if backend_cores:
+        start_backend_on(backend_cores)
     pin(cores)  # before any job imports JAX, which sizes its thread pool by the cores it may use
     if memory_limit > 0:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
@@ -70,10 +73,12 @@ class Worker:
     """
 
     def __init__(self, memory_limit: int = DEFAULT_MEMORY_LIMIT, python: str | None = None,
-                 cores: frozenset[int] | None = None) -> None:
+                 cores: frozenset[int] | None = None,
+                 backend_cores: frozenset[int] | None = None) -> None:
         self._memory_limit = memory_limit
         self._python = python or sys.executable  # the interpreter (and so the jaxlib) it runs
         self._cores = cores  # the cores it is pinned to (None: those of its caller)
+        self._backend_cores = backend_cores  # the cores its JAX backend starts on (see cores)
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Connection | None = None
 
@@ -115,7 +120,7 @@ class Worker:
         try:
             self._process = subprocess.Popen(
                 [self._python, "-m", "tuner.worker", str(child.fileno()), str(self._memory_limit),
-                 ",".join(map(str, sorted(self._cores or ())))],
+                 _core_list(self._cores), _core_list(self._backend_cores)],
                 pass_fds=(child.fileno(),),
                 env={**os.environ, "PYTHONPATH": project_root() + os.pathsep + os.environ.get("PYTHONPATH", "")},
             )
@@ -146,6 +151,14 @@ class Worker:
             self._process = None
 
 
+def _core_list(cores: frozenset[int] | None) -> str:
+    return ",".join(map(str, sorted(cores or ())))
+
+
+def _parse_core_list(text: str) -> frozenset[int] | None:
+    return frozenset(int(c) for c in text.split(",") if c) or None
+
+
 def project_root() -> str:
     """The directory holding the project's packages, so the worker imports the same code."""
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -155,8 +168,10 @@ class WorkerPool:
     """A fixed number of workers handed out one job at a time."""
 
     def __init__(self, size: int = 1, memory_limit: int = DEFAULT_MEMORY_LIMIT,
-                 cores: frozenset[int] | None = None) -> None:
-        self._idle = [Worker(memory_limit, cores=cores) for _ in range(size)]
+                 cores: frozenset[int] | None = None,
+                 backend_cores: frozenset[int] | None = None) -> None:
+        self._idle = [Worker(memory_limit, cores=cores, backend_cores=backend_cores)
+                      for _ in range(size)]
         self._all = list(self._idle)
         self._available = threading.Semaphore(size)
         self._lock = threading.Lock()
@@ -181,5 +196,5 @@ class WorkerPool:
 
 
 if __name__ == "__main__":
-    _serve(Connection(int(sys.argv[1])), int(sys.argv[2]),
-           frozenset(int(c) for c in sys.argv[3].split(",") if c) or None)
+    _serve(Connection(int(sys.argv[1])), int(sys.argv[2]), _parse_core_list(sys.argv[3]),
+           _parse_core_list(sys.argv[4]))
