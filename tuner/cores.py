@@ -57,6 +57,9 @@ def plan_cores(compile_workers: int | None = None,
 def start_backend_on(cores: frozenset[int]) -> None:
     """Start this process's JAX backend as if it ran on `cores` (see the module docstring)."""
     pin(cores)
+    # A compile worker runs nothing: on a GPU it must not take the device memory that JAX
+    # preallocates by default, which the execute worker needs.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import jax
 
     jax.devices()
