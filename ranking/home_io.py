@@ -19,7 +19,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
 
+from ingest.errors import first_line
 from ingest.warehouse import PARTITION, ROW_GROUP_ROWS, TableSchema
 
 _RAW = CompressionTypes.UNCOMPRESSED  # Parquet bytes as they are: nothing guessed from names
@@ -28,6 +30,17 @@ _RAW = CompressionTypes.UNCOMPRESSED  # Parquet bytes as they are: nothing guess
 def home_path(home: str | Path, *parts: str) -> str:
     """`parts` joined under `home`, a URL kept a URL (a Path would fold gs:// into gs:/)."""
     return FileSystems.join(str(home), *parts)
+
+
+def reach(home: str | Path, options: PipelineOptions) -> None:
+    """Set Beam's file systems up from the pipeline options (s3:// takes its region and keys
+    from them) and check that `home` answers: ValueError naming it when it does not (no file
+    system for its scheme, its Beam extra not installed, no access)."""
+    FileSystems.set_options(options)
+    try:
+        FileSystems.exists(str(home))
+    except (OSError, ValueError) as exc:  # Beam's BeamIOError is an OSError
+        raise ValueError(f"home {home}: {first_line(exc)}") from None
 
 
 def open_file(path: str):

@@ -30,7 +30,7 @@ from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
 from ingest.warehouse import TableSchema
 from ranking.beam_io import (ArrowSum, ReadPlan, ReadTables, Source, TaggedSums, partition_files,
                              pipeline_options, plan_reads)
-from ranking.home_io import home_path, read_partition, replace_part
+from ranking.home_io import home_path, reach, read_partition, replace_part
 from ranking.store_snapshot import live_entries
 from ranking.tables import CANDIDATES, COVERAGE
 
@@ -112,6 +112,7 @@ def build_rank_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: str | Pa
 def rank(home: str | Path, settings: RankSettings, beam_args: Iterable[str] = ()) -> tuple[pa.Table, pa.Table]:
     """Run the ranking pipeline; returns the date's (candidates, coverage) as written.
     `home` may be a URL on any of Beam's file systems (gs://, s3://, ...)."""
+    reach(home, pipeline_options(beam_args))
     reads = rank_reads(home, settings)
     with beam.Pipeline(options=pipeline_options(beam_args, reads.rows)) as pipeline:
         build_rank_pipeline(pipeline, reads, home, settings, live_entries(home))

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from ingest.tables import GRAPH_RUNS, OP_RUNS
 from ranking.beam_io import ArrowSum, ReadPlan, ReadTables, Source, partition_files, pipeline_options, plan_reads
-from ranking.home_io import home_path, read_partition, replace_part
+from ranking.home_io import home_path, reach, read_partition, replace_part
 from ranking.store_snapshot import live_entries
 from ranking.tables import SAVINGS
 
@@ -57,6 +57,7 @@ def savings(home: str | Path, first: datetime.date, last: datetime.date,
             beam_args: Iterable[str] = ()) -> pa.Table:
     """Run the savings pipeline over [first, last]; returns the rows it wrote.
     `home` may be a URL on any of Beam's file systems (gs://, s3://, ...)."""
+    reach(home, pipeline_options(beam_args))
     entries = live_entries(home)
     validator_keys = entries.filter(pc.equal(entries.column("provenance"), "validator")).column("key")
     reads = savings_reads(home, first, last, validator_keys.to_pylist())

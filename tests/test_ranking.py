@@ -226,3 +226,9 @@ def test_a_home_given_as_a_url_is_read_and_written_through_beam_file_systems(fle
     for piece in ("/graph_runs/dt=", "/op_runs/dt=", "/ops/dt=", "/store/CURRENT", "/candidates/dt=",
                   "/coverage/dt=", "/savings/dt="):
         assert f"fdotest://{fleet_home}/warehouse{piece}" in used or f"fdotest://{fleet_home}{piece}" in used, piece
+
+
+def test_a_home_beam_cannot_reach_is_refused_naming_it():
+    for run in (lambda home: rank(home, RankSettings(date=LAST)), lambda home: savings(home, START, LAST)):
+        with pytest.raises(ValueError, match="home nosuch://bucket/fdo: .*filesystem"):
+            run("nosuch://bucket/fdo")
