@@ -10,7 +10,7 @@ atomic, and an object store shows an object whole or not at all.
 from __future__ import annotations
 
 import datetime
-import uuid
+import os
 from pathlib import Path
 from typing import Iterable
 
@@ -75,7 +75,9 @@ def replace_part(home: str | Path, table: TableSchema, data: pa.Table, part: str
         if rows.num_rows == 0:
             gone.append(final)
             continue
-        temporary = f"{final}.tmp-{uuid.uuid4().hex}"  # beside it, never matched as a part
+        head, name = FileSystems.split(final)
+        # Named as ingest.warehouse names its temporaries, which it clears after dead writers.
+        temporary = FileSystems.join(head, f".{name}.tmp-{os.getpid()}")
         try:
             with FileSystems.create(temporary, compression_type=_RAW) as handle:
                 pq.write_table(rows.drop_columns([PARTITION]).cast(table.stored_schema), handle,

@@ -185,6 +185,10 @@ class _UrlFileSystem(LocalFileSystem):
         _UrlFileSystem.used.append(path)
         return path.removeprefix("fdotest://")
 
+    def split(self, path):
+        head, _, tail = path.rpartition("/")
+        return head, tail
+
     def _list(self, prefix):
         for meta in super()._list(self._local(prefix)):
             yield FileMetadata(f"fdotest://{meta.path}", meta.size_in_bytes, meta.last_updated_in_seconds)
