@@ -23,6 +23,13 @@ def default_home() -> Path:
     return Path(os.environ.get("FDO_HOME") or Path.home() / ".fdo")
 
 
+def beam_home() -> str | Path:
+    """The home of the Beam stages (rank, savings): `FDO_HOME` kept as given when it is a URL
+    (gs://, s3://, ...: read and written through Beam's FileSystems), else default_home()."""
+    given = os.environ.get("FDO_HOME", "")
+    return given if "://" in given else default_home()
+
+
 def _print_json(payload: Any) -> None:
     print(json.dumps(payload, indent=None, sort_keys=True))
 
@@ -188,7 +195,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
     settings = RankSettings(date=datetime.date.fromisoformat(args.date) if args.date else datetime.date.today(),
                             window_days=args.window_days, top_k=args.top, min_share=args.min_share)
-    candidates, coverage = rank(default_home(), settings, args.beam_args)
+    candidates, coverage = rank(beam_home(), settings, args.beam_args)
     if args.json:
         _print_json({"candidates": _json_rows(candidates), "coverage": _json_rows(coverage)})
         return EXIT_OK
@@ -214,7 +221,7 @@ def cmd_savings(args: argparse.Namespace) -> int:
 
     last = datetime.date.fromisoformat(args.to) if args.to else datetime.date.today()
     first = datetime.date.fromisoformat(args.from_) if args.from_ else last - datetime.timedelta(days=29)
-    rows = savings(default_home(), first, last, args.beam_args)
+    rows = savings(beam_home(), first, last, args.beam_args)
     if args.json:
         _print_json(_json_rows(rows))
         return EXIT_OK
@@ -603,7 +610,7 @@ def _json_rows(table: Any) -> list[dict]:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `fdo`."""
     parser = argparse.ArgumentParser(prog="fdo", description=__doc__.splitlines()[0])
-    parser.add_argument("--home", type=Path, default=None,
+    parser.add_argument("--home", default=None,  # a string: `rank` and `savings` take URLs
                         help="data root (default: $FDO_HOME or ~/.fdo)")
     sub = parser.add_subparsers(dest="command", required=True)
 

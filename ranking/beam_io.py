@@ -1,39 +1,64 @@
-"""Beam plumbing shared by the ranking and savings pipelines: options and warehouse reads.
+"""Beam plumbing shared by the ranking, savings and delivery pipelines: options, warehouse
+reads and vectorized sums.
 
-Files are listed with Beam's `FileSystems.match` and read with Arrow's own file systems, so
-the same pipeline reads a local home or gs:// / s3:// (with Beam's gcp or aws extras for the
-listing) on any runner. Each
-element is a pyarrow Table (one Parquet row group) with the partition's `dt` added: no Python
-object per row.
+Files are listed with Beam's `FileSystems.match` and opened with `FileSystems.open`, so a read
+works on any file system Beam has (local paths, gs:// and s3:// with Beam's gcp or aws extras)
+and on any runner. Each element is a pyarrow Table (one Parquet row group, string columns
+dictionary-encoded) with the partition's `dt` added: no Python object per row.
+
+Shaped for Beam's fusion: every file and row group of every input is one element of a single
+`Create`, so one stage reads all inputs on all workers in parallel, and each row group is
+reduced (`prepare`) where it is read; the combiners are lifted, so only each worker's partial
+sums leave it, coded as Arrow IPC streams rather than pickles.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import math
 import os
-from typing import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Iterable
 
 import apache_beam as beam
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from apache_beam.coders import Coder, TupleCoder
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from ingest.warehouse import PARTITION, TableSchema
+from ranking.home_io import open_file
 
 # Beam's in-process runner, in multi-process mode: nothing to download or start.
 DEFAULT_OPTIONS = ("--runner=DirectRunner", "--direct_running_mode=multi_processing",
-                   "--direct_num_workers=2", "--default_sdk_harness_log_level=WARNING")
+                   "--default_sdk_harness_log_level=WARNING")
 
 
-def pipeline_options(beam_args: Iterable[str] = ()) -> PipelineOptions:
+# Rows a worker of the in-process runner must have to read before adding it pays. Each worker
+# is a fresh Python that imports Beam (about 1 s of CPU) and is stopped in turn at the end; one
+# core reads and sums about 10 million rows a second. On 2 cores shared with other work, two
+# workers ranked 10 million rows 1.6 s slower than one when the machine was busy, 0.2 s faster
+# when it was quiet (benchmarks/bench_rank.py).
+ROWS_PER_WORKER = 25_000_000
+
+
+def default_workers(rows: int) -> int:
+    """Workers for the in-process runner to read `rows`: one per ROWS_PER_WORKER rows, at
+    least one, at most one per core this process may run on."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, math.ceil(rows / ROWS_PER_WORKER)))
+
+
+def pipeline_options(beam_args: Iterable[str] = (), rows: int = 0) -> PipelineOptions:
     """Pipeline options from standard Beam flags (`--runner=FlinkRunner`, `--project`, ...);
-    the defaults apply only where the flags do not say otherwise."""
+    the defaults apply only where the flags do not say otherwise. `rows`, what the pipeline
+    reads, sizes the default runner's workers."""
     args = list(beam_args)
+    defaults = [*DEFAULT_OPTIONS, f"--direct_num_workers={default_workers(rows)}"]
     given = {a.split("=", 1)[0] for a in args}
-    defaults = [a for a in DEFAULT_OPTIONS if a.split("=", 1)[0] not in given]
+    defaults = [a for a in defaults if a.split("=", 1)[0] not in given]
     if any(a.startswith(("--runner", "--direct_running_mode")) for a in args):
         defaults = [a for a in defaults if not a.startswith("--direct")]
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
@@ -52,48 +77,90 @@ def partition_files(root: str, table: TableSchema, first: datetime.date | None,
     return sorted(files)
 
 
-class ReadPartitions(beam.PTransform):
-    """Read files of a warehouse table as pyarrow Tables (one per row group) with their `dt`,
-    each passed through `prepare` (say, a partial aggregation) before it leaves the reader.
+def _identity(table: pa.Table) -> pa.Table:
+    return table
 
-    Row groups are spread over the workers; string columns come as dictionary arrays, so an
-    aggregation hashes small integers, not strings; only what `prepare` returns travels on.
+
+@dataclass(frozen=True)
+class Source:
+    """One input of `ReadTables`: the files of a table and what to make of each row group.
+
+    `prepare` gets each row group (with `dt`) where it is read (say, to a partial sum), so
+    only what it returns travels on. With `empty` (the schema of `columns`), a source without
+    files still yields one empty table, so that the steps downstream of its tag run all the same.
     """
 
-    def __init__(self, files: list[str], columns: list[str],
-                 prepare: Callable[[pa.Table], pa.Table] = lambda table: table) -> None:
+    tag: Hashable
+    files: list[str]
+    columns: list[str]
+    prepare: Callable[[pa.Table], pa.Table] = _identity
+    empty: pa.Schema | None = field(default=None)
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """What `ReadTables` reads: (source index, file, row group) for every row group of every
+    source, from the files' footers, and how many rows that is."""
+
+    sources: list[Source]
+    units: list[tuple[int, str | None, int]]
+    rows: int
+
+
+def plan_reads(sources: list[Source]) -> ReadPlan:
+    """Plan reading `sources`: every row group of their files, one unit each."""
+    units, rows = [], 0
+    for index, source in enumerate(sources):
+        for path in source.files:
+            with open_file(path) as handle:
+                metadata = pq.ParquetFile(handle).metadata
+            units.extend((index, path, group) for group in range(metadata.num_row_groups))
+            rows += metadata.num_rows
+        if not source.files and source.empty is not None:
+            units.append((index, None, 0))
+    return ReadPlan(sources, units, rows)
+
+
+class ReadTables(beam.PTransform):
+    """Read a plan's sources in one stage: (tag, table) per row group, spread over the workers."""
+
+    def __init__(self, plan: ReadPlan) -> None:
         super().__init__()
-        self.files, self.columns, self.prepare = files, columns, prepare
+        self.plan = plan
 
     def expand(self, pbegin):
+        # Create spreads its elements over the workers (it reshuffles more than one element).
         return (pbegin
-                | "Files" >> beam.Create(self.files)
-                | "Row groups" >> beam.FlatMap(_row_groups)
-                | "Spread" >> beam.Reshuffle()
-                | "Read" >> beam.Map(_read_row_group, self.columns, self.prepare))
+                | "Row groups" >> beam.Create(self.plan.units)
+                | "Read" >> beam.Map(_read_unit, self.plan.sources))
 
 
-def _open(path: str) -> pq.ParquetFile:
-    """Arrow's own (C++) file system for the path's scheme: local, gs://, s3://, hdfs://."""
-    filesystem, inner = pafs.FileSystem.from_uri(path if "://" in path else os.path.abspath(path))
-    return filesystem.open_input_file(inner)
+class ReadPartitions(beam.PTransform):
+    """Read `files` of a warehouse table as pyarrow Tables (one per row group, `dt` added),
+    each passed through `prepare` before it leaves the reader."""
+
+    def __init__(self, files: list[str], columns: list[str],
+                 prepare: Callable[[pa.Table], pa.Table] = _identity) -> None:
+        super().__init__()
+        self.source = Source(None, files, columns, prepare)
+
+    def expand(self, pbegin):
+        return pbegin | ReadTables(plan_reads([self.source])) | beam.Values()
 
 
-def _row_groups(path: str) -> Iterable[tuple[str, int]]:
-    with _open(path) as handle:
-        count = pq.ParquetFile(handle).metadata.num_row_groups
-    return [(path, index) for index in range(count)]
-
-
-def _read_row_group(group: tuple[str, int], columns: list[str],
-                    prepare: Callable[[pa.Table], pa.Table]) -> pa.Table:
-    path, index = group
-    with _open(path) as handle:
-        source = pq.ParquetFile(handle, read_dictionary=[
-            c for c in columns if c != PARTITION])
-        table = source.read_row_group(index, columns=[c for c in columns if c != PARTITION])
+def _read_unit(unit: tuple[int, str | None, int], sources: list[Source]) -> tuple[Hashable, pa.Table]:
+    index, path, group = unit
+    source = sources[index]
+    if path is None:
+        empty = source.empty.empty_table()
+        return source.tag, source.prepare(empty.append_column(PARTITION, pa.array([], pa.date32())))
+    stored = [c for c in source.columns if c != PARTITION]
+    with open_file(path) as handle:
+        # Dictionary-encoded strings: read without decoding, hashed as small integers.
+        table = pq.ParquetFile(handle, read_dictionary=stored).read_row_group(
+            group, columns=stored, use_threads=False)
     dt = pa.scalar(_dt_of(path), pa.date32())
-    return prepare(table.append_column(PARTITION, pa.repeat(dt, table.num_rows)))
+    return source.tag, source.prepare(table.append_column(PARTITION, pa.repeat(dt, table.num_rows)))
 
 
 def _dt_of(path: str) -> datetime.date:
@@ -101,39 +168,106 @@ def _dt_of(path: str) -> datetime.date:
     return datetime.date.fromisoformat(part.split("=", 1)[1])
 
 
+class ArrowTablesCoder(Coder):
+    """A list of pyarrow Tables of one schema as one Arrow IPC stream: compact (a slice
+    carries only its own rows, where a pickle carries its parent's buffers) and fast."""
+
+    def encode(self, tables: list[pa.Table]) -> bytes:
+        if not tables:
+            return b""
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, tables[0].schema) as writer:
+            for table in tables:
+                writer.write_table(table)
+        return sink.getvalue().to_pybytes()
+
+    def decode(self, encoded: bytes) -> list[pa.Table]:
+        return [pa.ipc.open_stream(encoded).read_all()] if encoded else []
+
+    def is_deterministic(self) -> bool:
+        return False
+
+
 class ArrowSum(beam.CombineFn):
     """Sum `values` grouped by `keys` over a PCollection of pyarrow Tables, vectorized.
 
     Each input table is reduced with Arrow's hash aggregation; accumulators are small tables
-    of partial sums that merge the same way. With no `values` it yields the distinct keys.
-    `schema` (keys then values) types the output when there was no input at all.
+    of partial sums that merge the same way. Partial sums keep string keys dictionary-encoded
+    (merging hashes small integers, not strings); the output has `schema` (keys then values),
+    which also types it when there was no input at all. With no `values` it yields the
+    distinct keys.
     """
 
     def __init__(self, keys: list[str], values: list[str], schema: pa.Schema) -> None:
         self.keys, self.values, self.schema = keys, values, schema
+        self.partial = pa.schema([
+            field.with_type(pa.dictionary(pa.int32(), field.type)) if pa.types.is_string(field.type)
+            else field for field in schema])
 
     def create_accumulator(self) -> list[pa.Table]:
         return []
 
     def add_input(self, accumulator: list[pa.Table], table: pa.Table) -> list[pa.Table]:
-        accumulator.append(self.reduce(table))
+        # A partial sum already (reduced where it was read) joins as it is; compaction merges.
+        accumulator.append(table if table.schema.equals(self.partial) else self.reduce(table))
         if len(accumulator) >= 16:
-            accumulator[:] = [self.reduce(pa.concat_tables(accumulator))]
+            accumulator[:] = self.compact(accumulator)
         return accumulator
 
     def merge_accumulators(self, accumulators: Iterable[list[pa.Table]]) -> list[pa.Table]:
-        tables = [t for accumulator in accumulators for t in accumulator]
-        return [self.reduce(pa.concat_tables(tables))] if tables else []
+        return self.compact([t for accumulator in accumulators for t in accumulator])
+
+    def compact(self, accumulator: list[pa.Table]) -> list[pa.Table]:
+        return [self.reduce(pa.concat_tables(accumulator))] if len(accumulator) > 1 else accumulator
 
     def extract_output(self, accumulator: list[pa.Table]) -> pa.Table:
         if not accumulator:
             return self.schema.empty_table()
-        return self.reduce(pa.concat_tables(accumulator))
+        return self.reduce(pa.concat_tables(accumulator)).cast(self.schema)
+
+    def get_accumulator_coder(self) -> Coder:
+        return ArrowTablesCoder()
 
     def reduce(self, table: pa.Table) -> pa.Table:
-        """`table` summed by the keys: apply it where a table is read too, so that only
-        partial sums travel between workers."""
-        summed = table.group_by(self.keys, use_threads=False).aggregate(
+        """`table` summed by the keys, as a partial sum: apply it where a table is read too,
+        so that only partial sums travel between workers."""
+        # Chunks read or merged apart have their own dictionaries: one dictionary per column.
+        summed = table.unify_dictionaries().group_by(self.keys, use_threads=False).aggregate(
             [(name, "sum") for name in self.values])
         return summed.rename_columns([c.removesuffix("_sum") for c in summed.column_names]
-                                     ).select(self.schema.names).cast(self.schema)
+                                     ).select(self.schema.names).cast(self.partial)
+
+
+class TaggedSums(beam.CombineFn):
+    """Several ArrowSums in one combine: inputs are (tag, table), the output maps each tag to
+    its sum, so tables of different shapes that belong together (a kind's costs and its
+    symbols) meet in one step without another shuffle."""
+
+    def __init__(self, sums: dict[str, ArrowSum]) -> None:
+        self.tags = sorted(sums)
+        self.sums = [sums[tag] for tag in self.tags]
+
+    def create_accumulator(self) -> tuple[list[pa.Table], ...]:
+        return tuple(fn.create_accumulator() for fn in self.sums)
+
+    def add_input(self, accumulator, tagged: tuple[str, pa.Table]):
+        tag, table = tagged
+        index = self.tags.index(tag)
+        self.sums[index].add_input(accumulator[index], table)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = self.create_accumulator()
+        for accumulator in accumulators:
+            for mine, theirs in zip(merged, accumulator):
+                mine.extend(theirs)
+        return self.compact(merged)
+
+    def compact(self, accumulator):
+        return tuple(fn.compact(part) for fn, part in zip(self.sums, accumulator))
+
+    def extract_output(self, accumulator) -> dict[str, pa.Table]:
+        return {tag: fn.extract_output(part) for tag, fn, part in zip(self.tags, self.sums, accumulator)}
+
+    def get_accumulator_coder(self) -> Coder:
+        return TupleCoder([fn.get_accumulator_coder() for fn in self.sums])

@@ -27,8 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
-from ingest.warehouse import TableSchema, Warehouse
-from ranking.beam_io import ArrowSum, ReadPartitions, partition_files, pipeline_options
+from ingest.warehouse import TableSchema
+from ranking.beam_io import (ArrowSum, ReadPlan, ReadTables, Source, TaggedSums, partition_files,
+                             pipeline_options, plan_reads)
+from ranking.home_io import home_path, reach, read_partition, replace_part
 from ranking.store_snapshot import live_entries
 from ranking.tables import CANDIDATES, COVERAGE
 
@@ -68,40 +70,55 @@ _COSTS = pa.schema([("fingerprint", pa.string()), ("graph_fingerprint", pa.strin
 _SYMBOLS = pa.schema([("fingerprint", pa.string()), ("env_key", pa.string())])
 
 
-def build_rank_pipeline(pipeline: beam.Pipeline, home: Path, settings: RankSettings,
-                        tuned: pa.Table) -> None:
-    """Add the ranking of both kinds to `pipeline`; results land in the warehouse."""
-    root = str(Path(home) / "warehouse")
+_COST = ArrowSum(["fingerprint", "graph_fingerprint", "env_key", "opted_out"], ["chip_seconds"], _COSTS)
+_DISTINCT = ArrowSum(["fingerprint", "env_key"], [], _SYMBOLS)
+
+
+def rank_reads(home: str | Path, settings: RankSettings) -> ReadPlan:
+    """What the ranking reads: both kinds' runs in the window, summed per key where read, and
+    their symbols, reduced to distinct keys."""
+    root = home_path(home, "warehouse")
+    sources = []
     for spec in KINDS:
         graph_column = "fingerprint" if spec.kind == "graph" else "graph_fingerprint"
-        runs = partition_files(root, spec.runs, settings.first_day, settings.date)
-        cost = ArrowSum(["fingerprint", "graph_fingerprint", "env_key", "opted_out"], ["chip_seconds"], _COSTS)
-        costs = (pipeline
-                 | f"Read {spec.runs.name}" >> ReadPartitions(
-                     runs, [spec.key, graph_column, "env_key", "opted_out", "chip_seconds"],
-                     functools.partial(_cost_columns, key=spec.key, graph_column=graph_column, cost=cost))
-                 | f"Cost per {spec.kind}" >> beam.CombineGlobally(cost))
-        distinct = ArrowSum(["fingerprint", "env_key"], [], _SYMBOLS)
-        symbols = (pipeline
-                   | f"Read {spec.symbols.name}" >> ReadPartitions(
-                       partition_files(root, spec.symbols, None, None), ["fingerprint", "env_key"],
-                       distinct.reduce)
-                   | f"Distinct {spec.symbols.name}" >> beam.CombineGlobally(distinct))
-        kind_tuned = tuned.filter(pc.equal(tuned.column("kind"), spec.kind)).select(["fingerprint", "env_key"])
-        (costs
-         | f"Classify {spec.kind}" >> beam.Map(classify, beam.pvalue.AsSingleton(symbols), kind_tuned,
-                                               spec.kind, settings)
-         | f"Write {spec.kind}" >> beam.Map(_write, str(home), spec.kind, settings.date))
+        columns = list(dict.fromkeys([spec.key, graph_column, "env_key", "opted_out", "chip_seconds"]))
+        sources.append(Source(
+            (spec.kind, "costs"), partition_files(root, spec.runs, settings.first_day, settings.date),
+            columns, functools.partial(_cost_columns, key=spec.key, graph_column=graph_column),
+            empty=pa.schema([spec.runs.schema.field(c) for c in columns])))
+        sources.append(Source(
+            (spec.kind, "symbols"), partition_files(root, spec.symbols, None, None),
+            ["fingerprint", "env_key"], _DISTINCT.reduce, empty=_SYMBOLS))
+    return plan_reads(sources)
 
 
-def rank(home: Path, settings: RankSettings, beam_args: Iterable[str] = ()) -> tuple[pa.Table, pa.Table]:
-    """Run the ranking pipeline; returns the date's (candidates, coverage) as written."""
-    with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
-        build_rank_pipeline(pipeline, home, settings, live_entries(home))
-    warehouse = Warehouse(home)
-    on_date = settings.date.isoformat()
-    candidates = warehouse.read(CANDIDATES, filter_dt=lambda dt: dt == on_date)
-    coverage = warehouse.read(COVERAGE, filter_dt=lambda dt: dt == on_date)
+def build_rank_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: str | Path,
+                        settings: RankSettings, tuned: pa.Table) -> None:
+    """Add the ranking of both kinds to `pipeline`; results land in the warehouse.
+
+    One read of every input (`rank_reads`), one combine keyed by kind that sums the costs and
+    collects the symbol keys together, then classify and write per kind.
+    """
+    tuned_by_kind = {spec.kind: tuned.filter(pc.equal(tuned.column("kind"), spec.kind)).select(
+        ["fingerprint", "env_key"]) for spec in KINDS}
+    (pipeline
+     | "Read" >> ReadTables(reads)
+     | "By kind" >> beam.MapTuple(lambda tag, table: (tag[0], (tag[1], table)))
+     | "Sum per kind" >> beam.CombinePerKey(TaggedSums({"costs": _COST, "symbols": _DISTINCT}))
+     | "Classify" >> beam.Map(_classify_kind, tuned_by_kind, settings)
+     | "Write" >> beam.Map(_write, str(home), settings.date))
+
+
+def rank(home: str | Path, settings: RankSettings, beam_args: Iterable[str] = ()) -> tuple[pa.Table, pa.Table]:
+    """Run the ranking pipeline; returns the date's (candidates, coverage) as written.
+    `home` may be a URL on any of Beam's file systems (gs://, s3://, ...)."""
+    reach(home, pipeline_options(beam_args))
+    reads = rank_reads(home, settings)
+    with beam.Pipeline(options=pipeline_options(beam_args, reads.rows)) as pipeline:
+        build_rank_pipeline(pipeline, reads, home, settings, live_entries(home))
+    on_date = [settings.date.isoformat()]
+    candidates = read_partition(home, CANDIDATES, on_date)
+    coverage = read_partition(home, COVERAGE, on_date)
     return (candidates.sort_by([("kind", "descending"), ("rank", "ascending")]),
             coverage.sort_by([("kind", "descending"), ("category", "ascending")]))
 
@@ -145,8 +162,14 @@ def classify(costs: pa.Table, symbols: pa.Table, tuned: pa.Table, kind: str,
     return CANDIDATES.conform(candidates), pa.Table.from_pylist(rows, COVERAGE.schema)
 
 
-def _cost_columns(table: pa.Table, key: str, graph_column: str, cost: ArrowSum) -> pa.Table:
-    return cost.reduce(pa.table({
+def _classify_kind(summed: tuple[str, dict[str, pa.Table]], tuned_by_kind: dict[str, pa.Table],
+                   settings: RankSettings) -> tuple[str, tuple[pa.Table, pa.Table]]:
+    kind, sums = summed
+    return kind, classify(sums["costs"], sums["symbols"], tuned_by_kind[kind], kind, settings)
+
+
+def _cost_columns(table: pa.Table, key: str, graph_column: str) -> pa.Table:
+    return _COST.reduce(pa.table({
         "fingerprint": table.column(key), "graph_fingerprint": table.column(graph_column),
         "env_key": table.column("env_key"), "opted_out": table.column("opted_out"),
         "chip_seconds": table.column("chip_seconds")}))
@@ -174,8 +197,7 @@ def _member(keys: pa.Table, members: pa.Table) -> pa.Array:
     return pc.is_in(joined, value_set=pa.chunked_array(known, pa.string()).combine_chunks())
 
 
-def _write(result: tuple[pa.Table, pa.Table], home: str, kind: str, date: datetime.date) -> None:
-    candidates, coverage = result
-    warehouse = Warehouse(home)
-    warehouse.replace(CANDIDATES, candidates, f"candidates-{kind}", dts=[date.isoformat()])
-    warehouse.replace(COVERAGE, coverage, f"coverage-{kind}", dts=[date.isoformat()])
+def _write(result: tuple[str, tuple[pa.Table, pa.Table]], home: str, date: datetime.date) -> None:
+    kind, (candidates, coverage) = result
+    replace_part(home, CANDIDATES, candidates, f"candidates-{kind}", [date.isoformat()])
+    replace_part(home, COVERAGE, coverage, f"coverage-{kind}", [date.isoformat()])

@@ -10,6 +10,7 @@ Beam pipeline; the days of the range are replaced in the `savings` table.
 from __future__ import annotations
 
 import datetime
+import functools
 from pathlib import Path
 from typing import Iterable
 
@@ -18,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.tables import GRAPH_RUNS, OP_RUNS
-from ingest.warehouse import Warehouse
-from ranking.beam_io import ArrowSum, ReadPartitions, partition_files, pipeline_options
+from ranking.beam_io import ArrowSum, ReadPlan, ReadTables, Source, partition_files, pipeline_options, plan_reads
+from ranking.home_io import home_path, reach, read_partition, replace_part
 from ranking.store_snapshot import live_entries
 from ranking.tables import SAVINGS
 
@@ -27,37 +28,42 @@ _KEYS = ["dt", "kind", "team", "config_version", "validator_updated"]
 _VALUES = ["hit_chip_seconds", "chip_seconds_saved"]
 _SUMMED = pa.schema([SAVINGS.schema.field(name) for name in _KEYS + _VALUES])
 _COLUMNS = ["team", "chip_seconds", "config_key", "config_version", "expected_speedup"]
+_TOTAL = ArrowSum(_KEYS, _VALUES, _SUMMED)
 
 
-def build_savings_pipeline(pipeline: beam.Pipeline, home: Path, first: datetime.date,
-                           last: datetime.date, validator_keys: list[str]) -> None:
+def savings_reads(home: str | Path, first: datetime.date, last: datetime.date,
+                  validator_keys: list[str]) -> ReadPlan:
+    """What the savings read: both kinds' runs of [first, last], their hits summed where read."""
+    root = home_path(home, "warehouse")
+    return plan_reads([
+        Source(kind, partition_files(root, table, first, last), _COLUMNS,
+               functools.partial(_hit_sums, kind=kind, validator_keys=validator_keys),
+               empty=pa.schema([table.schema.field(c) for c in _COLUMNS]))
+        for kind, table in (("graph", GRAPH_RUNS), ("op", OP_RUNS))])
+
+
+def build_savings_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: str | Path,
+                           first: datetime.date, last: datetime.date) -> None:
     """Add the savings accounting of [first, last] to `pipeline`; results land in the warehouse."""
-    root = str(Path(home) / "warehouse")
-    total = ArrowSum(_KEYS, _VALUES, _SUMMED)
-    per_kind = []
-    for kind, table in (("graph", GRAPH_RUNS), ("op", OP_RUNS)):
-        per_kind.append(
-            pipeline
-            | f"Read {table.name}" >> ReadPartitions(
-                partition_files(root, table, first, last), _COLUMNS,
-                lambda runs, k=kind: total.reduce(hit_rows(runs, k, validator_keys))))
-    days = [(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
-    (per_kind
-     | "Both kinds" >> beam.Flatten()
-     | "Sum" >> beam.CombineGlobally(total)
-     | "Write" >> beam.Map(_write, str(home), days))
+    (pipeline
+     | "Read" >> ReadTables(reads)
+     | "One key" >> beam.MapTuple(lambda kind, table: (None, table))
+     | "Sum" >> beam.CombinePerKey(_TOTAL)
+     | "Summed" >> beam.Values()
+     | "Write" >> beam.Map(_write, str(home), _days(first, last)))
 
 
-def savings(home: Path, first: datetime.date, last: datetime.date,
+def savings(home: str | Path, first: datetime.date, last: datetime.date,
             beam_args: Iterable[str] = ()) -> pa.Table:
-    """Run the savings pipeline over [first, last]; returns the rows it wrote."""
+    """Run the savings pipeline over [first, last]; returns the rows it wrote.
+    `home` may be a URL on any of Beam's file systems (gs://, s3://, ...)."""
+    reach(home, pipeline_options(beam_args))
     entries = live_entries(home)
     validator_keys = entries.filter(pc.equal(entries.column("provenance"), "validator")).column("key")
-    with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
-        build_savings_pipeline(pipeline, home, first, last, validator_keys.to_pylist())
-    inside = lambda dt: first.isoformat() <= dt <= last.isoformat()  # noqa: E731
-    return Warehouse(home).read(SAVINGS, filter_dt=inside).sort_by(
-        [(name, "ascending") for name in _KEYS])
+    reads = savings_reads(home, first, last, validator_keys.to_pylist())
+    with beam.Pipeline(options=pipeline_options(beam_args, reads.rows)) as pipeline:
+        build_savings_pipeline(pipeline, reads, home, first, last)
+    return read_partition(home, SAVINGS, _days(first, last)).sort_by([(name, "ascending") for name in _KEYS])
 
 
 def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
@@ -77,5 +83,13 @@ def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
     })
 
 
+def _hit_sums(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
+    return _TOTAL.reduce(hit_rows(runs, kind, validator_keys))
+
+
+def _days(first: datetime.date, last: datetime.date) -> list[str]:
+    return [(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
+
+
 def _write(summed: pa.Table, home: str, days: list[str]) -> None:
-    Warehouse(home).replace(SAVINGS, summed, "savings", dts=days)
+    replace_part(home, SAVINGS, summed, "savings", days)

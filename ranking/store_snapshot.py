@@ -4,7 +4,7 @@ The contract the store (`delivery`) publishes by: `<home>/store/CURRENT` holds t
 number N, and `<home>/store/v<N>/entries.parquet` one row per entry with at least the columns
 of STORE_ENTRY_COLUMNS. Ranking skips keys with a live entry; savings attributes hits to
 entries the validator last updated; the fleet simulator applies the entries' speedups. No store
-yet means no entries.
+yet means no entries. The home may be a URL on any of Beam's file systems.
 """
 
 from __future__ import annotations
@@ -27,20 +27,44 @@ STORE_ENTRY_COLUMNS = pa.schema([
 ])
 
 
-def current_version(home: Path) -> int | None:
+def current_version(home: str | Path) -> int | None:
     """The live store version, or None when nothing is published."""
-    current = Path(home) / "store" / "CURRENT"
-    if not current.exists():
+    current = _path(home, "store", "CURRENT")
+    if not _exists(current):
         return None
-    return int(current.read_text().strip())
+    return int(_read(current).decode().strip())
 
 
-def live_entries(home: Path, now: datetime.datetime | None = None) -> pa.Table:
+def live_entries(home: str | Path, now: datetime.datetime | None = None) -> pa.Table:
     """The live version's unexpired entries (STORE_ENTRY_COLUMNS); empty when there is no store."""
     version = current_version(home)
     if version is None:
         return STORE_ENTRY_COLUMNS.empty_table()
-    entries = pq.read_table(Path(home) / "store" / f"v{version}" / "entries.parquet",
+    entries = pq.read_table(pa.BufferReader(_read(_path(home, "store", f"v{version}", "entries.parquet"))),
                             columns=STORE_ENTRY_COLUMNS.names).cast(STORE_ENTRY_COLUMNS)
     now = now or datetime.datetime.now(datetime.UTC)
     return entries.filter(pc.greater(entries.column("expires_at"), pa.scalar(now, entries.schema.field("expires_at").type)))
+
+
+# A home given as a URL (gs://, s3://, ...) is read through Beam's FileSystems, imported only
+# then: the store and the compiler hook read local homes through this module without Beam.
+def _path(home: str | Path, *parts: str) -> str | Path:
+    if "://" not in str(home):
+        return Path(home).joinpath(*parts)
+    from ranking.home_io import home_path
+    return home_path(home, *parts)
+
+
+def _exists(path: str | Path) -> bool:
+    if isinstance(path, Path):
+        return path.exists()
+    from ranking.home_io import exists
+    return exists(path)
+
+
+def _read(path: str | Path) -> bytes:
+    if isinstance(path, Path):
+        return path.read_bytes()
+    from ranking.home_io import open_file
+    with open_file(path) as handle:
+        return handle.read()
