@@ -31,9 +31,12 @@ told its known value and counted as a wasted evaluation of the budget.
 
 Per graph and strategy: median over seeds of the best speedup found at each budget, evaluations
 to reach 95% of the best known gain (in log speedup; the best known is the table's best),
-the strategy's own time per proposal (Optuna: ask + tell), and the wall time a real search
+the strategy's own time per proposal (Optuna: ask + tell), the wall time a real search
 would have spent (compiles, plus timing each program the first time the run meets it, as
-measured in phase 1). Ratios are against Optuna TPE.
+measured in phase 1) and the evaluations per hour that makes, the share of evaluations that
+cost no timing (their program was the default's or timed earlier in the run: the dedupe), and
+`verified`: the config the median seed found best at the largest budget, re-measured in a
+fresh worker as the tuner verifies a winner (cached). Ratios are against Optuna TPE.
 
     python benchmarks/bench_tuner.py [--space bench|graph] [--graphs cnn-s,rnn-s,mlp-s]
         [--seeds 20] [--budgets 8,16,32] [--sample 40] [--cache DIR] [--live] [--json]
@@ -292,8 +295,10 @@ class Run:
     speedups: list[float] = field(default_factory=list)  # per evaluation; 0 for a failure
     distances: list[int] = field(default_factory=list)  # to the measured config that stood in
     wasted: int = 0  # evaluations spent on a config already tried (Optuna)
+    deduped: int = 0  # evaluations whose program was the default's or timed earlier in the run
     overhead_seconds: float = 0.0  # the strategy's own time over the run
     search_seconds: float = 0.0  # compiles and first timings a real search would have spent
+    best_config: CompilerConfig = field(default_factory=dict)  # the best found ({}: the default)
 
     def best_within(self, evaluations: int) -> float:
         """The best speedup within the first `evaluations` (the default's 1.0 included)."""
@@ -317,10 +322,15 @@ class _Replay:
         entry, distance = self.surrogate.lookup(config)
         if entry.outcome == "measured":  # with --live, a program timed just now
             self.program_seconds.setdefault(entry.program, entry.measure_seconds)
+        speedup = 0.0 if entry.fitness == FAILED else entry.speedup
+        if speedup > self.run.best_within(len(self.run.speedups)):
+            self.run.best_config = dict(config)
         self.run.distances.append(distance)
-        self.run.speedups.append(0.0 if entry.fitness == FAILED else entry.speedup)
+        self.run.speedups.append(speedup)
         self.run.search_seconds += entry.compile_seconds
-        if entry.program and entry.program not in self.programs_timed:
+        if entry.outcome == "identical" or entry.program in self.programs_timed:
+            self.run.deduped += 1
+        elif entry.program:
             self.programs_timed.add(entry.program)
             self.run.search_seconds += self.program_seconds.get(entry.program, 0.0)
         return entry.fitness
@@ -422,6 +432,28 @@ def prior_from(tables: dict[str, Table], space: SearchSpace, graph: str, budget:
     return prior
 
 
+def median_seed(seeds: list[Run], budget: int) -> Run:
+    """The run whose best speedup within `budget` is the median of the seeds' (the lower one)."""
+    ordered = sorted(seeds, key=lambda r: (r.best_within(budget), r.seed))
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def verify_found(graph: str, table: Table, path: Path, runs: list[Run], budget: int) -> None:
+    """Re-measure, as the tuner verifies a winner, the config each strategy's median seed found
+    best within `budget` (cached in the table)."""
+    from ingest import zoo
+    from ingest.hlo_module import from_lowered
+
+    keys = {config_key(median_seed([r for r in runs if r.strategy == s], budget).best_config)
+            for s in dict.fromkeys(r.strategy for r in runs)}
+    missing = sorted(k for k in keys if k not in table.verified and k != config_key({}))
+    module = from_lowered(zoo.get(graph).lower(), source=f"zoo:{graph}") if missing else None
+    for key in tqdm(missing, desc=f"verify {graph}", unit="config"):
+        table.verified[key] = verify(module, from_json(json.loads(key)))
+        save_table(path, table)
+    table.verified.setdefault(config_key({}), [1.0, 1.0, 1.0])  # the default, by definition
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -449,6 +481,11 @@ def summarize(graph: str, table: Table, runs: dict[int, list[Run]], budgets: lis
         row["overhead_ms"] = 1000 * _median([r.overhead_seconds / max(len(r.speedups), 1) for r in seeds])
         row["search_minutes"] = _median([r.search_seconds / 60 for r in seeds])
         row["wasted"] = _median([r.wasted for r in seeds])
+        row["dedupe"] = _median([r.deduped / max(len(r.speedups), 1) for r in seeds])
+        row["evals_per_hour"] = _median([3600 * len(r.speedups) / r.search_seconds
+                                         for r in seeds if r.search_seconds > 0])
+        row["median_config"] = config_key(median_seed(seeds, top).best_config)
+        row["verified"] = table.verified.get(row["median_config"])
         distances = [d for r in seeds for d in r.distances]
         row["exact"] = sum(d == 0 for d in distances) / max(len(distances), 1)
         row["mean_distance"] = statistics.fmean(distances) if distances else 0.0
@@ -478,8 +515,8 @@ def print_rows(rows: list[dict[str, Any]], budgets: list[int], seeds: int, live:
           "measured config, mean distance in flags).")
     header = (f"{'strategy':<14}" + "".join(f"{'best@' + str(b):>9}" for b in budgets)
               + "".join(f"{'vs TPE@' + str(b):>10}" for b in budgets)
-              + f"{'evals 95%':>10}{'vs TPE':>8}{'ms/prop':>9}{'search min':>11}{'wasted':>7}"
-              f"{'exact':>7}{'dist':>6}")
+              + f"{'verified':>9}{'evals 95%':>10}{'vs TPE':>8}{'ms/prop':>9}{'search min':>11}"
+              f"{'evals/h':>8}{'dedupe':>7}{'wasted':>7}{'exact':>7}{'dist':>6}")
     for graph in dict.fromkeys(r["graph"] for r in rows):
         group = [r for r in rows if r["graph"] == graph]
         verified = group[0]["best_verified"]
@@ -494,8 +531,10 @@ def print_rows(rows: list[dict[str, Any]], budgets: list[int], seeds: int, live:
             print(f"{r['strategy']:<14}"
                   + "".join(f"{r[f'best@{b}']:>8.3f}x" for b in budgets)
                   + "".join(f"{r[f'vs_tpe@{b}']:>10.3f}" for b in budgets)
+                  + f"{_verified(r['verified']):>9}"
                   + f"{evals_text:>10}{_fmt(r['evals_vs_tpe']):>8}{r['overhead_ms']:>9.2f}"
-                  f"{r['search_minutes']:>11.1f}{r['wasted']:>7.0f}{r['exact']:>7.0%}{r['mean_distance']:>6.1f}")
+                  f"{r['search_minutes']:>11.1f}{r['evals_per_hour']:>8.0f}{r['dedupe']:>7.0%}"
+                  f"{r['wasted']:>7.0f}{r['exact']:>7.0%}{r['mean_distance']:>6.1f}")
 
 
 def overall(rows: list[dict[str, Any]], budgets: list[int]) -> list[dict[str, Any]]:
@@ -509,6 +548,11 @@ def overall(rows: list[dict[str, Any]], budgets: list[int]) -> list[dict[str, An
             row[f"best@{budget}"] = math.exp(statistics.fmean(math.log(r[f"best@{budget}"]) for r in group))
         row["reached_95"] = sum(r["evals_to_95"] is not None and math.isfinite(r["evals_to_95"]) for r in group)
         row["overhead_ms"] = _median([r["overhead_ms"] for r in group])
+        verified = [r["verified"][0] for r in group if r["verified"]]
+        row["verified"] = (math.exp(statistics.fmean(map(math.log, verified)))
+                           if len(verified) == len(group) else None)
+        row["evals_per_hour"] = _median([r["evals_per_hour"] for r in group])
+        row["dedupe"] = _median([r["dedupe"] for r in group])
         summary.append(row)
     tpe = next(r for r in summary if r["strategy"] == "optuna-tpe")
     for row in summary:
@@ -519,14 +563,18 @@ def overall(rows: list[dict[str, Any]], budgets: list[int]) -> list[dict[str, An
 
 def print_overall(summary: list[dict[str, Any]], budgets: list[int]) -> None:
     """The summary over all graphs."""
-    print(f"\nall {summary[0]['graphs']} graphs: geometric mean of the median best speedup; "
-          f"graphs where the median seed reached 95% of the best gain within {max(budgets)}")
+    print(f"\nall {summary[0]['graphs']} graphs: geometric mean of the median best speedup and of "
+          f"its verified re-measurement; graphs where the median seed reached 95% of the best gain "
+          f"within {max(budgets)}; medians of evaluations per hour and of the share deduped")
     print(f"{'strategy':<14}" + "".join(f"{'best@' + str(b):>9}" for b in budgets)
-          + "".join(f"{'vs TPE@' + str(b):>10}" for b in budgets) + f"{'reached':>9}{'ms/prop':>9}")
+          + "".join(f"{'vs TPE@' + str(b):>10}" for b in budgets)
+          + f"{'verified':>9}{'reached':>9}{'ms/prop':>9}{'evals/h':>8}{'dedupe':>7}")
     for r in summary:
+        verified = f"{r['verified']:.3f}x" if r["verified"] else "-"
         print(f"{r['strategy']:<14}" + "".join(f"{r[f'best@{b}']:>8.3f}x" for b in budgets)
               + "".join(f"{r[f'vs_tpe@{b}']:>10.3f}" for b in budgets)
-              + f"{r['reached_95']:>7}/{r['graphs']}{r['overhead_ms']:>9.2f}")
+              + f"{verified:>9}{r['reached_95']:>7}/{r['graphs']}{r['overhead_ms']:>9.2f}"
+              f"{r['evals_per_hour']:>8.0f}{r['dedupe']:>7.0%}")
 
 
 def _finite(data: Any) -> Any:
@@ -536,6 +584,10 @@ def _finite(data: Any) -> Any:
     if isinstance(data, list):
         return [_finite(v) for v in data]
     return None if isinstance(data, float) and not math.isfinite(data) else data
+
+
+def _verified(value: list[float] | None) -> str:
+    return f"{value[0]:.3f}x" if value else "-"
 
 
 def _fmt(value: float | None) -> str:
@@ -581,6 +633,7 @@ def main() -> None:
         for budget in budgets:
             thunks = list(strategy_runs(space, surrogate, budget, args.seeds, prior))
             runs[budget] = [thunk() for thunk in tqdm(thunks, desc=f"replay {graph} B={budget}", unit="run")]
+        verify_found(graph, whole[graph], args.cache / f"{graph}.json", runs[max(budgets)], max(budgets))
         rows += summarize(graph, tables[graph], runs, budgets)
         if measurers[graph] is not None:
             measurers[graph].close()
