@@ -191,10 +191,13 @@ def test_fold_measures_the_op_winner_on_the_whole_graph(tuned_home):
     assert folded.kind == "graph" and folded.strategy == STRATEGY
     assert folded.fingerprint == graph["fingerprint"] and folded.sources == [op_result.task_id]
     # The fold (the only voter's config), then each variant that undoes one of its changes,
-    # every one measured on the whole graph.
+    # every one evaluated on the whole graph (a variant left with a change that does not alter
+    # this graph's machine code is the default's program: identical, not timed).
     variants = fold_variants(op_result.config, compiler_defaults())
     assert [t.config for t in folded.trials] == variants and folded.evaluations == len(variants)
-    assert all(t.outcome in ("measured", "duplicate") and t.speedup for t in folded.trials)
+    assert all(t.outcome in ("measured", "duplicate", "identical") and t.speedup
+               for t in folded.trials)
+    assert folded.trials[0].outcome != "identical"  # the op's win changes the graph's code
     assert folded.config in variants + [{}]
     assert folded.accepted == (folded.ci_low is not None and folded.ci_low > 1.01
                                and bool(folded.numerics_ok))
