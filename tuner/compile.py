@@ -34,20 +34,21 @@ from tuner.flags import FLAGS, CompilerConfig, to_xla
 # numbers were read off jaxlib 0.10.2 by setting each flag through XLA_FLAGS and seeing which
 # field of the serialized debug options changed; a test checks them against jaxlib's own
 # accessors where it has them.
+# (Enums travel as int32; repeated ones are the flags the table types "repeated_enum".)
 _DEBUG_OPTION_FIELDS = {
-    "xla_backend_optimization_level": (31, _F.TYPE_INT32, _F.LABEL_OPTIONAL),
-    "xla_llvm_disable_expensive_passes": (73, _F.TYPE_BOOL, _F.LABEL_OPTIONAL),
-    "xla_cpu_enable_fast_math": (99, _F.TYPE_BOOL, _F.LABEL_OPTIONAL),
-    "xla_cpu_prefer_vector_width": (308, _F.TYPE_INT32, _F.LABEL_OPTIONAL),
-    "xla_cpu_parallel_codegen_split_count": (323, _F.TYPE_INT32, _F.LABEL_OPTIONAL),
-    "xla_cpu_max_isa": (333, _F.TYPE_STRING, _F.LABEL_OPTIONAL),
-    "xla_cpu_copy_insertion_use_region_analysis": (337, _F.TYPE_BOOL, _F.LABEL_OPTIONAL),
-    "xla_cpu_use_xnnpack": (359, _F.TYPE_BOOL, _F.LABEL_OPTIONAL),
-    "xla_cpu_use_fusion_emitters": (376, _F.TYPE_BOOL, _F.LABEL_OPTIONAL),
-    "xla_cpu_experimental_onednn_fusion_type": (399, _F.TYPE_INT32, _F.LABEL_REPEATED),
-    "xla_cpu_experimental_xnn_fusion_type": (400, _F.TYPE_INT32, _F.LABEL_REPEATED),
-    "xla_cpu_experimental_ynn_fusion_type": (422, _F.TYPE_INT32, _F.LABEL_REPEATED),
-    "xla_cpu_scheduler_type": (448, _F.TYPE_INT32, _F.LABEL_OPTIONAL),
+    "xla_backend_optimization_level": (31, _F.TYPE_INT32),
+    "xla_llvm_disable_expensive_passes": (73, _F.TYPE_BOOL),
+    "xla_cpu_enable_fast_math": (99, _F.TYPE_BOOL),
+    "xla_cpu_prefer_vector_width": (308, _F.TYPE_INT32),
+    "xla_cpu_parallel_codegen_split_count": (323, _F.TYPE_INT32),
+    "xla_cpu_max_isa": (333, _F.TYPE_STRING),
+    "xla_cpu_copy_insertion_use_region_analysis": (337, _F.TYPE_BOOL),
+    "xla_cpu_use_xnnpack": (359, _F.TYPE_BOOL),
+    "xla_cpu_use_fusion_emitters": (376, _F.TYPE_BOOL),
+    "xla_cpu_experimental_onednn_fusion_type": (399, _F.TYPE_INT32),
+    "xla_cpu_experimental_xnn_fusion_type": (400, _F.TYPE_INT32),
+    "xla_cpu_experimental_ynn_fusion_type": (422, _F.TYPE_INT32),
+    "xla_cpu_scheduler_type": (448, _F.TYPE_INT32),
 }
 # Enum values by number: xla.DebugOptions.LibraryFusionType and CpuSchedulerType.
 _LIBRARY_FUSION_TYPES = {1: "DOT", 2: "ELTWISE", 3: "REDUCE", 4: "INDIVIDUAL_DOT",
@@ -61,8 +62,9 @@ _BACKEND_EXTRA_DEFAULTS = {"xla_cpu_disable_loop_unrolling": False,
 _COMPILE_OPTIONS = build_messages("fdo_compile", {
     "MapEntry": [("key", 1, _F.TYPE_STRING, _F.LABEL_OPTIONAL, None),
                  ("value", 2, _F.TYPE_STRING, _F.LABEL_OPTIONAL, None)],
-    "DebugOptions": [(name, number, type_, label, None)
-                     for name, (number, type_, label) in _DEBUG_OPTION_FIELDS.items()]
+    "DebugOptions": [(name, number, type_, _F.LABEL_REPEATED if FLAGS[name].type == "repeated_enum"
+                      else _F.LABEL_OPTIONAL, None)
+                     for name, (number, type_) in _DEBUG_OPTION_FIELDS.items()]
     + [("xla_backend_extra_options", _BACKEND_EXTRA_FIELD, _F.TYPE_MESSAGE, _F.LABEL_REPEATED,
         ".fdo_compile.MapEntry")],
     "ExecutableBuildOptions": [("debug_options", 3, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL,
@@ -149,14 +151,21 @@ def _backend_extra_of(serialized_options: bytes) -> dict[str, str]:
 
 
 def object_code(executable: Any) -> tuple[bytes, ...]:
-    """The machine code of a CPU executable: the ELF objects in its serialized form, sorted
-    (their order varies between identical compiles; their bytes do not). Empty when the
-    executable cannot be serialized or holds no ELF object: another platform or format, or an
-    executable JAX's persistent cache loaded (it serializes again without them)."""
+    """The machine code of a CPU executable: the ELF objects in its serialized form (see
+    `elf_objects`). Empty when the executable cannot be serialized or holds no ELF object:
+    another platform or format, or an executable JAX's persistent cache loaded (it serializes
+    again without them)."""
     try:
         blob = executable.serialize()
     except Exception:  # e.g. a backend without serialization
         return ()
+    return elf_objects(blob)
+
+
+def elf_objects(serialized: bytes) -> tuple[bytes, ...]:
+    """The ELF objects in a serialized executable, sorted (their order varies between identical
+    compiles; their bytes do not)."""
+    blob = serialized
     objects, start = [], blob.find(_ELF_MAGIC)
     while start >= 0 and start + _ELF64_HEADER <= len(blob):
         if blob[start + 4:start + 6] != b"\x02\x01":  # 64-bit little-endian only

@@ -20,19 +20,19 @@ from typing import Any
 
 from ingest.fingerprint import graph_fingerprint
 from ingest.hlo_module import HloModule
-from tuner.compile import Compiled, CompileError, compile_module, compiler_defaults, object_code
+from tuner.compile import (CompileError, compile_module, compiler_defaults, elf_objects,
+                           object_code)
 from tuner.flags import CompilerConfig, codegen_values, without_defaults
 from tuner.measure import MeasureSettings, measure_pair
 
 _STATE: dict[str, Any] = {}
 
 
-def program_key(compiled: Compiled, config: CompilerConfig) -> str:
-    """What a candidate runs: the optimized module, and its machine code where the backend
+def program_key(optimized_proto: bytes, code: tuple[bytes, ...], config: CompilerConfig) -> str:
+    """What a candidate runs: the optimized module, and its machine `code` where the backend
     shows it (CPU: the ELF objects), so a flag that changes nothing is seen to; elsewhere the
     codegen-level flags that differ from the compiler's defaults stand in for the code."""
-    fingerprint = graph_fingerprint(HloModule(compiled.optimized_proto, "", "optimized"))
-    code = object_code(compiled.executable)
+    fingerprint = graph_fingerprint(HloModule(optimized_proto, "", "optimized"))
     if code:
         digest = hashlib.blake2b(digest_size=16)
         for obj in code:
@@ -59,7 +59,7 @@ def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None =
     _STATE.update(module=module_proto, arguments=arguments, base=base,
                   outputs=[np.asarray(o) for o in base.executable.execute(arguments)],
                   runner=timed_runner(base.executable, arguments))
-    key = program_key(base, default or {})
+    key = program_key(base.optimized_proto, object_code(base.executable), default or {})
     return {"program": key, "compile_seconds": base.compile_seconds}
 
 
@@ -76,9 +76,10 @@ def compile_serialized(module_proto: bytes, config: CompilerConfig) -> dict[str,
         compiled = compile_module(module_proto, config)
     except CompileError as exc:
         return {"error": f"does not compile: {exc}"}
-    return {"program": program_key(compiled, config),
+    serialized = compiled.executable.serialize()  # once: the key's machine code, and the handover
+    return {"program": program_key(compiled.optimized_proto, elf_objects(serialized), config),
             "compile_seconds": compiled.compile_seconds,
-            "executable": compiled.executable.client.serialize_executable(compiled.executable),
+            "executable": serialized,
             "span": _span(started)}
 
 

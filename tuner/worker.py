@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any, Iterator
 
-from tuner.cores import pin, start_backend_on
+from tuner.cores import parse_cores, pin, start_backend_on
 
 DEFAULT_MEMORY_LIMIT = 8 * 1024**3
 DEFAULT_TIMEOUT = 300.0
@@ -155,10 +155,6 @@ def _core_list(cores: frozenset[int] | None) -> str:
     return ",".join(map(str, sorted(cores or ())))
 
 
-def _parse_core_list(text: str) -> frozenset[int] | None:
-    return frozenset(int(c) for c in text.split(",") if c) or None
-
-
 def project_root() -> str:
     """The directory holding the project's packages, so the worker imports the same code."""
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -196,5 +192,5 @@ class WorkerPool:
 
 
 if __name__ == "__main__":
-    _serve(Connection(int(sys.argv[1])), int(sys.argv[2]), _parse_core_list(sys.argv[3]),
-           _parse_core_list(sys.argv[4]))
+    _serve(Connection(int(sys.argv[1])), int(sys.argv[2]),
+           *(parse_cores(text) if text else None for text in sys.argv[3:5]))
