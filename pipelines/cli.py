@@ -15,6 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
+from tuner.strategies import STRATEGIES
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_QUARANTINED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
@@ -300,7 +302,8 @@ def _tune_settings(args: argparse.Namespace, evals: int, strategy: str) -> Any:
     if args.compile_workers is not None and args.compile_workers < 1:
         raise ValueError(f"--compile-workers {args.compile_workers}: at least one is needed")
     return TuneSettings(budget_evals=args.budget_evals or evals, budget_minutes=args.budget_minutes,
-                        strategy=args.strategy or strategy, seed=args.seed,
+                        strategy=args.strategy or strategy, schedule=not args.plain,
+                        seed=args.seed,
                         cores=parse_cores(args.cores) if args.cores else None,
                         compile_workers=args.compile_workers)
 
@@ -676,9 +679,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-evals", type=int, default=None,
                    help="evaluations per task (default: 40 for graphs, the whole space for ops)")
     p.add_argument("--budget-minutes", type=float, default=None)
-    p.add_argument("--strategy", default=None,
-                   choices=["random", "anneal", "evolution", "exhaustive", "model"],
-                   help="default: evolution for graphs, exhaustive for ops")
+    p.add_argument("--strategy", default=None, choices=sorted(STRATEGIES),
+                   help="the search's last phase, after the default's one-move neighbours (by "
+                   "prior) and their combinations; default: evolution for graphs, exhaustive "
+                   "for ops")
+    p.add_argument("--plain", action="store_true",
+                   help="the strategy alone, from the first evaluation (no neighbours, no "
+                   "combinations; for comparisons)")
     p.add_argument("--no-fold", action="store_true", help="with --kind op: tune the ops only")
     p.add_argument("--cores", default=None,
                    help="cores to compile and measure on, e.g. 0-7 (default: all available); a "

@@ -37,7 +37,7 @@ WARM_START = [
     {"xla_cpu_prefer_vector_width": 128},
 ]
 QUICK = TuneSettings(  # short timings: the test needs real trials, not precise ones
-    budget_evals=len(WARM_START), strategy="model",
+    budget_evals=len(WARM_START), strategy="model", schedule=False,  # the warm start alone
     search=MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=40, max_seconds=1.0),
     verify=MeasureSettings(min_pairs=20, batch_pairs=20, max_pairs=60, max_seconds=3.0),
 )

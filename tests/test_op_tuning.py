@@ -30,12 +30,12 @@ from tuner.fold import STRATEGY, OpVote, fold_config, fold_graph, fold_variants,
 from tuner.inputs import make_inputs, parameter_specs
 from tuner.measure import MeasureSettings
 from tuner.op_cut import cut_op, cut_ops
-from tuner.space import LIBRARY_FLAGS, accepted_flags, op_space
+from tuner.flags import is_default
+from tuner.space import accepted_flags, op_space
 from tuner.strategies import ExhaustiveStrategy
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.tune import TuneSettings, tune_op
 
-YNN, XNN = "xla_cpu_experimental_ynn_fusion_type", "xla_cpu_experimental_xnn_fusion_type"
 QUICK = TuneSettings(budget_evals=200, strategy="exhaustive",
                      search=MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=60, max_seconds=1.0),
                      verify=MeasureSettings(min_pairs=20, batch_pairs=20, max_pairs=200, max_seconds=3.0))
@@ -83,38 +83,53 @@ def test_op_space_is_small_allowlisted_and_relative_to_the_default():
     accepted = accepted_flags("cpu")
     for op_class in ("convolution", "dot", "reduce", "eltwise", "other"):
         space = op_space(op_class, accepted, defaults)
-        assert {p.name for p in space.params} <= accepted
-        assert 1 < space.size() <= 108  # exhaustive search is the default for ops
+        assert {p.name for p in space.params if not p.name.startswith("placement:")} <= accepted
+        assert 1 < space.size() <= 200  # searched whole: the default op budget
         for param in space.params:
-            assert defaults.get(param.name) not in param.values
-    # A convolution's routing moves only INDIVIDUAL_CONVOLUTION between libraries.
-    for param in op_space("convolution", accepted, defaults).params:
-        if param.name in LIBRARY_FLAGS:
-            for value in param.values:
-                assert set(value) ^ set(defaults[param.name]) == {"INDIVIDUAL_CONVOLUTION"}
+            assert not any(is_default(param.name, v, defaults) for v in param.values)
+    # A convolution's routing is the placement of INDIVIDUAL_CONVOLUTION alone, to any backend
+    # but its default one.
+    [placement] = [p for p in op_space("convolution", accepted, defaults).params
+                   if p.name.startswith("placement:")]
+    assert placement.name == "placement:INDIVIDUAL_CONVOLUTION"
+    assert "xla" in placement.values and "ynn" not in placement.values
     # A backend extra option, set per executable like the rest; only dots have it.
     assert "xla_llvm_dot_tiling_factor" in {p.name for p in op_space("dot", accepted, defaults).params}
     assert "xla_llvm_dot_tiling_factor" not in {p.name for p in op_space("reduce", accepted, defaults).params}
 
 
+CONV, DOT = "placement:INDIVIDUAL_CONVOLUTION", "placement:INDIVIDUAL_DOT"
+
+
 def test_fold_config_elects_by_chip_time():
-    defaults = compiler_defaults()
-    ynn_without_conv = tuple(t for t in defaults[YNN] if t != "INDIVIDUAL_CONVOLUTION")
-    conv_to_xla = OpVote("a", "convolution", {YNN: ynn_without_conv}, 5.0, "t1")
+    conv_to_xla = OpVote("a", "convolution", {CONV: "xla"}, 5.0, "t1")
     conv_default = OpVote("b", "convolution", {}, 3.0, "t2")
-    dot_to_xnn = OpVote("c", "dot", {XNN: ("INDIVIDUAL_DOT",), "xla_cpu_prefer_vector_width": 512}, 1.0, "t3")
+    dot_to_xnn = OpVote("c", "dot", {DOT: "xnn", "xla_cpu_prefer_vector_width": 512}, 1.0, "t3")
     eltwise = OpVote("d", "eltwise", {}, 10.0, "t4")
-    folded = fold_config([conv_to_xla, conv_default, dot_to_xnn, eltwise], defaults)
-    # Conv routing: 5 chip-seconds against 3; dots: only one op voted; vector width: 18 against 1.
-    assert folded == {YNN: ynn_without_conv, XNN: ("INDIVIDUAL_DOT",)}
+    folded = fold_config([conv_to_xla, conv_default, dot_to_xnn, eltwise])
+    # Conv placement: 5 chip-seconds against 3; dots: only one op voted; vector width: 18 against 1.
+    assert folded == {CONV: "xla", DOT: "xnn"}
     heavier_default = OpVote("b", "convolution", {}, 6.0, "t2")
-    assert fold_config([conv_to_xla, heavier_default], defaults) == {}
-    assert fold_config([], defaults) == {}
+    assert fold_config([conv_to_xla, heavier_default]) == {}
+    assert fold_config([]) == {}
     # Without profiles (no chip-time known) the verified op gain decides.
     unprofiled = [OpVote(v.fingerprint, v.op_class, v.config, 0.0, v.task_id) for v in (conv_to_xla, conv_default)]
-    assert fold_config(unprofiled, defaults) == {YNN: ynn_without_conv}
-    # The variants screened on the whole graph: the fold, then without each of its changes.
-    assert fold_variants(folded, defaults) == [folded, {XNN: ("INDIVIDUAL_DOT",)}, {YNN: ynn_without_conv}]
+    assert fold_config(unprofiled) == {CONV: "xla"}
+
+
+def test_a_fold_measures_every_accepted_change_whatever_the_vote():
+    conv_to_xla = OpVote("a", "convolution", {CONV: "xla"}, 5.0, "t1")
+    dot_to_xnn = OpVote("c", "dot", {DOT: "xnn", "xla_cpu_prefer_vector_width": 512}, 1.0, "t3")
+    heavier_default = OpVote("b", "convolution", {}, 6.0, "t2")
+    # The vote elects the default for convolutions, yet the conv change is measured: together
+    # with the others, alone (most chip-time first), then the elected config.
+    assert fold_variants([conv_to_xla, heavier_default, dot_to_xnn]) == [
+        {CONV: "xla", DOT: "xnn", "xla_cpu_prefer_vector_width": 512},
+        {CONV: "xla"}, {DOT: "xnn"}, {"xla_cpu_prefer_vector_width": 512}]
+    # The elected config ({DOT: "xnn"}) was among them already: measured once.
+    # One accepted change: it alone, once.
+    assert fold_variants([conv_to_xla, heavier_default]) == [{CONV: "xla"}]
+    assert fold_variants([heavier_default]) == []
 
 
 def _profile(home: Path, dump: Path) -> None:
@@ -190,10 +205,9 @@ def test_fold_measures_the_op_winner_on_the_whole_graph(tuned_home):
         return
     assert folded.kind == "graph" and folded.strategy == STRATEGY
     assert folded.fingerprint == graph["fingerprint"] and folded.sources == [op_result.task_id]
-    # The fold (the only voter's config), then each variant that undoes one of its changes,
-    # every one evaluated on the whole graph (a variant left with a change that does not alter
-    # this graph's machine code is the default's program: identical, not timed).
-    variants = fold_variants(op_result.config, compiler_defaults())
+    # Every accepted change, together and alone, evaluated on the whole graph (a change that
+    # does not alter this graph's machine code is the default's program: identical, not timed).
+    variants = fold_variants([vote])
     assert [t.config for t in folded.trials] == variants and folded.evaluations == len(variants)
     assert all(t.outcome in ("measured", "duplicate", "identical") and t.speedup
                for t in folded.trials)

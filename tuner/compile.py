@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 import struct
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from typing import Any
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
 from ingest.hlo_proto import build_messages
-from tuner.flags import FLAGS, CompilerConfig, to_xla
+from tuner.flags import FLAGS, FUSION_TYPE_PREFIX, PLACEMENT_PREFIX, CompilerConfig, to_xla
 
 # The part of xla.CompileOptionsProto (xla/pjrt/proto/compile_options.proto) and xla.DebugOptions
 # (xla/xla.proto) that says the installed compiler's defaults of the table's option flags. The
@@ -50,10 +51,12 @@ _DEBUG_OPTION_FIELDS = {
     "xla_cpu_experimental_ynn_fusion_type": (422, _F.TYPE_INT32),
     "xla_cpu_scheduler_type": (448, _F.TYPE_INT32),
 }
-# Enum values by number: xla.DebugOptions.LibraryFusionType and CpuSchedulerType.
-_LIBRARY_FUSION_TYPES = {1: "DOT", 2: "ELTWISE", 3: "REDUCE", 4: "INDIVIDUAL_DOT",
-                         5: "INDIVIDUAL_CONVOLUTION"}
+# Enum values by number: xla.DebugOptions.CpuSchedulerType. LibraryFusionType's are read from
+# the installed compiler (`library_fusion_types`).
 _ENUMS = {"xla_cpu_scheduler_type": {0: "DEFAULT", 1: "MEMORY_OPTIMIZED"}}
+# What jaxlib 0.10.2 declares, for a jaxlib whose binary cannot be read.
+_KNOWN_FUSION_TYPES = {1: "DOT", 2: "ELTWISE", 3: "REDUCE", 4: "INDIVIDUAL_DOT",
+                       5: "INDIVIDUAL_CONVOLUTION"}
 _BACKEND_EXTRA_FIELD = 500  # DebugOptions.xla_backend_extra_options, map<string, string>
 # What an absent backend extra entry means: bools are off (XLA tests presence), and the dot
 # tiling factor is XLA's 8 (seen: 8 compiles to the same machine code as no entry).
@@ -122,7 +125,8 @@ def apply_config(options: Any, config: CompilerConfig) -> Any:
     """
     from jax._src.lib import xla_client
 
-    settings = to_xla(config)
+    has_placement = any(name.startswith(PLACEMENT_PREFIX) for name in config)
+    settings = to_xla(config, compiler_defaults() if has_placement else None)
     tuned = copy.deepcopy(options)
     own = {name for name, _ in tuned.env_option_overrides}
     tuned.env_option_overrides = list(tuned.env_option_overrides) + [
@@ -186,14 +190,63 @@ _ELF64_HEADER = 64
 
 
 @functools.lru_cache(maxsize=None)
+def library_fusion_types() -> dict[int, str]:
+    """The fusion types the installed compiler knows (xla.DebugOptions.LibraryFusionType), by
+    number, read from the protobuf descriptor compiled into jaxlib's shared libraries: each
+    enum value there is a message `name` (field 1) then `number` (field 2). A new XLA's types
+    join the search this way; jaxlib 0.10.2's are the fallback if no binary can be read."""
+    import mmap
+    from pathlib import Path
+
+    import jaxlib
+
+    marker = FUSION_TYPE_PREFIX.encode()
+    found: dict[int, str] = {}
+    for path in sorted(Path(jaxlib.__file__).parent.glob("*.so")):
+        if path.stat().st_size < 1 << 20:  # the extension stubs; the compiler is in a big one
+            continue
+        with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            at = data.find(marker)
+            while at >= 2:
+                parsed = _enum_value_at(data, at)
+                if parsed is not None and parsed[0] != "INVALID":
+                    found[parsed[1]] = parsed[0]
+                at = data.find(marker, at + 1)
+    return dict(sorted(found.items())) or dict(_KNOWN_FUSION_TYPES)
+
+
+def _enum_value_at(data: Any, at: int) -> tuple[str, int] | None:
+    """The (short name, number) of an EnumValueDescriptorProto whose name starts at `at`."""
+    length = data[at - 1]
+    if data[at - 2] != 0x0A or length > 100:  # tag of field 1 (bytes), then a 1-byte length
+        return None
+    name, end = bytes(data[at:at + length]), at + length
+    if not re.fullmatch(rb"[A-Z0-9_]+", name) or end >= len(data) or data[end] != 0x10:
+        return None
+    number, shift, position = 0, 0, end + 1
+    while position < len(data) and shift < 35:  # field 2, a varint
+        byte = data[position]
+        number |= (byte & 0x7F) << shift
+        position, shift = position + 1, shift + 7
+        if not byte & 0x80:
+            return name[len(FUSION_TYPE_PREFIX):].decode(), number
+    return None
+
+
+@functools.lru_cache(maxsize=None)
 def _compiler_defaults() -> tuple[tuple[str, Any], ...]:
-    options = _COMPILE_OPTIONS.FromString(compile_options({}).SerializeAsString())
+    from jax._src import compiler
+
+    # Not through compile_options: placements there need these defaults.
+    plain = compiler.get_compile_options(num_replicas=1, num_partitions=1)
+    options = _COMPILE_OPTIONS.FromString(plain.SerializeAsString())
     debug = options.executable_build_options.debug_options
+    types = library_fusion_types()
     defaults = []
     for name in _DEBUG_OPTION_FIELDS:
         value = getattr(debug, name)
         if FLAGS[name].type == "repeated_enum":
-            value = tuple(_LIBRARY_FUSION_TYPES.get(number, str(number)) for number in value)
+            value = tuple(types.get(number, str(number)) for number in value)
         elif name in _ENUMS:
             value = _ENUMS[name].get(value, str(value))
         defaults.append((name, value))

@@ -14,13 +14,24 @@ enum names for repeated enums). It reaches XLA through one of two channels:
   one out (the default), writes ints as text, and only flags the table declares `backend_extra`
   ever reach the map: the table is its allowlist.
 
+Library routing is a placement (Collage's backend placement, for XLA CPU). Three repeated-enum
+flags say which fusion types go to YNNPACK, XNNPACK and oneDNN; a type in none of them is left to
+XLA's own emitters. A config does not set those lists: it holds one `placement:<TYPE>` entry per
+fusion type moved away from the compiler's default routing, naming its backend (`xla`, `ynn`,
+`xnn`, `onednn`). `to_xla` turns the moves into the three lists, starting from the compiler's
+default lists, so a moved type is taken out of every list before it joins one: a type never
+sits in two lists, and a type the table does not know stays where the compiler put it. A
+mutation of such a config moves one fusion type to another backend. (The list flags themselves
+may still be set, by `--set` or an old stored entry; moves apply on top of them.)
+
 The table below is the single source of truth for the flags this project knows: their types,
-domains and channel. Flags not in the table may still be set through `option` when the installed
-XLA knows them; XLA parses and checks their values.
+domains, channel and cold-start rank. Flags not in the table may still be set through `option`
+when the installed XLA knows them; XLA parses and checks their values.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Union
 
@@ -34,49 +45,69 @@ class FlagError(ValueError):
 
 @dataclass(frozen=True)
 class FlagSpec:
-    """One compiler flag: its type, its domain, and how it reaches XLA."""
+    """One compiler flag: its type, its domain, how it reaches XLA, and where a search tries it."""
 
     name: str
-    type: str  # "bool" | "int" | "float" | "enum" | "repeated_enum" | "string"
+    type: str  # "bool" | "int" | "float" | "enum" | "repeated_enum" | "string" | "placement"
     choices: tuple[str, ...] = ()  # enum values, short names (without `enum_prefix`)
     enum_prefix: str = ""  # XLA's proto enum prefix, e.g. "LIBRARY_FUSION_TYPE_"
-    channel: str = "option"  # "option" | "backend_extra"
+    channel: str = "option"  # "option" | "backend_extra" | "placement" (see `to_xla`)
     codegen: bool = False  # changes generated code without changing the optimized HLO
     platform: str = "cpu"
+    library: str = ""  # a library routing list: the backend it sends its fusion types to
+    # Cold-start order of a search's one-move neighbourhood (tuner.schedule), lower first: what
+    # moved speed most often in our measurements (FIELD-NOTES, docs/) before what rarely does;
+    # flags that are reliably slower come last, and are still tried.
+    rank: int = 5
 
 
-_LIBRARY_FUSION_TYPES = ("INDIVIDUAL_DOT", "INDIVIDUAL_CONVOLUTION", "REDUCE", "ELTWISE", "DOT")
+FUSION_TYPE_PREFIX = "LIBRARY_FUSION_TYPE_"
+PLACEMENT_PREFIX = "placement:"
+XLA_BACKEND = "xla"  # XLA's own emitters: the backend of a fusion type in no library's list
 
 FLAGS: dict[str, FlagSpec] = {
     spec.name: spec
     for spec in (
-        FlagSpec("xla_cpu_experimental_ynn_fusion_type", "repeated_enum", _LIBRARY_FUSION_TYPES,
-                 "LIBRARY_FUSION_TYPE_"),
-        FlagSpec("xla_cpu_experimental_xnn_fusion_type", "repeated_enum", _LIBRARY_FUSION_TYPES,
-                 "LIBRARY_FUSION_TYPE_"),
+        FlagSpec("xla_cpu_experimental_ynn_fusion_type", "repeated_enum",
+                 enum_prefix=FUSION_TYPE_PREFIX, library="ynn"),
+        FlagSpec("xla_cpu_experimental_xnn_fusion_type", "repeated_enum",
+                 enum_prefix=FUSION_TYPE_PREFIX, library="xnn"),
         FlagSpec("xla_cpu_experimental_onednn_fusion_type", "repeated_enum",
-                 _LIBRARY_FUSION_TYPES, "LIBRARY_FUSION_TYPE_"),
+                 enum_prefix=FUSION_TYPE_PREFIX, library="onednn"),
         FlagSpec("xla_cpu_scheduler_type", "enum", ("DEFAULT", "MEMORY_OPTIMIZED"),
-                 "CPU_SCHEDULER_TYPE_"),
-        FlagSpec("xla_cpu_copy_insertion_use_region_analysis", "bool"),
-        FlagSpec("xla_cpu_use_xnnpack", "bool"),
-        FlagSpec("xla_cpu_use_fusion_emitters", "bool"),
-        FlagSpec("xla_cpu_enable_fast_math", "bool", codegen=True),
-        FlagSpec("xla_cpu_enable_fast_min_max", "bool", codegen=True),
-        FlagSpec("xla_cpu_prefer_vector_width", "int", ("128", "256", "512"), codegen=True),
-        FlagSpec("xla_cpu_max_isa", "enum", ("SSE4_2", "AVX", "AVX2", "AVX512"), codegen=True),
-        FlagSpec("xla_cpu_parallel_codegen_split_count", "int", ("1", "8", "32"), codegen=True),
-        FlagSpec("xla_llvm_disable_expensive_passes", "bool", codegen=True),
-        FlagSpec("xla_backend_optimization_level", "int", ("0", "1", "2", "3"), codegen=True),
+                 "CPU_SCHEDULER_TYPE_", rank=1),
+        FlagSpec("xla_cpu_copy_insertion_use_region_analysis", "bool", rank=1),
+        FlagSpec("xla_cpu_use_xnnpack", "bool", rank=3),
+        FlagSpec("xla_cpu_use_fusion_emitters", "bool", rank=3),
+        FlagSpec("xla_cpu_enable_fast_math", "bool", codegen=True, rank=2),
+        FlagSpec("xla_cpu_enable_fast_min_max", "bool", codegen=True, rank=4),
+        FlagSpec("xla_cpu_prefer_vector_width", "int", ("128", "256", "512"), codegen=True,
+                 rank=2),
+        FlagSpec("xla_cpu_max_isa", "enum", ("SSE4_2", "AVX", "AVX2", "AVX512"), codegen=True,
+                 rank=6),
+        FlagSpec("xla_cpu_parallel_codegen_split_count", "int", ("1", "8", "32"), codegen=True,
+                 rank=6),
+        FlagSpec("xla_llvm_disable_expensive_passes", "bool", codegen=True, rank=5),
+        FlagSpec("xla_backend_optimization_level", "int", ("0", "1", "2", "3"), codegen=True,
+                 rank=8),
         FlagSpec("xla_cpu_disable_loop_unrolling", "bool", channel="backend_extra",
-                 codegen=True),
-        FlagSpec("xla_cpu_optimize_for_size", "bool", channel="backend_extra", codegen=True),
+                 codegen=True, rank=6),
+        FlagSpec("xla_cpu_optimize_for_size", "bool", channel="backend_extra", codegen=True,
+                 rank=8),
         # Absent, XLA tiles matrix-vector products by 8 (same object code; jaxlib 0.10.2): the
         # domain is half and double that, which keeps the dot op space searchable.
         FlagSpec("xla_llvm_dot_tiling_factor", "int", ("4", "16"),
-                 channel="backend_extra", codegen=True),
+                 channel="backend_extra", codegen=True, rank=6),
     )
 }
+
+# The library each routing list sends its fusion types to, by backend name.
+LIBRARY_FLAGS: dict[str, str] = {spec.library: spec.name for spec in FLAGS.values() if spec.library}
+# Where one fusion type runs: every config key `placement:<TYPE>` has this spec. Moves to XLA's
+# own emitters come first in a cold start: on CPU, library routing is the big lever.
+PLACEMENT = FlagSpec("placement", "placement", (XLA_BACKEND, *LIBRARY_FLAGS), channel="placement",
+                     rank=0)
+_FUSION_TYPE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
 # Flags that write files, read files, or change what the process does besides code generation:
 # never accepted in a config, wherever it comes from.
@@ -92,10 +123,25 @@ def parse_assignment(text: str) -> tuple[str, FlagValue]:
     return name, parse_value(name, raw)
 
 
+def spec_of(name: str) -> FlagSpec | None:
+    """The declared spec of a config key: a table flag, or PLACEMENT for `placement:<TYPE>`."""
+    return PLACEMENT if name.startswith(PLACEMENT_PREFIX) else FLAGS.get(name)
+
+
+def placement_key(fusion_type: str) -> str:
+    """The config key that places `fusion_type` on a backend."""
+    return PLACEMENT_PREFIX + fusion_type
+
+
+def fusion_type_of(name: str) -> str | None:
+    """The fusion type a placement key moves; None for any other key."""
+    return name[len(PLACEMENT_PREFIX):] if name.startswith(PLACEMENT_PREFIX) else None
+
+
 def parse_value(name: str, raw: str) -> FlagValue:
     """Parse a flag's textual value by the flag's declared type (string if undeclared)."""
     check_name(name)
-    spec = FLAGS.get(name)
+    spec = spec_of(name)
     raw = raw.strip()
     if spec is None:
         return _guess_type(raw)
@@ -116,6 +162,10 @@ def parse_value(name: str, raw: str) -> FlagValue:
             return float(raw)
         except ValueError:
             raise FlagError(f"{name}: {raw!r} is not a number") from None
+    if spec.type == "placement":
+        if raw.lower() not in spec.choices:
+            raise FlagError(f"{name}: {raw!r} is not a backend ({', '.join(spec.choices)})")
+        return raw.lower()
     if spec.type == "enum":
         return _enum_name(spec, raw)
     if spec.type == "repeated_enum":
@@ -137,9 +187,16 @@ def _guess_type(raw: str) -> FlagValue:
 
 
 def check_name(name: str) -> None:
-    """Reject names that are not XLA flags or that could touch files or the process."""
+    """Reject names that are not XLA flags or placements, or that could touch files or the
+    process."""
+    fusion_type = fusion_type_of(name)
+    if fusion_type is not None:
+        if not _FUSION_TYPE.fullmatch(fusion_type):
+            raise FlagError(f"{name}: not a fusion type (upper-case letters, digits and '_')")
+        return
     if not name.startswith("xla_"):
-        raise FlagError(f"{name}: not an XLA compiler flag (they start with 'xla_')")
+        raise FlagError(f"{name}: not an XLA compiler flag (they start with 'xla_') "
+                        f"nor a placement ('{PLACEMENT_PREFIX}<FUSION_TYPE>')")
     if any(part in name for part in _FORBIDDEN_SUBSTRINGS):
         raise FlagError(f"{name}: flags that write or read files or caches are never applied")
 
@@ -150,7 +207,64 @@ def _enum_name(spec: FlagSpec, raw: str) -> str:
         short = short[len(spec.enum_prefix):]
     if spec.choices and short not in spec.choices:
         raise FlagError(f"{spec.name}: {raw!r} is not one of {', '.join(spec.choices)}")
+    if not spec.choices and not _FUSION_TYPE.fullmatch(short):
+        raise FlagError(f"{spec.name}: {raw!r} is not an enum name")
     return short
+
+
+def default_backends(fusion_type: str, defaults: CompilerConfig) -> frozenset[str]:
+    """The libraries the compiler's `defaults` route `fusion_type` to (empty: XLA's emitters)."""
+    return frozenset(library for library, flag in LIBRARY_FLAGS.items()
+                     if fusion_type in defaults.get(flag, ()))
+
+
+def routing(config: CompilerConfig, defaults: CompilerConfig) -> dict[str, tuple[str, ...]]:
+    """The three library lists a config compiles with: its own lists where it sets them, else the
+    compiler's `defaults`, with each placement move applied (the type out of every list, then
+    into its backend's). Lists are sorted: their order means nothing to XLA."""
+    lists = {flag: set(config.get(flag, defaults.get(flag, ()))) for flag in LIBRARY_FLAGS.values()}
+    for name, backend in config.items():
+        fusion_type = fusion_type_of(name)
+        if fusion_type is None:
+            continue
+        for members in lists.values():
+            members.discard(fusion_type)
+        if backend != XLA_BACKEND:
+            lists[LIBRARY_FLAGS[str(backend)]].add(fusion_type)
+    return {flag: tuple(sorted(members)) for flag, members in lists.items()}
+
+
+def as_flags(config: CompilerConfig, defaults: CompilerConfig) -> CompilerConfig:
+    """`config` with its placement moves turned into the library list flags they imply (lists
+    equal to the compiler's `defaults` left out): what XLA is given."""
+    if not any(name.startswith(PLACEMENT_PREFIX) for name in config):
+        return dict(config)
+    flags = {name: value for name, value in config.items()
+             if not name.startswith(PLACEMENT_PREFIX) and name not in LIBRARY_FLAGS.values()}
+    for flag, members in routing(config, defaults).items():
+        if set(members) != set(defaults.get(flag, ())):
+            flags[flag] = members
+    return flags
+
+
+def as_placement(config: CompilerConfig, defaults: CompilerConfig) -> CompilerConfig:
+    """`config` with its library list flags turned into placement moves, relative to the
+    compiler's `defaults`: the inverse of `as_flags`. A type the lists send to two libraries at
+    once has no placement; such a config keeps its lists as they are."""
+    if not any(name in LIBRARY_FLAGS.values() for name in config):
+        return dict(config)
+    lists = routing(config, defaults)
+    moves: CompilerConfig = {}
+    for fusion_type in sorted({t for members in lists.values() for t in members}
+                              | {t for flag in LIBRARY_FLAGS.values() for t in defaults.get(flag, ())}):
+        backends = {library for library, flag in LIBRARY_FLAGS.items() if fusion_type in lists[flag]}
+        if len(backends) > 1:
+            return dict(config)
+        if backends != default_backends(fusion_type, defaults):
+            moves[placement_key(fusion_type)] = backends.pop() if backends else XLA_BACKEND
+    others = {name: value for name, value in config.items()
+              if name not in LIBRARY_FLAGS.values() and not name.startswith(PLACEMENT_PREFIX)}
+    return {**others, **moves}
 
 
 @dataclass(frozen=True)
@@ -161,9 +275,10 @@ class XlaSettings:
     backend_extra: dict[str, str]  # entries of the `xla_backend_extra_options` map
 
 
-def to_xla(config: CompilerConfig) -> XlaSettings:
+def to_xla(config: CompilerConfig, defaults: CompilerConfig | None = None) -> XlaSettings:
     """XLA's per-executable settings for a config, per channel.
 
+    Placement moves become the library lists (`as_flags`, from the compiler's `defaults`).
     Overrides: bools and numbers stay typed (XLA's override parser rejects the string 'false'
     for a bool); enums and repeated enums become XLA's full names as text. Backend extra
     entries: text as XLA's backend parses it; a false bool is no entry (see the module
@@ -171,7 +286,7 @@ def to_xla(config: CompilerConfig) -> XlaSettings:
     """
     overrides: dict[str, bool | int | float | str] = {}
     backend_extra: dict[str, str] = {}
-    for name, value in sorted(config.items()):
+    for name, value in sorted(as_flags(config, defaults or {}).items()):
         check_name(name)
         spec = FLAGS.get(name)
         if spec is not None and spec.channel == "backend_extra":
@@ -197,7 +312,12 @@ def _to_text(spec: FlagSpec | None, value: FlagValue) -> str:
 
 def is_default(name: str, value: FlagValue, defaults: CompilerConfig) -> bool:
     """Whether `value` is the compiler's default for flag `name` (repeated enums compare as
-    sets: the order of a library's fusion types does not matter)."""
+    sets: the order of a library's fusion types does not matter; a placement is the default
+    when the compiler routes the type to that backend alone)."""
+    fusion_type = fusion_type_of(name)
+    if fusion_type is not None:
+        backends = default_backends(fusion_type, defaults)
+        return backends == ({value} if value != XLA_BACKEND else set())
     if name not in defaults:
         return False
     default = defaults[name]
@@ -216,7 +336,7 @@ def codegen_values(config: CompilerConfig) -> tuple[tuple[str, FlagValue], ...]:
     return tuple(
         (name, value)
         for name, value in sorted(config.items())
-        if name not in FLAGS or FLAGS[name].codegen  # undeclared: assume it may affect codegen
+        if spec_of(name) is None or spec_of(name).codegen  # undeclared: it may affect codegen
     )
 
 
@@ -227,7 +347,7 @@ def to_json(config: CompilerConfig) -> dict[str, object]:
 
 def from_json(data: object) -> CompilerConfig:
     """A config from its JSON form (as `to_json` writes it and the store holds it): only flags
-    on the allowlist, each value checked by the flag's type. FlagError names the flag."""
+    on the allowlist and placements, each value checked by its type. FlagError names the flag."""
     if not isinstance(data, dict):
         raise FlagError("a config must be a JSON object of flag: value")
     config: CompilerConfig = {}
@@ -235,8 +355,11 @@ def from_json(data: object) -> CompilerConfig:
         if not isinstance(name, str):
             raise FlagError(f"{name!r}: flag names are strings")
         check_name(name)
-        if name not in FLAGS:
+        spec = spec_of(name)
+        if spec is None:
             raise FlagError(f"{name}: not on the allowlist of tunable flags")
+        if isinstance(value, list) != (spec.type == "repeated_enum"):
+            raise FlagError(f"{name}: {value!r} is not a {spec.type.replace('_', ' ')} value")
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             text = ",".join(value)
         elif isinstance(value, bool):
@@ -247,3 +370,9 @@ def from_json(data: object) -> CompilerConfig:
             raise FlagError(f"{name}: {value!r} is not a flag value")
         config[name] = parse_value(name, text)
     return config
+
+
+def config_from_json(data: dict[str, object]) -> CompilerConfig:
+    """A config as this project's own files hold it (journals, results): JSON lists back to
+    tuples, nothing checked (these were checked on the way in)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}

@@ -3,9 +3,19 @@
 The machine is shared and noisy, so one time means nothing: after warm-ups, default (A) and
 candidate (B) run in alternating order (A B, B A, ...) in the same process, each sample repeats
 the executable long enough to be timed well, and the speedup is the median of the per-pair
-ratios A/B with a distribution-free (order-statistic) confidence interval. Pairs are added in batches until the interval
-is tight enough, clearly shows no gain, or the time budget is spent. A speedup counts only when
-the whole interval clears the noise band.
+ratios A/B with a distribution-free (order-statistic) confidence interval. Pairs are added in
+batches until the interval is tight enough, clearly shows no gain, or the time budget is spent.
+A speedup counts only when the whole interval clears the noise band.
+
+Early decisions (a search's screens, `MeasureSettings.early_looks`): a candidate far from the
+default is clear after a few pairs, and a slow module pays seconds per pair. At each look, after
+n pairs for n in `early_looks`, the median's order-statistic interval is taken at confidence
+1 - early_alpha / L (L looks: Bonferroni), and the measurement stops when that interval lies
+wholly above 1 + noise_band ("decided faster") or wholly below 1 ("decided slower"). Its error
+rate, stated and tested (tests/test_schedule.py): for a candidate whose true median ratio is
+1, each one-sided false decision has probability at most early_alpha / 2 over all looks
+together, whatever the noise's distribution, as long as pairs are independent (the interval's
+coverage is exact for any continuous distribution, and the union bound covers the looks).
 """
 
 from __future__ import annotations
@@ -34,6 +44,8 @@ class MeasureSettings:
     confidence: float = 0.99
     target_half_width: float = 0.015  # relative half width of the interval that is tight enough
     noise_band: float = 0.01  # a gain must clear 1 + noise_band at the interval's lower end
+    early_looks: tuple[int, ...] = ()  # pair counts at which a clear candidate stops (docstring)
+    early_alpha: float = 0.01  # the early decisions' total error rate, both sides together
 
 
 @dataclass(frozen=True)
@@ -67,34 +79,50 @@ def median_interval(log_ratios: np.ndarray, confidence: float) -> tuple[float, f
     return math.exp(float(np.median(ordered))), math.exp(float(low)), math.exp(float(high))
 
 
+def early_decision(log_ratios: np.ndarray, settings: MeasureSettings) -> str | None:
+    """'decided faster' or 'decided slower' when the pairs so far, at one of the settings'
+    early looks, leave no doubt (see the module docstring); None otherwise."""
+    if len(log_ratios) not in settings.early_looks:
+        return None
+    confidence = 1.0 - settings.early_alpha / len(settings.early_looks)
+    _, low, high = median_interval(np.asarray(log_ratios), confidence)
+    if low > 1.0 + settings.noise_band:
+        return "decided faster"
+    if high < 1.0:
+        return "decided slower"
+    return None
+
+
 def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSettings) -> Measurement:
     """Time default vs candidate interleaved until the speedup's interval settles."""
     started = time.perf_counter()
-    for _ in range(settings.warmup_runs):
-        run_default(1)
-        run_candidate(1)
+    _warm_up(run_default, run_candidate, settings.warmup_runs)
     repeats = _repeats_per_sample(run_default, run_candidate, settings.min_sample_seconds)
     default_times: list[float] = []
     candidate_times: list[float] = []
     stop_reason = "max pairs"
     while len(default_times) < settings.max_pairs:
-        for _ in range(settings.batch_pairs):
-            if len(default_times) % 2 == 0:
-                a = run_default(repeats)
-                b = run_candidate(repeats)
-            else:
-                b = run_candidate(repeats)
-                a = run_default(repeats)
-            default_times.append(a / repeats)
-            candidate_times.append(b / repeats)
-        if len(default_times) < settings.min_pairs:
+        if len(default_times) % 2 == 0:
+            a = run_default(repeats)
+            b = run_candidate(repeats)
+        else:
+            b = run_candidate(repeats)
+            a = run_default(repeats)
+        default_times.append(a / repeats)
+        candidate_times.append(b / repeats)
+        n = len(default_times)
+        decided = early_decision(_log_ratios(default_times, candidate_times), settings)
+        if decided:
+            stop_reason = decided
+            break
+        if n < settings.min_pairs or (n - settings.min_pairs) % settings.batch_pairs:
             continue
         speedup, low, high = _interval(default_times, candidate_times, settings)
         if (high - low) / 2.0 <= settings.target_half_width * speedup:
             stop_reason = "interval tight"
             break
         # Not on the first batches: a short burst of load can make a few pairs look one-sided.
-        if high < 1.0 + settings.noise_band and len(default_times) >= 2 * settings.min_pairs:
+        if high < 1.0 + settings.noise_band and n >= 2 * settings.min_pairs:
             stop_reason = "clearly no gain"
             break
         if time.perf_counter() - started > settings.max_seconds:
@@ -113,10 +141,22 @@ def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSe
     )
 
 
+def _warm_up(run_default: Runner, run_candidate: Runner, runs: int) -> None:
+    """Up to `runs` warm-up runs of each; one is enough for a program that runs for long
+    (caches and the thread pool are warm after it), and saves seconds per screen."""
+    for done in range(runs):
+        slowest = max(run_default(1), run_candidate(1))
+        if slowest * (done + 1) > 0.2:
+            return
+
+
+def _log_ratios(default_times: list[float], candidate_times: list[float]) -> np.ndarray:
+    return np.log(np.asarray(default_times)) - np.log(np.asarray(candidate_times))
+
+
 def _interval(default_times: list[float], candidate_times: list[float],
               settings: MeasureSettings) -> tuple[float, float, float]:
-    log_ratios = np.log(np.asarray(default_times)) - np.log(np.asarray(candidate_times))
-    return median_interval(log_ratios, settings.confidence)
+    return median_interval(_log_ratios(default_times, candidate_times), settings.confidence)
 
 
 def _repeats_per_sample(run_default: Runner, run_candidate: Runner, min_seconds: float) -> int:

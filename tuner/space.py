@@ -5,10 +5,15 @@ the hook enforce too), keeping the flags of the platform that the installed comp
 (`accepted_flags`). A config is a sparse mapping: flags left out keep the compiler's default,
 and the empty config is the default itself.
 
-Graph level: every such flag (`graph_space`). Op level (`op_space`): the knobs that act on one
-class of kernel (`OP_KNOBS`): the library routing of its fusion types (each library's list
-with the class's types added or taken out, relative to the compiler's default list) and its
-codegen flags, small enough to search exhaustively.
+Library routing is searched as a placement (`tuner.flags`): one param per fusion type the
+installed compiler knows (`tuner.compile.library_fusion_types`), whose values are the backends
+it may move to (XLA's own emitters and each library whose list flag the compiler accepts), its
+default backend left out. So the search's most valuable moves on CPU, one fusion type to
+another backend, are single mutations, not one subset among 32 of a list.
+
+Graph level: every such param and flag (`graph_space`). Op level (`op_space`): the knobs that
+act on one class of kernel (`OP_KNOBS`): the placement of its fusion types and its codegen
+flags, small enough to search exhaustively.
 
 What "accepted" means differs per channel. A compile-option override is checked by XLA, so a
 flag is accepted when a compile with it succeeds. A backend extra option is never checked (XLA
@@ -23,11 +28,12 @@ take about a second together.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 from dataclasses import dataclass
+from typing import Iterable
 
-from tuner.flags import FLAGS, CompilerConfig, FlagSpec, FlagValue, is_default, to_json
+from tuner.flags import (FLAGS, LIBRARY_FLAGS, PLACEMENT, XLA_BACKEND, CompilerConfig, FlagSpec,
+                         FlagValue, is_default, placement_key, to_json)
 
 
 @dataclass(frozen=True)
@@ -62,56 +68,70 @@ def config_key(config: CompilerConfig) -> str:
 
 
 def values_of(spec: FlagSpec) -> tuple[FlagValue, ...]:
-    """The values a search may give a flag."""
+    """The values a search may give a flag (library lists: none, they are searched as
+    placements, see `placement_params`)."""
     if spec.type == "bool":
         # A backend extra bool acts by its presence: false is the absent default (tuner.flags).
         return (True,) if spec.channel == "backend_extra" else (True, False)
     if spec.type == "int":
         return tuple(int(c) for c in spec.choices)
-    if spec.type == "enum":
+    if spec.type in ("enum", "placement"):
         return spec.choices
-    if spec.type == "repeated_enum":  # every subset, the empty one included (clears the list)
-        return tuple(combo for size in range(len(spec.choices) + 1)
-                     for combo in itertools.combinations(spec.choices, size))
     return ()
 
 
+def placement_params(fusion_types: Iterable[str], accepted: frozenset[str] | None,
+                     defaults: CompilerConfig) -> list[Param]:
+    """One param per fusion type: the backends it may move to, its default one left out.
+    A library whose list flag is not `accepted` is no backend."""
+    backends = [b for b in PLACEMENT.choices
+                if b == XLA_BACKEND or accepted is None or LIBRARY_FLAGS[b] in accepted]
+    params = []
+    for fusion_type in fusion_types:
+        name = placement_key(fusion_type)
+        values = tuple(b for b in backends if not is_default(name, b, defaults))
+        if values:
+            params.append(Param(name, values))
+    return params
+
+
+def known_fusion_types(defaults: CompilerConfig) -> tuple[str, ...]:
+    """The fusion types of the installed compiler, and any its default lists hold besides."""
+    from tuner.compile import library_fusion_types
+
+    listed = {t for flag in LIBRARY_FLAGS.values() for t in defaults.get(flag, ())}
+    return tuple(sorted(set(library_fusion_types().values()) | listed))
+
+
 def graph_space(platform: str = "cpu", accepted: frozenset[str] | None = None,
-                defaults: CompilerConfig | None = None) -> SearchSpace:
-    """The graph-level space of `platform`: the table's flags with a finite domain, limited to
+                defaults: CompilerConfig | None = None,
+                fusion_types: Iterable[str] | None = None) -> SearchSpace:
+    """The graph-level space of `platform`: the placement of each fusion type (`fusion_types`,
+    the compiler's own by default), then the table's flags with a finite domain, limited to
     `accepted` (the names the installed compiler takes; see `accepted_flags`) when given, each
     without its value in the compiler's `defaults` (see tuner.compile.compiler_defaults): that
     is the config without the flag, and would only be measured again as another program."""
-    params = []
+    defaults = defaults or {}
+    params: list[Param] = []
+    if platform == "cpu":
+        types = known_fusion_types(defaults) if fusion_types is None else tuple(fusion_types)
+        params += placement_params(types, accepted, defaults)
     for spec in FLAGS.values():
-        if spec.platform != platform:
+        if spec.platform != platform or spec.library:
             continue
         if accepted is not None and spec.name not in accepted:
             continue
-        values = tuple(v for v in values_of(spec) if not is_default(spec.name, v, defaults or {}))
+        values = tuple(v for v in values_of(spec) if not is_default(spec.name, v, defaults))
         if values:
             params.append(Param(spec.name, values))
     return SearchSpace(tuple(params))
-
-
-# The flags that route fusion types to a library (YNNPACK, XNNPACK, oneDNN); a type in none of
-# them is left to XLA's own emitters.
-LIBRARY_FLAGS = ("xla_cpu_experimental_ynn_fusion_type", "xla_cpu_experimental_xnn_fusion_type",
-                 "xla_cpu_experimental_onednn_fusion_type")
-
-
-def library_list(flag: str, members: set[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """A library flag's list of fusion types in the table's order (types the table does not
-    know last, kept so that nothing the compiler defaults to is dropped unseen)."""
-    order = FLAGS[flag].choices
-    return tuple(t for t in order if t in members) + tuple(sorted(set(members) - set(order)))
 
 
 @dataclass(frozen=True)
 class OpKnobs:
     """What XLA's CPU backend exposes for one class of kernel."""
 
-    routing: tuple[str, ...]  # the library fusion types that decide which library runs it
+    routing: tuple[str, ...]  # the fusion types whose placement decides which backend runs it
     codegen: tuple[str, ...]  # flags that change its generated code
 
 
@@ -140,23 +160,17 @@ TRITON_GEMM_SPACE = SearchSpace((
 def op_space(op_class: str, accepted: frozenset[str] | None = None,
              defaults: CompilerConfig | None = None) -> SearchSpace:
     """The CPU op-level space of kernels of `op_class`, relative to the compiler's `defaults`
-    (see tuner.compile.compiler_defaults): per library flag, its default list with the class's
-    fusion types added and with them taken out (whichever differs from the default); per codegen
-    flag, its values but the default. Limited to `accepted` flags when given."""
+    (see tuner.compile.compiler_defaults): the placement of the class's fusion types, and its
+    codegen flags' values but the default. Limited to `accepted` flags when given."""
     knobs, defaults = OP_KNOBS[op_class], defaults or {}
-    params = []
-    for name in LIBRARY_FLAGS if knobs.routing else ():
-        default = set(defaults.get(name, ()))
-        added = library_list(name, default | set(knobs.routing))
-        removed = library_list(name, default - set(knobs.routing))
-        values = tuple(v for v in dict.fromkeys((added, removed)) if set(v) != default)
-        if values:
-            params.append(Param(name, values))
+    params = placement_params(knobs.routing, accepted, defaults)
     for name in knobs.codegen:
+        if accepted is not None and name not in accepted:
+            continue
         values = tuple(v for v in values_of(FLAGS[name]) if v != defaults.get(name))
         if values:
             params.append(Param(name, values))
-    return SearchSpace(tuple(p for p in params if accepted is None or p.name in accepted))
+    return SearchSpace(tuple(params))
 
 
 @functools.lru_cache(maxsize=None)
@@ -168,10 +182,14 @@ def accepted_flags(platform: str = "cpu") -> frozenset[str]:
 
     accepted = set()
     for spec in FLAGS.values():
-        if spec.platform != platform or spec.channel != "option" or not values_of(spec):
+        if spec.platform != platform or spec.channel != "option":
+            continue
+        # A library list is probed empty (every type to XLA's emitters), a valid value of it.
+        probe = () if spec.library else next(iter(values_of(spec)), None)
+        if probe is None:
             continue
         try:
-            check_options({spec.name: values_of(spec)[0]})
+            check_options({spec.name: probe})
         except CompileError:
             continue
         accepted.add(spec.name)

@@ -35,6 +35,7 @@ class TrialRecord:
 
     config: CompilerConfig
     fitness: float  # log(speedup); FAILED when it failed
+    low: float = FAILED  # log of its interval's lower end: above log(1 + band), a sure gain
 
 
 class Strategy(ABC):
@@ -48,10 +49,11 @@ class Strategy(ABC):
         self.rng = random.Random(seed)
 
     @abstractmethod
-    def sample(self, history: list[TrialRecord], pending: Sequence[CompilerConfig] = ()) -> CompilerConfig:
+    def sample(self, history: list[TrialRecord],
+               pending: Sequence[CompilerConfig] = ()) -> CompilerConfig | None:
         """A config to try next, given the trials so far and the configs `pending` (proposed,
         being compiled or measured: like Optuna's running trials). The driver skips a config
-        already tried or pending."""
+        already tried or pending. None: nothing until a pending config's result is in."""
 
     def mutate(self, config: CompilerConfig, changes: int = 1) -> CompilerConfig:
         """`config` with `changes` flags set to another value or back to the default."""
@@ -88,8 +90,8 @@ class AnnealStrategy(Strategy):
         self.current: TrialRecord | None = None
 
     def sample(self, history: list[TrialRecord], pending: Sequence[CompilerConfig] = ()) -> CompilerConfig:
-        if self.current is None:
-            self.current = history[0]
+        if self.current is None:  # from the best so far (the default, or a schedule's best)
+            self.current = max(history, key=lambda t: t.fitness)
         elif history[-1].fitness != FAILED:
             progress = min(1.0, len(history) / max(self.budget, 1))
             temperature = self.start_temperature * (self.end_temperature / self.start_temperature) ** progress
@@ -105,6 +107,9 @@ class EvolutionStrategy(Strategy):
 
     def sample(self, history: list[TrialRecord], pending: Sequence[CompilerConfig] = ()) -> CompilerConfig:
         population = history[-max(4, min(10, self.budget // 4)):]
+        best = max(history, key=lambda t: t.fitness)
+        if best not in population:  # an earlier phase's best seeds the population
+            population = [best, *population]
         contestants = self.rng.sample(population, min(self.tournament, len(population)))
         parent = max(contestants, key=lambda t: t.fitness)
         return self.mutate(parent.config, changes=self.rng.choice((1, 1, 2)))
@@ -178,14 +183,16 @@ def propose(strategy: Strategy, history: list[TrialRecord],
             pending: Sequence[CompilerConfig] = (), attempts: int = 200) -> CompilerConfig | None:
     """The strategy's next config that no trial has had yet and none `pending` (proposed, not
     yet measured) has. A strategy stuck where every neighbour was tried gets a random untried
-    config instead, then the first untried one in enumeration order; None only when the whole
-    space has been tried."""
+    config instead, then the first untried one in enumeration order; None when the whole
+    space has been tried, or when the strategy waits for a `pending` result."""
     tried = {config_key(t.config) for t in history} | {config_key(c) for c in pending}
     samplers = ([lambda: strategy.sample(history, pending)] * attempts
                 + [lambda: random_config(strategy.space, strategy.rng)] * attempts)
     for sample in samplers:
         config = sample()
-        if config_key(config) not in tried:
+        if config is None and pending:
+            return None  # the strategy waits for a result
+        if config is not None and config_key(config) not in tried:
             return config
     enumeration = ExhaustiveStrategy(strategy.space, strategy.budget)
     return next((c for c in enumeration.configs() if config_key(c) not in tried), None)

@@ -14,8 +14,11 @@ known result is reused instead of running it again. Each trial is appended to th
 resumes without repeating a finished trial. A crash or timeout is recorded for its candidate
 (after one retry in a new worker) and the search goes on.
 
-The best trial is then re-measured in a fresh worker with a stricter interval and the numeric
-check (the screen's winner is biased upward by selection). Only if its interval clears the
+What a search proposes comes from its strategy: by default the schedule of `tuner.schedule`
+(the default's one-move neighbours by prior, then their combinations, then the named strategy).
+The best trial is then pruned to the changes that matter (`prune`), and re-measured in a fresh
+worker with a stricter interval and the numeric check (the screen's winner is biased upward by
+selection). Only if its interval clears the
 noise band is the result accepted; otherwise the task ends "no significant gain". The trials
 and the result land in the warehouse under the task id, so finishing a task twice adds nothing.
 """
@@ -31,7 +34,7 @@ import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
@@ -44,17 +47,22 @@ from ingest.warehouse import Warehouse
 from tuner.compile import compiler_defaults
 from tuner.cores import CorePlan, plan_cores
 from tuner.evaluate import EvaluationResult, evaluate, without_buffer_aliasing
-from tuner.flags import CompilerConfig
+from tuner.flags import CompilerConfig, config_from_json
 from tuner.journal import append_record, read_records
 from tuner.measure import MeasureSettings
 from tuner.op_cut import OpCut
+from tuner.prior import move_prior
+from tuner.schedule import Scheduled
 from tuner.space import SearchSpace, accepted_flags, config_key, graph_space, op_space
 from tuner.strategies import FAILED, STRATEGIES, Strategy, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.worker import Worker, WorkerFailure, WorkerPool
 
 T = TypeVar("T")
-SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200)
+# Screens stop as soon as a candidate is clearly faster or slower (tuner.measure): a clear
+# candidate of a module that runs for half a second costs seconds, not a minute.
+SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
+                                  early_looks=(10, 15, 20, 30))
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=30.0)
 
 
@@ -64,7 +72,8 @@ class TuneSettings:
 
     budget_evals: int = 40
     budget_minutes: float | None = None
-    strategy: str = "evolution"
+    strategy: str = "evolution"  # the last phase of the schedule, or the whole search without
+    schedule: bool = True  # neighbours by prior, then combinations, then the strategy
     seed: int = 0
     cores: frozenset[int] | None = None  # the cores to compile and measure on (default: all)
     compile_workers: int | None = None  # default: one per compile core (see tuner.cores)
@@ -86,6 +95,7 @@ class Trial:
     numerics_ok: bool | None = None
     compile_seconds: float | None = None
     error: str | None = None
+    phase: str = "search"  # search | prune (the winner without one change, see _prune)
 
     @property
     def fitness(self) -> float:
@@ -93,6 +103,17 @@ class Trial:
         if self.outcome == "failed" or not self.numerics_ok or not self.speedup:
             return FAILED
         return math.log(self.speedup)
+
+    @property
+    def low(self) -> float:
+        """log of the interval's lower end of a correct trial; FAILED otherwise."""
+        if self.fitness == FAILED or not self.ci_low:
+            return FAILED
+        return math.log(self.ci_low)
+
+    def record(self) -> TrialRecord:
+        """What a strategy learns from it."""
+        return TrialRecord(self.config, self.fitness, self.low)
 
 
 @dataclass
@@ -169,7 +190,8 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
 
     environment = current_environment()
     env_key = env_key or environment.key()
-    task_id = task_digest(target.kind, target.fingerprint, env_key, settings.strategy,
+    strategy_name = settings.strategy if settings.schedule else f"{settings.strategy} (plain)"
+    task_id = task_digest(target.kind, target.fingerprint, env_key, strategy_name,
                           settings.seed, settings.budget_evals, environment.compiler_version,
                           *map(config_key, target.configs))
     task_dir = task_directory(home, task_id)
@@ -178,8 +200,8 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
         land_result(home, finished)
         return finished
     trials = _read_journal(task_dir / "trials.jsonl")
-    strategy = None if target.configs else STRATEGIES[settings.strategy](
-        target.space, settings.budget_evals, settings.seed, prior or [])
+    searched = [t for t in trials if t.phase == "search"]
+    strategy = None if target.configs else _strategy(target, home, settings, prior)
     started = time.monotonic()
     bar = tqdm(total=settings.budget_evals, initial=len(trials), desc=f"tune {target.label}",
                unit="eval", disable=not progress)
@@ -192,10 +214,14 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
 
     plan = plan_cores(settings.compile_workers, settings.cores)
     with Search(target.module.proto, settings.seed, plan) as search:
-        search.search(lambda pending: _next_config(target, strategy, trials, pending), trials,
+        search.search(lambda pending: _next_config(target, strategy, searched, pending), searched,
                       settings.budget_evals, settings.search, in_time, record)
+        trials = searched + [t for t in trials if t.phase == "prune"]
+        run = functools.partial(search.run, earlier=trials, settings=settings.search)
+        best = prune(run, trials, record) if strategy else _best(trials)
     bar.close()
-    result = _verify(target, trials, settings, task_id, env_key, environment.compiler_version)
+    result = _verify(target, trials, best, settings, task_id, env_key,
+                     environment.compiler_version)
     save_result(task_dir, result)
     land_result(home, result)
     return result
@@ -209,15 +235,62 @@ def overall_progress(tasks: list[T], label: str, progress: bool) -> Iterable[T]:
     return tqdm(tasks, desc=label, unit="task", disable=not progress or len(tasks) < 2)
 
 
+def _strategy(target: TuneTarget, home: Path, settings: TuneSettings,
+              prior: list[TrialRecord] | None) -> Strategy:
+    """The task's strategy: the schedule (tuner.schedule) ending in `settings.strategy`, its
+    neighbours ordered by what won on other graphs of `home`; or the strategy alone."""
+    strategy = STRATEGIES[settings.strategy](target.space, settings.budget_evals, settings.seed,
+                                             prior or [])
+    if not settings.schedule:
+        return strategy
+    return Scheduled(strategy, move_prior(home, target.kind, target.fingerprint, compiler_defaults()))
+
+
 def _next_config(target: TuneTarget, strategy: Strategy | None, trials: list[Trial],
                  pending: list[CompilerConfig]) -> CompilerConfig | None:
     """The target's next listed config, or the strategy's next proposal (neither a tried nor a
-    `pending` one); None when done."""
+    `pending` one); None when done, or to wait for a pending result."""
     if target.configs:
         index = len(trials) + len(pending)
         return dict(target.configs[index]) if index < len(target.configs) else None
-    history = [TrialRecord({}, 0.0)] + [TrialRecord(t.config, t.fitness) for t in trials]
+    history = [TrialRecord({}, 0.0, 0.0)] + [t.record() for t in trials]
     return propose(strategy, history, pending)
+
+
+def _best(trials: list[Trial]) -> Trial | None:
+    """The measured trial with the best speedup, if any beat the default."""
+    measured = [t for t in trials if t.outcome in ("measured", "duplicate") and t.fitness > 0]
+    return max(measured, key=lambda t: t.fitness) if measured else None
+
+
+def prune(run: Callable[[int, CompilerConfig], Trial], trials: list[Trial],
+          record: Callable[[Trial], None]) -> Trial | None:
+    """The best trial cut down to the changes that matter: each change undone in turn (the one
+    that did least alone first), kept undone while the program stays the same or the gain
+    holds (the undone config's interval reaches the best's speedup). A stored config is then
+    minimal: easier to read, and fewer ways to break on the next compiler. Each undo is a trial
+    of phase 'prune', evaluated by `run(index, config)` (journaled by `record`, appended to
+    `trials`: a resumed task does not redo it)."""
+    best = _best(trials)
+    if best is None or len(best.config) < 2:
+        return best
+    alone = {next(iter(t.config.items())): t.fitness for t in trials if len(t.config) == 1}
+    order = sorted(best.config, key=lambda name: alone.get((name, best.config[name]), FAILED))
+    for name in order:
+        if len(best.config) == 1:  # the last change is the gain itself
+            break
+        config = {k: v for k, v in best.config.items() if k != name}
+        trial = next((t for t in trials if t.config == config), None)
+        if trial is None:
+            trial = replace(run(len(trials), config), phase="prune")
+            record(trial)
+            trials.append(trial)
+        holds = trial.fitness != FAILED and (trial.ci_high or 0.0) >= (best.speedup or 0.0)
+        if trial.program == best.program:
+            best = replace(best, config=config)
+        elif trial.fitness > 0 and holds:
+            best = trial
+    return best
 
 
 def task_directory(home: Path, task_id: str) -> Path:
@@ -367,18 +440,16 @@ def _once_more(first: Callable[[], Any], retry: Callable[[], Any]) -> Any:
     return retry()
 
 
-def _verify(target: TuneTarget, trials: list[Trial], settings: TuneSettings, task_id: str,
-            env_key: str, compiler_version: str) -> TuneResult:
-    """Re-measure the best trial in a fresh worker; accept it only if it holds up."""
-    measured = [t for t in trials if t.outcome == "measured" and t.fitness > 0]
+def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, settings: TuneSettings,
+            task_id: str, env_key: str, compiler_version: str) -> TuneResult:
+    """Re-measure the `best` trial in a fresh worker; accept it only if it holds up."""
     base = dict(task_id=task_id, fingerprint=target.fingerprint, env_key=env_key,
                 evaluations=len(trials), measured=sum(t.outcome == "measured" for t in trials),
                 strategy=settings.strategy, compiler_version=compiler_version, kind=target.kind,
                 sources=list(target.sources), trials=trials)
-    if not measured:
+    if best is None:
         return TuneResult(status="no significant gain", accepted=False, config={}, speedup=None,
                           ci_low=None, ci_high=None, numerics_ok=None, **base)
-    best = max(measured, key=lambda t: t.fitness)
     check: EvaluationResult = evaluate(target.module, best.config, settings=settings.verify,
                                        seed=settings.seed + 1)
     if check.error:
@@ -412,19 +483,14 @@ def land_result(home: Path, result: TuneResult) -> None:
 
 def _read_journal(path: Path) -> list[Trial]:
     """The trials journaled so far (see tuner.journal: a line torn by a kill is dropped)."""
-    trials = []
-    for data in read_records(path):
-        data["config"] = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
-        trials.append(Trial(**data))
-    return trials
+    return [Trial(**{**data, "config": config_from_json(data["config"])})
+            for data in read_records(path)]
 
 
 def _result_from_json(data: dict[str, Any]) -> TuneResult:
     trials = data.pop("trials", [])
-    data["config"] = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
-    result = TuneResult(**data)
-    result.trials = [Trial(**{**t, "config": {k: tuple(v) if isinstance(v, list) else v
-                                              for k, v in t["config"].items()}}) for t in trials]
+    result = TuneResult(**{**data, "config": config_from_json(data["config"])})
+    result.trials = [Trial(**{**t, "config": config_from_json(t["config"])}) for t in trials]
     return result
 
 

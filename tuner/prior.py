@@ -1,0 +1,71 @@
+"""A search's prior: which single moves won on the other graphs of this warehouse.
+
+The schedule (`tuner.schedule`) tries the one-move neighbourhood of the default first, and in
+what order matters when the budget is short. Every trial the tuner ran lands in the `trials`
+table, and every verified winner in `tuning_results`. For each move (a param set to a value,
+in the placement form: old configs that set the library lists are read as the moves they make,
+`tuner.flags.as_placement`), the evidence is:
+- each single-move trial of another graph of the same kind: its log speedup (0 for a program
+  identical to the default; a failure counts as the strategies' FAILED);
+- each accepted result of another graph whose config makes the move: the log of its verified
+  interval's lower end.
+A move's score is the mean of its evidence. The graph being tuned is left out: its own trials
+are the search's history, not its prior. This is the idea of `fdo analyze flags` (per-value
+effects across graphs) in its simplest form, the one a search order needs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from ingest.warehouse import Warehouse
+from tuner.flags import CompilerConfig, FlagError, as_placement, from_json
+from tuner.schedule import Move
+from tuner.strategies import FAILED
+from tuner.tables import TRIALS, TUNING_RESULTS
+
+
+def move_prior(home: Path, kind: str, exclude_fingerprint: str,
+               defaults: CompilerConfig) -> dict[Move, float]:
+    """Per move, the mean of its evidence on other graphs of `kind` (see the module docstring)."""
+    warehouse = Warehouse(home)
+    evidence: dict[Move, list[float]] = defaultdict(list)
+    trials = _others(warehouse.read(TRIALS, ["kind", "fingerprint", "config", "outcome", "speedup"]),
+                     kind, exclude_fingerprint)
+    for row in trials.to_pylist():
+        moves = _moves(row["config"], defaults)
+        if moves is None or len(moves) != 1:
+            continue
+        if row["outcome"] == "failed" or not row["speedup"]:
+            evidence[moves[0]].append(FAILED)
+        else:
+            evidence[moves[0]].append(math.log(row["speedup"]))
+    results = _others(warehouse.read(TUNING_RESULTS, ["kind", "fingerprint", "config", "accepted",
+                                                      "ci_low"]), kind, exclude_fingerprint)
+    for row in results.to_pylist():
+        if row["accepted"] and row["ci_low"]:
+            for move in _moves(row["config"], defaults) or ():
+                evidence[move].append(math.log(row["ci_low"]))
+    return {move: sum(values) / len(values) for move, values in evidence.items()}
+
+
+def _others(table, kind: str, exclude_fingerprint: str):
+    """Rows of `kind` of every graph (or op) but `exclude_fingerprint`."""
+    if table.num_rows == 0:
+        return table
+    return table.filter(pc.and_(pc.equal(table.column("kind"), kind),
+                                pc.not_equal(table.column("fingerprint"), exclude_fingerprint)))
+
+
+def _moves(config_json: str, defaults: CompilerConfig) -> list[Move] | None:
+    """The moves a stored config makes, in placement form; None if it cannot be read."""
+    try:
+        config = as_placement(from_json(json.loads(config_json)), defaults)
+    except (FlagError, ValueError):
+        return None
+    return sorted(config.items(), key=lambda item: item[0])

@@ -1,0 +1,126 @@
+"""The default search schedule: start where wins are, combine them, then search.
+
+A compiler's best moves are few and mostly single: one fusion type to another backend, one
+scheduler. So a search does not start from random mutations. `Scheduled` is a strategy (the
+interface of `tuner.strategies`) in three phases; the strategy that `--strategy` names runs the
+last one:
+
+1. neighbours: the one-move neighbourhood of the default (each param of the space to each of
+   its values), in the order of a prior (`order_moves`): what won on other graphs of this
+   warehouse first (`tuner.prior`), then a cold-start order (each flag's `FlagSpec.rank`:
+   library placement first, XLA's own emitters before another library). It takes the budget
+   but a reserve (`reserve`) for the next phases. Compiles come first in the search loop: a
+   neighbour whose program equals one already known costs no timing, and a screen stops early
+   once its interval leaves no doubt (`tuner.measure.early_decision`).
+2. combine: the significant single moves (interval above the noise band), best first, the best
+   of each param, accumulated greedily: the best single, plus the next one when together they
+   measure better, and so on; then the pairs of the best singles not tried yet.
+3. search: the wrapped strategy, which sees every trial so far (anneal starts from the best,
+   evolution's tournament holds it: see tuner.strategies).
+
+Every decision is a function of the trials so far, so a resumed search (tuner.tune journals
+trials) takes up where it stopped. Where a phase needs results still being measured (the
+compile pool works ahead), `sample` returns None: wait.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Sequence
+
+from tuner.flags import PLACEMENT, CompilerConfig, FlagValue, spec_of
+from tuner.space import SearchSpace, config_key
+from tuner.strategies import Strategy, TrialRecord
+
+Move = tuple[str, FlagValue]
+NOISE_BAND = math.log1p(0.01)  # a single move counts when its interval's low end clears this
+PAIRS_OF = 4  # pairs are formed among this many best significant singles
+
+
+def neighbourhood(space: SearchSpace) -> list[Move]:
+    """Every config one move away from the default: each param to each of its values."""
+    return [(param.name, value) for param in space.params for value in param.values]
+
+
+def cold_rank(move: Move) -> tuple[int, int]:
+    """Where a move stands with no evidence: its flag's rank, then (placements) its backend's
+    place in PLACEMENT.choices, XLA's own emitters first."""
+    name, value = move
+    spec = spec_of(name)
+    if spec is None:
+        return (len(PLACEMENT.choices) + 10, 0)
+    order = spec.choices.index(value) if spec is PLACEMENT and value in spec.choices else 0
+    return (spec.rank, order)
+
+
+def order_moves(moves: Sequence[Move], prior: dict[Move, float] | None = None) -> list[Move]:
+    """`moves` best first: by the prior's score (mean log speedup seen elsewhere; unseen 0),
+    then by `cold_rank`, then as given."""
+    prior = prior or {}
+    indexed = list(enumerate(moves))
+    indexed.sort(key=lambda item: (-prior.get(item[1], 0.0), cold_rank(item[1]), item[0]))
+    return [move for _, move in indexed]
+
+
+class Scheduled(Strategy):
+    """Neighbours by prior, then greedy combination, then `final` (see the module docstring)."""
+
+    name = "schedule"
+
+    def __init__(self, final: Strategy, prior: dict[Move, float] | None = None,
+                 reserve: int | None = None) -> None:
+        super().__init__(final.space, final.budget, prior=final.prior)
+        self.final = final
+        reserve = max(2, final.budget // 4) if reserve is None else reserve
+        moves = order_moves(neighbourhood(final.space), prior)
+        self.moves = moves[:max(1, final.budget - reserve)]
+
+    def sample(self, history: list[TrialRecord],
+               pending: Sequence[CompilerConfig] = ()) -> CompilerConfig | None:
+        done = {config_key(t.config): t for t in history}
+        waiting = {config_key(c) for c in pending}
+        neighbours = [{name: value} for name, value in self.moves]
+        for config in neighbours:
+            if config_key(config) not in done and config_key(config) not in waiting:
+                return config
+        if pending and any(config_key(c) in waiting for c in neighbours):
+            return None  # combining needs every neighbour's result
+        combined = self._combine(neighbours, done, waiting)
+        if combined is not None:
+            return combined or None  # {}: wait for a combination being measured
+        return self.final.sample(history, pending)
+
+    def _combine(self, neighbours: list[CompilerConfig], done: dict[str, TrialRecord],
+                 waiting: set[str]) -> CompilerConfig | None:
+        """The next combination to try; {} to wait for one being measured; None when done."""
+        singles = _best_per_param([done[config_key(c)] for c in neighbours
+                                   if config_key(c) in done and done[config_key(c)].low > NOISE_BAND])
+        if len(singles) < 2:
+            return None
+        current = singles[0]
+        for single in singles[1:]:
+            candidate = {**current.config, **single.config}
+            key = config_key(candidate)
+            if key in waiting:
+                return {}
+            if key not in done:
+                return candidate
+            if done[key].fitness > current.fitness:
+                current = done[key]
+        for first, second in itertools.combinations(singles[:PAIRS_OF], 2):
+            candidate = {**first.config, **second.config}
+            key = config_key(candidate)
+            if key not in done and key not in waiting:
+                return candidate
+        return None
+
+
+def _best_per_param(singles: list[TrialRecord]) -> list[TrialRecord]:
+    """Single-move trials, the best of each param, best first."""
+    best: dict[str, TrialRecord] = {}
+    for trial in singles:
+        (name,) = trial.config
+        if name not in best or trial.fitness > best[name].fitness:
+            best[name] = trial
+    return sorted(best.values(), key=lambda t: -t.fitness)
