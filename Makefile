@@ -22,7 +22,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_hook.py
 	$(BIN)/python benchmarks/bench_fingerprint.py
 	$(BIN)/python benchmarks/bench_evaluate.py
-	$(BIN)/python benchmarks/bench_tuner.py
+	$(BIN)/python benchmarks/bench_search_quality.py --workloads cnn-s,mlp-s,rnn-s
 	$(BIN)/python benchmarks/bench_ingest_scale.py
 
 clean:

@@ -77,11 +77,17 @@ def test_the_neighbourhood_is_every_single_move_and_a_cold_start_tries_routing_f
     moves = neighbourhood(space)
     assert len(moves) == sum(len(p.values) for p in space.params) == len(set(moves))
     ordered = order_moves(moves)
+    # First every fusion type the compiler gives a library taken back to XLA's own emitters.
+    to_xla = [m for m in ordered if m[0].startswith("placement:") and m[1] == "xla"]
+    assert ordered[:len(to_xla)] == to_xla
+    assert {m[0] for m in to_xla} == {f"placement:{t}" for t in DEFAULTS[YNN]}
+    # Then the flags with known gains, before types are sent to another library.
+    to_ynn = ordered.index(("placement:DOT", "ynn"))
+    assert {name for name, _ in ordered[len(to_xla):to_ynn]} == {
+        "xla_cpu_scheduler_type", "xla_cpu_copy_insertion_use_region_analysis"}
     placements = [m for m in ordered if m[0].startswith("placement:")]
-    assert ordered[:len(placements)] == placements  # library placement before any other flag
-    to_xla_first = [m for m in placements if m[1] == "xla"]
-    assert placements[:len(to_xla_first)] == to_xla_first
-    assert {m[0] for m in to_xla_first} == {f"placement:{t}" for t in DEFAULTS[YNN]}
+    backends = [m[1] for m in placements]
+    assert backends == sorted(backends, key=["xla", "ynn", "xnn", "onednn"].index)
     # Known-bad flags (optimization level 0, optimize for size) come last among the flags.
     assert cold_rank(("xla_backend_optimization_level", 0)) > cold_rank(("xla_cpu_scheduler_type",
                                                                           "MEMORY_OPTIMIZED"))

@@ -8,7 +8,7 @@ last one:
 1. neighbours: the one-move neighbourhood of the default (each param of the space to each of
    its values), in the order of a prior (`order_moves`): what won on other graphs of this
    warehouse first (`tuner.prior`), then a cold-start order (each flag's `FlagSpec.rank`:
-   library placement first, XLA's own emitters before another library). It takes the budget
+   fusion types to XLA's own emitters first, known-slow flags last; `cold_rank`). It takes the budget
    but a reserve (`reserve`) for the next phases. Compiles come first in the search loop: a
    neighbour whose program equals one already known costs no timing, and a screen stops early
    once its interval leaves no doubt (`tuner.measure.early_decision`).
@@ -44,14 +44,19 @@ def neighbourhood(space: SearchSpace) -> list[Move]:
 
 
 def cold_rank(move: Move) -> tuple[int, int]:
-    """Where a move stands with no evidence: its flag's rank, then (placements) its backend's
-    place in PLACEMENT.choices, XLA's own emitters first."""
+    """Where a move stands with no evidence: its flag's rank; a placement's rank grows with
+    its backend's place in PLACEMENT.choices (XLA's own emitters first, then YNNPACK, XNNPACK,
+    oneDNN), so moves to the libraries interleave with the other flags, after those of equal
+    rank (the scheduler's and copy insertion's known gains come before routing a type to
+    YNNPACK)."""
     name, value = move
     spec = spec_of(name)
     if spec is None:
-        return (len(PLACEMENT.choices) + 10, 0)
-    order = spec.choices.index(value) if spec is PLACEMENT and value in spec.choices else 0
-    return (spec.rank, order)
+        return (100, 0)
+    if spec is PLACEMENT:
+        order = spec.choices.index(value) if value in spec.choices else len(spec.choices)
+        return (spec.rank + order, 1)
+    return (spec.rank, 0)
 
 
 def order_moves(moves: Sequence[Move], prior: dict[Move, float] | None = None) -> list[Move]:

@@ -1,0 +1,362 @@
+"""Search quality: what each search finds, against an oracle, per workload.
+
+    python benchmarks/bench_search_quality.py [--workloads cnn-s,nbody-s] [--budgets 8,16,40]
+        [--seeds 3] [--cache DIR] [--json]
+
+Per workload (every zoo workload at both sizes by default; `fdo workloads list`):
+
+1. Oracle (cached on disk): every one-move config of the tuner's graph space (each fusion
+   type's placement, each flag's values: `tuner.schedule.neighbourhood`) is compiled, and
+   screened when its program differs from the default's; then every pair of two such active
+   moves on different params (at most the `--pair-moves` best singles) is screened; the three
+   best screens are verified as the tuner verifies a winner (a fresh worker, 99.9% interval),
+   and the best verified config is the oracle. What this leaves out, and says so: a move whose
+   program is the default's is taken to change nothing in a pair either.
+2. The default schedule (`fdo tune`'s: neighbours by prior, combinations, evolution), live: the
+   real tuner (`tuner.tune.tune_module`: compile pool, early stop, pruning, verification) at
+   each budget, in a fresh home (a cold start: no prior), timed.
+3. Every strategy alone (`--plain`), and Optuna's TPE and random samplers, on the same encoding
+   (placements and flags; Optuna sets every param, "(default)" one of its choices), `--seeds`
+   seeds per budget, on replayed screens: a config's value is its screen in the cache, measured
+   live the first time (compiled, deduped by program, screened as the tuner screens). Each
+   run's best config is verified like the oracle's (cached per config).
+
+Figures: `gain` = log(verified speedup found) / log(oracle's verified speedup), so 1.0 is the
+oracle's gain and 0 no gain (a found config verified slower than the default counts as 0);
+`to90` = evaluations until a screen reached 90% of the oracle's gain (- if never); `min` =
+minutes per search (the schedule: wall time of the live run; replayed runs: what their
+evaluations cost when first measured). Only workloads whose oracle is significant enter the
+geometric means. Results and caches: `--cache` (default ~/.cache/fleet-fdo/search_quality).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from tqdm import tqdm
+
+from ingest import zoo
+from ingest.environment import current_environment
+from ingest.fingerprint import graph_fingerprint
+from ingest.hlo_module import HloModule, from_lowered
+from tuner.compile import compiler_defaults
+from tuner.evaluate import evaluate
+from tuner.flags import CompilerConfig, config_from_json
+from tuner.schedule import neighbourhood
+from tuner.space import SearchSpace, accepted_flags, config_key, graph_space
+from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
+from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, Search, TuneSettings, tune_module
+
+OPTUNA = ("optuna-tpe", "optuna-random")
+DEFAULT_LABEL = "(default)"
+
+
+@dataclass
+class Screen:
+    """One config as the tuner's search screened it."""
+
+    speedup: float | None
+    ci_low: float | None
+    outcome: str
+    program: str | None
+    seconds: float  # what it cost: compile, and the timing when its program was new
+
+    @property
+    def fitness(self) -> float:
+        return math.log(self.speedup) if self.speedup and self.outcome != "failed" else FAILED
+
+    @property
+    def low(self) -> float:
+        return math.log(self.ci_low) if self.ci_low and self.outcome != "failed" else FAILED
+
+
+class Cache:
+    """A workload's screens and verifications, on disk, written after each (a killed run
+    resumes); another fingerprint or compiler starts afresh."""
+
+    def __init__(self, path: Path, identity: dict[str, str]) -> None:
+        self.path, self.identity = path, identity
+        data = json.loads(path.read_text()) if path.exists() else {}
+        if data.get("identity") != identity:
+            data = {"identity": identity}
+        self.screens = {k: Screen(**v) for k, v in data.get("screens", {}).items()}
+        self.verified: dict[str, list[float]] = data.get("verified", {})
+        self.results: dict[str, Any] = data.get("results", {})
+
+    def save(self) -> None:
+        data = {"identity": self.identity, "verified": self.verified, "results": self.results,
+                "screens": {k: asdict(v) for k, v in self.screens.items()}}
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.path)
+
+
+class Bench:
+    """One workload: its module, space, cache, and the tuner's search session to screen in."""
+
+    def __init__(self, name: str, cache_dir: Path) -> None:
+        self.name = name
+        self.module: HloModule = from_lowered(zoo.get(name).lower(), source=f"zoo:{name}")
+        self.defaults = compiler_defaults()
+        self.space = graph_space("cpu", accepted_flags("cpu"), self.defaults)
+        identity = {"fingerprint": graph_fingerprint(self.module),
+                    "compiler": current_environment().compiler_version}
+        self.cache = Cache(cache_dir / f"{name}.json", identity)
+        self.search: Search | None = None
+        self.trials: list = []
+
+    def screen(self, config: CompilerConfig) -> Screen:
+        """The config's screen, measured now if the cache has none."""
+        key = config_key(config)
+        if key not in self.cache.screens:
+            if self.search is None:
+                self.search = Search(self.module.proto, 0).__enter__()
+            started = time.perf_counter()
+            trial = self.search.run(len(self.trials), config, self.trials, SEARCH_SETTINGS)
+            self.trials.append(trial)
+            self.cache.screens[key] = Screen(trial.speedup, trial.ci_low, trial.outcome,
+                                             trial.program, time.perf_counter() - started)
+            self.cache.save()
+        return self.cache.screens[key]
+
+    def verify(self, config: CompilerConfig) -> float:
+        """The config's verified speedup (1.0 for the default; cached)."""
+        if not config:
+            return 1.0
+        key = config_key(config)
+        if key not in self.cache.verified:
+            check = evaluate(self.module, config, settings=VERIFY_SETTINGS, seed=1)
+            ok = check.speedup is not None and check.numerics_ok
+            self.cache.verified[key] = [check.speedup if ok else 0.0, check.ci_low or 0.0,
+                                        check.ci_high or 0.0]
+            self.cache.save()
+        return self.cache.verified[key][0]
+
+    def close(self) -> None:
+        if self.search is not None:
+            self.search.__exit__(None, None, None)
+
+
+def oracle(bench: Bench, pair_moves: int) -> tuple[CompilerConfig, float, bool]:
+    """The best verified config of the one- and two-move sweep, its speedup, and whether its
+    interval clears the noise band (see the module docstring)."""
+    if "oracle" in bench.cache.results:
+        found = bench.cache.results["oracle"]
+        return config_from_json(found["config"]), found["speedup"], found["significant"]
+    singles = [{name: value} for name, value in neighbourhood(bench.space)]
+    screens = {config_key(c): bench.screen(c) for c in tqdm(singles, desc=f"{bench.name} singles")}
+    active = sorted((c for c in singles if screens[config_key(c)].outcome != "identical"
+                     and screens[config_key(c)].outcome != "failed"),
+                    key=lambda c: -screens[config_key(c)].fitness)[:pair_moves]
+    pairs = [{**a, **b} for i, a in enumerate(active) for b in active[i + 1:]
+             if set(a).isdisjoint(b)]
+    for config in tqdm(pairs, desc=f"{bench.name} pairs"):
+        screens[config_key(config)] = bench.screen(config)
+    best = sorted((k for k, s in screens.items() if s.fitness > 0),
+                  key=lambda k: -screens[k].fitness)[:3]
+    verified = {k: bench.verify(config_from_json(json.loads(k))) for k in best}
+    key = max(verified, key=verified.get, default=None)
+    config = config_from_json(json.loads(key)) if key else {}
+    speedup = verified[key] if key else 1.0
+    significant = bool(key) and bench.cache.verified[key][1] > 1.01
+    bench.cache.results["oracle"] = {"config": json.loads(key) if key else {},
+                                     "speedup": speedup, "significant": significant,
+                                     "screened": len(screens)}
+    bench.cache.save()
+    return config, speedup, significant
+
+
+@dataclass
+class Run:
+    """One search of one strategy at one budget."""
+
+    strategy: str
+    budget: int
+    seed: int
+    best: CompilerConfig
+    verified: float
+    to_target: int | None  # evaluations until a screen reached 90% of the oracle's gain
+    minutes: float
+
+
+def _to_target(fitnesses: list[float], target: float) -> int | None:
+    return next((i + 1 for i, f in enumerate(fitnesses) if target > 0 and f >= 0.9 * target), None)
+
+
+def run_schedule(bench: Bench, budget: int, target: float) -> Run:
+    """The tuner's default schedule, live, from a cold start (cached per budget)."""
+    key = f"schedule/{budget}"
+    if key not in bench.cache.results:
+        with tempfile.TemporaryDirectory() as home:
+            started = time.perf_counter()
+            result = tune_module(bench.module, Path(home), TuneSettings(budget_evals=budget))
+            minutes = (time.perf_counter() - started) / 60
+        fitnesses = [t.fitness for t in result.trials]
+        verified = result.speedup if result.accepted else 1.0
+        bench.cache.results[key] = asdict(Run("schedule", budget, 0, result.config,
+                                              verified or 1.0, _to_target(fitnesses, target), minutes))
+        bench.cache.save()
+    data = bench.cache.results[key]
+    return Run(**{**data, "best": config_from_json(data["best"])})
+
+
+def _replay(bench: Bench, strategy: str, budget: int, seed: int, target: float,
+            ask: Callable[[list[TrialRecord]], CompilerConfig | None]) -> Run:
+    history = [TrialRecord({}, 0.0, 0.0)]
+    cost, fitnesses = 0.0, []
+    for _ in range(budget):
+        config = ask(history)
+        if config is None:
+            break
+        screen = bench.screen(config)
+        cost += screen.seconds
+        fitnesses.append(screen.fitness)
+        history.append(TrialRecord(config, screen.fitness, screen.low))
+    best = max(history, key=lambda t: t.fitness)
+    return Run(strategy, budget, seed, best.config, bench.verify(best.config),
+               _to_target(fitnesses, target), cost / 60)
+
+
+def run_plain(bench: Bench, name: str, budget: int, seed: int, target: float) -> Run:
+    """One of the tuner's strategies alone, on replayed screens."""
+    strategy = STRATEGIES[name](bench.space, budget, seed)
+    return _replay(bench, name, budget, seed, target, lambda history: propose(strategy, history))
+
+
+def run_optuna(bench: Bench, name: str, budget: int, seed: int, target: float) -> Run:
+    """Optuna's TPE or random sampler on the same encoding, on replayed screens; a config it
+    asks for twice is told its known value and costs an evaluation of the budget."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = (optuna.samplers.TPESampler(seed=seed) if name == "optuna-tpe"
+               else optuna.samplers.RandomSampler(seed=seed))
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    labels = {p.name: [DEFAULT_LABEL, *map(json.dumps, p.values)] for p in bench.space.params}
+    distributions = {n: CategoricalDistribution(v) for n, v in labels.items()}
+    study.add_trial(optuna.trial.create_trial(
+        params={n: DEFAULT_LABEL for n in labels}, distributions=distributions, value=0.0))
+
+    def ask(history: list[TrialRecord]) -> CompilerConfig:
+        if len(history) > 1:
+            study.tell(ask.trial, max(history[-1].fitness, FAILED))
+        ask.trial = study.ask(distributions)
+        return {n: json.loads(v) for n, v in ask.trial.params.items() if v != DEFAULT_LABEL}
+
+    return _replay(bench, name, budget, seed, target, ask)
+
+
+def gain(run: Run, oracle_speedup: float) -> float:
+    """The run's verified gain as a share of the oracle's, in log speedup (0 at worst)."""
+    if oracle_speedup <= 1.0:
+        return 1.0
+    return max(0.0, math.log(max(run.verified, 1e-9))) / math.log(oracle_speedup)
+
+
+def bench_workload(bench: Bench, budgets: list[int], seeds: int, pair_moves: int) -> dict[str, Any]:
+    """Every search of one workload, summarized per strategy and budget."""
+    config, speedup, significant = oracle(bench, pair_moves)
+    target = math.log(speedup) if speedup > 1 else 0.0
+    runs: list[Run] = [run_schedule(bench, b, target) for b in budgets]
+    for budget in budgets:
+        for seed in range(seeds):
+            runs += [run_plain(bench, name, budget, seed, target) for name in sorted(STRATEGIES)]
+            runs += [run_optuna(bench, name, budget, seed, target) for name in OPTUNA]
+    rows = []
+    for strategy in ["schedule", *sorted(STRATEGIES), *OPTUNA]:
+        for budget in budgets:
+            mine = [r for r in runs if r.strategy == strategy and r.budget == budget]
+            reached = [r.to_target for r in mine if r.to_target is not None]
+            rows.append({"workload": bench.name, "strategy": strategy, "budget": budget,
+                         "gain": statistics.median(gain(r, speedup) for r in mine),
+                         "verified": statistics.median(r.verified for r in mine),
+                         "to90": statistics.median(reached) if len(reached) * 2 > len(mine) else None,
+                         "minutes": statistics.median(r.minutes for r in mine)})
+    return {"workload": bench.name, "oracle": {"config": config, "speedup": speedup,
+                                                "significant": significant}, "rows": rows}
+
+
+def overall(results: list[dict[str, Any]], budgets: list[int]) -> list[dict[str, Any]]:
+    """Per strategy and budget: the geometric mean of verified speedups over the workloads whose
+    oracle is significant, the mean gain share and the worst."""
+    counted = [r for r in results if r["oracle"]["significant"]]
+    summary = []
+    for strategy in ["schedule", *sorted(STRATEGIES), *OPTUNA]:
+        for budget in budgets:
+            rows = [row for r in counted for row in r["rows"]
+                    if row["strategy"] == strategy and row["budget"] == budget]
+            if not rows:
+                continue
+            oracle_logs = sum(math.log(r["oracle"]["speedup"]) for r in counted)
+            found_logs = sum(math.log(max(row["verified"], 1.0)) for row in rows)
+            summary.append({"strategy": strategy, "budget": budget,
+                            "geomean_verified": math.exp(found_logs / len(rows)),
+                            "gain_of_geomean": found_logs / oracle_logs if oracle_logs else 1.0,
+                            "worst_gain": min(row["gain"] for row in rows),
+                            "minutes": statistics.mean(row["minutes"] for row in rows)})
+    return summary
+
+
+def print_results(results: list[dict[str, Any]], summary: list[dict[str, Any]],
+                  budgets: list[int]) -> None:
+    for result in results:
+        o = result["oracle"]
+        print(f"\n{result['workload']}: oracle {o['speedup']:.3f}x "
+              f"{'(significant)' if o['significant'] else '(not significant)'} {o['config']}")
+        print(f"  {'strategy':<14}" + "".join(f"  gain@{b:<3} ver@{b:<4} to90 min  " for b in budgets))
+        for strategy in ["schedule", *sorted(STRATEGIES), *OPTUNA]:
+            cells = []
+            for budget in budgets:
+                row = next(r for r in result["rows"]
+                           if r["strategy"] == strategy and r["budget"] == budget)
+                to90 = "-" if row["to90"] is None else f"{row['to90']:.0f}"
+                cells.append(f"  {row['gain']:>7.2f} {row['verified']:>7.3f}x {to90:>4} "
+                             f"{row['minutes']:>4.1f}")
+            print(f"  {strategy:<14}" + "".join(cells))
+    print("\nover the workloads with a significant oracle:")
+    print(f"  {'strategy':<14} {'budget':>6} {'geomean':>9} {'gain':>6} {'worst':>6} {'min':>5}")
+    for row in summary:
+        print(f"  {row['strategy']:<14} {row['budget']:>6} {row['geomean_verified']:>8.3f}x "
+              f"{row['gain_of_geomean']:>6.2f} {row['worst_gain']:>6.2f} {row['minutes']:>5.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default=",".join(w.name for w in zoo.all_workloads()),
+                        help="comma-separated zoo workloads (default: all, both sizes)")
+    parser.add_argument("--budgets", default="8,16,40", help="evaluations per search")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per replayed strategy")
+    parser.add_argument("--pair-moves", type=int, default=10,
+                        help="the oracle pairs this many best active single moves")
+    parser.add_argument("--cache", type=Path,
+                        default=Path.home() / ".cache" / "fleet-fdo" / "search_quality")
+    parser.add_argument("--json", action="store_true", help="machine-readable results")
+    args = parser.parse_args()
+    budgets = [int(b) for b in args.budgets.split(",")]
+    args.cache.mkdir(parents=True, exist_ok=True)
+    results = []
+    for name in args.workloads.split(","):
+        bench = Bench(name, args.cache)
+        try:
+            results.append(bench_workload(bench, budgets, args.seeds, args.pair_moves))
+        finally:
+            bench.close()
+    summary = overall(results, budgets)
+    if args.json:
+        print(json.dumps({"workloads": results, "overall": summary}, indent=1, default=str))
+    else:
+        print_results(results, summary, budgets)
+
+
+if __name__ == "__main__":
+    main()
