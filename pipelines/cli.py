@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 the work ran but its outcome is a failure (a failed evaluation, numerics
 off); 2 bad usage or bad input (unreadable module, unknown flag); 3 the good inputs landed but
-some inputs (or rows) were quarantined; 130 interrupted.
+some inputs (or rows) were quarantined; 4 (evaluate, tune) a module fails with the compiler's
+default config, so there is nothing to measure against; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Callable
 from tuner.strategies import STRATEGIES
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_QUARANTINED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_DEFAULT_FAILS = 4
 
 
 def default_home() -> Path:
@@ -65,7 +67,7 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from ingest.hlo_module import load_file
     from tuner.compile import check_options
-    from tuner.evaluate import evaluate
+    from tuner.evaluate import DEFAULT_FAILS, evaluate
     from tuner.flags import parse_assignment, to_json
     from tuner.measure import MeasureSettings
 
@@ -78,14 +80,23 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         _print_json({**result.to_json(), "config": to_json(candidate)})
     else:
         _print_evaluation(module.source, candidate, result)
+    if result.failure == DEFAULT_FAILS:
+        return EXIT_DEFAULT_FAILS
     if result.error is not None or result.numerics_ok is False:
         return EXIT_FAILED
     return EXIT_OK
 
 
 def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
+    from tuner.evaluate import DEFAULT_FAILS
+
     label = ", ".join(f"{k}={v}" for k, v in candidate.items()) or "A/A (default vs default)"
     print(f"{source}: {label}")
+    if result.failure == DEFAULT_FAILS:
+        print(f"  {result.error}")  # "default fails: <reason>"
+        if result.candidate_runs is not None:
+            print(f"  {_without_default(result)}")
+        return
     if result.error:
         print(f"  failed: {result.error}")
         return
@@ -97,6 +108,17 @@ def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
           f"{result.pairs} pairs, {verdict})")
     print(f"  numerics {'ok' if result.numerics_ok else 'FAILED'}; "
           f"compile {result.compile_seconds:.2f} s")
+
+
+def _without_default(result: Any) -> str:
+    """What the candidate did where the default fails."""
+    if not result.candidate_runs:
+        return "the candidate does not run it either"
+    if result.numerics_ok is None:
+        return "the candidate runs it (its numerics unchecked: the reference config fails too)"
+    verdict = "ok" if result.numerics_ok else "FAILED"
+    return (f"the candidate runs it; numerics {verdict} against the reference config (every "
+            "fusion type on XLA's own emitters)")
 
 
 def cmd_workloads(args: argparse.Namespace) -> int:
@@ -261,7 +283,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     else:
         for (label, _, _), r in zip(tasks, results):
             _print_tune_result(label, r)
-    return EXIT_OK
+    return _tune_exit(results)
 
 
 def _tune_ops(args: argparse.Namespace) -> int:
@@ -290,7 +312,14 @@ def _tune_ops(args: argparse.Namespace) -> int:
             _print_tune_result(label, r)
         for graph, f in done.folds:
             _print_tune_result(f"graph {graph[:8]} folded from {len(f.sources)} op results", f)
-    return EXIT_OK
+    return _tune_exit(done.results)
+
+
+def _tune_exit(results: list[Any]) -> int:
+    """`fdo tune`'s exit status: EXIT_DEFAULT_FAILS if any task's default failed."""
+    from tuner.evaluate import DEFAULT_FAILS
+
+    return EXIT_DEFAULT_FAILS if any(r.failure == DEFAULT_FAILS for r in results) else EXIT_OK
 
 
 def _tune_settings(args: argparse.Namespace, evals: int, strategy: str) -> Any:
@@ -623,7 +652,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", action="store_true", help="list the op fingerprints with kind and size")
     p.set_defaults(run=cmd_fingerprint)
 
-    p = sub.add_parser("evaluate", help="measure a compiler config against the default")
+    p = sub.add_parser("evaluate", help="measure a compiler config against the default",
+                       epilog="Exit status 4: the module fails with the compiler's default config "
+                       "(it does not compile or run), so there is nothing to measure against; the "
+                       "candidate is still tried, and if it runs the module, its numerics are "
+                       "checked against a reference config that routes every fusion type to "
+                       "XLA's own emitters. 1: the candidate fails, or its numerics are off.")
     p.add_argument("file", help="HLO module (unoptimized) to compile and run")
     p.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE",
                    help="a compiler flag of the candidate; repeat for more (none: A/A check)")
@@ -669,7 +703,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_rank, takes_beam_args=True)
 
-    p = sub.add_parser("tune", help="search compiler flags for HLO modules and verify the best")
+    p = sub.add_parser("tune", help="search compiler flags for HLO modules and verify the best",
+                       epilog="Exit status 4: a module fails with the compiler's default config (it "
+                       "does not compile or run), so there is nothing to measure against; its task "
+                       "ends with status \"default fails: <reason>\".")
     p.add_argument("files", nargs="*", help="HLO modules (unoptimized) to tune; none: the top "
                    "ranked graph candidates this machine can measure")
     p.add_argument("--kind", choices=["graph", "op"], default="graph",

@@ -3,22 +3,43 @@
 `evaluate` is what callers use; it sends the job to a sandboxed worker, where `run_evaluation`
 compiles both configs, skips the timing when the candidate compiles to the very same program,
 runs both on the same deterministic inputs, checks the candidate's numerics against the default,
-and measures the speedup with paired interleaved timing.
+and measures the speedup with paired interleaved timing. Both compile the module as prepared for
+measurement (`measurable_module`: no buffer aliasing, no tuple-shaped parameters).
+
+An evaluation that produces no measurement says why as data (`EvaluationResult.failure`, one of
+the kinds below) and as a message (`error`). When the default fails (it does not compile or
+run), nothing can be timed; the candidate is still tried, and if it runs the module, its
+numerics are checked against `REFERENCE_CONFIG`, the default with every fusion type routed to
+XLA's own emitters instead of a library.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
 
 from ingest.hlo_module import HloModule
 from ingest.hlo_proto import ModuleProto
 from tuner.compile import CompileError
 from tuner.flags import CompilerConfig
 from tuner.measure import MeasureSettings
-from tuner.worker import Worker, WorkerFailure
+from tuner.tuple_parameters import flatten_tuple_parameters
+from tuner.worker import DEFAULT_TIMEOUT, Worker, WorkerFailure
 
 _EVALUATE_TASK = "tuner.evaluate:run_evaluation"
+
+# Why an evaluation produced no measurement. "default_fails": the default config does not
+# compile or run the module (nothing to compare with); "candidate_fails": the default runs, the
+# candidate does not compile or run; "worker_<kind>": the worker died running the evaluation
+# (crash, oom, timeout) or raised (error), with the default or the candidate, unknown which.
+Failure = Literal["default_fails", "candidate_fails", "worker_error", "worker_crash",
+                  "worker_oom", "worker_timeout"]
+DEFAULT_FAILS: Failure = "default_fails"
+CANDIDATE_FAILS: Failure = "candidate_fails"
+# The library routing flags all empty: every fusion type goes to XLA's own emitters.
+REFERENCE_CONFIG: CompilerConfig = {"xla_cpu_experimental_ynn_fusion_type": (),
+                                    "xla_cpu_experimental_xnn_fusion_type": (),
+                                    "xla_cpu_experimental_onednn_fusion_type": ()}
 
 
 @dataclass(frozen=True)
@@ -38,11 +59,37 @@ class EvaluationResult:
     candidate_seconds: float | None = None
     stop_reason: str = ""
     numerics: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None  # why the evaluation failed, when it did
+    error: str | None = None  # why the evaluation failed, when it did, for people
+    failure: Failure | None = None  # why the evaluation failed, when it did, as data
+    candidate_runs: bool | None = None  # when the default fails: whether the candidate runs it
+    numerics_against: str = "default"  # whose outputs `numerics` checks: default | reference
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
+
+
+class DefaultFails(RuntimeError):
+    """The module fails with the default config: it does not compile or run, or its worker dies
+    (crash, out of memory, timeout) running it."""
+
+
+def prepare_default(worker: Worker, module_proto: bytes, seed: int,
+                    timeout: float = DEFAULT_TIMEOUT) -> str:
+    """Compile and run the module with the compiler's defaults in `worker`, which keeps it for
+    the candidates measured there next (`tuner.session.prepare`); returns the default's program
+    key. Raises DefaultFails when it cannot; an exception of the worker's job (our code, not the
+    compiler's) stays a WorkerFailure."""
+    try:
+        prepared = worker.call("tuner.session:prepare", timeout=timeout,
+                               module_proto=module_proto, seed=seed)
+    except WorkerFailure as failure:
+        if failure.kind == "error":
+            raise
+        raise DefaultFails(f"{failure.kind}: {failure.reason}") from None
+    if "error" in prepared:
+        raise DefaultFails(prepared["error"])
+    return prepared["program"]
 
 
 def evaluate(
@@ -69,18 +116,19 @@ def evaluate(
         )
         return EvaluationResult(**payload)
     except WorkerFailure as failure:
-        return failed_result(f"{failure.kind}: {failure.reason}")
+        return failed_result(f"worker_{failure.kind}", f"{failure.kind}: {failure.reason}")
     finally:
         if own_worker:
             worker.close()
 
 
-def failed_result(error: str, compile_seconds: float | None = None) -> EvaluationResult:
+def failed_result(failure: Failure, error: str,
+                  compile_seconds: float | None = None) -> EvaluationResult:
     """The result of an evaluation that could not produce a measurement."""
     return EvaluationResult(
         speedup=None, ci_low=None, ci_high=None, significant=False, numerics_ok=None,
         identical_program=False, compile_seconds=compile_seconds, default_compile_seconds=None,
-        error=error,
+        error=error, failure=failure,
     )
 
 
@@ -94,14 +142,14 @@ def run_evaluation(
     """The worker side of `evaluate`; returns the fields of an EvaluationResult."""
     from tuner import session
 
-    try:
-        base = session.prepare(module_proto, seed, default)
-    except CompileError as exc:
-        return asdict(failed_result(f"default config does not compile: {exc}"))
+    module_proto = measurable_module(module_proto)
     config = {**default, **candidate}
-    tuned = session.compile_serialized(without_buffer_aliasing(module_proto), config)
+    base = session.prepare(module_proto, seed, default)
+    if "error" in base:
+        return asdict(_without_default(module_proto, candidate, default, seed, base["error"]))
+    tuned = session.compile_serialized(module_proto, config)
     if "error" in tuned:
-        return asdict(failed_result(f"candidate {tuned['error']}"))
+        return asdict(failed_result(CANDIDATE_FAILS, f"candidate config {tuned['error']}"))
     if tuned["program"] == base["program"] and candidate:  # an empty candidate is an A/A check
         return asdict(EvaluationResult(
             speedup=1.0, ci_low=1.0, ci_high=1.0, significant=False, numerics_ok=True,
@@ -109,7 +157,11 @@ def run_evaluation(
             default_compile_seconds=base["compile_seconds"],
             stop_reason="optimized module and codegen flags identical to the default's",
         ))
-    measured = session.measure_serialized(tuned["executable"], config, settings)
+    try:
+        measured = session.measure_serialized(tuned["executable"], config, settings)
+    except session.RunError as exc:
+        return asdict(failed_result(CANDIDATE_FAILS, f"candidate config fails to run: {exc}",
+                                    tuned["compile_seconds"]))
     return asdict(EvaluationResult(
         speedup=measured["speedup"],
         ci_low=measured["ci_low"],
@@ -125,6 +177,39 @@ def run_evaluation(
         stop_reason=measured["stop_reason"],
         numerics=measured["numerics"],
     ))
+
+
+def _without_default(module_proto: bytes, candidate: CompilerConfig, default: CompilerConfig,
+                     seed: int, reason: str) -> EvaluationResult:
+    """The result when the default fails (`reason`): whether the candidate runs the module
+    instead, and if it does, its numerics checked against REFERENCE_CONFIG (an A/A check tries
+    nothing)."""
+    from tuner import session
+    from tuner.numerics import all_ok, compare_outputs
+
+    failed = failed_result(DEFAULT_FAILS, f"default fails: {reason}")
+    if not candidate:
+        return failed
+    try:
+        outputs, seconds = session.outputs_of(module_proto, {**default, **candidate}, seed)
+    except (CompileError, session.RunError):
+        return replace(failed, candidate_runs=False)
+    ran = replace(failed, candidate_runs=True, compile_seconds=seconds)
+    try:
+        expected, _ = session.outputs_of(module_proto, {**default, **REFERENCE_CONFIG}, seed)
+    except (CompileError, session.RunError) as exc:
+        return replace(ran, error=f"{failed.error}; the reference config fails too, so the "
+                                  f"candidate's numerics are unchecked: {exc}")
+    checks = compare_outputs(expected, outputs)
+    return replace(ran, numerics_ok=all_ok(checks), numerics=[asdict(c) for c in checks],
+                   numerics_against="reference")
+
+
+def measurable_module(module_proto: bytes) -> bytes:
+    """The module as the default and every candidate compile it for measurement: without
+    buffer aliasing, tuple-shaped parameters flattened (`tuner.tuple_parameters`). The very
+    same bytes when there is nothing to change, so preparing a prepared module costs a parse."""
+    return flatten_tuple_parameters(without_buffer_aliasing(module_proto))
 
 
 def without_buffer_aliasing(module_proto: bytes) -> bytes:

@@ -48,7 +48,8 @@ def parameter_specs(module: HloModule) -> list[ParameterSpec]:
     specs = []
     for number, shape in enumerate(program_shape.parameter_shapes()):
         if shape.is_tuple():
-            raise ValueError(f"{module.source}: tuple-shaped parameter {number} is not supported")
+            raise ValueError(f"{module.source}: parameter {number} is a tuple; flatten it first "
+                             "(tuner.evaluate.measurable_module)")
         dtype = np.dtype(shape.numpy_dtype())
         low, high = _DEFAULT_INT_RANGE
         if number in bounds:

@@ -108,7 +108,7 @@ def _kernel_module(optimized: HloModule, view: Any, name: str) -> HloModule:
     by_id = {c.id: c for c in view.computations}
     owner, instruction = _find(view, name, optimized.source)
     shapes = {i.id: i.shape for i in owner.instructions}
-    entry = ComputationProto(name=f"cut.{_identifier(name)}", id=_fresh_id(view))
+    entry = ComputationProto(name=f"cut.{_identifier(name)}", id=fresh_id(view))
     next_id = entry.id + 1
     parameter_ids = []
     for number, operand in enumerate(instruction.operand_ids):
@@ -129,7 +129,7 @@ def _kernel_module(optimized: HloModule, view: Any, name: str) -> HloModule:
     module = ModuleProto(name=f"cut_{_identifier(name)}", id=view.id)
     for computation_id in _reachable(by_id, instruction.called_computation_ids):
         module.computations.add().CopyFrom(by_id[computation_id])
-    _set_entry(module, entry)
+    set_entry(module, entry)
     return HloModule(module.SerializeToString(), module.name, f"{optimized.source}#{name}")
 
 
@@ -139,7 +139,7 @@ def runnable_module(kernel: HloModule) -> HloModule:
     view = kernel.view()
     by_id = {c.id: c for c in view.computations}
     entry = by_id[view.entry_computation_id]
-    inliner = _Inliner(by_id, _fresh_id(view))
+    inliner = _Inliner(by_id, fresh_id(view))
     flat = ComputationProto(name=entry.name, id=entry.id)
     root_id = inliner.inline(entry, {}, flat)
     flat.root_id = root_id
@@ -153,7 +153,7 @@ def runnable_module(kernel: HloModule) -> HloModule:
             instruction.ClearField("metadata")  # it points into a stack-frame table left behind
             if instruction.opcode == "bitcast":
                 instruction.opcode = "reshape"
-    _set_entry(module, flat)
+    set_entry(module, flat)
     return HloModule(module.SerializeToString(), module.name, kernel.source)
 
 
@@ -252,7 +252,7 @@ def _reachable(by_id: dict[int, Any], roots: Iterable[int]) -> list[int]:
     return order
 
 
-def _set_entry(module: Any, entry: Any) -> None:
+def set_entry(module: Any, entry: Any) -> None:
     """Append `entry` as the module's entry computation, with its program shape."""
     parameters = sorted((i for i in entry.instructions if i.opcode == "parameter"),
                         key=lambda i: i.parameter_number)
@@ -279,7 +279,7 @@ def _reset_layout(shape: Any) -> None:
         shape.layout.CopyFrom(LayoutProto(minor_to_major=range(len(shape.dimensions) - 1, -1, -1)))
 
 
-def _fresh_id(view: Any) -> int:
+def fresh_id(view: Any) -> int:
     """An instruction and computation id above every one the module uses."""
     return 1 + max([c.id for c in view.computations]
                    + [i.id for c in view.computations for i in c.instructions])

@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from ingest.errors import first_line
 from ingest.fingerprint import graph_fingerprint
 from ingest.hlo_module import HloModule
 from tuner.compile import (CompileError, compile_module, compiler_defaults, elf_objects,
@@ -41,26 +42,61 @@ def program_key(optimized_proto: bytes, code: tuple[bytes, ...], config: Compile
     return f"{fingerprint}:{codegen_values(without_defaults(config, compiler_defaults()))!r}"
 
 
+class RunError(RuntimeError):
+    """XLA failed to run a compiled module (it compiled)."""
+
+
 def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None = None) -> dict[str, Any]:
     """Compile and run the module with `default` (the compiler's defaults unless given); keep
-    it for the candidates that follow. Raises CompileError if it does not compile."""
-    import jax
-    import numpy as np
+    it for the candidates that follow. Returns its program key and compile time, or {"error":
+    why} when it does not compile or run."""
+    from tuner.evaluate import measurable_module, timed_runner
 
-    from tuner.evaluate import timed_runner, without_buffer_aliasing
-    from tuner.inputs import make_inputs, parameter_specs
-
-    module_proto = without_buffer_aliasing(module_proto)
-    base = compile_module(module_proto, default or {})
-    device = jax.devices()[0]
-    arguments = [jax.device_put(a, device) for a in make_inputs(
-        parameter_specs(HloModule(module_proto, "", "tuning")), seed)]
-    _STATE.clear()
-    _STATE.update(module=module_proto, arguments=arguments, base=base,
-                  outputs=[np.asarray(o) for o in base.executable.execute(arguments)],
+    _STATE.clear()  # a default that fails leaves no earlier module's default to measure against
+    module_proto = measurable_module(module_proto)
+    try:
+        base = compile_module(module_proto, default or {})
+    except CompileError as exc:
+        return {"error": f"does not compile: {exc}"}
+    arguments = _arguments(module_proto, seed)
+    try:
+        outputs = run_once(base.executable, arguments)
+    except RunError as exc:
+        return {"error": f"fails to run: {exc}"}
+    _STATE.update(module=module_proto, arguments=arguments, base=base, outputs=outputs,
                   runner=timed_runner(base.executable, arguments))
     key = program_key(base.optimized_proto, object_code(base.executable), default or {})
     return {"program": key, "compile_seconds": base.compile_seconds}
+
+
+def outputs_of(module_proto: bytes, config: CompilerConfig, seed: int) -> tuple[list[Any], float]:
+    """The outputs of one run of the module compiled with `config`, on the inputs of `seed`, and
+    its compile time; raises CompileError or RunError."""
+    compiled = compile_module(module_proto, config)
+    return run_once(compiled.executable, _arguments(module_proto, seed)), compiled.compile_seconds
+
+
+def run_once(executable: Any, arguments: list[Any]) -> list[Any]:
+    """The outputs of one run of `executable`, as numpy arrays; raises RunError when XLA fails
+    the run."""
+    import numpy as np
+    from jax.errors import JaxRuntimeError
+
+    try:  # the run is asynchronous: its failure surfaces when the outputs are read
+        return [np.asarray(output) for output in executable.execute(arguments)]
+    except JaxRuntimeError as exc:
+        raise RunError(first_line(exc)) from exc
+
+
+def _arguments(module_proto: bytes, seed: int) -> list[Any]:
+    """The module's inputs for `seed`, on the first device."""
+    import jax
+
+    from tuner.inputs import make_inputs, parameter_specs
+
+    device = jax.devices()[0]
+    return [jax.device_put(a, device) for a in make_inputs(
+        parameter_specs(HloModule(module_proto, "", "tuning")), seed)]
 
 
 def _span(started: float) -> tuple[int, tuple[int, ...], float, float]:
@@ -86,9 +122,8 @@ def compile_serialized(module_proto: bytes, config: CompilerConfig) -> dict[str,
 def measure_serialized(executable: bytes, config: CompilerConfig,
                        settings: MeasureSettings) -> dict[str, Any]:
     """Load a candidate compiled elsewhere (`compile_serialized`), check its numerics and time
-    it against the prepared default."""
+    it against the prepared default; raises RunError when XLA fails to run it."""
     import jax
-    import numpy as np
     from jax._src.lib import _jax
 
     from tuner.compile import compile_options
@@ -100,7 +135,7 @@ def measure_serialized(executable: bytes, config: CompilerConfig,
     loaded = device.client.deserialize_executable(executable, _jax.DeviceList((device,)),
                                                   compile_options(config))
     arguments = _STATE["arguments"]
-    checks = compare_outputs(_STATE["outputs"], [np.asarray(o) for o in loaded.execute(arguments)])
+    checks = compare_outputs(_STATE["outputs"], run_once(loaded, arguments))
     measurement = measure_pair(_STATE["runner"], timed_runner(loaded, arguments), settings)
     return {**asdict(measurement), "numerics_ok": all_ok(checks),
             "numerics": [asdict(check) for check in checks],

@@ -46,7 +46,8 @@ from ingest.hlo_module import HloModule
 from ingest.warehouse import Warehouse
 from tuner.compile import compiler_defaults
 from tuner.cores import CorePlan, plan_cores
-from tuner.evaluate import EvaluationResult, evaluate, without_buffer_aliasing
+from tuner.evaluate import (DEFAULT_FAILS, DefaultFails, EvaluationResult, Failure, evaluate,
+                            measurable_module, prepare_default)
 from tuner.flags import CompilerConfig, config_from_json
 from tuner.journal import append_record, read_records
 from tuner.measure import MeasureSettings
@@ -137,6 +138,7 @@ class TuneResult:
     kind: str = "graph"  # graph | op
     sources: list[str] = field(default_factory=list)  # a folded result's op tasks
     trials: list[Trial] = field(default_factory=list)
+    failure: Failure | None = None  # why nothing could be measured: "default_fails"
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (without the trials)."""
@@ -213,15 +215,19 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
         bar.update()
 
     plan = plan_cores(settings.compile_workers, settings.cores)
-    with Search(target.module.proto, settings.seed, plan) as search:
-        search.search(lambda pending: _next_config(target, strategy, searched, pending), searched,
-                      settings.budget_evals, settings.search, in_time, record)
-        trials = searched + [t for t in trials if t.phase == "prune"]
-        run = functools.partial(search.run, earlier=trials, settings=settings.search)
-        best = prune(run, trials, record) if strategy else _best(trials)
+    default_fails, best = None, None
+    try:
+        with Search(target.module.proto, settings.seed, plan) as search:
+            search.search(lambda pending: _next_config(target, strategy, searched, pending),
+                          searched, settings.budget_evals, settings.search, in_time, record)
+            trials = searched + [t for t in trials if t.phase == "prune"]
+            run = functools.partial(search.run, earlier=trials, settings=settings.search)
+            best = prune(run, trials, record) if strategy else _best(trials)
+    except DefaultFails as failed:  # nothing to measure against: the task ends here
+        default_fails = str(failed)
     bar.close()
     result = _verify(target, trials, best, settings, task_id, env_key,
-                     environment.compiler_version)
+                     environment.compiler_version, default_fails)
     save_result(task_dir, result)
     land_result(home, result)
     return result
@@ -319,7 +325,7 @@ class Search:
     (`tuner.cores`), so a compile never runs beside a measurement on the same core."""
 
     def __init__(self, module_proto: bytes, seed: int, plan: CorePlan | None = None) -> None:
-        self.module_proto, self.seed = without_buffer_aliasing(module_proto), seed
+        self.module_proto, self.seed = measurable_module(module_proto), seed
         self.plan = plan or plan_cores()
         self.executor = Worker(cores=self.plan.execute)
         self.compilers = WorkerPool(self.plan.compile_workers, cores=self.plan.compile,
@@ -345,9 +351,13 @@ class Search:
         self.executor.close()
 
     def _prepare(self) -> None:
-        prepared = self.executor.call("tuner.session:prepare", module_proto=self.module_proto,
-                                      seed=self.seed)
-        self.default_program = prepared["program"]
+        """Compile and run the default in the execute worker; DefaultFails, with the workers
+        stopped, when it does not compile or run."""
+        try:
+            self.default_program = prepare_default(self.executor, self.module_proto, self.seed)
+        except DefaultFails:
+            self.__exit__()  # raised from __enter__, `with` would leave the workers running
+            raise
 
     def search(self, next_config: Callable[[list[CompilerConfig]], CompilerConfig | None],
                trials: list[Trial], budget: int, settings: MeasureSettings,
@@ -441,17 +451,28 @@ def _once_more(first: Callable[[], Any], retry: Callable[[], Any]) -> Any:
 
 
 def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, settings: TuneSettings,
-            task_id: str, env_key: str, compiler_version: str) -> TuneResult:
-    """Re-measure the `best` trial in a fresh worker; accept it only if it holds up."""
+            task_id: str, env_key: str, compiler_version: str,
+            default_fails: str | None = None) -> TuneResult:
+    """Re-measure the `best` trial in a fresh worker; accept it only if it holds up. A task whose
+    default failed (`default_fails` says why) ends "default fails", as does one whose default
+    fails in the verification."""
     base = dict(task_id=task_id, fingerprint=target.fingerprint, env_key=env_key,
                 evaluations=len(trials), measured=sum(t.outcome == "measured" for t in trials),
                 strategy=settings.strategy, compiler_version=compiler_version, kind=target.kind,
                 sources=list(target.sources), trials=trials)
+    if default_fails is not None:
+        return TuneResult(status=f"default fails: {default_fails}", accepted=False, config={},
+                          speedup=None, ci_low=None, ci_high=None, numerics_ok=None,
+                          failure=DEFAULT_FAILS, **base)
     if best is None:
         return TuneResult(status="no significant gain", accepted=False, config={}, speedup=None,
                           ci_low=None, ci_high=None, numerics_ok=None, **base)
     check: EvaluationResult = evaluate(target.module, best.config, settings=settings.verify,
                                        seed=settings.seed + 1)
+    if check.failure == DEFAULT_FAILS:  # its error says "default fails: <reason>"
+        return TuneResult(status=check.error, accepted=False,
+                          config=best.config, speedup=None, ci_low=None, ci_high=None,
+                          numerics_ok=None, failure=DEFAULT_FAILS, **base)
     if check.error:
         return TuneResult(status=f"verification failed: {check.error}", accepted=False,
                           config=best.config, speedup=None, ci_low=None, ci_high=None,

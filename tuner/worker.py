@@ -7,7 +7,8 @@ timed-out worker is replaced; a live one is reused, because starting JAX costs s
 
 A worker can run under another Python interpreter than its caller (a toolchain: an interpreter
 with another jaxlib, see validator.toolchains); it imports this project's code from the same
-directory as its caller, so only the compiler differs.
+directory as its caller, so only the compiler differs. Workers run with JAX's 64-bit types on,
+so a module's f64 and s64 parameters get inputs of their own types.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from tuner.cores import parse_cores, pin, start_backend_on
 
 DEFAULT_MEMORY_LIMIT = 8 * 1024**3
 DEFAULT_TIMEOUT = 300.0
+# JAX's 64-bit types on: with JAX's default, `jax.device_put` makes an f64 or s64 input f32 or
+# s32, and XLA refuses it for an f64 or s64 parameter. A worker's jobs make every array from an
+# explicit dtype (the module's parameter types), so nothing there leans on the 32-bit default.
+_ENVIRONMENT = {"JAX_ENABLE_X64": "1"}
 
 
 class WorkerFailure(RuntimeError):
@@ -122,7 +127,8 @@ class Worker:
                 [self._python, "-m", "tuner.worker", str(child.fileno()), str(self._memory_limit),
                  _core_list(self._cores), _core_list(self._backend_cores)],
                 pass_fds=(child.fileno(),),
-                env={**os.environ, "PYTHONPATH": project_root() + os.pathsep + os.environ.get("PYTHONPATH", "")},
+                env={**os.environ, **_ENVIRONMENT,
+                     "PYTHONPATH": project_root() + os.pathsep + os.environ.get("PYTHONPATH", "")},
             )
         except OSError as exc:
             parent.close()

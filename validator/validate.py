@@ -34,7 +34,7 @@ from delivery.store import DEFAULT_TTL, Store
 from ingest.blobs import BlobStore
 from ingest.hlo_module import HloLoadError, from_text
 from ingest.warehouse import Warehouse
-from tuner.evaluate import evaluate
+from tuner.evaluate import CANDIDATE_FAILS, DEFAULT_FAILS, DefaultFails, evaluate, prepare_default
 from tuner.flags import FlagError, from_json
 from tuner.measure import MeasureSettings
 from tuner.worker import Worker, WorkerFailure
@@ -169,14 +169,13 @@ def _measure(queued: Queued, planner: Planner, worker: Worker, settings: Validat
                                                  settings.measure.noise_band)
         change = {"kept": rules.REFRESH, "rekeyed": rules.ADD}.get(outcome, invalidated)
         return decide(outcome, reason, change, result)
-    if result.error.startswith("default config does not compile"):
-        return decide("unmeasured", f"its graph does not compile on {cv}: {result.error}", rules.NONE)
-    if result.error.startswith("candidate"):
+    if result.failure == DEFAULT_FAILS:
+        return decide("unmeasured", f"its graph fails on {cv}: {result.error}", rules.NONE)
+    if result.failure == CANDIDATE_FAILS:
         return decide("invalidated", f"{result.error} on {cv}", invalidated)
     # The worker crashed, ran out of memory or time: blame the config only if the defaults run.
     try:
-        worker.call("tuner.session:prepare", timeout=settings.timeout, module_proto=module.proto,
-                    seed=settings.seed)
-    except WorkerFailure as failure:
+        prepare_default(worker, module.proto, settings.seed, settings.timeout)
+    except (DefaultFails, WorkerFailure) as failure:
         return decide("unmeasured", f"its graph fails on {cv} with the defaults too: {failure}", rules.NONE)
     return decide("invalidated", f"{result.error} with this config on {cv}; the defaults run", invalidated)
