@@ -181,8 +181,9 @@ class Hook:
         job_options = {str(name): str(value) for name, value in compile_options.env_option_overrides}
         if not job_options:
             return self._environment
-        # The machine does not change between compiles: only the job's options are new.
-        return replace(self._environment, job_options=dict(sorted(job_options.items())))
+        # The machine and XLA_FLAGS do not change between compiles: only the compile's options.
+        merged = {**self._environment.job_options, **job_options}
+        return replace(self._environment, job_options=dict(sorted(merged.items())))
 
     def _record(self, plan: _Plan, optimized_fingerprint: str | None, hook_seconds: float,
                 compile_seconds: float) -> None:

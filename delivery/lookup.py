@@ -5,16 +5,19 @@ None, and raise `StoreUnavailable` when the store cannot answer (missing, corrup
 slow); the hook then compiles with the defaults. Neither ever raises anything else.
 
 - `EmbeddedStore` reads one version (pinned, or the live one at first use) once per process.
-- `RemoteStore` asks `GET /v1/configs/{key}` with a short timeout, caches answers (hits and
+- `RemoteStore` asks `GET /v1/configs/{key}` with a short deadline (connect and every read
+  together), caches answers (hits and
   misses) for a while, and after a failure stops asking for a while, so a slow or dead service
   costs one timeout per back-off period, not one per compile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import http.client
 import json
+import socket
 import threading
 import time
 import urllib.parse
@@ -146,13 +149,36 @@ class RemoteStore:
 
 
     def _get(self, path: str) -> tuple[int, bytes]:
+        """One request, answered whole within `timeout` or TimeoutError: the socket's own
+        timeout bounds each read, not their sum, and a server that drips a byte at a time
+        would hold a compile forever; a timer shuts the socket at the deadline instead."""
         connection = getattr(self._connections, "connection", None)
         if connection is None:
             kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
             connection = self._connections.connection = kind(self._netloc, timeout=self.timeout)
-        connection.request("GET", path, headers={"Accept": "application/json"})
-        response = connection.getresponse()
-        body = response.read(MAX_RESPONSE_BYTES + 1)
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            if connection.sock is not None:
+                with contextlib.suppress(OSError):
+                    connection.sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(self.timeout, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            connection.request("GET", path, headers={"Accept": "application/json"})
+            response = connection.getresponse()
+            body = response.read(MAX_RESPONSE_BYTES + 1)
+        except (http.client.HTTPException, OSError):
+            if expired.is_set():
+                raise TimeoutError(f"no whole answer within {self.timeout} s") from None
+            raise
+        finally:
+            timer.cancel()
+        if expired.is_set():
+            raise TimeoutError(f"no whole answer within {self.timeout} s")
         if response.will_close or len(body) > MAX_RESPONSE_BYTES:
             connection.close()
             self._connections.connection = None

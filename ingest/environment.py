@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+# Parts of XLA flag names that touch files, caches or the process rather than the generated
+# code: such a flag is no part of an environment, and never accepted in a config (tuner.flags).
+SIDE_EFFECT_FLAG_PARTS = ("dump", "_file", "_dir", "_path", "cache", "xla_fuel", "profile")
 
 # CPU features that change what XLA's CPU backend generates or which libraries it can route to.
 _RELEVANT_CPU_FLAGS = (
@@ -68,8 +74,27 @@ def store_key(fingerprint: str, env_key: str) -> str:
     return hashlib.blake2b(f"{fingerprint}/{env_key}".encode(), digest_size=16).hexdigest()
 
 
+def xla_flags_options(text: str | None = None) -> dict[str, str]:
+    """The compiler flags a process sets through `XLA_FLAGS` (`text`, or the variable), by
+    name without dashes: what a JAX user sets this way is part of what the compiler emits,
+    like the options of a compile. Flags that touch files or caches are left out; a bare
+    `--flag` is "true", as XLA reads it."""
+    text = os.environ.get("XLA_FLAGS", "") if text is None else text
+    try:
+        words = shlex.split(text)
+    except ValueError:  # unbalanced quotes: XLA splits on spaces too
+        words = text.split()
+    options = {}
+    for word in words:
+        name, sep, value = word.lstrip("-").partition("=")
+        if name.startswith("xla_") and not any(part in name for part in SIDE_EFFECT_FLAG_PARTS):
+            options[name] = value if sep else "true"
+    return options
+
+
 def current_environment(job_options: dict[str, str] | None = None) -> Environment:
-    """The environment of the running process's default JAX backend."""
+    """The environment of the running process's default JAX backend; its job options are the
+    compiler flags of `XLA_FLAGS` and `job_options` (a compile's own options win)."""
     import jax
     import jaxlib
 
@@ -83,7 +108,7 @@ def current_environment(job_options: dict[str, str] | None = None) -> Environmen
         device_kind=device_kind,
         device_count=len(devices),
         compiler_version=f"jaxlib-{jaxlib.__version__}",
-        job_options=dict(sorted((job_options or {}).items())),
+        job_options=dict(sorted({**xla_flags_options(), **(job_options or {})}.items())),
     )
 
 

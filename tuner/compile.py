@@ -27,6 +27,7 @@ from typing import Any
 
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
+from ingest.environment import xla_flags_options
 from ingest.hlo_proto import build_messages
 from tuner.flags import FLAGS, FUSION_TYPE_PREFIX, PLACEMENT_PREFIX, CompilerConfig, to_xla
 
@@ -120,15 +121,16 @@ def compile_options(config: CompilerConfig) -> Any:
 def apply_config(options: Any, config: CompilerConfig) -> Any:
     """A copy of jaxlib CompileOptions `options` with `config` applied through both channels.
 
-    A flag the options set already (an override, or a backend extra entry, e.g. from the job's
-    XLA_FLAGS) keeps its value: it is part of the environment a config was tuned for.
+    A flag the job set itself (an override of these options, a backend extra entry, or a flag
+    of its XLA_FLAGS) keeps its value: it is part of the environment a config was tuned for,
+    and a stored config never overrides it.
     """
     from jax._src.lib import xla_client
 
     has_placement = any(name.startswith(PLACEMENT_PREFIX) for name in config)
     settings = to_xla(config, compiler_defaults() if has_placement else None)
     tuned = copy.deepcopy(options)
-    own = {name for name, _ in tuned.env_option_overrides}
+    own = {name for name, _ in tuned.env_option_overrides} | set(xla_flags_options())
     tuned.env_option_overrides = list(tuned.env_option_overrides) + [
         (name, value) for name, value in settings.overrides.items() if name not in own]
     if not settings.backend_extra:
@@ -138,7 +140,7 @@ def apply_config(options: Any, config: CompilerConfig) -> Any:
     fragment = _COMPILE_OPTIONS()
     entries = fragment.executable_build_options.debug_options.xla_backend_extra_options
     for name, value in settings.backend_extra.items():
-        if name not in own_extra:
+        if name not in own_extra and name not in own:
             entries.add(key=name, value=value)
     return xla_client.CompileOptions.ParseFromString(raw + fragment.SerializeToString())
 

@@ -35,6 +35,8 @@ import re
 from dataclasses import dataclass
 from typing import Union
 
+from ingest.environment import SIDE_EFFECT_FLAG_PARTS
+
 FlagValue = Union[bool, int, float, str, tuple[str, ...]]
 CompilerConfig = dict[str, FlagValue]
 
@@ -109,9 +111,6 @@ PLACEMENT = FlagSpec("placement", "placement", (XLA_BACKEND, *LIBRARY_FLAGS), ch
                      rank=0)
 _FUSION_TYPE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
-# Flags that write files, read files, or change what the process does besides code generation:
-# never accepted in a config, wherever it comes from.
-_FORBIDDEN_SUBSTRINGS = ("dump", "_file", "_dir", "_path", "cache", "xla_fuel", "profile")
 
 
 def parse_assignment(text: str) -> tuple[str, FlagValue]:
@@ -197,7 +196,7 @@ def check_name(name: str) -> None:
     if not name.startswith("xla_"):
         raise FlagError(f"{name}: not an XLA compiler flag (they start with 'xla_') "
                         f"nor a placement ('{PLACEMENT_PREFIX}<FUSION_TYPE>')")
-    if any(part in name for part in _FORBIDDEN_SUBSTRINGS):
+    if any(part in name for part in SIDE_EFFECT_FLAG_PARTS):
         raise FlagError(f"{name}: flags that write or read files or caches are never applied")
 
 
@@ -368,8 +367,27 @@ def from_json(data: object) -> CompilerConfig:
             text = str(value)
         else:
             raise FlagError(f"{name}: {value!r} is not a flag value")
-        config[name] = parse_value(name, text)
+        config[name] = check_domain(name, parse_value(name, text))
     return config
+
+
+MAX_LIST_ITEMS = 32  # a library list longer than this is no config XLA was ever tuned with
+
+
+def check_domain(name: str, value: FlagValue) -> FlagValue:
+    """`value` if it lies in flag `name`'s declared domain (the values a search may set, or
+    the compiler's default); FlagError naming the flag otherwise. XLA checks names, not values:
+    a tiling factor of 0 aborts the process that compiles, a split count of 1e8 hangs it."""
+    spec = spec_of(name)
+    if spec is None or spec.type in ("bool", "placement", "enum"):  # parse_value checked them
+        return value
+    if spec.type == "int" and spec.choices and str(value) not in spec.choices:
+        raise FlagError(f"{name}: {value} is outside its domain ({', '.join(spec.choices)})")
+    if spec.type == "repeated_enum" and len(value) > MAX_LIST_ITEMS:
+        raise FlagError(f"{name}: {len(value)} items, more than {MAX_LIST_ITEMS}")
+    if spec.type in ("float", "string"):
+        raise FlagError(f"{name}: a {spec.type} flag has no declared domain")
+    return value
 
 
 def config_from_json(data: dict[str, object]) -> CompilerConfig:

@@ -1,0 +1,135 @@
+"""What keeps the compiler hook from hurting a job: a total deadline on every remote look-up,
+flag values checked against their declared domains wherever a config enters, and the flags a
+job set itself (XLA_FLAGS) part of its environment and never overridden by a stored config."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from delivery.lookup import RemoteStore, StoreUnavailable
+from ingest.environment import current_environment, xla_flags_options
+from tests.serving import fdo
+from tests.test_hook import NO_YNN, hits, import_configs, run_job
+from tuner.compile import compile_options
+from tuner.flags import FlagError, from_json
+
+
+class DripServer:
+    """A loopback server that answers every connection one byte per `interval`, for ever (until
+    stopped): each read is quick, the whole answer never comes."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.interval, self.stopped = interval, threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self.stopped.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self._drip, args=(connection,), daemon=True).start()
+
+    def _drip(self, connection: socket.socket) -> None:
+        answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + b"X-Slow: y\r\n" * 10_000
+        with connection:
+            for byte in answer:
+                if self.stopped.is_set():
+                    return
+                try:
+                    connection.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(self.interval)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.listener.close()
+
+
+def test_a_store_that_drips_its_answer_costs_one_deadline_then_backs_off():
+    server = DripServer()
+    try:
+        store = RemoteStore(server.url, timeout=0.3, backoff_seconds=60)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="timed out"):
+            store.lookup("a" * 32)
+        # The drip would take over an hour; the look-up gave up at its deadline (with slack for
+        # a loaded machine), and the next one does not ask at all while backing off.
+        assert time.monotonic() - started < 5
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="not retried"):
+            store.lookup("b" * 32)
+        assert time.monotonic() - started < 1
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("config, flag", [
+    ({"xla_llvm_dot_tiling_factor": 0}, "xla_llvm_dot_tiling_factor"),  # aborts XLA: CHECK > 0
+    ({"xla_llvm_dot_tiling_factor": -1}, "xla_llvm_dot_tiling_factor"),
+    ({"xla_cpu_parallel_codegen_split_count": 100_000_000}, "xla_cpu_parallel_codegen_split_count"),
+    ({"xla_cpu_prefer_vector_width": 7}, "xla_cpu_prefer_vector_width"),
+    ({"xla_backend_optimization_level": 99}, "xla_backend_optimization_level"),
+    ({"xla_cpu_experimental_ynn_fusion_type": ["REDUCE"] * 33}, "xla_cpu_experimental_ynn_fusion_type"),
+    ({"placement:REDUCE": "tpu"}, "placement:REDUCE"),
+])
+def test_values_outside_a_flags_domain_are_refused_naming_the_flag(config, flag):
+    with pytest.raises(FlagError, match=flag):
+        from_json(config)
+
+
+def test_store_import_refuses_an_out_of_domain_entry_naming_line_and_flag(tmp_path):
+    good = {"fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph", "speedup": 1.2,
+            "config": {"xla_cpu_prefer_vector_width": 512}}
+    bad = {**good, "fingerprint": "3" * 32, "config": {"xla_llvm_dot_tiling_factor": 0}}
+    path = tmp_path / "entries.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    result = fdo(tmp_path / "home", "store", "import", str(path))
+    assert result.returncode == 2
+    assert f"{path}:2" in result.stderr and "xla_llvm_dot_tiling_factor" in result.stderr
+    assert "domain" in result.stderr
+
+
+def test_xla_flags_are_job_options_of_the_environment(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_xnnpack=false --xla_dump_to=/tmp/d "
+                                    "--xla_cpu_enable_fast_math")
+    assert xla_flags_options() == {"xla_cpu_use_xnnpack": "false", "xla_cpu_enable_fast_math": "true"}
+    flagged = current_environment()
+    monkeypatch.delenv("XLA_FLAGS")
+    plain = current_environment()
+    assert flagged.key() != plain.key()  # where a dump goes is not part of it, the flags are
+    assert flagged.job_options == {"xla_cpu_enable_fast_math": "true", "xla_cpu_use_xnnpack": "false"}
+
+
+def test_a_config_never_overrides_a_flag_the_job_set_in_xla_flags(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_DEFAULT")
+    options = compile_options({"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED",
+                               "xla_cpu_enable_fast_math": True})
+    assert dict(options.env_option_overrides) == {"xla_cpu_enable_fast_math": True}
+
+
+def test_a_hooked_job_with_its_own_xla_flags_gets_its_own_key_and_keeps_its_flags(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    # The job routes dots to YNNPACK itself (as the default does); a stored config taking every
+    # type off YNNPACK must not undo that.
+    own = {"XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
+    run_job(home, "--job-id", "plain")
+    run_job(home, "--job-id", "own", env=own)
+    plain, flagged = hits(home, "plain"), hits(home, "own")
+    assert {r["env_key"] for r in plain}.isdisjoint({r["env_key"] for r in flagged})
+    import_configs(home, plain + flagged, NO_YNN)
+    assert run_job(home, "--job-id", "plain-tuned")[0]["ynn"] is False  # the config acts...
+    output, _ = run_job(home, "--job-id", "own-tuned", env=own)
+    assert output["ynn"] is True  # ...but not against the job's own flag
