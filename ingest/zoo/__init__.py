@@ -16,7 +16,7 @@ from typing import Callable
 
 import jax
 
-from ingest.zoo import attention_kv, cnn, gnn, mlp, recommender, rnn, transformer, unet
+from ingest.zoo import attention_kv, cnn, gnn, mlp, nbody, recommender, rnn, transformer, two_tower, unet
 
 # Registry order is the public, deterministic order of all_workloads().
 _FAMILIES = {
@@ -28,6 +28,8 @@ _FAMILIES = {
     "recommender": recommender,
     "attention_kv": attention_kv,
     "unet": unet,
+    "nbody": nbody,
+    "two_tower": two_tower,
 }
 SIZES = ("s", "m")
 
