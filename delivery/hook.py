@@ -11,14 +11,18 @@ JAX lowers a jitted function to StableHLO and hands it to `jax._src.compiler.
 compile_or_get_cached`; the hook wraps that function. Per compile it:
 1. fingerprints the module exactly as symbol ingestion fingerprints a dump of it, and keys it
    with the process's environment (plus any compiler options the job set itself);
-2. looks the key up (delivery.lookup) and re-checks the entry's config against the allowlist;
-3. compiles with the config applied to the job's compile options (tuner.compile.apply_config):
+2. looks the key up (delivery.lookup) and re-checks the entry's config against the allowlist
+   and each flag's declared domain;
+3. has this machine compiled the module with the config in a sandboxed worker before
+   (delivery.sandbox; once per entry and machine)? A config that aborts or hangs XLA there is
+   refused, and the job compiles with its own options;
+4. compiles with the config applied to the job's compile options (tuner.compile.apply_config):
    its flags added to the options' overrides, its backend extra options merged into the
    options' `xla_backend_extra_options` map, both for this executable only; a flag the job set
    itself stays the job's. JAX's persistent compilation cache keys on the serialized options,
    map included, so it can never hand back an executable built with other flags;
-4. if the tuned compile fails, compiles again with the job's own options and records why;
-5. appends a hit record to its spool (ingest.hits): outcome, key, store version, expected
+5. if the tuned compile fails, compiles again with the job's own options and records why;
+6. appends a hit record to its spool (ingest.hits): outcome, key, store version, expected
    speedup, and for a tuned executable the fingerprint of its optimized module, which is how a
    profile of the job finds the hit.
 Whatever goes wrong in the hook itself (store missing, corrupt, unreachable, slow; a module it
@@ -42,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, StoreUnavailable
+from delivery.sandbox import SandboxCheck
 from ingest.environment import ENVIRONMENT_FILE, Environment, current_environment, store_key
 from ingest.errors import first_line
 from ingest.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
@@ -113,6 +118,7 @@ class Hook:
         self._environment: Environment | None = None
         self._warned: set[str] = set()
         self._memo = FingerprintMemo(settings.home / MEMO_DIR)
+        self._sandbox = SandboxCheck(settings.home)
 
     def compile(self, original: Callable[..., Any], backend: Any, computation: Any, devices: Any,
                 compile_options: Any, *args: Any, **kwargs: Any) -> Any:
@@ -124,9 +130,15 @@ class Hook:
         executable = None
         if plan.config:
             try:
-                executable = original(backend, computation, devices,
-                                      apply_config(compile_options, plan.config), *args, **kwargs)
-                plan.outcome = "applied"
+                tuned = apply_config(compile_options, plan.config)
+                refused = self._sandbox.verdict(plan.key, plan.config, _bytecode(computation),
+                                                tuned.SerializeAsString(), _device_count(devices))
+                if refused:
+                    plan.outcome, plan.reason = "refused", refused
+                    self._warn(f"entry {plan.key}: {refused}", f"refused {plan.key}")
+                else:
+                    executable = original(backend, computation, devices, tuned, *args, **kwargs)
+                    plan.outcome = "applied"
             except Exception as exc:  # any failure of the tuned compile: the job's own compile decides
                 plan.outcome, plan.reason = "fallback", f"tuned compile failed: {first_line(exc)}"
                 self._warn(plan.reason, f"fallback {plan.key}")
@@ -317,6 +329,19 @@ class FingerprintMemo:
             os.replace(tmp, path)
         except OSError:
             pass  # a memo that cannot be written only costs the next process a conversion
+
+
+def _bytecode(computation: Any) -> bytes:
+    """The StableHLO module JAX hands the compiler, serialized for the sandbox."""
+    from jax._src.interpreters import mlir
+
+    return computation if isinstance(computation, bytes) else mlir.module_to_bytecode(computation)
+
+
+def _device_count(devices: Any) -> int:
+    """How many devices a compile is for (JAX passes them as an array of devices)."""
+    size = getattr(devices, "size", None)
+    return int(size) if size is not None else len(devices)
 
 
 def install(home: Path | str | None = None, url: str | None = None, version: int | None = None,

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from delivery.sandbox import CHECKED_DIR, mark_name
 from delivery.store import ENTRIES, Store
 from ingest.environment import store_key
 from tests.serving import fdo, running_server
@@ -168,12 +169,24 @@ def test_a_backend_extra_option_off_the_allowlist_is_refused(baseline, tmp_path)
     assert "not on the allowlist" in refused_hits[0]["reason"]
 
 
-def test_a_config_that_fails_to_compile_falls_back_to_the_defaults(baseline, tmp_path):
+def test_a_config_that_fails_to_compile_is_refused_in_the_sandbox_or_falls_back(baseline, tmp_path):
     home, default_output, default_records = baseline
     tuned = tmp_path / "home"
     shutil.copytree(home, tuned)
-    # Allowlisted and well-typed, but this XLA refuses to split code generation into 0 parts.
-    import_configs(tuned, default_records, {"xla_cpu_parallel_codegen_split_count": 0})
+    # Allowlisted and well-formed, but this XLA knows no such fusion type: its compile fails.
+    config = {"placement:NO_SUCH_TYPE": "ynn"}
+    import_configs(tuned, default_records, config)
+    output, stderr = run_job(tuned, "--job-id", "refused")
+    assert_same_numbers(output, default_output)
+    records = hits(tuned, "refused")
+    assert {r["outcome"] for r in records} == {"refused"}  # never compiled in the job
+    assert all("failed in a sandbox" in r["reason"] for r in records)
+    # Had this machine passed it before (a mark left by another compiler, say), the job tries
+    # it, and its own compile decides: the defaults.
+    for record in default_records:
+        mark = tuned / CHECKED_DIR / mark_name(record["key"], config)
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.touch()
     output, stderr = run_job(tuned, "--job-id", "fallback")
     assert_same_numbers(output, default_output)
     records = hits(tuned, "fallback")

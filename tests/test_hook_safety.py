@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from delivery.lookup import RemoteStore, StoreUnavailable
@@ -133,3 +134,96 @@ def test_a_hooked_job_with_its_own_xla_flags_gets_its_own_key_and_keeps_its_flag
     assert run_job(home, "--job-id", "plain-tuned")[0]["ynn"] is False  # the config acts...
     output, _ = run_job(home, "--job-id", "own-tuned", env=own)
     assert output["ynn"] is True  # ...but not against the job's own flag
+
+
+def _forge_version(home: Path, records: list[dict], config: dict) -> None:
+    """A store version written by hand, as an attacker with write access to the store files
+    (but not the store's credential or its import checks) would: every entry `config`."""
+    import datetime
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from delivery.store import ENTRIES, Store
+    from ingest.environment import store_key
+
+    store = Store(home)
+    live = store.current()
+    rows = [{"key": store_key(r["fingerprint"], r["env_key"]), "fingerprint": r["fingerprint"],
+             "env_key": r["env_key"], "kind": "graph", "speedup": 2.0,
+             "expires_at": datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC),
+             "provenance": "tuner", "config": json.dumps(config), "ci_low": 1.9, "ci_high": 2.1,
+             "compiler_version": None, "measured_at": datetime.datetime.now(datetime.UTC),
+             "source": "forged"} for r in records]
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows, ENTRIES), sink)
+    data = sink.getvalue().to_pybytes()
+    version = (live or 0) + 1
+    directory = home / "store" / f"v{version}"
+    directory.mkdir(parents=True)
+    (directory / "entries.parquet").write_bytes(data)
+    (directory / "manifest.json").write_text(json.dumps({
+        "version": version, "parent": live, "created": "2026-01-01T00:00:00+00:00",
+        "checksum": hashlib.blake2b(data, digest_size=16).hexdigest(), "counts": {"graph": len(rows)},
+        "compiler_versions": [], "reason": "forged"}))
+    (home / "store" / "CURRENT").write_text(f"{version}\n")
+
+
+def test_a_forged_entry_that_would_abort_xla_leaves_the_job_on_defaults(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    default, _ = run_job(home, "--job-id", "default")
+    records = hits(home, "default")
+    # A tiling factor of 0 passes the name allowlist; compiled, it fails XLA's CHECK and aborts
+    # the process (SIGABRT, exit 134) where no fallback can catch it.
+    _forge_version(home, records, {"xla_llvm_dot_tiling_factor": 0})
+    output, stderr = run_job(home, "--job-id", "forged")
+    assert output == default  # the job ran, on the defaults, and computed the same
+    forged = hits(home, "forged")
+    assert {r["outcome"] for r in forged} == {"refused"}
+    assert all("xla_llvm_dot_tiling_factor" in r["reason"] for r in forged)
+
+
+FUZZ_JOB = str(Path(__file__).with_name("fuzz_job.py"))
+FUZZ_PROGRAMS = 240
+
+
+def _random_config(space, rng) -> dict:
+    """One to three params of the space at random values of their declared domains."""
+    params = rng.sample(list(space.params), rng.randint(1, 3))
+    return {p.name: rng.choice(p.values) for p in params}
+
+
+def test_fuzz_random_configs_from_the_declared_domains_never_break_a_job(tmp_path):
+    import random
+    import sys
+
+    from tuner.compile import compiler_defaults
+    from tuner.flags import to_json
+    from tuner.space import graph_space
+
+    home = tmp_path / "home"
+    home.mkdir()
+    run = fdo(home, "run", "--job-id", "plain", "--", sys.executable, FUZZ_JOB, str(FUZZ_PROGRAMS))
+    assert run.returncode == 0, run.stderr
+    default = json.loads(run.stdout.strip().splitlines()[-1])["sums"]
+    records = hits(home, "plain")
+    assert len({r["key"] for r in records}) >= FUZZ_PROGRAMS  # one module per program at least
+    rng = random.Random(20261124)
+    space = graph_space("cpu", None, compiler_defaults())  # every declared flag, accepted or not
+    entries = tmp_path / "fuzz.jsonl"
+    entries.write_text("".join(json.dumps({
+        "fingerprint": r["fingerprint"], "env_key": r["env_key"], "kind": "graph",
+        "config": to_json(_random_config(space, rng)), "speedup": 1.5}) + "\n" for r in records))
+    imported = fdo(home, "store", "import", str(entries))
+    assert imported.returncode == 0, imported.stderr  # every one inside the declared domains
+
+    run = fdo(home, "run", "--job-id", "fuzzed", "--", sys.executable, FUZZ_JOB,
+              str(FUZZ_PROGRAMS), timeout=900)
+    assert run.returncode == 0, run.stderr  # no abort, no hang
+    fuzzed = json.loads(run.stdout.strip().splitlines()[-1])["sums"]
+    # Fast math and library routing move results by ~1e-6 relative, nothing more.
+    np.testing.assert_allclose(fuzzed, default, rtol=1e-3, atol=1e-4)
+    outcomes = {r["outcome"] for r in hits(home, "fuzzed")}
+    assert outcomes <= {"applied", "refused", "fallback"} and "applied" in outcomes
