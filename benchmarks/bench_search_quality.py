@@ -9,8 +9,10 @@ Per workload (every zoo workload at both sizes by default; `fdo workloads list`)
    type's placement, each flag's values: `tuner.schedule.neighbourhood`) is compiled, and
    screened when its program differs from the default's; then every pair of two such active
    moves on different params (at most the `--pair-moves` best singles) is screened; the three
-   best screens are verified as the tuner verifies a winner (a fresh worker, 99.9% interval),
-   and the best verified config is the oracle. What this leaves out, and says so: a move whose
+   best screens are verified as the tuner verifies a winner (a fresh worker, 99.9% interval;
+   at most 10 s of timing each, `BENCH_VERIFY`), and the best verified config is the oracle
+   (significant when its interval's lower end clears 1.01; a workload without a significant
+   oracle has nothing to find, and no search is run on it). What this leaves out, and says so: a move whose
    program is the default's is taken to change nothing in a pair either.
 2. The default schedule (`fdo tune`'s: neighbours by prior, combinations, evolution), live: the
    real tuner (`tuner.tune.tune_module`: compile pool, early stop, pruning, verification) at
@@ -38,7 +40,7 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,6 +59,9 @@ from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, Search, TuneSettings, tune_module
 
 OPTUNA = ("optuna-tpe", "optuna-random")
+# The tuner's verification (99.9% interval) on a shorter time budget: the benchmark verifies
+# every run's find, dozens per workload.
+BENCH_VERIFY = replace(VERIFY_SETTINGS, max_seconds=10.0)
 DEFAULT_LABEL = "(default)"
 
 
@@ -134,7 +139,7 @@ class Bench:
             return 1.0
         key = config_key(config)
         if key not in self.cache.verified:
-            check = evaluate(self.module, config, settings=VERIFY_SETTINGS, seed=1)
+            check = evaluate(self.module, config, settings=BENCH_VERIFY, seed=1)
             ok = check.speedup is not None and check.numerics_ok
             self.cache.verified[key] = [check.speedup if ok else 0.0, check.ci_low or 0.0,
                                         check.ci_high or 0.0]
@@ -267,6 +272,10 @@ def bench_workload(bench: Bench, budgets: list[int], seeds: int, pair_moves: int
     """Every search of one workload, summarized per strategy and budget."""
     config, speedup, significant = oracle(bench, pair_moves)
     target = math.log(speedup) if speedup > 1 else 0.0
+    result = {"workload": bench.name, "oracle": {"config": config, "speedup": speedup,
+                                                 "significant": significant}, "rows": []}
+    if not significant:  # nothing to find: no search can be scored against it
+        return result
     runs: list[Run] = [run_schedule(bench, b, target) for b in budgets]
     for budget in budgets:
         for seed in range(seeds):
@@ -282,8 +291,8 @@ def bench_workload(bench: Bench, budgets: list[int], seeds: int, pair_moves: int
                          "verified": statistics.median(r.verified for r in mine),
                          "to90": statistics.median(reached) if len(reached) * 2 > len(mine) else None,
                          "minutes": statistics.median(r.minutes for r in mine)})
-    return {"workload": bench.name, "oracle": {"config": config, "speedup": speedup,
-                                                "significant": significant}, "rows": rows}
+    result["rows"] = rows
+    return result
 
 
 def overall(results: list[dict[str, Any]], budgets: list[int]) -> list[dict[str, Any]]:
@@ -312,7 +321,10 @@ def print_results(results: list[dict[str, Any]], summary: list[dict[str, Any]],
     for result in results:
         o = result["oracle"]
         print(f"\n{result['workload']}: oracle {o['speedup']:.3f}x "
-              f"{'(significant)' if o['significant'] else '(not significant)'} {o['config']}")
+              f"{'(significant)' if o['significant'] else '(not significant: no search run)'} "
+              f"{o['config']}")
+        if not result["rows"]:
+            continue
         print(f"  {'strategy':<14}" + "".join(f"  gain@{b:<3} ver@{b:<4} to90 min  " for b in budgets))
         for strategy in ["schedule", *sorted(STRATEGIES), *OPTUNA]:
             cells = []

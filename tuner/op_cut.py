@@ -186,7 +186,7 @@ class _Inliner:
                 copy = target.instructions.add()
                 copy.CopyFrom(instruction)
                 copy.id = self.next_id
-                copy.name = self._unique(instruction.name)
+                copy.name = unique_name(instruction.name, self.names, "i")
                 del copy.operand_ids[:]
                 copy.operand_ids.extend(operands)
                 del copy.control_predecessor_ids[:]
@@ -194,13 +194,15 @@ class _Inliner:
                 self.next_id += 1
         return new_ids[source.root_id]
 
-    def _unique(self, name: str) -> str:
-        candidate, n = name, 0
-        while candidate in self.names:
-            n += 1
-            candidate = f"{name}.i{n}"
-        self.names.add(candidate)
-        return candidate
+
+def unique_name(name: str, taken: set[str], tag: str) -> str:
+    """`name`, or `name.<tag>N` for the first N that no instruction in `taken` has; taken now."""
+    candidate, n = name, 0
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}.{tag}{n}"
+    taken.add(candidate)
+    return candidate
 
 
 def _post_order(computation: Any) -> list[Any]:

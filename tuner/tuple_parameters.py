@@ -21,7 +21,7 @@ from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
 from ingest.hlo_proto import (ComputationProto, InstructionProto, ModuleProto, ShapeProto,
                               build_messages)
-from tuner.op_cut import fresh_id, set_entry
+from tuner.op_cut import fresh_id, set_entry, unique_name
 
 _TUPLE = 13  # xla.PrimitiveType.TUPLE
 # HloInstructionProto.tuple_index, read on its own: declaring it in ingest.hlo_proto's schema
@@ -90,19 +90,12 @@ class _Flattener:
 
     def _add(self, name: str, opcode: str, shape: Any, **fields: Any) -> int:
         instruction = InstructionProto(
-            name=self._unique(name), opcode=opcode, shape=shape.SerializeToString(),
+            name=unique_name(name, self.names, "flat"), opcode=opcode, shape=shape.SerializeToString(),
             id=self.next_id, **fields)
         self.head.append(instruction)
         self.next_id += 1
         return instruction.id
 
-    def _unique(self, name: str) -> str:
-        candidate, n = name, 0
-        while candidate in self.names:
-            n += 1
-            candidate = f"{name}.flat{n}"
-        self.names.add(candidate)
-        return candidate
 
     def rewrite(self, entry: Any) -> Any:
         """`entry` over the flat parameters: get-tuple-elements of them forwarded to their
