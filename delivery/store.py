@@ -6,13 +6,23 @@ Layout under `<home>/store/`:
   v<N>/manifest.json     version, parent, created, checksum of entries.parquet, counts by kind,
                          compiler versions, and what made it (deliver, import, rollback, ...)
   CURRENT                the live version number
+  LAST_VERSION           the highest version number ever handed out
 
 Publishing writes the new version into a temporary directory, renames it into place, then
-replaces CURRENT; a version is never rewritten. It is optimistic: the caller says which version
-it built on, and a publish that finds CURRENT moved on meanwhile is refused (ConcurrentPublish),
-so two writers never silently drop each other's entries. Rollback publishes a new version with
-an older version's entries, so history only grows. Every config is checked against the flag
-allowlist on the way in (`tuner.flags.from_json`).
+replaces CURRENT, each step fsynced with its directory; a version is never rewritten. It is
+optimistic: the caller says which version it built on, and a publish that finds CURRENT moved
+on meanwhile is refused (ConcurrentPublish), so two writers never silently drop each other's
+entries; `update` and `rollback` retry on the new live version. Rollback publishes a new
+version with an older version's entries, so history only grows. Every config is checked
+against the flag allowlist on the way in (`tuner.flags.from_json`).
+
+The store heals around what a crash or a careless hand leaves. A version number is never
+reused: the next one is past every `v<N>` name on disk (complete or not), CURRENT and
+LAST_VERSION, so a deleted or half-written version is skipped, never overwritten. A directory
+without a readable manifest, or whose entries fail their checksum, is never read as a version
+(`entries` refuses it, `versions` leaves it out) and `problems` names it. A corrupt CURRENT or
+a missing live version stops imports (their entries would be merged onto nothing) until a
+rollback, which needs no live entries, publishes a good version again.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -50,6 +61,8 @@ ENTRIES = pa.schema(list(STORE_ENTRY_COLUMNS) + [
 DEFAULT_TTL = datetime.timedelta(days=30)
 MAX_IMPORT_BYTES = 16 << 20
 _HEX = set("0123456789abcdef")
+_VERSION_NAME = re.compile(r"\.?v([0-9]+)(?:\.tmp-.*)?")  # v<N>, and .v<N>.tmp-* while staged
+LAST_VERSION = "LAST_VERSION"
 
 
 class StoreError(ValueError):
@@ -81,35 +94,79 @@ class Store:
         self.root = self.home / "store"
 
     def current(self) -> int | None:
-        """The live version, None before the first publish."""
-        return current_version(self.home)
+        """The live version, None before the first publish; StoreError when CURRENT is corrupt."""
+        try:
+            return current_version(self.home)
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{exc}: roll back to a good version (fdo store rollback N) to "
+                             "repair it") from None
 
     def versions(self) -> list[Manifest]:
-        """Every published version, oldest first."""
+        """Every version with a readable manifest, oldest first (`problems` names the others)."""
         found = []
-        for path in self.root.glob("v*/manifest.json"):
-            found.append(Manifest(**json.loads(path.read_text())))
+        for directory in self._version_dirs():
+            try:
+                found.append(self._manifest(directory))
+            except StoreError:
+                continue
         return sorted(found, key=lambda m: m.version)
+
+    def problems(self) -> dict[str, str]:
+        """What is wrong under the store, by name (`v<N>`, `CURRENT`): directories that are no
+        complete version (no manifest, entries missing or failing their checksum) and a live
+        version that is unreadable. Reads every version: for reports, not for hot paths."""
+        found = {}
+        for directory in self._version_dirs():
+            try:
+                self.read_version(int(directory.name[1:]))
+            except StoreError as exc:
+                found[directory.name] = str(exc)
+        try:
+            live = self.current()
+        except StoreError as exc:
+            found["CURRENT"] = str(exc)
+            return found
+        if live is not None and (f"v{live}" in found or not (self.root / f"v{live}").is_dir()):
+            found["CURRENT"] = f"the live version v{live} is unusable: roll back to a good version"
+        return found
+
+    def read_version(self, version: int) -> tuple[Manifest, bytes]:
+        """The manifest and the entries.parquet bytes of `version`, the bytes checked against
+        the manifest's checksum; StoreError when it is missing, incomplete or corrupt."""
+        directory = self.root / f"v{version}"
+        if not directory.is_dir():
+            raise StoreError(f"store version {version} does not exist")
+        manifest = self._manifest(directory)
+        try:
+            data = (directory / "entries.parquet").read_bytes()
+        except OSError as exc:
+            raise StoreError(f"store version {version}: entries.parquet unreadable: {exc.strerror}") from None
+        if _checksum(data) != manifest.checksum:
+            raise StoreError(f"store version {version}: entries.parquet does not match its checksum")
+        return manifest, data
 
     def entries(self, version: int | None = None) -> pa.Table:
         """The entries of `version` (default: the live one), checked against the manifest."""
         version = self.current() if version is None else version
         if version is None:
             return ENTRIES.empty_table()
-        directory = self.root / f"v{version}"
-        if not directory.is_dir():
-            raise StoreError(f"store version {version} does not exist")
-        manifest = json.loads((directory / "manifest.json").read_text())
-        data = (directory / "entries.parquet").read_bytes()
-        if _checksum(data) != manifest["checksum"]:
-            raise StoreError(f"store version {version}: entries.parquet does not match its checksum")
-        return pq.read_table(pa.BufferReader(data)).cast(ENTRIES)
+        _, data = self.read_version(version)
+        try:
+            return pq.read_table(pa.BufferReader(data)).cast(ENTRIES)
+        except (pa.ArrowException, ValueError) as exc:  # matches its checksum, yet no table of entries
+            raise StoreError(f"store version {version}: entries.parquet unusable: {exc}") from None
 
     def sources(self) -> set[str]:
         """The `source` (tuning task, imported file) of every entry any version ever held."""
         found: set[str] = set()
-        for path in self.root.glob("v*/entries.parquet"):
-            found.update(pq.read_table(path, columns=["source"]).column("source").to_pylist())
+        for manifest in self.versions():
+            path = self.root / f"v{manifest.version}" / "entries.parquet"
+            try:
+                found.update(pq.read_table(path, columns=["source"]).column("source").to_pylist())
+            # Skipping it could deliver again what it once held and was since taken out.
+            except (OSError, pa.ArrowException) as exc:
+                raise StoreError(f"store version {manifest.version} is damaged ({exc}): what it "
+                                 "delivered cannot be told") from None
         return found - {None}
 
     def publish(self, entries: pa.Table, parent: int | None, reason: str) -> int:
@@ -117,14 +174,15 @@ class Store:
         entries = _sorted(entries.select(ENTRIES.names).cast(ENTRIES))
         for row in entries.select(["key", "config"]).to_pylist():
             _check_config(row["config"], f"entry {row['key']}")
-        self.root.mkdir(parents=True, exist_ok=True)
         with self._lock():
             for abandoned in self.root.glob(".v*.tmp-*"):  # staged by a publish a kill cut short
                 shutil.rmtree(abandoned, ignore_errors=True)
-            live = self.current()
+            live = self._current_or_none()
             if live != parent:
                 raise ConcurrentPublish(f"store moved from version {parent} to {live} meanwhile")
-            version = max([m.version for m in self.versions()] + [0]) + 1
+            version = self._next_version()
+            # The number is taken before anything bears it: a crash from here on skips it.
+            _write_atomic(self.root / LAST_VERSION, f"{version}\n")
             staging = Path(tempfile.mkdtemp(prefix=f".v{version}.tmp-", dir=self.root))
             sink = pa.BufferOutputStream()
             pq.write_table(entries, sink)
@@ -141,35 +199,93 @@ class Store:
             for path in staging.iterdir():
                 _fsync(path)
             staging.chmod(0o755)
+            _fsync(staging)
             os.replace(staging, self.root / f"v{version}")
+            _fsync(self.root)
             _write_atomic(self.root / "CURRENT", f"{version}\n")
         return version
 
     def update(self, change: Callable[[pa.Table], pa.Table], reason: str, retries: int = 20) -> int | None:
         """Apply `change` to the live entries and publish, retrying when another writer got in
         first; returns the new version, or None when nothing changed."""
+        def build() -> tuple[int | None, pa.Table | None]:
+            parent = self.current()
+            try:
+                before = self.entries(parent)
+            except StoreError as exc:
+                raise StoreError(f"the live version is unusable ({exc}): roll back to a good "
+                                 "version (fdo store rollback N) first") from None
+            after = change(before)
+            if parent is not None and _sorted(after.cast(ENTRIES)).equals(_sorted(before)):
+                return parent, None
+            return parent, after
+
+        return self._publish_retrying(build, reason, retries)
+
+    def rollback(self, version: int, retries: int = 20) -> int:
+        """Make `version`'s entries live again, as a new version; retries when another writer
+        got in first. Needs no readable live version, so it also repairs a corrupt CURRENT."""
+        entries = self.entries(version)
+        published = self._publish_retrying(lambda: (self._current_or_none(), entries),
+                                           f"rollback to v{version}", retries)
+        assert published is not None  # a rollback always publishes
+        return published
+
+    def _publish_retrying(self, build: Callable[[], tuple[int | None, pa.Table | None]], reason: str,
+                          retries: int) -> int | None:
+        """Publish what `build` makes on the live version it read (None: nothing to publish),
+        again on the new live version each time another writer got in first."""
         for attempt in range(retries):
             if attempt:  # writers that collided must not collide again in lockstep
                 time.sleep(random.uniform(0.0, 0.05))
-            parent = self.current()
-            before = self.entries(parent)
-            after = change(before)
-            if parent is not None and _sorted(after.cast(ENTRIES)).equals(_sorted(before)):
+            parent, entries = build()
+            if entries is None:
                 return None
             try:
-                return self.publish(after, parent, reason)
+                return self.publish(entries, parent, reason)
             except ConcurrentPublish:
                 continue
         raise ConcurrentPublish(f"gave up after {retries} concurrent publishes")
 
-    def rollback(self, version: int) -> int:
-        """Make `version`'s entries live again, as a new version."""
-        entries = self.entries(version)
-        return self.publish(entries, self.current(), f"rollback to v{version}")
+    def _current_or_none(self) -> int | None:
+        """The live version, None when there is none or CURRENT is corrupt (a publish replaces it)."""
+        try:
+            return self.current()
+        except StoreError:
+            return None
+
+    def _version_dirs(self) -> list[Path]:
+        return [p for p in self.root.glob("v*") if re.fullmatch(r"v[0-9]+", p.name) and p.is_dir()]
+
+    def _manifest(self, directory: Path) -> Manifest:
+        try:
+            manifest = Manifest(**json.loads((directory / "manifest.json").read_text()))
+        except FileNotFoundError:
+            raise StoreError(f"store {directory.name} is incomplete: no manifest.json "
+                             "(a writer that crashed?)") from None
+        except (OSError, ValueError, TypeError) as exc:
+            raise StoreError(f"store {directory.name}: manifest.json unreadable: {exc}") from None
+        if f"v{manifest.version}" != directory.name:
+            raise StoreError(f"store {directory.name}: its manifest says version {manifest.version}")
+        return manifest
+
+    def _next_version(self) -> int:
+        """Past every number ever handed out: names on disk, staged or stray too, the live one
+        (whose directory may be gone) and LAST_VERSION (the highest one may be gone as well)."""
+        numbers = [int(m.group(1)) for m in map(_VERSION_NAME.fullmatch, os.listdir(self.root)) if m]
+        numbers.append(self._current_or_none() or 0)
+        with contextlib.suppress(OSError, ValueError):
+            numbers.append(int((self.root / LAST_VERSION).read_text()))
+        return max(numbers) + 1
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
-        with open(self.root / ".lock", "w") as handle:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            handle = open(self.root / ".lock", "w")
+        except OSError as exc:
+            raise StoreError(f"cannot write the store under {self.root}: {exc.strerror}") from None
+        with handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
@@ -189,10 +305,14 @@ def read_import(path: Path, now: datetime.datetime | None = None) -> pa.Table:
     fingerprint, env_key, kind, config, speedup and optionally expires_at. StoreError names the
     line and the problem; nothing is imported from a file with a bad line."""
     now = now or datetime.datetime.now(datetime.UTC)
-    if path.stat().st_size > MAX_IMPORT_BYTES:
-        raise StoreError(f"{path}: over the {MAX_IMPORT_BYTES}-byte import limit")
+    try:
+        if path.stat().st_size > MAX_IMPORT_BYTES:
+            raise StoreError(f"{path}: over the {MAX_IMPORT_BYTES}-byte import limit")
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
@@ -250,13 +370,23 @@ def _checksum(data: bytes) -> str:
 
 
 def _fsync(path: Path) -> None:
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
+    """Flush a file or a directory (its names) to disk."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    _fsync(tmp)
-    os.replace(tmp, path)
+    """Replace `path` with `text`, whole or not at all, and durably (the rename fsynced too)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # callers hold the store's lock
+    try:
+        tmp.write_text(text)
+        _fsync(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync(path.parent)
 

@@ -11,12 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tuner.strategies import STRATEGIES
+
+if TYPE_CHECKING:
+    from delivery.store import Store
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_QUARANTINED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_DEFAULT_FAILS = 4
@@ -378,15 +383,7 @@ def cmd_store(args: argparse.Namespace) -> int:
 
     store = Store(default_home())
     if args.action == "versions":
-        rows = [m.__dict__ for m in store.versions()]
-        current = store.current()
-        if args.json:
-            _print_json({"current": current, "versions": rows})
-            return EXIT_OK
-        for row in rows:
-            live = "*" if row["version"] == current else " "
-            print(f"{live} v{row['version']:<4} parent {row['parent']}  {row['created'][:19]}  "
-                  f"{row['counts']}  {row['reason']}")
+        _print_versions(store, args.json)
         return EXIT_OK
     if args.action == "show":
         entries = [r for r in _json_rows(store.entries()) if args.arg in (r["key"], r["fingerprint"])]
@@ -414,6 +411,28 @@ def cmd_store(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_versions(store: Store, as_json: bool) -> None:
+    """`fdo store versions`: every version (* the live one), then what is damaged (! marks it:
+    a stray or half-written directory, a version failing its checksum, a corrupt CURRENT)."""
+    from delivery.store import StoreError
+
+    damaged = store.problems()
+    try:
+        current = store.current()
+    except StoreError:
+        current = None
+    rows = [m.__dict__ for m in store.versions()]
+    if as_json:
+        _print_json({"current": current, "versions": rows, "damaged": damaged})
+        return
+    for row in rows:
+        name = f"v{row['version']}"
+        mark = "!" if name in damaged else "*" if row["version"] == current else " "
+        print(f"{mark} {name:<5} parent {row['parent']}  {row['created'][:19]}  {row['counts']}  {row['reason']}")
+    for name, problem in sorted(damaged.items()):
+        print(f"! {name:<5} damaged: {problem}")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -422,7 +441,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     token = os.environ.get("FDO_TOKEN")
     if args.token_file:
-        token = Path(args.token_file).read_text().strip()
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--token-file {args.token_file}: {getattr(exc, 'strerror', None) or exc}") from None
+    if token or args.validate_every:
+        _check_writable(default_home())
+    listening = _listen(args.host, args.port)
     if not token:
         print("fdo serve: no FDO_TOKEN or --token-file: the store is read-only through this server",
               file=sys.stderr)
@@ -438,12 +463,40 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(default_home(), token or None)
     app.include_router(dashboard_router(default_home()))  # the dashboards at / and /api/
     print(f"fdo serve: dashboards at http://{args.host}:{args.port}/", file=sys.stderr)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+        server.run(sockets=[listening])
     finally:
         if scheduler is not None:
             scheduler.shutdown(wait=False)
-    return EXIT_OK
+    return EXIT_OK if server.started else EXIT_FAILED
+
+
+def _check_writable(home: Path) -> None:
+    """ValueError naming `home` when this process cannot create files in it."""
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=home):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--home {home} is not writable: {exc.strerror}") from None
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port for uvicorn; ValueError naming them when it cannot be (a
+    port in use, an unknown host), which uvicorn would report as exit 3, our quarantine code."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listening = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(address)
+    except OSError as exc:
+        listening.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return listening
 
 
 def cmd_toolchain(args: argparse.Namespace) -> int:
@@ -753,7 +806,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_store)
 
-    p = sub.add_parser("serve", help="the config service and the dashboards (FastAPI on uvicorn)")
+    p = sub.add_parser("serve", help="the config service and the dashboards (FastAPI on uvicorn)",
+                       epilog="Exit status 2: an unreadable --token-file, a home it cannot write "
+                       "(with a token or --validate-every), a port in use or an unknown host.")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8470)
     p.add_argument("--token-file", help="file holding the bearer token for writes (or FDO_TOKEN)")

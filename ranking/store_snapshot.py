@@ -28,11 +28,15 @@ STORE_ENTRY_COLUMNS = pa.schema([
 
 
 def current_version(home: str | Path) -> int | None:
-    """The live store version, or None when nothing is published."""
+    """The live store version, or None when nothing is published; ValueError when CURRENT
+    holds anything but a version number."""
     current = _path(home, "store", "CURRENT")
     if not _exists(current):
         return None
-    return int(_read(current).decode().strip())
+    text = _read(current).decode(errors="replace").strip()
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{current} holds {text[:40]!r}, not a version number")
+    return int(text)
 
 
 def live_entries(home: str | Path, now: datetime.datetime | None = None) -> pa.Table:

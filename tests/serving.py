@@ -35,6 +35,14 @@ def free_port() -> int:
 @contextlib.contextmanager
 def running_server(home: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """`fdo --home HOME serve` on a free port until the block ends; yields its base URL."""
+    with serving_process(home, env) as (base, _):
+        yield base
+
+
+@contextlib.contextmanager
+def serving_process(home: Path, env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`fdo --home HOME serve` on a free port until the block ends; yields its base URL and
+    its process."""
     port = free_port()
     log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server never blocks on it
     process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--home", str(home), "serve",
@@ -50,26 +58,32 @@ def running_server(home: Path, env: dict[str, str] | None = None) -> Iterator[st
             try:
                 urllib.request.urlopen(f"{base}/v1/health", timeout=1)
                 break
+            except urllib.error.HTTPError:  # it answers, if only that its store is unusable (503)
+                break
             except OSError:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"fdo serve did not answer on {base} in {START_SECONDS} s") from None
                 time.sleep(0.1)
-        yield base
+        yield base, process
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # stuck (a write that never ends): no server left behind
+            process.kill()
+            process.wait(timeout=10)
         log.close()
 
 
 def call(url: str, body: bytes | None = None, token: str | None = None,
-         headers: dict | None = None) -> tuple[int, dict | list | bytes, dict]:
+         headers: dict | None = None, timeout: float = 30) -> tuple[int, dict | list | bytes, dict]:
     """GET `url` (POST with `body`): status, JSON (or the raw bytes) and headers."""
     request = urllib.request.Request(url, data=body, headers=headers or {},
                                      method="POST" if body is not None else "GET")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             data = response.read()
             status, head = response.status, dict(response.headers)
     except urllib.error.HTTPError as error:

@@ -1,14 +1,27 @@
-"""The config service: a real uvicorn server on loopback, read and write paths, errors as JSON."""
+"""The config service: a real uvicorn server on loopback, read and write paths, errors as JSON;
+look-ups while writes wait on the store's lock or run Beam, a chunked body far over the limit,
+a store that breaks under a running service."""
 
 from __future__ import annotations
 
+import datetime
+import fcntl
 import http.client
 import json
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
+from delivery.service import MAX_BODY_BYTES, MAX_JSON_BYTES
 from ingest.environment import store_key
-from tests.serving import call, running_server
+from ingest.warehouse import Warehouse
+from tests.serving import call, running_server, serving_process
+from tuner.tables import TUNING_RESULTS
 
 TOKEN = "s3cret-token"
 
@@ -25,7 +38,7 @@ def _line(i: int, config: dict) -> bytes:
 
 
 def test_reads_and_writes_through_a_real_server(server):
-    assert call(f"{server}/v1/health")[1] == {"status": "ok", "version": None, "entries": 0}
+    assert call(f"{server}/v1/health")[1] == {"status": "ok", "version": None, "entries": 0, "store": "ok"}
     status, body, _ = call(f"{server}/v1/import", _line(1, {"xla_cpu_use_xnnpack": False}))
     assert status == 401 and body["error"]["code"] == "unauthorized"
     status, body, _ = call(f"{server}/v1/import", _line(1, {"xla_dump_to": "/tmp/x"}), TOKEN)
@@ -60,3 +73,203 @@ def test_reads_and_writes_through_a_real_server(server):
     response = connection.getresponse()
     assert response.status == 413 and json.loads(response.read())["error"]["code"] == "too_large"
     assert call(f"{server}/v1/metrics")[1]["lookups"] >= 4
+
+
+def _lookup(base: str, key: str, timeout: float = 30) -> tuple[int, dict]:
+    """One look-up on a connection of its own: its status and JSON."""
+    host, port = base.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        connection.request("GET", f"/v1/configs/{key}")
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def _post_in_thread(url: str, body: bytes, token: str) -> tuple[threading.Thread, dict]:
+    """POST `body` to `url` from a thread; the dict gets the answer as "status" and "body"."""
+    answer: dict = {}
+
+    def post() -> None:
+        answer["status"], answer["body"], _ = call(url, body, token, timeout=300)
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    return thread, answer
+
+
+def _waiting_on(lock: Path) -> bool:
+    """Whether a lock request blocks on the flock of `lock` now, as /proc/locks says."""
+    inode = f":{lock.stat().st_ino} "
+    return any("->" in line and inode in line for line in Path("/proc/locks").read_text().splitlines())
+
+
+def _accepted_result(task_id: str, fingerprint: str) -> dict:
+    return {"dt": datetime.date.today(), "task_id": task_id, "kind": "graph", "fingerprint": fingerprint,
+            "env_key": "e" * 32, "config": '{"xla_cpu_use_xnnpack": false}', "speedup": 1.3,
+            "ci_low": 1.2, "ci_high": 1.4, "numerics_ok": True, "compiler_version": "jaxlib-test",
+            "accepted": True, "status": "accepted", "strategy": "evolution", "evaluations": 40,
+            "measured": 12}
+
+
+def test_lookups_answer_while_writes_wait_on_the_store_lock_or_run_beam(tmp_path):
+    """A write holds no look-up: an import waits on the store's flock, held by this test
+    process, with a deliver queued behind it; once the lock is let go, the deliver runs Beam and
+    publishes. Look-ups are answered all along."""
+    home = tmp_path / "home"
+    Warehouse(home).append(TUNING_RESULTS, pa.Table.from_pylist([_accepted_result("t1", "d" * 32)],
+                                                                TUNING_RESULTS.schema), "test")
+    with running_server(home, {"FDO_TOKEN": TOKEN}) as server:
+        assert call(f"{server}/v1/import", _line(1, {"xla_cpu_use_xnnpack": False}), TOKEN)[1]["version"] == 1
+        key = store_key(f"{1:032x}", "e" * 32)
+        lock = home / "store" / ".lock"
+        answered_during_deliver = 0
+        with open(lock, "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            try:
+                importing, imported = _post_in_thread(f"{server}/v1/import", _line(2, {}), TOKEN)
+                deadline = time.monotonic() + 120
+                while not _waiting_on(lock):
+                    assert time.monotonic() < deadline, "the import never reached the store lock"
+                    assert _lookup(server, key)[1]["version"] == 1
+                delivering, delivered = _post_in_thread(f"{server}/v1/deliver", b"", TOKEN)
+                for _ in range(20):
+                    status, body = _lookup(server, key, timeout=5)
+                    assert (status, body["version"]) == (200, 1)
+                assert importing.is_alive() and delivering.is_alive()  # answered before the lock was released
+            finally:
+                fcntl.flock(held, fcntl.LOCK_UN)
+        importing.join(300)
+        while delivering.is_alive():
+            assert _lookup(server, key, timeout=5)[0] == 200
+            answered_during_deliver += 1
+        assert imported["status"] == delivered["status"] == 200, (imported, delivered)
+        assert (imported["body"]["version"], delivered["body"]["version"]) == (2, 3)
+        assert answered_during_deliver >= 1
+        assert _lookup(server, store_key("d" * 32, "e" * 32))[0] == 200
+        assert call(f"{server}/v1/health")[1]["version"] == 3
+
+
+def _rss_peak(pid: int) -> int:
+    """The peak resident memory of process `pid` so far, in bytes (VmHWM in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for pid {pid}")
+
+
+def _post_chunked(base: str, path: str, total: int, token: str | None = None) -> tuple[int, dict, int]:
+    """POST `total` bytes to `path` as a chunked body, stopping once the server answers or stops
+    reading: its status, JSON and how many bytes were sent."""
+    host, port = base.removeprefix("http://").split(":")
+    chunk = b" " * (1 << 16)
+    framed = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+    sent = 0
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n"
+                     f"{f'Authorization: Bearer {token}' + chr(13) + chr(10) if token else ''}\r\n".encode())
+        sock.settimeout(0.5)  # a server that stopped reading leaves a send blocked on a full buffer
+        try:
+            while sent < total:
+                sock.sendall(framed)
+                sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass
+        sock.settimeout(30)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return response.status, json.loads(response.read()), sent
+
+
+def test_a_chunked_body_far_over_the_limit_is_refused_unread(tmp_path):
+    """A chunked body declares no length: the server counts it as it streams in, answers 413
+    once past the limit and reads no further, so its memory never holds the body."""
+    with serving_process(tmp_path / "home", {"FDO_TOKEN": TOKEN}) as (server, process):
+        call(f"{server}/v1/configs:batch", json.dumps({"keys": ["0" * 32]}).encode())
+        before = _rss_peak(process.pid)
+        for path, token, limit in (("/v1/configs:batch", None, MAX_JSON_BYTES),
+                                   ("/v1/import", TOKEN, MAX_BODY_BYTES)):
+            status, body, sent = _post_chunked(server, path, 512 << 20, token)
+            assert status == 413 and body["error"]["code"] == "too_large", (path, body)
+            assert sent < limit + (32 << 20), f"{path}: the server read on after the limit"
+        grown = _rss_peak(process.pid) - before  # the import's 16 MiB at most, not 512 MiB
+        assert grown < MAX_BODY_BYTES + (24 << 20), f"the server's peak memory grew by {grown >> 20} MiB"
+        assert call(f"{server}/v1/health")[0] == 200
+
+
+def _is_error(status: int, body: object, code: str | None = None) -> bool:
+    return (isinstance(body, dict) and set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+            and isinstance(body["error"]["message"], str) and (code is None or body["error"]["code"] == code))
+
+
+def test_every_error_is_json_in_one_shape(tmp_path):
+    """The framework's own errors (404, 405, 422, 500) as well as the service's (400, 401, 403,
+    413, 503): {"error": {"code", "message"}}, each caused for real."""
+    home = tmp_path / "home"
+    Warehouse(home).append(TUNING_RESULTS, pa.Table.from_pylist([_accepted_result("t1", "d" * 32)],
+                                                                TUNING_RESULTS.schema), "test")
+    (home / "delivery").write_text("a file where deliver keeps its runs: an internal error\n")
+    with running_server(home, {"FDO_TOKEN": TOKEN}) as server:
+        cases = {
+            "not_found": (404, call(f"{server}/v1/no-such-thing")),
+            "method_not_allowed": (405, call(f"{server}/v1/import")),
+            "invalid": (422, call(f"{server}/v1/snapshots/latest")),
+            "bad_request": (400, call(f"{server}/v1/configs:batch", b"not json")),
+            "unauthorized": (401, call(f"{server}/v1/rollback", b"{}", "wrong")),
+            "too_large": (413, call(f"{server}/v1/configs:batch", b"[" * (MAX_JSON_BYTES + 1))),
+            "internal": (500, call(f"{server}/v1/deliver", b"", TOKEN)),
+        }
+        for code, (status, (got, body, _)) in cases.items():
+            assert got == status and _is_error(got, body, code), (code, got, body)
+        assert call(f"{server}/v1/import")[2]["allow"] == "POST"
+        assert call(f"{server}/v1/metrics")[1]["errors_internal"] == 1
+    (home / "store").mkdir()
+    (home / "store" / "CURRENT").write_text("garbage\n")
+    with running_server(home) as server:  # no token, and a store with nothing good to serve
+        status, body, _ = call(f"{server}/v1/import", _line(1, {}))
+        assert status == 403 and _is_error(status, body, "writes_disabled")
+        status, body, _ = call(f"{server}/v1/configs/{'0' * 32}")
+        assert status == 503 and _is_error(status, body, "store_unavailable")
+        assert "CURRENT" in body["error"]["message"]
+        status, body, _ = call(f"{server}/v1/health")
+        assert status == 503 and body["status"] == "unavailable" and body["store"].startswith("degraded: ")
+
+
+def _health_once(server: str, wanted: str, timeout: float = 30) -> dict:
+    """Health as soon as its "store" starts with `wanted` (the watcher polls the disk)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, body, _ = call(f"{server}/v1/health")
+        if body["store"].startswith(wanted):
+            assert status == 200
+            return body
+        assert time.monotonic() < deadline, body
+        time.sleep(0.1)
+
+
+def test_the_last_good_snapshot_is_served_while_the_store_is_broken(tmp_path):
+    """A corrupt CURRENT, a deleted live version, a live version failing its checksum: look-ups
+    go on from the last good snapshot, health says why, and a rollback repairs each."""
+    home = tmp_path / "home"
+    store = home / "store"
+    key = store_key(f"{1:032x}", "e" * 32)
+    with running_server(home, {"FDO_TOKEN": TOKEN}) as server:
+        assert call(f"{server}/v1/import", _line(1, {"xla_cpu_use_xnnpack": False}), TOKEN)[1]["version"] == 1
+
+        def breaks(damage, because: str, rollback_gives: int) -> None:
+            version = call(f"{server}/v1/health")[1]["version"]
+            damage()
+            assert because in _health_once(server, "degraded: ")["store"]
+            status, body = _lookup(server, key)
+            assert (status, body["version"]) == (200, version)  # the last good snapshot
+            status, body, _ = call(f"{server}/v1/import", _line(2, {}), TOKEN)
+            assert status == 400 and "roll back" in body["error"]["message"]
+            assert call(f"{server}/v1/rollback", b'{"version": 1}', TOKEN)[1] == {"version": rollback_gives}
+            assert _health_once(server, "ok")["version"] == rollback_gives
+
+        breaks(lambda: (store / "CURRENT").write_text("garbage\n"), "CURRENT", 2)
+        breaks(lambda: shutil.rmtree(store / "v2"), "does not exist", 3)  # v2 is never used again
+        breaks(lambda: (store / "v3" / "entries.parquet").write_bytes(b"PAR1 not a table PAR1"),
+               "checksum", 4)
+        assert _lookup(server, key)[1]["version"] == 4

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import shutil
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -124,3 +127,111 @@ def test_deliver_publishes_the_best_accepted_result_once(tmp_path):
     [entry] = Store(home).entries().to_pylist()
     assert entry["source"] == "t4" and entry["measured_at"].date() == yesterday
     assert entry["expires_at"] - entry["measured_at"] == datetime.timedelta(days=30)
+
+
+def _import(store: Store, path: Path) -> int | None:
+    new = read_import(path)
+    return store.update(lambda live: merge_entries(live, new), f"import {path.name}")
+
+
+def test_a_stray_or_half_written_version_is_skipped_and_reported(tmp_path):
+    home = tmp_path / "home"
+    store = Store(home)
+    assert _import(store, _write(tmp_path / "1.jsonl", [_entry(1, {"xla_cpu_use_xnnpack": False})])) == 1
+    (store.root / "v2").mkdir()  # a writer that crashed before its manifest
+    (store.root / "v2" / "entries.parquet").write_bytes(b"half")
+    assert _import(store, _write(tmp_path / "2.jsonl", [_entry(2, {})])) == 3  # v2 skipped, not overwritten
+    (store.root / "v3" / "entries.parquet").write_bytes(b"PAR1 flipped bits PAR1")  # the live one, now
+    result = fdo(home, "store", "import", str(_write(tmp_path / "4.jsonl", [_entry(4, {})])))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "roll back" in result.stderr
+    assert fdo(home, "store", "rollback", "2").returncode == 2  # no version to roll back to
+    listed = json.loads(fdo(home, "store", "versions", "--json").stdout)
+    assert [v["version"] for v in listed["versions"]] == [1, 3] and listed["current"] == 3
+    assert set(listed["damaged"]) == {"v2", "v3", "CURRENT"}
+    assert "no manifest" in listed["damaged"]["v2"] and "checksum" in listed["damaged"]["v3"]
+    shown = fdo(home, "store", "versions").stdout.splitlines()
+    assert shown[1].startswith("! v3") and any(line.startswith("! v2") for line in shown)
+    assert json.loads(fdo(home, "store", "rollback", "1", "--json").stdout) == {"version": 4}
+    assert _import(store, tmp_path / "4.jsonl") == 5
+    assert set(store.problems()) == {"v2", "v3"}
+
+
+def test_a_corrupt_current_stops_imports_until_a_rollback(tmp_path):
+    home = tmp_path / "home"
+    store = Store(home)
+    _import(store, _write(tmp_path / "1.jsonl", [_entry(1, {"xla_cpu_use_xnnpack": False})]))
+    (store.root / "CURRENT").write_bytes(b"\x00\xff garbage")
+    result = fdo(home, "store", "import", str(_write(tmp_path / "2.jsonl", [_entry(2, {})])))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "CURRENT" in result.stderr
+    assert fdo(home, "store", "show", f"{1:032x}").returncode == 2
+    assert "CURRENT" in json.loads(fdo(home, "store", "versions", "--json").stdout)["damaged"]
+    assert store.rollback(1) == 2 and store.current() == 2 and store.problems() == {}
+
+
+def test_a_version_number_is_never_reused(tmp_path):
+    home = tmp_path / "home"
+    store = Store(home)
+    for i in (1, 2):
+        _import(store, _write(tmp_path / f"{i}.jsonl", [_entry(i, {})]))
+    shutil.rmtree(store.root / "v2")  # the live version, deleted
+    with pytest.raises(StoreError, match="v2|version 2"):
+        _import(store, _write(tmp_path / "3.jsonl", [_entry(3, {})]))
+    assert store.rollback(1) == 3
+    shutil.rmtree(store.root / "v3")  # the newest, deleted, and CURRENT set back by hand
+    (store.root / "CURRENT").write_text("1\n")
+    assert _import(store, tmp_path / "3.jsonl") == 4
+    assert [m.version for m in store.versions()] == [1, 4] and store.entries(4).num_rows == 2
+
+
+def test_rollbacks_racing_other_writers_all_land(tmp_path):
+    """Threads that roll back and import at once, each through its own lock file handle: every
+    one lands, on a linear history of distinct versions."""
+    home = tmp_path / "home"
+    store = Store(home)
+    _import(store, _write(tmp_path / "0.jsonl", [_entry(0, {})]))
+    files = [_write(tmp_path / f"{i}.jsonl", [_entry(i, {"xla_cpu_use_xnnpack": bool(i % 2)})])
+             for i in range(1, 9)]
+    start = threading.Barrier(16)
+    published: list[int | None] = []
+    failures: list[Exception] = []
+
+    def writer(work) -> None:
+        start.wait()
+        try:
+            published.append(work())
+        except Exception as exc:  # collected, asserted below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(lambda: Store(home).rollback(1),)) for _ in range(8)]
+    threads += [threading.Thread(target=writer, args=(lambda f=f: _import(Store(home), f),)) for f in files]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert failures == []
+    assert sorted(published) == list(range(2, 18))
+    assert [m.parent for m in store.versions()] == [None, *range(1, 17)]
+
+
+def test_bad_inputs_of_store_and_serve_are_one_line_and_exit_2(tmp_path):
+    home = tmp_path / "home"
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("a file, where a home would go\n")
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    entries = _write(tmp_path / "ok.jsonl", [_entry(1, {})])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        cases = [
+            ((home, "store", "import", str(tmp_path / "missing.jsonl")), "missing.jsonl"),
+            ((home, "serve", "--token-file", str(tmp_path / "missing")), "missing"),
+            ((not_a_dir / "home", "store", "import", str(entries)), str(not_a_dir)),
+            ((not_a_dir / "home", "serve", "--token-file", str(token)), str(not_a_dir)),
+            ((home, "serve", "--port", port), port),
+        ]
+        for (where, *args), named in cases:
+            result = fdo(where, *args)
+            assert (result.returncode, result.stderr.count("\n")) == (2, 1), (args, result.stderr)
+            assert named in result.stderr and "Traceback" not in result.stderr
