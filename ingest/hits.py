@@ -4,7 +4,8 @@ The hook (delivery.hook) runs inside users' jobs, so it only appends JSON lines 
 of its own process: `<home>/spool/hits/<host>-<pid>-<start>.jsonl`, one object per compile with
 the columns of HITS (`at` as ISO 8601). Ingestion claims a file once its writer is gone (a dead
 pid on this host, or no write for a day), lands its good lines as one part named after the file
-(so a rerun adds nothing), quarantines bad lines with the reason, then removes the file.
+(so a rerun adds nothing), quarantines bad lines with the reason, then removes the file. A
+spool file that cannot be read is quarantined (and left in place) and the others land.
 `read_hits` shows landed and still-spooled records together, for `fdo hits`.
 """
 
@@ -21,9 +22,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from ingest.inputs import INPUT_ERRORS, reason
 from ingest.quarantine import Quarantine, Quarantined
 from ingest.tables import HITS
-from ingest.warehouse import Warehouse, process_alive
+from ingest.warehouse import Warehouse, process_alive, split_rows
 
 SPOOL_DIR = Path("spool") / "hits"
 OUTCOMES = ("applied", "miss", "fallback", "refused", "error")
@@ -65,10 +67,14 @@ def ingest_hits(home: Path, now: float | None = None) -> HitReport:
     warehouse, quarantine = Warehouse(home), Quarantine(home)
     report = HitReport()
     for path in sorted((home / SPOOL_DIR).glob("*.jsonl")):
-        if not _finished(path, now):
-            report.waiting += 1
+        try:
+            if not _finished(path, now):
+                report.waiting += 1
+                continue
+            rows, bad, reasons = parse_spool(path)
+        except INPUT_ERRORS as exc:
+            report.quarantined.append(quarantine.put_file(path, reason(path, exc)))
             continue
-        rows, bad, reasons = parse_spool(path)
         warehouse.append(HITS, pa.Table.from_pylist(rows, HITS.schema), f"spool-{path.stem}")
         if bad:
             report.quarantined.append(quarantine.put_rows(
@@ -82,8 +88,12 @@ def ingest_hits(home: Path, now: float | None = None) -> HitReport:
 def read_hits(home: Path) -> pa.Table:
     """Every hit record of `home`: landed ones and those still in the spool."""
     landed = Warehouse(home).read(HITS)
-    spooled = [row for path in sorted((Path(home) / SPOOL_DIR).glob("*.jsonl"))
-               for row in parse_spool(path)[0]]
+    spooled = []
+    for path in sorted((Path(home) / SPOOL_DIR).glob("*.jsonl")):
+        try:
+            spooled += parse_spool(path)[0]
+        except OSError:  # unreadable: ingest_hits quarantines it; the others still show
+            continue
     if not spooled:
         return landed
     return pa.concat_tables([landed, pa.Table.from_pylist(spooled, landed.schema)])
@@ -129,9 +139,12 @@ def _row(line: str) -> dict[str, Any]:
     if missing:
         raise ValueError(f"missing {', '.join(missing)}")
     try:
-        pa.Table.from_pylist([row], HITS.schema)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        typed = pa.Table.from_pylist([row], HITS.schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
         raise ValueError(f"does not fit the hits schema: {exc}") from None
+    _, bad, reasons = split_rows(typed, HITS.row_checks(typed))
+    if bad.num_rows:
+        raise ValueError(reasons[0])
     return row
 
 

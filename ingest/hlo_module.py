@@ -44,8 +44,11 @@ class HloModule:
         return sum(len(c.instructions) for c in self.view().computations)
 
     def to_text(self) -> str:
-        """XLA's own text form of the module."""
-        return xla_hlo().HloModule.from_serialized_hlo_module_proto(self.proto).to_string()
+        """XLA's own text form of the module; HloLoadError if XLA refuses the proto."""
+        try:
+            return xla_hlo().HloModule.from_serialized_hlo_module_proto(self.proto).to_string()
+        except Exception as exc:  # XLA raises JaxRuntimeError / XlaRuntimeError, version dependent
+            raise HloLoadError(f"{self.source}: not a valid HLO module: {_first_line(exc)}") from exc
 
 
 def xla_hlo() -> Any:
@@ -145,7 +148,10 @@ def load_file(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) 
         raise HloLoadError(f"{path}: {size} bytes is over the {max_bytes}-byte input limit")
     if size == 0:
         raise HloLoadError(f"{path}: empty file")
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:  # a directory, no permission
+        raise HloLoadError(f"{path}: cannot read: {exc.strerror}") from exc
     text = _as_hlo_text(data)
     if text is not None:
         return from_text(text, str(path))

@@ -2,7 +2,12 @@
 
 Each input lands as one part per date partition, named after the input's content digest, and
 a marker under `warehouse/_ingested/` records that the input is complete: ingesting the same
-input again adds nothing, and a run killed half-way finishes what it started when rerun.
+input again adds nothing, and a run killed half-way finishes what it started when rerun. Rows
+are also identified by their content (ingest.rowids): rows the warehouse already holds, sent
+again in another drop, are counted as duplicates and not landed twice.
+
+An input that cannot be read or parsed is quarantined with the reason, and the run goes on
+with the next (ingest.inputs); bad rows of a readable input are quarantined one by one (ingest.drops).
 
 A trace (`*.xplane.pb`) says which modules ran for how long; who ran them comes from an
 `fdo-job.json` beside the trace or above it (see ingest.sidecars), else the trace's directory
@@ -29,10 +34,12 @@ import pyarrow.compute as pc
 
 from ingest import drops
 from ingest.environment import ENVIRONMENT_FILE, current_environment
+from ingest.inputs import INPUT_ERRORS, Unlisted, reason, walk
 from ingest.quarantine import Quarantine, Quarantined, file_digest
+from ingest.rowids import SeenRows
 from ingest.sidecars import JOB_FILE, Job, nearest_file, read_environment_file, read_job_file
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
-from ingest.warehouse import Warehouse
+from ingest.warehouse import TableSchema, Warehouse, split_rows
 
 TRACE_SUFFIX = ".xplane.pb"
 
@@ -45,100 +52,126 @@ class ProfileReport:
     skipped: int = 0  # already ingested
     graph_runs: int = 0
     op_runs: int = 0
+    duplicates: int = 0  # good rows the warehouse already held, from another input
     quarantined: list[Quarantined] = field(default_factory=list)
 
     def to_json(self) -> dict:
         """A JSON-ready dict."""
         return {"inputs": self.inputs, "skipped": self.skipped, "graph_runs": self.graph_runs,
-                "op_runs": self.op_runs, "quarantined": [q.__dict__ for q in self.quarantined]}
+                "op_runs": self.op_runs, "duplicates": self.duplicates,
+                "quarantined": [q.__dict__ for q in self.quarantined]}
 
 
-def find_profiles(paths: Iterable[Path]) -> list[Path]:
-    """Drops and traces under `paths`, in a stable order; a named file is taken as given."""
-    found: list[Path] = []
-    for root in paths:
-        if root.is_file() or not root.exists():
-            found.append(root)
-            continue
-        found += sorted(p for p in root.rglob("*") if p.is_file() and _is_profile(p))
-    return found
+def find_profiles(paths: Iterable[Path]) -> tuple[list[Path], list[Unlisted]]:
+    """(drops and traces under `paths`, in a stable order, a named file taken as given; the
+    directories that could not be listed)."""
+    found, unlisted = walk(paths)
+    return [path for root, path in found if path == root or _is_profile(path)], unlisted
+
+
+@dataclass
+class _Run:
+    """What the inputs of one run share."""
+
+    warehouse: Warehouse
+    quarantine: Quarantine
+    roots: list[Path]
+    report: ProfileReport
+    applied_hits: Callable[[], pa.Table]
+    seen: dict[str, SeenRows]  # by table name
+
+    def land(self, table: TableSchema, rows: pa.Table, part: str) -> int:
+        """Append the rows of `rows` the warehouse does not hold yet (see SeenRows) as `part`;
+        how many that was. The others are counted as duplicates."""
+        with self.seen[table.name].input() as admit:
+            fresh = admit(rows)
+            self.warehouse.append(table, fresh, part)
+        self.report.duplicates += rows.num_rows - fresh.num_rows
+        return fresh.num_rows
 
 
 def ingest_profiles(paths: Iterable[Path], home: Path, progress: bool = False) -> ProfileReport:
     """Ingest every drop and trace under `paths`; bad inputs and rows go to quarantine."""
     from tqdm import tqdm
 
-    warehouse, quarantine = Warehouse(home), Quarantine(home)
+    warehouse = Warehouse(home)
     warehouse.remove_temporaries()
-    report = ProfileReport()
     roots = [Path(p) for p in paths]
-    applied_hits = functools.cache(lambda: _applied_hits(Path(home)))  # read once, if a trace needs it
-    for path in tqdm(find_profiles(roots), desc="profiles", unit="input", disable=not progress):
-        report.inputs += 1
-        if not path.is_file():
-            report.quarantined.append(Quarantined(str(path), "no such file", ""))
-            continue
-        if not _is_profile(path):
-            report.quarantined.append(quarantine.put_file(
-                path, f"{path}: not a profile: expected *{TRACE_SUFFIX} or a drop named "
-                      "*.graph_runs.parquet|jsonl or *.op_runs.parquet|jsonl"))
-            continue
-        digest = file_digest(path)
-        marker = warehouse.root / "_ingested" / f"{digest}.json"
-        if marker.exists():
-            report.skipped += 1
-            continue
+    run = _Run(warehouse, Quarantine(home), roots, ProfileReport(),
+               functools.cache(lambda: _applied_hits(Path(home))),  # read once, if a trace needs it
+               {t.name: SeenRows(warehouse, t) for t in (GRAPH_RUNS, OP_RUNS)})
+    inputs, unlisted = find_profiles(roots)
+    run.report.quarantined += [Quarantined(str(u.path), u.reason, "") for u in unlisted]
+    for path in tqdm(inputs, desc="profiles", unit="input", disable=not progress):
+        run.report.inputs += 1
         try:
-            if path.name.endswith(TRACE_SUFFIX):
-                _ingest_trace(path, digest, roots, warehouse, report, applied_hits)
-            else:
-                _ingest_drop(path, digest, warehouse, quarantine, report)
-        except (drops.DropError, ValueError) as exc:
-            report.quarantined.append(quarantine.put_file(path, str(exc)))
-            continue
-        _write_marker(marker, path)
-    return report
+            _ingest_input(path, run)
+        except INPUT_ERRORS as exc:
+            run.report.quarantined.append(run.quarantine.put_file(path, reason(path, exc)))
+    return run.report
 
 
-def _ingest_drop(path: Path, digest: str, warehouse: Warehouse, quarantine: Quarantine,
-                 report: ProfileReport) -> None:
+def _ingest_input(path: Path, run: _Run) -> None:
+    """Land one input; an INPUT_ERRORS exception if it cannot be read."""
+    if not path.exists():
+        run.report.quarantined.append(Quarantined(str(path), "no such file", ""))
+        return
+    if not _is_profile(path):
+        run.report.quarantined.append(run.quarantine.put_file(
+            path, f"{path}: not a profile: expected *{TRACE_SUFFIX} or a drop named "
+                  "*.graph_runs.parquet|jsonl or *.op_runs.parquet|jsonl"))
+        return
+    digest = file_digest(path)
+    marker = run.warehouse.root / "_ingested" / f"{digest}.json"
+    if marker.exists():
+        run.report.skipped += 1
+        return
+    if path.name.endswith(TRACE_SUFFIX):
+        _ingest_trace(path, digest, run)
+    else:
+        _ingest_drop(path, digest, run)
+    _write_marker(marker, path)
+
+
+def _ingest_drop(path: Path, digest: str, run: _Run) -> None:
     fmt = drops.drop_format(path)
     assert fmt is not None
     bad_rows: list[pa.Table] = []
     reasons: list[str] = []
-    landed = 0
-    with warehouse.part_writer(fmt.table, f"drop-{digest}") as write:
+    landed = duplicates = 0
+    with run.seen[fmt.table.name].input() as admit, \
+            run.warehouse.part_writer(fmt.table, f"drop-{digest}") as write:
         for batch in drops.read_batches(path, fmt):
             good, bad, why = drops.validate(batch, fmt)
-            write(good)
-            landed += good.num_rows
+            fresh = admit(good)
+            write(fresh)
+            landed += fresh.num_rows
+            duplicates += good.num_rows - fresh.num_rows
             if bad.num_rows:
                 bad_rows.append(bad)
                 reasons += why
     if fmt.table is GRAPH_RUNS:
-        report.graph_runs += landed
+        run.report.graph_runs += landed
     else:
-        report.op_runs += landed
+        run.report.op_runs += landed
+    run.report.duplicates += duplicates
     if bad_rows:
-        report.quarantined.append(quarantine.put_rows(path, digest, pa.concat_tables(bad_rows), reasons))
+        run.report.quarantined.append(run.quarantine.put_rows(
+            path, digest, pa.concat_tables(bad_rows), reasons))
 
 
-def _ingest_trace(path: Path, digest: str, roots: list[Path], warehouse: Warehouse,
-                  report: ProfileReport, applied_hits: Callable[[], pa.Table]) -> None:
-    from ingest.xplane import TraceError, read_trace
+def _ingest_trace(path: Path, digest: str, run: _Run) -> None:
+    from ingest.xplane import read_trace
 
-    try:
-        modules = read_trace(path)
-    except TraceError as exc:
-        raise ValueError(str(exc)) from None
-    job_file = nearest_file(path, roots, JOB_FILE)
+    modules = read_trace(path)
+    job_file = nearest_file(path, run.roots, JOB_FILE)
     job = read_job_file(job_file) if job_file else Job(path.parent.name, "unknown", 1, False)
-    env_file = nearest_file(path, roots, ENVIRONMENT_FILE)
+    env_file = nearest_file(path, run.roots, ENVIRONMENT_FILE)
     environment = read_environment_file(env_file).environment if env_file else current_environment()
     env_key = environment.key()
     dt = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC).date()
-    graph_of = _graphs_by_optimized_fingerprint(warehouse, env_key)
-    hit_of = _hits_by_optimized_fingerprint(applied_hits(), job.job_id)
+    graph_of = _graphs_by_optimized_fingerprint(run.warehouse, env_key)
+    hit_of = _hits_by_optimized_fingerprint(run.applied_hits(), job.job_id)
     graph_rows, op_rows = [], []
     for module in modules:
         hit = hit_of.get(module.optimized_fingerprint or "", {})
@@ -162,10 +195,17 @@ def _ingest_trace(path: Path, digest: str, roots: list[Path], warehouse: Warehou
             "config_key": None, "config_version": None, "expected_speedup": None,
         } for op in module.ops if op.op_fingerprint is not None]
     part = f"trace-{digest}"
-    warehouse.append(OP_RUNS, pa.Table.from_pylist(op_rows, OP_RUNS.schema), part)
-    warehouse.append(GRAPH_RUNS, pa.Table.from_pylist(graph_rows, GRAPH_RUNS.schema), part)
-    report.graph_runs += len(graph_rows)
-    report.op_runs += len(op_rows)
+    # Rows a trace cannot make whole (a job id over its bound, say) are set aside, like a drop's.
+    landed = {}
+    for table, rows in ((OP_RUNS, op_rows), (GRAPH_RUNS, graph_rows)):
+        typed = pa.Table.from_pylist(rows, table.schema)
+        good, bad, why = split_rows(typed, table.row_checks(typed))
+        if bad.num_rows:
+            run.report.quarantined.append(run.quarantine.put_rows(
+                path, digest, bad, why, label=f"bad-{table.name}-rows"))
+        landed[table.name] = run.land(table, good, part)
+    run.report.graph_runs += landed[GRAPH_RUNS.name]
+    run.report.op_runs += landed[OP_RUNS.name]
 
 
 def _graphs_by_optimized_fingerprint(warehouse: Warehouse, env_key: str) -> dict[str, str]:

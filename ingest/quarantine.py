@@ -2,7 +2,10 @@
 
 `<home>/quarantine/<date>/<digest>-<name>` holds a copy of the input (or the rows of it that
 were bad, as Parquet with a `reason` column) and `<...>.reason.json` says why. Names carry the
-content digest, so quarantining the same input twice keeps one copy.
+content digest, so quarantining the same input twice keeps one copy. An input that cannot be
+read (no permission) is kept by its reason alone. `<name>` is the input's name made safe: odd
+characters replaced and cut to MAX_NAME_CHARS, so that no input's name can make quarantine
+fail; the reason file has the input's full path.
 """
 
 from __future__ import annotations
@@ -11,12 +14,18 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+# Of an input's name inside a quarantine file's name: file systems allow 255 bytes, and the
+# digest and suffixes (`.bad-rows.parquet.reason.json`) come on top.
+MAX_NAME_CHARS = 120
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=,@-]")
 
 
 @dataclass(frozen=True)
@@ -44,17 +53,31 @@ class Quarantine:
         self.root = Path(home) / "quarantine"
 
     def put_file(self, source: Path, reason: str) -> Quarantined:
-        """Copy `source` (a file) into quarantine with `reason`; the original is left in place."""
-        target = self._target(source.name, file_digest(source) if source.is_file() else "missing")
-        if source.is_file() and not target.exists():
-            tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-            shutil.copyfile(source, tmp)
-            os.replace(tmp, target)
+        """Copy `source` (a file) into quarantine with `reason`; the original is left in place.
+        If it cannot be read, only the reason is kept, and `copy` is empty."""
+        try:
+            target = self._target(source.name, file_digest(source))
+            if not target.exists():
+                tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+                try:
+                    shutil.copyfile(source, tmp)
+                except OSError:
+                    tmp.unlink(missing_ok=True)
+                    raise
+                os.replace(tmp, target)
+        except OSError as exc:
+            if not _is_reading(exc, source):
+                raise  # the quarantine itself cannot be written: not this input's fault
+            path_digest = hashlib.blake2b(os.fsencode(source), digest_size=16).hexdigest()
+            return self._write_reason(self._target(source.name, path_digest), source,
+                                      f"{reason} (not copied: {exc.strerror})", copied=False)
         return self._write_reason(target, source, reason)
 
-    def put_rows(self, source: Path, digest: str, rows: pa.Table, reasons: list[str]) -> Quarantined:
-        """Keep the bad rows of `source` (with a `reason` column per row) in quarantine."""
-        target = self._target(f"{source.name}.bad-rows.parquet", digest)
+    def put_rows(self, source: Path, digest: str, rows: pa.Table, reasons: list[str],
+                 label: str = "bad-rows") -> Quarantined:
+        """Keep the bad rows of `source` (with a `reason` column per row) in quarantine, in
+        `<name>.<label>.parquet` (an input whose rows go to several tables has a label each)."""
+        target = self._target(f"{source.name}.{label}.parquet", digest)
         if not target.exists():
             tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
             pq.write_table(rows.append_column("reason", pa.array(reasons, pa.string())), tmp)
@@ -66,10 +89,10 @@ class Quarantine:
         day = datetime.date.today().isoformat()
         directory = self.root / day
         directory.mkdir(parents=True, exist_ok=True)
-        return directory / f"{digest[:12]}-{name}"
+        return directory / f"{digest[:12]}-{safe_name(name)}"
 
-    def _write_reason(self, target: Path, source: Path, reason: str) -> Quarantined:
-        entry = Quarantined(source=str(source), reason=reason, copy=str(target))
+    def _write_reason(self, target: Path, source: Path, reason: str, copied: bool = True) -> Quarantined:
+        entry = Quarantined(source=str(source), reason=reason, copy=str(target) if copied else "")
         note = target.with_name(target.name + ".reason.json")
         tmp = note.with_name(f".{note.name}.tmp-{os.getpid()}")
         tmp.write_text(json.dumps({**asdict(entry),
@@ -77,3 +100,17 @@ class Quarantine:
                                   indent=2) + "\n")
         os.replace(tmp, note)
         return entry
+
+
+def safe_name(name: str) -> str:
+    """`name` with only portable characters, its middle cut out if over MAX_NAME_CHARS."""
+    name = _UNSAFE.sub("_", name)
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    half = MAX_NAME_CHARS // 2
+    return f"{name[:half - 1]}~{name[-half:]}"
+
+
+def _is_reading(exc: OSError, source: Path) -> bool:
+    """Whether `exc` came from reading `source` (rather than from writing the quarantine)."""
+    return exc.filename is not None and os.fsencode(exc.filename) == os.fsencode(source)

@@ -7,6 +7,9 @@ fingerprint, the key the compiler hook computes at compile time; its optimized H
 assignments, LLVM IR, ...) are not modules and are skipped. The environment comes from an
 `fdo-environment.json` in the module's directory or above it (see ingest.sidecars), else the
 running machine's; the time it was seen from that file's `captured_at`, else the file's mtime.
+
+A module that cannot be read, parsed or stored in the tables (a name over its bound) is
+quarantined with the reason, and the other modules of the run land (see ingest.inputs).
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ import pyarrow as pa
 from ingest.blobs import BlobStore
 from ingest.environment import ENVIRONMENT_FILE, Environment, current_environment
 from ingest.fingerprint import ModuleFingerprint, fingerprint_module
-from ingest.hlo_module import HloLoadError, load_file
+from ingest.hlo_module import load_file
+from ingest.inputs import INPUT_ERRORS, Unlisted, reason, walk
 from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.sidecars import Capture, nearest_file, read_environment_file
 from ingest.tables import GRAPHS, OPS
-from ingest.warehouse import Warehouse
+from ingest.warehouse import TableSchema, Warehouse, split_rows
 
 _UNOPTIMIZED = "before_optimizations"
 _OPTIMIZED = "after_optimizations"
@@ -62,17 +66,17 @@ class SymbolReport:
                 "quarantined": [q.__dict__ for q in self.quarantined]}
 
 
-def find_modules(paths: Iterable[Path]) -> list[ModuleFiles]:
-    """Group the HLO files under `paths` into modules, in a stable order."""
+def find_modules(paths: Iterable[Path]) -> tuple[list[ModuleFiles], list[Unlisted]]:
+    """(the HLO files under `paths` grouped into modules, in a stable order; the directories
+    that could not be listed)."""
     groups: dict[tuple[Path, str], ModuleFiles] = {}
-    for root in paths:
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-        for path in files:
-            found = _role(path, explicit=path == root)
-            if found is not None:
-                role, module_id = found
-                setattr(groups.setdefault((path.parent, module_id), ModuleFiles()), role, path)
-    return [groups[key] for key in sorted(groups)]
+    found, unlisted = walk(paths)
+    for root, path in found:
+        role_of = _role(path, explicit=path == root)
+        if role_of is not None:
+            role, module_id = role_of
+            setattr(groups.setdefault((path.parent, module_id), ModuleFiles()), role, path)
+    return [groups[key] for key in sorted(groups)], unlisted
 
 
 def ingest_symbols(paths: Iterable[Path], home: Path, progress: bool = False) -> SymbolReport:
@@ -91,7 +95,8 @@ def ingest_symbols(paths: Iterable[Path], home: Path, progress: bool = False) ->
     missing = [p for p in paths if not p.exists()]
     for path in missing:
         report.quarantined.append(Quarantined(str(path), "no such file or directory", ""))
-    modules = find_modules(p for p in paths if p.exists())
+    modules, unlisted = find_modules(p for p in paths if p.exists())
+    report.quarantined += [Quarantined(str(u.path), u.reason, "") for u in unlisted]
     loader = _Loader(blobs, quarantine, report)
     for files in tqdm(modules, desc="symbols", unit="module", disable=not progress):
         capture = _capture_for(files.main, paths, captures, quarantine)
@@ -101,13 +106,22 @@ def ingest_symbols(paths: Iterable[Path], home: Path, progress: bool = False) ->
         if isinstance(capture, Quarantined):
             report.quarantined.append(Quarantined(str(files.main), capture.reason, ""))
             continue
-        seen = capture.captured_at or datetime.datetime.fromtimestamp(
-            files.main.stat().st_mtime, datetime.UTC)
+        try:
+            seen = capture.captured_at or datetime.datetime.fromtimestamp(
+                files.main.stat().st_mtime, datetime.UTC)
+        except OSError as exc:  # gone since it was listed
+            report.quarantined.append(Quarantined(str(files.main), reason(files.main, exc), ""))
+            continue
         rows = _module_rows(files, capture.environment, seen.astimezone(datetime.UTC), loader)
-        if rows is not None:
-            graph_rows.append(rows[0])
-            op_rows.extend(rows[1])
-            report.modules += 1
+        if rows is None:
+            continue
+        problem = _row_problem(GRAPHS, [rows[0]]) or _row_problem(OPS, rows[1])
+        if problem:
+            report.quarantined.append(quarantine.put_file(files.main, f"{files.main}: {problem}"))
+            continue
+        graph_rows.append(rows[0])
+        op_rows.extend(rows[1])
+        report.modules += 1
     report.ops_changed = warehouse.upsert(OPS, pa.Table.from_pylist(op_rows, OPS.schema), _merge_ops)
     report.graphs_changed = warehouse.upsert(
         GRAPHS, pa.Table.from_pylist(graph_rows, GRAPHS.schema), _merge_graphs)
@@ -132,17 +146,22 @@ class _Loader:
         self.done: dict[str, _Stored | None] = {}
 
     def load(self, path: Path, with_ops: bool) -> _Stored | None:
-        digest = file_digest(path)
-        if digest not in self.done:
-            try:
-                module = load_file(path)
-            except HloLoadError as exc:
-                self.report.quarantined.append(self.quarantine.put_file(path, str(exc)))
+        """The module in `path`, stored; None (and `path` quarantined) if it cannot be read."""
+        digest = None
+        try:
+            digest = file_digest(path)
+            if digest in self.done:
+                return self.done[digest]
+            module = load_file(path)
+            result = fingerprint_module(module, with_ops=with_ops)
+            text = module.to_text()
+        except INPUT_ERRORS as exc:
+            if digest is not None:
                 self.done[digest] = None
-            else:
-                result = fingerprint_module(module, with_ops=with_ops)
-                self.done[digest] = _Stored(module.name, result,
-                                            self.blobs.put_text(result.fingerprint, module.to_text()))
+            self.report.quarantined.append(self.quarantine.put_file(path, reason(path, exc)))
+            return None
+        # Outside the try: a blob store that cannot be written is no fault of the input.
+        self.done[digest] = _Stored(module.name, result, self.blobs.put_text(result.fingerprint, text))
         return self.done[digest]
 
 
@@ -171,6 +190,13 @@ def _module_rows(files: ModuleFiles, environment: Environment, seen: datetime.da
                 "n_instructions": op.n_instructions, "name": op.name, "hlo_blob": optimized.blob}
                for op in optimized.fingerprint.ops]
     return row, ops
+
+
+def _row_problem(table: TableSchema, rows: list[dict]) -> str | None:
+    """Why some of a module's rows cannot land in `table` (the reason of the first), if so."""
+    typed = pa.Table.from_pylist(rows, table.schema)
+    _, bad, reasons = split_rows(typed, table.row_checks(typed))
+    return f"{table.name}: {reasons[0]}" if bad.num_rows else None
 
 
 def _merge_graphs(rows: pa.Table) -> pa.Table:

@@ -1,6 +1,8 @@
 """The warehouse tables that ingestion fills, declared once (see DESIGN.md for the public columns).
 
 Bump a table's version when its columns change; files of another version are refused on read.
+Every string column declares its longest value here (`_string`): a longer one never lands, its
+row is quarantined instead (a 10,000-character job_id is a broken producer, not a job).
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ingest.warehouse import TableSchema
+from ingest.warehouse import bounded_string as _string
 
 
 def _field(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
@@ -16,23 +19,38 @@ def _field(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
+# Longest values, in characters. Fingerprints, environment and store keys are 32 hex digits.
+HEX_KEY = 32
+BLOB_NAME = 128  # hlo/<2 hex>/<fingerprint>.hlo.zst
+JOB_ID = 256
+TEAM = 128
+DEVICE_KIND = 256  # a CPU kind lists its ISA features (ingest.environment.cpu_device_kind)
+PLATFORM = 64
+COMPILER_VERSION = 256
+MODULE_NAME = 1024  # XLA module names carry the jitted function's (possibly long) name
+INSTRUCTION_NAME = 1024
+OP_KIND = 128
+OUTCOME = 16
+CONFIG_JSON = 1 << 16
+REASON = 1 << 14  # an error's first line, as a rule: far less
+
 GRAPHS = TableSchema(
     name="graphs",
     version=1,
     key=("fingerprint", "env_key"),
     schema=pa.schema([
         _field("dt", pa.date32()),  # the date first seen
-        _field("fingerprint", pa.string()),
-        _field("env_key", pa.string()),
-        _field("module_name", pa.string()),
+        _string("fingerprint", HEX_KEY),
+        _string("env_key", HEX_KEY),
+        _string("module_name", MODULE_NAME),
         _field("n_instructions", pa.int64()),
-        _field("hlo_blob", pa.string()),
-        _field("optimized_blob", pa.string(), nullable=True),
-        _field("optimized_fingerprint", pa.string(), nullable=True),
-        _field("platform", pa.string()),
-        _field("device_kind", pa.string()),
+        _string("hlo_blob", BLOB_NAME),
+        _string("optimized_blob", BLOB_NAME, nullable=True),
+        _string("optimized_fingerprint", HEX_KEY, nullable=True),
+        _string("platform", PLATFORM),
+        _string("device_kind", DEVICE_KIND),
         _field("device_count", pa.int32()),
-        _field("compiler_version", pa.string()),
+        _string("compiler_version", COMPILER_VERSION),
         _field("first_seen", TIMESTAMP),
         _field("last_seen", TIMESTAMP),
     ]),
@@ -44,13 +62,13 @@ OPS = TableSchema(
     key=("fingerprint", "graph_fingerprint", "env_key"),
     schema=pa.schema([
         _field("dt", pa.date32()),  # the date its graph was first seen
-        _field("fingerprint", pa.string()),
-        _field("graph_fingerprint", pa.string()),
-        _field("env_key", pa.string()),
-        _field("kind", pa.string()),
+        _string("fingerprint", HEX_KEY),
+        _string("graph_fingerprint", HEX_KEY),
+        _string("env_key", HEX_KEY),
+        _string("kind", OP_KIND),
         _field("n_instructions", pa.int64()),
-        _field("name", pa.string()),  # the fusion's instruction name in the optimized graph
-        _field("hlo_blob", pa.string()),  # the optimized graph that holds it
+        _string("name", INSTRUCTION_NAME),  # the fusion's instruction name in the optimized graph
+        _string("hlo_blob", BLOB_NAME),  # the optimized graph that holds it
     ]),
 )
 
@@ -59,17 +77,17 @@ GRAPH_RUNS = TableSchema(
     version=1,
     schema=pa.schema([
         _field("dt", pa.date32()),
-        _field("job_id", pa.string()),
-        _field("team", pa.string()),
-        _field("fingerprint", pa.string()),
-        _field("env_key", pa.string()),
-        _field("device_kind", pa.string()),
-        _field("compiler_version", pa.string(), nullable=True),
+        _string("job_id", JOB_ID),
+        _string("team", TEAM),
+        _string("fingerprint", HEX_KEY),
+        _string("env_key", HEX_KEY),
+        _string("device_kind", DEVICE_KIND),
+        _string("compiler_version", COMPILER_VERSION, nullable=True),
         _field("chips", pa.int32()),
         _field("executions", pa.int64()),
         _field("chip_seconds", pa.float64()),
         _field("opted_out", pa.bool_()),
-        _field("config_key", pa.string(), nullable=True),
+        _string("config_key", HEX_KEY, nullable=True),
         _field("config_version", pa.int64(), nullable=True),
         _field("expected_speedup", pa.float64(), nullable=True),
     ]),
@@ -80,14 +98,14 @@ OP_RUNS = TableSchema(
     version=1,
     schema=pa.schema([
         _field("dt", pa.date32()),
-        _field("job_id", pa.string()),
-        _field("team", pa.string()),
-        _field("op_fingerprint", pa.string()),
-        _field("graph_fingerprint", pa.string()),
-        _field("env_key", pa.string()),
+        _string("job_id", JOB_ID),
+        _string("team", TEAM),
+        _string("op_fingerprint", HEX_KEY),
+        _string("graph_fingerprint", HEX_KEY),
+        _string("env_key", HEX_KEY),
         _field("chip_seconds", pa.float64()),
         _field("opted_out", pa.bool_()),
-        _field("config_key", pa.string(), nullable=True),
+        _string("config_key", HEX_KEY, nullable=True),
         _field("config_version", pa.int64(), nullable=True),
         _field("expected_speedup", pa.float64(), nullable=True),
     ]),
@@ -101,21 +119,21 @@ HITS = TableSchema(
     schema=pa.schema([
         _field("dt", pa.date32()),
         _field("at", TIMESTAMP),
-        _field("job_id", pa.string()),  # FDO_JOB_ID, else host-pid
-        _field("key", pa.string()),  # the store key looked up
-        _field("fingerprint", pa.string()),
-        _field("env_key", pa.string()),
-        _field("module_name", pa.string()),
+        _string("job_id", JOB_ID),  # FDO_JOB_ID, else host-pid
+        _string("key", HEX_KEY),  # the store key looked up
+        _string("fingerprint", HEX_KEY),
+        _string("env_key", HEX_KEY),
+        _string("module_name", MODULE_NAME),
         # 'applied' (tuned config compiled), 'miss' (no entry), 'fallback' (tuned compile failed,
         # default used), 'refused' (entry's config not allowlisted), 'error' (store unusable)
-        _field("outcome", pa.string()),
-        _field("kind", pa.string(), nullable=True),
+        _string("outcome", OUTCOME),
+        _string("kind", OP_KIND, nullable=True),
         _field("config_version", pa.int64(), nullable=True),  # store version that served it
         _field("expected_speedup", pa.float64(), nullable=True),
-        _field("config", pa.string(), nullable=True),  # JSON of the applied flags
+        _string("config", CONFIG_JSON, nullable=True),  # JSON of the applied flags
         # The optimized module's fingerprint, so a profile of the tuned executable finds its hit.
-        _field("optimized_fingerprint", pa.string(), nullable=True),
-        _field("reason", pa.string(), nullable=True),  # why a fallback, refusal or error
+        _string("optimized_fingerprint", HEX_KEY, nullable=True),
+        _string("reason", REASON, nullable=True),  # why a fallback, refusal or error
         _field("hook_seconds", pa.float64()),  # time the hook added (fingerprint + look-up)
         _field("compile_seconds", pa.float64()),
     ]),

@@ -12,7 +12,8 @@ Two kinds of table:
 Every file is written to a temporary name in its final directory and renamed into place, so a
 killed process leaves either the whole file or none of it (plus a temporary file that the
 next writer removes). Every file carries its table name and schema version in its Parquet
-metadata; reads check both and the columns' types.
+metadata; reads check both and the columns' types. String columns may declare their longest
+value (`bounded_string`); no write lands a longer one.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import contextlib
 import datetime
 import fcntl
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -33,6 +34,7 @@ PARTITION = "dt"
 ROW_GROUP_ROWS = 1 << 17  # Beam's multi-process runner stalls on much larger elements
 _TABLE_META = b"fleet_fdo.table"
 _VERSION_META = b"fleet_fdo.schema_version"
+_MAX_CHARS_META = b"fleet_fdo.max_chars"
 _TMP_MARK = ".tmp-"
 
 
@@ -40,14 +42,32 @@ class SchemaError(ValueError):
     """Data that does not match its table's declared schema."""
 
 
+def bounded_string(name: str, max_chars: int, nullable: bool = False) -> pa.Field:
+    """A string column whose values hold at most `max_chars` characters, for a TableSchema."""
+    return pa.field(name, pa.string(), nullable=nullable,
+                    metadata={_MAX_CHARS_META: str(max_chars).encode()})
+
+
 @dataclass(frozen=True)
 class TableSchema:
-    """A warehouse table: its name, schema version, columns (with `dt`) and key, if a dimension."""
+    """A warehouse table: its name, schema version, columns (with `dt`) and key, if a dimension.
+
+    The bounds that `bounded_string` columns declare move to `max_chars`; the schema keeps no
+    field metadata, so files and tables compare equal whatever bounds are declared.
+    """
 
     name: str
     version: int
     schema: pa.Schema
     key: tuple[str, ...] = ()  # set for dimension tables: one row per key
+    max_chars: tuple[tuple[str, int], ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        bounds = tuple((f.name, int(f.metadata[_MAX_CHARS_META])) for f in self.schema
+                       if f.metadata and _MAX_CHARS_META in f.metadata)
+        plain = pa.schema([f.remove_metadata() for f in self.schema], metadata=self.schema.metadata)
+        object.__setattr__(self, "schema", plain)  # frozen: set once, here
+        object.__setattr__(self, "max_chars", bounds)
 
     @property
     def stored_schema(self) -> pa.Schema:
@@ -66,10 +86,38 @@ class TableSchema:
             table = table.select(self.schema.names).cast(self.schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise SchemaError(f"{self.name}: {exc}") from None
-        for field in self.schema:
-            if not field.nullable and table.column(field.name).null_count:
-                raise SchemaError(f"{self.name}: column {field.name!r} has nulls")
+        for column in self.schema:
+            if not column.nullable and table.column(column.name).null_count:
+                raise SchemaError(f"{self.name}: column {column.name!r} has nulls")
+        for name, bound in self.max_chars:
+            if _may_exceed(table.column(name), bound):
+                longest = pc.max(pc.utf8_length(table.column(name))).as_py()
+                if longest is not None and longest > bound:
+                    raise SchemaError(f"{self.name}: a {name!r} value of {longest} characters, "
+                                      f"over its {bound}-character bound")
         return table
+
+    def row_checks(self, table: pa.Table) -> list[tuple[str, pa.ChunkedArray]]:
+        """(reason, per-row ok) for what any row of this table must be, on the columns of
+        `table` that it declares: values where they are required, finite numbers, strings
+        within their bound (left out where no value can exceed it). For `split_rows`."""
+        checks = []
+        bounds = dict(self.max_chars)
+        for column in self.schema:
+            if column.name not in table.column_names:
+                continue
+            values = table.column(column.name)
+            if not column.nullable:
+                checks.append((f"{column.name} missing", pc.is_valid(values)))
+            if pa.types.is_floating(values.type):
+                checks.append((f"{column.name} not a finite number",
+                               pc.or_kleene(pc.is_null(values), pc.is_finite(values))))
+            if column.name in bounds and pa.types.is_string(values.type) \
+                    and _may_exceed(values, bounds[column.name]):
+                checks.append((f"{column.name} over {bounds[column.name]} characters",
+                               pc.or_kleene(pc.is_null(values),
+                                            pc.less_equal(pc.utf8_length(values), bounds[column.name]))))
+        return checks
 
 
 class Warehouse:
@@ -223,6 +271,37 @@ class Warehouse:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _may_exceed(values: pa.ChunkedArray, max_chars: int) -> bool:
+    """Whether a string might hold over `max_chars` characters: a character takes a byte at
+    least, and counting bytes (from the offsets) is much faster than counting characters."""
+    longest = pc.max(pc.binary_length(values)).as_py()
+    return longest is not None and longest > max_chars
+
+
+def split_rows(rows: pa.Table, checks: list[tuple[str, pa.ChunkedArray]],
+               notes: pa.Array | None = None) -> tuple[pa.Table, pa.Table, list[str]]:
+    """(rows passing every check, the others, a reason per other row). A check is (reason,
+    per-row ok; null counts as failed). `notes`, if given, is a per-row reason of its own (null
+    where none) that fails its row and, being the cause, is the row's whole reason."""
+    masks = [pc.fill_null(pc.invert(ok), True) for _, ok in checks]
+    if notes is not None:
+        masks.append(pc.is_valid(notes))
+    if not masks:
+        return rows, rows.slice(0, 0), []
+    any_bad = masks[0]
+    for mask in masks[1:]:
+        any_bad = pc.or_(any_bad, mask)
+    bad = rows.filter(any_bad)
+    reasons: list[str] = []
+    if bad.num_rows:
+        flags = [mask.filter(any_bad).to_pylist() for mask in masks[:len(checks)]]
+        names = [name for name, _ in checks]
+        own = notes.filter(any_bad).to_pylist() if notes is not None else [None] * bad.num_rows
+        reasons = [own[i] or "; ".join(n for n, failed in zip(names, flags) if failed[i])
+                   for i in range(bad.num_rows)]
+    return rows.filter(pc.invert(any_bad)), bad, reasons
+
+
 def read_checked(path: Path, table: TableSchema, columns: list[str] | None = None) -> pa.Table:
     """Read one Parquet file of `table`, checking its table name, schema version and columns."""
     try:
@@ -235,11 +314,11 @@ def read_checked(path: Path, table: TableSchema, columns: list[str] | None = Non
     version = meta.get(_VERSION_META, b"?").decode()
     if version != str(table.version):
         raise SchemaError(f"{path}: {table.name} schema version {version}, expected {table.version}")
-    for field in table.schema:
-        if field.name == PARTITION:
+    for column in table.schema:
+        if column.name == PARTITION:
             continue
-        if stored.get_field_index(field.name) < 0 or stored.field(field.name).type != field.type:
-            raise SchemaError(f"{path}: column {field.name!r} missing or not {field.type}")
+        if stored.get_field_index(column.name) < 0 or stored.field(column.name).type != column.type:
+            raise SchemaError(f"{path}: column {column.name!r} missing or not {column.type}")
     wanted = columns or table.schema.names
     data = pq.read_table(path, columns=[c for c in wanted if c != PARTITION], partitioning=None)
     if PARTITION in wanted:

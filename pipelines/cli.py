@@ -1,9 +1,10 @@
 """`fdo`: the command line of fleet-fdo, one subcommand per stage of the loop.
 
 Exit codes: 0 success; 1 the work ran but its outcome is a failure (a failed evaluation, numerics
-off); 2 bad usage or bad input (unreadable module, unknown flag); 3 the good inputs landed but
-some inputs (or rows) were quarantined; 4 (evaluate, tune) a module fails with the compiler's
-default config, so there is nothing to measure against; 130 interrupted.
+off); 2 bad usage or bad input (unreadable module, unknown flag, a home that is no writable
+directory, a global option such as --home given after the subcommand), told in one line; 3 the
+good inputs landed but some inputs (or rows) were quarantined; 4 (evaluate, tune) a module fails
+with the compiler's default config, so there is nothing to measure against; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_QUARANTINED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_DEFAULT_FAILS = 4
+HOME_OPTION = "--home"
+# fdo's own options, before the subcommand. After it, Beam commands would take them for Beam's.
+GLOBAL_OPTIONS = (HOME_OPTION,)
 
 
 def default_home() -> Path:
@@ -169,7 +173,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     else:
         report = ingest_profiles(paths, default_home(), progress=not args.json)
         summary = (f"{report.inputs} inputs ({report.skipped} already ingested): "
-                   f"{report.graph_runs} graph_runs and {report.op_runs} op_runs rows")
+                   f"{report.graph_runs} graph_runs and {report.op_runs} op_runs rows "
+                   f"({report.duplicates} rows already held)")
     if args.json:
         _print_json(report.to_json())
     else:
@@ -695,15 +700,16 @@ def _json_rows(table: Any) -> list[dict]:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `fdo`."""
     parser = argparse.ArgumentParser(prog="fdo", description=__doc__.splitlines()[0])
-    parser.add_argument("--home", default=None,  # a string: `rank` and `savings` take URLs
+    parser.add_argument(HOME_OPTION, default=None,  # a string: `rank` and `savings` take URLs
                         help="data root (default: $FDO_HOME or ~/.fdo)")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    # home_use: whether a command writes its home (the default), only reads it, or never uses it.
     p = sub.add_parser("fingerprint", help="graph (and op) fingerprints of an HLO module")
     p.add_argument("file", help="HLO text (XLA dump or printed) or serialized HLO proto")
     p.add_argument("--json", action="store_true", help="print fingerprint, env_key, key, n_instructions")
     p.add_argument("--ops", action="store_true", help="list the op fingerprints with kind and size")
-    p.set_defaults(run=cmd_fingerprint)
+    p.set_defaults(run=cmd_fingerprint, home_use=None)
 
     p = sub.add_parser("evaluate", help="measure a compiler config against the default",
                        epilog="Exit status 4: the module fails with the compiler's default config "
@@ -717,14 +723,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--max-seconds", type=float, default=30.0, help="timing budget")
     p.add_argument("--timeout", type=float, default=600.0, help="worker timeout in seconds")
-    p.set_defaults(run=cmd_evaluate)
+    p.set_defaults(run=cmd_evaluate, home_use=None)
 
     p = sub.add_parser("workloads", help="the workload zoo")
     p.add_argument("action", choices=["list", "dump"])
     p.add_argument("--out", default="zoo-dump", help="dump: output directory")
     p.add_argument("names", nargs="*", help="dump: only these workloads")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=cmd_workloads)
+    p.set_defaults(run=cmd_workloads, home_use=None)
 
     p = sub.add_parser("ingest", help="load symbols (HLO), profiles or the hook's hits into the warehouse")
     p.add_argument("kind", choices=["symbols", "profiles", "hits"])
@@ -791,7 +797,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=None, help="only the N most important flags")
     p.add_argument("--graph", help="only the trials of this graph fingerprint")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=cmd_analyze)
+    p.set_defaults(run=cmd_analyze, home_use="read")
 
     p = sub.add_parser("deliver", help="publish accepted tuning results as a new store version (Beam)",
                        epilog=beam_note)
@@ -804,7 +810,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "export: version (default live); import: JSON-lines FILE")
     p.add_argument("arg2", nargs="?", help="diff: B")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=cmd_store)
+    p.set_defaults(run=cmd_store, home_use="read")  # rollback and import write; most read
 
     p = sub.add_parser("serve", help="the config service and the dashboards (FastAPI on uvicorn)",
                        epilog="Exit status 2: an unreadable --token-file, a home it cannot write "
@@ -856,7 +862,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("hits", help="what the compiler hook did at each compile")
     p.add_argument("--job", help="only this job id")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=cmd_hits)
+    p.set_defaults(run=cmd_hits, home_use="read")
 
     p = sub.add_parser("toolchain", help="compilers the validator measures with (python + jaxlib)")
     p.add_argument("action", choices=["add", "create", "list", "remove"])
@@ -899,11 +905,22 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    misplaced = [arg for arg in extra if arg.split("=", 1)[0] in GLOBAL_OPTIONS]
+    if misplaced:
+        option = misplaced[0].split("=", 1)[0]
+        print(f"fdo {args.command}: {option} is an option of fdo, not of {args.command}: give it "
+              f"before the subcommand (fdo {option} ... {args.command})", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if extra and not getattr(args, "takes_beam_args", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.beam_args = extra
     if args.home is not None:
         os.environ["FDO_HOME"] = str(args.home)
+    home_use = getattr(args, "home_use", "write")
+    problem = _home_problem(home_use == "write") if home_use else None
+    if problem:
+        print(f"fdo {args.command}: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
@@ -911,12 +928,42 @@ def main(argv: list[str] | None = None) -> int:
     except (CompileError, KeyError, ValueError) as exc:
         print(f"fdo {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    # A path the stage was given (or the home) that cannot be read or written.
+    except OSError as exc:
+        print(f"fdo {args.command}: {_os_error_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except LockHeld as exc:
         print(f"fdo {args.command}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print(f"fdo {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _home_problem(writes: bool) -> str | None:
+    """What is wrong with the home (None if nothing): it must be a directory, created if
+    missing, and writable if the command writes. A URL home (Beam stages) is not checked here."""
+    if "://" in str(beam_home()):
+        return None
+    home = default_home()
+    where = f"home {home} (--home or $FDO_HOME)"
+    if home.exists() and not home.is_dir():
+        return f"{where} is not a directory"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        if writes:  # trying is the only test that holds for ACLs, read-only mounts and root
+            with tempfile.TemporaryFile(dir=home):
+                pass
+    except OSError as exc:
+        return f"{where} is not writable: {exc.strerror}"
+    return None
+
+
+def _os_error_line(exc: OSError) -> str:
+    """An OSError in one line: the path it names and what went wrong."""
+    if exc.filename is None:
+        return exc.strerror or str(exc)
+    return f"{exc.filename}: {exc.strerror}"
 
 
 if __name__ == "__main__":
