@@ -29,7 +29,7 @@ import itertools
 import math
 from typing import Sequence
 
-from tuner.flags import PLACEMENT, CompilerConfig, FlagValue, spec_of
+from tuner.flags import BACKEND_RANK_OFFSETS, PLACEMENT, CompilerConfig, FlagValue, spec_of
 from tuner.space import SearchSpace, config_key
 from tuner.strategies import Strategy, TrialRecord
 
@@ -44,18 +44,17 @@ def neighbourhood(space: SearchSpace) -> list[Move]:
 
 
 def cold_rank(move: Move) -> tuple[int, int]:
-    """Where a move stands with no evidence: its flag's rank; a placement's rank grows with
-    its backend's place in PLACEMENT.choices (XLA's own emitters first, then YNNPACK, XNNPACK,
-    oneDNN), so moves to the libraries interleave with the other flags, after those of equal
-    rank (the scheduler's and copy insertion's known gains come before routing a type to
-    YNNPACK)."""
+    """Where a move stands with no evidence: its flag's rank; a placement's rank is
+    PLACEMENT.rank plus its backend's offset (XLA's own emitters first, then YNNPACK, then
+    XNNPACK and oneDNN: `BACKEND_RANK_OFFSETS`), so moves to the libraries interleave with the
+    other flags, after those of equal rank (the scheduler's and copy insertion's known gains
+    come before routing a type to YNNPACK)."""
     name, value = move
     spec = spec_of(name)
     if spec is None:
         return (100, 0)
     if spec is PLACEMENT:
-        order = spec.choices.index(value) if value in spec.choices else len(spec.choices)
-        return (spec.rank + order, 1)
+        return (spec.rank + BACKEND_RANK_OFFSETS.get(str(value), len(BACKEND_RANK_OFFSETS)), 1)
     return (spec.rank, 0)
 
 

@@ -67,6 +67,10 @@ SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_p
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=30.0)
 
 
+# A change whose undoing costs less than this (in log speedup: 1%) is no change that matters.
+PRUNE_BAND = math.log1p(0.01)
+
+
 @dataclass(frozen=True)
 class TuneSettings:
     """The budget and the strategy of a task."""
@@ -273,7 +277,7 @@ def prune(run: Callable[[int, CompilerConfig], Trial], trials: list[Trial],
           record: Callable[[Trial], None]) -> Trial | None:
     """The best trial cut down to the changes that matter: each change undone in turn (the one
     that did least alone first), kept undone while the program stays the same or the gain
-    holds (the undone config's interval reaches the best's speedup). A stored config is then
+    holds (the undone config measures within the noise band of the best). A stored config is then
     minimal: easier to read, and fewer ways to break on the next compiler. Each undo is a trial
     of phase 'prune', evaluated by `run(index, config)` (journaled by `record`, appended to
     `trials`: a resumed task does not redo it)."""
@@ -291,7 +295,7 @@ def prune(run: Callable[[int, CompilerConfig], Trial], trials: list[Trial],
             trial = replace(run(len(trials), config), phase="prune")
             record(trial)
             trials.append(trial)
-        holds = trial.fitness != FAILED and (trial.ci_high or 0.0) >= (best.speedup or 0.0)
+        holds = trial.fitness != FAILED and trial.fitness >= best.fitness - PRUNE_BAND
         if trial.program == best.program:
             best = replace(best, config=config)
         elif trial.fitness > 0 and holds:
