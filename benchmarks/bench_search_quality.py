@@ -142,25 +142,23 @@ class Bench:
         screen = self.screen(config) if config else None
         if screen is None or screen.outcome == "identical":
             return 1.0
-        key = screen.program or config_key(config)
-        if key not in self.cache.verified:
-            check = evaluate(self.module, config, settings=BENCH_VERIFY, seed=1)
-            ok = check.speedup is not None and check.numerics_ok
-            self.cache.verified[key] = [check.speedup if ok else 0.0, check.ci_low or 0.0,
-                                        check.ci_high or 0.0]
-            self.cache.save()
-        return self.cache.verified[key][0]
+        return self._verified(screen.program or config_key(config), config, seed=1)[0]
 
     def verify_again(self, config: CompilerConfig) -> tuple[float, float]:
         """A second, independent verification of the config (speedup, interval's low end)."""
-        key = f"again:{config_key(config)}"
+        speedup, low, _ = self._verified(f"again:{config_key(config)}", config, seed=2)
+        return speedup, low
+
+    def _verified(self, key: str, config: CompilerConfig, seed: int) -> list[float]:
+        """[speedup, interval low, interval high] of a verification cached under `key` (0 when
+        the config failed or got the numerics wrong)."""
         if key not in self.cache.verified:
-            check = evaluate(self.module, config, settings=BENCH_VERIFY, seed=2)
+            check = evaluate(self.module, config, settings=BENCH_VERIFY, seed=seed)
             ok = check.speedup is not None and check.numerics_ok
             self.cache.verified[key] = [check.speedup if ok else 0.0, check.ci_low or 0.0,
                                         check.ci_high or 0.0]
             self.cache.save()
-        return self.cache.verified[key][0], self.cache.verified[key][1]
+        return self.cache.verified[key]
 
     def close(self) -> None:
         if self.search is not None:
