@@ -18,7 +18,10 @@ from ingest.warehouse import Warehouse
 from tests.processes import kill_9_once_journaled, signal_once_journaled
 from tuner.cores import available_cores, plan_cores
 from tuner.flags import FLAGS, from_json
+from tuner.compile import compiler_defaults
 from tuner.measure import MeasureSettings
+from tuner.prior import NO_CHANGE, move_prior
+from tuner.schedule import order_moves
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
@@ -214,6 +217,11 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
     assert check["significant"] and check["numerics_ok"]
     results = Warehouse(home).read(TUNING_RESULTS).to_pylist()
     assert [r["status"] for r in results] == ["accepted"]
+    # The next graph's search starts with what won here, and leaves what did nothing for last.
+    prior = move_prior(home, "graph", "0" * 32, compiler_defaults())
+    ordered = order_moves(list(prior), prior)
+    assert prior[ordered[0]] > 0 and ordered[0] in {tuple(m.split("=")) for m in KNOWN_MOVES}
+    assert prior[("placement:INDIVIDUAL_CONVOLUTION", "xla")] == NO_CHANGE  # no convolution here
 
 
 def test_tune_reports_no_gain_where_there_is_none(tmp_path):

@@ -5,8 +5,9 @@ what order matters when the budget is short. Every trial the tuner ran lands in 
 table, and every verified winner in `tuning_results`. For each move (a param set to a value,
 in the placement form: old configs that set the library lists are read as the moves they make,
 `tuner.flags.as_placement`), the evidence is:
-- each single-move trial of another graph of the same kind: its log speedup (0 for a program
-  identical to the default; a failure counts as the strategies' FAILED);
+- each single-move trial of another graph of the same kind: its log speedup (a program
+  identical to the default's counts a little below 0, `NO_CHANGE`; a failure counts as the
+  strategies' FAILED);
 - each accepted result of another graph whose config makes the move: the log of its verified
   interval's lower end.
 A move's score is the mean of its evidence. The graph being tuned is left out: its own trials
@@ -30,6 +31,11 @@ from tuner.strategies import FAILED
 from tuner.tables import TRIALS, TUNING_RESULTS
 
 
+# A move that compiled to the default's program: known to do nothing there, so it waits
+# behind moves never tried, which might do something.
+NO_CHANGE = -1e-3
+
+
 def move_prior(home: Path, kind: str, exclude_fingerprint: str,
                defaults: CompilerConfig) -> dict[Move, float]:
     """Per move, the mean of its evidence on other graphs of `kind` (see the module docstring)."""
@@ -43,6 +49,8 @@ def move_prior(home: Path, kind: str, exclude_fingerprint: str,
             continue
         if row["outcome"] == "failed" or not row["speedup"]:
             evidence[moves[0]].append(FAILED)
+        elif row["outcome"] == "identical":
+            evidence[moves[0]].append(NO_CHANGE)
         else:
             evidence[moves[0]].append(math.log(row["speedup"]))
     results = _others(warehouse.read(TUNING_RESULTS, ["kind", "fingerprint", "config", "accepted",
