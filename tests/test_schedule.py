@@ -160,6 +160,18 @@ def test_the_schedule_tries_neighbours_then_combines_the_significant_ones_then_s
     assert best.config == {"a": 2, "c": "X", "d": True}
 
 
+def test_a_small_gain_hidden_in_noise_is_tried_on_top_of_the_best():
+    strategy = Scheduled(STRATEGIES["evolution"](SPACE, budget=14, seed=0))
+    history = [TrialRecord({}, 0.0, 0.0)]
+    for name, value in neighbourhood(SPACE):
+        record = _objective({name: value})
+        if name == "d":  # 1.05x, but its screen's interval reaches below 1
+            record = TrialRecord(record.config, record.fitness, -0.01)
+        history.append(record)
+    history.append(_objective({"a": 2, "c": "X"}))
+    assert strategy.sample(history, []) == {"a": 2, "c": "X", "d": True}
+
+
 def test_the_schedule_waits_for_results_it_needs_and_never_proposes_twice():
     strategy = Scheduled(STRATEGIES["random"](SPACE, budget=20, seed=0))
     history = [TrialRecord({}, 0.0, 0.0)]

@@ -14,7 +14,9 @@ last one:
    once its interval leaves no doubt (`tuner.measure.early_decision`).
 2. combine: the significant single moves (interval above the noise band), best first, the best
    of each param, accumulated greedily: the best single, plus the next one when together they
-   measure better, and so on; then the pairs of the best singles not tried yet.
+   measure better, and so on, then (`HOPEFUL`) the best moves that screened faster but not
+   significantly so, each kept only if it measures better on top; then the pairs of the best
+   significant singles not tried yet.
 3. search: the wrapped strategy, which sees every trial so far (anneal starts from the best,
    evolution's tournament holds it: see tuner.strategies).
 
@@ -36,6 +38,7 @@ from tuner.strategies import Strategy, TrialRecord
 Move = tuple[str, FlagValue]
 NOISE_BAND = math.log1p(0.01)  # a single move counts when its interval's low end clears this
 PAIRS_OF = 4  # pairs are formed among this many best significant singles
+HOPEFUL = 4  # single moves faster but not significantly so, tried on top of the best
 
 
 def neighbourhood(space: SearchSpace) -> list[Move]:
@@ -98,12 +101,16 @@ class Scheduled(Strategy):
     def _combine(self, neighbours: list[CompilerConfig], done: dict[str, TrialRecord],
                  waiting: set[str]) -> CompilerConfig | None:
         """The next combination to try; {} to wait for one being measured; None when done."""
-        singles = _best_per_param([done[config_key(c)] for c in neighbours
-                                   if config_key(c) in done and done[config_key(c)].low > NOISE_BAND])
-        if len(singles) < 2:
+        measured = [done[config_key(c)] for c in neighbours if config_key(c) in done]
+        singles = _best_per_param([t for t in measured if t.low > NOISE_BAND])
+        # A small gain can hide in a screen's noise alone and show on top of a big one.
+        hopeful = [t for t in _best_per_param([t for t in measured if t.fitness > 0])
+                   if t.config.keys().isdisjoint(set().union(*(s.config for s in singles)))]
+        chain = singles + hopeful[:HOPEFUL]
+        if not singles or len(chain) < 2:
             return None
-        current = singles[0]
-        for single in singles[1:]:
+        current = chain[0]
+        for single in chain[1:]:
             candidate = {**current.config, **single.config}
             key = config_key(candidate)
             if key in waiting:
