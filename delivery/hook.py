@@ -131,8 +131,8 @@ class Hook:
         if plan.config:
             try:
                 tuned = apply_config(compile_options, plan.config)
-                refused = self._sandbox.verdict(plan.key, plan.config, _bytecode(computation),
-                                                tuned.SerializeAsString(), _device_count(devices))
+                refused = self._sandbox.verdict(plan.key, plan.config, lambda: (
+                    _bytecode(computation), tuned.SerializeAsString(), _device_count(devices)))
                 if refused:
                     plan.outcome, plan.reason = "refused", refused
                     self._warn(f"entry {plan.key}: {refused}", f"refused {plan.key}")

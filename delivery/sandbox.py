@@ -15,7 +15,7 @@ import hashlib
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tuner.flags import CompilerConfig, to_json
 from tuner.worker import Worker, WorkerFailure
@@ -32,13 +32,16 @@ class SandboxCheck:
         self._lock = threading.Lock()
         self._worker: Worker | None = None
 
-    def verdict(self, key: str, config: CompilerConfig, stablehlo: bytes, options: bytes,
-                device_count: int) -> str | None:
-        """None when `config` compiles the module (`stablehlo`, with the job's serialized compile
-        `options`, tuned) in a sandbox; else why not. A success is remembered on disk."""
+    def verdict(self, key: str, config: CompilerConfig,
+                job: Callable[[], tuple[bytes, bytes, int]]) -> str | None:
+        """None when `config` compiles the module in a sandbox; else why not. `job()` gives what
+        to compile (the StableHLO, the job's serialized compile options tuned, the device
+        count), asked only when this machine has no verdict yet: a success is remembered on
+        disk, and a remembered one costs a file check."""
         mark = self.directory / mark_name(key, config)
         if mark.exists():
             return None
+        stablehlo, options, device_count = job()
         with self._lock:
             if self._worker is None:
                 self._worker = Worker()

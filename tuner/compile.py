@@ -243,7 +243,12 @@ def _compiler_defaults() -> tuple[tuple[str, Any], ...]:
     plain = compiler.get_compile_options(num_replicas=1, num_partitions=1)
     options = _COMPILE_OPTIONS.FromString(plain.SerializeAsString())
     debug = options.executable_build_options.debug_options
-    types = library_fusion_types()
+    listed = {n for name in _DEBUG_OPTION_FIELDS if FLAGS[name].type == "repeated_enum"
+              for n in getattr(debug, name)}
+    # The compiler hook reads these too: the binary is scanned only for a type jaxlib 0.10.2
+    # did not have, so a job's start-up pays for no scan of jaxlib.
+    types = (_KNOWN_FUSION_TYPES if listed <= set(_KNOWN_FUSION_TYPES)
+             else library_fusion_types())
     defaults = []
     for name in _DEBUG_OPTION_FIELDS:
         value = getattr(debug, name)
