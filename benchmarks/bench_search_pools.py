@@ -31,7 +31,8 @@ from tuner.cores import CorePlan, available_cores, plan_cores
 from tuner.flags import CompilerConfig
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import random_config
-from tuner.tune import SEARCH_SETTINGS, Search, Span, Trial
+from tuner.trial import Trial
+from tuner.tune import SEARCH_SETTINGS, Search, Span
 
 
 def config_list(count: int, seed: int = 0) -> list[CompilerConfig]:

@@ -1,7 +1,7 @@
 """Search quality: what each search finds, against an oracle, per workload.
 
     python benchmarks/bench_search_quality.py [--workloads cnn-s,nbody-s] [--budgets 8,16,40]
-        [--seeds 3] [--cache DIR] [--json]
+        [--seeds 2] [--schedule-seeds 2] [--cache DIR] [--json]
 
 Per workload (every zoo workload at both sizes by default; `fdo workloads list`):
 
@@ -15,9 +15,10 @@ Per workload (every zoo workload at both sizes by default; `fdo workloads list`)
    significant when its interval's lower end clears 1.01; a workload without a significant
    oracle has nothing to find, and no search is run on it). What this leaves out, and says so: a move whose
    program is the default's is taken to change nothing in a pair either.
-2. The default schedule (`fdo tune`'s: neighbours by prior, combinations, evolution), live: the
-   real tuner (`tuner.tune.tune_module`: compile pool, early stop, pruning, verification) at
-   each budget, in a fresh home (a cold start: no prior), timed.
+2. The default schedule (`fdo tune`'s: neighbours by prior, combinations, evolution, then the
+   finalists' race, pruning and verification), live: the real tuner (`tuner.tune.tune_module`:
+   compile pool, early stop) at each budget, `--schedule-seeds` seeds, each in a fresh home (a
+   cold start: no prior), timed; cached while the tuner's code is the same.
 3. Every strategy alone (`--plain`), and Optuna's TPE and random samplers, on the same encoding
    (placements and flags; Optuna sets every param, "(default)" one of its choices), `--seeds`
    seeds, each run once at the largest budget and read at each budget as its first B
@@ -30,7 +31,8 @@ Per workload (every zoo workload at both sizes by default; `fdo workloads list`)
    config of the oracle's very program is the oracle (cached per program).
 
 Figures: `gain` = log(oracle's speedup x found/oracle) / log(oracle's speedup), so 1.0 is the
-oracle's gain and 0 no gain (a found config verified slower than the default counts as 0);
+oracle's gain and 0 no gain (a found config verified slower than the default counts as 0), the
+median over seeds, and `worst` the worst seed's;
 `to90` = evaluations until a screen reached 90% of the oracle's gain (- if never); `min` =
 minutes per search (the schedule: wall time of the live run; replayed runs: what their
 evaluations cost when first measured). Only workloads whose oracle is significant enter the
@@ -40,6 +42,7 @@ geometric means. Results and caches: `--cache` (default ~/.cache/fleet-fdo/searc
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -52,6 +55,7 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
+import tuner
 from ingest import zoo
 from ingest.environment import current_environment
 from ingest.fingerprint import graph_fingerprint
@@ -61,7 +65,7 @@ from tuner.evaluate import evaluate
 from tuner.flags import (XLA_BACKEND, CompilerConfig, config_from_json, default_backends,
                          fusion_type_of)
 from tuner.schedule import neighbourhood
-from tuner.space import SearchSpace, accepted_flags, config_key, graph_space
+from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, Search, TuneSettings, tune_module
 
@@ -69,6 +73,10 @@ OPTUNA = ("optuna-tpe", "optuna-random")
 # The tuner's verification (99.9% interval) on a shorter time budget: the benchmark verifies
 # every run's find, dozens per workload.
 BENCH_VERIFY = replace(VERIFY_SETTINGS, max_seconds=10.0)
+# A live run of the schedule is cached under the digest of the tuner's code: any change to the
+# tuner runs it again; the replayed screens stay valid (they depend on the compiler only).
+TUNER_DIGEST = hashlib.sha256(b"".join(
+    path.read_bytes() for path in sorted(Path(tuner.__file__).parent.glob("*.py")))).hexdigest()[:12]
 DEFAULT_LABEL = "(default)"
 
 
@@ -248,17 +256,19 @@ def _to_target(fitnesses: list[float], target: float) -> int | None:
     return next((i + 1 for i, f in enumerate(fitnesses) if target > 0 and f >= 0.9 * target), None)
 
 
-def run_schedule(bench: Bench, budget: int, target: float) -> Run:
-    """The tuner's default schedule, live, from a cold start (cached per budget)."""
-    key = f"schedule/{budget}"
+def run_schedule(bench: Bench, budget: int, seed: int, target: float) -> Run:
+    """The tuner's default schedule, live, from a cold start; cached per budget and seed while
+    the tuner's code is the same (`TUNER_DIGEST`)."""
+    key = f"schedule/{budget}/{seed}/{TUNER_DIGEST}"
     if key not in bench.cache.results:
         with tempfile.TemporaryDirectory() as home:
             started = time.perf_counter()
-            result = tune_module(bench.module, Path(home), TuneSettings(budget_evals=budget))
+            result = tune_module(bench.module, Path(home), TuneSettings(budget_evals=budget,
+                                                                        seed=seed))
             minutes = (time.perf_counter() - started) / 60
-        fitnesses = [t.fitness for t in result.trials]
+        fitnesses = [t.fitness for t in result.trials if t.phase == "search"]
         found = result.config if result.accepted else {}
-        bench.cache.results[key] = asdict(Run("schedule", budget, 0, found, bench.verify(found),
+        bench.cache.results[key] = asdict(Run("schedule", budget, seed, found, bench.verify(found),
                                               _to_target(fitnesses, target), minutes))
         bench.cache.save()
     data = bench.cache.results[key]
@@ -328,7 +338,8 @@ def gain(run: Run, oracle_speedup: float) -> float:
     return max(0.0, math.log(max(run.verified, 1e-9))) / math.log(oracle_speedup)
 
 
-def bench_workload(bench: Bench, budgets: list[int], seeds: int, pair_moves: int) -> dict[str, Any]:
+def bench_workload(bench: Bench, budgets: list[int], seeds: int, schedule_seeds: int,
+                   pair_moves: int) -> dict[str, Any]:
     """Every search of one workload, summarized per strategy and budget."""
     config, speedup, significant = oracle(bench, pair_moves)
     bench.oracle = (config, speedup, bench.screen(config).program if config else None)
@@ -337,7 +348,8 @@ def bench_workload(bench: Bench, budgets: list[int], seeds: int, pair_moves: int
                                                  "significant": significant}, "rows": []}
     if not significant:  # nothing to find: no search can be scored against it
         return result
-    runs: list[Run] = [run_schedule(bench, b, target) for b in budgets]
+    runs: list[Run] = [run_schedule(bench, b, seed, target)
+                       for seed in range(schedule_seeds) for b in budgets]
     for seed in range(seeds):
         for name in sorted(STRATEGIES):
             runs += run_plain(bench, name, budgets, seed, target)
@@ -350,6 +362,7 @@ def bench_workload(bench: Bench, budgets: list[int], seeds: int, pair_moves: int
             reached = [r.to_target for r in mine if r.to_target is not None]
             rows.append({"workload": bench.name, "strategy": strategy, "budget": budget,
                          "gain": statistics.median(gain(r, speedup) for r in mine),
+                         "worst_seed_gain": min(gain(r, speedup) for r in mine),
                          "verified": statistics.median(r.verified for r in mine),
                          "to90": statistics.median(reached) if len(reached) * 2 > len(mine) else None,
                          "minutes": statistics.median(r.minutes for r in mine)})
@@ -373,7 +386,7 @@ def overall(results: list[dict[str, Any]], budgets: list[int]) -> list[dict[str,
             summary.append({"strategy": strategy, "budget": budget,
                             "geomean_verified": math.exp(found_logs / len(rows)),
                             "gain_of_geomean": found_logs / oracle_logs if oracle_logs else 1.0,
-                            "worst_gain": min(row["gain"] for row in rows),
+                            "worst_gain": min(row["worst_seed_gain"] for row in rows),
                             "minutes": statistics.mean(row["minutes"] for row in rows)})
     return summary
 
@@ -387,14 +400,16 @@ def print_results(results: list[dict[str, Any]], summary: list[dict[str, Any]],
               f"{o['config']}")
         if not result["rows"]:
             continue
-        print(f"  {'strategy':<14}" + "".join(f"  gain@{b:<3} ver@{b:<4} to90 min  " for b in budgets))
+        print(f"  {'strategy':<14}" + "".join(f"  gain@{b:<3}/worst ver@{b:<3} to90 min  "
+                                              for b in budgets))
         for strategy in ["schedule", *sorted(STRATEGIES), *OPTUNA]:
             cells = []
             for budget in budgets:
                 row = next(r for r in result["rows"]
                            if r["strategy"] == strategy and r["budget"] == budget)
                 to90 = "-" if row["to90"] is None else f"{row['to90']:.0f}"
-                cells.append(f"  {row['gain']:>7.2f} {row['verified']:>7.3f}x {to90:>4} "
+                cells.append(f"  {row['gain']:>4.2f}/{row['worst_seed_gain']:<4.2f} "
+                             f"{row['verified']:>6.3f}x {to90:>4} "
                              f"{row['minutes']:>4.1f}")
             print(f"  {strategy:<14}" + "".join(cells))
     print("\nover the workloads with a significant oracle:")
@@ -410,6 +425,8 @@ def main() -> None:
                         help="comma-separated zoo workloads (default: all, both sizes)")
     parser.add_argument("--budgets", default="8,16,40", help="evaluations per search")
     parser.add_argument("--seeds", type=int, default=2, help="seeds per replayed strategy")
+    parser.add_argument("--schedule-seeds", type=int, default=2,
+                        help="seeds of the live schedule (each a full live search per budget)")
     parser.add_argument("--pair-moves", type=int, default=10,
                         help="the oracle pairs this many best active single moves")
     parser.add_argument("--cache", type=Path,
@@ -422,7 +439,8 @@ def main() -> None:
     for name in args.workloads.split(","):
         bench = Bench(name, args.cache)
         try:
-            results.append(bench_workload(bench, budgets, args.seeds, args.pair_moves))
+            results.append(bench_workload(bench, budgets, args.seeds, args.schedule_seeds,
+                                          args.pair_moves))
         finally:
             bench.close()
     summary = overall(results, budgets)

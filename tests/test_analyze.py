@@ -59,6 +59,8 @@ def tuned_home(tmp_path_factory) -> Path:
 
 def test_analysis_ranks_flags_by_their_measured_effect(tuned_home):
     rows = Warehouse(tuned_home).read(TRIALS).to_pylist()
+    # The search's trials (a race of close finalists may follow them: tuner.winner).
+    rows = [r for r in rows if r["index"] < len(WARM_START)]
     assert sorted(r["config"] for r in rows) == sorted(config_key(c) for c in WARM_START)
     # What the trials say directly: each sets one flag, so that flag's effect is its log speedup.
     measured = {next(iter(json.loads(r["config"]))): math.log(r["speedup"]) for r in rows

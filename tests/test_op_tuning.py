@@ -174,9 +174,11 @@ def test_op_search_on_a_real_convolution_covers_its_space(tuned_home):
     assert cut.op_class == "convolution"
     space = op_space("convolution", accepted_flags("cpu"), compiler_defaults())
     assert result.kind == "op" and result.fingerprint == cut.fingerprint
-    assert result.strategy == "exhaustive" and result.evaluations == space.size() - 1
+    # The search covers the space; a race of close finalists and pruning may follow it.
+    searched = [t for t in result.trials if t.phase == "search"]
+    assert result.strategy == "exhaustive" and len(searched) == space.size() - 1
     every = {json.dumps(c, sort_keys=True) for c in ExhaustiveStrategy(space, 200).configs()}
-    assert {json.dumps(t.config, sort_keys=True) for t in result.trials} == every
+    assert {json.dumps(t.config, sort_keys=True) for t in searched} == every
     assert result.measured >= 1 and all(t.outcome != "failed" for t in result.trials)
     # At least the default: a change is kept only if its fresh interval clears the noise band.
     assert result.accepted == (result.ci_low is not None and result.ci_low > 1.01

@@ -1,5 +1,6 @@
 """The search's structure without XLA: library routing as placement, the one-move neighbourhood
-and its order, the early stop's error rate, the schedule's phases, and pruning of a winner."""
+and its order, the early stop's error rate, the schedule's phases, and the choice of the winner
+(the finalists' race, pruning)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from tuner.measure import MeasureSettings, early_decision
 from tuner.schedule import Scheduled, cold_rank, neighbourhood, order_moves
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
-from tuner.tune import Trial, prune
+from tuner.trial import Trial
+from tuner.winner import finalists, prune, race
 
 YNN, XNN, ONEDNN = (LIBRARY_FLAGS[b] for b in ("ynn", "xnn", "onednn"))
 # jaxlib 0.10.2's default routing, plus a type this project's code has never heard of.
@@ -81,10 +83,10 @@ def test_the_neighbourhood_is_every_single_move_and_a_cold_start_tries_routing_f
     to_xla = [m for m in ordered if m[0].startswith("placement:") and m[1] == "xla"]
     assert ordered[:len(to_xla)] == to_xla
     assert {m[0] for m in to_xla} == {f"placement:{t}" for t in DEFAULTS[YNN]}
-    # Then the flags with known gains, before types are sent to another library.
-    to_ynn = ordered.index(("placement:DOT", "ynn"))
-    assert {name for name, _ in ordered[len(to_xla):to_ynn]} == {
-        "xla_cpu_scheduler_type", "xla_cpu_copy_insertion_use_region_analysis"}
+    # Then the types YNNPACK takes, before the flags of the same rank (the scheduler's).
+    to_ynn = [m for m in ordered if m[0].startswith("placement:") and m[1] == "ynn"]
+    assert ordered[len(to_xla):len(to_xla) + len(to_ynn)] == to_ynn
+    assert ordered[len(to_xla) + len(to_ynn)][0] == "xla_cpu_scheduler_type"
     placements = [m for m in ordered if m[0].startswith("placement:")]
     backends = [m[1] for m in placements]
     assert backends == sorted(backends, key=["xla", "ynn", "xnn", "onednn"].index)
@@ -203,7 +205,7 @@ def test_pruning_keeps_only_the_changes_that_matter():
                      known.ci_high, True)
 
     recorded: list[Trial] = []
-    best = prune(run, trials, recorded.append)
+    best = prune(run, trials, recorded.append, trials[3])
     # d undone first (it did least alone): the gain holds, so it goes; then c: undoing it loses
     # 1.59 -> 1.45 (intervals apart), so it stays; a is already known alone (1.5 < 1.59).
     assert best.config == {"a": 2, "c": "X"}
@@ -215,8 +217,32 @@ def test_pruning_drops_a_change_that_leaves_the_program_as_it_is_without_timing(
     trials = [_trial(0, {"a": 2}, 1.5, "A"), _trial(1, {"b": True}, 1.0, "B"),
               _trial(2, {"a": 2, "b": True}, 1.55, "A")]
     best = prune(lambda index, config: Trial(index, config, "duplicate", "A", 1.5, 1.47, 1.53,
-                                             True), trials, lambda t: None)
+                                             True), trials, lambda t: None, trials[2])
     assert best.config == {"a": 2}
+
+
+def test_the_finalists_race_and_a_fresh_measurement_picks_the_winner():
+    trials = [_trial(0, {"a": 2}, 1.30, "A"), _trial(1, {"c": "X"}, 1.26, "C"),
+              _trial(2, {"d": True}, 1.10, "D", spread=0.02),  # clearly behind: no finalist
+              _trial(3, {"a": 2, "d": True}, 1.28, "AD"), _trial(4, {"b": True}, 1.35, "B", spread=0.08),
+              Trial(5, {"a": 1}, "duplicate", "A", 1.30, 1.27, 1.33, True)]
+    assert [t.program for t in finalists(trials)] == ["B", "A", "AD"]
+    afresh = {"B": 1.21, "A": 1.29, "AD": 1.27}  # B's screen was its luck
+    recorded: list[Trial] = []
+
+    def remeasure(index: int, config: dict) -> Trial:
+        program = next(t.program for t in trials if t.config == config)
+        return _trial(index, config, afresh[program], program)
+
+    winner = race(remeasure, trials, recorded.append)
+    assert winner.program == "A" and winner.phase == "race" and winner.speedup == 1.29
+    assert [t.phase for t in recorded] == ["race"] * 3 and trials[6:] == recorded
+    # A resumed task reuses the race it journaled.
+    assert race(lambda index, config: pytest.fail("measured twice"), trials, recorded.append) == winner
+    # A clear winner needs no race; nothing faster than the default, no winner.
+    clear = [_trial(0, {"a": 2}, 2.0, "A"), _trial(1, {"c": "X"}, 1.3, "C")]
+    assert race(lambda index, config: pytest.fail("raced"), clear, recorded.append) is clear[0]
+    assert race(remeasure, [_trial(0, {"a": 2}, 0.9, "A")], recorded.append) is None
 
 
 def test_a_failed_trial_never_wins_and_the_default_is_trial_zero():

@@ -90,10 +90,11 @@ FLAGS: dict[str, FlagSpec] = {
         FlagSpec("xla_cpu_parallel_codegen_split_count", "int", ("1", "8", "32"), codegen=True,
                  rank=6),
         FlagSpec("xla_llvm_disable_expensive_passes", "bool", codegen=True, rank=5),
-        # Levels 1 and 2 won on an LSTM (with the scheduler, with YNN ELTWISE); 0 is reliably
-        # slower: the values are tried highest first.
+        # Level 2 is in the best config of an LSTM (with YNN ELTWISE) and of a two-tower model
+        # (AMD EPYC, jaxlib 0.10.2; docs/bench_search_quality.md); 0 is reliably slower: the
+        # values are tried highest first.
         FlagSpec("xla_backend_optimization_level", "int", ("3", "2", "1", "0"), codegen=True,
-                 rank=3),
+                 rank=2),
         # 1.13x on the two-tower model's training step (AMD EPYC, jaxlib 0.10.2).
         FlagSpec("xla_cpu_disable_loop_unrolling", "bool", channel="backend_extra",
                  codegen=True, rank=2),
@@ -114,7 +115,7 @@ LIBRARY_FLAGS: dict[str, str] = {spec.library: spec.name for spec in FLAGS.value
 # and oneDNN took no fusion type of any workload we measured on jaxlib 0.10.2.
 PLACEMENT = FlagSpec("placement", "placement", (XLA_BACKEND, *LIBRARY_FLAGS), channel="placement",
                      rank=0)
-BACKEND_RANK_OFFSETS = {XLA_BACKEND: 0, "ynn": 1, "xnn": 3, "onednn": 4}
+BACKEND_RANK_OFFSETS = {XLA_BACKEND: 0, "ynn": 1, "xnn": 4, "onednn": 5}
 _FUSION_TYPE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
 

@@ -50,15 +50,15 @@ def cold_rank(move: Move) -> tuple[int, int]:
     """Where a move stands with no evidence: its flag's rank; a placement's rank is
     PLACEMENT.rank plus its backend's offset (XLA's own emitters first, then YNNPACK, then
     XNNPACK and oneDNN: `BACKEND_RANK_OFFSETS`), so moves to the libraries interleave with the
-    other flags, after those of equal rank (the scheduler's and copy insertion's known gains
-    come before routing a type to YNNPACK)."""
+    other flags, before those of equal rank (routing is the big lever on CPU: sending ELTWISE
+    to YNNPACK is an LSTM's best single move, ahead of the scheduler's)."""
     name, value = move
     spec = spec_of(name)
     if spec is None:
-        return (100, 0)
+        return (100, 1)
     if spec is PLACEMENT:
-        return (spec.rank + BACKEND_RANK_OFFSETS.get(str(value), len(BACKEND_RANK_OFFSETS)), 1)
-    return (spec.rank, 0)
+        return (spec.rank + BACKEND_RANK_OFFSETS.get(str(value), len(BACKEND_RANK_OFFSETS)), 0)
+    return (spec.rank, 1)
 
 
 def order_moves(moves: Sequence[Move], prior: dict[Move, float] | None = None) -> list[Move]:

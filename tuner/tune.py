@@ -16,10 +16,10 @@ resumes without repeating a finished trial. A crash or timeout is recorded for i
 
 What a search proposes comes from its strategy: by default the schedule of `tuner.schedule`
 (the default's one-move neighbours by prior, then their combinations, then the named strategy).
-The best trial is then pruned to the changes that matter (`prune`), and re-measured in a fresh
-worker with a stricter interval and the numeric check (the screen's winner is biased upward by
-selection). Only if its interval clears the
-noise band is the result accepted; otherwise the task ends "no significant gain". The trials
+The finalists then race (each measured afresh: the best screen is biased upward by selection),
+the race's winner is pruned to the changes that matter (`tuner.winner`), and it is re-measured
+in a fresh worker with a stricter interval and the numeric check. Only if its interval clears
+the noise band is the result accepted; otherwise the task ends "no significant gain". The trials
 and the result land in the warehouse under the task id, so finishing a task twice adds nothing.
 """
 
@@ -29,7 +29,6 @@ import datetime
 import functools
 import hashlib
 import json
-import math
 import os
 import time
 from collections import deque
@@ -55,8 +54,10 @@ from tuner.op_cut import OpCut
 from tuner.prior import move_prior
 from tuner.schedule import Scheduled
 from tuner.space import SearchSpace, accepted_flags, config_key, graph_space, op_space
-from tuner.strategies import FAILED, STRATEGIES, Strategy, TrialRecord, propose
+from tuner.strategies import STRATEGIES, Strategy, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.trial import Trial
+from tuner.winner import best_trial, prune, race
 from tuner.worker import Worker, WorkerFailure, WorkerPool
 
 T = TypeVar("T")
@@ -64,11 +65,12 @@ T = TypeVar("T")
 # candidate of a module that runs for half a second costs seconds, not a minute.
 SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
                                   early_looks=(10, 15, 20, 30))
+# A finalist's second measurement (tuner.winner.race) runs to its interval's target width: the
+# finalists are close, and early stopping only tells a candidate from the default.
+RACE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=())
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=30.0)
 
 
-# A change whose undoing costs less than this (in log speedup: 1%) is no change that matters.
-PRUNE_BAND = math.log1p(0.01)
 
 
 @dataclass(frozen=True)
@@ -84,41 +86,6 @@ class TuneSettings:
     compile_workers: int | None = None  # default: one per compile core (see tuner.cores)
     search: MeasureSettings = SEARCH_SETTINGS
     verify: MeasureSettings = VERIFY_SETTINGS
-
-
-@dataclass
-class Trial:
-    """One evaluated config of a search."""
-
-    index: int
-    config: CompilerConfig
-    outcome: str  # measured | duplicate | identical | failed
-    program: str | None = None
-    speedup: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    numerics_ok: bool | None = None
-    compile_seconds: float | None = None
-    error: str | None = None
-    phase: str = "search"  # search | prune (the winner without one change, see _prune)
-
-    @property
-    def fitness(self) -> float:
-        """log(speedup) of a correct trial; FAILED otherwise."""
-        if self.outcome == "failed" or not self.numerics_ok or not self.speedup:
-            return FAILED
-        return math.log(self.speedup)
-
-    @property
-    def low(self) -> float:
-        """log of the interval's lower end of a correct trial; FAILED otherwise."""
-        if self.fitness == FAILED or not self.ci_low:
-            return FAILED
-        return math.log(self.ci_low)
-
-    def record(self) -> TrialRecord:
-        """What a strategy learns from it."""
-        return TrialRecord(self.config, self.fitness, self.low)
 
 
 @dataclass
@@ -224,9 +191,13 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
         with Search(target.module.proto, settings.seed, plan) as search:
             search.search(lambda pending: _next_config(target, strategy, searched, pending),
                           searched, settings.budget_evals, settings.search, in_time, record)
-            trials = searched + [t for t in trials if t.phase == "prune"]
-            run = functools.partial(search.run, earlier=trials, settings=settings.search)
-            best = prune(run, trials, record) if strategy else _best(trials)
+            trials = searched + [t for t in trials if t.phase != "search"]
+            if strategy is None:  # a fixed list: its best, as measured
+                best = best_trial(trials)
+            else:
+                remeasure = functools.partial(search.remeasure, settings=RACE_SETTINGS)
+                run = functools.partial(search.run, earlier=trials, settings=settings.search)
+                best = prune(run, trials, record, race(remeasure, trials, record))
     except DefaultFails as failed:  # nothing to measure against: the task ends here
         default_fails = str(failed)
     bar.close()
@@ -265,42 +236,6 @@ def _next_config(target: TuneTarget, strategy: Strategy | None, trials: list[Tri
         return dict(target.configs[index]) if index < len(target.configs) else None
     history = [TrialRecord({}, 0.0, 0.0)] + [t.record() for t in trials]
     return propose(strategy, history, pending)
-
-
-def _best(trials: list[Trial]) -> Trial | None:
-    """The measured trial with the best speedup, if any beat the default."""
-    measured = [t for t in trials if t.outcome in ("measured", "duplicate") and t.fitness > 0]
-    return max(measured, key=lambda t: t.fitness) if measured else None
-
-
-def prune(run: Callable[[int, CompilerConfig], Trial], trials: list[Trial],
-          record: Callable[[Trial], None]) -> Trial | None:
-    """The best trial cut down to the changes that matter: each change undone in turn (the one
-    that did least alone first), kept undone while the program stays the same or the gain
-    holds (the undone config measures within the noise band of the best). A stored config is then
-    minimal: easier to read, and fewer ways to break on the next compiler. Each undo is a trial
-    of phase 'prune', evaluated by `run(index, config)` (journaled by `record`, appended to
-    `trials`: a resumed task does not redo it)."""
-    best = _best(trials)
-    if best is None or len(best.config) < 2:
-        return best
-    alone = {next(iter(t.config.items())): t.fitness for t in trials if len(t.config) == 1}
-    order = sorted(best.config, key=lambda name: alone.get((name, best.config[name]), FAILED))
-    for name in order:
-        if len(best.config) == 1:  # the last change is the gain itself
-            break
-        config = {k: v for k, v in best.config.items() if k != name}
-        trial = next((t for t in trials if t.config == config), None)
-        if trial is None:
-            trial = replace(run(len(trials), config), phase="prune")
-            record(trial)
-            trials.append(trial)
-        holds = trial.fitness != FAILED and trial.fitness >= best.fitness - PRUNE_BAND
-        if trial.program == best.program:
-            best = replace(best, config=config)
-        elif trial.fitness > 0 and holds:
-            best = trial
-    return best
 
 
 def task_directory(home: Path, task_id: str) -> Path:
@@ -391,6 +326,10 @@ class Search:
             settings: MeasureSettings) -> Trial:
         """Compile and evaluate one config, reusing the result of a program already measured."""
         return self.finish(index, config, self.submit(config), earlier, settings)
+
+    def remeasure(self, index: int, config: CompilerConfig, settings: MeasureSettings) -> Trial:
+        """Compile and measure one config afresh, whatever was measured before."""
+        return self.finish(index, config, self.submit(config), [], settings)
 
     def finish(self, index: int, config: CompilerConfig, compiling: Future, earlier: list[Trial],
                settings: MeasureSettings) -> Trial:
@@ -490,7 +429,7 @@ def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, setting
 def land_result(home: Path, result: TuneResult) -> None:
     """The task's trials and result into the warehouse, named by the task: idempotent."""
     today = datetime.date.today()
-    rows = [{"dt": today, "trial_id": task_digest(result.task_id, config_key(t.config)),
+    rows = [{"dt": today, "trial_id": task_digest(result.task_id, t.index),
              "task_id": result.task_id, "kind": result.kind, "fingerprint": result.fingerprint,
              "env_key": result.env_key, "strategy": result.strategy, "index": t.index,
              "config": config_key(t.config), "program": t.program, "outcome": t.outcome,
