@@ -13,7 +13,6 @@ import struct
 import subprocess
 import sys
 import termios
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -102,6 +101,16 @@ def test_output_into_a_pipe_whose_reader_is_gone_ends_quietly(argv, unbuffered):
     assert (done.returncode, done.stderr) == (EXIT_BROKEN_PIPE, "")
 
 
+def test_lists_print_as_aligned_tables(tmp_path):
+    listed = fdo(tmp_path / "home", "workloads", "list")
+    header, *rows = listed.stdout.splitlines()
+    assert listed.returncode == 0 and header.split() == ["name", "family", "size", "description"]
+    names = [w["name"] for w in json.loads(fdo(tmp_path / "home", "workloads", "list", "--json").stdout)]
+    assert [row.split()[0] for row in rows] == names
+    column = header.index("description")  # every row's description starts under its heading
+    assert all(row[column - 2:column] == "  " and row[column] != " " for row in rows)
+
+
 def test_store_versions_says_so_when_the_store_is_empty(tmp_path):
     done = fdo(tmp_path / "home", "store", "versions")
     assert (done.returncode, done.stdout) == (0, "store is empty: no versions\n")
@@ -109,7 +118,7 @@ def test_store_versions_says_so_when_the_store_is_empty(tmp_path):
     assert listed == {"current": None, "versions": [], "damaged": {}}
 
 
-def test_a_store_action_missing_its_argument_is_bad_input(tmp_path):
+def test_a_store_action_missing_or_given_a_bad_argument_is_bad_input(tmp_path):
     for args, named in ((["show"], "KEY"), (["diff", "1"], "two versions"), (["rollback", "x"], "'x'")):
         done = fdo(tmp_path / "home", "store", *args)
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
@@ -117,13 +126,16 @@ def test_a_store_action_missing_its_argument_is_bad_input(tmp_path):
 
 
 def test_progress_bar_is_drawn_on_a_terminal_only(monkeypatch):
+    def drawn(enabled: bool = True) -> bool:
+        with progress_bar(range(3), desc="x", enabled=enabled) as bar:
+            return not bar.disable
+
     controller, terminal = os.openpty()
     with open(terminal, "w") as tty, open(os.devnull, "w") as not_a_tty:
         monkeypatch.setattr(sys, "stderr", tty)
-        assert not progress_bar(range(3), desc="x").disable
-        assert progress_bar(range(3), desc="x", enabled=False).disable
+        assert drawn() and not drawn(enabled=False)
         monkeypatch.setattr(sys, "stderr", not_a_tty)
-        assert progress_bar(range(3), desc="x").disable
+        assert not drawn()
     os.close(controller)
 
 
