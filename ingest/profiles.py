@@ -92,7 +92,7 @@ class _Run:
 
 def ingest_profiles(paths: Iterable[Path], home: Path, progress: bool = False) -> ProfileReport:
     """Ingest every drop and trace under `paths`; bad inputs and rows go to quarantine."""
-    from tqdm import tqdm
+    from ingest.progress import progress_bar
 
     warehouse = Warehouse(home)
     warehouse.remove_temporaries()
@@ -102,7 +102,7 @@ def ingest_profiles(paths: Iterable[Path], home: Path, progress: bool = False) -
                {t.name: SeenRows(warehouse, t) for t in (GRAPH_RUNS, OP_RUNS)})
     inputs, unlisted = find_profiles(roots)
     run.report.quarantined += [Quarantined(str(u.path), u.reason, "") for u in unlisted]
-    for path in tqdm(inputs, desc="profiles", unit="input", disable=not progress):
+    for path in progress_bar(inputs, desc="profiles", unit="input", enabled=progress):
         run.report.inputs += 1
         try:
             _ingest_input(path, run)

@@ -82,7 +82,7 @@ def find_modules(paths: Iterable[Path]) -> tuple[list[ModuleFiles], list[Unliste
 def ingest_symbols(paths: Iterable[Path], home: Path, progress: bool = False) -> SymbolReport:
     """Ingest every module under `paths`: blobs first, then ops, then graphs (so a graph row
     means its blobs and ops are there); bad files go to quarantine."""
-    from tqdm import tqdm
+    from ingest.progress import progress_bar
 
     paths = [Path(p) for p in paths]
     warehouse, blobs, quarantine = Warehouse(home), BlobStore(home), Quarantine(home)
@@ -98,7 +98,7 @@ def ingest_symbols(paths: Iterable[Path], home: Path, progress: bool = False) ->
     modules, unlisted = find_modules(p for p in paths if p.exists())
     report.quarantined += [Quarantined(str(u.path), u.reason, "") for u in unlisted]
     loader = _Loader(blobs, quarantine, report)
-    for files in tqdm(modules, desc="symbols", unit="module", disable=not progress):
+    for files in progress_bar(modules, desc="symbols", unit="module", enabled=progress):
         capture = _capture_for(files.main, paths, captures, quarantine)
         if capture is None:
             here = here or [Capture(current_environment(), None)]

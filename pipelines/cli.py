@@ -4,20 +4,24 @@ Exit codes: 0 success; 1 the work ran but its outcome is a failure (a failed eva
 off); 2 bad usage or bad input (unreadable module, unknown flag, a home that is no writable
 directory, a global option such as --home given after the subcommand), told in one line; 3 the
 good inputs landed but some inputs (or rows) were quarantined; 4 (evaluate, tune) a module fails
-with the compiler's default config, so there is nothing to measure against; 130 interrupted.
+with the compiler's default config, so there is nothing to measure against; 130 interrupted;
+141 the reader of stdout went away (`fdo ... | head`): the rest of the output is dropped
+quietly, as a command killed by SIGPIPE is reported by the shell (128 + 13).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import socket
 import sys
 import tempfile
+import textwrap
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from tuner.strategies import STRATEGIES
 
@@ -25,10 +29,11 @@ if TYPE_CHECKING:
     from delivery.store import Store
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_QUARANTINED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_DEFAULT_FAILS = 4
+EXIT_DEFAULT_FAILS, EXIT_BROKEN_PIPE = 4, 141
 HOME_OPTION = "--home"
 # fdo's own options, before the subcommand. After it, Beam commands would take them for Beam's.
 GLOBAL_OPTIONS = (HOME_OPTION,)
+JSON_HELP = "print the result as JSON (one document on one line) instead of text"
 
 
 def default_home() -> Path:
@@ -45,6 +50,32 @@ def beam_home() -> str | Path:
 
 def _print_json(payload: Any) -> None:
     print(json.dumps(payload, indent=None, sort_keys=True))
+
+
+def _print_table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]], align: str,
+                 indent: str = "") -> None:
+    """`rows` of text cells under `header`, each column as wide as its widest cell; `align` holds
+    one `<` (left) or `>` (right, for numbers) per column."""
+    lines = [header, *rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        print(indent + "  ".join(f"{cell:{a}{w}}" for cell, a, w in zip(line, align, widths)).rstrip())
+
+
+def _config_text(config: dict[str, Any]) -> str:
+    """A compiler config as the `--set` arguments that give it: `flag=value flag=a,b`."""
+    def value_text(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return ",".join(value) if isinstance(value, (list, tuple)) else str(value)
+
+    text = " ".join(f"{name}={value_text(value)}" for name, value in sorted(config.items()))
+    return text or "default config"
+
+
+def _counts_text(counts: dict[str, Any]) -> str:
+    """A stage's counts in one line: `name=value ...` (- for none)."""
+    return " ".join(f"{name}={'-' if value is None else value}" for name, value in counts.items()) or "-"
 
 
 def cmd_fingerprint(args: argparse.Namespace) -> int:
@@ -66,8 +97,9 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
             payload["ops"] = [op.__dict__ for op in result.ops]
         _print_json(payload)
     elif args.ops:
-        for op in result.ops:
-            print(f"{op.fingerprint}  {op.kind:<28} {op.n_instructions:>6}  {op.name}")
+        _print_table(("op fingerprint", "kind", "instructions", "name"),
+                     [(op.fingerprint, op.kind, str(op.n_instructions), op.name) for op in result.ops],
+                     "<<><")
     else:
         print(result.fingerprint)
     return EXIT_OK
@@ -99,7 +131,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
     from tuner.evaluate import DEFAULT_FAILS
 
-    label = ", ".join(f"{k}={v}" for k, v in candidate.items()) or "A/A (default vs default)"
+    label = _config_text(candidate) if candidate else "A/A (default vs default)"
     print(f"{source}: {label}")
     if result.failure == DEFAULT_FAILS:
         print(f"  {result.error}")  # "default fails: <reason>"
@@ -139,8 +171,8 @@ def cmd_workloads(args: argparse.Namespace) -> int:
         if args.json:
             _print_json(rows)
         else:
-            for row in rows:
-                print(f"{row['name']:<20} {row['description']}")
+            _print_table(("name", "family", "size", "description"),
+                         [(r["name"], r["family"], str(r["size"]), r["description"]) for r in rows], "<<<<")
         return EXIT_OK
     from ingest.zoo.dump import dump_workloads
 
@@ -240,12 +272,22 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 def print_ranking(candidates: Any, coverage: Any) -> None:
     """Candidates by kind and rank, then where each kind's fleet chip-time went."""
-    for row in candidates.to_pylist():
-        print(f"  {row['kind']:<5} #{row['rank']:<3} {row['fingerprint']}  env {row['env_key'][:8]}  "
-              f"{row['chip_seconds'] / 3600:>14,.1f} chip-hours  {row['share']:>6.2%}")
+    if candidates.num_rows:
+        _print_table(("kind", "rank", "fingerprint", "env", "chip-hours", "share"),
+                     [(r["kind"], f"#{r['rank']}", r["fingerprint"], r["env_key"][:8],
+                       f"{r['chip_seconds'] / 3600:,.1f}", f"{r['share']:.2%}")
+                      for r in candidates.to_pylist()],
+                     "<<<<>>", indent="  ")
+    else:
+        print("  no candidates (where the chip-time went is below)")
     print("coverage of fleet chip-time:")
-    for row in coverage.to_pylist():
-        print(f"  {row['kind']:<5} {row['category']:<16} {row['share']:>7.2%}  ({row['keys']} keys)")
+    if coverage.num_rows:
+        _print_table(("kind", "category", "share", "keys"),
+                     [(r["kind"], r["category"], f"{r['share']:.2%}", str(r["keys"]))
+                      for r in coverage.to_pylist()],
+                     "<<>>", indent="  ")
+    else:
+        print("  no fleet chip-time in the window: ingest profiles first (fdo ingest profiles)")
 
 
 def cmd_savings(args: argparse.Namespace) -> int:
@@ -261,10 +303,14 @@ def cmd_savings(args: argparse.Namespace) -> int:
         return EXIT_OK
     saved = sum(r["chip_seconds_saved"] for r in rows.to_pylist())
     print(f"savings {first} .. {last}: {saved / 3600:,.1f} chip-hours saved in {rows.num_rows} rows")
-    for row in rows.to_pylist():
-        print(f"  {row['dt']} {row['kind']:<5} {row['team']:<14} v{row['config_version']} "
-              f"{'validator ' if row['validator_updated'] else ''}"
-              f"{row['chip_seconds_saved'] / 3600:>12,.1f} chip-hours")
+    if rows.num_rows:
+        _print_table(("date", "kind", "team", "version", "validator-updated", "chip-hours saved"),
+                     [(str(r["dt"]), r["kind"], r["team"], f"v{r['config_version']}",
+                       "yes" if r["validator_updated"] else "no",
+                       f"{r['chip_seconds_saved'] / 3600:,.1f}") for r in rows.to_pylist()],
+                     "<<<<<>", indent="  ")
+    else:
+        print("  no hits on tuned configs in these days")
     return EXIT_OK
 
 
@@ -351,7 +397,7 @@ def _print_tune_result(label: str, r: Any) -> None:
     interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else ""
     speed = f"{r.speedup:.3f}x {interval}" if r.speedup is not None else ""
     print(f"{label}: {r.status} {speed} after {r.evaluations} evaluations "
-          f"({r.measured} timed); config {json.dumps(r.to_json()['config'])}")
+          f"({r.measured} timed); config {_config_text(r.to_json()['config'])}")
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -387,26 +433,23 @@ def cmd_store(args: argparse.Namespace) -> int:
     from delivery.store import Store, merge_entries, read_import
 
     store = Store(default_home())
+    needed = _STORE_ARGUMENTS.get(args.action)
+    if needed and (args.arg is None or (args.action == "diff" and args.arg2 is None)):
+        raise ValueError(f"{args.action}: give {needed}")
     if args.action == "versions":
         _print_versions(store, args.json)
         return EXIT_OK
     if args.action == "show":
-        entries = [r for r in _json_rows(store.entries()) if args.arg in (r["key"], r["fingerprint"])]
-        _print_json(entries)
-        return EXIT_OK if entries else EXIT_FAILED
+        return _print_entries(store, args.arg, args.json)
     if args.action == "diff":
-        old, new = (_json_rows(store.entries(int(v))) for v in (args.arg, args.arg2))
-        before, after = {r["key"]: r for r in old}, {r["key"]: r for r in new}
-        diff = {"added": sorted(after.keys() - before.keys()), "removed": sorted(before.keys() - after.keys()),
-                "changed": sorted(k for k in before.keys() & after.keys() if before[k] != after[k])}
-        _print_json(diff)
+        _print_diff(store, _version(args.arg), _version(args.arg2), args.json)
         return EXIT_OK
     if args.action == "rollback":
-        version = store.rollback(int(args.arg))
+        version = store.rollback(_version(args.arg))
         print(json.dumps({"version": version}) if args.json else f"published v{version} = v{args.arg}")
         return EXIT_OK
     if args.action == "export":
-        for row in _json_rows(store.entries(int(args.arg) if args.arg else None)):
+        for row in _json_rows(store.entries(_version(args.arg) if args.arg else None)):
             print(json.dumps(row, sort_keys=True))
         return EXIT_OK
     new = read_import(Path(args.arg))
@@ -414,6 +457,19 @@ def cmd_store(args: argparse.Namespace) -> int:
     print(json.dumps({"version": version, "imported": new.num_rows}) if args.json
           else f"imported {new.num_rows} entries: store version {version}")
     return EXIT_OK
+
+
+# What each `fdo store` action needs after it (the others take nothing, or have a default).
+_STORE_ARGUMENTS = {"show": "a KEY or fingerprint", "diff": "two versions: A B",
+                    "rollback": "the version N to roll back to", "import": "a JSON-lines FILE"}
+
+
+def _version(text: str) -> int:
+    """A store version number given on the command line; ValueError naming it if it is none."""
+    try:
+        return int(text.removeprefix("v"))
+    except ValueError:
+        raise ValueError(f"version {text!r}: not a version number (1, 2, ... or v1, v2, ...)") from None
 
 
 def _print_versions(store: Store, as_json: bool) -> None:
@@ -426,16 +482,55 @@ def _print_versions(store: Store, as_json: bool) -> None:
         current = store.current()
     except StoreError:
         current = None
-    rows = [m.__dict__ for m in store.versions()]
+    versions = store.versions()
     if as_json:
-        _print_json({"current": current, "versions": rows, "damaged": damaged})
+        _print_json({"current": current, "versions": [m.__dict__ for m in versions], "damaged": damaged})
         return
-    for row in rows:
-        name = f"v{row['version']}"
-        mark = "!" if name in damaged else "*" if row["version"] == current else " "
-        print(f"{mark} {name:<5} parent {row['parent']}  {row['created'][:19]}  {row['counts']}  {row['reason']}")
+    if not versions and not damaged:
+        print("store is empty: no versions")
+    if versions:
+        _print_table(("version", "parent", "created", "entries", "reason"),
+                     [(f"{_version_mark(m.version, current, damaged)} v{m.version}",
+                       f"v{m.parent}" if m.parent is not None else "-", m.created[:19],
+                       ", ".join(f"{n} {kind}" for kind, n in m.counts.items()) or "none", m.reason)
+                      for m in versions], "<<<<<")
     for name, problem in sorted(damaged.items()):
         print(f"! {name:<5} damaged: {problem}")
+
+
+def _version_mark(version: int, current: int | None, damaged: dict[str, str]) -> str:
+    """`!` for a damaged version, `*` for the live one, else a blank."""
+    return "!" if f"v{version}" in damaged else "*" if version == current else " "
+
+
+def _print_entries(store: Store, key: str, as_json: bool) -> int:
+    """`fdo store show`: the live entries whose key or fingerprint is `key`; EXIT_FAILED if none."""
+    entries = [r for r in _json_rows(store.entries()) if key in (r["key"], r["fingerprint"])]
+    if as_json:
+        _print_json(entries)
+    elif entries:
+        _print_table(("key", "kind", "speedup", "by", "expires", "config"),
+                     [(r["key"], r["kind"], f"{r['speedup']:.3f}x", r["provenance"], r["expires_at"][:10],
+                       _config_text(json.loads(r["config"]))) for r in entries], "<<><<<")
+    else:
+        print(f"fdo store show: no live entry has the key or fingerprint {key}", file=sys.stderr)
+    return EXIT_OK if entries else EXIT_FAILED
+
+
+def _print_diff(store: Store, old: int, new: int, as_json: bool) -> None:
+    """`fdo store diff A B`: the keys B adds, removes and changes against A."""
+    before, after = ({r["key"]: r for r in _json_rows(store.entries(v))} for v in (old, new))
+    diff = {"added": sorted(after.keys() - before.keys()), "removed": sorted(before.keys() - after.keys()),
+            "changed": sorted(k for k in before.keys() & after.keys() if before[k] != after[k])}
+    if as_json:
+        _print_json(diff)
+        return
+    print(f"v{old} -> v{new}: " + ", ".join(f"{len(keys)} {change}" for change, keys in diff.items()))
+    rows = [(change, key) for change, keys in diff.items() for key in keys]
+    if rows:
+        _print_table(("change", "key"), rows, "<<", indent="  ")
+    else:
+        print(f"  v{old} and v{new} hold the same entries")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -513,13 +608,15 @@ def cmd_toolchain(args: argparse.Namespace) -> int:
             chains = [probe(sys.executable)] + registry.list()
             if args.json:
                 _print_json([c.to_json() for c in chains])
-            for chain in [] if args.json else chains:
-                print(f"{chain.name:<16} {chain.compiler_version:<16} {chain.python}")
+            else:
+                _print_table(("name", "compiler", "python"),
+                             [(c.name, c.compiler_version, c.python) for c in chains], "<<<")
             return EXIT_OK
         if not args.name:
             raise ToolchainError(f"fdo toolchain {args.action}: give a toolchain NAME")
         if args.action == "remove":
             registry.remove(args.name)
+            print(json.dumps({"removed": args.name}) if args.json else f"removed toolchain {args.name}")
             return EXIT_OK
         if not args.arg:
             what = "PYTHON (an interpreter)" if args.action == "add" else "JAX_VERSION (e.g. 0.10.0)"
@@ -569,9 +666,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(report.to_json())
         return EXIT_OK
-    for d in report.decisions:
-        target = f" -> {d.new_key[:12]}" if d.new_key else ""
-        print(f"  {d.outcome:<12} {d.key[:12]}{target}  hits {d.fleet_hits:<6} {d.reason}")
+    if report.decisions:
+        _print_table(("outcome", "key", "new key", "fleet hits", "reason"),
+                     [(d.outcome, d.key[:12], (d.new_key or "")[:12], str(d.fleet_hits), d.reason)
+                      for d in report.decisions], "<<<><", indent="  ")
     counts = ", ".join(f"{n} {outcome}" for outcome, n in report.counts().items())
     print(f"validated on {report.compiler_version} ({report.toolchain}): {counts}; "
           f"{report.skipped} skipped, {report.deferred} deferred; store version {report.version}"
@@ -601,17 +699,26 @@ def _validation_report(home: Path, as_json: bool) -> int:
     if as_json:
         _print_json({name: _json_rows(table) for name, table in tables.items()})
         return EXIT_OK
-    print("staleness of live entries (since last measured):")
-    for row in tables["staleness"].to_pylist():
-        print(f"  {row['bucket']:<14} {row['entries']:>6}  {row['share']:>6.1%}  "
-              f"({row['validator_entries']} by the validator)")
-    print("decisions per day:")
-    for row in tables["outcomes"].to_pylist():
-        print(f"  {row['dt']}  {row['outcome']:<12} {row['decisions']:>6}")
-    print("fleet hits served by validator-updated entries:")
-    for row in tables["hit_share"].to_pylist():
-        print(f"  {row['dt']}  {row['source']:<9} {row['validator_hits']:>8} of {row['hits']:<8} "
-              f"{row['share']:>6.1%}")
+    sections = {
+        "staleness": ("staleness of live entries (since last measured):", "no live entries",
+                      ("since measured", "entries", "share", "by the validator"), "<>>>",
+                      lambda r: (r["bucket"], str(r["entries"]), f"{r['share']:.1%}",
+                                 str(r["validator_entries"]))),
+        "outcomes": ("decisions per day:", "no validation runs yet",
+                     ("date", "outcome", "decisions"), "<<>",
+                     lambda r: (str(r["dt"]), r["outcome"], str(r["decisions"]))),
+        "hit_share": ("fleet hits served by validator-updated entries:", "no hits recorded",
+                      ("date", "source", "validator hits", "hits", "share"), "<<>>>",
+                      lambda r: (str(r["dt"]), r["source"], str(r["validator_hits"]), str(r["hits"]),
+                                 f"{r['share']:.1%}")),
+    }
+    for name, (title, empty, header, align, cells) in sections.items():
+        print(title)
+        rows = [cells(row) for row in tables[name].to_pylist()]
+        if rows:
+            _print_table(header, rows, align, indent="  ")
+        else:
+            print(f"  {empty}")
     return EXIT_OK
 
 
@@ -648,12 +755,12 @@ def cmd_hits(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"records": rows, "outcomes": dict(outcomes)})
         return EXIT_OK
-    for row in rows:
-        speed = f" {row['expected_speedup']:.3f}x" if row["expected_speedup"] else ""
-        version = f" v{row['config_version']}" if row["config_version"] is not None else ""
-        reason = f"  ({row['reason']})" if row["reason"] else ""
-        print(f"{row['at'][:19]} {row['job_id']:<16} {row['module_name'][:32]:<32} {row['key']} "
-              f"{row['outcome']}{version}{speed}{reason}")
+    if rows:
+        _print_table(("at", "job", "module", "key", "outcome", "version", "speedup", "reason"),
+                     [(r["at"][:19], r["job_id"], r["module_name"][:32], r["key"], r["outcome"],
+                       f"v{r['config_version']}" if r["config_version"] is not None else "",
+                       f"{r['expected_speedup']:.3f}x" if r["expected_speedup"] else "", r["reason"] or "")
+                      for r in rows], "<<<<<<><")
     print(", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "no hits recorded")
     return EXIT_OK
 
@@ -672,9 +779,10 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(report.to_json())
     else:
-        for stage in report.stages:
-            detail = stage.error.splitlines()[0] if stage.error else json.dumps(stage.counts)
-            print(f"{report.date} {stage.stage:<9} {stage.status:<8} {stage.seconds:7.1f} s  {detail}")
+        _print_table(("date", "stage", "status", "seconds", "outcome"),
+                     [(str(report.date), stage.stage, stage.status, f"{stage.seconds:.1f}",
+                       stage.error.splitlines()[0] if stage.error else _counts_text(stage.counts))
+                      for stage in report.stages], "<<<><")
         if all(s.status == "skipped" for s in report.stages):
             print(f"{report.date}: finished before; nothing to do (--force runs it again)")
     return EXIT_OK if report.ok else EXIT_FAILED
@@ -697,209 +805,340 @@ def _json_rows(table: Any) -> list[dict]:
             for row in table.to_pylist()]
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that keeps the epilogs' example lines as written and shows every option's default.
+    Unlike ArgumentDefaultsHelpFormatter, it says nothing where the default is no value (None, an
+    empty string or list: the help says what happens then) or a flag's False."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        nothing = action.default in (None, argparse.SUPPRESS) or action.default in ("", [])
+        if action.nargs == 0 or nothing or "default:" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _epilog(examples: list[str], *notes: str) -> str:
+    """A command's help epilog: its notes as wrapped paragraphs, then its examples, one a line as
+    typed (each parses: tests/test_cli.py checks)."""
+    heading = "Example:" if len(examples) == 1 else "Examples:"
+    return "\n\n".join([textwrap.fill(note, 78) for note in notes]
+                       + [heading + "".join(f"\n  {example}" for example in examples)])
+
+
+def _version_text() -> str:
+    """`fdo --version`: the installed distribution's version."""
+    try:
+        return f"fdo (fleet-fdo) {importlib.metadata.version('fleet-fdo')}"
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "fdo (fleet-fdo) unknown: not installed (pip install -e .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `fdo`."""
-    parser = argparse.ArgumentParser(prog="fdo", description=__doc__.splitlines()[0])
-    parser.add_argument(HOME_OPTION, default=None,  # a string: `rank` and `savings` take URLs
-                        help="data root (default: $FDO_HOME or ~/.fdo)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="fdo", description=__doc__.splitlines()[0], formatter_class=_HelpFormatter,
+        epilog=_epilog(["fdo workloads list", "fdo --home /data/fdo rank --top 10",
+                        "fdo evaluate module.txt --set xla_cpu_enable_fast_math=true"],
+                       "fdo COMMAND --help tells each command's options, defaults and examples.",
+                       " ".join(__doc__.split("\n\n", 1)[1].split())))
+    parser.add_argument("--version", action="version", version=_version_text())
+    parser.add_argument(HOME_OPTION, default=None, metavar="DIR",  # a string: `rank` and `savings` take URLs
+                        help="data root, given before the command (default: $FDO_HOME, else ~/.fdo)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+
+    def command(name: str, help: str, examples: list[str], *notes: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, epilog=_epilog(examples, *notes),
+                              formatter_class=_HelpFormatter)
+
+    beam_note = ("Other --flags go to Apache Beam (e.g. --runner=FlinkRunner --flink_master=HOST:PORT); "
+                 "default: Beam's in-process runner, multi-process.")
 
     # home_use: whether a command writes its home (the default), only reads it, or never uses it.
-    p = sub.add_parser("fingerprint", help="graph (and op) fingerprints of an HLO module")
-    p.add_argument("file", help="HLO text (XLA dump or printed) or serialized HLO proto")
-    p.add_argument("--json", action="store_true", help="print fingerprint, env_key, key, n_instructions")
+    p = command("fingerprint", "graph (and op) fingerprints of an HLO module",
+                ["fdo fingerprint module_0001.jit_step.before_optimizations.txt",
+                 "fdo fingerprint module_0001.jit_step.cpu_after_optimizations.txt --ops"])
+    p.add_argument("file", metavar="FILE", help="HLO text (XLA dump or printed) or serialized HLO proto")
+    p.add_argument("--json", action="store_true", help="print fingerprint, env_key, key, n_instructions "
+                   "(and the ops with --ops) as JSON")
     p.add_argument("--ops", action="store_true", help="list the op fingerprints with kind and size")
     p.set_defaults(run=cmd_fingerprint, home_use=None)
 
-    p = sub.add_parser("evaluate", help="measure a compiler config against the default",
-                       epilog="Exit status 4: the module fails with the compiler's default config "
-                       "(it does not compile or run), so there is nothing to measure against; the "
-                       "candidate is still tried, and if it runs the module, its numerics are "
-                       "checked against a reference config that routes every fusion type to "
-                       "XLA's own emitters. 1: the candidate fails, or its numerics are off.")
-    p.add_argument("file", help="HLO module (unoptimized) to compile and run")
+    p = command("evaluate", "measure a compiler config against the default",
+                ["fdo evaluate module.txt",
+                 "fdo evaluate module.txt --set xla_cpu_enable_fast_math=true --max-seconds 10",
+                 "fdo evaluate module.txt --set placement:REDUCE=xla --json"],
+                "Exit status 4: the module fails with the compiler's default config (it does not "
+                "compile or run), so there is nothing to measure against; the candidate is still "
+                "tried, and if it runs the module, its numerics are checked against a reference "
+                "config that routes every fusion type to XLA's own emitters. 1: the candidate "
+                "fails, or its numerics are off.")
+    p.add_argument("file", metavar="FILE", help="HLO module (unoptimized) to compile and run")
     p.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE",
-                   help="a compiler flag of the candidate; repeat for more (none: A/A check)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--max-seconds", type=float, default=30.0, help="timing budget")
-    p.add_argument("--timeout", type=float, default=600.0, help="worker timeout in seconds")
+                   help="a compiler flag of the candidate; repeat for more (default: none, an A/A "
+                   "check of the default against itself)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.add_argument("--max-seconds", type=float, default=30.0, metavar="SECONDS",
+                   help="timing budget of the paired measurements")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="the worker process is stopped after this long")
     p.set_defaults(run=cmd_evaluate, home_use=None)
 
-    p = sub.add_parser("workloads", help="the workload zoo")
-    p.add_argument("action", choices=["list", "dump"])
-    p.add_argument("--out", default="zoo-dump", help="dump: output directory")
-    p.add_argument("names", nargs="*", help="dump: only these workloads")
-    p.add_argument("--json", action="store_true")
+    p = command("workloads", "the workload zoo: list it, or dump its programs as XLA dump directories",
+                ["fdo workloads list", "fdo workloads dump mlp-s cnn-s --out zoo-dump"])
+    p.add_argument("action", choices=["list", "dump"],
+                   help="list: name, family, size and description of each; dump: compile them and "
+                   "write XLA dump directories under --out")
+    p.add_argument("--out", default="zoo-dump", metavar="DIR", help="dump: output directory")
+    p.add_argument("names", nargs="*", metavar="NAME", help="dump: only these workloads (default: all)")
+    p.add_argument("--json", action="store_true", help="print the workloads (list) or the dump "
+                   "directories (dump) as JSON")
     p.set_defaults(run=cmd_workloads, home_use=None)
 
-    p = sub.add_parser("ingest", help="load symbols (HLO), profiles or the hook's hits into the warehouse")
-    p.add_argument("kind", choices=["symbols", "profiles", "hits"])
-    p.add_argument("paths", nargs="*", help="symbols: XLA dump dirs, HLO files, the hook's spool "
-                   "(HOME/spool/symbols); profiles: *.xplane.pb traces and *.graph_runs/*.op_runs "
-                   "drops (or dirs of them); hits: none (the hook's spool under HOME)")
-    p.add_argument("--json", action="store_true")
+    p = command("ingest", "load symbols (HLO), profiles or the hook's hits into the warehouse",
+                ["fdo ingest symbols /tmp/xla-dump", "fdo ingest profiles inbox/ traces/",
+                 "fdo ingest hits --json"],
+                "Exit status 3: the good inputs landed but some inputs or rows were quarantined "
+                "(each is printed with its reason).")
+    p.add_argument("kind", choices=["symbols", "profiles", "hits"],
+                   help="symbols: HLO modules; profiles: traces and drops; hits: the compiler "
+                   "hook's spool")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="symbols: XLA dump dirs, HLO files, the "
+                   "hook's spool (HOME/spool/symbols); profiles: *.xplane.pb traces and "
+                   "*.graph_runs/*.op_runs drops (or dirs of them); hits: none (default: none, "
+                   "which only hits accepts)")
+    p.add_argument("--json", action="store_true", help="print the ingestion report as JSON")
     p.set_defaults(run=cmd_ingest)
 
-    p = sub.add_parser("simulate", help="simulate a fleet for some days and ingest what it hands over")
-    p.add_argument("--days", type=int, default=7)
-    p.add_argument("--jobs", type=int, default=2000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--start", help="first simulated date, YYYY-MM-DD (default: so the last is today)")
-    p.add_argument("--workloads", help="comma-separated zoo workloads the fleet runs (default: all)")
-    p.add_argument("--op-sample", type=float, default=1.0,
+    p = command("simulate", "simulate a fleet for some days and ingest what it hands over",
+                ["fdo simulate --days 3 --jobs 500",
+                 "fdo simulate --start 2025-01-01 --workloads mlp-s,cnn-s --op-sample 0.2 --json"])
+    p.add_argument("--days", type=int, default=7, metavar="N", help="days to simulate")
+    p.add_argument("--jobs", type=int, default=2000, metavar="N", help="jobs in the fleet")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the fleet's randomness")
+    p.add_argument("--start", metavar="DATE",
+                   help="first simulated date, YYYY-MM-DD (default: so the last is today)")
+    p.add_argument("--workloads", metavar="NAMES",
+                   help="comma-separated zoo workloads the fleet runs (default: all)")
+    p.add_argument("--op-sample", type=float, default=1.0, metavar="SHARE",
                    help="share of job-days with op-level profiles (op time is scaled up to match)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the simulation report as JSON")
     p.set_defaults(run=cmd_simulate)
 
-    beam_note = ("other --flags go to Apache Beam (e.g. --runner=FlinkRunner --flink_master=HOST:PORT); "
-                 "default: Beam's in-process runner, multi-process")
-    p = sub.add_parser("rank", help="rank graphs and ops by fleet cost (Beam)", epilog=beam_note)
-    p.add_argument("--date", help="ranking date, YYYY-MM-DD (default: today)")
-    p.add_argument("--window-days", type=int, default=7)
-    p.add_argument("--top", type=int, default=20, help="candidates per kind")
-    p.add_argument("--min-share", type=float, default=0.001,
+    p = command("rank", "rank graphs and ops by fleet cost (Beam)",
+                ["fdo rank --date 2025-01-31 --top 10",
+                 "fdo rank --runner=FlinkRunner --flink_master=localhost:8081"], beam_note)
+    p.add_argument("--date", metavar="DATE", help="ranking date, YYYY-MM-DD (default: today)")
+    p.add_argument("--window-days", type=int, default=7, metavar="DAYS",
+                   help="days ranked, ending with --date")
+    p.add_argument("--top", type=int, default=20, metavar="K", help="candidates per kind")
+    p.add_argument("--min-share", type=float, default=0.001, metavar="SHARE",
                    help="the long tail: keys under this share of fleet chip-time are not ranked")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print candidates and coverage as JSON")
     p.set_defaults(run=cmd_rank, takes_beam_args=True)
 
-    p = sub.add_parser("tune", help="search compiler flags for HLO modules and verify the best",
-                       epilog="Exit status 4: a module fails with the compiler's default config (it "
-                       "does not compile or run), so there is nothing to measure against; its task "
-                       "ends with status \"default fails: <reason>\".")
-    p.add_argument("files", nargs="*", help="HLO modules (unoptimized) to tune; none: the top "
-                   "ranked graph candidates this machine can measure")
+    p = command("tune", "search compiler flags for HLO modules and verify the best",
+                ["fdo tune --top 3 --budget-minutes 30", "fdo tune module.txt --budget-evals 20 --cores 0-7",
+                 "fdo tune --kind op --top 2"],
+                "Exit status 4: a module fails with the compiler's default config (it does not "
+                "compile or run), so there is nothing to measure against; its task ends with "
+                "status \"default fails: <reason>\".")
+    p.add_argument("files", nargs="*", metavar="FILE", help="HLO modules (unoptimized) to tune "
+                   "(default: none, the top ranked graph candidates this machine can measure)")
     p.add_argument("--kind", choices=["graph", "op"], default="graph",
                    help="op: tune the top ranked ops (cut out of their graphs), then fold the "
                    "winners into graph-level configs measured on each whole graph")
-    p.add_argument("--top", type=int, default=5, help="without files: how many candidates")
-    p.add_argument("--budget-evals", type=int, default=None,
+    p.add_argument("--top", type=int, default=5, metavar="K", help="without files: how many candidates")
+    p.add_argument("--budget-evals", type=int, default=None, metavar="N",
                    help="evaluations per task (default: 40 for graphs, the whole space for ops)")
-    p.add_argument("--budget-minutes", type=float, default=None)
+    p.add_argument("--budget-minutes", type=float, default=None, metavar="MINUTES",
+                   help="time budget per task (default: none, --budget-evals alone)")
     p.add_argument("--strategy", default=None, choices=sorted(STRATEGIES),
                    help="the search's last phase, after the default's one-move neighbours (by "
-                   "prior) and their combinations; default: evolution for graphs, exhaustive "
-                   "for ops")
+                   "prior) and their combinations (default: evolution for graphs, exhaustive "
+                   "for ops)")
     p.add_argument("--plain", action="store_true",
                    help="the strategy alone, from the first evaluation (no neighbours, no "
                    "combinations; for comparisons)")
     p.add_argument("--no-fold", action="store_true", help="with --kind op: tune the ops only")
-    p.add_argument("--cores", default=None,
-                   help="cores to compile and measure on, e.g. 0-7 (default: all available); a "
-                   "quarter compile, the rest measure")
-    p.add_argument("--compile-workers", type=int, default=None,
+    p.add_argument("--cores", default=None, metavar="CORES",
+                   help="cores to compile and measure on, e.g. 0-7; a quarter compile, the rest "
+                   "measure (default: all available)")
+    p.add_argument("--compile-workers", type=int, default=None, metavar="N",
                    help="compile worker processes (default: one per compile core)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the search")
+    p.add_argument("--json", action="store_true", help="print the tuning results as JSON")
     p.set_defaults(run=cmd_tune)
 
-    p = sub.add_parser("analyze", help="which compiler flags matter, from every tuning trial")
-    p.add_argument("what", choices=["flags"])
-    p.add_argument("--top", type=int, default=None, help="only the N most important flags")
-    p.add_argument("--graph", help="only the trials of this graph fingerprint")
-    p.add_argument("--json", action="store_true")
+    p = command("analyze", "which compiler flags matter, from every tuning trial",
+                ["fdo analyze flags --top 10",
+                 "fdo analyze flags --graph 0123456789abcdef0123456789abcdef --json"])
+    p.add_argument("what", choices=["flags"], help="flags: each flag's importance and its values' effects")
+    p.add_argument("--top", type=int, default=None, metavar="N",
+                   help="only the N most important flags (default: all)")
+    p.add_argument("--graph", metavar="FINGERPRINT",
+                   help="only the trials of this graph fingerprint (default: every graph's)")
+    p.add_argument("--json", action="store_true", help="print the analysis as JSON")
     p.set_defaults(run=cmd_analyze, home_use="read")
 
-    p = sub.add_parser("deliver", help="publish accepted tuning results as a new store version (Beam)",
-                       epilog=beam_note)
-    p.add_argument("--json", action="store_true")
+    p = command("deliver", "publish accepted tuning results as a new store version (Beam)",
+                ["fdo deliver", "fdo deliver --json"], beam_note)
+    p.add_argument("--json", action="store_true", help="print the published version (null if none) as JSON")
     p.set_defaults(run=cmd_deliver, takes_beam_args=True)
 
-    p = sub.add_parser("store", help="the versioned config store")
-    p.add_argument("action", choices=["versions", "show", "diff", "rollback", "export", "import"])
-    p.add_argument("arg", nargs="?", help="show: KEY or fingerprint; diff: A; rollback: N; "
-                   "export: version (default live); import: JSON-lines FILE")
-    p.add_argument("arg2", nargs="?", help="diff: B")
-    p.add_argument("--json", action="store_true")
+    p = command("store", "the versioned config store",
+                ["fdo store versions", "fdo store show 0123456789abcdef0123456789abcdef",
+                 "fdo store diff 3 4", "fdo store rollback 3", "fdo store export 4",
+                 "fdo store import entries.jsonl"],
+                "export prints JSON lines, one entry a line, whatever --json says.")
+    p.add_argument("action", choices=["versions", "show", "diff", "rollback", "export", "import"],
+                   help="versions: every version, * the live one, ! a damaged one; show: the live "
+                   "entries of a key; diff: what B changes against A; rollback: publish an old "
+                   "version's entries again; export: a version's entries; import: add entries")
+    p.add_argument("arg", nargs="?", metavar="ARG", help="show: KEY or fingerprint; diff: version A; "
+                   "rollback: version N; export: version (default: the live one); import: "
+                   "JSON-lines FILE")
+    p.add_argument("arg2", nargs="?", metavar="B", help="diff: version B (default: none, which only "
+                   "the other actions accept)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(run=cmd_store, home_use="read")  # rollback and import write; most read
 
-    p = sub.add_parser("serve", help="the config service and the dashboards (FastAPI on uvicorn)",
-                       epilog="Exit status 2: an unreadable --token-file, a home it cannot write "
-                       "(with a token or --validate-every), a port in use or an unknown host.")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8470)
-    p.add_argument("--token-file", help="file holding the bearer token for writes (or FDO_TOKEN)")
+    p = command("serve", "the config service and the dashboards (FastAPI on uvicorn)",
+                ["fdo serve",
+                 "fdo serve --host 0.0.0.0 --port 8470 --token-file token.txt --validate-every 60"],
+                "Exit status 2: an unreadable --token-file, a home it cannot write (with a token or "
+                "--validate-every), a port in use or an unknown host.")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8470, help="TCP port to listen on")
+    p.add_argument("--token-file", metavar="FILE", help="file holding the bearer token for writes "
+                   "(default: $FDO_TOKEN; with neither, the store is read-only through the server)")
     p.add_argument("--validate-every", type=float, metavar="MINUTES",
-                   help="also run the validator in the background at this interval")
-    p.add_argument("--validate-budget-minutes", type=float, default=30.0,
+                   help="also run the validator in the background at this interval (default: never)")
+    p.add_argument("--validate-budget-minutes", type=float, default=30.0, metavar="MINUTES",
                    help="time budget of each background validation run")
     p.set_defaults(run=cmd_serve)
 
-    p = sub.add_parser("nightly", help="one turn of the loop for a date: ingest, rank, tune, deliver, "
-                       "validate, savings", epilog=beam_note)
-    p.add_argument("--date", help="YYYY-MM-DD (default: today)")
-    p.add_argument("--inbox", action="append", default=[],
-                   help="where drops, traces and dumps arrive (repeat; default HOME/inbox)")
-    p.add_argument("--window-days", type=int, default=7)
-    p.add_argument("--top", type=int, default=3, help="graphs to tune")
-    p.add_argument("--top-ops", type=int, default=2, help="ops to tune, then fold into their graphs")
-    p.add_argument("--tune-evals", type=int, default=24, help="evaluations per graph")
-    p.add_argument("--tune-minutes", type=float, default=20.0, help="budget of the tune stage")
-    p.add_argument("--validate-minutes", type=float, default=10.0, help="budget of the validator")
+    p = command("nightly", "one turn of the loop for a date: ingest, rank, tune, deliver, validate, "
+                "savings",
+                ["fdo nightly", "fdo nightly --date 2025-01-31 --inbox /data/drops --top 2 --force"],
+                beam_note, "Exit status 1: a stage failed (the others still ran where they could).")
+    p.add_argument("--date", metavar="DATE", help="YYYY-MM-DD (default: today)")
+    p.add_argument("--inbox", action="append", default=[], metavar="DIR",
+                   help="where drops, traces and dumps arrive; repeat for more (default: HOME/inbox)")
+    p.add_argument("--window-days", type=int, default=7, metavar="DAYS",
+                   help="days ranked, ending with --date")
+    p.add_argument("--top", type=int, default=3, metavar="N", help="graphs to tune")
+    p.add_argument("--top-ops", type=int, default=2, metavar="N",
+                   help="ops to tune, then fold into their graphs")
+    p.add_argument("--tune-evals", type=int, default=24, metavar="N", help="evaluations per graph")
+    p.add_argument("--tune-minutes", type=float, default=20.0, metavar="MINUTES",
+                   help="budget of the tune stage")
+    p.add_argument("--validate-minutes", type=float, default=10.0, metavar="MINUTES",
+                   help="budget of the validator")
     p.add_argument("--force", action="store_true", help="run every stage again for a finished date")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print each stage's status and counts as JSON")
     p.set_defaults(run=cmd_nightly, takes_beam_args=True)
 
-    p = sub.add_parser("scheduler", help="the daemon: fdo nightly on a cron, the validator on an interval")
+    p = command("scheduler", "the daemon: fdo nightly on a cron, the validator on an interval",
+                ["fdo scheduler", "fdo scheduler --cron '30 1 * * *' --nightly-args='--top 2 --top-ops 1' "
+                 "--validate-every-minutes 120"])
     p.add_argument("--cron", default="0 2 * * *",
-                   help="when the nightly run starts, crontab in UTC (6 fields: seconds first)")
-    p.add_argument("--misfire-grace-minutes", type=float, default=360.0,
+                   help="when the nightly run starts: a crontab line in UTC, 5 fields (or 6, seconds first)")
+    p.add_argument("--misfire-grace-minutes", type=float, default=360.0, metavar="MINUTES",
                    help="a run missed while the daemon was down still runs within this time")
-    p.add_argument("--nightly-args", default="", help="arguments for each fdo nightly, as one string: --nightly-args=\"--top 2 ...\"")
-    p.add_argument("--validate-every-minutes", type=float, default=None,
-                   help="also run the validator on this interval")
-    p.add_argument("--validate-budget-minutes", type=float, default=10.0)
+    p.add_argument("--nightly-args", default="", metavar="ARGS", help="arguments for each fdo nightly, "
+                   "as one string: --nightly-args=\"--top 2 ...\" (default: none)")
+    p.add_argument("--validate-every-minutes", type=float, default=None, metavar="MINUTES",
+                   help="also run the validator on this interval (default: never)")
+    p.add_argument("--validate-budget-minutes", type=float, default=10.0, metavar="MINUTES",
+                   help="time budget of each validation run")
     p.set_defaults(run=cmd_scheduler)
 
-    p = sub.add_parser("run", help="run a program with the compiler hook on (FDO_HOOK=1)")
-    p.add_argument("--store-url", help="ask this config service (default: the store under --home)")
-    p.add_argument("--store-version", type=int, help="pin this store version")
-    p.add_argument("--job-id", help="the job's id in hit records (default: host-pid)")
+    p = command("run", "run a program with the compiler hook on (FDO_HOOK=1)",
+                ["fdo run -- python train.py --steps 100",
+                 "fdo run --store-url http://fdo.internal:8470 --job-id train-7 -- python train.py"])
+    p.add_argument("--store-url", metavar="URL",
+                   help="ask this config service (default: the store under --home)")
+    p.add_argument("--store-version", type=int, metavar="N", help="pin this store version "
+                   "(default: the live one)")
+    p.add_argument("--job-id", metavar="ID", help="the job's id in hit records (default: host-pid)")
     p.add_argument("--spool-hlo", action="store_true",
                    help="spool each module's HLO under HOME/spool/symbols for fdo ingest symbols")
-    p.add_argument("program", nargs=argparse.REMAINDER, help="-- then the program and its arguments")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM ...",
+                   help="the program and its arguments, after --")
     p.set_defaults(run=cmd_run)
 
-    p = sub.add_parser("hits", help="what the compiler hook did at each compile")
-    p.add_argument("--job", help="only this job id")
-    p.add_argument("--json", action="store_true")
+    p = command("hits", "what the compiler hook did at each compile",
+                ["fdo hits", "fdo hits --job train-7 --json"])
+    p.add_argument("--job", metavar="ID", help="only this job id (default: every job)")
+    p.add_argument("--json", action="store_true", help="print the hit records and outcome counts as JSON")
     p.set_defaults(run=cmd_hits, home_use="read")
 
-    p = sub.add_parser("toolchain", help="compilers the validator measures with (python + jaxlib)")
-    p.add_argument("action", choices=["add", "create", "list", "remove"])
-    p.add_argument("name", nargs="?", help="the toolchain's name")
-    p.add_argument("arg", nargs="?", help="add: PYTHON interpreter; create: JAX_VERSION to install in a venv")
+    p = command("toolchain", "compilers the validator measures with (python + jaxlib)",
+                ["fdo toolchain list", "fdo toolchain add jax-0.10 /opt/jax-0.10/bin/python",
+                 "fdo toolchain create next 0.10.1", "fdo toolchain remove next"])
+    p.add_argument("action", choices=["add", "create", "list", "remove"],
+                   help="add: register an interpreter; create: install a jax version in a new venv and "
+                   "register it; list: this interpreter and the registered ones; remove: forget one")
+    p.add_argument("name", nargs="?", metavar="NAME", help="the toolchain's name (default: none, "
+                   "which only list accepts)")
+    p.add_argument("arg", nargs="?", metavar="ARG", help="add: PYTHON interpreter; create: "
+                   "JAX_VERSION to install in a venv (default: none, which only list and remove accept)")
     p.add_argument("--standalone", action="store_true",
                    help="create: install jax's dependencies too instead of sharing this interpreter's")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(run=cmd_toolchain)
 
-    p = sub.add_parser("validate", help="re-check stored configs on the current compiler: keep, "
-                       "re-key, invalidate, expire")
-    p.add_argument("--once", action="store_true", help="one pass, then exit (default: every --every-minutes)")
-    p.add_argument("--budget-minutes", type=float, default=None, help="stop measuring after this long")
-    p.add_argument("--every-minutes", type=float, default=60.0, help="without --once: the interval")
-    p.add_argument("--toolchain", help="the compiler to validate on (fdo toolchain; default: this interpreter)")
-    p.add_argument("--max-seconds", type=float, default=10.0, help="timing budget per entry")
-    p.add_argument("--ttl-days", type=float, default=30.0, help="the fresh lease of a kept or re-keyed entry")
-    p.add_argument("--max-age-days", type=float, default=180.0,
+    p = command("validate", "re-check stored configs on the current compiler: keep, re-key, invalidate, "
+                "expire", ["fdo validate --once --budget-minutes 20", "fdo validate --once --toolchain next",
+                           "fdo validate --report --json"])
+    p.add_argument("--once", action="store_true", help="one pass, then exit (without it: a pass every "
+                   "--every-minutes until interrupted)")
+    p.add_argument("--budget-minutes", type=float, default=None, metavar="MINUTES",
+                   help="stop measuring after this long (default: no limit)")
+    p.add_argument("--every-minutes", type=float, default=60.0, metavar="MINUTES",
+                   help="without --once: the interval")
+    p.add_argument("--toolchain", metavar="NAME",
+                   help="the compiler to validate on (fdo toolchain; default: this interpreter)")
+    p.add_argument("--max-seconds", type=float, default=10.0, metavar="SECONDS",
+                   help="timing budget per entry")
+    p.add_argument("--ttl-days", type=float, default=30.0, metavar="DAYS",
+                   help="the fresh lease of a kept or re-keyed entry")
+    p.add_argument("--max-age-days", type=float, default=180.0, metavar="DAYS",
                    help="absolute lifetime of a config since first measured")
-    p.add_argument("--revalidate-after-hours", type=float, default=24.0,
+    p.add_argument("--revalidate-after-hours", type=float, default=24.0, metavar="HOURS",
                    help="entries measured more recently on the same compiler are skipped")
     p.add_argument("--report", action="store_true",
                    help="print staleness, outcomes per day and the validator's share of fleet hits")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(run=cmd_validate)
 
-    p = sub.add_parser("savings", help="chip-seconds saved by tuned configs (Beam)", epilog=beam_note)
-    p.add_argument("--from", dest="from_", help="first date (default: 30 days before --to)")
-    p.add_argument("--to", help="last date (default: today)")
-    p.add_argument("--json", action="store_true")
+    p = command("savings", "chip-seconds saved by tuned configs (Beam)",
+                ["fdo savings", "fdo savings --from 2025-01-01 --to 2025-01-31 --json"], beam_note)
+    p.add_argument("--from", dest="from_", metavar="DATE",
+                   help="first date, YYYY-MM-DD (default: 29 days before --to, 30 days in all)")
+    p.add_argument("--to", metavar="DATE", help="last date, YYYY-MM-DD (default: today)")
+    p.add_argument("--json", action="store_true", help="print the savings rows as JSON")
     p.set_defaults(run=cmd_savings, takes_beam_args=True)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fdo` console script."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a reader gone before the last buffered lines shows here, not at exit
+    except BrokenPipeError:
+        # The recipe of Python's signal docs: stdout's buffer goes to /dev/null, so the flush at
+        # exit raises nothing more, and the exit status says the output was cut short.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
+    """Parse `argv`, check the home and run the command; bad input is one line and EXIT_BAD_INPUT."""
     from ingest.locks import LockHeld
     from tuner.compile import CompileError
 
@@ -928,6 +1167,8 @@ def main(argv: list[str] | None = None) -> int:
     except (CompileError, KeyError, ValueError) as exc:
         print(f"fdo {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # the reader of stdout is gone: main ends quietly
+        raise
     # A path the stage was given (or the home) that cannot be read or written.
     except OSError as exc:
         print(f"fdo {args.command}: {_os_error_line(exc)}", file=sys.stderr)

@@ -46,11 +46,23 @@ def test_import_show_diff_rollback(tmp_path):
     assert fdo(home, "store", "import", str(second)).returncode == 0
     store = Store(home)
     assert store.current() == 2 and store.entries().num_rows == 2
-    diff = json.loads(fdo(home, "store", "diff", "1", "2").stdout)
-    assert diff == {"added": [store_key(f"{2:032x}", "e" * 32)], "removed": [],
-                    "changed": [store_key(f"{1:032x}", "e" * 32)]}
-    shown = json.loads(fdo(home, "store", "show", f"{1:032x}").stdout)
+    diff = json.loads(fdo(home, "store", "diff", "1", "2", "--json").stdout)
+    added, changed = store_key(f"{2:032x}", "e" * 32), store_key(f"{1:032x}", "e" * 32)
+    assert diff == {"added": [added], "removed": [], "changed": [changed]}
+    # As text: a line per changed key under a header, and a line saying what two versions share.
+    text = fdo(home, "store", "diff", "1", "2").stdout.splitlines()
+    assert text[0] == "v1 -> v2: 1 added, 0 removed, 1 changed"
+    assert [line.split() for line in text[2:]] == [["added", added], ["changed", changed]]
+    assert fdo(home, "store", "diff", "2", "v2").stdout.splitlines()[1] == "  v2 and v2 hold the same entries"
+    shown = json.loads(fdo(home, "store", "show", f"{1:032x}", "--json").stdout)
     assert json.loads(shown[0]["config"]) == {"xla_cpu_enable_fast_math": True}
+    # As text, the config reads as the --set arguments that give it, not as JSON.
+    text = fdo(home, "store", "show", f"{2:032x}").stdout.splitlines()
+    assert text[0].split() == ["key", "kind", "speedup", "by", "expires", "config"]
+    assert text[1].split()[:4] == [added, "graph", "1.200x", "import"]
+    assert text[1].endswith(" xla_cpu_experimental_ynn_fusion_type=REDUCE")
+    missing = fdo(home, "store", "show", f"{9:032x}")
+    assert missing.returncode == 1 and missing.stdout == "" and f"{9:032x}" in missing.stderr
     rolled = json.loads(fdo(home, "store", "rollback", "1", "--json").stdout)["version"]
     assert rolled == 3 and store.current() == 3
     assert store.entries(3).equals(store.entries(1))  # the old entries are live again
@@ -150,7 +162,9 @@ def test_a_stray_or_half_written_version_is_skipped_and_reported(tmp_path):
     assert set(listed["damaged"]) == {"v2", "v3", "CURRENT"}
     assert "no manifest" in listed["damaged"]["v2"] and "checksum" in listed["damaged"]["v3"]
     shown = fdo(home, "store", "versions").stdout.splitlines()
-    assert shown[1].startswith("! v3") and any(line.startswith("! v2") for line in shown)
+    assert shown[0].split() == ["version", "parent", "created", "entries", "reason"]
+    assert shown[1].startswith("  v1 ") and "1 graph" in shown[1]
+    assert shown[2].startswith("! v3") and any(line.startswith("! v2") for line in shown)
     assert json.loads(fdo(home, "store", "rollback", "1", "--json").stdout) == {"version": 4}
     assert _import(store, tmp_path / "4.jsonl") == 5
     assert set(store.problems()) == {"v2", "v3"}

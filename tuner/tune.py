@@ -159,7 +159,7 @@ def tune_op(cut: OpCut, home: Path, settings: TuneSettings, env_key: str | None 
 def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: str | None = None,
              progress: bool = False, prior: list[TrialRecord] | None = None) -> TuneResult:
     """Search `target.space` for `target.module`, verify the best afresh, land the task."""
-    from tqdm import tqdm
+    from ingest.progress import progress_bar
 
     environment = current_environment()
     env_key = env_key or environment.key()
@@ -176,8 +176,8 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
     searched = [t for t in trials if t.phase == "search"]
     strategy = None if target.configs else _strategy(target, home, settings, prior)
     started = time.monotonic()
-    bar = tqdm(total=settings.budget_evals, initial=len(trials), desc=f"tune {target.label}",
-               unit="eval", disable=not progress)
+    bar = progress_bar(total=settings.budget_evals, initial=len(trials), desc=f"tune {target.label}",
+                       unit="eval", enabled=progress)
     def in_time() -> bool:
         return not settings.budget_minutes or time.monotonic() - started < 60 * settings.budget_minutes
 
@@ -211,9 +211,9 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
 def overall_progress(tasks: list[T], label: str, progress: bool) -> Iterable[T]:
     """`tasks` with an overall bar (tasks done of all) above each task's own bar, when `progress`
     is on and there are several."""
-    from tqdm import tqdm
+    from ingest.progress import progress_bar
 
-    return tqdm(tasks, desc=label, unit="task", disable=not progress or len(tasks) < 2)
+    return progress_bar(tasks, desc=label, unit="task", enabled=progress and len(tasks) >= 2)
 
 
 def _strategy(target: TuneTarget, home: Path, settings: TuneSettings,

@@ -116,12 +116,12 @@ def validate(home: Path | str, toolchain: str | None = None,
 def _measure_queue(queue: list[Queued], planner: Planner, run: Run, settings: ValidateSettings,
                    progress: bool) -> int:
     """Measure the queue in order until the budget is spent; returns how many were deferred."""
-    from tqdm import tqdm
+    from ingest.progress import progress_bar
 
     started = time.monotonic()
     worker = Worker(python=planner.chain.python)
-    bar = tqdm(total=len(queue), desc=f"validate on {planner.chain.compiler_version}", unit="entry",
-               disable=not progress)
+    bar = progress_bar(total=len(queue), desc=f"validate on {planner.chain.compiler_version}",
+                       unit="entry", enabled=progress)
     try:
         budget = math.inf if settings.budget_minutes is None else 60 * settings.budget_minutes
         for done, queued in enumerate(queue):

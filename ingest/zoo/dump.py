@@ -7,8 +7,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tqdm import tqdm
 
+from ingest.progress import progress_bar
 from ingest.zoo import Workload, all_workloads, get
 
 
@@ -48,4 +48,5 @@ def dump_workloads(out_dir: Path, names: list[str] | None = None, progress: bool
     Always recompiles, also where a dump already exists, replacing it atomically.
     """
     workloads = all_workloads() if names is None else [get(n) for n in names]
-    return [dump_workload(wl, Path(out_dir)) for wl in tqdm(workloads, desc="dump", disable=not progress)]
+    bar = progress_bar(workloads, desc="dump", unit="workload", enabled=progress)
+    return [dump_workload(wl, Path(out_dir)) for wl in bar]

@@ -16,11 +16,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
 
 from ingest import zoo
 from ingest.fingerprint import fingerprint_module, graph_fingerprint
 from ingest.hlo_module import load_file
+from ingest.progress import progress_bar
 from ingest.zoo.dump import dump_workload
 
 SCALES = (1, 4)
@@ -51,7 +51,7 @@ def build_catalog(root: Path, names: list[str] | None = None, scales: tuple[int,
     workloads = [zoo.variant(w.name, s) for w in (
         zoo.all_workloads() if names is None else [zoo.get(n) for n in names]) for s in scales]
     catalog = []
-    for workload in tqdm(workloads, desc="fleet programs", unit="graph", disable=not progress):
+    for workload in progress_bar(workloads, desc="fleet programs", unit="graph", enabled=progress):
         graph_file = root / workload.name / _GRAPH_FILE
         if not graph_file.exists():
             _build_graph(workload, root)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from ingest.environment import ENVIRONMENT_FILE, current_environment
+from ingest.progress import progress_bar
 from ingest.profiles import ingest_profiles
 from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
@@ -84,8 +84,8 @@ def simulate(home: Path, days: int, jobs: int, seed: int = 0, start: datetime.da
     step_seconds = np.array([g.step_seconds for g in catalog])
     totals = _Totals(len(catalog))
     report = SimulationReport(graphs=len(catalog))
-    for day in tqdm(range(first_day, first_day + days), desc="fleet days", unit="day",
-                    disable=not progress):
+    for day in progress_bar(range(first_day, first_day + days), desc="fleet days", unit="day",
+                            enabled=progress):
         rows = fleet.simulate_day(population, spec, day, step_seconds,
                                   here.compiler_version, here.device_kind)
         rows, hits = fleet.apply_hits(rows, fingerprints, tuned)
