@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
-from ingest.warehouse import Warehouse
-from pipelines.dashboard.filters import Filters
+from ingest.warehouse import TableSchema, Warehouse
+from pipelines.dashboard.filters import Filters, Window
 
 ENVIRONMENTS = pa.schema([
     pa.field("env_key", pa.string()), pa.field("platform", pa.string()), pa.field("device_kind", pa.string()),
@@ -48,10 +48,10 @@ class Scope:
     @classmethod
     def resolve(cls, home: Path, filters: Filters) -> Scope:
         """What `filters` select under `home`."""
-        warehouse = Warehouse(home)
-        runs = warehouse.read(GRAPH_RUNS, ["team", "fingerprint", "env_key", "device_kind", "compiler_version"],
-                              filter_dt=filters.window.holds)
-        symbols = warehouse.read(GRAPHS, ["env_key", "platform", "device_kind", "device_count", "compiler_version"])
+        window = filters.window
+        runs = _distinct(home, GRAPH_RUNS, ["team", "env_key", "device_kind", "compiler_version"], window)
+        symbols = Warehouse(home).read(GRAPHS, ["env_key", "platform", "device_kind", "device_count",
+                                                "compiler_version"])
         with duckdb.connect() as db:
             db.register("runs", runs)
             db.register("symbols", symbols)
@@ -64,16 +64,13 @@ class Scope:
                 from runs where env_key not in (select env_key from symbols) group by env_key
                 order by 3, 5, 4, 1
             """).fetchall()
-            teams = [team for team, in db.execute("select distinct team from runs order by team").fetchall()]
-            team_keys = None
-            if filters.team is not None:
-                db.register("op_runs", warehouse.read(OP_RUNS, ["team", "op_fingerprint", "env_key"],
-                                                      filter_dt=filters.window.holds))
-                team_keys = pa.array([key for key, in db.execute("""
-                    select distinct fingerprint || '/' || env_key from runs where team = $team
-                    union
-                    select distinct op_fingerprint || '/' || env_key from op_runs where team = $team
-                """, {"team": filters.team}).fetchall()], pa.string())
+        teams = sorted(set(runs.column("team").to_pylist()))
+        team_keys = None
+        if filters.team is not None:
+            keys = [_distinct(home, GRAPH_RUNS, ["fingerprint", "env_key"], window, filters.team),
+                    _distinct(home, OP_RUNS, ["op_fingerprint", "env_key"], window, filters.team)]
+            team_keys = pa.concat_arrays([pc.binary_join_element_wise(*t.columns, "/").combine_chunks()
+                                          for t in keys]).unique()
         return cls(filters, _labelled(environments), teams, team_keys)
 
     def label(self, env_key: str) -> str:
@@ -129,6 +126,20 @@ class Scope:
             if value is not None:
                 environments = environments.filter(pc.equal(environments.column(column), value))
         return environments.column("env_key").combine_chunks()
+
+
+def _distinct(home: Path, table: TableSchema, columns: list[str], window: Window,
+              team: str | None = None) -> pa.Table:
+    """The distinct values of `columns` in the window's rows of `table` (of `team` alone, when
+    given), found file by file: a window's runs never sit in memory all at once."""
+    distinct = table.schema.empty_table().select(columns)
+    read = columns if team is None else list(dict.fromkeys([*columns, "team"]))
+    for rows in Warehouse(home).read_files(table, read, window.holds):
+        if team is not None:
+            rows = rows.filter(pc.equal(rows.column("team"), team))
+        found = rows.select(columns).group_by(columns).aggregate([]).select(columns)
+        distinct = pa.concat_tables([distinct, found]).group_by(columns).aggregate([]).select(columns)
+    return distinct
 
 
 def environment_label(device_kind: str | None, device_count: int | None, compiler_version: str | None) -> str:
