@@ -212,15 +212,18 @@ class Warehouse:
     def read(self, table: TableSchema, columns: list[str] | None = None,
              filter_dt: Callable[[str], bool] | None = None) -> pa.Table:
         """All rows of `table` (with `dt`), each file's schema checked against the declaration."""
-        pieces = []
-        for path in self.files(table):
-            dt = path.parent.name.split("=", 1)[1]
-            if filter_dt is not None and not filter_dt(dt):
-                continue
-            pieces.append(read_checked(path, table, columns))
+        pieces = list(self.read_files(table, columns, filter_dt))
         if not pieces:
             return table.schema.empty_table().select(columns or table.schema.names)
         return pa.concat_tables(pieces)
+
+    def read_files(self, table: TableSchema, columns: list[str] | None = None,
+                   filter_dt: Callable[[str], bool] | None = None) -> Iterator[pa.Table]:
+        """The rows of `table`, one file at a time (for summing up more rows than fit in memory)."""
+        for path in self.files(table):
+            dt = path.parent.name.split("=", 1)[1]
+            if filter_dt is None or filter_dt(dt):
+                yield read_checked(path, table, columns)
 
     def upsert(self, table: TableSchema, rows: pa.Table,
                merge: Callable[[pa.Table], pa.Table]) -> int:

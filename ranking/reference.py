@@ -105,7 +105,7 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
     for kind, runs in (("graph", "graph_runs"), ("op", "op_runs")):
         if _has(home, runs):
             parts.append(f"""
-                select dt, '{kind}' as kind, team, config_version,
+                select dt, '{kind}' as kind, team, env_key, config_version,
                        coalesce(list_contains($keys, config_key), false) as validator_updated,
                        sum(chip_seconds) as hit_chip_seconds,
                        sum(chip_seconds * (coalesce(expected_speedup, 1) - 1)) as chip_seconds_saved
@@ -114,6 +114,6 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
                 group by all""")
     if not parts:
         return pa.table({})
-    sql = " union all ".join(parts) + " order by dt, kind, team, config_version, validator_updated"
+    sql = " union all ".join(parts) + " order by dt, kind, team, env_key, config_version, validator_updated"
     with duckdb.connect() as db:
         return _arrow(db.execute(sql, {"keys": validator_keys, "first": first, "last": last}))

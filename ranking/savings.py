@@ -3,8 +3,8 @@
 A run that applied a tuned config records its key, store version and expected speedup; it used
 `chip_seconds`, so without the config it would have used chip_seconds x speedup, and the saving
 is chip_seconds x (speedup - 1) (CATWILD 4.3.1). Summed per day, kind (graph or op config),
-team, config version, and whether the entry was last written by the validator, as an Apache
-Beam pipeline; the days of the range are replaced in the `savings` table.
+team, environment, config version, and whether the entry was last written by the validator, as
+an Apache Beam pipeline; the days of the range are replaced in the `savings` table.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from ranking.home_io import home_path, reach, read_partition, replace_part
 from ranking.store_snapshot import live_entries
 from ranking.tables import SAVINGS
 
-_KEYS = ["dt", "kind", "team", "config_version", "validator_updated"]
+_KEYS = ["dt", "kind", "team", "env_key", "config_version", "validator_updated"]
 _VALUES = ["hit_chip_seconds", "chip_seconds_saved"]
 _SUMMED = pa.schema([SAVINGS.schema.field(name) for name in _KEYS + _VALUES])
-_COLUMNS = ["team", "chip_seconds", "config_key", "config_version", "expected_speedup"]
+_COLUMNS = ["team", "env_key", "chip_seconds", "config_key", "config_version", "expected_speedup"]
 _TOTAL = ArrowSum(_KEYS, _VALUES, _SUMMED)
 
 
@@ -75,6 +75,7 @@ def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
         "dt": hits.column("dt"),
         "kind": pa.repeat(pa.scalar(kind), hits.num_rows),
         "team": hits.column("team"),
+        "env_key": hits.column("env_key"),
         "config_version": hits.column("config_version"),
         "validator_updated": pc.is_in(hits.column("config_key"),
                                       value_set=pa.array(validator_keys, pa.string())),

@@ -36,13 +36,15 @@ COVERAGE = TableSchema(
     ]),
 )
 
+# Version 2 added env_key, so that savings can be told apart by device and compiler.
 SAVINGS = TableSchema(
     name="savings",
-    version=1,
+    version=2,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("kind", pa.string(), nullable=False),
         pa.field("team", pa.string(), nullable=False),
+        pa.field("env_key", pa.string(), nullable=False),  # where the tuned runs ran
         pa.field("config_version", pa.int64(), nullable=True),
         pa.field("validator_updated", pa.bool_(), nullable=False),
         pa.field("hit_chip_seconds", pa.float64(), nullable=False),  # chip-time that ran tuned

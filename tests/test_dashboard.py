@@ -1,7 +1,8 @@
-"""The dashboards of `fdo serve`: every /api/ endpoint checked against the tables it reads, and
-the page in a real headless Chromium against a real server on loopback, full and empty.
+"""The dashboards of `fdo serve`: every /api/ endpoint checked against the tables it reads, with
+and without filters, and the pages (overview, tuner, a graph's) in a real headless Chromium
+against a real server on loopback: full, filtered through their form, and empty.
 
-The screenshot of the full page is kept at tests/artifacts/dashboard.png (git-ignored).
+Screenshots of the full pages are kept under tests/artifacts/ (git-ignored).
 """
 
 from __future__ import annotations
@@ -15,18 +16,24 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Page, sync_playwright
 
 from delivery.store import Store
-from ingest.tables import GRAPH_RUNS
+from ingest.tables import GRAPH_RUNS, GRAPHS
 from ingest.warehouse import Warehouse
-from pipelines.dashboard.charts import CHARTS
+from pipelines.dashboard.layout import PAGES
 from pipelines.dashboard.queries import QUERIES
 from ranking.tables import SAVINGS
 from tests.dashboard_home import TASKS, build_home
 from tests.serving import call, running_server
+from tuner.analyze import analyze_flags
+from tuner.tables import TRIALS
+from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS
+from validator.tables import VALIDATIONS
+from validator.validate import MEASURE_SETTINGS
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
+DEFAULT_DAYS = 30
 
 
 @pytest.fixture(scope="session")
@@ -40,11 +47,27 @@ def served(dashboard_home):
         yield base
 
 
-def _api(base: str, name: str, query: str = "") -> list[dict]:
-    status, rows, _ = call(f"{base}/api/{name}{query}")
+def _api(base: str, name: str, **params: str) -> list[dict]:
+    status, rows, _ = call(f"{base}/api/{name}?{urllib.parse.urlencode(params)}")
     assert status == 200, rows
     assert isinstance(rows, list)
     return rows
+
+
+def _error(base: str, path: str, **params: str) -> tuple[int, str]:
+    status, body, _ = call(f"{base}{path}?{urllib.parse.urlencode(params)}")
+    assert isinstance(body, dict), body
+    return status, body["error"]["message"]
+
+
+def _environments(home: Path) -> dict[str, dict]:
+    """env_key -> what the symbols say of it (the graphs table), read here without the dashboards."""
+    graphs = Warehouse(home).read(GRAPHS, ["env_key", "device_kind", "device_count", "compiler_version"])
+    return {row["env_key"]: row for row in graphs.to_pylist()}
+
+
+def _saved_hours(table: pa.Table) -> float:
+    return (pc.sum(table.column("chip_seconds_saved")).as_py() or 0.0) / 3600
 
 
 def test_every_endpoint_answers_rows(served):
@@ -54,20 +77,28 @@ def test_every_endpoint_answers_rows(served):
     for row in index:
         rows = _api(served, row["endpoint"].removeprefix("/api/"))
         assert rows and all(isinstance(r, dict) for r in rows), row["endpoint"]
-    assert {chart.endpoint for chart in CHARTS} == set(QUERIES)  # every endpoint is drawn
+    drawn = {card.endpoint for page in PAGES.values() for card in page.cards()}
+    assert drawn == set(QUERIES)  # every endpoint is drawn on some page
 
 
 def test_savings_and_hits_match_the_warehouse(served, dashboard_home):
     warehouse = Warehouse(dashboard_home)
     table = warehouse.read(SAVINGS)
     rows = _api(served, "savings")
-    assert {"dt", "kind", "team", "chip_seconds_saved", "chip_hours_saved"} <= rows[0].keys()
+    assert {"dt", "kind", "team", "config_version", "chip_seconds_saved", "chip_hours_saved"} <= rows[0].keys()
     saved = pc.sum(table.column("chip_seconds_saved")).as_py()
     assert saved > 0
     assert sum(r["chip_seconds_saved"] for r in rows) == pytest.approx(saved, rel=1e-9)
     assert all(r["chip_hours_saved"] == pytest.approx(r["chip_seconds_saved"] / 3600) for r in rows)
     assert {r["team"] for r in rows} == set(table.column("team").to_pylist())
     assert _api(served, "summary")[0]["chip_hours_saved"] == pytest.approx(saved / 3600, rel=1e-9)
+    per_version: Counter[int] = Counter()
+    for row in rows:
+        per_version[row["config_version"]] += row["chip_seconds_saved"]
+    assert len(per_version) == 2  # the fleet's hits were served by two store versions
+    for version, seconds in per_version.items():
+        mine = table.filter(pc.equal(table.column("config_version"), version))
+        assert seconds == pytest.approx(pc.sum(mine.column("chip_seconds_saved")).as_py(), rel=1e-9)
 
     runs = warehouse.read(GRAPH_RUNS, ["dt", "chip_seconds", "config_key"])
     hits = {r["dt"]: r for r in _api(served, "hits") if r["source"] == "profiles" and r["kind"] == "graph"}
@@ -105,11 +136,15 @@ def test_store_tuner_and_validator_views_match_their_sources(served, dashboard_h
     assert [r["rank"] for r in top] == list(range(1, len(top) + 1))
     assert [r["chip_hours"] for r in top] == sorted((r["chip_hours"] for r in top), reverse=True)
     tuned = [r for r in top if r["tuned"]]
-    assert tuned
+    assert {r["provenance"] for r in tuned} == {"tuner", "validator"}
     for row in tuned:
         entry = entries[row["key"]]
         assert (row["speedup"], row["ci_low"], row["ci_high"]) == (entry["speedup"], entry["ci_low"], entry["ci_high"])
         assert row["ci_low"] < row["speedup"] < row["ci_high"]
+        # The tuner verifies at 99.9%, the validator re-measures at 99%.
+        level = {"tuner": VERIFY_SETTINGS.confidence, "validator": MEASURE_SETTINGS.confidence}[row["provenance"]]
+        assert row["ci_level"] == level
+    assert VERIFY_SETTINGS.confidence == 0.999
 
     trials = _api(served, "tuner")
     by_task = defaultdict(list)
@@ -121,28 +156,112 @@ def test_store_tuner_and_validator_views_match_their_sources(served, dashboard_h
         assert rows[-1]["best_so_far"] == max(measured)
         bests = [r["best_so_far"] for r in rows if r["best_so_far"] is not None]
         assert bests == sorted(bests)
+    assert {r["ci_level"] for r in trials} == {SEARCH_SETTINGS.confidence}
     results = _api(served, "tuning-results")
     assert sum(r["accepted"] for r in results) == TASKS - 1
+    assert {r["ci_level"] for r in results} == {VERIFY_SETTINGS.confidence}
 
     outcomes: Counter[str] = Counter()
     for row in _api(served, "validations"):
         outcomes[row["outcome"]] += row["entries"]
     assert outcomes == {"kept": 2, "invalidated": 1}
+    assert Counter(r["outcome"] for r in _api(served, "decisions")) == outcomes
     versions = _api(served, "store")
     assert [r["version"] for r in versions] == [m.version for m in store.versions()]
     assert [r["version"] for r in versions if r["live"]] == [store.current()]
 
 
-def test_window_parameters(served):
+def test_environments_are_named_by_device_and_compiler(served, dashboard_home):
+    environments = _environments(dashboard_home)
+    rows = _api(served, "top") + _api(served, "tuner") + _api(served, "staleness") + _api(served, "decisions")
+    named = [r for r in rows if r["env_key"] in environments]
+    assert len(named) > TASKS
+    for row in named:
+        env = environments[row["env_key"]]
+        assert row["environment"].startswith(
+            f"{env['device_kind']} x {env['device_count']}, {env['compiler_version']}"), row
+    # The imported (and invalidated) op entry's environment ran nowhere: it is named by its key.
+    assert {r["environment"] for r in rows if r["env_key"] not in environments} == {"env bbbbbb"}
+
+
+def test_the_flag_analysis_is_the_tuners(served, dashboard_home):
+    ours = _api(served, "flags")
+    theirs = analyze_flags(dashboard_home).to_json()["flags"]  # every trial lies in the default window
+    assert [r["flag"] for r in ours] == [f["flag"] for f in theirs] and ours
+    for row, flag in zip(ours, theirs):
+        assert row["importance"] == pytest.approx(flag["importance"], rel=1e-12)
+        assert [v["value"] for v in row["values"]] == [v["value"] for v in flag["values"]]
+
+
+def test_filters_narrow_each_endpoint_by_what_its_rows_are(served, dashboard_home):
+    warehouse = Warehouse(dashboard_home)
+    savings = warehouse.read(SAVINGS)
+    runs = warehouse.read(GRAPH_RUNS, ["team", "fingerprint", "env_key", "device_kind", "chip_seconds"])
+    teams = Counter()
+    for row in savings.to_pylist():
+        teams[row["team"]] += row["chip_seconds_saved"]
+    team = teams.most_common(1)[0][0]
+
+    # A team: its own rows where a table has teams, else the keys its jobs ran.
+    rows = _api(served, "savings", team=team)
+    assert {r["team"] for r in rows} == {team}
+    assert sum(r["chip_hours_saved"] for r in rows) == pytest.approx(
+        _saved_hours(savings.filter(pc.equal(savings.column("team"), team))), rel=1e-9)
+    ran = {(r["fingerprint"], r["env_key"]) for r in runs.to_pylist() if r["team"] == team}
+    tasks = _api(served, "tuning-results", team=team)
+    assert 0 < len(tasks) < TASKS
+    assert all((r["fingerprint"], r["env_key"]) in ran for r in tasks)
+    assert {(r["fingerprint"], r["env_key"]) for r in _api(served, "tuning-results")} & ran == \
+           {(r["fingerprint"], r["env_key"]) for r in tasks}
+
+    # A device kind (and a compiler): the environments that have it.
+    environments = _environments(dashboard_home)
+    device = _api(served, "top")[0]["environment"].split(" x ")[0]
+    kind_envs = {key for key, env in environments.items() if env["device_kind"] == device}
+    kind_envs |= {r["env_key"] for r in runs.to_pylist() if r["device_kind"] == device}
+    rows = _api(served, "savings", device_kind=device)
+    assert sum(r["chip_hours_saved"] for r in rows) == pytest.approx(
+        _saved_hours(savings.filter(pc.is_in(savings.column("env_key"), pa.array(sorted(kind_envs))))), rel=1e-9)
+    top = _api(served, "top", device_kind=device)
+    assert top and all(r["env_key"] in kind_envs for r in top)
+    compiler = environments[top[0]["env_key"]]["compiler_version"]
+    both = _api(served, "top", device_kind=device, compiler_version=compiler)
+    assert both and all(environments[r["env_key"]]["compiler_version"] == compiler for r in both)
+    assert len(both) <= len(top)
+    assert _api(served, "savings", device_kind="no such device") == []
+
+    # A graph: its rows alone, on the endpoints of its page.
+    fingerprint = top[0]["fingerprint"]
+    assert {r["fingerprint"] for r in _api(served, "tuner", graph=fingerprint)} == {fingerprint}
+    assert {r["fingerprint"] for r in _api(served, "symbols", graph=fingerprint)} == {fingerprint}
+    assert sum(r["chip_hours"] for r in _api(served, "teams", graph=fingerprint)) == pytest.approx(
+        pc.sum(runs.filter(pc.equal(runs.column("fingerprint"), fingerprint)).column("chip_seconds")).as_py()
+        / 3600, rel=1e-9)
+
+
+def test_bad_filters_are_400_naming_the_parameter(served):
     today = datetime.date.today()
-    two_days = _api(served, "savings", "?days=2")
+    two_days = _api(served, "savings", days="2")
     assert two_days and {r["dt"] for r in two_days} <= {str(today), str(today - datetime.timedelta(days=1))}
-    assert _api(served, "savings", f"?from={today}&to={today}") == [
+    assert _api(served, "savings", **{"from": str(today), "to": str(today)}) == [
         r for r in _api(served, "savings") if r["dt"] == str(today)]
-    status, body, _ = call(f"{served}/api/savings?from=2026-13-01")
-    assert status == 400 and "from: '2026-13-01' is not a date" in body["error"]["message"]
-    status, body, _ = call(f"{served}/api/hits?from={today}&to={today - datetime.timedelta(days=3)}")
-    assert status == 400 and "is after to" in body["error"]["message"]
+    cases = [
+        ("/api/savings", {"from": "2026-13-01"}, "from: '2026-13-01' is not a date"),
+        ("/api/hits", {"from": str(today), "to": str(today - datetime.timedelta(days=3))}, "is after to"),
+        ("/api/hits", {"days": "two"}, "days: 'two' is not a whole number"),
+        ("/api/top", {"team": "x" * 129}, "team: 129 characters"),
+        ("/api/top", {"compiler_version": "jaxlib\n"}, "compiler_version: 'jaxlib\\n' holds control characters"),
+        ("/api/tuner", {"graph": "d5ad13b1"}, "graph: 'd5ad13b1' is not a fingerprint"),
+        ("/api/coverage", {"team": "ads"}, "team: /api/coverage cannot be narrowed by team"),
+        ("/api/savings", {"graph": "a" * 32}, "graph: /api/savings cannot be narrowed by graph"),
+        ("/", {"to": "yesterday"}, "to: 'yesterday' is not a date"),
+        ("/graphs/xyz", {}, "fingerprint: 'xyz' is not a fingerprint"),
+    ]
+    for path, params, message in cases:
+        status, text = _error(served, path, **params)
+        assert status == 400 and message in text, (path, params, text)
+    status, text = _error(served, f"/graphs/{'0' * 32}")
+    assert status == 404 and f"graph {'0' * 32}: no symbols" in text
 
 
 @pytest.fixture(scope="module")
@@ -157,41 +276,192 @@ def browser():
         browser.close()
 
 
-def _open_page(browser, base: str, screenshot: Path | None = None) -> dict:
-    """Load the page; what it shows, its console errors and the hosts it requested from."""
-    errors: list[str] = []
-    hosts: set[str] = set()
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
-    try:
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("request", lambda r: hosts.add(urllib.parse.urlsplit(r.url).netloc))
-        response = page.goto(base + "/")
-        assert response is not None and response.status == 200
-        page.wait_for_selector("body[data-ready=true]", timeout=60_000)
-        charts = page.eval_on_selector_all(".chart", """els => els.map(e => ({
-            id: e.dataset.chart, state: e.dataset.state, points: Number(e.dataset.points || 0),
-            traces: (e.data || []).length, text: e.innerText}))""")
-        tiles = page.eval_on_selector_all(".tile .value", "els => els.map(e => e.innerText)")
-        if screenshot is not None:
-            screenshot.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(screenshot), full_page=True)
-    finally:
-        page.close()
-    return {"charts": {c["id"]: c for c in charts}, "tiles": tiles, "errors": errors, "hosts": hosts}
+class Visit:
+    """One browser tab on the dashboards: what it loaded, its console errors, the hosts it asked."""
+
+    def __init__(self, browser, base: str) -> None:
+        self.base = base
+        self.errors: list[str] = []
+        self.hosts: set[str] = set()
+        self.page: Page = browser.new_page(viewport={"width": 1440, "height": 900})
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("request", lambda r: self.hosts.add(urllib.parse.urlsplit(r.url).netloc))
+
+    def open(self, path: str) -> dict:
+        response = self.page.goto(self.base + path)
+        assert response is not None and response.status == 200, path
+        return self.shown()
+
+    def submit(self) -> dict:
+        """Apply the filter form, as a user does."""
+        with self.page.expect_navigation():
+            self.page.click("form.filters button")
+        return self.shown()
+
+    def follow(self, selector: str) -> dict:
+        with self.page.expect_navigation():
+            self.page.click(selector)
+        return self.shown()
+
+    def shown(self) -> dict:
+        """What the page shows once drawn: charts (their traces), grids (their cells), tiles, links."""
+        self.page.wait_for_selector("body[data-ready=true]", timeout=60_000)
+        charts = self.page.eval_on_selector_all(".chart", """els => els.map(e => ({
+            id: e.dataset.chart, state: e.dataset.state, points: Number(e.dataset.points || 0), text: e.innerText,
+            traces: (e.data || []).map(t => ({name: t.name, x: t.x, y: t.y, customdata: t.customdata})),
+            xtitle: e.layout && e.layout.xaxis && e.layout.xaxis.title ? e.layout.xaxis.title.text : null}))""")
+        grids = self.page.eval_on_selector_all(".rows", """els => els.map(e => ({
+            id: e.dataset.grid, state: e.dataset.state, text: e.innerText,
+            headers: [...e.querySelectorAll('th')].map(th => th.innerText),
+            cells: [...e.querySelectorAll('tbody tr')].map(tr => [...tr.cells].map(td => td.innerText))}))""")
+        fleet_wide = self.page.eval_on_selector_all(
+            ".badge", "els => els.map(e => e.closest('article').querySelector('[data-chart], [data-grid]'))"
+                      ".map(e => e.dataset.chart || e.dataset.grid)")
+        return {"url": self.page.url, "fleet_wide": fleet_wide,
+                "charts": {c["id"]: c for c in charts}, "grids": {g["id"]: g for g in grids},
+                "tiles": self.page.eval_on_selector_all(".tile .value", "els => els.map(e => e.innerText)"),
+                "links": self.page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")}
+
+    def screenshot(self, name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def close(self) -> None:
+        self.page.close()
+        assert self.errors == []
+        assert self.hosts == {self.base.removeprefix("http://")}  # offline: no CDN, nothing external
 
 
-def test_page_draws_every_chart_in_headless_chromium(served, browser):
-    shot = ARTIFACTS / "dashboard.png"
-    shown = _open_page(browser, served, shot)
-    assert shown["errors"] == []
-    assert shown["hosts"] == {served.removeprefix("http://")}  # offline: no CDN, nothing external
-    assert shown["charts"].keys() == {chart.id for chart in CHARTS}
+@pytest.fixture
+def visit(browser, served):
+    tab = Visit(browser, served)
+    yield tab
+    tab.close()
+
+
+def _all_drawn(shown: dict) -> None:
     for chart_id, chart in shown["charts"].items():
-        assert chart["state"] == "ready" and chart["traces"] > 0 and chart["points"] > 0, chart_id
+        assert chart["state"] == "ready" and chart["traces"] and chart["points"] > 0, chart_id
+    for grid_id, grid in shown["grids"].items():
+        assert grid["state"] == "ready" and grid["cells"], grid_id
+
+
+def test_the_overview_draws_every_card_over_every_day_of_the_window(visit):
+    shown = visit.open("/")
+    shot = visit.screenshot("dashboard")
+    assert shown["charts"].keys() == {card.id for card in PAGES["overview"].cards()}
+    _all_drawn(shown)
     assert "—" not in shown["tiles"] and float(shown["tiles"][0].replace(",", "")) > 0
+    today = datetime.date.today()
+    window = [str(today - datetime.timedelta(days=DEFAULT_DAYS - 1 - i)) for i in range(DEFAULT_DAYS)]
+    for chart_id in ("savings-by-kind", "hits", "validations", "validator-hits"):
+        for trace in shown["charts"][chart_id]["traces"]:
+            assert trace["x"] == window, chart_id  # a continuous date axis, days without rows too
+    versions = shown["charts"]["savings-by-version"]["traces"][0]["x"]
+    assert len(versions) == 2 and all(v.startswith("v") for v in versions)
+    top = shown["charts"]["top-graphs"]["traces"]
+    assert {t["name"] for t in top[1:]} == {"tuner entry, 99.9% interval", "validator entry, 99% interval"}
     assert shot.stat().st_size > 50_000
-    print(f"screenshot: {shot}")
+
+
+def test_filters_change_what_the_cards_show_and_stay_in_every_link(visit, dashboard_home):
+    everyone = visit.open("/")
+    savings = Warehouse(dashboard_home).read(SAVINGS)
+    teams = savings.group_by("team").aggregate([("chip_seconds_saved", "sum")]).sort_by(
+        [("chip_seconds_saved_sum", "descending")])
+    team = teams.column("team")[0].as_py()
+    mine = savings.filter(pc.equal(savings.column("team"), team))
+
+    visit.page.select_option("select[name=team]", team)
+    shown = visit.submit()
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(shown["url"]).query)
+    assert query["team"] == [team] and "device_kind" not in query  # unchosen filters stay out of the URL
+    assert shown["tiles"][0] == f"{_saved_hours(mine):,.0f}" != everyone["tiles"][0]
+    assert [t["y"] for t in shown["charts"]["savings-by-team"]["traces"]] == [[team]]
+    assert shown["tiles"][4] != everyone["tiles"][4]  # the tuning tasks of the team's keys
+    kept = [link for link in shown["links"] if link != "/api"]
+    without = [link for link in kept if f"team={urllib.parse.quote_plus(team)}" not in link]
+    # Every link keeps the team, but "clear filters" and the rows of the fleet-wide cards.
+    assert {link.split("?")[0] for link in without} == {"/", "/api/coverage", "/api/store"}
+    assert {"/tuner", "/api/savings", "/api/top"} <= {link.split("?")[0] for link in kept}
+    assert any(link.startswith("/graphs/") for link in kept)
+    assert everyone["fleet_wide"] == [] and shown["fleet_wide"] == ["coverage", "store"]
+
+    device = shown["charts"]["top-graphs"]["traces"][0]["customdata"][-1][1].split(" x ")[0]
+    visit.page.select_option("select[name=device_kind]", device)
+    both = visit.submit()
+    environments = [c[1] for c in both["charts"]["top-graphs"]["traces"][0]["customdata"]]
+    assert environments and all(e.startswith(f"{device} x ") for e in environments)
+    envs = {k for k, env in _environments(dashboard_home).items() if env["device_kind"] == device}
+    narrowed = mine.filter(pc.is_in(mine.column("env_key"), pa.array(sorted(envs))))
+    assert both["tiles"][0] == f"{_saved_hours(narrowed):,.0f}"
+
+    page = visit.follow(".graph-links a")
+    assert urllib.parse.urlsplit(page["url"]).path.startswith("/graphs/")
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(page["url"]).query)["team"] == [team]
+    assert [t["y"] for t in page["charts"]["graph-teams"]["traces"]] == [[team]] * 3
+    assert all(row[0].startswith(f"{device} x ") for row in page["grids"]["symbols"]["cells"])
+
+    yesterday = datetime.date.today() - datetime.timedelta(days=1)
+    visit.open("/")
+    visit.page.fill("input[name=from]", str(yesterday))
+    two_days = visit.submit()
+    recent = savings.filter(pc.greater_equal(savings.column("dt"), pa.scalar(yesterday)))
+    assert two_days["tiles"][0] == f"{_saved_hours(recent):,.0f}"
+    assert all(len(t["x"]) == 2 for t in two_days["charts"]["savings-by-kind"]["traces"])
+
+
+def test_a_graph_page_shows_its_cost_teams_trials_entries_and_decisions(visit, served, dashboard_home):
+    overview = visit.open("/")
+    link = next(link for link in overview["links"] if link.startswith("/graphs/"))
+    fingerprint = urllib.parse.urlsplit(link).path.removeprefix("/graphs/")
+    shown = visit.follow(f'.graph-links a[href^="/graphs/{fingerprint}"]')
+    visit.screenshot("graph")
+    assert shown["charts"].keys() | shown["grids"].keys() == {card.id for card in PAGES["graph"].cards()}
+    _all_drawn(shown)
+
+    warehouse = Warehouse(dashboard_home)
+    runs = warehouse.read(GRAPH_RUNS, ["team", "fingerprint"])
+    ran = {r["team"] for r in runs.to_pylist() if r["fingerprint"] == fingerprint}
+    assert set(shown["charts"]["graph-teams"]["traces"][0]["y"]) == ran
+    trials = [r for r in warehouse.read(TRIALS).to_pylist() if r["fingerprint"] == fingerprint]
+    assert len(shown["grids"]["trials"]["cells"]) == len(trials) > 0
+    entries = [e for e in Store(dashboard_home).entries().to_pylist() if e["fingerprint"] == fingerprint]
+    assert len(shown["grids"]["entries"]["cells"]) == len(entries) > 0
+    decided = [r for r in warehouse.read(VALIDATIONS).to_pylist() if r["fingerprint"] == fingerprint]
+    assert len(shown["grids"]["decisions"]["cells"]) == len(decided) > 0
+    symbols = [r for r in warehouse.read(GRAPHS, ["fingerprint"]).to_pylist() if r["fingerprint"] == fingerprint]
+    assert len(shown["grids"]["symbols"]["cells"]) == len(symbols)
+    assert "99.9% interval" in shown["charts"]["tuning-results"]["xtitle"]
+    cost = sum(sum(trace["y"]) for trace in shown["charts"]["graph-cost"]["traces"])
+    assert cost == pytest.approx(sum(r["chip_hours"] for r in _api(served, "teams", graph=fingerprint)), rel=1e-9)
+
+
+def test_the_tuner_page_lists_every_trial_and_which_flags_matter(visit, dashboard_home):
+    shown = visit.open("/tuner")
+    visit.screenshot("tuner")
+    assert shown["charts"].keys() | shown["grids"].keys() == {card.id for card in PAGES["tuner"].cards()}
+    _all_drawn(shown)
+    trials = shown["grids"]["trials"]
+    assert len(trials["cells"]) == TASKS * 8
+    analysis = analyze_flags(dashboard_home)
+    importance = shown["charts"]["flag-importance"]["traces"][0]
+    assert importance["y"][::-1] == [f.flag for f in analysis.flags if f.importance is not None]
+    assert importance["x"][::-1] == pytest.approx([f.importance for f in analysis.flags if f.importance is not None])
+    assert len(shown["grids"]["flag-values"]["cells"]) == sum(len(f.values) for f in analysis.flags)
+    title = shown["charts"]["tuning-results"]["xtitle"]
+    assert "99.9% interval" in title and "99% interval" not in title
+
+    column = trials["headers"].index("speedup")
+    visit.page.click(f"[data-grid=trials] th:nth-child({column + 1})")
+    visit.page.click(f"[data-grid=trials] th:nth-child({column + 1})")  # the second click: descending
+    cells = visit.page.eval_on_selector_all(
+        f"[data-grid=trials] tbody td:nth-child({column + 1})", "els => els.map(e => e.dataset.sort)")
+    values = [float(v) for v in cells if v]
+    assert values == sorted(values, reverse=True) and cells[len(values):] == [""] * (len(cells) - len(values))
 
 
 def test_an_empty_home_says_no_data_yet_and_names_unreadable_data(tmp_path, browser):
@@ -203,11 +473,12 @@ def test_an_empty_home_says_no_data_yet_and_names_unreadable_data(tmp_path, brow
         assert _api(base, "savings") == [] and _api(base, "staleness") == [] and _api(base, "tuner") == []
         status, body, _ = call(f"{base}/api/validations")
         assert status == 500 and body["error"]["code"] == "bad_data" and str(broken) in body["error"]["message"]
-        shown = _open_page(browser, base)
-    assert shown["errors"] == []
-    for chart_id, chart in shown["charts"].items():
-        if chart_id == "validations":
-            assert chart["state"] == "error" and str(broken) in chart["text"]
-        else:
-            assert chart["state"] == "empty" and "No data yet" in chart["text"], chart_id
-    assert shown["tiles"][0] == "0" and "—" in shown["tiles"]
+        tab = Visit(browser, base)
+        pages = {"overview": tab.open("/"), "tuner": tab.open("/tuner")}
+        tab.close()
+    validations = pages["overview"]["charts"].pop("validations")
+    assert validations["state"] == "error" and str(broken) in validations["text"]
+    for shown in pages.values():
+        for card_id, card in [*shown["charts"].items(), *shown["grids"].items()]:
+            assert card["state"] == "empty" and "No data yet" in card["text"], card_id
+    assert pages["overview"]["tiles"][0] == "0" and "—" in pages["overview"]["tiles"]

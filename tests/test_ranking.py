@@ -121,8 +121,8 @@ def test_beam_savings_equal_the_reference_and_the_definition(fleet_home):
     reference = reference_savings(fleet_home, START, LAST, validator_keys)
     assert rows.num_rows == reference.num_rows > 0
     for ours, theirs in zip(rows.to_pylist(), reference.to_pylist()):
-        assert {k: ours[k] for k in ("dt", "kind", "team", "config_version", "validator_updated")} == \
-               {k: theirs[k] for k in ("dt", "kind", "team", "config_version", "validator_updated")}
+        assert {k: ours[k] for k in ("dt", "kind", "team", "env_key", "config_version", "validator_updated")} == \
+               {k: theirs[k] for k in ("dt", "kind", "team", "env_key", "config_version", "validator_updated")}
         assert ours["chip_seconds_saved"] == pytest.approx(theirs["chip_seconds_saved"], rel=1e-9)
         # Every hit here is a 1.2x config: saved = used x (1.2 - 1).
         assert ours["chip_seconds_saved"] == pytest.approx(0.2 * ours["hit_chip_seconds"], rel=1e-9)

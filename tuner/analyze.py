@@ -111,10 +111,19 @@ def analyze_flags(home: Path, fingerprint: str | None = None, resamples: int = R
     """Flag importances and per-value effects from the trials under `home` (only the graph
     `fingerprint` when given), flags by importance, most important first."""
     warehouse = Warehouse(home)
-    trials = [_trial(row) for row in warehouse.read(TRIALS).to_pylist()
-              if fingerprint is None or row["fingerprint"] == fingerprint]
-    winners = [_values(json.loads(row["config"])) for row in warehouse.read(TUNING_RESULTS).to_pylist()
-               if row["accepted"] and (fingerprint is None or row["fingerprint"] == fingerprint)]
+    return analyze_trials([row for row in warehouse.read(TRIALS).to_pylist()
+                           if fingerprint is None or row["fingerprint"] == fingerprint],
+                          [row for row in warehouse.read(TUNING_RESULTS).to_pylist()
+                           if fingerprint is None or row["fingerprint"] == fingerprint],
+                          resamples, seed)
+
+
+def analyze_trials(trial_rows: list[dict[str, Any]], result_rows: list[dict[str, Any]],
+                   resamples: int = RESAMPLES, seed: int = 0) -> FlagAnalysis:
+    """Flag importances and per-value effects from rows of the `trials` table (the winners from
+    rows of `tuning_results`), flags by importance, most important first."""
+    trials = [_trial(row) for row in trial_rows]
+    winners = [_values(json.loads(row["config"])) for row in result_rows if row["accepted"]]
     usable = [t for t in trials if t.log_speedup is not None]
     effects, importance = _estimate(usable)
     rng = np.random.default_rng(seed)

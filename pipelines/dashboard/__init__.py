@@ -1,6 +1,10 @@
-"""The dashboards of `fdo serve` at `/`: savings, hits, coverage, validator, staleness, top keys,
-tuner progress and store versions, each chart with its JSON rows under `/api/`.
+"""The dashboards of `fdo serve`: the overview at `/` (savings, hits, coverage, validator,
+staleness, top keys, store versions), the tuner at `/tuner` (trials, results, which flags
+matter) and a page per graph at `/graphs/{fingerprint}`, each card with its JSON rows under
+`/api/`, all of them filtered by team, device kind, compiler version and dates.
 
-queries: one query per endpoint (the single source of the numbers); charts: the Plotly figure of
-each chart; page: the HTML; routes: the FastAPI router that `fdo serve` mounts.
+filters: the query parameters; scope: the filters resolved against the warehouse (and the
+environments' labels); queries: one query per endpoint (the single source of the numbers);
+charts and grids: each card's figure or table; layout: which cards each page shows; page: the
+HTML; routes: the FastAPI router that `fdo serve` mounts.
 """

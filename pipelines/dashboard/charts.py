@@ -1,12 +1,15 @@
 """The dashboards' charts: each a Plotly figure built from the rows of one query.
 
-A chart names the endpoint (query) it draws and a builder from those rows to a figure; a builder
-returns None when the rows hold nothing to draw, and the page then says "No data yet". Units are
-in the axis titles: chip-hours, % and × (speedup over the default compile).
+A chart names the endpoint (query) it draws and a builder from those rows and the window to a
+figure; a builder returns None when the rows hold nothing to draw, and the page then says "No
+data yet". Units are in the axis titles: chip-hours, % and × (speedup over the default compile).
+Charts over time show every day of the window, bars at zero on a day without rows. Intervals
+are labelled with the confidence their rows say they were measured at (`ci_level`).
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -15,6 +18,7 @@ from typing import Callable, Iterable
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from pipelines.dashboard.filters import Window
 from pipelines.dashboard.queries import Row
 
 BLUE, ORANGE, GREEN, RED, GREY, LIGHT_BLUE, LIGHT_GREY, PURPLE, DARK_GREY = (
@@ -32,30 +36,36 @@ TEAM_COLORS = ("#3566c8", "#ef8f35", "#2a9d8f", "#d9534f", "#8a63c6", "#c2a03a",
 FONT = "Inter, 'Segoe UI', system-ui, -apple-system, 'Helvetica Neue', Arial, sans-serif"
 HEIGHT = 330
 DAY_MS = 86_400_000
+ENVIRONMENT_CHARS = 44  # an environment label longer than this is shortened in the middle on axes
+
+Builder = Callable[[list[Row], Window], go.Figure | None]
 
 
 @dataclass(frozen=True)
 class Chart:
-    """One chart of the page: what it shows, the endpoint of its rows, how it is drawn."""
+    """One chart card: what it shows, the endpoint of its rows, how it is drawn."""
 
     id: str
     title: str
     note: str  # what is counted and in which unit, shown under the title
     endpoint: str  # a key of queries.QUERIES
-    build: Callable[[list[Row]], go.Figure | None]
+    build: Builder
     fills: str  # the command whose output it draws, for the "No data yet" note
     wide: bool = False
+    # The graph pages its rows lead to, as (fingerprint, link text), listed under the chart.
+    graph_links: Callable[[list[Row]], list[tuple[str, str]]] | None = None
 
 
-def savings_by_kind(rows: list[Row]) -> go.Figure | None:
+def savings_by_kind(rows: list[Row], window: Window) -> go.Figure | None:
     """Chip-hours saved per day, stacked by config kind (graph or op)."""
     if not rows:
         return None
-    fig = _stacked_days(rows, "kind", KIND_COLORS, "chip_hours_saved", "%{y:,.0f} chip-hours", "{} configs")
-    return _time_layout(fig, rows, "chip-hours saved / day", barmode="stack")
+    fig = _stacked_days(rows, window, "kind", KIND_COLORS, "chip_hours_saved", "%{y:,.0f} chip-hours",
+                        "{} configs")
+    return _time_layout(fig, window, "chip-hours saved / day", barmode="stack")
 
 
-def savings_by_team(rows: list[Row]) -> go.Figure | None:
+def savings_by_team(rows: list[Row], window: Window) -> go.Figure | None:
     """Chip-hours saved in the window per team, largest first."""
     if not rows:
         return None
@@ -70,34 +80,98 @@ def savings_by_team(rows: list[Row]) -> go.Figure | None:
     return fig
 
 
-def hit_rate(rows: list[Row]) -> go.Figure | None:
-    """Chip-hours that ran tuned per day (bars) and the hit rate (lines, right axis): the share
-    of chip-time with a tuned config per kind, and the compiler hook's share of compiles."""
+def savings_by_version(rows: list[Row], window: Window) -> go.Figure | None:
+    """Chip-hours saved in the window per config store version that served the hits, stacked
+    by config kind."""
     if not rows:
         return None
+    versions = sorted({r["config_version"] for r in rows}, key=lambda v: (v is None, v or 0))
+    labels = [_version(v) for v in versions]
+    saved: dict[tuple[str, str], float] = defaultdict(float)
+    for row in rows:
+        saved[row["kind"], _version(row["config_version"])] += row["chip_hours_saved"]
+    fig = go.Figure()
+    for kind in _present(rows, "kind", KIND_COLORS):
+        fig.add_bar(x=labels, y=[saved[kind, label] for label in labels], name=f"{kind} configs",
+                    marker_color=KIND_COLORS.get(kind, GREY),
+                    hovertemplate="%{x}: %{y:,.0f} chip-hours<extra>" + kind + " configs</extra>")
+    _layout(fig, xaxis_title="config store version that served the hits", yaxis_title="chip-hours saved",
+            barmode="stack")
+    fig.update_xaxes(type="category")
+    fig.update_layout(bargap=_bargap(len(versions)))
+    return fig
+
+
+def hit_rate(rows: list[Row], window: Window) -> go.Figure | None:
+    """Chip-hours that ran tuned per day (bars) and the hit rate (lines, right axis): the share
+    of chip-time with a tuned config per kind, and the compiler hook's share of compiles. A day
+    without runs has no rate: a gap in its line."""
+    if not rows:
+        return None
+    days = window.days()
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     profiles = [r for r in rows if r["source"] == "profiles"]
     for kind in _present(profiles, "kind", KIND_COLORS):
-        mine = [r for r in profiles if r["kind"] == kind]
-        fig.add_bar(x=[r["dt"] for r in mine], y=[r["hit_chip_hours"] for r in mine],
+        mine = {r["dt"]: r for r in profiles if r["kind"] == kind}
+        fig.add_bar(x=days, y=[mine[d]["hit_chip_hours"] if d in mine else 0.0 for d in days],
                     name=f"{kind}: chip-hours tuned", marker_color=KIND_COLORS.get(kind, GREY), opacity=0.55,
                     hovertemplate="%{y:,.0f} chip-hours<extra>" + kind + " hits</extra>", secondary_y=False)
-        fig.add_scatter(x=[r["dt"] for r in mine], y=[_pct(r["hit_rate"]) for r in mine], mode="lines+markers",
-                        name=f"{kind}: hit rate", line={"color": KIND_COLORS.get(kind, GREY), "width": 2.5},
+        fig.add_scatter(x=days, y=[_pct(mine[d]["hit_rate"]) if d in mine else None for d in days],
+                        mode="lines+markers", name=f"{kind}: hit rate",
+                        line={"color": KIND_COLORS.get(kind, GREY), "width": 2.5},
                         hovertemplate="%{y:.1f}%<extra>" + kind + " hit rate</extra>", secondary_y=True)
-    hook = [r for r in rows if r["source"] == "hook"]
+    hook = {r["dt"]: r for r in rows if r["source"] == "hook"}
     if hook:
-        fig.add_scatter(x=[r["dt"] for r in hook], y=[_pct(r["hit_rate"]) for r in hook], mode="lines+markers",
-                        name="hook: compile hit rate", line={"color": GREEN, "width": 2.5, "dash": "dot"},
-                        customdata=[[r["hit_runs"], r["runs"]] for r in hook],
+        fig.add_scatter(x=days, y=[_pct(hook[d]["hit_rate"]) if d in hook else None for d in days],
+                        mode="lines+markers", name="hook: compile hit rate",
+                        line={"color": GREEN, "width": 2.5, "dash": "dot"},
+                        customdata=[[hook[d]["hit_runs"], hook[d]["runs"]] if d in hook else [0, 0] for d in days],
                         hovertemplate="%{y:.1f}% (%{customdata[0]} of %{customdata[1]} compiles)"
                                       "<extra>compiler hook</extra>", secondary_y=True)
-    _time_layout(fig, rows, "chip-hours run tuned / day", barmode="group")
+    _time_layout(fig, window, "chip-hours run tuned / day", barmode="group")
     _percent_axis(fig, "hit rate (%)")
     return fig
 
 
-def coverage(rows: list[Row]) -> go.Figure | None:
+def graph_cost(rows: list[Row], window: Window) -> go.Figure | None:
+    """A graph's chip-hours per day, stacked: run with a tuned config, and not."""
+    graph = {r["dt"]: r for r in rows if r["source"] == "profiles" and r["kind"] == "graph"}
+    if not graph:
+        return None
+    days = window.days()
+    tuned = [graph[d]["hit_chip_hours"] if d in graph else 0.0 for d in days]
+    fig = go.Figure()
+    fig.add_bar(x=days, y=tuned, name="ran tuned", marker_color=GREEN,
+                hovertemplate="%{x|%b %d}: %{y:,.0f} chip-hours<extra>ran tuned</extra>")
+    fig.add_bar(x=days, y=[graph[d]["chip_hours"] - t if d in graph else 0.0 for d, t in zip(days, tuned)],
+                name="default config", marker_color=BLUE,
+                hovertemplate="%{x|%b %d}: %{y:,.0f} chip-hours<extra>default config</extra>")
+    return _time_layout(fig, window, "chip-hours / day", barmode="stack")
+
+
+def runs_by_team(rows: list[Row], window: Window) -> go.Figure | None:
+    """Chip-hours per team, stacked: run tuned, opted out of tuning, the rest; largest first."""
+    if not rows:
+        return None
+    ordered = sorted(rows, key=lambda r: r["chip_hours"])  # plotly draws horizontal bars bottom-up
+    teams = [r["team"] for r in ordered]
+    parts = (("ran tuned", GREEN, [r["hit_chip_hours"] for r in ordered]),
+             ("default config", BLUE,
+              [r["chip_hours"] - r["hit_chip_hours"] - r["opted_out_chip_hours"] for r in ordered]),
+             ("opted out", DARK_GREY, [r["opted_out_chip_hours"] for r in ordered]))
+    fig = go.Figure()
+    for name, color, values in parts:
+        fig.add_bar(y=teams, x=values, orientation="h", name=name, marker_color=color,
+                    customdata=[[r["runs"], r["jobs"]] for r in ordered],
+                    hovertemplate="%{y}: %{x:,.0f} chip-hours (%{customdata[0]} runs, %{customdata[1]} jobs)"
+                                  "<extra>" + name + "</extra>")
+    _layout(fig, xaxis_title="chip-hours in the window", barmode="stack",
+            height=max(HEIGHT, 80 + 26 * len(teams)))
+    fig.update_layout(bargap=_bargap(len(teams)))
+    return fig
+
+
+def coverage(rows: list[Row], window: Window) -> go.Figure | None:
     """Where the last ranking's fleet chip-time went, per kind, by coverage category (%)."""
     if not rows:
         return None
@@ -117,36 +191,38 @@ def coverage(rows: list[Row]) -> go.Figure | None:
     return fig
 
 
-def validator_outcomes(rows: list[Row]) -> go.Figure | None:
+def validator_outcomes(rows: list[Row], window: Window) -> go.Figure | None:
     """The validator's decisions per day, stacked by outcome."""
     if not rows:
         return None
-    fig = _stacked_days(rows, "outcome", OUTCOME_COLORS, "entries", "%{y} entries")
-    _time_layout(fig, rows, "entries validated / day", barmode="stack")
+    fig = _stacked_days(rows, window, "outcome", OUTCOME_COLORS, "entries", "%{y} entries")
+    _time_layout(fig, window, "entries validated / day", barmode="stack")
     return _count_axis(fig, max(_sum_by(rows, "dt", "entries").values()))
 
 
-def validator_hit_share(rows: list[Row]) -> go.Figure | None:
+def validator_hit_share(rows: list[Row], window: Window) -> go.Figure | None:
     """Tuned chip-hours per day served by validator-updated entries vs. the rest (bars), and the
     validator-updated share (line, right axis)."""
     if not rows:
         return None
+    days = window.days()
+    by_day = {r["dt"]: r for r in rows}
+    validator = [by_day[d]["validator_hit_chip_hours"] if d in by_day else 0.0 for d in days]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    days = [r["dt"] for r in rows]
-    fig.add_bar(x=days, y=[r["validator_hit_chip_hours"] for r in rows], name="validator-updated entries",
+    fig.add_bar(x=days, y=validator, name="validator-updated entries",
                 marker_color=GREEN, hovertemplate="%{y:,.0f} chip-hours<extra>validator-updated</extra>")
-    fig.add_bar(x=days, y=[r["hit_chip_hours"] - r["validator_hit_chip_hours"] for r in rows],
+    fig.add_bar(x=days, y=[by_day[d]["hit_chip_hours"] - v if d in by_day else 0.0 for d, v in zip(days, validator)],
                 name="other entries", marker_color=LIGHT_BLUE,
                 hovertemplate="%{y:,.0f} chip-hours<extra>other entries</extra>")
-    fig.add_scatter(x=days, y=[_pct(r["validator_share"]) for r in rows], mode="lines+markers",
-                    name="validator-updated share", line={"color": DARK_GREY, "width": 2.5},
+    fig.add_scatter(x=days, y=[_pct(by_day[d]["validator_share"]) if d in by_day else None for d in days],
+                    mode="lines+markers", name="validator-updated share", line={"color": DARK_GREY, "width": 2.5},
                     hovertemplate="%{y:.1f}%<extra>validator-updated share</extra>", secondary_y=True)
-    _time_layout(fig, rows, "chip-hours run tuned / day", barmode="stack")
+    _time_layout(fig, window, "chip-hours run tuned / day", barmode="stack")
     _percent_axis(fig, "share of hits (%)")
     return fig
 
 
-def staleness(rows: list[Row]) -> go.Figure | None:
+def staleness(rows: list[Row], window: Window) -> go.Figure | None:
     """Live store entries by age (days since last measured), stacked by who measured them."""
     aged = [r for r in rows if r["age_days"] is not None]
     if not aged:
@@ -161,26 +237,35 @@ def staleness(rows: list[Row]) -> go.Figure | None:
     return _count_axis(fig, len(aged))
 
 
-def top_graphs(rows: list[Row]) -> go.Figure | None:
-    """The costliest graph keys: chip-hours (left) and the tuned speedup with its 99% interval."""
+def top_graphs(rows: list[Row], window: Window) -> go.Figure | None:
+    """The costliest graph keys: chip-hours (left) and the tuned speedup with its interval."""
     return _top(rows, "graph")
 
 
-def top_ops(rows: list[Row]) -> go.Figure | None:
-    """The costliest op keys: chip-hours (left) and the tuned speedup with its 99% interval."""
+def top_ops(rows: list[Row], window: Window) -> go.Figure | None:
+    """The costliest op keys: chip-hours (left) and the tuned speedup with its interval."""
     return _top(rows, "op")
 
 
-def tuner_trials(rows: list[Row]) -> go.Figure | None:
+def top_graph_links(rows: list[Row]) -> list[tuple[str, str]]:
+    """The graph pages of the top graph keys, costliest first, one per fingerprint."""
+    links: dict[str, str] = {}
+    for row in rows:
+        if row["kind"] == "graph":
+            links.setdefault(row["fingerprint"], f"{row.get('name') or 'graph'} · {row['fingerprint'][:8]}")
+    return list(links.items())
+
+
+def tuner_trials(rows: list[Row], window: Window) -> go.Figure | None:
     """Tuning trials per day, stacked by outcome."""
     if not rows:
         return None
-    fig = _stacked_days(rows, "outcome", OUTCOME_COLORS, None, "%{y} trials")
-    _time_layout(fig, rows, "trials / day", barmode="stack")
+    fig = _stacked_days(rows, window, "outcome", OUTCOME_COLORS, None, "%{y} trials")
+    _time_layout(fig, window, "trials / day", barmode="stack")
     return _count_axis(fig, max(_count_by(r["dt"] for r in rows).values()))
 
 
-def tuner_progress(rows: list[Row]) -> go.Figure | None:
+def tuner_progress(rows: list[Row], window: Window) -> go.Figure | None:
     """Per task, the best speedup with correct numerics found so far, by trial."""
     tasks: dict[str, list[Row]] = defaultdict(list)
     for row in rows:
@@ -191,7 +276,7 @@ def tuner_progress(rows: list[Row]) -> go.Figure | None:
     for n, (task, trials) in enumerate(sorted(tasks.items())):
         fig.add_scatter(x=[t["index"] + 1 for t in trials], y=[t["best_so_far"] for t in trials],
                         mode="lines+markers", line={"shape": "hv", "color": TEAM_COLORS[n % len(TEAM_COLORS)]},
-                        name=f"{trials[0]['fingerprint'][:8]} · env {trials[0]['env_key'][:6]}",
+                        name=f"{trials[0]['fingerprint'][:8]} · {_elide(trials[0]['environment'])}",
                         hovertemplate="trial %{x}: best %{y:.3f}×<extra>" + task[:12] + "</extra>")
     fig.add_hline(y=1, line={"color": GREY, "dash": "dash", "width": 1})
     _layout(fig, xaxis_title="trial", yaxis_title="best speedup so far (×)")
@@ -200,8 +285,8 @@ def tuner_progress(rows: list[Row]) -> go.Figure | None:
     return fig
 
 
-def tuning_results(rows: list[Row]) -> go.Figure | None:
-    """Each task's verified speedup with its 99% interval, accepted or not."""
+def tuning_results(rows: list[Row], window: Window) -> go.Figure | None:
+    """Each task's verified speedup with its interval, accepted or not."""
     measured = [r for r in rows if r["speedup"] is not None]
     if not measured:
         return None
@@ -211,17 +296,38 @@ def tuning_results(rows: list[Row]) -> go.Figure | None:
         mine = [r for r in measured if bool(r["accepted"]) == accepted]
         if mine:
             fig.add_scatter(**_interval_trace(mine, [_label(r) for r in mine]), name=label,
-                            marker={"color": color, "size": 9}, customdata=[r["status"] for r in mine],
-                            hovertemplate="%{y}: %{x:.3f}× (%{customdata})<extra></extra>")
+                            marker={"color": color, "size": 9},
+                            customdata=[[r["status"], r["environment"]] for r in mine],
+                            hovertemplate="%{x:.3f}× (%{customdata[0]})<br>%{customdata[1]}<extra></extra>")
     fig.add_vline(x=1, line={"color": GREY, "dash": "dash", "width": 1})
-    _layout(fig, xaxis_title="verified speedup (×), 99% interval",
+    _layout(fig, xaxis_title=f"verified speedup (×), {interval_name(measured)}",
             height=max(HEIGHT, 80 + 26 * len(measured)))
     fig.update_xaxes(range=_speedup_range(measured), ticksuffix="×")
     fig.update_yaxes(categoryorder="array", categoryarray=[_label(r) for r in measured])
     return fig
 
 
-def store_versions(rows: list[Row]) -> go.Figure | None:
+def flag_importance(rows: list[Row], window: Window) -> go.Figure | None:
+    """Each flag's importance (mean |Shapley value| on log speedup over the trials that set it)
+    with its bootstrap interval, most important on top."""
+    scored = [r for r in rows if r["importance"] is not None][::-1]  # plotly draws bottom-up
+    if not scored:
+        return None
+    fig = go.Figure(go.Bar(
+        x=[r["importance"] for r in scored], y=[r["flag"] for r in scored], orientation="h", marker_color=BLUE,
+        error_x={"type": "data", "symmetric": False, "thickness": 1.5, "width": 4, "color": DARK_GREY,
+                 "array": [r["high"] - r["importance"] for r in scored],
+                 "arrayminus": [r["importance"] - r["low"] for r in scored]},
+        customdata=[[r["trials"], r["failed"], r["winners"]] for r in scored],
+        hovertemplate="%{y}: %{x:.4f} (%{customdata[0]} trials, %{customdata[1]} failed, "
+                      "%{customdata[2]} winners)<extra></extra>"))
+    _layout(fig, xaxis_title=f"importance: mean |Shapley value| on log speedup, {interval_name(scored, 'bootstrap')}",
+            height=max(HEIGHT, 70 + 26 * len(scored)))
+    fig.update_layout(bargap=_bargap(len(scored)))
+    return fig
+
+
+def store_versions(rows: list[Row], window: Window) -> go.Figure | None:
     """Entries per store version, stacked by kind; the live version marked."""
     if not rows:
         return None
@@ -236,47 +342,15 @@ def store_versions(rows: list[Row]) -> go.Figure | None:
     return _count_axis(fig, max(r["entries"] for r in rows))
 
 
-SECTIONS: tuple[tuple[str, tuple[Chart, ...]], ...] = (
-    ("Savings", (
-        Chart("savings-by-kind", "Savings over time", "Chip-hours saved per day by tuned configs, "
-              "graph vs. op configs", "savings", savings_by_kind, "fdo savings"),
-        Chart("savings-by-team", "Savings per team", "Chip-hours saved in the window, per team",
-              "savings", savings_by_team, "fdo savings"),
-    )),
-    ("Hits and coverage", (
-        Chart("hits", "Config hits and hit rate", "Chip-hours that ran with a tuned config (bars) "
-              "and hit rate in % (lines): of fleet chip-time, and of the compiler hook's compiles",
-              "hits", hit_rate, "fdo ingest profiles"),
-        Chart("coverage", "Fleet coverage", "Share of fleet chip-time by category at the last ranking",
-              "coverage", coverage, "fdo rank"),
-    )),
-    ("Validator and staleness", (
-        Chart("validations", "Validator outcomes", "Store entries re-validated per day, by decision",
-              "validations", validator_outcomes, "fdo validate"),
-        Chart("validator-hits", "Hits on validator-updated entries", "Tuned chip-hours per day by "
-              "who last measured the entry; line: validator-updated share in %", "validator-hits",
-              validator_hit_share, "fdo validate, then fdo savings"),
-        Chart("staleness", "Staleness of live entries", "Live store entries by days since they were "
-              "last measured", "staleness", staleness, "fdo deliver"),
-        Chart("store", "Store versions", "Entries per published version of the config store",
-              "store", store_versions, "fdo deliver"),
-    )),
-    ("Top graphs and ops", (
-        Chart("top-graphs", "Top graphs", "Costliest graph keys of the window (chip-hours of jobs "
-              "that accept tuning) and their tuned speedup (×) with its 99% interval", "top",
-              top_graphs, "fdo ingest profiles", wide=True),
-        Chart("top-ops", "Top ops", "Costliest op keys (kernels) of the window and their tuned "
-              "speedup (×) with its 99% interval", "top", top_ops, "fdo ingest profiles", wide=True),
-    )),
-    ("Tuner", (
-        Chart("tuner-trials", "Tuner trials", "Trials per day, by outcome", "tuner", tuner_trials, "fdo tune"),
-        Chart("tuner-progress", "Tuner progress", "Best speedup (×) with correct numerics found so "
-              "far, per task", "tuner", tuner_progress, "fdo tune"),
-        Chart("tuning-results", "Tuning results", "Verified speedup (×) of each task with its 99% "
-              "interval", "tuning-results", tuning_results, "fdo tune", wide=True),
-    )),
-)
-CHARTS: tuple[Chart, ...] = tuple(chart for _, charts in SECTIONS for chart in charts)
+def interval_name(rows: list[Row], kind: str = "") -> str:
+    """What the intervals of `rows` are, by the level their rows state: "99.9% interval"."""
+    levels = sorted({row.get("ci_level") for row in rows}, key=lambda level: -(level or 0))
+    return " ".join(part for part in ("/".join(map(level_text, levels)), kind, "interval") if part)
+
+
+def level_text(level: float | None) -> str:
+    """0.999 as "99.9%"; an interval of no stated level (an imported entry's) as "stated"."""
+    return "stated" if level is None else f"{100 * level:.10g}%"
 
 
 def _top(rows: list[Row], kind: str) -> go.Figure | None:
@@ -292,20 +366,25 @@ def _top(rows: list[Row], kind: str) -> go.Figure | None:
     fig.add_bar(x=[r["chip_hours"] for r in mine], y=labels, orientation="h", name="chip-hours",
                 marker_color=[GREEN if r["tuned"] else KIND_COLORS[kind] for r in mine],
                 text=[f"{r['chip_hours']:,.0f} ({r['share']:.0%})" for r in mine], textposition="auto",
-                customdata=[r["chip_hours_saved"] for r in mine], showlegend=False,
-                hovertemplate="%{x:,.0f} chip-hours, saved %{customdata:,.0f}<extra></extra>", row=1, col=1)
+                customdata=[[r["chip_hours_saved"], r["environment"]] for r in mine], showlegend=False,
+                hovertemplate="%{x:,.0f} chip-hours, saved %{customdata[0]:,.0f}<br>%{customdata[1]}"
+                              "<extra></extra>", row=1, col=1)
     _layout(fig, height=max(HEIGHT, 70 + 28 * len(mine)))
     fig.update_yaxes(categoryorder="array", categoryarray=labels, automargin=True)
     if not tuned:
         fig.update_xaxes(title_text=f"chip-hours (no {kind} key here is tuned yet)")
         return fig
-    fig.add_scatter(**_interval_trace([r for _, r in tuned], [label for label, _ in tuned]),
-                    name="tuned speedup", marker={"color": GREEN, "size": 9}, showlegend=False,
-                    hovertemplate="%{x:.3f}×<extra></extra>", row=1, col=2)
+    # One series per writer of the entries: their intervals are measured at different levels.
+    for provenance in _present([r for _, r in tuned], "provenance", PROVENANCE_COLORS):
+        mine = [(label, r) for label, r in tuned if r["provenance"] == provenance]
+        fig.add_scatter(**_interval_trace([r for _, r in mine], [label for label, _ in mine]),
+                        name=f"{provenance} entry, {interval_name([r for _, r in mine])}",
+                        marker={"color": PROVENANCE_COLORS.get(provenance, GREY), "size": 9},
+                        hovertemplate="%{x:.3f}×<extra>" + provenance + "</extra>", row=1, col=2)
     fig.add_vline(x=1, line={"color": GREY, "dash": "dash", "width": 1}, row=1, col=2)
     fig.update_xaxes(title_text="chip-hours (green: tuned)", row=1, col=1)
-    fig.update_xaxes(title_text="speedup (×), 99% interval", range=_speedup_range([r for _, r in tuned]),
-                     ticksuffix="×", row=1, col=2)
+    fig.update_xaxes(title_text="tuned speedup (×)", range=_speedup_range([r for _, r in tuned]), ticksuffix="×",
+                     row=1, col=2)
     return fig
 
 
@@ -328,7 +407,20 @@ def _interval_trace(rows: list[Row], labels: list[str]) -> dict:
 
 def _label(row: Row) -> str:
     name = row.get("name") or row["kind"]
-    return f"{name} · {row['fingerprint'][:8]} · env {row['env_key'][:6]}"
+    return f"{name} · {row['fingerprint'][:8]} · {_elide(row['environment'])}"
+
+
+def _elide(text: str, limit: int = ENVIRONMENT_CHARS) -> str:
+    """`text` shortened in the middle to `limit` characters: a CPU's device kind lists its ISA
+    features, while the device count and compiler at the end tell environments apart."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    return f"{text[:head]}…{text[len(text) - (limit - 1 - head):]}"
+
+
+def _version(version: int | None) -> str:
+    return "unknown" if version is None else f"v{version}"
 
 
 def _layout(fig: go.Figure, xaxis_title: str | None = None, yaxis_title: str | None = None,
@@ -345,12 +437,16 @@ def _layout(fig: go.Figure, xaxis_title: str | None = None, yaxis_title: str | N
     return fig
 
 
-def _time_layout(fig: go.Figure, rows: list[Row], yaxis_title: str, barmode: str) -> go.Figure:
-    """A per-day chart: whole days on the x axis, labelled 'Nov 22'."""
-    days = sorted({r["dt"] for r in rows})
+def _time_layout(fig: go.Figure, window: Window, yaxis_title: str, barmode: str) -> go.Figure:
+    """A per-day chart: every day of the window on the x axis, labelled 'Nov 22'."""
     _layout(fig, yaxis_title=yaxis_title, barmode=barmode)
-    fig.update_xaxes(type="date", tickformat="%b %d", dtick=DAY_MS * max(1, math.ceil(len(days) / 10)),
-                     hoverformat="%b %d, %Y")
+    days = (window.last - window.first).days + 1
+    # A day's bar is centred on its midnight: half a day more on each side shows the whole bars.
+    half_day = datetime.timedelta(hours=12)
+    edges = [datetime.datetime.combine(window.first, datetime.time()) - half_day,
+             datetime.datetime.combine(window.last, datetime.time()) + half_day]
+    fig.update_xaxes(type="date", tickformat="%b %d", dtick=DAY_MS * max(1, math.ceil(days / 10)),
+                     hoverformat="%b %d, %Y", range=[edge.isoformat(sep=" ") for edge in edges])
     fig.layout.yaxis.rangemode = "tozero"
     return fig
 
@@ -382,14 +478,16 @@ def _present(rows: list[Row], column: str, order: dict[str, str]) -> list[str]:
     return [v for v in order if v in values] + sorted(values - set(order))
 
 
-def _stacked_days(rows: list[Row], column: str, colors: dict[str, str], value: str | None, hover: str,
-                  name: str = "{}") -> go.Figure:
-    """Bars per day, one stacked series per value of `column`: the sum of `value` (None: rows)."""
+def _stacked_days(rows: list[Row], window: Window, column: str, colors: dict[str, str], value: str | None,
+                  hover: str, name: str = "{}") -> go.Figure:
+    """Bars on every day of the window, one stacked series per value of `column`: the sum of
+    `value` (None: the number of rows), zero on a day without rows."""
+    days = window.days()
     fig = go.Figure()
     for series in _present(rows, column, colors):
         mine = [r for r in rows if r[column] == series]
         per_day = _sum_by(mine, "dt", value) if value else _count_by(r["dt"] for r in mine)
-        fig.add_bar(x=list(per_day), y=list(per_day.values()), name=name.format(series),
+        fig.add_bar(x=days, y=[per_day.get(d, 0) for d in days], name=name.format(series),
                     marker_color=colors.get(series, GREY),
                     hovertemplate="%{x|%b %d}: " + hover + "<extra>" + series + "</extra>")
     return fig

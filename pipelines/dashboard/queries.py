@@ -1,17 +1,18 @@
 """The dashboards' data: one query per `/api/` endpoint, over the warehouse and the config store.
 
-Every query takes the data root and a date window and returns JSON-ready rows (dicts of str,
-int, float, bool or None). The page's charts and the endpoints call the same functions, so a
-chart shows exactly what its endpoint returns. Warehouse tables are read through
-`Warehouse.read` (each file's table, version and columns checked), only the window's
-partitions, then summed with DuckDB; a table nobody has written yet reads as no rows. Chip-time
-is in chip-hours (chip-seconds / 3600), shares and rates are fractions in [0, 1].
+Every query takes the data root and a Scope (the filters, resolved: see scope.py) and returns
+JSON-ready rows (dicts of str, int, float, bool or None). The pages' cards and the endpoints call
+the same functions, so a card shows exactly what its endpoint returns. Warehouse tables are read
+through `Warehouse.read` (each file's table, version and columns checked), only the window's
+partitions, narrowed by the scope, then summed with DuckDB; a table nobody has written yet reads
+as no rows. Chip-time is in chip-hours (chip-seconds / 3600), shares and rates are fractions in
+[0, 1]. A row with an `env_key` also has its `environment` label, and a row with an interval its
+`ci_level`: the confidence its measurement was taken at.
 """
 
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,52 +22,47 @@ import pyarrow as pa
 from delivery.store import Store
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, OPS
 from ingest.warehouse import TableSchema, Warehouse
+from pipelines.dashboard.scope import Scope
 from ranking.tables import COVERAGE, SAVINGS
+from tuner.analyze import CONFIDENCE as FLAG_LEVEL
+from tuner.analyze import analyze_trials
 from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS
 from validator.tables import VALIDATIONS
+from validator.validate import MEASURE_SETTINGS
 
 Row = dict[str, Any]
 TOP_KEYS = 10  # keys per kind in /api/top
 SECONDS_PER_DAY = 86400.0
+# The confidence of each kind of interval: a tuning task's verification of its winner, its
+# search's screens, the validator's re-measurement, and (FLAG_LEVEL) the flag analysis's
+# bootstrap. A store entry's is its writer's; an imported entry's interval is as its owner gave
+# it, at no stated level.
+VERIFIED_LEVEL = VERIFY_SETTINGS.confidence
+SCREENED_LEVEL = SEARCH_SETTINGS.confidence
+VALIDATED_LEVEL = MEASURE_SETTINGS.confidence
+ENTRY_LEVELS = {"tuner": VERIFIED_LEVEL, "validator": VALIDATED_LEVEL}
 
 
-@dataclass(frozen=True)
-class Window:
-    """The dates a dashboard covers, both ends included."""
-
-    first: datetime.date
-    last: datetime.date
-
-    @classmethod
-    def last_days(cls, days: int, last: datetime.date | None = None) -> Window:
-        """The `days` days ending on `last` (default: today, as the other stages date their rows)."""
-        last = last or datetime.date.today()
-        return cls(last - datetime.timedelta(days=days - 1), last)
-
-    def holds(self, dt: str) -> bool:
-        """Whether partition `dt` (YYYY-MM-DD) is inside the window."""
-        return self.first.isoformat() <= dt <= self.last.isoformat()
-
-
-def savings(home: Path, window: Window) -> list[Row]:
-    """Chip-time saved per day, config kind and team (the `savings` table, summed over config
-    versions)."""
-    return _query("""
-        select dt, kind, team,
+def savings(home: Path, scope: Scope) -> list[Row]:
+    """Chip-time saved per day, config kind, team and config version (the store version that
+    served the hits; null when the runs did not say)."""
+    return _query(scope, """
+        select dt, kind, team, config_version,
                sum(chip_seconds_saved) as chip_seconds_saved,
                sum(chip_seconds_saved) / 3600 as chip_hours_saved,
                sum(hit_chip_seconds) / 3600 as hit_chip_hours
-        from savings group by dt, kind, team order by dt, kind, team
-    """, savings=_read(home, SAVINGS, window))
+        from savings group by all order by dt, kind, team, config_version
+    """, savings=_read(home, scope, SAVINGS))
 
 
-def hits(home: Path, window: Window) -> list[Row]:
+def hits(home: Path, scope: Scope) -> list[Row]:
     """Config hits per day: from the fleet's profiles (source 'profiles', per kind: runs and
     chip-time that ran with a tuned config) and from the compiler hook (source 'hook': compiles
     that applied a config). `hit_rate` is the hit share of chip-time for profiles and of
     compiles for the hook."""
     runs = ["dt", "chip_seconds", "config_key"]
-    return _query("""
+    return _query(scope, """
         with runs as (
             select dt, 'graph' as kind, chip_seconds, config_key from graph_runs
             union all
@@ -87,32 +83,58 @@ def hits(home: Path, window: Window) -> list[Row]:
         union all
         select dt, 'hook', 'graph', runs, hit_runs, null, null, hit_runs / runs from hook
         order by source desc, kind, dt
-    """, graph_runs=_read(home, GRAPH_RUNS, window, runs), op_runs=_read(home, OP_RUNS, window, runs),
-        hook_hits=_read(home, HITS, window, ["dt", "outcome"]))
+    """, graph_runs=_read(home, scope, GRAPH_RUNS, runs), op_runs=_read(home, scope, OP_RUNS, runs),
+        hook_hits=_read(home, scope, HITS, ["dt", "outcome"]))
 
 
-def coverage(home: Path, window: Window) -> list[Row]:
+def teams(home: Path, scope: Scope) -> list[Row]:
+    """Graph runs per team: runs, jobs, chip-time, and the chip-time that ran tuned or was
+    opted out of tuning."""
+    return _query(scope, """
+        select team, count(*) as runs, count(distinct job_id) as jobs,
+               sum(chip_seconds) / 3600 as chip_hours,
+               coalesce(sum(chip_seconds) filter (where config_key is not null), 0) / 3600 as hit_chip_hours,
+               coalesce(sum(chip_seconds) filter (where opted_out), 0) / 3600 as opted_out_chip_hours
+        from graph_runs group by team order by chip_hours desc, team
+    """, graph_runs=_read(home, scope, GRAPH_RUNS, ["team", "job_id", "chip_seconds", "config_key",
+                                                     "opted_out"]))
+
+
+def coverage(home: Path, scope: Scope) -> list[Row]:
     """Where fleet chip-time went per ranking date and kind, by coverage category (tuned,
-    candidate, beyond_top_k, long_tail, missing_symbols, opted_out; see ranking.rank)."""
-    return _query("""
+    candidate, beyond_top_k, long_tail, missing_symbols, opted_out; see ranking.rank).
+    Fleet-wide: the ranking counts keys of the whole fleet."""
+    return _query(scope, """
         select dt, kind, category, keys, chip_seconds / 3600 as chip_hours, share
         from coverage order by dt, kind, category
-    """, coverage=_read(home, COVERAGE, window))
+    """, coverage=_read(home, scope, COVERAGE))
 
 
-def validations(home: Path, window: Window) -> list[Row]:
+def validations(home: Path, scope: Scope) -> list[Row]:
     """The validator's decisions per day and outcome (kept, rekeyed, invalidated, expired)."""
-    return _query("""
+    return _query(scope, """
         select dt, outcome, count(*) as entries, sum(fleet_hits) as fleet_hits,
                avg(age_days) as mean_age_days
         from validations group by dt, outcome order by dt, outcome
-    """, validations=_read(home, VALIDATIONS, window))
+    """, validations=_read(home, scope, VALIDATIONS))
 
 
-def validator_hits(home: Path, window: Window) -> list[Row]:
+def decisions(home: Path, scope: Scope) -> list[Row]:
+    """Each decision of the validator, latest first: the entry, the outcome and why, and the
+    re-measured speedup with its interval."""
+    rows = _query(scope, """
+        select dt, validated_at, run_id, key, fingerprint, env_key, kind, outcome, reason, new_key,
+               toolchain, compiler_version, speedup, ci_low, ci_high, numerics_ok, age_days,
+               store_version
+        from validations order by validated_at desc, key
+    """, validations=_read(home, scope, VALIDATIONS))
+    return [{**row, "ci_level": VALIDATED_LEVEL} for row in rows]
+
+
+def validator_hits(home: Path, scope: Scope) -> list[Row]:
     """Per day, the share of tuned chip-time (hits) served by entries the validator last
     updated, and what those entries saved."""
-    return _query("""
+    return _query(scope, """
         select dt,
                sum(hit_chip_seconds) / 3600 as hit_chip_hours,
                coalesce(sum(hit_chip_seconds) filter (where validator_updated), 0) / 3600
@@ -122,22 +144,24 @@ def validator_hits(home: Path, window: Window) -> list[Row]:
                coalesce(sum(chip_seconds_saved) filter (where validator_updated), 0) / 3600
                    as validator_chip_hours_saved
         from savings group by dt order by dt
-    """, savings=_read(home, SAVINGS, window))
+    """, savings=_read(home, scope, SAVINGS))
 
 
-def staleness(home: Path, window: Window) -> list[Row]:
+def staleness(home: Path, scope: Scope) -> list[Row]:
     """The live store's entries with their age (days since measured) and days to expiry, as
     of the end of the window (today for the default window)."""
     now = min(datetime.datetime.now(datetime.UTC),
-              datetime.datetime.combine(window.last, datetime.time.max, datetime.UTC))
+              datetime.datetime.combine(scope.filters.window.last, datetime.time.max, datetime.UTC))
     rows = []
-    for entry in Store(home).entries().to_pylist():
+    for entry in scope.select(Store(home).entries()).to_pylist():
         measured = entry["measured_at"]
         rows.append({
-            "key": entry["key"], "fingerprint": entry["fingerprint"], "kind": entry["kind"],
+            "key": entry["key"], "fingerprint": entry["fingerprint"], "env_key": entry["env_key"],
+            "environment": scope.label(entry["env_key"]), "kind": entry["kind"],
             "provenance": entry["provenance"], "speedup": entry["speedup"],
             "ci_low": entry["ci_low"], "ci_high": entry["ci_high"],
-            "compiler_version": entry["compiler_version"],
+            "ci_level": ENTRY_LEVELS.get(entry["provenance"]),
+            "compiler_version": entry["compiler_version"], "config": entry["config"],
             "measured_at": measured.isoformat() if measured else None,
             "age_days": (now - measured).total_seconds() / SECONDS_PER_DAY if measured else None,
             "expires_in_days": (entry["expires_at"] - now).total_seconds() / SECONDS_PER_DAY,
@@ -145,15 +169,15 @@ def staleness(home: Path, window: Window) -> list[Row]:
     return sorted(rows, key=lambda r: (r["age_days"] is None, -(r["age_days"] or 0), r["key"]))
 
 
-def top(home: Path, window: Window) -> list[Row]:
+def top(home: Path, scope: Scope) -> list[Row]:
     """The TOP_KEYS costliest graph and op keys of the window (chip-time of jobs that accept
-    tuning), with the live store entry's speedup and 99% interval where one is tuned, and the
+    tuning), with the live store entry's speedup and interval where one is tuned, and the
     chip-time its hits saved."""
-    graph_runs = _read(home, GRAPH_RUNS, window, ["fingerprint", "env_key", "chip_seconds", "opted_out",
-                                                  "config_key", "expected_speedup"])
-    op_runs = _read(home, OP_RUNS, window, ["op_fingerprint", "env_key", "chip_seconds", "opted_out",
-                                            "config_key", "expected_speedup"])
-    return _query("""
+    graph_runs = _read(home, scope, GRAPH_RUNS, ["fingerprint", "env_key", "chip_seconds", "opted_out",
+                                                 "config_key", "expected_speedup"])
+    op_runs = _read(home, scope, OP_RUNS, ["op_fingerprint", "env_key", "chip_seconds", "opted_out",
+                                           "config_key", "expected_speedup"])
+    rows = _query(scope, """
         with runs as (
             select 'graph' as kind, fingerprint, env_key, chip_seconds, config_key, expected_speedup
             from graph_runs where not opted_out
@@ -181,34 +205,61 @@ def top(home: Path, window: Window) -> list[Row]:
     """, [TOP_KEYS], graph_runs=graph_runs, op_runs=op_runs, names=_names(home),
         entries=Store(home).entries().select(["key", "kind", "fingerprint", "env_key", "speedup",
                                               "ci_low", "ci_high", "provenance"]))
+    return [{**row, "ci_level": ENTRY_LEVELS.get(row["provenance"])} for row in rows]
 
 
-def tuner(home: Path, window: Window) -> list[Row]:
-    """Every tuning trial of the window in search order, with the best verified-numerics
-    speedup its task had found so far."""
-    return _query("""
-        select dt, task_id, kind, fingerprint, env_key, strategy, index, outcome, speedup, ci_low, ci_high,
-               numerics_ok,
-               max(speedup) filter (where outcome = 'measured' and numerics_ok)
-                   over (partition by task_id order by index
+def tuner(home: Path, scope: Scope) -> list[Row]:
+    """Every tuning trial of the window in search order, with its config and the best
+    verified-numerics speedup its task had found so far."""
+    rows = _query(scope, """
+        select t.dt, t.task_id, t.kind, t.fingerprint, t.env_key, n.name, t.strategy, t.index, t.config,
+               t.outcome, t.speedup, t.ci_low, t.ci_high, t.numerics_ok, t.compile_seconds, t.error,
+               max(t.speedup) filter (where t.outcome = 'measured' and t.numerics_ok)
+                   over (partition by t.task_id order by t.index
                          rows between unbounded preceding and current row) as best_so_far
-        from trials order by task_id, index
-    """, trials=_read(home, TRIALS, window, [f.name for f in TRIALS.schema if f.name != "config"]))
+        from trials t left join names n using (kind, fingerprint)
+        order by t.task_id, t.index
+    """, trials=_read(home, scope, TRIALS, [f.name for f in TRIALS.schema if f.name != "program"]),
+        names=_names(home))
+    return [{**row, "ci_level": SCREENED_LEVEL} for row in rows]
 
 
-def tuning_results(home: Path, window: Window) -> list[Row]:
+def tuning_results(home: Path, scope: Scope) -> list[Row]:
     """One row per tuning task of the window: its verdict and the verified speedup with its
-    99% interval."""
-    return _query("""
+    interval."""
+    rows = _query(scope, """
         select t.dt, t.task_id, t.kind, t.fingerprint, t.env_key, n.name, t.status, t.accepted,
-               t.speedup, t.ci_low, t.ci_high, t.numerics_ok, t.strategy, t.evaluations, t.measured
+               t.config, t.speedup, t.ci_low, t.ci_high, t.numerics_ok, t.compiler_version, t.strategy,
+               t.evaluations, t.measured
         from results t left join names n using (kind, fingerprint)
         order by t.dt, t.task_id
-    """, results=_read(home, TUNING_RESULTS, window), names=_names(home))
+    """, results=_read(home, scope, TUNING_RESULTS), names=_names(home))
+    return [{**row, "ci_level": VERIFIED_LEVEL} for row in rows]
 
 
-def store_versions(home: Path, window: Window) -> list[Row]:
-    """Every published store version (not windowed: the store's whole history is short)."""
+def flags(home: Path, scope: Scope) -> list[Row]:
+    """Which flags matter, from the window's trials (tuner.analyze, as `fdo analyze flags`):
+    per flag its importance (mean |Shapley value| on log speedup) with a bootstrap interval,
+    and per value its effect as a speed factor; most important first."""
+    trials = _read(home, scope, TRIALS).to_pylist()
+    results = _read(home, scope, TUNING_RESULTS).to_pylist()
+    return [{**flag, "ci_level": FLAG_LEVEL} for flag in analyze_trials(trials, results).to_json()["flags"]]
+
+
+def symbols(home: Path, scope: Scope) -> list[Row]:
+    """The graphs ingested (symbols), one row per graph and environment: the module, its size,
+    when it was first and last seen. Not windowed: symbols are kept once per key."""
+    return _query(scope, """
+        select fingerprint, env_key, module_name, n_instructions, platform, device_kind, device_count,
+               compiler_version, first_seen, last_seen
+        from graphs order by module_name, fingerprint, device_kind, device_count, compiler_version, env_key
+    """, graphs=scope.select(Warehouse(home).read(GRAPHS, [f.name for f in GRAPHS.schema if f.name not in (
+        "hlo_blob", "optimized_blob", "optimized_fingerprint")])))
+
+
+def store_versions(home: Path, scope: Scope) -> list[Row]:
+    """Every published store version. Fleet-wide and not windowed: the store's whole history
+    is short."""
     store = Store(home)
     live = store.current()
     return [{"version": m.version, "parent": m.parent, "created": m.created, "reason": m.reason,
@@ -217,22 +268,36 @@ def store_versions(home: Path, window: Window) -> list[Row]:
              "live": m.version == live} for m in store.versions()]
 
 
-QUERIES: dict[str, Callable[[Path, Window], list[Row]]] = {
+Query = Callable[[Path, Scope], list[Row]]
+QUERIES: dict[str, Query] = {
     "savings": savings,
     "hits": hits,
+    "teams": teams,
     "coverage": coverage,
     "validations": validations,
+    "decisions": decisions,
     "validator-hits": validator_hits,
     "staleness": staleness,
     "top": top,
     "tuner": tuner,
     "tuning-results": tuning_results,
+    "flags": flags,
+    "symbols": symbols,
     "store": store_versions,
+}
+# The filters a query's tables cannot be narrowed by (no such column, see scope.py): an
+# endpoint refuses them rather than answer for more than was asked.
+NOT_NARROWED: dict[str, frozenset[str]] = {
+    "savings": frozenset({"graph"}),
+    "validator-hits": frozenset({"graph"}),
+    "coverage": frozenset({"team", "device_kind", "compiler_version", "graph"}),
+    "store": frozenset({"team", "device_kind", "compiler_version", "graph"}),
 }
 
 
 def summary(rows: dict[str, list[Row]]) -> Row:
-    """The headline figures, from the rows of the other queries."""
+    """The headline figures, from the rows of the other queries (the tuned coverage is the
+    ranking's: fleet-wide)."""
     graph_hits = [r for r in rows["hits"] if r["source"] == "profiles" and r["kind"] == "graph"]
     graph_coverage = [r for r in rows["coverage"] if r["kind"] == "graph"]
     last_ranking = max((r["dt"] for r in graph_coverage), default=None)
@@ -251,13 +316,15 @@ def summary(rows: dict[str, list[Row]]) -> Row:
     }
 
 
-def run_all(home: Path, window: Window) -> dict[str, list[Row]]:
-    """Every query's rows for `window`."""
-    return {name: query(home, window) for name, query in QUERIES.items()}
+SUMMARY_INPUTS = ("savings", "hits", "coverage", "store", "tuning-results", "validations")
 
 
-def _read(home: Path, table: TableSchema, window: Window, columns: list[str] | None = None) -> pa.Table:
-    return Warehouse(home).read(table, columns, filter_dt=window.holds)
+def _read(home: Path, scope: Scope, table: TableSchema, columns: list[str] | None = None) -> pa.Table:
+    """The window's rows of `table` that the scope selects, with `columns` (default: all)."""
+    wanted = columns or table.schema.names
+    narrowing = [c for c in scope.columns(table.schema.names) if c not in wanted]
+    rows = Warehouse(home).read(table, wanted + narrowing, filter_dt=scope.filters.window.holds)
+    return scope.select(rows).select(wanted)
 
 
 def _names(home: Path) -> pa.Table:
@@ -283,11 +350,16 @@ def _arrow(sql: str, **tables: pa.Table) -> pa.Table:
         return result.read_all() if isinstance(result, pa.RecordBatchReader) else result
 
 
-def _query(sql: str, params: list[Any] | None = None, **tables: pa.Table) -> list[Row]:
+def _query(scope: Scope, sql: str, params: list[Any] | None = None, **tables: pa.Table) -> list[Row]:
+    """The rows of `sql` over `tables`, each with an `env_key` given its environment's label."""
     with _connect(tables) as connection:
         cursor = connection.execute(sql, params or [])
         names = [d[0] for d in cursor.description]
-        return [{k: _json_value(v) for k, v in zip(names, row)} for row in cursor.fetchall()]
+        rows = [{k: _json_value(v) for k, v in zip(names, row)} for row in cursor.fetchall()]
+    if "env_key" in names:
+        for row in rows:
+            row["environment"] = scope.label(row["env_key"])
+    return rows
 
 
 def _json_value(value: Any) -> Any:

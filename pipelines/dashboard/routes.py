@@ -1,32 +1,49 @@
-"""The dashboards' FastAPI router: the page at `/`, JSON rows under `/api/`, Plotly's script.
+"""The dashboards' FastAPI router: the pages (`/`, `/tuner`, `/graphs/{fingerprint}`), JSON rows
+under `/api/`, Plotly's script.
 
 `fdo serve` mounts it onto the config service's app (delivery.service.create_app), whose
-handler turns ServiceError into the service's JSON errors. Every endpoint takes the window as
-`from` and `to` (YYYY-MM-DD) or `days` (ending at `to`, default today); the default is the last
-DEFAULT_DAYS days.
+handler turns ServiceError into the service's JSON errors. Every page and endpoint takes the
+filters of filters.py as query parameters (`from`, `to`, `days`, `team`, `device_kind`,
+`compiler_version`, and on the endpoints `graph`); a bad one is a 400 naming it, and so is a
+filter that an endpoint's data cannot be narrowed by (queries.NOT_NARROWED).
 """
 
 from __future__ import annotations
 
-import datetime
 import functools
 from pathlib import Path
 from typing import Callable
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse, Response
 
 from delivery.service import ServiceError
 from delivery.store import StoreError
 from ingest.warehouse import SchemaError
 from pipelines.dashboard import queries
-from pipelines.dashboard.page import PageData, render
-from pipelines.dashboard.queries import QUERIES, Row, Window
+from pipelines.dashboard.filters import FilterError, Filters, parse_filters, parse_fingerprint
+from pipelines.dashboard.layout import GRAPH, OVERVIEW, TUNER, Page
+from pipelines.dashboard.page import FILTER_LABELS, PageData, render
+from pipelines.dashboard.queries import NOT_NARROWED, QUERIES, SUMMARY_INPUTS, Query as RowsQuery, Row
+from pipelines.dashboard.scope import Scope
 
-DEFAULT_DAYS = 30
-MAX_DAYS = 366
 PLOTLY_PATH = "/static/plotly.min.js"
 DATA_ERRORS = (SchemaError, StoreError)  # unreadable data: named in the answer, never a crash
+
+
+def filter_parameters(
+        from_: str | None = Query(None, alias="from", description="first day, YYYY-MM-DD"),
+        to: str | None = Query(None, description="last day, YYYY-MM-DD (default: today)"),
+        days: str | None = Query(None, description="the window's length in days, ending at `to`"),
+        team: str | None = Query(None, description="one team (exact)"),
+        device_kind: str | None = Query(None, description="one device kind (exact)"),
+        compiler_version: str | None = Query(None, description="one compiler version (exact)"),
+        graph: str | None = Query(None, description="one graph fingerprint (32 hex digits)")) -> Filters:
+    """The filters of a request; ServiceError 400 naming a bad parameter."""
+    try:
+        return parse_filters(from_, to, days, team, device_kind, compiler_version, graph)
+    except FilterError as exc:
+        raise ServiceError(400, "bad_request", str(exc)) from None
 
 
 def dashboard_router(home: Path) -> APIRouter:
@@ -34,19 +51,29 @@ def dashboard_router(home: Path) -> APIRouter:
     router = APIRouter()
 
     @router.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def page(from_: str | None = Query(None, alias="from"), to: str | None = None,
-             days: int | None = None) -> HTMLResponse:
-        window = parse_window(from_, to, days)
-        rows: dict[str, list[Row]] = {}
-        errors: dict[str, str] = {}
-        for name, query in QUERIES.items():
-            try:
-                rows[name] = query(home, window)
-            except DATA_ERRORS as exc:
-                rows[name], errors[name] = [], str(exc)
-        data = PageData(home=home, window=window, rows=rows, errors=errors, summary=queries.summary(rows),
-                        plotly_path=PLOTLY_PATH)
-        return HTMLResponse(render(data))
+    def overview(filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
+        return _render(home, OVERVIEW, "/", "Overview", _resolve(home, filters.replace(graph=None)))
+
+    @router.get("/tuner", response_class=HTMLResponse, include_in_schema=False)
+    def tuner(filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
+        return _render(home, TUNER, "/tuner", "Tuner", _resolve(home, filters.replace(graph=None)))
+
+    @router.get("/graphs/{fingerprint}", response_class=HTMLResponse, include_in_schema=False)
+    def graph(fingerprint: str, filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
+        try:
+            chosen = parse_fingerprint("fingerprint", fingerprint)
+        except FilterError as exc:
+            raise ServiceError(400, "bad_request", str(exc)) from None
+        scope = _resolve(home, filters.replace(graph=chosen))
+        rows, errors = _run(home, scope, GRAPH.endpoints())
+        names = [r["module_name"] for r in rows["symbols"]]
+        if not errors and not names and not rows["hits"]:
+            window = scope.filters.window
+            raise ServiceError(404, "not_found", f"graph {chosen}: no symbols, and no runs from {window.first} "
+                                                 f"to {window.last} under these filters")
+        heading = f"{names[0] if names else 'graph'} · {chosen}"
+        return HTMLResponse(render(PageData(GRAPH, f"/graphs/{chosen}", heading, home, scope, rows, errors, None,
+                                            PLOTLY_PATH)))
 
     @router.get("/api")
     def index() -> list[Row]:
@@ -55,14 +82,14 @@ def dashboard_router(home: Path) -> APIRouter:
                 for name, query in [("summary", queries.summary), *QUERIES.items()]]
 
     @router.get("/api/summary")
-    def summary(from_: str | None = Query(None, alias="from"), to: str | None = None,
-                days: int | None = None) -> list[Row]:
-        """The headline figures of the window, as one row."""
-        window = parse_window(from_, to, days)
-        return [queries.summary({name: _rows(query, home, window) for name, query in QUERIES.items()})]
+    def summary(filters: Filters = Depends(filter_parameters)) -> list[Row]:
+        """The headline figures, as one row (the tuned coverage is fleet-wide)."""
+        _refuse("summary", frozenset({"graph"}), filters)
+        scope = _resolve(home, filters)
+        return [queries.summary({name: _rows(QUERIES[name], home, scope) for name in SUMMARY_INPUTS})]
 
     for name, query in QUERIES.items():
-        router.add_api_route(f"/api/{name}", _endpoint(query, home), methods=["GET"], name=name,
+        router.add_api_route(f"/api/{name}", _endpoint(name, query, home), methods=["GET"], name=name,
                              summary=_first_paragraph(query.__doc__))
 
     @router.get(PLOTLY_PATH, include_in_schema=False)
@@ -73,41 +100,52 @@ def dashboard_router(home: Path) -> APIRouter:
     return router
 
 
-def parse_window(first: str | None, last: str | None, days: int | None) -> Window:
-    """The window that `from`, `to` and `days` ask for; ServiceError 400 naming a bad one."""
-    end = _date("to", last) if last else datetime.date.today()
-    if first and days is not None:
-        raise ServiceError(400, "bad_request", "give either 'from' or 'days', not both")
-    if days is not None and not 1 <= days <= MAX_DAYS:
-        raise ServiceError(400, "bad_request", f"days must be 1 to {MAX_DAYS}, not {days}")
-    window = Window(_date("from", first), end) if first else Window.last_days(days or DEFAULT_DAYS, end)
-    if window.first > window.last:
-        raise ServiceError(400, "bad_request", f"from ({window.first}) is after to ({window.last})")
-    if (window.last - window.first).days >= MAX_DAYS:
-        raise ServiceError(400, "bad_request", f"the window is limited to {MAX_DAYS} days")
-    return window
+def _render(home: Path, page: Page, path: str, heading: str, scope: Scope) -> HTMLResponse:
+    rows, errors = _run(home, scope, page.endpoints())
+    summary = queries.summary(rows) if page.tiles else None
+    return HTMLResponse(render(PageData(page, path, heading, home, scope, rows, errors, summary, PLOTLY_PATH)))
 
 
-def _endpoint(query: Callable[[Path, Window], list[Row]], home: Path) -> Callable[..., list[Row]]:
-    def endpoint(from_: str | None = Query(None, alias="from"), to: str | None = None,
-                 days: int | None = None) -> list[Row]:
-        return _rows(query, home, parse_window(from_, to, days))
+def _run(home: Path, scope: Scope, endpoints: list[str]) -> tuple[dict[str, list[Row]], dict[str, str]]:
+    """Each endpoint's rows; an unreadable table leaves its endpoint empty, with the reason."""
+    rows: dict[str, list[Row]] = {}
+    errors: dict[str, str] = {}
+    for name in endpoints:
+        try:
+            rows[name] = QUERIES[name](home, scope)
+        except DATA_ERRORS as exc:
+            rows[name], errors[name] = [], str(exc)
+    return rows, errors
 
-    return endpoint
 
-
-def _rows(query: Callable[[Path, Window], list[Row]], home: Path, window: Window) -> list[Row]:
+def _resolve(home: Path, filters: Filters) -> Scope:
     try:
-        return query(home, window)
+        return Scope.resolve(home, filters)
     except DATA_ERRORS as exc:
         raise ServiceError(500, "bad_data", str(exc)) from None
 
 
-def _date(name: str, text: str) -> datetime.date:
+def _endpoint(name: str, query: RowsQuery, home: Path) -> Callable[..., list[Row]]:
+    def endpoint(filters: Filters = Depends(filter_parameters)) -> list[Row]:
+        _refuse(name, NOT_NARROWED.get(name, frozenset()), filters)
+        return _rows(query, home, _resolve(home, filters))
+
+    return endpoint
+
+
+def _refuse(name: str, not_narrowed: frozenset[str], filters: Filters) -> None:
+    """ServiceError 400 when `filters` name a filter that endpoint `name` cannot apply."""
+    refused = sorted(not_narrowed & filters.given())
+    if refused:
+        raise ServiceError(400, "bad_request", f"{refused[0]}: /api/{name} cannot be narrowed by "
+                                               f"{FILTER_LABELS[refused[0]]} (its data has no such column)")
+
+
+def _rows(query: RowsQuery, home: Path, scope: Scope) -> list[Row]:
     try:
-        return datetime.date.fromisoformat(text)
-    except ValueError:
-        raise ServiceError(400, "bad_request", f"{name}: {text!r} is not a date (YYYY-MM-DD)") from None
+        return query(home, scope)
+    except DATA_ERRORS as exc:
+        raise ServiceError(500, "bad_data", str(exc)) from None
 
 
 def _first_paragraph(doc: str | None) -> str:

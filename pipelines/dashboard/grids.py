@@ -1,0 +1,180 @@
+"""The dashboards' tables ("grids", not to be mixed up with the warehouse's tables): each lists
+the rows of one query, a column per field, sortable in the browser by a click on its header.
+
+A grid names the endpoint (query) it lists, how its rows are picked from the endpoint's, and its
+columns: the text shown, the value it sorts by, and whether the cell links to a graph's page.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pipelines.dashboard.charts import level_text
+from pipelines.dashboard.queries import SCREENED_LEVEL, VALIDATED_LEVEL, Row
+from tuner.analyze import CONFIDENCE as FLAG_LEVEL
+
+MAX_ROWS = 500  # more are in the JSON: a page of thousands of rows helps nobody
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a grid."""
+
+    header: str
+    text: Callable[[Row], str]
+    sort: Callable[[Row], float | str | None] | None = None  # default: the text
+    numeric: bool = False  # right-aligned, sorted as numbers
+    graph_link: bool = False  # the cell links to the page of the row's graph
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One table card: what it lists, the endpoint of its rows, its columns."""
+
+    id: str
+    title: str
+    note: str
+    endpoint: str  # a key of queries.QUERIES
+    columns: tuple[Column, ...]
+    fills: str  # the command whose output it lists, for the "No data yet" note
+    pick: Callable[[list[Row]], list[Row]] = field(default=list)  # the rows listed, in order
+    wide: bool = True
+
+
+def _speedup(row: Row) -> str:
+    """"1.220× [1.170, 1.270]", the interval left out when unknown, "—" without a speedup."""
+    if row["speedup"] is None:
+        return "—"
+    if row["ci_low"] is None or row["ci_high"] is None:
+        return f"{row['speedup']:.3f}×"
+    return f"{row['speedup']:.3f}× [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+
+
+def _number(value: float | None, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def _text(header: str, key: str) -> Column:
+    """A column of one text of the row ("—" when there is none)."""
+    return Column(header, lambda r: r[key] or "—")
+
+
+def _time(header: str, key: str) -> Column:
+    """A column of one timestamp of the row, to the minute."""
+    return Column(header, lambda r: _when(r[key]))
+
+
+def _numeric(header: str, key: str, fmt: str) -> Column:
+    """A column of one number of the row, shown with `fmt` and sorted by its value."""
+    return Column(header, lambda r: _number(r[key], fmt), sort=lambda r: r[key], numeric=True)
+
+
+def _entry_speedup(row: Row) -> str:
+    """A store entry's speedup with its interval and the level its writer measured it at."""
+    if row["ci_low"] is None or row["ci_high"] is None:
+        return _speedup(row)
+    return f"{_speedup(row)}, {level_text(row['ci_level'])}"
+
+
+def _config(row: Row) -> str:
+    """A config's flags as `name=value` pairs; "defaults" for the empty config."""
+    flags = json.loads(row["config"]) if row.get("config") else {}
+    return ", ".join(f"{name}={json.dumps(value)}" for name, value in sorted(flags.items())) or "defaults"
+
+
+def _graph(row: Row) -> str:
+    return f"{row.get('name') or row['kind']} · {row['fingerprint'][:8]}"
+
+
+def _flag_values(rows: list[Row]) -> list[Row]:
+    """One row per flag value, flags by importance, each flag's values by effect."""
+    return [{"flag": flag["flag"], **value} for flag in rows for value in flag["values"]]
+
+
+def _effect(row: Row) -> str:
+    """A flag value's speed factor with its interval (the analysis gives both in log speedup)."""
+    if row["effect"] is None:
+        return "all failed"
+    return f"{row['speedup']:.3f}× [{math.exp(row['low']):.3f}, {math.exp(row['high']):.3f}]"
+
+
+def _when(timestamp: str | None) -> str:
+    """An ISO timestamp to the minute, as "2026-11-22 06:00"."""
+    return "—" if timestamp is None else timestamp[:16].replace("T", " ")
+
+
+ENVIRONMENT = _text("environment", "environment")
+DATE = _text("date", "dt")
+
+TRIALS = Grid(
+    "trials", "Trials", f"Every config the tuner tried, in search order: the speedup over the default "
+    f"with its {level_text(SCREENED_LEVEL)} interval (the search's measurement), numerics and compile time. "
+    "Click a header to sort.",
+    "tuner", (
+        DATE,
+        Column("graph", _graph, graph_link=True),
+        Column("trial", lambda r: str(r["index"] + 1), sort=lambda r: r["index"], numeric=True),
+        _text("outcome", "outcome"),
+        Column("speedup", _speedup, sort=lambda r: r["speedup"], numeric=True),
+        Column("numerics", lambda r: {True: "ok", False: "off", None: "—"}[r["numerics_ok"]]),
+        Column("config", _config),
+        ENVIRONMENT,
+        _text("strategy", "strategy"),
+        _numeric("compile s", "compile_seconds", ".2f"),
+        _text("error", "error"),
+    ), "fdo tune")
+
+FLAG_VALUES = Grid(
+    "flag-values", "Flag values", "Each value a trial set: its effect as a speed factor over the default "
+    f"({level_text(FLAG_LEVEL)} bootstrap interval), and how many trials set it, failed, and won",
+    "flags", (
+        _text("flag", "flag"),
+        _text("value", "value"),
+        Column("effect", _effect, sort=lambda r: r["speedup"], numeric=True),
+        _numeric("trials", "trials", ","),
+        _numeric("failed", "failed", ","),
+        _numeric("winners", "winners", ","),
+    ), "fdo tune", pick=_flag_values)
+
+ENTRIES = Grid(
+    "entries", "Store entries", "The live store's entries for this graph: the config, its speedup "
+    "with the interval its writer measured (tuner: verification, validator: re-measurement), age and expiry",
+    "staleness", (
+        ENVIRONMENT,
+        _text("written by", "provenance"),
+        Column("speedup", _entry_speedup, sort=lambda r: r["speedup"], numeric=True),
+        _text("compiler", "compiler_version"),
+        _time("measured", "measured_at"),
+        _numeric("age (days)", "age_days", ".1f"),
+        _numeric("expires in (days)", "expires_in_days", ".1f"),
+        Column("config", _config),
+        _text("key", "key"),
+    ), "fdo deliver")
+
+DECISIONS = Grid(
+    "decisions", "Validator decisions", "What the validator decided about this graph's entries, latest "
+    f"first, with the re-measured speedup ({level_text(VALIDATED_LEVEL)} interval)",
+    "decisions", (
+        _time("when", "validated_at"),
+        _text("outcome", "outcome"),
+        ENVIRONMENT,
+        _text("reason", "reason"),
+        Column("speedup", _speedup, sort=lambda r: r["speedup"], numeric=True),
+        _text("toolchain", "toolchain"),
+        _numeric("store version", "store_version", "d"),
+    ), "fdo validate")
+
+SYMBOLS = Grid(
+    "symbols", "Environments", "Where this graph was compiled (its symbols): the module, its size, "
+    "and when each environment was first and last seen",
+    "symbols", (
+        ENVIRONMENT,
+        _text("module", "module_name"),
+        _numeric("instructions", "n_instructions", ","),
+        _time("first seen", "first_seen"),
+        _time("last seen", "last_seen"),
+        _text("environment key", "env_key"),
+    ), "fdo ingest symbols")

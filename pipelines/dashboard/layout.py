@@ -1,0 +1,121 @@
+"""The dashboards' pages: which cards (charts and grids) each shows, in sections.
+
+- the overview (`/`): headline figures, savings, hits and coverage, validator and staleness,
+  the costliest graphs (each linking to its page) and ops;
+- the tuner (`/tuner`): trials and progress, verified results, which flags matter, every trial;
+- a graph (`/graphs/{fingerprint}`): its cost over time, runs by team, tuning trials and verified
+  results, its costliest ops, store entries and the validator's decisions about them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipelines.dashboard import charts, grids
+from pipelines.dashboard.charts import Chart
+from pipelines.dashboard.grids import Grid
+from pipelines.dashboard.queries import SUMMARY_INPUTS, VERIFIED_LEVEL
+from tuner.analyze import CONFIDENCE as FLAG_LEVEL
+
+Card = Chart | Grid
+VERIFIED = charts.level_text(VERIFIED_LEVEL)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page: its sections of cards, and whether it opens with the headline figures."""
+
+    id: str
+    title: str
+    sections: tuple[tuple[str, tuple[Card, ...]], ...]
+    tiles: bool = False
+
+    def cards(self) -> tuple[Card, ...]:
+        """Every card of the page, in order."""
+        return tuple(card for _, cards in self.sections for card in cards)
+
+    def endpoints(self) -> list[str]:
+        """The queries whose rows the page needs (its cards', and the headline figures')."""
+        needed = [card.endpoint for card in self.cards()] + (list(SUMMARY_INPUTS) if self.tiles else [])
+        return list(dict.fromkeys(needed))
+
+
+TUNING_RESULTS = Chart(
+    "tuning-results", "Tuning results", f"Verified speedup (×) of each task with its {VERIFIED} interval "
+    "(the tuner verifies a winner afresh at that level)", "tuning-results", charts.tuning_results, "fdo tune",
+    wide=True)
+
+OVERVIEW = Page("overview", "Overview", (
+    ("Savings", (
+        Chart("savings-by-kind", "Savings over time", "Chip-hours saved per day by tuned configs, "
+              "graph vs. op configs", "savings", charts.savings_by_kind, "fdo savings", wide=True),
+        Chart("savings-by-team", "Savings per team", "Chip-hours saved in the window, per team",
+              "savings", charts.savings_by_team, "fdo savings"),
+        Chart("savings-by-version", "Savings per config version", "Chip-hours saved in the window, by the "
+              "config store version that served the hits", "savings", charts.savings_by_version, "fdo savings"),
+    )),
+    ("Hits and coverage", (
+        Chart("hits", "Config hits and hit rate", "Chip-hours that ran with a tuned config (bars) "
+              "and hit rate in % (lines): of fleet chip-time, and of the compiler hook's compiles",
+              "hits", charts.hit_rate, "fdo ingest profiles"),
+        Chart("coverage", "Fleet coverage", "Share of fleet chip-time by category at the last ranking",
+              "coverage", charts.coverage, "fdo rank"),
+    )),
+    ("Validator and staleness", (
+        Chart("validations", "Validator outcomes", "Store entries re-validated per day, by decision",
+              "validations", charts.validator_outcomes, "fdo validate"),
+        Chart("validator-hits", "Hits on validator-updated entries", "Tuned chip-hours per day by "
+              "who last measured the entry; line: validator-updated share in %", "validator-hits",
+              charts.validator_hit_share, "fdo validate, then fdo savings"),
+        Chart("staleness", "Staleness of live entries", "Live store entries by days since they were "
+              "last measured", "staleness", charts.staleness, "fdo deliver"),
+        Chart("store", "Store versions", "Entries per published version of the config store",
+              "store", charts.store_versions, "fdo deliver"),
+    )),
+    ("Top graphs and ops", (
+        Chart("top-graphs", "Top graphs", "Costliest graph keys of the window (chip-hours of jobs "
+              "that accept tuning) and their tuned speedup (×) with its interval; each graph has a page",
+              "top", charts.top_graphs, "fdo ingest profiles", wide=True, graph_links=charts.top_graph_links),
+        Chart("top-ops", "Top ops", "Costliest op keys (kernels) of the window and their tuned "
+              "speedup (×) with its interval", "top", charts.top_ops, "fdo ingest profiles", wide=True),
+    )),
+), tiles=True)
+
+TUNER = Page("tuner", "Tuner", (
+    ("Search", (
+        Chart("tuner-trials", "Tuner trials", "Trials per day, by outcome", "tuner", charts.tuner_trials,
+              "fdo tune"),
+        Chart("tuner-progress", "Tuner progress", "Best speedup (×) with correct numerics found so far, "
+              "per task", "tuner", charts.tuner_progress, "fdo tune"),
+        TUNING_RESULTS,
+    )),
+    ("Which flags matter", (
+        Chart("flag-importance", "Flag importance", "How much each flag moves the speed of the trials "
+              f"that set it (as `fdo analyze flags`), with its {charts.level_text(FLAG_LEVEL)} bootstrap "
+              "interval", "flags", charts.flag_importance, "fdo tune", wide=True),
+        grids.FLAG_VALUES,
+    )),
+    ("Every trial", (grids.TRIALS,)),
+))
+
+GRAPH = Page("graph", "Graph", (
+    ("Cost", (
+        Chart("graph-cost", "Cost over time", "Chip-hours per day of this graph, run with a tuned "
+              "config or not", "hits", charts.graph_cost, "fdo ingest profiles"),
+        Chart("graph-teams", "Runs by team", "Chip-hours of this graph's runs in the window, per team",
+              "teams", charts.runs_by_team, "fdo ingest profiles"),
+        Chart("graph-ops", "Its costliest ops", "The kernels of this graph that cost the most, and their "
+              "tuned speedup (×)", "top", charts.top_ops, "fdo ingest profiles", wide=True),
+        grids.SYMBOLS,
+    )),
+    ("Tuning", (
+        TUNING_RESULTS,
+        grids.TRIALS,
+    )),
+    ("Store and validator", (
+        grids.ENTRIES,
+        grids.DECISIONS,
+    )),
+))
+
+PAGES = {page.id: page for page in (OVERVIEW, TUNER, GRAPH)}
