@@ -103,7 +103,8 @@ def mutations(graph: Graph, rng: random.Random) -> list[tuple[str, Graph, Graph]
     out.append(("constant value", _with(nodes, 2, replace(nodes[2], value=nodes[2].value + 1))))
     out.append(("dtype", Graph(tuple(replace(m, dtype="f64") for m in nodes))))
     out.append(("shape", Graph(tuple(replace(m, dims=(5,)) for m in nodes))))
-    binaries = [j for j, m in enumerate(nodes) if m.opcode in BINARY and m.operands[0] != m.operands[1]]
+    binaries = [j for j, m in enumerate(nodes)
+                if m.opcode in BINARY and _differs(nodes, *m.operands)]
     if binaries:
         j = rng.choice(binaries)
         a, b = nodes[j].operands
@@ -121,8 +122,21 @@ def mutations(graph: Graph, rng: random.Random) -> list[tuple[str, Graph, Graph]
 
 
 def _differs(nodes: list[Node], a: int, b: int) -> bool:
-    # Two parameters or identical subgraphs would make a rewire a no-op structurally.
-    return nodes[a] != nodes[b] or nodes[a].opcode == "parameter"
+    # Two identical subgraphs (at any depth) would make a rewire or a swap a no-op structurally.
+    classes = _structure_classes(nodes)
+    return classes[a] != classes[b]
+
+
+def _structure_classes(nodes: list[Node]) -> list[int]:
+    """Per node, a number shared by exactly the nodes whose whole subgraphs are the same
+    (positions left out: what a fingerprint sees); the nodes are in topological order."""
+    table: dict[tuple, int] = {}
+    classes: list[int] = []
+    for node in nodes:
+        key = (node.opcode, node.value, node.dtype, node.dims, node.layout,
+               tuple(classes[o] for o in node.operands))
+        classes.append(table.setdefault(key, len(table)))
+    return classes
 
 
 def _with(nodes: list[Node], i: int, node: Node) -> Graph:
