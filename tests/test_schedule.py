@@ -174,6 +174,16 @@ def test_a_small_gain_hidden_in_noise_is_tried_on_top_of_the_best():
     assert strategy.sample(history, []) == {"a": 2, "c": "X", "d": True}
 
 
+def test_small_gains_that_no_screen_calls_significant_are_combined():
+    strategy = Scheduled(STRATEGIES["evolution"](SPACE, budget=14, seed=0))
+    history = [TrialRecord({}, 0.0, 0.0)]
+    small = {("a", 2): 1.025, ("c", "X"): 1.02, ("b", True): 0.98}  # each within the noise
+    for name, value in neighbourhood(SPACE):
+        gain = math.log(small.get((name, value), 1.0))
+        history.append(TrialRecord({name: value}, gain, gain - 0.03))
+    assert strategy.sample(history, []) == {"a": 2, "c": "X"}
+
+
 def test_the_schedule_waits_for_results_it_needs_and_never_proposes_twice():
     strategy = Scheduled(STRATEGIES["random"](SPACE, budget=20, seed=0))
     history = [TrialRecord({}, 0.0, 0.0)]

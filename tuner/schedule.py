@@ -15,8 +15,9 @@ last one:
 2. combine: the significant single moves (interval above the noise band), best first, the best
    of each param, accumulated greedily: the best single, plus the next one when together they
    measure better, and so on, then (`HOPEFUL`) the best moves that screened faster but not
-   significantly so, each kept only if it measures better on top; then the pairs of the best
-   significant singles not tried yet.
+   significantly so, each kept only if it measures better on top (with no significant single,
+   the chain is those alone: small gains add up); then the pairs of the best significant
+   singles not tried yet.
 3. search: the wrapped strategy, which sees every trial so far (anneal starts from the best,
    evolution's tournament holds it: see tuner.strategies).
 
@@ -103,11 +104,12 @@ class Scheduled(Strategy):
         """The next combination to try; {} to wait for one being measured; None when done."""
         measured = [done[config_key(c)] for c in neighbours if config_key(c) in done]
         singles = _best_per_param([t for t in measured if t.low > NOISE_BAND])
-        # A small gain can hide in a screen's noise alone and show on top of a big one.
+        # A small gain can hide in a screen's noise alone and show on top of a big one, or add
+        # up with other small ones (two 2.5% moves: a 5% config no single screen clears).
         hopeful = [t for t in _best_per_param([t for t in measured if t.fitness > 0])
                    if t.config.keys().isdisjoint(set().union(*(s.config for s in singles)))]
         chain = singles + hopeful[:HOPEFUL]
-        if not singles or len(chain) < 2:
+        if len(chain) < 2:
             return None
         current = chain[0]
         for single in chain[1:]:
