@@ -384,18 +384,19 @@ def cmd_deliver(args: argparse.Namespace) -> int:
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    from delivery.store import Store, merge_entries, read_import
+    from delivery.imports import read_import
+    from delivery.store import Store, entry_json, merge_entries
 
     store = Store(default_home())
     if args.action == "versions":
         _print_versions(store, args.json)
         return EXIT_OK
     if args.action == "show":
-        entries = [r for r in _json_rows(store.entries()) if args.arg in (r["key"], r["fingerprint"])]
+        entries = [entry_json(r) for r in store.entries().to_pylist() if args.arg in (r["key"], r["fingerprint"])]
         _print_json(entries)
         return EXIT_OK if entries else EXIT_FAILED
     if args.action == "diff":
-        old, new = (_json_rows(store.entries(int(v))) for v in (args.arg, args.arg2))
+        old, new = ([entry_json(r) for r in store.entries(int(v)).to_pylist()] for v in (args.arg, args.arg2))
         before, after = {r["key"]: r for r in old}, {r["key"]: r for r in new}
         diff = {"added": sorted(after.keys() - before.keys()), "removed": sorted(before.keys() - after.keys()),
                 "changed": sorted(k for k in before.keys() & after.keys() if before[k] != after[k])}
@@ -406,8 +407,8 @@ def cmd_store(args: argparse.Namespace) -> int:
         print(json.dumps({"version": version}) if args.json else f"published v{version} = v{args.arg}")
         return EXIT_OK
     if args.action == "export":
-        for row in _json_rows(store.entries(int(args.arg) if args.arg else None)):
-            print(json.dumps(row, sort_keys=True))
+        for row in store.entries(int(args.arg) if args.arg else None).to_pylist():
+            print(json.dumps(entry_json(row), sort_keys=True))
         return EXIT_OK
     new = read_import(Path(args.arg))
     version = store.update(lambda live: merge_entries(live, new), f"import {Path(args.arg).name}")

@@ -7,7 +7,6 @@ The screenshot of the full page is kept at tests/artifacts/dashboard.png (git-ig
 from __future__ import annotations
 
 import datetime
-import shutil
 import urllib.parse
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -15,7 +14,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from playwright.sync_api import sync_playwright
 
 from delivery.store import Store
 from ingest.tables import GRAPH_RUNS
@@ -143,18 +141,6 @@ def test_window_parameters(served):
     assert status == 400 and "from: '2026-13-01' is not a date" in body["error"]["message"]
     status, body, _ = call(f"{served}/api/hits?from={today}&to={today - datetime.timedelta(days=3)}")
     assert status == 400 and "is after to" in body["error"]["message"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Debian's headless Chromium, driven by Playwright (whose own browser download is unused)."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.fail("the dashboard tests need Debian's chromium (apt-get install chromium; .ci/run installs it)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, headless=True)
-        yield browser
-        browser.close()
 
 
 def _open_page(browser, base: str, screenshot: Path | None = None) -> dict:
