@@ -1,4 +1,5 @@
 """The config service: a real uvicorn server on loopback, read and write paths, errors as JSON;
+its Prometheus metrics, its OpenAPI models and its API docs in headless Chromium, offline;
 look-ups while writes wait on the store's lock or run Beam, a chunked body far over the limit,
 a store that breaks under a running service."""
 
