@@ -77,7 +77,8 @@ def post(base: str, path: str, body: bytes) -> tuple[int, dict]:
     host, port = base.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=600)
     try:
-        connection.request("POST", path, body, {"Authorization": f"Bearer {TOKEN}"})
+        connection.request("POST", path, body, {"Authorization": f"Bearer {TOKEN}",
+                                                "Content-Type": "application/json"})
         response = connection.getresponse()
         return response.status, json.loads(response.read())
     finally:
@@ -115,9 +116,10 @@ def add_results(home: Path, round_: int, count: int) -> None:
 
 
 def import_body(round_: int, lines: int) -> bytes:
-    return "".join(json.dumps({"fingerprint": f"{round_ + 1:08x}{i:024x}", "env_key": "f" * 32,
-                               "kind": "graph", "config": {"xla_cpu_use_xnnpack": False},
-                               "speedup": 1.2}) + "\n" for i in range(lines)).encode()
+    """The body of POST /v1/import: `lines` new entries."""
+    return json.dumps({"entries": [{"fingerprint": f"{round_ + 1:08x}{i:024x}", "env_key": "f" * 32,
+                                    "kind": "graph", "config": {"xla_cpu_use_xnnpack": False},
+                                    "speedup": 1.2} for i in range(lines)]}).encode()
 
 
 def bench(entries: int, rounds: int, seconds: float, most: int, results: int, lines: int) -> None:

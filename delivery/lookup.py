@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 MAX_RESPONSE_BYTES = 1 << 20
-_ENTRY_FIELDS = {"key": str, "fingerprint": str, "env_key": str, "kind": str, "config": str,
+_ENTRY_FIELDS = {"key": str, "fingerprint": str, "env_key": str, "kind": str, "config": dict,
                  "speedup": float}
 
 
@@ -36,7 +36,8 @@ class StoreUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Found:
-    """A live entry for a key and the store version that holds it."""
+    """A live entry for a key and the store version that holds it. The entry is a row of the
+    store (delivery.store.ENTRIES) whichever source answered: its config the JSON text."""
 
     version: int
     entry: dict[str, Any]
@@ -200,6 +201,8 @@ def _parse_answer(body: bytes) -> Found | None:
             value = entry[name] = float(value)
         if not isinstance(value, type_):
             return None
+    # The service sends the config as an object; the store's text of it, as the store writes it.
+    entry["config"] = json.dumps(entry["config"], sort_keys=True)
     if entry.get("expires_at") is not None:
         try:
             expires = datetime.datetime.fromisoformat(entry["expires_at"])

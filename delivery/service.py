@@ -1,35 +1,40 @@
 """`fdo serve`: the config service, a FastAPI app on uvicorn.
 
-Reads (no credential): health, metrics, a look-up by store key, a batch look-up, and the
-download of a whole snapshot with an ETag (its checksum). Writes (bearer token required):
-import, invalidate, rollback and deliver, each publishing a new store version.
+Reads (no credential): health, a look-up by store key, a batch look-up, and the download of a
+whole snapshot with an ETag (its checksum). Writes (bearer token required): import,
+invalidate, rollback and deliver, each publishing a new store version. Prometheus metrics at
+`/metrics` (delivery.metrics); the API's schema at `/openapi.json`, its docs at `/docs`
+(Swagger UI) and `/redoc`, their scripts served by the service itself (fastapi-offline), so
+the pages work with no other host reachable. Request and answer bodies are pydantic models
+(delivery.api); a config is a JSON object in both.
 
 Look-ups never wait on a write. They are answered on the event loop from an immutable
 in-memory snapshot of the live version (each entry's JSON, rendered once), which is replaced
 whole, by one reference swap, once a new one is ready. The work that can block or hold the
 interpreter runs in worker processes (anyio's process pool), so that it takes neither the event
-loop nor its GIL: the writes (the store's flock, fsync, Beam, the allowlist check of every
-entry) in one writer process, one write at a time, and the rendering of a new snapshot in a
-reader process, after each write through this service and whenever a watcher, polling every
-WATCH_SECONDS, finds CURRENT or the live version's files changed (a version published by
-anyone else). When the store on disk is unusable (a corrupt CURRENT, a live version deleted or
-failing its checksum), the last good snapshot goes on being served and `/v1/health` says
-`"status": "degraded"` with the reason in `"store"`, still 200; with no good snapshot at all,
-look-ups and health answer 503.
+loop nor its GIL: the writes (the store's flock, fsync, Beam, parsing an import and the
+allowlist check of every entry) in one writer process, one write at a time, and the rendering
+of a new snapshot in a reader process, after each write through this service and whenever a
+watcher, polling every WATCH_SECONDS, finds CURRENT or the live version's files changed (a
+version published by anyone else). When the store on disk is unusable (a corrupt CURRENT, a
+live version deleted or failing its checksum), the last good snapshot goes on being served and
+`/v1/health` says `"status": "degraded"` with the reason in `"store"`, still 200; with no good
+snapshot at all, look-ups and health answer 503.
 
 Every input is validated and size-limited: bodies are counted as they stream in, chunked or
-not, and refused with 413 once past the limit, before the rest is read. Every error, the
-framework's own (404, 405, 422, 500) included, is JSON: {"error": {"code": ..., "message": ...}}.
+not, and refused with 413 once past the limit, before the rest is read (FastAPI's own
+`max_body_size` answers a declared length over the limit in plain text, past the app's error
+handlers). Every error, the framework's own (404, 405, 422, 500) included, is JSON:
+{"error": {"code": ..., "message": ...}}.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hmac
 import json
 import os
-import tempfile
-from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, TypeVar
@@ -39,29 +44,40 @@ import anyio.to_process
 import anyio.to_thread
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from delivery.store import Store, StoreError, merge_entries, read_import
+from delivery.api import (BatchLookup, BatchRequest, ErrorAnswer, Health, Imported, ImportRequest,
+                          InvalidateRequest, Lookup, Published, RollbackRequest, inline_schema)
+from delivery.imports import MAX_IMPORT_BYTES, describe, entry_rows
+from delivery.metrics import ServiceMetrics
+from delivery.store import Store, StoreError, entry_json, merge_entries
 
-MAX_BATCH_KEYS = 1000
-MAX_BODY_BYTES = 16 << 20  # an import
+MAX_BODY_BYTES = MAX_IMPORT_BYTES  # an import
 MAX_JSON_BYTES = 1 << 20  # any other body: 1000 keys take 35 kB
 WATCH_SECONDS = 0.5
 WORKER_NICE = 19  # background work: beside the server, a worker gets the CPU the server leaves
+IMPORT_SOURCE = "import via service"
 _HEX = set("0123456789abcdef")
 T = TypeVar("T")
 
 
-class ServiceError(Exception):
-    """An error the service answers with, as JSON."""
+class ServiceError(HTTPException):
+    """An error the service answers with, as JSON. An HTTPException, so that FastAPI passes it
+    on unchanged when it comes out of reading a body (BodyLimit's 413)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(status, message, dict(headers) if headers else None)
         self.status, self.code, self.message = status, code, message
+
+    def __reduce__(self) -> tuple[Any, ...]:  # raised in worker processes too: it must pickle
+        return ServiceError, (self.status, self.code, self.message, self.headers)
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,7 @@ class Snapshot:
     """What look-ups are answered from: one version's entries, never changed once made."""
 
     version: int | None  # None: nothing published, or nothing loaded yet
+    published: datetime.datetime | None = None  # when the version was published
     entries: Mapping[str, bytes] = field(default_factory=dict)  # key -> the entry's JSON
     problem: str | None = None  # why the store on disk is not what this holds
 
@@ -76,6 +93,9 @@ class Snapshot:
     def unavailable(self) -> bool:
         """The store is unusable and there is no good snapshot to fall back on."""
         return self.version is None and self.problem is not None
+
+
+Rendering = tuple[int | None, datetime.datetime | None, dict[str, bytes]]
 
 
 class Processes:
@@ -125,27 +145,24 @@ class LiveSnapshot:
             await anyio.sleep(every)
             await self.refresh()
 
-    async def _render(self, rendering: Awaitable[tuple[int | None, dict[str, bytes]]]) -> None:
+    async def _render(self, rendering: Awaitable[Rendering]) -> None:
         try:
-            version, entries = await rendering
+            version, published, entries = await rendering
         # Damaged files raise many kinds (StoreError, OSError, Arrow's): all mean "keep the last".
         except Exception as exc:
             self.snapshot = replace(self.snapshot, problem=str(exc))
         else:
-            self.snapshot = Snapshot(version, entries)
-
-
-class BodyTooLarge(Exception):
-    """A request body went past its limit while streaming in."""
+            self.snapshot = Snapshot(version, published, entries)
 
 
 class BodyLimit:
     """Pure ASGI middleware: a body over `limit_for(path)` bytes gets 413, from its declared
-    length before any of it is read, or, chunked, as soon as the bytes received pass the limit;
-    the connection is then closed, so the rest is never read either."""
+    length before any of it is read, or, chunked, as soon as the bytes received pass the limit
+    (a ServiceError out of `receive`, which the app answers); the answer closes the connection,
+    so the rest is never read either."""
 
-    def __init__(self, app: ASGIApp, limit_for: Callable[[str], int], counters: Counter[str]) -> None:
-        self.app, self.limit_for, self.counters = app, limit_for, counters
+    def __init__(self, app: ASGIApp, limit_for: Callable[[str], int], metrics: ServiceMetrics) -> None:
+        self.app, self.limit_for, self.metrics = app, limit_for, metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -154,36 +171,21 @@ class BodyLimit:
         limit = self.limit_for(scope["path"])
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            await self._refuse(scope, send, limit)
+            refusal = _too_large(limit)
+            self.metrics.error(refusal.status, refusal.code)
+            await _error(refusal)(scope, _no_body, send)
             return
         received = 0
-        started = False
 
         async def counted() -> Message:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
             if received > limit:
-                raise BodyTooLarge
+                raise _too_large(limit)
             return message
 
-        async def watched(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counted, watched)
-        except BodyTooLarge:
-            if started:  # too late for a 413: let the server cut the connection
-                raise
-            await self._refuse(scope, send, limit)
-
-    async def _refuse(self, scope: Scope, send: Send, limit: int) -> None:
-        self.counters["errors_too_large"] += 1
-        response = _error(413, "too_large", f"request bodies here are limited to {limit} bytes",
-                          {"Connection": "close"})
-        await response(scope, _no_body, send)
+        await self.app(scope, counted, send)
 
 
 def create_app(home: Path, token: str | None) -> FastAPI:
@@ -191,7 +193,8 @@ def create_app(home: Path, token: str | None) -> FastAPI:
     store = Store(home)
     live = LiveSnapshot(home)
     writer = Processes()
-    counters: Counter[str] = Counter()
+    metrics = ServiceMetrics(lambda: live.snapshot)
+    bearer = HTTPBearer(auto_error=False, description="the service's write token (FDO_TOKEN or --token-file)")
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -201,8 +204,27 @@ def create_app(home: Path, token: str | None) -> FastAPI:
             yield
             background.cancel_scope.cancel()
 
-    app = FastAPI(title="fleet-fdo config service", lifespan=lifespan)
-    app.add_middleware(BodyLimit, limit_for=_body_limit, counters=counters)
+    # FastAPIOffline: FastAPI with /docs and /redoc on Swagger UI's and ReDoc's scripts from
+    # the package, served by this app (FastAPI's own pages load them from a CDN).
+    app = FastAPIOffline(title="fleet-fdo config service", lifespan=lifespan,
+                         description="Tuned XLA configs by store key, and the writes that publish "
+                                     "new store versions. Every error is `{\"error\": {\"code\", "
+                                     "\"message\"}}`.",
+                         responses={"default": {"model": ErrorAnswer, "description": "an error"}})
+    app.add_middleware(BodyLimit, limit_for=_body_limit, metrics=metrics)
+
+    def answer(error: ServiceError) -> JSONResponse:
+        metrics.error(error.status, error.code)
+        return _error(error)
+
+    async def authorized(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        """Writes need the token, compared in constant time."""
+        if token is None:
+            raise ServiceError(403, "writes_disabled", "this service was started without a write token")
+        given = credentials.credentials if credentials is not None else ""
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            raise ServiceError(401, "unauthorized", "writes need 'Authorization: Bearer <token>'",
+                               {"WWW-Authenticate": "Bearer"})
 
     async def write(work: Callable[..., T], *args: Any) -> T:
         """`work(home, *args)` in the writer process, then the snapshot rendered again: a write
@@ -213,13 +235,11 @@ def create_app(home: Path, token: str | None) -> FastAPI:
 
     @app.exception_handler(ServiceError)
     async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        counters[f"errors_{exc.code}"] += 1
-        return _error(exc.status, exc.code, exc.message)
+        return answer(exc)
 
     @app.exception_handler(StoreError)
     async def store_error(_: Request, exc: StoreError) -> JSONResponse:
-        counters["errors_store"] += 1
-        return _error(400, "store", str(exc))
+        return answer(ServiceError(400, "store", str(exc)))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -227,58 +247,68 @@ def create_app(home: Path, token: str | None) -> FastAPI:
             404: ("not_found", f"no endpoint {request.url.path}"),
             405: ("method_not_allowed", f"{request.method} is not allowed on {request.url.path}"),
         }.get(exc.status_code, (f"http_{exc.status_code}", str(exc.detail)))
-        counters[f"errors_{code}"] += 1
-        return _error(exc.status_code, code, message, exc.headers)
+        return answer(ServiceError(exc.status_code, code, message, exc.headers))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        counters["errors_invalid"] += 1
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        return _error(422, "invalid", problems)
+        return answer(ServiceError(422, "invalid", describe(exc.errors())))
 
     # Installed on the outermost middleware: the server still logs the traceback.
     @app.exception_handler(Exception)
     async def internal_error(_: Request, exc: Exception) -> JSONResponse:
-        counters["errors_internal"] += 1
-        return _error(500, "internal", f"internal error ({type(exc).__name__}); the service's log has the details")
+        return answer(ServiceError(500, "internal", f"internal error ({type(exc).__name__}); "
+                                                    "the service's log has the details"))
 
-    @app.get("/v1/health")
+    @app.get("/v1/health", response_model=Health, responses={503: {"model": Health}})
     async def health() -> JSONResponse:
+        """What the service serves; 503 when it has no good snapshot to serve."""
         snapshot = live.snapshot
         status = "unavailable" if snapshot.unavailable else "degraded" if snapshot.problem else "ok"
         return JSONResponse({"status": status, "version": snapshot.version, "entries": len(snapshot.entries),
                              "store": f"degraded: {snapshot.problem}" if snapshot.problem else "ok"},
                             503 if snapshot.unavailable else 200)
 
-    @app.get("/v1/metrics")
-    async def metrics() -> dict[str, Any]:
-        return dict(counters)
+    @app.get("/metrics", response_class=Response,
+             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}})
+    async def prometheus_metrics(request: Request) -> Response:
+        """The service's metrics, in Prometheus' text format (OpenMetrics when asked for)."""
+        data, content_type = metrics.exposition(request.headers.get("accept"))
+        return Response(data, headers={"Content-Type": content_type})
 
     # The hot path of every hooked compile: async (no thread hand-off), memory only, the
     # entry's JSON rendered in advance, and a miss answered without the exception handler.
-    @app.get("/v1/configs/{key}")
+    @app.get("/v1/configs/{key}", response_model=Lookup, responses={404: {"model": ErrorAnswer}})
     async def lookup(key: str) -> Response:
-        _check_key(key)
-        snapshot = _serving(live.snapshot)
-        counters["lookups"] += 1
-        entry = snapshot.entries.get(key)
-        if entry is None:
-            counters["misses"] += 1
-            return _error(404, "not_found", f"no entry for key {key} in version {snapshot.version}")
-        counters["hits"] += 1
-        return Response(b'{"version":%d,"entry":%s}' % (snapshot.version, entry), media_type="application/json")
+        """The live entry for a store key (32 lowercase hex digits)."""
+        with metrics.latency["key"].time():
+            _check_key(key)
+            snapshot = _serving(live.snapshot)
+            entry = snapshot.entries.get(key)
+            if entry is None:
+                metrics.misses["key"].inc()
+                return _error(ServiceError(404, "not_found", f"no entry for key {key} in version {snapshot.version}"))
+            metrics.hits["key"].inc()
+            return Response(b'{"version":%d,"entry":%s}' % (snapshot.version, entry), media_type="application/json")
 
-    @app.post("/v1/configs:batch")
-    async def batch(request: Request) -> Response:
-        keys = _keys(await _json_body(request), 0)
-        snapshot = _serving(live.snapshot)
-        counters["lookups"] += len(keys)
-        found = b",".join(b"%s:%s" % (json.dumps(k).encode(), snapshot.entries.get(k, b"null")) for k in keys)
-        return Response(b'{"version":%s,"entries":{%s}}' % (json.dumps(snapshot.version).encode(), found),
-                        media_type="application/json")
+    @app.post("/v1/configs:batch", response_model=BatchLookup)
+    async def batch(request: BatchRequest) -> Response:
+        """The live entries for up to 1000 keys, null where there is none."""
+        with metrics.latency["batch"].time():
+            snapshot = _serving(live.snapshot)
+            found = [(key, snapshot.entries.get(key)) for key in request.keys]
+            hits = sum(entry is not None for _, entry in found)
+            metrics.hits["batch"].inc(hits)
+            metrics.misses["batch"].inc(len(found) - hits)
+            body = b",".join(b'"%s":%s' % (key.encode(), entry or b"null") for key, entry in found)
+            return Response(b'{"version":%s,"entries":{%s}}' % (b"null" if snapshot.version is None
+                                                                 else b"%d" % snapshot.version, body),
+                            media_type="application/json")
 
-    @app.get("/v1/snapshots/{version}")
+    @app.get("/v1/snapshots/{version}", response_class=Response,
+             responses={200: {"content": {"application/vnd.apache.parquet": {}}, "description": "entries.parquet"},
+                        304: {"description": "the ETag given in If-None-Match is the version's"}})
     def download(version: int, request: Request) -> Response:  # a thread: it reads a file
+        """A whole store version's entries as Parquet, its checksum as the ETag."""
         if version not in {m.version for m in store.versions()}:
             raise ServiceError(404, "not_found", f"no store version {version}")
         try:
@@ -290,28 +320,28 @@ def create_app(home: Path, token: str | None) -> FastAPI:
             return Response(status_code=304, headers={"ETag": etag})
         return Response(data, media_type="application/vnd.apache.parquet", headers={"ETag": etag})
 
-    @app.post("/v1/import")
+    # The body is parsed and checked in the writer process, not here: a 16 MiB import would
+    # hold the event loop, and every look-up with it. The schema is declared for OpenAPI only.
+    @app.post("/v1/import", response_model=Imported, dependencies=[Depends(authorized)],
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": inline_schema(ImportRequest)}}}})
     async def import_entries(request: Request) -> dict[str, Any]:
-        _authorize(request, token)
+        """Publish owner-validated configs (ImportRequest), replacing the entries of their keys."""
         return await write(_import, await request.body())
 
-    @app.post("/v1/invalidate")
-    async def invalidate(request: Request) -> dict[str, Any]:
-        _authorize(request, token)
-        return {"version": await write(_invalidate, _keys(await _json_body(request), 1))}
+    @app.post("/v1/invalidate", response_model=Published, dependencies=[Depends(authorized)])
+    async def invalidate(request: InvalidateRequest) -> dict[str, Any]:
+        """Publish the live entries less those of these keys."""
+        return {"version": await write(_invalidate, request.keys)}
 
-    @app.post("/v1/rollback")
-    async def rollback(request: Request) -> dict[str, Any]:
-        _authorize(request, token)
-        body = await _json_body(request)
-        version = body.get("version") if isinstance(body, dict) else None
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise ServiceError(400, "bad_request", "send {\"version\": N}")
-        return {"version": await write(_rollback, version)}
+    @app.post("/v1/rollback", response_model=Published, dependencies=[Depends(authorized)])
+    async def rollback(request: RollbackRequest) -> dict[str, Any]:
+        """Publish an older version's entries as the next version."""
+        return {"version": await write(_rollback, request.version)}
 
-    @app.post("/v1/deliver")
-    async def deliver_results(request: Request) -> dict[str, Any]:
-        _authorize(request, token)
+    @app.post("/v1/deliver", response_model=Published, dependencies=[Depends(authorized)])
+    async def deliver_results() -> dict[str, Any]:
+        """Publish the accepted tuning results not delivered yet (Beam)."""
         return {"version": await write(_deliver)}
 
     return app
@@ -325,20 +355,26 @@ def _lowly(function: Callable[..., T], args: tuple[Any, ...]) -> T:
     return function(*args)
 
 
-def _render(home: Path) -> tuple[int | None, dict[str, bytes]]:
-    """The live version and the JSON of each of its entries by key."""
+def _render(home: Path) -> Rendering:
+    """The live version, when it was published, and the JSON of each of its entries by key."""
     store = Store(home)
     version = store.current()
-    rows = store.entries(version).to_pylist() if version is not None else []
-    return version, {row["key"]: json.dumps(_json_ready(row), separators=(",", ":")).encode() for row in rows}
+    if version is None:
+        return None, None, {}
+    rows = store.entries(version).to_pylist()
+    published = datetime.datetime.fromisoformat(store.manifest(version).created)
+    return version, published, {row["key"]: json.dumps(entry_json(row), separators=(",", ":")).encode()
+                                for row in rows}
 
 
 def _import(home: Path, body: bytes) -> dict[str, Any]:
-    with tempfile.NamedTemporaryFile(suffix=".jsonl") as upload:
-        upload.write(body)
-        upload.flush()
-        new = read_import(Path(upload.name))
-    version = Store(home).update(lambda entries: merge_entries(entries, new), "import via service")
+    """Parse and check an ImportRequest and publish its entries."""
+    try:
+        request = ImportRequest.model_validate_json(body)
+    except ValidationError as exc:
+        raise ServiceError(422, "invalid", describe(exc.errors(), ("body",))) from None
+    new = entry_rows(request.entries, IMPORT_SOURCE)
+    version = Store(home).update(lambda entries: merge_entries(entries, new), IMPORT_SOURCE)
     return {"version": version, "imported": new.num_rows}
 
 
@@ -389,43 +425,20 @@ def _stat(path: Path) -> tuple[int, int, int] | None:
     return found.st_ino, found.st_mtime_ns, found.st_size
 
 
-def _error(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
+def _too_large(limit: int) -> ServiceError:
+    return ServiceError(413, "too_large", f"request bodies here are limited to {limit} bytes",
+                        {"Connection": "close"})
+
+
+def _error(error: ServiceError) -> JSONResponse:
+    return JSONResponse({"error": {"code": error.code, "message": error.message}}, error.status,
+                        headers=error.headers)
 
 
 async def _no_body() -> Message:
     return {"type": "http.disconnect"}
 
 
-def _authorize(request: Request, token: str | None) -> None:
-    given = request.headers.get("authorization", "")
-    if token is None:
-        raise ServiceError(403, "writes_disabled", "this service was started without a write token")
-    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-        raise ServiceError(401, "unauthorized", "writes need 'Authorization: Bearer <token>'")
-
-
-async def _json_body(request: Request) -> Any:
-    try:
-        return json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ServiceError(400, "bad_request", "the body is not JSON") from None
-
-
-def _keys(body: Any, least: int) -> list[str]:
-    """The checked store keys of a {"keys": [...]} body, `least` to MAX_BATCH_KEYS of them."""
-    keys = body.get("keys") if isinstance(body, dict) else None
-    if not isinstance(keys, list) or not least <= len(keys) <= MAX_BATCH_KEYS:
-        raise ServiceError(400, "bad_request", f"send {{\"keys\": [...]}} with {least} to {MAX_BATCH_KEYS} keys")
-    for key in keys:
-        _check_key(key)
-    return keys
-
-
 def _check_key(key: Any) -> None:
     if not (isinstance(key, str) and len(key) == 32 and set(key) <= _HEX):
         raise ServiceError(400, "bad_key", "a store key is 32 lowercase hex digits")
-
-
-def _json_ready(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}

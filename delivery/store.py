@@ -46,7 +46,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ingest.environment import store_key
 from ranking.store_snapshot import STORE_ENTRY_COLUMNS, current_version
 from tuner.flags import FlagError, from_json, to_json
 
@@ -56,11 +55,9 @@ ENTRIES = pa.schema(list(STORE_ENTRY_COLUMNS) + [
     pa.field("ci_high", pa.float64()),
     pa.field("compiler_version", pa.string()),
     pa.field("measured_at", pa.timestamp("us", tz="UTC")),
-    pa.field("source", pa.string()),  # the tuning task id, or the imported file
+    pa.field("source", pa.string()),  # the tuning task id, the imported file, or "import via service"
 ])
 DEFAULT_TTL = datetime.timedelta(days=30)
-MAX_IMPORT_BYTES = 16 << 20
-_HEX = set("0123456789abcdef")
 _VERSION_NAME = re.compile(r"\.?v([0-9]+)(?:\.tmp-.*)?")  # v<N>, and .v<N>.tmp-* while staged
 LAST_VERSION = "LAST_VERSION"
 
@@ -129,6 +126,10 @@ class Store:
         if live is not None and (f"v{live}" in found or not (self.root / f"v{live}").is_dir()):
             found["CURRENT"] = f"the live version v{live} is unusable: roll back to a good version"
         return found
+
+    def manifest(self, version: int) -> Manifest:
+        """The manifest of `version`; StoreError when it is missing or unreadable."""
+        return self._manifest(self.root / f"v{version}")
 
     def read_version(self, version: int) -> tuple[Manifest, bytes]:
         """The manifest and the entries.parquet bytes of `version`, the bytes checked against
@@ -300,57 +301,10 @@ def merge_entries(current: pa.Table, new: pa.Table) -> pa.Table:
     return pa.concat_tables([kept.cast(ENTRIES), new])
 
 
-def read_import(path: Path, now: datetime.datetime | None = None) -> pa.Table:
-    """Entries from a JSON-lines file of owner-validated configs (CATWILD 5.2): each line has
-    fingerprint, env_key, kind, config, speedup and optionally expires_at. StoreError names the
-    line and the problem; nothing is imported from a file with a bad line."""
-    now = now or datetime.datetime.now(datetime.UTC)
-    try:
-        if path.stat().st_size > MAX_IMPORT_BYTES:
-            raise StoreError(f"{path}: over the {MAX_IMPORT_BYTES}-byte import limit")
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StoreError(f"{path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise StoreError(f"{where}: not JSON: {exc}") from None
-        rows.append(_import_row(data, where, now, path.name))
-    if not rows:
-        raise StoreError(f"{path}: no entries")
-    return pa.Table.from_pylist(rows, ENTRIES)
-
-
-def _import_row(data: Any, where: str, now: datetime.datetime, source: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise StoreError(f"{where}: an entry must be a JSON object")
-    for name in ("fingerprint", "env_key"):
-        value = data.get(name)
-        if not (isinstance(value, str) and len(value) == 32 and set(value) <= _HEX):
-            raise StoreError(f"{where}: {name} must be 32 lowercase hex digits")
-    if data.get("kind") not in ("graph", "op"):
-        raise StoreError(f"{where}: kind must be 'graph' or 'op'")
-    speedup = data.get("speedup")
-    if not isinstance(speedup, (int, float)) or isinstance(speedup, bool) or not 0 < speedup <= 100:
-        raise StoreError(f"{where}: speedup must be a number in (0, 100]")
-    config = _check_config(json.dumps(data.get("config")), where)
-    expires = now + DEFAULT_TTL
-    if data.get("expires_at") is not None:
-        try:
-            expires = datetime.datetime.fromisoformat(data["expires_at"])
-        except (TypeError, ValueError):
-            raise StoreError(f"{where}: expires_at is not an ISO 8601 time") from None
-        if expires.tzinfo is None:
-            raise StoreError(f"{where}: expires_at needs a time zone")
-    return {"key": store_key(data["fingerprint"], data["env_key"]), "fingerprint": data["fingerprint"],
-            "env_key": data["env_key"], "kind": data["kind"], "speedup": float(speedup),
-            "expires_at": expires, "provenance": "import", "config": config, "ci_low": None,
-            "ci_high": None, "compiler_version": None, "measured_at": now, "source": source}
+def entry_json(row: dict[str, Any]) -> dict[str, Any]:
+    """An entry (a row of ENTRIES) as JSON shows it: times in ISO 8601, the config an object."""
+    return {k: json.loads(v) if k == "config" else v.isoformat() if hasattr(v, "isoformat") else v
+            for k, v in row.items()}
 
 
 def _check_config(text: str, where: str) -> str:

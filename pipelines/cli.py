@@ -430,7 +430,8 @@ def cmd_deliver(args: argparse.Namespace) -> int:
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    from delivery.store import Store, merge_entries, read_import
+    from delivery.imports import read_import
+    from delivery.store import Store, entry_json, merge_entries
 
     store = Store(default_home())
     needed = _STORE_ARGUMENTS.get(args.action)
@@ -449,8 +450,8 @@ def cmd_store(args: argparse.Namespace) -> int:
         print(json.dumps({"version": version}) if args.json else f"published v{version} = v{args.arg}")
         return EXIT_OK
     if args.action == "export":
-        for row in _json_rows(store.entries(_version(args.arg) if args.arg else None)):
-            print(json.dumps(row, sort_keys=True))
+        for row in store.entries(_version(args.arg) if args.arg else None).to_pylist():
+            print(json.dumps(entry_json(row), sort_keys=True))
         return EXIT_OK
     new = read_import(Path(args.arg))
     version = store.update(lambda live: merge_entries(live, new), f"import {Path(args.arg).name}")
@@ -505,13 +506,15 @@ def _version_mark(version: int, current: int | None, damaged: dict[str, str]) ->
 
 def _print_entries(store: Store, key: str, as_json: bool) -> int:
     """`fdo store show`: the live entries whose key or fingerprint is `key`; EXIT_FAILED if none."""
-    entries = [r for r in _json_rows(store.entries()) if key in (r["key"], r["fingerprint"])]
+    from delivery.store import entry_json
+
+    entries = [entry_json(r) for r in store.entries().to_pylist() if key in (r["key"], r["fingerprint"])]
     if as_json:
         _print_json(entries)
     elif entries:
         _print_table(("key", "kind", "speedup", "by", "expires", "config"),
                      [(r["key"], r["kind"], f"{r['speedup']:.3f}x", r["provenance"], r["expires_at"][:10],
-                       _config_text(json.loads(r["config"]))) for r in entries], "<<><<<")
+                       _config_text(r["config"])) for r in entries], "<<><<<")
     else:
         print(f"fdo store show: no live entry has the key or fingerprint {key}", file=sys.stderr)
     return EXIT_OK if entries else EXIT_FAILED
@@ -519,7 +522,10 @@ def _print_entries(store: Store, key: str, as_json: bool) -> int:
 
 def _print_diff(store: Store, old: int, new: int, as_json: bool) -> None:
     """`fdo store diff A B`: the keys B adds, removes and changes against A."""
-    before, after = ({r["key"]: r for r in _json_rows(store.entries(v))} for v in (old, new))
+    from delivery.store import entry_json
+
+    before, after = ({r["key"]: r for r in map(entry_json, store.entries(v).to_pylist())}
+                     for v in (old, new))
     diff = {"added": sorted(after.keys() - before.keys()), "removed": sorted(before.keys() - after.keys()),
             "changed": sorted(k for k in before.keys() & after.keys() if before[k] != after[k])}
     if as_json:

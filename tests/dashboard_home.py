@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from delivery.deliver import deliver
-from delivery.store import ENTRIES, Store, merge_entries, read_import
+from delivery.imports import read_import
+from delivery.store import ENTRIES, Store, merge_entries
 from ingest.environment import store_key
 from ingest.tables import GRAPH_RUNS, HITS
 from ingest.warehouse import Warehouse

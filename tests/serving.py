@@ -77,8 +77,10 @@ def serving_process(home: Path, env: dict[str, str] | None = None) -> Iterator[t
 
 def call(url: str, body: bytes | None = None, token: str | None = None,
          headers: dict | None = None, timeout: float = 30) -> tuple[int, dict | list | bytes, dict]:
-    """GET `url` (POST with `body`): status, JSON (or the raw bytes) and headers."""
-    request = urllib.request.Request(url, data=body, headers=headers or {},
+    """GET `url` (POST with `body`, JSON unless `headers` say otherwise): status, JSON (or the
+    raw bytes) and headers."""
+    sent = {"Content-Type": "application/json"} if body is not None else {}
+    request = urllib.request.Request(url, data=body, headers={**sent, **(headers or {})},
                                      method="POST" if body is not None else "GET")
     if token:
         request.add_header("Authorization", f"Bearer {token}")

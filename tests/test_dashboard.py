@@ -8,7 +8,6 @@ Screenshots of the full pages are kept under tests/artifacts/ (git-ignored).
 from __future__ import annotations
 
 import datetime
-import shutil
 import urllib.parse
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page
 
 from delivery.store import Store
 from ingest.tables import GRAPH_RUNS, GRAPHS
@@ -262,18 +261,6 @@ def test_bad_filters_are_400_naming_the_parameter(served):
         assert status == 400 and message in text, (path, params, text)
     status, text = _error(served, f"/graphs/{'0' * 32}")
     assert status == 404 and f"graph {'0' * 32}: no symbols" in text
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Debian's headless Chromium, driven by Playwright (whose own browser download is unused)."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.fail("the dashboard tests need Debian's chromium (apt-get install chromium; .ci/run installs it)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, headless=True)
-        yield browser
-        browser.close()
 
 
 class Visit:

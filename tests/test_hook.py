@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from delivery.sandbox import CHECKED_DIR, mark_name
 from delivery.store import ENTRIES, Store
@@ -334,7 +335,8 @@ def forge_version(home: Path, record: dict, config: dict) -> None:
 
 def test_embedded_snapshot_is_read_once_and_can_be_pinned(tmp_path):
     from delivery.lookup import EmbeddedStore
-    from delivery.store import merge_entries, read_import
+    from delivery.imports import read_import
+    from delivery.store import merge_entries
 
     entry = {"fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph", "config": NO_YNN,
              "speedup": 1.3}
@@ -363,9 +365,11 @@ def test_remote_lookups_are_cached_hits_and_misses_alike(tmp_path):
         for _ in range(3):
             assert remote.lookup(hit).entry["speedup"] == 1.3
             assert remote.lookup(miss) is None
-        with urllib.request.urlopen(f"{url}/v1/metrics") as response:
-            metrics = json.loads(response.read())
-    assert metrics["lookups"] == 2 and metrics["hits"] == 1 and metrics["misses"] == 1
+        with urllib.request.urlopen(f"{url}/metrics") as response:
+            metrics = {(s.labels.get("outcome"), s.value) for family in text_string_to_metric_families(
+                response.read().decode()) for s in family.samples
+                if s.name == "fdo_service_lookups_total" and s.labels.get("route") == "key"}
+    assert metrics == {("hit", 1), ("miss", 1)}  # three asks each, two served from the cache
 
 
 def test_the_hook_keys_a_module_by_the_fingerprint_of_its_xla_dump(tmp_path):

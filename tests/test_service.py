@@ -1,4 +1,5 @@
 """The config service: a real uvicorn server on loopback, read and write paths, errors as JSON;
+its Prometheus metrics, its OpenAPI models and its API docs in headless Chromium, offline;
 look-ups while writes wait on the store's lock or run Beam, a chunked body far over the limit,
 a store that breaks under a running service."""
 
@@ -8,14 +9,18 @@ import datetime
 import fcntl
 import http.client
 import json
+import math
 import shutil
 import socket
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+from prometheus_client.parser import text_string_to_metric_families
 
 from delivery.service import MAX_BODY_BYTES, MAX_JSON_BYTES
 from ingest.environment import store_key
@@ -32,47 +37,190 @@ def server(tmp_path):
         yield base
 
 
-def _line(i: int, config: dict) -> bytes:
-    return (json.dumps({"fingerprint": f"{i:032x}", "env_key": "e" * 32, "kind": "graph",
-                        "config": config, "speedup": 1.25}) + "\n").encode()
+def _entry(i: int, config: dict) -> dict:
+    return {"fingerprint": f"{i:032x}", "env_key": "e" * 32, "kind": "graph", "config": config, "speedup": 1.25}
+
+
+def _imports(*entries: dict) -> bytes:
+    """The body of POST /v1/import."""
+    return json.dumps({"entries": list(entries)}).encode()
 
 
 def test_reads_and_writes_through_a_real_server(server):
     assert call(f"{server}/v1/health")[1] == {"status": "ok", "version": None, "entries": 0, "store": "ok"}
-    status, body, _ = call(f"{server}/v1/import", _line(1, {"xla_cpu_use_xnnpack": False}))
+    status, body, _ = call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False})))
     assert status == 401 and body["error"]["code"] == "unauthorized"
-    status, body, _ = call(f"{server}/v1/import", _line(1, {"xla_dump_to": "/tmp/x"}), TOKEN)
-    assert status == 400 and "xla_dump_to" in body["error"]["message"]
-    status, body, _ = call(f"{server}/v1/import", _line(1, {"xla_cpu_use_xnnpack": False}) +
-                           _line(2, {"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"}), TOKEN)
+    status, body, _ = call(f"{server}/v1/import", _imports(_entry(1, {"xla_dump_to": "/tmp/x"})), TOKEN)
+    assert status == 422 and body["error"]["message"].startswith("body.entries.0.config: refused: xla_dump_to")
+    status, body, _ = call(f"{server}/v1/import", _imports({**_entry(1, {}), "speedup": "1.5"}), TOKEN)
+    assert status == 422 and "body.entries.0.speedup" in body["error"]["message"]  # strict: never converted
+    status, body, _ = call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False}),
+                                                           _entry(2, {"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"})), TOKEN)
     assert (status, body) == (200, {"version": 1, "imported": 2})
     key = store_key(f"{1:032x}", "e" * 32)
     status, body, _ = call(f"{server}/v1/configs/{key}")
-    assert status == 200 and body["version"] == 1 and json.loads(body["entry"]["config"]) == {"xla_cpu_use_xnnpack": False}
+    assert status == 200 and body["version"] == 1 and body["entry"]["config"] == {"xla_cpu_use_xnnpack": False}
+    assert body["entry"]["source"] == "import via service" and body["entry"]["provenance"] == "import"
     missing = "0" * 32
     assert call(f"{server}/v1/configs/{missing}")[0] == 404
     assert call(f"{server}/v1/configs/not-a-key")[1]["error"]["code"] == "bad_key"
     status, body, _ = call(f"{server}/v1/configs:batch", json.dumps({"keys": [key, missing]}).encode())
     assert status == 200 and body["entries"][missing] is None and body["entries"][key]["speedup"] == 1.25
+    assert body["entries"][key]["config"] == {"xla_cpu_use_xnnpack": False}
     too_many = json.dumps({"keys": [missing] * 1001}).encode()
-    assert call(f"{server}/v1/configs:batch", too_many)[0] == 400
+    status, body, _ = call(f"{server}/v1/configs:batch", too_many)
+    assert status == 422 and body["error"]["message"].startswith("body.keys: List should have at most 1000 items")
+    status, body, _ = call(f"{server}/v1/configs:batch", json.dumps({"keys": [key, "ABC"]}).encode())
+    assert status == 422 and body["error"]["message"].startswith("body.keys.1: String should match pattern")
     status, data, head = call(f"{server}/v1/snapshots/1")
     assert status == 200 and data[:4] == b"PAR1"
     assert call(f"{server}/v1/snapshots/1", headers={"If-None-Match": head["etag"]})[0] == 304
     assert call(f"{server}/v1/invalidate", json.dumps({"keys": [key]}).encode(), TOKEN)[1] == {"version": 2}
     assert call(f"{server}/v1/configs/{key}")[0] == 404
+    assert call(f"{server}/v1/rollback", json.dumps({"version": True}).encode(), TOKEN)[0] == 422
     assert call(f"{server}/v1/rollback", json.dumps({"version": 1}).encode(), TOKEN)[1] == {"version": 3}
     assert call(f"{server}/v1/configs/{key}")[0] == 200
     # A body over the limit is refused from its declared length, before it is read.
-    host, port = server.removeprefix("http://").split(":")
+    status, body = _declare_body(server, "/v1/import", MAX_BODY_BYTES + 1, TOKEN)
+    assert status == 413 and body["error"]["code"] == "too_large"
+
+
+def _declare_body(base: str, path: str, length: int, token: str | None = None) -> tuple[int, dict]:
+    """POST with a Content-Length of `length` and no body sent: the status and JSON."""
+    host, port = base.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
-    connection.putrequest("POST", "/v1/import")
-    connection.putheader("Authorization", f"Bearer {TOKEN}")
-    connection.putheader("Content-Length", str(17 << 20))
-    connection.endheaders()
-    response = connection.getresponse()
-    assert response.status == 413 and json.loads(response.read())["error"]["code"] == "too_large"
-    assert call(f"{server}/v1/metrics")[1]["lookups"] >= 4
+    try:
+        connection.putrequest("POST", path)
+        if token:
+            connection.putheader("Authorization", f"Bearer {token}")
+        connection.putheader("Content-Length", str(length))
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+Sample = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def _samples(base: str, accept: str | None = None) -> dict[Sample, float]:
+    """GET /metrics, parsed by prometheus_client's own parser (OpenMetrics' for an `accept` of
+    it): each sample's value by its name and labels."""
+    status, text, head = call(f"{base}/metrics", headers={"Accept": accept} if accept else None)
+    assert status == 200, text
+    if accept:
+        assert head["content-type"].startswith("application/openmetrics-text")
+        families = openmetrics_families(text.decode())
+    else:
+        assert head["content-type"].startswith("text/plain; version=0.0.4")
+        families = text_string_to_metric_families(text.decode())
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in families for sample in family.samples}
+
+
+def test_metrics_count_the_requests_made(server):
+    """/metrics in Prometheus' text format: look-ups, hits, misses, refusals and look-up latency
+    move by exactly the requests made; the gauges give the version served and its age."""
+    before = _samples(server)
+    assert math.isnan(before[("fdo_service_store_version", ())])
+    assert before[("fdo_service_store_degraded", ())] == 0
+    assert ("process_start_time_seconds", ()) in before  # when the counters started from zero
+    assert call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False})), TOKEN)[0] == 200
+    key, missing = store_key(f"{1:032x}", "e" * 32), "0" * 32
+    for wanted, times in ((key, 3), (missing, 2)):
+        for _ in range(times):
+            call(f"{server}/v1/configs/{wanted}")
+    assert call(f"{server}/v1/configs:batch", json.dumps({"keys": [key, missing, missing]}).encode())[0] == 200
+    refused = [call(f"{server}/v1/configs/NOT-A-KEY")[0],
+               call(f"{server}/v1/import", _imports(_entry(2, {})), "wrong")[0],
+               call(f"{server}/v1/rollback", b'{"version": "1"}', TOKEN)[0],
+               _declare_body(server, "/v1/configs:batch", MAX_JSON_BYTES + 1)[0],
+               _post_chunked(server, "/v1/configs:batch", MAX_JSON_BYTES + (1 << 20))[0]]
+    assert refused == [400, 401, 422, 413, 413]
+    after = _samples(server)
+
+    def moved(name: str, **labels: str) -> float:
+        sample = (name, tuple(sorted(labels.items())))
+        return after.get(sample, 0.0) - before.get(sample, 0.0)
+
+    assert [moved("fdo_service_lookups_total", route=route, outcome=outcome)
+            for route in ("key", "batch") for outcome in ("hit", "miss")] == [3, 2, 1, 2]
+    assert moved("fdo_service_lookup_seconds_count", route="key") == 6  # the refused key too
+    assert moved("fdo_service_lookup_seconds_bucket", route="key", le="+Inf") == 6
+    assert moved("fdo_service_lookup_seconds_count", route="batch") == 1
+    assert after[("fdo_service_lookup_seconds_sum", (("route", "key"),))] > 0
+    assert {code: moved("fdo_service_refusals_total", code=code)
+            for code in ("bad_key", "unauthorized", "invalid", "too_large")} == {
+        "bad_key": 1, "unauthorized": 1, "invalid": 1, "too_large": 2}
+    assert not any(name == "fdo_service_errors_total" for name, _ in after)  # no 5xx
+    assert after[("fdo_service_store_version", ())] == 1
+    assert 0 <= after[("fdo_service_snapshot_age_seconds", ())] < 3600  # published in this test
+    openmetrics = _samples(server, "application/openmetrics-text; version=1.0.0")
+    assert openmetrics[("fdo_service_lookups_total", (("outcome", "hit"), ("route", "key")))] == 3
+
+
+def test_openapi_shows_a_model_for_every_request_body(server):
+    """/openapi.json: every POST that takes a body declares its model, a config is an object in
+    requests and answers, and every write needs the bearer token."""
+    status, schema, _ = call(f"{server}/openapi.json")
+    assert status == 200
+    components = schema["components"]["schemas"]
+
+    def resolved(node: dict) -> dict:
+        return components[node["$ref"].rsplit("/", 1)[1]] if "$ref" in node else node
+
+    posts = {path: item["post"] for path, item in schema["paths"].items() if "post" in item}
+    assert set(posts) == {"/v1/configs:batch", "/v1/import", "/v1/invalidate", "/v1/rollback", "/v1/deliver"}
+    bodies = {path: resolved(post["requestBody"]["content"]["application/json"]["schema"])
+              for path, post in posts.items() if "requestBody" in post}
+    assert set(bodies) == set(posts) - {"/v1/deliver"}  # deliver takes no body
+    assert bodies["/v1/configs:batch"]["properties"]["keys"]["maxItems"] == 1000
+    assert bodies["/v1/invalidate"]["properties"]["keys"]["minItems"] == 1
+    assert bodies["/v1/rollback"]["properties"]["version"]["type"] == "integer"
+    entry = bodies["/v1/import"]["properties"]["entries"]["items"]
+    assert entry["properties"]["config"]["type"] == "object"
+    assert set(entry["required"]) == {"fingerprint", "env_key", "kind", "config", "speedup"}
+    answer = resolved(schema["paths"]["/v1/configs/{key}"]["get"]["responses"]["200"]["content"]
+                      ["application/json"]["schema"])
+    served = resolved(answer["properties"]["entry"])["properties"]["config"]
+    assert {"type": "object", "additionalProperties": True} in served["anyOf"]
+    for path in set(posts) - {"/v1/configs:batch"}:
+        assert posts[path]["security"] == [{"HTTPBearer": []}], path
+    assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+def test_api_docs_render_with_every_other_host_blocked(server, browser):
+    """/docs (Swagger UI) and /redoc load their scripts and styles from the service itself: in
+    Chromium, with every request to another host aborted, both list the endpoints. Swagger UI
+    asks nothing of another host; ReDoc only its maker's logo, an image."""
+    host = urllib.parse.urlsplit(server).netloc
+    elsewhere: dict[str, list[tuple[str, str]]] = {"/docs": [], "/redoc": []}
+    errors: list[str] = []
+    page = browser.new_page()
+
+    def only_the_server(route) -> None:
+        if urllib.parse.urlsplit(route.request.url).netloc == host:
+            route.continue_()
+        else:
+            elsewhere[urllib.parse.urlsplit(page.url).path].append((route.request.resource_type, route.request.url))
+            route.abort()
+
+    try:
+        page.route("**/*", only_the_server)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        assert page.goto(f"{server}/docs").status == 200
+        page.wait_for_selector('.opblock-summary-path[data-path="/v1/configs/{key}"]', timeout=60_000)
+        swagger = set(page.eval_on_selector_all(".opblock-summary-path", "els => els.map(e => e.dataset.path)"))
+        assert page.goto(f"{server}/redoc").status == 200
+        page.wait_for_selector('text="/v1/configs/{key}"', state="attached", timeout=60_000)
+        redoc = page.eval_on_selector_all("[role=menuitem]", "els => els.map(e => e.innerText.split(/\\s+/))")
+    finally:
+        page.close()
+    assert {"/v1/configs/{key}", "/v1/configs:batch", "/v1/import", "/v1/rollback", "/metrics"} <= swagger
+    assert [["GET", "Lookup"], ["POST", "Import", "Entries"]] == [item for item in redoc if item[-1] in ("Lookup", "Entries")]
+    assert elsewhere["/docs"] == [] and {kind for kind, _ in elsewhere["/redoc"]} <= {"image"}, elsewhere
+    assert errors == []
 
 
 def _lookup(base: str, key: str, timeout: float = 30) -> tuple[int, dict]:
@@ -121,14 +269,14 @@ def test_lookups_answer_while_writes_wait_on_the_store_lock_or_run_beam(tmp_path
     Warehouse(home).append(TUNING_RESULTS, pa.Table.from_pylist([_accepted_result("t1", "d" * 32)],
                                                                 TUNING_RESULTS.schema), "test")
     with running_server(home, {"FDO_TOKEN": TOKEN}) as server:
-        assert call(f"{server}/v1/import", _line(1, {"xla_cpu_use_xnnpack": False}), TOKEN)[1]["version"] == 1
+        assert call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False})), TOKEN)[1]["version"] == 1
         key = store_key(f"{1:032x}", "e" * 32)
         lock = home / "store" / ".lock"
         answered_during_deliver = 0
         with open(lock, "a") as held:
             fcntl.flock(held, fcntl.LOCK_EX)
             try:
-                importing, imported = _post_in_thread(f"{server}/v1/import", _line(2, {}), TOKEN)
+                importing, imported = _post_in_thread(f"{server}/v1/import", _imports(_entry(2, {})), TOKEN)
                 deadline = time.monotonic() + 120
                 while not _waiting_on(lock):
                     assert time.monotonic() < deadline, "the import never reached the store lock"
@@ -215,7 +363,7 @@ def test_every_error_is_json_in_one_shape(tmp_path):
             "not_found": (404, call(f"{server}/v1/no-such-thing")),
             "method_not_allowed": (405, call(f"{server}/v1/import")),
             "invalid": (422, call(f"{server}/v1/snapshots/latest")),
-            "bad_request": (400, call(f"{server}/v1/configs:batch", b"not json")),
+            "bad_key": (400, call(f"{server}/v1/configs/not-a-key")),
             "unauthorized": (401, call(f"{server}/v1/rollback", b"{}", "wrong")),
             # Sent as a stream that tolerates the server's early close (a plain POST can die in
             # a broken pipe before it reads the 413: seen once on a fresh clone).
@@ -225,11 +373,13 @@ def test_every_error_is_json_in_one_shape(tmp_path):
         for code, (status, (got, body, _)) in cases.items():
             assert got == status and _is_error(got, body, code), (code, got, body)
         assert call(f"{server}/v1/import")[2]["allow"] == "POST"
-        assert call(f"{server}/v1/metrics")[1]["errors_internal"] == 1
+        status, body, _ = call(f"{server}/v1/configs:batch", b"not json")
+        assert status == 422 and _is_error(status, body, "invalid") and "JSON decode error" in body["error"]["message"]
+        assert _samples(server)[("fdo_service_errors_total", (("code", "internal"),))] == 1
     (home / "store").mkdir()
     (home / "store" / "CURRENT").write_text("garbage\n")
     with running_server(home) as server:  # no token, and a store with nothing good to serve
-        status, body, _ = call(f"{server}/v1/import", _line(1, {}))
+        status, body, _ = call(f"{server}/v1/import", _imports(_entry(1, {})))
         assert status == 403 and _is_error(status, body, "writes_disabled")
         status, body, _ = call(f"{server}/v1/configs/{'0' * 32}")
         assert status == 503 and _is_error(status, body, "store_unavailable")
@@ -257,7 +407,7 @@ def test_the_last_good_snapshot_is_served_while_the_store_is_broken(tmp_path):
     store = home / "store"
     key = store_key(f"{1:032x}", "e" * 32)
     with running_server(home, {"FDO_TOKEN": TOKEN}) as server:
-        assert call(f"{server}/v1/import", _line(1, {"xla_cpu_use_xnnpack": False}), TOKEN)[1]["version"] == 1
+        assert call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False})), TOKEN)[1]["version"] == 1
 
         def breaks(damage, because: str, rollback_gives: int) -> None:
             version = call(f"{server}/v1/health")[1]["version"]
@@ -265,7 +415,7 @@ def test_the_last_good_snapshot_is_served_while_the_store_is_broken(tmp_path):
             assert because in _health_once(server, "degraded: ")["store"]
             status, body = _lookup(server, key)
             assert (status, body["version"]) == (200, version)  # the last good snapshot
-            status, body, _ = call(f"{server}/v1/import", _line(2, {}), TOKEN)
+            status, body, _ = call(f"{server}/v1/import", _imports(_entry(2, {})), TOKEN)
             assert status == 400 and "roll back" in body["error"]["message"]
             assert call(f"{server}/v1/rollback", b'{"version": 1}', TOKEN)[1] == {"version": rollback_gives}
             assert _health_once(server, "ok")["version"] == rollback_gives

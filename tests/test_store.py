@@ -15,7 +15,8 @@ import pyarrow as pa
 import pytest
 
 from delivery.deliver import deliver
-from delivery.store import ConcurrentPublish, Store, StoreError, merge_entries, read_import
+from delivery.imports import read_import
+from delivery.store import ConcurrentPublish, Store, StoreError, merge_entries
 from ingest.environment import store_key
 from ingest.warehouse import Warehouse
 from ranking.store_snapshot import live_entries
@@ -55,7 +56,7 @@ def test_import_show_diff_rollback(tmp_path):
     assert [line.split() for line in text[2:]] == [["added", added], ["changed", changed]]
     assert fdo(home, "store", "diff", "2", "v2").stdout.splitlines()[1] == "  v2 and v2 hold the same entries"
     shown = json.loads(fdo(home, "store", "show", f"{1:032x}", "--json").stdout)
-    assert json.loads(shown[0]["config"]) == {"xla_cpu_enable_fast_math": True}
+    assert shown[0]["config"] == {"xla_cpu_enable_fast_math": True}
     # As text, the config reads as the --set arguments that give it, not as JSON.
     text = fdo(home, "store", "show", f"{2:032x}").stdout.splitlines()
     assert text[0].split() == ["key", "kind", "speedup", "by", "expires", "config"]
@@ -69,6 +70,12 @@ def test_import_show_diff_rollback(tmp_path):
     assert [m.parent for m in store.versions()] == [None, 1, 2]
     # Ranking reads the same snapshot through its contract.
     assert live_entries(home).column("key").to_pylist() == store.entries().column("key").to_pylist()
+    # What export writes (configs as objects), import takes.
+    exported = tmp_path / "exported.jsonl"
+    exported.write_text(fdo(home, "store", "export").stdout)
+    assert fdo(tmp_path / "other", "store", "import", str(exported)).returncode == 0
+    copied = Store(tmp_path / "other").entries().select(["key", "config", "speedup", "expires_at"])
+    assert copied.equals(store.entries().select(["key", "config", "speedup", "expires_at"]))
 
 
 def test_non_allowlisted_flags_never_enter(tmp_path):
@@ -76,7 +83,7 @@ def test_non_allowlisted_flags_never_enter(tmp_path):
     for config in ({"xla_dump_to": "/tmp/x"}, {"xla_cpu_not_a_flag": True},
                    {"xla_gpu_per_fusion_autotune_cache_dir": "/tmp"}, {"xla_cpu_scheduler_type": "BOGUS"}):
         result = fdo(home, "store", "import", str(_write(tmp_path / "bad.jsonl", [_entry(1, config)])))
-        assert result.returncode == 2 and "config refused" in result.stderr
+        assert result.returncode == 2 and ":1: config: refused: " in result.stderr
     assert Store(home).current() is None
     with pytest.raises(StoreError, match="line|:1"):
         read_import(_write(tmp_path / "short.jsonl", [{"fingerprint": "abc"}]))

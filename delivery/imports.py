@@ -1,0 +1,92 @@
+"""Owner-validated configs into the store (CATWILD 5.2): what an import entry is, declared once
+as a pydantic model (`ImportEntry`, which the service's OpenAPI schema shows too), read from a
+JSON-lines file (`fdo store import`) or from the service's `POST /v1/import` body, and made into
+store rows.
+
+A module apart from delivery.store: the compiler hook's embedded look-ups import the store
+inside users' jobs, and pydantic is no part of those.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Annotated, Any, Iterable, Literal, Sequence
+
+import pyarrow as pa
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from delivery.store import DEFAULT_TTL, ENTRIES, StoreError
+from ingest.environment import store_key
+from tuner.flags import FlagError, from_json, to_json
+
+MAX_IMPORT_BYTES = 16 << 20
+Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
+
+
+class ImportEntry(BaseModel):
+    """One config to import. Strict: no value is coerced from another type (a speedup of
+    "1.5" or true is refused, not converted); fields beyond these are ignored."""
+
+    model_config = ConfigDict(strict=True)
+
+    fingerprint: Hex32 = Field(description="the graph's (or op's) fingerprint, 32 lowercase hex digits")
+    env_key: Hex32 = Field(description="the environment key, 32 lowercase hex digits")
+    kind: Literal["graph", "op"]
+    config: dict[str, Any] = Field(description="flag: value, every flag on the allowlist and its value "
+                                               "in the flag's domain", examples=[{"xla_cpu_use_xnnpack": False}])
+    speedup: float = Field(gt=0, le=100, allow_inf_nan=False, description="the speedup a hit is expected to give")
+    expires_at: AwareDatetime | None = Field(None, description=f"ISO 8601 with a time zone; default: "
+                                                               f"{DEFAULT_TTL.days} days after the import")
+
+    @field_validator("config")
+    @classmethod
+    def _allowlisted(cls, config: dict[str, Any]) -> dict[str, Any]:
+        """The config in its JSON form, or an error naming the flag that is refused."""
+        try:
+            return to_json(from_json(config))
+        except FlagError as exc:
+            raise PydanticCustomError("config_refused", "refused: {reason}", {"reason": str(exc)}) from None
+
+
+def read_import(path: Path, now: datetime.datetime | None = None) -> pa.Table:
+    """Entries from a JSON-lines file of `ImportEntry`s. StoreError names the line and the
+    problem; nothing is imported from a file with a bad line."""
+    try:
+        if path.stat().st_size > MAX_IMPORT_BYTES:
+            raise StoreError(f"{path}: over the {MAX_IMPORT_BYTES}-byte import limit")
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+    entries = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                entries.append(ImportEntry.model_validate_json(line))
+            except ValidationError as exc:
+                raise StoreError(f"{path}:{number}: {describe(exc.errors())}") from None
+    if not entries:
+        raise StoreError(f"{path}: no entries")
+    return entry_rows(entries, path.name, now)
+
+
+def entry_rows(entries: Sequence[ImportEntry], source: str, now: datetime.datetime | None = None) -> pa.Table:
+    """Store rows (ENTRIES) of imported entries, measured `now` and from `source`."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    return pa.Table.from_pylist([_row(entry, source, now) for entry in entries], ENTRIES)
+
+
+def describe(errors: Iterable[ErrorDetails | dict[str, Any]], within: tuple[str, ...] = ()) -> str:
+    """Pydantic's validation errors as one line, `where: problem; ...`, each place inside
+    `within` (FastAPI's errors name the body already: ("body", "keys", 3))."""
+    return "; ".join(f"{'.'.join(map(str, (*within, *error['loc'])))}: {error['msg']}" for error in errors)
+
+
+def _row(entry: ImportEntry, source: str, now: datetime.datetime) -> dict[str, Any]:
+    return {"key": store_key(entry.fingerprint, entry.env_key), "fingerprint": entry.fingerprint,
+            "env_key": entry.env_key, "kind": entry.kind, "speedup": entry.speedup,
+            "expires_at": entry.expires_at or now + DEFAULT_TTL, "provenance": "import",
+            "config": json.dumps(entry.config, sort_keys=True), "ci_low": None, "ci_high": None,
+            "compiler_version": None, "measured_at": now, "source": source}
