@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from pipelines.extras import MissingExtra, needs
 from tuner.strategies import STRATEGIES
 
 if TYPE_CHECKING:
@@ -142,6 +143,11 @@ def cmd_workloads(args: argparse.Namespace) -> int:
             for row in rows:
                 print(f"{row['name']:<20} {row['description']}")
         return EXIT_OK
+    return _dump_workloads(args)
+
+
+@needs("pipeline")
+def _dump_workloads(args: argparse.Namespace) -> int:
     from ingest.zoo.dump import dump_workloads
 
     out = Path(args.out)
@@ -153,6 +159,7 @@ def cmd_workloads(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@needs("pipeline")
 def cmd_ingest(args: argparse.Namespace) -> int:
     from ingest.hits import ingest_hits
     from ingest.profiles import ingest_profiles
@@ -184,6 +191,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return EXIT_QUARANTINED if report.quarantined else EXIT_OK
 
 
+@needs("pipeline")
 def cmd_simulate(args: argparse.Namespace) -> int:
     import datetime
 
@@ -222,6 +230,7 @@ def print_simulation(report: Any) -> None:
         print(f"quarantined {item.source}: {item.reason}", file=sys.stderr)
 
 
+@needs("pipeline")
 def cmd_rank(args: argparse.Namespace) -> int:
     import datetime
 
@@ -248,6 +257,7 @@ def print_ranking(candidates: Any, coverage: Any) -> None:
         print(f"  {row['kind']:<5} {row['category']:<16} {row['share']:>7.2%}  ({row['keys']} keys)")
 
 
+@needs("pipeline")
 def cmd_savings(args: argparse.Namespace) -> int:
     import datetime
 
@@ -268,6 +278,7 @@ def cmd_savings(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@needs("pipeline")
 def cmd_tune(args: argparse.Namespace) -> int:
     from ingest.hlo_module import load_file
     from tuner.tune import overall_progress, tune_module
@@ -372,6 +383,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@needs("pipeline")
 def cmd_deliver(args: argparse.Namespace) -> int:
     from delivery.deliver import deliver
 
@@ -438,6 +450,7 @@ def _print_versions(store: Store, as_json: bool) -> None:
         print(f"! {name:<5} damaged: {problem}")
 
 
+@needs("service")
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -540,6 +553,7 @@ def cmd_toolchain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@needs("pipeline")
 def cmd_validate(args: argparse.Namespace) -> int:
     import dataclasses
     import datetime
@@ -579,6 +593,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@needs("service")
 def _validate_forever(home: Path, args: argparse.Namespace) -> int:
     import logging
 
@@ -658,6 +673,7 @@ def cmd_hits(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@needs("pipeline")
 def cmd_nightly(args: argparse.Namespace) -> int:
     import datetime
 
@@ -680,6 +696,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
+@needs("service")
 def cmd_scheduler(args: argparse.Namespace) -> int:
     import shlex
 
@@ -926,6 +943,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     # Bad input of every stage (HloLoadError, FlagError, StoreError, bad dates...) is a ValueError.
     except (CompileError, KeyError, ValueError) as exc:
+        print(f"fdo {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    # An install without the extra the command needs: a usage problem, told in one line.
+    except MissingExtra as exc:
         print(f"fdo {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     # A path the stage was given (or the home) that cannot be read or written.
