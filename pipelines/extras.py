@@ -34,7 +34,7 @@ def _require(extra: str) -> None:
     """MissingExtra, naming the extra and how to install it, unless all its modules are here."""
     missing = [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
     if missing:
-        raise MissingExtra(f"needs the {extra} extra ({missing[0]} is not installed): "
+        raise MissingExtra(f"needs the {extra} extra (missing: {', '.join(missing)}): "
                            f"pip install 'fleet-fdo[{extra}]'")
 
 
