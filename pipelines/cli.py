@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from pipelines.extras import MissingExtra, needs
 from tuner.strategies import STRATEGIES
 
 if TYPE_CHECKING:
@@ -174,6 +175,11 @@ def cmd_workloads(args: argparse.Namespace) -> int:
             _print_table(("name", "family", "size", "description"),
                          [(r["name"], r["family"], str(r["size"]), r["description"]) for r in rows], "<<<<")
         return EXIT_OK
+    return _dump_workloads(args)
+
+
+@needs("pipeline")
+def _dump_workloads(args: argparse.Namespace) -> int:
     from ingest.zoo.dump import dump_workloads
 
     out = Path(args.out)
@@ -185,6 +191,7 @@ def cmd_workloads(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@needs("pipeline")
 def cmd_ingest(args: argparse.Namespace) -> int:
     from ingest.hits import ingest_hits
     from ingest.profiles import ingest_profiles
@@ -216,6 +223,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return EXIT_QUARANTINED if report.quarantined else EXIT_OK
 
 
+@needs("pipeline")
 def cmd_simulate(args: argparse.Namespace) -> int:
     import datetime
 
@@ -254,6 +262,7 @@ def print_simulation(report: Any) -> None:
         print(f"quarantined {item.source}: {item.reason}", file=sys.stderr)
 
 
+@needs("pipeline")
 def cmd_rank(args: argparse.Namespace) -> int:
     import datetime
 
@@ -290,6 +299,7 @@ def print_ranking(candidates: Any, coverage: Any) -> None:
         print("  no fleet chip-time in the window: ingest profiles first (fdo ingest profiles)")
 
 
+@needs("pipeline")
 def cmd_savings(args: argparse.Namespace) -> int:
     import datetime
 
@@ -314,6 +324,7 @@ def cmd_savings(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@needs("pipeline")
 def cmd_tune(args: argparse.Namespace) -> int:
     from ingest.hlo_module import load_file
     from tuner.tune import overall_progress, tune_module
@@ -418,6 +429,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@needs("pipeline")
 def cmd_deliver(args: argparse.Namespace) -> int:
     from delivery.deliver import deliver
 
@@ -539,6 +551,7 @@ def _print_diff(store: Store, old: int, new: int, as_json: bool) -> None:
         print(f"  v{old} and v{new} hold the same entries")
 
 
+@needs("service")
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -643,6 +656,7 @@ def cmd_toolchain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@needs("pipeline")
 def cmd_validate(args: argparse.Namespace) -> int:
     import dataclasses
     import datetime
@@ -683,6 +697,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@needs("service")
 def _validate_forever(home: Path, args: argparse.Namespace) -> int:
     import logging
 
@@ -771,6 +786,7 @@ def cmd_hits(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@needs("pipeline")
 def cmd_nightly(args: argparse.Namespace) -> int:
     import datetime
 
@@ -794,6 +810,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
+@needs("service")
 def cmd_scheduler(args: argparse.Namespace) -> int:
     import shlex
 
@@ -1175,6 +1192,10 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # the reader of stdout is gone: main ends quietly
         raise
+    # An install without the extra the command needs: a usage problem, told in one line.
+    except MissingExtra as exc:
+        print(f"fdo {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     # A path the stage was given (or the home) that cannot be read or written.
     except OSError as exc:
         print(f"fdo {args.command}: {_os_error_line(exc)}", file=sys.stderr)

@@ -8,6 +8,7 @@ import math
 import random
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pyarrow as pa
@@ -59,28 +60,34 @@ def tuned_home(tmp_path_factory) -> Path:
 
 def test_analysis_ranks_flags_by_their_measured_effect(tuned_home):
     rows = Warehouse(tuned_home).read(TRIALS).to_pylist()
-    # The search's trials (a race of close finalists may follow them: tuner.winner).
-    rows = [r for r in rows if r["index"] < len(WARM_START)]
-    assert sorted(r["config"] for r in rows) == sorted(config_key(c) for c in WARM_START)
-    # What the trials say directly: each sets one flag, so that flag's effect is its log speedup.
-    measured = {next(iter(json.loads(r["config"]))): math.log(r["speedup"]) for r in rows
-                if r["outcome"] != "failed" and r["numerics_ok"]}
-    failed = {next(iter(json.loads(r["config"]))) for r in rows} - set(measured)
+    searched = [r for r in rows if r["index"] < len(WARM_START)]
+    assert sorted(r["config"] for r in searched) == sorted(config_key(c) for c in WARM_START)
+    # Every trial sets one flag: the search's, and the race's fresh measurements of the close
+    # finalists among them (tuner.winner), so a flag has one or two trials.
+    logs: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        (flag,) = json.loads(r["config"])
+        logs[flag] += [math.log(r["speedup"])] if r["outcome"] != "failed" and r["numerics_ok"] else []
+    measured = {flag: values for flag, values in logs.items() if values}
+    failed = set(logs) - set(measured)
     assert "xla_cpu_parallel_codegen_split_count" in failed
-    strongest = max(measured, key=lambda flag: abs(measured[flag]))
+    # The ridge solution of a flag set alone: its trials' summed log speedups, shrunk.
+    effects = {flag: sum(values) / (len(values) + RIDGE) for flag, values in measured.items()}
+    strongest = max(effects, key=lambda flag: abs(effects[flag]))
 
     analysis = analyze_flags(tuned_home)
     assert (analysis.trials, analysis.usable, analysis.failed, analysis.graphs) == \
-        (len(rows), len(measured), len(failed), 1)
+        (len(rows), sum(map(len, measured.values())), len(failed), 1)
     ranked = [f for f in analysis.flags if f.importance is not None]
     assert ranked[0].flag == strongest
-    assert [abs(measured[f.flag]) for f in ranked] == sorted((abs(v) for v in measured.values()), reverse=True)
-    for flag in ranked:  # one trial per value: the ridge solution is its log speedup, shrunk
+    assert [abs(effects[f.flag]) for f in ranked] == sorted((abs(v) for v in effects.values()), reverse=True)
+    for flag in ranked:
         (value,) = flag.values
-        assert value.effect == pytest.approx(measured[flag.flag] / (1 + RIDGE))
+        assert value.effect == pytest.approx(effects[flag.flag])
         assert flag.importance == pytest.approx(abs(value.effect))
         assert value.low <= value.effect <= value.high and flag.low <= flag.importance <= flag.high
-        assert (flag.trials, flag.failed, value.trials) == (1, 0, 1)
+        trials = len(measured[flag.flag])
+        assert (flag.trials, flag.failed, value.trials) == (trials, 0, trials)
     unmeasured = [f for f in analysis.flags if f.importance is None]
     assert {f.flag for f in unmeasured} == failed and all(f.failed == f.trials == 1 for f in unmeasured)
     # Winners: the accepted result's flags, if the search found one that held up.
