@@ -7,6 +7,7 @@ The screenshot of the full page is kept at tests/artifacts/dashboard.png (git-ig
 from __future__ import annotations
 
 import datetime
+import os
 import shutil
 import urllib.parse
 from collections import Counter, defaultdict
@@ -150,7 +151,11 @@ def browser():
     """Debian's headless Chromium, driven by Playwright (whose own browser download is unused)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        pytest.fail("the dashboard tests need Debian's chromium (apt-get install chromium; .ci/run installs it)")
+        # Skipped where no browser is installed, unless told it must be there (.ci/run).
+        need = "the dashboard page tests need Debian's chromium (apt-get install chromium)"
+        if os.environ.get("FDO_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{need}; FDO_REQUIRE_BROWSER=1 says it must be installed")
+        pytest.skip(f"{need}; none on PATH")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, headless=True)
         yield browser
