@@ -260,12 +260,17 @@ def cmd_savings(args: argparse.Namespace) -> int:
         _print_json(_json_rows(rows))
         return EXIT_OK
     saved = sum(r["chip_seconds_saved"] for r in rows.to_pylist())
-    print(f"savings {first} .. {last}: {saved / 3600:,.1f} chip-hours saved in {rows.num_rows} rows")
+    print(f"savings {first} .. {last}: {_chip_time(saved)} saved in {rows.num_rows} rows")
     for row in rows.to_pylist():
         print(f"  {row['dt']} {row['kind']:<5} {row['team']:<14} v{row['config_version']} "
               f"{'validator ' if row['validator_updated'] else ''}"
-              f"{row['chip_seconds_saved'] / 3600:>12,.1f} chip-hours")
+              f"{_chip_time(row['chip_seconds_saved']):>22}")
     return EXIT_OK
+
+
+def _chip_time(seconds: float) -> str:
+    """Chip-time in hours, or in seconds below a tenth of an hour (one job's savings)."""
+    return f"{seconds / 3600:,.1f} chip-hours" if seconds >= 360 else f"{seconds:,.1f} chip-seconds"
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
