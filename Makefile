@@ -1,10 +1,11 @@
-# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv on first use.
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv on first use
+# (`make venv` creates it alone).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: venv demo test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,6 +13,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
+venv: $(STAMP)
+
+# Writes to $FDO_HOME if set, else ./.fdo-demo (never to the default data root, ~/.fdo).
 demo: $(STAMP)
 	$(BIN)/python -m pipelines.demo
 
@@ -26,4 +30,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_ingest_scale.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache .fdo-demo .fdo-quickstart

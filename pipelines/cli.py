@@ -312,16 +312,21 @@ def cmd_savings(args: argparse.Namespace) -> int:
         _print_json(_json_rows(rows))
         return EXIT_OK
     saved = sum(r["chip_seconds_saved"] for r in rows.to_pylist())
-    print(f"savings {first} .. {last}: {saved / 3600:,.1f} chip-hours saved in {rows.num_rows} rows")
+    print(f"savings {first} .. {last}: {_chip_time(saved)} saved in {rows.num_rows} rows")
     if rows.num_rows:
-        _print_table(("date", "kind", "team", "version", "validator-updated", "chip-hours saved"),
+        _print_table(("date", "kind", "team", "version", "validator-updated", "saved"),
                      [(str(r["dt"]), r["kind"], r["team"], f"v{r['config_version']}",
                        "yes" if r["validator_updated"] else "no",
-                       f"{r['chip_seconds_saved'] / 3600:,.1f}") for r in rows.to_pylist()],
+                       _chip_time(r["chip_seconds_saved"])) for r in rows.to_pylist()],
                      "<<<<<>", indent="  ")
     else:
         print("  no hits on tuned configs in these days")
     return EXIT_OK
+
+
+def _chip_time(seconds: float) -> str:
+    """Chip-time in hours, or in seconds below a tenth of an hour (one job's savings)."""
+    return f"{seconds / 3600:,.1f} chip-hours" if seconds >= 360 else f"{seconds:,.1f} chip-seconds"
 
 
 @needs("pipeline")

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ingest.environment import Environment
 from ingest.quarantine import file_digest
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
 from ingest.warehouse import Warehouse
@@ -18,6 +19,7 @@ from pipelines.simulator.run import simulate
 
 WORKLOADS = ["mlp-s", "gnn-s"]
 START = datetime.date(2026, 3, 1)
+HERE = Environment("cpu", "cpu:test", 1, "jaxlib-test")
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +77,7 @@ def test_same_seed_same_fleet_and_rerun_adds_nothing(simulated, tmp_path):
 def test_opt_out_share_and_heavy_tail_at_scale():
     spec = fleet.FleetSpec(jobs=200_000, seed=3)
     jobs = fleet.make_jobs(spec, n_graphs=32)
-    rows = fleet.simulate_day(jobs, spec, 103, np.full(32, 0.01), "jaxlib-test", "cpu:test")
+    rows = fleet.simulate_day(jobs, spec, 103, np.full(32, 0.01), HERE)
     chip_seconds = jobs.chips[rows.job] * rows.seconds
     assert chip_seconds[jobs.opted_out[rows.job]].sum() / chip_seconds.sum() == pytest.approx(0.2, abs=0.04)
     by_graph = np.sort(np.bincount(rows.graph, chip_seconds, 32))[::-1]
@@ -85,7 +87,7 @@ def test_opt_out_share_and_heavy_tail_at_scale():
 def test_tuned_graphs_run_faster_and_record_the_hit():
     spec = fleet.FleetSpec(jobs=5000, seed=1)
     jobs = fleet.make_jobs(spec, n_graphs=4)
-    rows = fleet.simulate_day(jobs, spec, 11, np.full(4, 0.01), "jaxlib-test", "cpu:test")
+    rows = fleet.simulate_day(jobs, spec, 11, np.full(4, 0.01), HERE)
     fingerprints = [f"{i:032x}" for i in range(4)]
     tuned_env = rows.environments[0].key()
 

@@ -7,7 +7,9 @@
   popularity over the catalog, so a few graphs dominate fleet chip-time.
 - About `opt_out_share` of chip-time belongs to jobs that opted out of tuning.
 - The compiler has a release every `release_every_days` days (counted from a fixed epoch, so
-  day-by-day runs agree); each job adopts a release after its own lag of 0-6 days.
+  day-by-day runs agree); each job adopts a release after its own lag of 0-6 days. Jobs on the
+  "here" device kind run this machine's environment instead, its compiler included, so the
+  tuner and the validator can measure what they run.
 - Jobs whose graph has a tuned config (a `TunedLookup` answers) run faster by its speedup and
   record the hit metadata.
 """
@@ -37,10 +39,13 @@ SIZE_CLASSES = (
     ("XL", (512, 1024), 0.03),
     ("XXL", (2048, 4096), 0.01),
 )
-# (platform, device kind, share of jobs); "local" is this machine's CPU kind, so tuned configs
-# measured here apply to part of the fleet.
-DEVICE_KINDS = (("cpu", "local", 0.25), ("tpu", "TPU v5 lite", 0.35), ("tpu", "TPU v5p", 0.2),
-                ("gpu", "NVIDIA H100 80GB HBM3", 0.2))
+# (platform, device kind, share of jobs). Two kinds are this machine's CPU, so configs tuned here
+# apply to part of the fleet: "here" jobs run exactly this machine's environment (its device
+# count and its compiler, the one the tuner and the validator measure with), so their configs
+# are re-measured for real; "local" jobs run at their own size and follow the simulated releases.
+DEVICE_KINDS = (("cpu", "here", 0.15), ("cpu", "local", 0.1), ("tpu", "TPU v5 lite", 0.35),
+                ("tpu", "TPU v5p", 0.2), ("gpu", "NVIDIA H100 80GB HBM3", 0.2))
+HERE_KIND = next(i for i, (_, name, _) in enumerate(DEVICE_KINDS) if name == "here")
 LAG_DAYS = 7
 ROW_CHUNK = 1 << 20
 
@@ -156,8 +161,10 @@ class DayRows:
 
 
 def simulate_day(jobs: Jobs, spec: FleetSpec, day: int, step_seconds: np.ndarray,
-                 base_version: str, local_kind: str) -> DayRows:
-    """The graph runs of every job alive on `day`."""
+                 here: Environment) -> DayRows:
+    """The graph runs of every job alive on `day`; `here` is this machine's environment: the
+    "here" jobs run in it (a job of N chips is N processes like this one), and the releases
+    are named after its compiler."""
     rng = np.random.default_rng([spec.seed, 2, day])
     alive = np.flatnonzero(jobs.long_running | (rng.random(len(jobs.duty)) < jobs.duty))
     slots = jobs.graphs[alive] >= 0
@@ -171,16 +178,20 @@ def simulate_day(jobs: Jobs, spec: FleetSpec, day: int, step_seconds: np.ndarray
     for release_day in releases:  # the newest release each job has adopted by now
         release = np.where(release_day + _lag(jobs.lag[job], release_day) <= day, release_day, release)
     # One integer per (device kind, chips, release): np.unique over it is a plain sort.
-    code = ((jobs.kind[job].astype(np.int64) << 40) | (jobs.chips[job].astype(np.int64) << 20)
-            | (release - releases[0]))
+    kind = jobs.kind[job].astype(np.int64)
+    code = np.where(kind == HERE_KIND, kind << 40, (kind << 40) | (jobs.chips[job].astype(np.int64) << 20)
+                    | (release - releases[0]))
     combos, env = np.unique(code, return_inverse=True)
     environments = []
     for combo in combos.tolist():
         platform, kind_name, _ = DEVICE_KINDS[combo >> 40]
+        if kind_name == "here":
+            environments.append(here)
+            continue
         environments.append(Environment(
-            platform=platform, device_kind=local_kind if kind_name == "local" else kind_name,
+            platform=platform, device_kind=here.device_kind if kind_name == "local" else kind_name,
             device_count=(combo >> 20) & 0xFFFFF,
-            compiler_version=compiler_version(base_version, releases[0] + (combo & 0xFFFFF))))
+            compiler_version=compiler_version(here.compiler_version, releases[0] + (combo & 0xFFFFF))))
     executions = np.maximum(1, (seconds / step_seconds[graph]).astype(np.int64))
     return DayRows(job, graph, env.reshape(-1), seconds, executions, environments)
 

@@ -86,8 +86,7 @@ def simulate(home: Path, days: int, jobs: int, seed: int = 0, start: datetime.da
     report = SimulationReport(graphs=len(catalog))
     for day in progress_bar(range(first_day, first_day + days), desc="fleet days", unit="day",
                             enabled=progress):
-        rows = fleet.simulate_day(population, spec, day, step_seconds,
-                                  here.compiler_version, here.device_kind)
+        rows = fleet.simulate_day(population, spec, day, step_seconds, here)
         rows, hits = fleet.apply_hits(rows, fingerprints, tuned)
         dt = (fleet.EPOCH + datetime.timedelta(days=day)).isoformat()
         drop_dir = home / "fleet" / "profiles" / dt
