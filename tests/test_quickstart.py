@@ -46,8 +46,8 @@ def test_the_readme_quickstart_gets_a_hit_and_a_savings_row(tmp_path):
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
 
     home = tmp_path / ".fdo-quickstart"  # where the quickstart puts its data
-    assert re.search(r" jit_step .* applied v1 [\d.]+x", result.stdout), result.stdout
-    assert re.search(r"^  \d{4}-\d\d-\d\d graph me +v1 +[\d,.]+ chip-(seconds|hours)$",
+    assert re.search(r" jit_step .* applied +v1 +[\d.]+x", result.stdout), result.stdout
+    assert re.search(r"^  \d{4}-\d\d-\d\d +graph +me +v1 +(yes|no) +[\d,.]+ chip-(seconds|hours)$",
                      result.stdout, flags=re.M), result.stdout
     hits = fdo_json(home, "hits", "--job", "quickstart-2")["records"]
     applied = [h for h in hits if h["outcome"] == "applied"]
