@@ -26,7 +26,8 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from delivery.store import Store, merge_entries, read_import
+from delivery.imports import read_import
+from delivery.store import Store, merge_entries
 from ingest.environment import current_environment
 from ingest.warehouse import Warehouse
 from pipelines.nightly import NightlySettings, run_nightly

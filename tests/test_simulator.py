@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import shutil
 from pathlib import Path
 
@@ -101,3 +102,17 @@ def test_tuned_graphs_run_faster_and_record_the_hit():
     np.testing.assert_array_equal(sped.seconds[~chosen], rows.seconds[~chosen])
     assert set(hits.version[chosen]) == {3} and set(hits.version[~chosen]) == {None}
     assert np.isnan(hits.speedup[~chosen]).all()
+
+
+def test_the_demos_team_config_lands_in_the_store_as_an_import_does(tmp_path):
+    from delivery.store import Store
+    from ingest.environment import current_environment
+    from pipelines.demo import DemoSettings, import_owner_config
+
+    owned = DemoSettings().imported
+    version = import_owner_config(tmp_path, owned)
+    [entry] = Store(tmp_path).entries(version).to_pylist()
+    assert (entry["env_key"], entry["kind"], entry["speedup"]) == (
+        current_environment().key(), "graph", owned.claimed_speedup)
+    assert json.loads(entry["config"]) == owned.config
+    assert entry["provenance"] == "import"
