@@ -22,11 +22,11 @@ def signal_once_journaled(command: list[str], root: Path, pattern: str, lines: i
     """Start `command`, and send it `signum` as soon as a journal `root.glob(pattern)` finds
     holds `lines` lines (or when it ends or `timeout` passes); returns that journal, if one got
     there, and the process's exit status."""
-    # The child starts with `signum` at its default action, as a terminal's job would: an
+    # The child starts with SIGINT at its default action, as a terminal's job would: an
     # ignored SIGINT (a suite started in the background, or by a runner that ignores it) is
     # inherited across exec, and Python then installs no KeyboardInterrupt handler.
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     journal, deadline = None, time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
         found = list(root.glob(pattern))
