@@ -286,7 +286,8 @@ def create_app(home: Path, token: str | None) -> FastAPI:
             entry = snapshot.entries.get(key)
             if entry is None:
                 metrics.misses["key"].inc()
-                return _error(ServiceError(404, "not_found", f"no entry for key {key} in version {snapshot.version}"))
+                where = "the store is empty" if snapshot.version is None else f"version {snapshot.version}"
+                return _error(ServiceError(404, "not_found", f"no entry for key {key} ({where})"))
             metrics.hits["key"].inc()
             return Response(b'{"version":%d,"entry":%s}' % (snapshot.version, entry), media_type="application/json")
 
