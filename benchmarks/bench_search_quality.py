@@ -1,7 +1,7 @@
 """Search quality: what each search finds, against an oracle, per workload.
 
     python benchmarks/bench_search_quality.py [--workloads cnn-s,nbody-s] [--budgets 8,16,40]
-        [--seeds 2] [--schedule-seeds 2] [--cache DIR] [--json]
+        [--seeds 2] [--schedule-seeds 2] [--replays optuna-tpe,evolution] [--cache DIR] [--json]
 
 Per workload (every zoo workload at both sizes by default; `fdo workloads list`):
 
@@ -339,7 +339,7 @@ def gain(run: Run, oracle_speedup: float) -> float:
 
 
 def bench_workload(bench: Bench, budgets: list[int], seeds: int, schedule_seeds: int,
-                   pair_moves: int) -> dict[str, Any]:
+                   pair_moves: int, replays: list[str]) -> dict[str, Any]:
     """Every search of one workload, summarized per strategy and budget."""
     config, speedup, significant = oracle(bench, pair_moves)
     bench.oracle = (config, speedup, bench.screen(config).program if config else None)
@@ -351,12 +351,11 @@ def bench_workload(bench: Bench, budgets: list[int], seeds: int, schedule_seeds:
     runs: list[Run] = [run_schedule(bench, b, seed, target)
                        for seed in range(schedule_seeds) for b in budgets]
     for seed in range(seeds):
-        for name in sorted(STRATEGIES):
-            runs += run_plain(bench, name, budgets, seed, target)
-        for name in OPTUNA:
-            runs += run_optuna(bench, name, budgets, seed, target)
+        for name in replays:
+            run = run_optuna if name in OPTUNA else run_plain
+            runs += run(bench, name, budgets, seed, target)
     rows = []
-    for strategy in ["schedule", *sorted(STRATEGIES), *OPTUNA]:
+    for strategy in ["schedule", *replays]:
         for budget in budgets:
             mine = [r for r in runs if r.strategy == strategy and r.budget == budget]
             reached = [r.to_target for r in mine if r.to_target is not None]
@@ -370,12 +369,13 @@ def bench_workload(bench: Bench, budgets: list[int], seeds: int, schedule_seeds:
     return result
 
 
-def overall(results: list[dict[str, Any]], budgets: list[int]) -> list[dict[str, Any]]:
+def overall(results: list[dict[str, Any]], budgets: list[int],
+            replays: list[str]) -> list[dict[str, Any]]:
     """Per strategy and budget: the geometric mean of verified speedups over the workloads whose
     oracle is significant, the mean gain share and the worst."""
     counted = [r for r in results if r["oracle"]["significant"]]
     summary = []
-    for strategy in ["schedule", *sorted(STRATEGIES), *OPTUNA]:
+    for strategy in ["schedule", *replays]:
         for budget in budgets:
             rows = [row for r in counted for row in r["rows"]
                     if row["strategy"] == strategy and row["budget"] == budget]
@@ -392,7 +392,7 @@ def overall(results: list[dict[str, Any]], budgets: list[int]) -> list[dict[str,
 
 
 def print_results(results: list[dict[str, Any]], summary: list[dict[str, Any]],
-                  budgets: list[int]) -> None:
+                  budgets: list[int], replays: list[str]) -> None:
     for result in results:
         o = result["oracle"]
         print(f"\n{result['workload']}: oracle {o['speedup']:.3f}x "
@@ -402,7 +402,7 @@ def print_results(results: list[dict[str, Any]], summary: list[dict[str, Any]],
             continue
         print(f"  {'strategy':<14}" + "".join(f"  gain@{b:<3}/worst ver@{b:<3} to90 min  "
                                               for b in budgets))
-        for strategy in ["schedule", *sorted(STRATEGIES), *OPTUNA]:
+        for strategy in ["schedule", *replays]:
             cells = []
             for budget in budgets:
                 row = next(r for r in result["rows"]
@@ -427,6 +427,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2, help="seeds per replayed strategy")
     parser.add_argument("--schedule-seeds", type=int, default=2,
                         help="seeds of the live schedule (each a full live search per budget)")
+    parser.add_argument("--replays", default=",".join([*sorted(STRATEGIES), *OPTUNA]),
+                        help="the replayed searches beside the schedule: strategies alone and "
+                             "Optuna's samplers (default: all)")
     parser.add_argument("--pair-moves", type=int, default=10,
                         help="the oracle pairs this many best active single moves")
     parser.add_argument("--cache", type=Path,
@@ -434,20 +437,24 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable results")
     args = parser.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
+    replays = args.replays.split(",") if args.replays else []
+    unknown = set(replays) - {*STRATEGIES, *OPTUNA}
+    if unknown:
+        parser.error(f"--replays: unknown {', '.join(sorted(unknown))}")
     args.cache.mkdir(parents=True, exist_ok=True)
     results = []
     for name in args.workloads.split(","):
         bench = Bench(name, args.cache)
         try:
             results.append(bench_workload(bench, budgets, args.seeds, args.schedule_seeds,
-                                          args.pair_moves))
+                                          args.pair_moves, replays))
         finally:
             bench.close()
-    summary = overall(results, budgets)
+    summary = overall(results, budgets, replays)
     if args.json:
         print(json.dumps({"workloads": results, "overall": summary}, indent=1, default=str))
     else:
-        print_results(results, summary, budgets)
+        print_results(results, summary, budgets, replays)
 
 
 if __name__ == "__main__":

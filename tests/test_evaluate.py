@@ -155,7 +155,7 @@ def test_numerics() -> None:
     assert not all_ok(compare_outputs([a], [a, a]))
 
 
-@pytest.mark.parametrize("pairs", [20, 41, 200])
+@pytest.mark.parametrize("pairs", [20, 41, 64, 200, 2000])  # 64: past int64 sums; 2000: past 2.0**1023
 def test_median_interval_covers_the_truth_as_often_as_it_claims(pairs: int) -> None:
     rng = np.random.default_rng(pairs)
     trials = 2000

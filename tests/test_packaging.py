@@ -30,7 +30,7 @@ PROJECT = "fleet-fdo"
 # What the issue found a job paying for: none of it may come with the base install.
 HEAVY = ("apache-beam", "duckdb", "fastapi", "uvicorn", "apscheduler", "plotly", "sqlalchemy",
          "tqdm", "zstandard")
-HOOK_DEPENDENCIES = ("jax", "jaxlib", "numpy", "protobuf", "pyarrow")
+HOOK_DEPENDENCIES = ("jax", "jaxlib", "numpy", "protobuf", "pyarrow", "scipy")
 INSTALL_SECONDS = 900  # a cold pip cache downloads jaxlib, scipy and pyarrow
 
 

@@ -4,8 +4,9 @@ The machine is shared and noisy, so one time means nothing: after warm-ups, defa
 candidate (B) run in alternating order (A B, B A, ...) in the same process, each sample repeats
 the executable long enough to be timed well, and the speedup is the median of the per-pair
 ratios A/B with a distribution-free (order-statistic) confidence interval. Pairs are added in
-batches until the interval is tight enough, clearly shows no gain, or the time budget is spent.
-A speedup counts only when the whole interval clears the noise band.
+batches until the interval is tight enough and wholly on one side of the noise band, clearly
+shows no gain, or the time budget is spent. A speedup counts only when the whole interval clears
+the noise band.
 
 Early decisions (a search's screens, `MeasureSettings.early_looks`): a candidate far from the
 default is clear after a few pairs, and a slow module pays seconds per pair. At each look, after
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from scipy.stats import binom
 
 # Runs the executable `n` times back to back and returns the elapsed seconds.
 Runner = Callable[[int], float]
@@ -38,7 +40,9 @@ class MeasureSettings:
     warmup_runs: int = 3
     min_pairs: int = 20
     batch_pairs: int = 20
-    max_pairs: int = 400
+    # A cap, not the budget: a pair takes at least 2 x min_sample_seconds, so a 30 s budget ends
+    # first. A fast module's small gain needs thousands of pairs on a loaded machine.
+    max_pairs: int = 4000
     min_sample_seconds: float = 0.004
     max_seconds: float = 30.0
     confidence: float = 0.99
@@ -73,8 +77,8 @@ def median_interval(log_ratios: np.ndarray, confidence: float) -> tuple[float, f
     n = len(ordered)
     tail = (1.0 - confidence) / 2.0
     # The largest k with P(Binomial(n, 1/2) < k) <= tail: [x_(k), x_(n+1-k)] covers the median.
-    cdf = np.cumsum([math.comb(n, i) for i in range(n + 1)]) / 2.0**n
-    k = max(1, int(np.searchsorted(cdf, tail, side="right")))
+    k = int(binom.ppf(tail, n, 0.5))  # the smallest k with P(B <= k) >= tail
+    k = max(1, k + 1 if binom.cdf(k, n, 0.5) <= tail else k)
     low, high = ordered[k - 1], ordered[n - k]
     return math.exp(float(np.median(ordered))), math.exp(float(low)), math.exp(float(high))
 
@@ -118,7 +122,10 @@ def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSe
         if n < settings.min_pairs or (n - settings.min_pairs) % settings.batch_pairs:
             continue
         speedup, low, high = _interval(default_times, candidate_times, settings)
-        if (high - low) / 2.0 <= settings.target_half_width * speedup:
+        tight = (high - low) / 2.0 <= settings.target_half_width * speedup
+        # A tight interval across the noise band decides nothing: a small gain needs more pairs.
+        decided = low > 1.0 + settings.noise_band or high < 1.0 + settings.noise_band
+        if tight and decided:
             stop_reason = "interval tight"
             break
         # Not on the first batches: a short burst of load can make a few pairs look one-sided.

@@ -65,9 +65,10 @@ T = TypeVar("T")
 # candidate of a module that runs for half a second costs seconds, not a minute.
 SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
                                   early_looks=(10, 15, 20, 30))
-# A finalist's second measurement (tuner.winner.race) runs to its interval's target width: the
-# finalists are close, and early stopping only tells a candidate from the default.
-RACE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=())
+# A finalist's second measurement (tuner.winner.race) runs to its interval's target width or
+# its time, past the screens' pair cap: the finalists are close, and early stopping only tells a
+# candidate from the default.
+RACE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSettings().max_pairs)
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=30.0)
 
 
