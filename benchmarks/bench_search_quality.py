@@ -61,6 +61,7 @@ from ingest.environment import current_environment
 from ingest.fingerprint import graph_fingerprint
 from ingest.hlo_module import HloModule, from_lowered
 from tuner.compile import compiler_defaults
+from tuner.cores import plan_cores
 from tuner.evaluate import evaluate
 from tuner.flags import (XLA_BACKEND, CompilerConfig, config_from_json, default_backends,
                          fusion_type_of)
@@ -128,8 +129,10 @@ class Bench:
         self.module: HloModule = from_lowered(zoo.get(name).lower(), source=f"zoo:{name}")
         self.defaults = compiler_defaults()
         self.space = graph_space("cpu", accepted_flags("cpu"), self.defaults)
+        # Screens depend on the parallelism they ran with (tuner.cores): a plan is part of it.
         identity = {"fingerprint": graph_fingerprint(self.module),
-                    "compiler": current_environment().compiler_version}
+                    "compiler": current_environment().compiler_version,
+                    "execute_cores": str(len(plan_cores().execute))}
         self.cache = Cache(cache_dir / f"{name}.json", identity)
         self.search: Search | None = None
         self.trials: list = []

@@ -16,7 +16,7 @@ from ingest import zoo
 from ingest.hlo_module import from_lowered, from_text
 from ingest.warehouse import Warehouse
 from tests.processes import kill_9_once_journaled, signal_once_journaled
-from tuner.cores import available_cores, plan_cores
+from tuner.cores import MIN_CORES_TO_SPLIT, CorePlan, available_cores, plan_cores
 from tuner.flags import FLAGS, from_json
 from tuner.compile import compiler_defaults
 from tuner.measure import MeasureSettings
@@ -96,6 +96,9 @@ def test_core_plans_split_the_cores_or_take_turns_on_one():
     assert plan_cores(3, frozenset({4, 5})).compile_workers == 3
     single = plan_cores(cores=frozenset({3}))
     assert single.execute == single.compile == {3} and single.overlapping
+    # A small machine measures on all its cores, the parallelism its jobs run with.
+    small = plan_cores(cores=frozenset(range(MIN_CORES_TO_SPLIT - 1)))
+    assert small.execute == small.compile == set(range(MIN_CORES_TO_SPLIT - 1)) and small.overlapping
 
 
 def _overlaps(a: Span, b: Span) -> bool:
@@ -121,7 +124,8 @@ def _search_timeline(module_path: Path, plan) -> tuple[list, list[Span]]:
 @pytest.mark.skipif(len(available_cores()) < 2, reason="one core: nothing to split")
 def test_compiles_run_in_their_pool_beside_measurements_on_other_cores(tmp_path):
     module = _write_module(tmp_path / "conv.hlo", conv_net, (4, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
-    plan = plan_cores()
+    cores = sorted(available_cores())  # split as on a machine of MIN_CORES_TO_SPLIT or more
+    plan = CorePlan(frozenset(cores[:-1]), frozenset(cores[-1:]), 1)
     trials, timeline = _search_timeline(module, plan)
     assert [t.outcome for t in trials] == ["measured"] * len(_DISTINCT_PROGRAMS)
     compiles = [s for s in timeline if s.kind == "compile"]

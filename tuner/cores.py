@@ -8,16 +8,26 @@ XLA's CPU client reads when it sizes its thread pool). With a single core there 
 split: compiles and measurements then take turns, never overlapping.
 
 XLA's CPU compiler partitions work for the thread count of its client, which is the number of
-cores the process could use when its backend started (seen on jaxlib 0.10.2: mlp-s compiles to
-other machine code on two cores than on one). A compile worker therefore starts its backend on
-the execute cores, then moves to its own: it compiles for the parallelism the measurement runs
-with (`start_backend_on`).
+cores the process could use when its backend started (mlp-s compiles to other machine code on
+two cores than on one). A compile worker therefore starts its backend on the execute cores, then
+moves to its own: it compiles for the parallelism the measurement runs with
+(`start_backend_on`).
+
+That parallelism is the one the search tunes for, and a job runs with all of its machine's
+cores: a config's gain can depend on it (docs/bench_search_quality.md: a 1.17x move measured
+with two threads is no gain with one). The split costs the measurement a quarter of the cores,
+so it is made only on a machine of at least `MIN_CORES_TO_SPLIT`; on a smaller one, compiles
+and measurements take turns on every core.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+
+# Below this many cores, a quarter of them for compiles changes the measured program too much.
+MIN_CORES_TO_SPLIT = 8
 
 
 @dataclass(frozen=True)
@@ -42,11 +52,12 @@ def available_cores() -> frozenset[int]:
 def plan_cores(compile_workers: int | None = None,
                cores: frozenset[int] | None = None) -> CorePlan:
     """Split `cores` (default: the available ones): a quarter, at least one, for compiles,
-    the rest for measurements. `compile_workers` defaults to one per compile core."""
+    the rest for measurements; under `MIN_CORES_TO_SPLIT` cores, all of them for both, taking
+    turns. `compile_workers` defaults to one per compile core."""
     ordered = sorted(cores if cores is not None else available_cores())
     if not ordered:
         raise ValueError("no cores to run on")
-    if len(ordered) == 1:
+    if len(ordered) < MIN_CORES_TO_SPLIT:
         return CorePlan(frozenset(ordered), frozenset(ordered), compile_workers or 1)
     n_compile = max(1, len(ordered) // 4)
     compile_cores = frozenset(ordered[-n_compile:])
