@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ingest import zoo
-from ingest.fingerprint import fingerprint_module, graph_fingerprint
-from ingest.hlo_module import HloLoadError, from_lowered, from_proto_bytes, from_stablehlo, from_text, load_file
+from hlo.fingerprint import fingerprint_module, graph_fingerprint
+from hlo.module import HloLoadError, from_lowered, from_proto_bytes, from_stablehlo, from_text, load_file
 from tests.hlo_gen import mutations, random_graph, to_text
+from workloads import zoo
 
 
 def fp(text: str) -> str:

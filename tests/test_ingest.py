@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from hlo.fingerprint import fingerprint_module
+from hlo.module import from_text, load_file
 from ingest.blobs import BlobStore
-from ingest.fingerprint import fingerprint_module
-from ingest.hlo_module import from_text, load_file
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
 from ingest.warehouse import SchemaError, Warehouse, read_checked
 from tests.serving import fdo

@@ -1,8 +1,8 @@
 """Cut one kernel out of an optimized HLO module, as a module that compiles and runs on its own.
 
-A kernel is what `ingest.fingerprint` calls an op: a fusion with its fused computation, or an
+A kernel is what `hlo.fingerprint` calls an op: a fusion with its fused computation, or an
 unfused compute instruction (a convolution, a dot, a scatter, ...) of an optimized module. Two
-modules come out of a cut, both built by editing XLA's own module proto (`ingest.hlo_proto`):
+modules come out of a cut, both built by editing XLA's own module proto (`hlo.proto`):
 
 - the kernel form: one parameter per operand of the kernel (same shapes and layouts), the kernel
   instruction itself as the root, and every computation it calls. Its only kernel is the cut
@@ -34,9 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ingest.fingerprint import OpFingerprint, fingerprint_module
-from ingest.hlo_module import HloModule
-from ingest.hlo_proto import (
+from hlo.fingerprint import OpFingerprint, fingerprint_module
+from hlo.module import HloModule
+from hlo.proto import (
     ComputationProto,
     LayoutProto,
     ModuleProto,
@@ -64,7 +64,7 @@ class OpCut:
     """One kernel of an optimized module, cut out."""
 
     name: str  # the kernel instruction's name in the optimized module
-    kind: str  # as `ingest.fingerprint` reports it (e.g. "fusion:kLoop", "convolution")
+    kind: str  # as `hlo.fingerprint` reports it (e.g. "fusion:kLoop", "convolution")
     op_class: str  # convolution | dot | reduce | eltwise | other: which knobs act on it
     fingerprint: str  # the op fingerprint
     kernel: HloModule  # parameters + the kernel instruction, as in the optimized module

@@ -13,7 +13,7 @@ A graph fingerprint is a Merkle hash over the module's DAG:
   (input/output aliasing, shardings, ...) and the entry layout, without names.
 
 Attributes are taken from the serialized proto rather than listed one by one: everything not
-declared an identity in `ingest.hlo_proto` is hashed, including fields a newer XLA adds.
+declared an identity in `hlo.proto` is hashed, including fields a newer XLA adds.
 
 An op fingerprint is the same hash over one kernel of an optimized module (a fusion with its
 fused computation, or an unfused compute instruction) with the shapes of its operands standing
@@ -41,8 +41,8 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from ingest.hlo_module import HloModule
-from ingest.hlo_proto import (
+from hlo.module import HloModule
+from hlo.proto import (
     INSTRUCTION_IDENTITY_FIELDS,
     MODULE_IDENTITY_FIELDS,
     ComputationProto,
@@ -324,7 +324,7 @@ def _backend_fusion_kind(backend_config: bytes) -> str | None:
 # each instruction field by field in Python; each step below reproduces one of
 # `_DagHasher._hash_instructions`, and a module it cannot vouch for goes to `_DagHasher`:
 #
-# - Attribute bytes. The reference parses an instruction with the `ingest.hlo_proto` schema, clears
+# - Attribute bytes. The reference parses an instruction with the `hlo.proto` schema, clears
 #   the identity fields and frontend attributes and re-serializes it: upb writes the declared fields
 #   in field-number order, then the undeclared ones as they came. The bulk schema is a copy of that
 #   one in which the cleared fields are singular proto3 scalars (the repeated id lists become
@@ -393,7 +393,7 @@ def _tag(number: int, wire_type: int) -> bytes:
 
 
 class _BulkSchema:
-    """Message classes derived from `ingest.hlo_proto`'s schema for the bulk path."""
+    """Message classes derived from `hlo.proto`'s schema for the bulk path."""
 
     def __init__(self) -> None:
         file = descriptor_pb2.FileDescriptorProto()

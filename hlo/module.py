@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from ingest.hlo_proto import HloProtoWrapper, ModuleProto, ProgramShapeProto, ShapeProto
+from hlo.proto import HloProtoWrapper, ModuleProto, ProgramShapeProto, ShapeProto
 
 # Refuse inputs larger than this unless the caller raises the limit (the scale of a 1M-instruction
 # module as text is ~70 MiB; this leaves ample room while bounding memory).
@@ -36,7 +36,7 @@ class HloModule:
     source: str
 
     def view(self) -> Any:
-        """Parse the proto into the partial schema of `ingest.hlo_proto` (fresh object each call)."""
+        """Parse the proto into the partial schema of `hlo.proto` (fresh object each call)."""
         return ModuleProto.FromString(self.proto)
 
     def n_instructions(self) -> int:
