@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from hlo.fingerprint import OpFingerprint, fingerprint_module
+from hlo.layout import default_layout
 from hlo.module import HloModule
 from hlo.proto import (
     ComputationProto,
-    LayoutProto,
     ModuleProto,
     ProgramShapeProto,
     ShapeProto,
@@ -149,7 +149,7 @@ def runnable_module(kernel: HloModule) -> HloModule:
         module.computations.add().CopyFrom(by_id[computation_id])
     for computation in list(module.computations) + [flat]:
         for instruction in computation.instructions:
-            instruction.shape = _default_layout(instruction.shape)
+            instruction.shape = default_layout(instruction.shape)
             instruction.ClearField("metadata")  # it points into a stack-frame table left behind
             if instruction.opcode == "bitcast":
                 instruction.opcode = "reshape"
@@ -266,19 +266,6 @@ def set_entry(module: Any, entry: Any) -> None:
     module.host_program_shape.CopyFrom(shape)
     module.entry_computation_id = entry.id
     module.entry_computation_name = entry.name
-
-
-def _default_layout(shape_bytes: bytes) -> bytes:
-    shape = ShapeProto.FromString(shape_bytes)
-    _reset_layout(shape)
-    return shape.SerializeToString()
-
-
-def _reset_layout(shape: Any) -> None:
-    for element in shape.tuple_shapes:
-        _reset_layout(element)
-    if shape.HasField("layout") and not shape.tuple_shapes:
-        shape.layout.CopyFrom(LayoutProto(minor_to_major=range(len(shape.dimensions) - 1, -1, -1)))
 
 
 def fresh_id(view: Any) -> int:
