@@ -22,11 +22,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ingest import zoo
-from ingest.hlo_module import from_lowered
+from hlo.module import from_lowered
 from tuner.evaluate import evaluate
 from tuner.measure import MeasureSettings, measure_pair
 from tuner.worker import Worker
+from workloads import zoo
 
 INJECTED = (1.01, 1.02, 1.03, 1.05, 1.10)
 RELIABLE = 0.9

@@ -13,9 +13,9 @@ import statistics
 import sys
 import time
 
-from ingest import zoo
-from ingest.fingerprint import fingerprint_module, graph_fingerprint
-from ingest.hlo_module import from_lowered, from_text
+from hlo.fingerprint import fingerprint_module, graph_fingerprint
+from hlo.module import from_lowered, from_text
+from workloads import zoo
 
 
 def generated_module_text(n: int, seed: int = 0) -> str:

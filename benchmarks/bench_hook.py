@@ -31,7 +31,7 @@ def make_store(home: Path, entries: int) -> list[str]:
     import pyarrow as pa
 
     from delivery.store import ENTRIES, Store
-    from ingest.environment import store_key
+    from hlo.environment import store_key
 
     rng = random.Random(0)
     now = datetime.datetime.now(datetime.UTC)
@@ -115,7 +115,7 @@ def bench_overhead(workloads: list[str], repeats: int) -> None:
 
     from delivery.hook import install, uninstall
     from ingest.hits import read_hits
-    from ingest.zoo import get
+    from workloads.zoo import get
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)

@@ -24,8 +24,7 @@ import random
 import statistics
 import time
 
-from ingest import zoo
-from ingest.hlo_module import from_lowered
+from hlo.module import from_lowered
 from tuner.compile import compiler_defaults
 from tuner.cores import CorePlan, available_cores, plan_cores
 from tuner.flags import CompilerConfig
@@ -33,6 +32,7 @@ from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import random_config
 from tuner.trial import Trial
 from tuner.tune import SEARCH_SETTINGS, Search, Span
+from workloads import zoo
 
 
 def config_list(count: int, seed: int = 0) -> list[CompilerConfig]:

@@ -56,10 +56,9 @@ from typing import Any, Callable
 from tqdm import tqdm
 
 import tuner
-from ingest import zoo
-from ingest.environment import current_environment
-from ingest.fingerprint import graph_fingerprint
-from ingest.hlo_module import HloModule, from_lowered
+from hlo.environment import current_environment
+from hlo.fingerprint import graph_fingerprint
+from hlo.module import HloModule, from_lowered
 from tuner.compile import compiler_defaults
 from tuner.cores import plan_cores
 from tuner.evaluate import evaluate
@@ -69,6 +68,7 @@ from tuner.schedule import neighbourhood
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, Search, TuneSettings, tune_module
+from workloads import zoo
 
 OPTUNA = ("optuna-tpe", "optuna-random")
 # The tuner's verification (99.9% interval) on a shorter time budget: the benchmark verifies

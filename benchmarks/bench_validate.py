@@ -27,13 +27,13 @@ import jax.numpy as jnp
 import pyarrow as pa
 
 from delivery.store import ENTRIES, Store
-from ingest import zoo
-from ingest.environment import current_environment, store_key
-from ingest.fingerprint import graph_fingerprint
-from ingest.hlo_module import from_lowered
+from hlo.environment import current_environment, store_key
+from hlo.fingerprint import graph_fingerprint
+from hlo.module import from_lowered
 from ingest.symbols import ingest_symbols
 from validator.toolchains import Registry, build_venv, cached_venv_dir
 from validator.validate import MEASURE_SETTINGS, ValidateSettings, validate
+from workloads import zoo
 
 NO_YNN_REDUCE = {"xla_cpu_experimental_ynn_fusion_type": ["INDIVIDUAL_DOT", "INDIVIDUAL_CONVOLUTION"]}
 f32 = jax.ShapeDtypeStruct

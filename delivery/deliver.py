@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from delivery.store import DEFAULT_TTL, ENTRIES, Store, merge_entries
-from ingest.environment import store_key
+from hlo.environment import store_key
 from ranking.beam_io import ReadPartitions, partition_files, pipeline_options
 from tuner.tables import TUNING_RESULTS
 

@@ -47,12 +47,12 @@ from typing import Any, Callable
 
 from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, StoreUnavailable
 from delivery.sandbox import SandboxCheck
-from ingest.environment import ENVIRONMENT_FILE, Environment, current_environment, store_key
+from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, store_key
+from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
+from hlo.fingerprint import graph_fingerprint
+from hlo.module import HloModule, from_proto_bytes, from_stablehlo
 from ingest.errors import first_line
-from ingest.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
-from ingest.fingerprint import graph_fingerprint
 from ingest.hits import spool_path, to_line
-from ingest.hlo_module import HloModule, from_proto_bytes, from_stablehlo
 from tuner.compile import apply_config
 from tuner.flags import CompilerConfig, FlagError, from_json
 

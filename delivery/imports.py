@@ -19,7 +19,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstrai
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from delivery.store import DEFAULT_TTL, ENTRIES, StoreError
-from ingest.environment import store_key
+from hlo.environment import store_key
 from tuner.flags import FlagError, from_json, to_json
 
 MAX_IMPORT_BYTES = 16 << 20

@@ -32,8 +32,8 @@ from typing import Callable, Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hlo.environment import ENVIRONMENT_FILE, current_environment
 from ingest import drops
-from ingest.environment import ENVIRONMENT_FILE, current_environment
 from ingest.inputs import INPUT_ERRORS, Unlisted, reason, walk
 from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.rowids import SeenRows

@@ -1,6 +1,6 @@
 """Files a fleet leaves beside its dumps and traces: where they ran and who ran them.
 
-- `fdo-environment.json`: an Environment (see ingest.environment) and, optionally,
+- `fdo-environment.json`: an Environment (see hlo.environment) and, optionally,
   `captured_at` (ISO 8601): when the module was compiled, if not the files' modification time.
 - `fdo-job.json` (beside traces): `job_id`, `team`, `chips`, optional `opted_out`.
 The nearest such file at or above an input, within the path the user named, applies to it.
@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from hlo.environment import Environment, environment_from_json
 from ingest.drops import MAX_CHIPS
-from ingest.environment import Environment, environment_from_json
 
 JOB_FILE = "fdo-job.json"
 MAX_SIDECAR_BYTES = 1 << 16

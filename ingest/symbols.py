@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment
+from hlo.fingerprint import ModuleFingerprint, fingerprint_module
+from hlo.module import load_file
 from ingest.blobs import BlobStore
-from ingest.environment import ENVIRONMENT_FILE, Environment, current_environment
-from ingest.fingerprint import ModuleFingerprint, fingerprint_module
-from ingest.hlo_module import load_file
 from ingest.inputs import INPUT_ERRORS, Unlisted, reason, walk
 from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.sidecars import Capture, nearest_file, read_environment_file

@@ -38,9 +38,9 @@ from typing import Any, Iterator
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+from hlo.fingerprint import fingerprint_module
+from hlo.module import HloLoadError, HloModule, from_proto_bytes
 from ingest.errors import first_line
-from ingest.fingerprint import fingerprint_module
-from ingest.hlo_module import HloLoadError, HloModule, from_proto_bytes
 
 METADATA_PLANE = "/host:metadata"
 DEVICE_PLANE_PREFIX = "/device:"

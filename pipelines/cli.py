@@ -80,9 +80,9 @@ def _counts_text(counts: dict[str, Any]) -> str:
 
 
 def cmd_fingerprint(args: argparse.Namespace) -> int:
-    from ingest.environment import current_environment, store_key
-    from ingest.fingerprint import fingerprint_module
-    from ingest.hlo_module import load_file
+    from hlo.environment import current_environment, store_key
+    from hlo.fingerprint import fingerprint_module
+    from hlo.module import load_file
 
     module = load_file(args.file)
     result = fingerprint_module(module, with_ops=args.ops)
@@ -107,7 +107,7 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ingest.hlo_module import load_file
+    from hlo.module import load_file
     from tuner.compile import check_options
     from tuner.evaluate import DEFAULT_FAILS, evaluate
     from tuner.flags import parse_assignment, to_json
@@ -164,7 +164,7 @@ def _without_default(result: Any) -> str:
 
 
 def cmd_workloads(args: argparse.Namespace) -> int:
-    from ingest import zoo
+    from workloads import zoo
 
     if args.action == "list":
         rows = [{"name": w.name, "family": w.family, "size": w.size,
@@ -180,7 +180,7 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
 @needs("pipeline")
 def _dump_workloads(args: argparse.Namespace) -> int:
-    from ingest.zoo.dump import dump_workloads
+    from workloads.zoo.dump import dump_workloads
 
     out = Path(args.out)
     dirs = dump_workloads(out, names=args.names or None, progress=not args.json)
@@ -227,7 +227,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     import datetime
 
-    from pipelines.simulator.run import simulate, store_lookup
+    from workloads.simulator.run import simulate, store_lookup
 
     start = datetime.date.fromisoformat(args.start) if args.start else None
     workloads = args.workloads.split(",") if args.workloads else None
@@ -331,7 +331,7 @@ def _chip_time(seconds: float) -> str:
 
 @needs("pipeline")
 def cmd_tune(args: argparse.Namespace) -> int:
-    from ingest.hlo_module import load_file
+    from hlo.module import load_file
     from tuner.tune import overall_progress, tune_module
 
     if args.kind == "op":

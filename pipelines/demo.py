@@ -28,14 +28,14 @@ import pyarrow.compute as pc
 
 from delivery.imports import read_import
 from delivery.store import Store, merge_entries
-from ingest.environment import current_environment
+from hlo.environment import current_environment
 from ingest.warehouse import Warehouse
 from pipelines.nightly import NightlySettings, run_nightly
-from pipelines.simulator.catalog import build_catalog
-from pipelines.simulator.run import simulate, store_lookup
 from ranking.tables import SAVINGS
 from tuner.tables import TUNING_RESULTS
 from validator.tables import OUTCOMES, VALIDATIONS
+from workloads.simulator.catalog import build_catalog
+from workloads.simulator.run import simulate, store_lookup
 
 
 @dataclass(frozen=True)

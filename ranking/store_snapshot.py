@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 STORE_ENTRY_COLUMNS = pa.schema([
-    pa.field("key", pa.string()),  # the store key: ingest.environment.store_key(fingerprint, env_key)
+    pa.field("key", pa.string()),  # the store key: hlo.environment.store_key(fingerprint, env_key)
     pa.field("fingerprint", pa.string()),
     pa.field("env_key", pa.string()),
     pa.field("kind", pa.string()),  # 'graph' or 'op'

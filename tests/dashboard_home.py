@@ -19,14 +19,14 @@ import pyarrow.compute as pc
 from delivery.deliver import deliver
 from delivery.imports import read_import
 from delivery.store import ENTRIES, Store, merge_entries
-from ingest.environment import store_key
+from hlo.environment import store_key
 from ingest.tables import GRAPH_RUNS, HITS
 from ingest.warehouse import Warehouse
-from pipelines.simulator.run import simulate, store_lookup
 from ranking.rank import RankSettings, rank
 from ranking.savings import savings
 from tuner.tables import TRIALS, TUNING_RESULTS
 from validator.tables import VALIDATIONS
+from workloads.simulator.run import simulate, store_lookup
 
 WORKLOADS = ["mlp-s"]
 # Beam's in-process runner in one process: the same pipelines, without starting workers.

@@ -2,6 +2,9 @@
 
 The property tests print the same graph in many ways (renamed, reordered, with metadata) and
 mutate it in one structural detail at a time; XLA's parser reads every printed form.
+`random_module_text` writes larger modules with everything a fingerprint treats specially
+(called and fused computations, control predecessors, frontend attributes, large constants,
+custom calls, layouts), for the hashers to be compared on.
 """
 
 from __future__ import annotations
@@ -143,3 +146,80 @@ def _with(nodes: list[Node], i: int, node: Node) -> Graph:
     copy = list(nodes)
     copy[i] = node
     return Graph(tuple(copy))
+
+
+VECTOR = "f32[16]{0}"
+
+
+def random_module_text(rng: random.Random, size: int) -> str:
+    """An HLO module of about `size` entry instructions over f32[16] values: elementwise ops,
+    reductions, fusions, calls, custom calls and relayouts, some with control predecessors,
+    frontend attributes in any order, or metadata; a tuple of the last values as its root."""
+    computations = [
+        "add_f32 {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  ROOT s = f32[] add(a, b)\n}",
+        "max_f32 {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  ROOT s = f32[] maximum(a, b)\n}",
+    ]
+    for k in range(3):
+        body = [f"  p0 = {VECTOR} parameter(0)", f"  p1 = {VECTOR} parameter(1)"]
+        names = ["p0", "p1"]
+        for j in range(rng.randint(1, 4)):
+            a, b = rng.choice(names), rng.choice(names)
+            body.append(f"  e{j} = {VECTOR} {rng.choice(BINARY)}({a}, {b})")
+            names.append(f"e{j}")
+        body[-1] = body[-1].replace("  e", "  ROOT e", 1)
+        computations.append(f"fused_{k} {{\n" + "\n".join(body) + "\n}")
+        computations.append(f"called_{k} {{\n  q = {VECTOR} parameter(0)\n"
+                            f"  ROOT u = {VECTOR} {rng.choice(UNARY)}(q)\n}}")
+    large = ",".join(str(rng.randint(0, 9)) for _ in range(16))
+    lines = [f"  x{k} = {VECTOR} parameter({k})" for k in range(3)] + [
+        "  zero = f32[] constant(0)",
+        f"  large = {VECTOR} constant({{{large}}})",
+    ]
+    values = ["x0", "x1", "x2", "large"]
+    while len(lines) < size:
+        lines.extend(_random_step(rng, len(lines), values))
+    root = ", ".join(values[-3:])
+    lines.append(f"  ROOT out = ({', '.join([VECTOR] * 3)}) tuple({root})")
+    entry = "ENTRY main {\n" + "\n".join(lines) + "\n}\n"
+    return "HloModule big\n\n" + "\n\n".join(computations) + "\n\n" + entry
+
+
+def _random_step(rng: random.Random, i: int, values: list[str]) -> list[str]:
+    """One or two instructions computing a new f32[16] value `v<i>` from earlier ones."""
+    a, b = rng.choice(values), rng.choice(values)
+    name = f"v{i}"
+    kind = rng.random()
+    if kind < 0.4:
+        lines = [f"  {name} = {VECTOR} {rng.choice(BINARY)}({a}, {b})"]
+    elif kind < 0.55:
+        lines = [f"  {name} = {VECTOR} {rng.choice(UNARY)}({a})"]
+    elif kind < 0.65:
+        reducer = rng.choice(("add_f32", "max_f32"))
+        lines = [f"  {name}r = f32[] reduce({a}, zero), dimensions={{0}}, to_apply={reducer}",
+                 f"  {name} = {VECTOR} broadcast({name}r), dimensions={{}}"]
+    elif kind < 0.75:
+        fused = f"fused_{rng.randrange(3)}"
+        lines = [f"  {name} = {VECTOR} fusion({a}, {b}), kind=kLoop, calls={fused}"]
+    elif kind < 0.82:
+        lines = [f"  {name} = {VECTOR} call({a}), to_apply=called_{rng.randrange(3)}"]
+    elif kind < 0.88:
+        target = f"target_{rng.randrange(2)}"
+        lines = [f'  {name} = {VECTOR} custom-call({a}), custom_call_target="{target}"']
+    elif kind < 0.94:
+        lines = [f"  {name}t = f32[4,4]{{0,1}} reshape({a})", f"  {name} = {VECTOR} reshape({name}t)"]
+    else:
+        lines = [f"  {name}s = f32[] constant({rng.randint(1, 9)})",
+                 f"  {name} = {VECTOR} broadcast({name}s), dimensions={{}}"]
+    extras = []
+    if rng.random() < 0.1:
+        extras.append(f"control-predecessors={{{rng.choice(values)}}}")
+    if rng.random() < 0.1:
+        entries = [f'{k}="{rng.randint(0, 3)}"' for k in rng.sample("abcd", rng.randint(1, 3))]
+        extras.append("frontend_attributes={" + ",".join(entries) + "}")
+    if rng.random() < 0.1:
+        extras.append(f'metadata={{op_name="op{i}" source_file="gen.py" source_line={i}}}')
+    lines[-1] += "".join(", " + extra for extra in extras)
+    values.append(name)
+    return lines

@@ -9,8 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ingest import zoo
-from ingest.hlo_module import from_lowered, from_text
+from hlo.module import from_lowered, from_text
 from pipelines.cli import main
 from tuner.compile import (CompileError, backend_extra_options, check_options, compile_module,
                            compile_options, compiler_defaults)
@@ -21,6 +20,7 @@ from tuner.measure import MeasureSettings, median_interval
 from tuner.numerics import all_ok, compare_outputs
 from tuner.space import graph_space
 from tuner.worker import Worker, WorkerFailure
+from workloads import zoo
 
 QUICK = MeasureSettings(max_seconds=4, max_pairs=120)
 

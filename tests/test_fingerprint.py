@@ -10,12 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
-from ingest import zoo
-from ingest.fingerprint import fingerprint_module, graph_fingerprint
-from ingest.hlo_module import HloLoadError, from_lowered, from_proto_bytes, from_stablehlo, from_text, load_file
-from tests.hlo_gen import mutations, random_graph, to_text
+from hlo.bulk_hasher import Unsupported, bulk_fingerprint
+from hlo.fingerprint import fingerprint_module, graph_fingerprint
+from hlo.module import HloLoadError, HloModule, from_lowered, from_proto_bytes, from_stablehlo, from_text, load_file
+from hlo.reference_hasher import reference_fingerprint
+from tests.hlo_gen import mutations, random_graph, random_module_text, to_text
+from workloads import zoo
 
 
 def fp(text: str) -> str:
@@ -39,6 +41,32 @@ def test_sensitive_to_every_structural_change(seed: int, size: int) -> None:
     graph = random_graph(rng, size)
     for what, base, mutated in mutations(graph, rng):
         assert fp(to_text(base)) != fp(to_text(mutated)), what
+
+
+# Up to past 4096 instructions, where the bulk hasher counts ids and sorts digests with numpy.
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), size=st.integers(20, 5000))
+@example(seed=0, size=5000)
+def test_bulk_and_reference_hashers_agree_on_large_random_modules(seed: int, size: int) -> None:
+    module = from_text(random_module_text(random.Random(seed), size))
+    reference = reference_fingerprint(module, with_ops=True)
+    assert reference.ops  # fusions, reductions, custom calls: op fingerprints compared too
+    assert bulk_fingerprint(module, with_ops=True) == reference
+    assert fingerprint_module(module) == reference
+
+
+def test_bulk_hasher_hands_operands_out_of_order_to_the_reference() -> None:
+    module = from_text(random_module_text(random.Random(0), 300))
+    view = module.view()
+    entry = next(c for c in view.computations if c.id == view.entry_computation_id)
+    reordered = list(reversed(entry.instructions))
+    del entry.instructions[:]
+    entry.instructions.extend(reordered)
+    reversed_module = HloModule(view.SerializeToString(), module.name, "reversed")
+    with pytest.raises(Unsupported):
+        bulk_fingerprint(reversed_module)
+    assert fingerprint_module(reversed_module) == reference_fingerprint(reversed_module)
+    assert graph_fingerprint(reversed_module) == graph_fingerprint(module)
 
 
 def test_reordered_computations_and_renamed_callees() -> None:

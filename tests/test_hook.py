@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from delivery.sandbox import CHECKED_DIR, mark_name
 from delivery.store import ENTRIES, Store
-from ingest.environment import store_key
+from hlo.environment import store_key
 from tests.serving import fdo, running_server
 
 JOB = str(Path(__file__).with_name("hook_job.py"))

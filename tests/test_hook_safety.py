@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from delivery.lookup import RemoteStore, StoreUnavailable
-from ingest.environment import current_environment, xla_flags_options
+from hlo.environment import current_environment, xla_flags_options
 from tests.serving import fdo
 from tests.test_hook import NO_YNN, hits, import_configs, run_job
 from tuner.compile import compile_options
@@ -146,7 +146,7 @@ def _forge_version(home: Path, records: list[dict], config: dict) -> None:
     import pyarrow.parquet as pq
 
     from delivery.store import ENTRIES, Store
-    from ingest.environment import store_key
+    from hlo.environment import store_key
 
     store = Store(home)
     live = store.current()

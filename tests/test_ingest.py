@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from hlo.fingerprint import fingerprint_module
+from hlo.module import from_text, load_file
 from ingest.blobs import BlobStore
-from ingest.fingerprint import fingerprint_module
-from ingest.hlo_module import from_text, load_file
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
 from ingest.warehouse import SchemaError, Warehouse, read_checked
 from tests.serving import fdo
@@ -210,3 +210,15 @@ def test_files_of_another_schema_version_are_refused(tmp_path):
         read_checked(path, GRAPH_RUNS)
     with pytest.raises(SchemaError, match="not 'op_runs'"):
         read_checked(path, OP_RUNS)
+
+
+def test_the_ingest_stage_and_the_hlo_model_import_without_jax():
+    # jax is imported where a module is compiled or lowered, never by loading these packages:
+    # the workload zoo, which needs it, lives in `workloads`.
+    check = ("import importlib, pkgutil, sys, hlo, ingest\n"
+             "for package in (hlo, ingest):\n"
+             "    for found in pkgutil.iter_modules(package.__path__, package.__name__ + '.'):\n"
+             "        importlib.import_module(found.name)\n"
+             "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if 'jax' in m)\n")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

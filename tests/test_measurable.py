@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.hlo_module import HloModule, from_text, xla_hlo
+from hlo.module import HloModule, from_text, xla_hlo
 from ingest.warehouse import Warehouse
 from tests.serving import fdo
 from tuner.evaluate import (CANDIDATE_FAILS, DEFAULT_FAILS, evaluate, measurable_module,
@@ -29,7 +29,7 @@ NBODY = '''
 import sys
 import jax
 import jax.numpy as jnp
-from ingest.hlo_module import from_lowered
+from hlo.module import from_lowered
 
 def step(pos, vel, mass, substeps):
     d = pos[None, :, :] - pos[:, None, :]

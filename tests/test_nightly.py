@@ -18,10 +18,10 @@ import pytest
 
 from ingest.warehouse import Warehouse
 from pipelines.nightly import STAGES, ledger_rows
-from pipelines.simulator.run import simulate
 from tests.serving import fdo
 from ranking.tables import CANDIDATES
 from tuner.tables import TRIALS, TUNING_RESULTS
+from workloads.simulator.run import simulate
 
 DATE = datetime.date(2026, 5, 2)
 FAST = ["--top", "1", "--top-ops", "0", "--tune-evals", "4", "--tune-minutes", "4", "--validate-minutes", "1",

@@ -15,14 +15,12 @@ import pyarrow as pa
 import pytest
 
 from delivery.deliver import accepted_as_entries
-from ingest import zoo
-from ingest.fingerprint import fingerprint_module, graph_fingerprint
-from ingest.hlo_module import HloModule, from_lowered, load_file
+from hlo.fingerprint import fingerprint_module, graph_fingerprint
+from hlo.module import HloModule, from_lowered, load_file
 from ingest.profiles import ingest_profiles
 from ingest.symbols import ingest_symbols
 from ingest.tables import GRAPHS, OP_RUNS, OPS
 from ingest.warehouse import Warehouse
-from ingest.zoo.dump import dump_workload
 from ranking.tables import CANDIDATES
 from tuner.candidates import tunable_op_candidates
 from tuner.compile import compile_module, compiler_defaults
@@ -35,6 +33,8 @@ from tuner.space import accepted_flags, op_space
 from tuner.strategies import ExhaustiveStrategy
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.tune import TuneSettings, tune_op
+from workloads import zoo
+from workloads.zoo.dump import dump_workload
 
 QUICK = TuneSettings(budget_evals=200, strategy="exhaustive",
                      search=MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=60, max_seconds=1.0),

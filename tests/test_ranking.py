@@ -18,16 +18,16 @@ from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.options.pipeline_options import StandardOptions
 
-from ingest.environment import store_key
+from hlo.environment import store_key
 from ingest.tables import GRAPH_RUNS
 from ingest.warehouse import Warehouse
-from pipelines.simulator.run import simulate, store_lookup
 from ranking.beam_io import pipeline_options
 from ranking.rank import CATEGORIES, RankSettings, rank
 from ranking.reference import reference_rank, reference_savings
 from ranking.savings import savings
 from ranking.store_snapshot import STORE_ENTRY_COLUMNS, live_entries
 from ranking.tables import CANDIDATES, SAVINGS
+from workloads.simulator.run import simulate, store_lookup
 
 START = datetime.date(2026, 4, 1)
 DAYS = 4
@@ -153,8 +153,8 @@ def test_cli_passes_beam_flags_and_refuses_them_elsewhere(fleet_home):
 
 
 def test_tunable_candidates_are_this_machines_with_their_hlo(fleet_home, ranked):
-    from ingest.environment import current_environment
-    from ingest.fingerprint import graph_fingerprint
+    from hlo.environment import current_environment
+    from hlo.fingerprint import graph_fingerprint
     from ingest.tables import GRAPHS
     from tuner.candidates import tunable_candidates
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.environment import Environment
+from hlo.environment import Environment
 from ingest.quarantine import file_digest
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
 from ingest.warehouse import Warehouse
-from pipelines.simulator import fleet
-from pipelines.simulator.catalog import build_catalog
-from pipelines.simulator.run import simulate
+from workloads.simulator import fleet
+from workloads.simulator.catalog import build_catalog
+from workloads.simulator.run import simulate
 
 WORKLOADS = ["mlp-s", "gnn-s"]
 START = datetime.date(2026, 3, 1)
@@ -106,7 +106,7 @@ def test_tuned_graphs_run_faster_and_record_the_hit():
 
 def test_the_demos_team_config_lands_in_the_store_as_an_import_does(tmp_path):
     from delivery.store import Store
-    from ingest.environment import current_environment
+    from hlo.environment import current_environment
     from pipelines.demo import DemoSettings, import_owner_config
 
     owned = DemoSettings().imported

@@ -17,7 +17,7 @@ import pytest
 from delivery.deliver import deliver
 from delivery.imports import read_import
 from delivery.store import ConcurrentPublish, Store, StoreError, merge_entries
-from ingest.environment import store_key
+from hlo.environment import store_key
 from ingest.warehouse import Warehouse
 from ranking.store_snapshot import live_entries
 from tuner.tables import TUNING_RESULTS

@@ -12,8 +12,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from ingest import zoo
-from ingest.hlo_module import from_lowered, from_text
+from hlo.module import from_lowered, from_text
 from ingest.warehouse import Warehouse
 from tests.processes import kill_9_once_journaled, signal_once_journaled
 from tuner.cores import MIN_CORES_TO_SPLIT, CorePlan, available_cores, plan_cores
@@ -27,6 +26,7 @@ from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.tune import Search, Span
 from tuner.worker import Worker
+from workloads import zoo
 
 
 def fdo(home: Path, *args: str) -> subprocess.CompletedProcess:

@@ -18,9 +18,9 @@ import pytest
 
 from delivery.deliver import deliver
 from delivery.store import ENTRIES, Store
-from ingest.environment import current_environment, store_key
-from ingest.fingerprint import graph_fingerprint
-from ingest.hlo_module import from_lowered
+from hlo.environment import current_environment, store_key
+from hlo.fingerprint import graph_fingerprint
+from hlo.module import from_lowered
 from ingest.symbols import ingest_symbols
 from ingest.tables import HITS
 from ingest.warehouse import Warehouse

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from ingest.fingerprint import fingerprint_module, graph_fingerprint
-from ingest.hlo_module import from_proto_bytes
+from hlo.fingerprint import fingerprint_module, graph_fingerprint
+from hlo.module import from_proto_bytes
 from ingest.xplane import ModuleTime, TraceError, read_trace
 
 CALLS = 20

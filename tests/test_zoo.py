@@ -10,8 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from ingest import zoo
-from ingest.zoo.dump import dump_workloads
+from workloads import zoo
+from workloads.zoo.dump import dump_workloads
 
 WORKLOADS = zoo.all_workloads()
 SMALL = [wl for wl in WORKLOADS if wl.size == "s"]

@@ -16,9 +16,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hlo.environment import current_environment
+from hlo.module import HloModule, from_text
 from ingest.blobs import BlobStore
-from ingest.environment import current_environment
-from ingest.hlo_module import HloModule, from_text
 from ingest.tables import GRAPHS, OPS
 from ingest.warehouse import Warehouse
 from ranking.tables import CANDIDATES

@@ -27,8 +27,8 @@ from typing import Any
 
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
-from ingest.environment import xla_flags_options
-from ingest.hlo_proto import build_messages
+from hlo.environment import xla_flags_options
+from hlo.proto import build_messages
 from tuner.flags import FLAGS, FUSION_TYPE_PREFIX, PLACEMENT_PREFIX, CompilerConfig, to_xla
 
 # The part of xla.CompileOptionsProto (xla/pjrt/proto/compile_options.proto) and xla.DebugOptions
@@ -270,7 +270,7 @@ def compiler_defaults() -> CompilerConfig:
 
 def check_options(config: CompilerConfig) -> None:
     """Raise CompileError naming the flag if the installed compiler rejects a name or value."""
-    from ingest.hlo_module import from_text
+    from hlo.module import from_text
 
     probe = from_text("HloModule probe\nENTRY e {\n  ROOT p = f32[2]{0} parameter(0)\n}\n", "probe")
     compile_module(probe.proto, config)

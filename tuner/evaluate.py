@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from ingest.hlo_module import HloModule
-from ingest.hlo_proto import ModuleProto
+from hlo.module import HloModule
+from hlo.proto import ModuleProto
 from tuner.compile import CompileError
 from tuner.flags import CompilerConfig
 from tuner.measure import MeasureSettings

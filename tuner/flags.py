@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Union
 
-from ingest.environment import SIDE_EFFECT_FLAG_PARTS
+from hlo.environment import SIDE_EFFECT_FLAG_PARTS
 
 FlagValue = Union[bool, int, float, str, tuple[str, ...]]
 CompilerConfig = dict[str, FlagValue]

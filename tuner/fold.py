@@ -35,10 +35,10 @@ from typing import Iterable
 
 import pyarrow.compute as pc
 
+from hlo.environment import current_environment
+from hlo.fingerprint import graph_fingerprint
+from hlo.module import from_text
 from ingest.blobs import BlobStore
-from ingest.environment import current_environment
-from ingest.fingerprint import graph_fingerprint
-from ingest.hlo_module import from_text
 from ingest.tables import GRAPHS, OP_RUNS, OPS
 from ingest.warehouse import Warehouse
 from tuner.compile import compiler_defaults

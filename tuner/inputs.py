@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ingest.hlo_module import HloModule, xla_hlo
-from ingest.hlo_proto import GatherDimsProto, ScatterDimsProto, ShapeProto
+from hlo.module import HloModule, xla_hlo
+from hlo.proto import GatherDimsProto, ScatterDimsProto, ShapeProto
 
 # Ops through which an index value keeps being an index (including JAX's negative-index wrap
 # and the calls JAX wraps helpers in: a call's result is taken to carry its operands' indices).

@@ -1,8 +1,8 @@
 """Cut one kernel out of an optimized HLO module, as a module that compiles and runs on its own.
 
-A kernel is what `ingest.fingerprint` calls an op: a fusion with its fused computation, or an
+A kernel is what `hlo.fingerprint` calls an op: a fusion with its fused computation, or an
 unfused compute instruction (a convolution, a dot, a scatter, ...) of an optimized module. Two
-modules come out of a cut, both built by editing XLA's own module proto (`ingest.hlo_proto`):
+modules come out of a cut, both built by editing XLA's own module proto (`hlo.proto`):
 
 - the kernel form: one parameter per operand of the kernel (same shapes and layouts), the kernel
   instruction itself as the root, and every computation it calls. Its only kernel is the cut
@@ -34,11 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ingest.fingerprint import OpFingerprint, fingerprint_module
-from ingest.hlo_module import HloModule
-from ingest.hlo_proto import (
+from hlo.fingerprint import OpFingerprint, fingerprint_module
+from hlo.layout import default_layout
+from hlo.module import HloModule
+from hlo.proto import (
     ComputationProto,
-    LayoutProto,
     ModuleProto,
     ProgramShapeProto,
     ShapeProto,
@@ -64,7 +64,7 @@ class OpCut:
     """One kernel of an optimized module, cut out."""
 
     name: str  # the kernel instruction's name in the optimized module
-    kind: str  # as `ingest.fingerprint` reports it (e.g. "fusion:kLoop", "convolution")
+    kind: str  # as `hlo.fingerprint` reports it (e.g. "fusion:kLoop", "convolution")
     op_class: str  # convolution | dot | reduce | eltwise | other: which knobs act on it
     fingerprint: str  # the op fingerprint
     kernel: HloModule  # parameters + the kernel instruction, as in the optimized module
@@ -149,7 +149,7 @@ def runnable_module(kernel: HloModule) -> HloModule:
         module.computations.add().CopyFrom(by_id[computation_id])
     for computation in list(module.computations) + [flat]:
         for instruction in computation.instructions:
-            instruction.shape = _default_layout(instruction.shape)
+            instruction.shape = default_layout(instruction.shape)
             instruction.ClearField("metadata")  # it points into a stack-frame table left behind
             if instruction.opcode == "bitcast":
                 instruction.opcode = "reshape"
@@ -266,19 +266,6 @@ def set_entry(module: Any, entry: Any) -> None:
     module.host_program_shape.CopyFrom(shape)
     module.entry_computation_id = entry.id
     module.entry_computation_name = entry.name
-
-
-def _default_layout(shape_bytes: bytes) -> bytes:
-    shape = ShapeProto.FromString(shape_bytes)
-    _reset_layout(shape)
-    return shape.SerializeToString()
-
-
-def _reset_layout(shape: Any) -> None:
-    for element in shape.tuple_shapes:
-        _reset_layout(element)
-    if shape.HasField("layout") and not shape.tuple_shapes:
-        shape.layout.CopyFrom(LayoutProto(minor_to_major=range(len(shape.dimensions) - 1, -1, -1)))
 
 
 def fresh_id(view: Any) -> int:

@@ -18,9 +18,9 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from hlo.fingerprint import graph_fingerprint
+from hlo.module import HloModule
 from ingest.errors import first_line
-from ingest.fingerprint import graph_fingerprint
-from ingest.hlo_module import HloModule
 from tuner.compile import (CompileError, compile_module, compiler_defaults, elf_objects,
                            object_code)
 from tuner.flags import CompilerConfig, codegen_values, without_defaults

@@ -218,7 +218,7 @@ ENTRY e {
 def acting_backend_extra(specs: list[FlagSpec]) -> set[str]:
     """The CPU backend extra options among `specs` that change the probe module's machine code
     with one of their values; none if the machine code cannot be read."""
-    from ingest.hlo_module import from_text
+    from hlo.module import from_text
     from tuner.compile import compile_module, object_code
 
     probe = from_text(_PROBE_HLO, "fdo_backend_extra_probe").proto

@@ -39,9 +39,9 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import pyarrow as pa
 
-from ingest.environment import current_environment
-from ingest.fingerprint import graph_fingerprint
-from ingest.hlo_module import HloModule
+from hlo.environment import current_environment
+from hlo.fingerprint import graph_fingerprint
+from hlo.module import HloModule
 from ingest.warehouse import Warehouse
 from tuner.compile import compiler_defaults
 from tuner.cores import CorePlan, plan_cores

@@ -2,7 +2,7 @@
 
 The tuner hands an executable one array per entry parameter (`tuner.inputs`), and a tuple has no
 array. Older XLA dumps and programs compiled with tupled arguments have tuple-shaped parameters,
-so the entry computation is rewritten, by editing XLA's module proto (`ingest.hlo_proto`): each
+so the entry computation is rewritten, by editing XLA's module proto (`hlo.proto`): each
 tuple parameter becomes one parameter per leaf, in order (depth first for nested tuples), and
 `tuple` instructions rebuild the value where it is still used whole (a while loop's state, a
 call). A get-tuple-element of a flattened parameter reads its leaf directly, as XLA's simplifier
@@ -19,12 +19,12 @@ from typing import Any
 
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
-from ingest.hlo_proto import (ComputationProto, InstructionProto, ModuleProto, ShapeProto,
-                              build_messages)
+from hlo.proto import (ComputationProto, InstructionProto, ModuleProto, ShapeProto,
+                       build_messages)
 from tuner.op_cut import fresh_id, set_entry, unique_name
 
 _TUPLE = 13  # xla.PrimitiveType.TUPLE
-# HloInstructionProto.tuple_index, read on its own: declaring it in ingest.hlo_proto's schema
+# HloInstructionProto.tuple_index, read on its own: declaring it in hlo.proto's schema
 # would move it among the known fields of a serialized instruction, and so change fingerprints.
 _TupleIndex = build_messages("fdo_tuple_index", {
     "Instruction": [("tuple_index", 13, _F.TYPE_INT64, _F.LABEL_OPTIONAL, None)],

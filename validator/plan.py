@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from delivery.store import Store
+from hlo.environment import Environment, store_key
 from ingest.blobs import BlobStore
-from ingest.environment import Environment, store_key
 from ingest.tables import GRAPHS
 from ingest.warehouse import Warehouse
 from validator import decisions as rules

@@ -30,13 +30,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ingest.environment import Environment, environment_from_json
+from hlo.environment import Environment, environment_from_json
 from ingest.warehouse import process_alive
 from tuner.worker import project_root
 
 DEFAULT_NAME = "default"  # the running interpreter; never registered
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_PROBE = ("import json, jaxlib\nfrom ingest.environment import current_environment\n"
+_PROBE = ("import json, jaxlib\nfrom hlo.environment import current_environment\n"
           "print(json.dumps({'jaxlib': jaxlib.__version__, "
           "'environment': current_environment().to_json()}))\n")
 _PROBE_TIMEOUT = 180.0
@@ -82,7 +82,7 @@ def probe(python: str, name: str = DEFAULT_NAME) -> Toolchain:
     """Run `python` once and read its jaxlib version and environment; ToolchainError if it
     cannot run, has no jaxlib, or cannot import this project."""
     if name == DEFAULT_NAME and python == sys.executable:
-        from ingest.environment import current_environment
+        from hlo.environment import current_environment
         import jaxlib
 
         return Toolchain(name, python, jaxlib.__version__, current_environment().to_json(), _now())

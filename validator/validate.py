@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from delivery.store import DEFAULT_TTL, Store
+from hlo.module import HloLoadError, from_text
 from ingest.blobs import BlobStore
-from ingest.hlo_module import HloLoadError, from_text
 from ingest.warehouse import Warehouse
 from tuner.evaluate import CANDIDATE_FAILS, DEFAULT_FAILS, DefaultFails, evaluate, prepare_default
 from tuner.flags import FlagError, from_json

@@ -8,7 +8,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from ingest.zoo import _nn
+from workloads.zoo import _nn
 
 DESCRIPTION = (
     "GNN node-classification train step: messages gathered from senders (x[senders]), "

@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from ingest.environment import Environment
+from hlo.environment import Environment
 
 EPOCH = datetime.date(2026, 1, 1)
 TEAMS = ("llm-pretrain", "llm-serving", "ads", "search", "recsys", "vision", "speech",

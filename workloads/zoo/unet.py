@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ingest.zoo import _nn
+from workloads.zoo import _nn
 
 DESCRIPTION = (
     "U-Net forward: per level two 3x3 conv+ReLU, stride-2 conv downsample, recursion, "

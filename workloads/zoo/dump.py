@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 from ingest.progress import progress_bar
-from ingest.zoo import Workload, all_workloads, get
+from workloads.zoo import Workload, all_workloads, get
 
 
 def _has_dump(d: Path) -> bool:

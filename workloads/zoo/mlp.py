@@ -7,7 +7,7 @@ from typing import Callable
 
 import jax
 
-from ingest.zoo import _nn
+from workloads.zoo import _nn
 
 DESCRIPTION = "MLP classifier train step: ReLU MLP, cross-entropy, grad, SGD with momentum"
 

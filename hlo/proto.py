@@ -25,7 +25,7 @@ _SCHEMA: dict[str, list[tuple[str, int, int, int, str | None]]] = {
         ("value", 2, _F.TYPE_STRING, _OPT, None),
     ],
     "FrontendAttributes": [("map", 1, _F.TYPE_MESSAGE, _REP, ".fdo_hlo.StringMapEntry")],
-    # xla.LayoutProto: only the dimension order (op cuts reset layouts to the default).
+    # xla.LayoutProto: only the dimension order (`hlo.layout` resets it to the default).
     "Layout": [("minor_to_major", 1, _F.TYPE_INT64, _REP, None)],
     "Shape": [
         ("element_type", 2, _F.TYPE_INT32, _OPT, None),
@@ -147,7 +147,6 @@ ModuleProto = _CLASSES["Module"]
 ComputationProto = _CLASSES["Computation"]
 InstructionProto = _CLASSES["Instruction"]
 ShapeProto = _CLASSES["Shape"]
-LayoutProto = _CLASSES["Layout"]
 ProgramShapeProto = _CLASSES["ProgramShape"]
 HloProtoWrapper = _CLASSES["HloProto"]
 GatherDimsProto = _CLASSES["GatherDims"]

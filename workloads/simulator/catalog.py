@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from ingest import zoo
-from ingest.fingerprint import fingerprint_module, graph_fingerprint
-from ingest.hlo_module import load_file
+from hlo.fingerprint import fingerprint_module, graph_fingerprint
+from hlo.module import load_file
 from ingest.progress import progress_bar
-from ingest.zoo.dump import dump_workload
+from workloads import zoo
+from workloads.zoo.dump import dump_workload
 
 SCALES = (1, 4)
 MAX_OPS = 8  # ops kept per graph: the ones that cover most of its time
@@ -95,7 +95,7 @@ def _profile(module_proto: bytes) -> tuple[float, dict[str, float]]:
     """Seconds per execution and each op's seconds per execution (by name), from a real trace."""
     import jax
 
-    from ingest.hlo_module import HloModule
+    from hlo.module import HloModule
     from ingest.xplane import read_trace
     from tuner.compile import compile_module
     from tuner.inputs import make_inputs, parameter_specs

@@ -9,7 +9,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from ingest.zoo import _nn
+from workloads.zoo import _nn
 
 DESCRIPTION = (
     "decoder-only transformer LM train step: token+position embedding, pre-LN causal "

@@ -16,7 +16,7 @@ from typing import Callable
 
 import jax
 
-from ingest.zoo import attention_kv, cnn, gnn, mlp, nbody, recommender, rnn, transformer, two_tower, unet
+from workloads.zoo import attention_kv, cnn, gnn, mlp, nbody, recommender, rnn, transformer, two_tower, unet
 
 # Registry order is the public, deterministic order of all_workloads().
 _FAMILIES = {

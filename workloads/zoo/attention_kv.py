@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ingest.zoo import _nn
+from workloads.zoo import _nn
 
 DESCRIPTION = (
     "transformer decode step: embeds one token per sequence, writes this step's keys and "

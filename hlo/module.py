@@ -16,7 +16,8 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from ingest.hlo_proto import HloProtoWrapper, ModuleProto, ProgramShapeProto, ShapeProto
+from hlo.layout import default_layout
+from hlo.proto import HloProtoWrapper, ModuleProto, ProgramShapeProto
 
 # Refuse inputs larger than this unless the caller raises the limit (the scale of a 1M-instruction
 # module as text is ~70 MiB; this leaves ample room while bounding memory).
@@ -36,7 +37,7 @@ class HloModule:
     source: str
 
     def view(self) -> Any:
-        """Parse the proto into the partial schema of `ingest.hlo_proto` (fresh object each call)."""
+        """Parse the proto into the partial schema of `hlo.proto` (fresh object each call)."""
         return ModuleProto.FromString(self.proto)
 
     def n_instructions(self) -> int:
@@ -119,22 +120,9 @@ def _with_default_entry_layouts(proto: bytes) -> bytes:
 
 
 def _default_program_shape(program: Any) -> None:
-    program.parameters[:] = [_default_layout(p) for p in program.parameters]
+    program.parameters[:] = [default_layout(p) for p in program.parameters]
     if program.result:
-        program.result = _default_layout(program.result)
-
-
-def _default_layout(data: bytes) -> bytes:
-    shape = ShapeProto.FromString(data)
-    _reset(shape)
-    return shape.SerializeToString()
-
-
-def _reset(shape: Any) -> None:
-    for element in shape.tuple_shapes:
-        _reset(element)
-    if shape.HasField("layout"):
-        shape.layout.minor_to_major[:] = list(range(len(shape.dimensions) - 1, -1, -1))
+        program.result = default_layout(program.result)
 
 
 def load_file(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) -> HloModule:

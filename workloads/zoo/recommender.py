@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ingest.zoo import _nn
+from workloads.zoo import _nn
 
 DESCRIPTION = (
     "DLRM-like recommender train step: bag-of-ids gathers from several embedding tables "

@@ -9,7 +9,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from ingest.zoo import _nn
+from workloads.zoo import _nn
 
 DESCRIPTION = (
     "two-tower retrieval train step: user tower over a user-id lookup and ragged bags "

@@ -21,15 +21,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from ingest.environment import ENVIRONMENT_FILE, current_environment
+from hlo.environment import ENVIRONMENT_FILE, current_environment
 from ingest.progress import progress_bar
 from ingest.profiles import ingest_profiles
 from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
 from ingest.warehouse import ROW_GROUP_ROWS
-from pipelines.simulator import fleet
-from pipelines.simulator.catalog import SCALES, CatalogGraph, build_catalog
 from ranking.store_snapshot import current_version, live_entries
+from workloads.simulator import fleet
+from workloads.simulator.catalog import SCALES, CatalogGraph, build_catalog
 
 CHIP_HOUR = 3600.0
 
