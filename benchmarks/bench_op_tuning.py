@@ -18,10 +18,10 @@ import tempfile
 from pathlib import Path
 
 from hlo.module import from_text
-from ingest.blobs import BlobStore
 from ingest.tables import GRAPHS
-from ingest.warehouse import Warehouse
 from ranking.rank import RankSettings, rank
+from storage.blobs import BlobStore
+from storage.warehouse import Warehouse
 from tuner.candidates import tunable_op_candidates
 from tuner.evaluate import evaluate
 from tuner.fold import fold_graph, graphs_holding

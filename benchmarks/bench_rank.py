@@ -29,11 +29,11 @@ from pathlib import Path
 import apache_beam as beam
 
 from ingest.tables import GRAPH_RUNS
-from ingest.warehouse import Warehouse
 from ranking.beam_io import default_workers, pipeline_options
 from ranking.rank import RankSettings, rank, rank_reads
 from ranking.reference import reference_rank
-from ranking.store_snapshot import live_entries
+from storage.store import live_entries
+from storage.warehouse import Warehouse
 
 DAY = datetime.date(2026, 6, 2)
 CORES = len(os.sched_getaffinity(0))

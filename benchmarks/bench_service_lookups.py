@@ -103,7 +103,7 @@ def add_results(home: Path, round_: int, count: int) -> None:
     """`count` new accepted tuning results for deliver to publish."""
     import pyarrow as pa
 
-    from ingest.warehouse import Warehouse
+    from storage.warehouse import Warehouse
     from tuner.tables import TUNING_RESULTS
 
     rows = [{"dt": datetime.date.today(), "task_id": f"bench-{round_}-{i}", "kind": "graph",

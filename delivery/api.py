@@ -15,7 +15,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from delivery.imports import Hex32, ImportEntry
-from delivery.store import ENTRIES
+from storage.store import ENTRIES
 
 MAX_BATCH_KEYS = 1000
 

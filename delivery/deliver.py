@@ -28,9 +28,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from delivery.store import DEFAULT_TTL, ENTRIES, Store, merge_entries
+from delivery.store import DEFAULT_TTL, Store, merge_entries
 from hlo.environment import store_key
 from ranking.beam_io import ReadPartitions, partition_files, pipeline_options
+from storage.home import Home
+from storage.store import ENTRIES
 from tuner.tables import TUNING_RESULTS
 
 NOISE_BAND = 0.01
@@ -97,7 +99,7 @@ def build_deliver_pipeline(pipeline: beam.Pipeline, files: list[str], staged: st
 def deliver(home: Path, beam_args: Iterable[str] = ()) -> int | None:
     """Publish the accepted results not yet live; returns the new version (None: no change)."""
     home = Path(home)
-    files = partition_files(str(home / "warehouse"), TUNING_RESULTS, None, None)
+    files = partition_files(Home.of(home), TUNING_RESULTS, None, None)
     if not files:
         return None
     (home / "delivery").mkdir(parents=True, exist_ok=True)

@@ -18,8 +18,9 @@ import pyarrow as pa
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from delivery.store import DEFAULT_TTL, ENTRIES, StoreError
+from delivery.store import DEFAULT_TTL, StoreError
 from hlo.environment import store_key
+from storage.store import ENTRIES
 from tuner.flags import FlagError, from_json, to_json
 
 MAX_IMPORT_BYTES = 16 << 20

@@ -1,8 +1,8 @@
 """The versioned config store: immutable numbered snapshots of fingerprint -> config entries.
 
 Layout under `<home>/store/`:
-  v<N>/entries.parquet   one row per entry (ENTRIES; its first columns are the contract that
-                         ranking reads, see ranking.store_snapshot)
+  v<N>/entries.parquet   one row per entry (storage.store.ENTRIES, declared with the
+                         store's read path that every stage shares)
   v<N>/manifest.json     version, parent, created, checksum of entries.parquet, counts by kind,
                          compiler versions, and what made it (deliver, import, rollback, ...)
   CURRENT                the live version number
@@ -46,17 +46,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ranking.store_snapshot import STORE_ENTRY_COLUMNS, current_version
+from storage.store import ENTRIES, current_version
 from tuner.flags import FlagError, from_json, to_json
 
-ENTRIES = pa.schema(list(STORE_ENTRY_COLUMNS) + [
-    pa.field("config", pa.string()),  # JSON of allowlisted flags
-    pa.field("ci_low", pa.float64()),
-    pa.field("ci_high", pa.float64()),
-    pa.field("compiler_version", pa.string()),
-    pa.field("measured_at", pa.timestamp("us", tz="UTC")),
-    pa.field("source", pa.string()),  # the tuning task id, the imported file, or "import via service"
-])
 DEFAULT_TTL = datetime.timedelta(days=30)
 _VERSION_NAME = re.compile(r"\.?v([0-9]+)(?:\.tmp-.*)?")  # v<N>, and .v<N>.tmp-* while staged
 LAST_VERSION = "LAST_VERSION"

@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 
 from ingest.errors import first_line
 from ingest.tables import GRAPH_RUNS, OP_RUNS
-from ingest.warehouse import TableSchema, split_rows
+from storage.warehouse import TableSchema, split_rows
 
 BATCH_ROWS = 1 << 20
 MAX_CHIPS = 1 << 20

@@ -25,7 +25,8 @@ import pyarrow as pa
 from ingest.inputs import INPUT_ERRORS, reason
 from ingest.quarantine import Quarantine, Quarantined
 from ingest.tables import HITS
-from ingest.warehouse import Warehouse, process_alive, split_rows
+from storage.home import process_alive
+from storage.warehouse import Warehouse, split_rows
 
 SPOOL_DIR = Path("spool") / "hits"
 OUTCOMES = ("applied", "miss", "fallback", "refused", "error")

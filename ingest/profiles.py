@@ -39,7 +39,7 @@ from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.rowids import SeenRows
 from ingest.sidecars import JOB_FILE, Job, nearest_file, read_environment_file, read_job_file
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
-from ingest.warehouse import TableSchema, Warehouse, split_rows
+from storage.warehouse import TableSchema, Warehouse, split_rows
 
 TRACE_SUFFIX = ".xplane.pb"
 

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.warehouse import PARTITION, TableSchema, Warehouse
+from storage.warehouse import PARTITION, TableSchema, Warehouse
 
 _MIXERS = ((np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), 30, 27, 31),
            (np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53), 33, 33, 33))

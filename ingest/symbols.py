@@ -24,12 +24,12 @@ import pyarrow as pa
 from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment
 from hlo.fingerprint import ModuleFingerprint, fingerprint_module
 from hlo.module import load_file
-from ingest.blobs import BlobStore
 from ingest.inputs import INPUT_ERRORS, Unlisted, reason, walk
 from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.sidecars import Capture, nearest_file, read_environment_file
 from ingest.tables import GRAPHS, OPS
-from ingest.warehouse import TableSchema, Warehouse, split_rows
+from storage.blobs import BlobStore
+from storage.warehouse import TableSchema, Warehouse, split_rows
 
 _UNOPTIMIZED = "before_optimizations"
 _OPTIMIZED = "after_optimizations"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ingest.warehouse import TableSchema
-from ingest.warehouse import bounded_string as _string
+from storage.warehouse import TableSchema
+from storage.warehouse import bounded_string as _string
 
 
 def _field(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:

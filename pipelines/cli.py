@@ -666,8 +666,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     import dataclasses
     import datetime
 
-    from validator.toolchains import ToolchainError
     from validator.run import ValidatorBusy
+    from validator.toolchains import ToolchainError
     from validator.validate import MEASURE_SETTINGS, ValidateSettings, validate
 
     home = default_home()
@@ -1167,7 +1167,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     """Parse `argv`, check the home and run the command; bad input is one line and EXIT_BAD_INPUT."""
-    from ingest.locks import LockHeld
+    from storage.home import LockHeld
     from tuner.compile import CompileError
 
     parser = build_parser()

@@ -29,9 +29,9 @@ import pyarrow.compute as pc
 from delivery.imports import read_import
 from delivery.store import Store, merge_entries
 from hlo.environment import current_environment
-from ingest.warehouse import Warehouse
 from pipelines.nightly import NightlySettings, run_nightly
 from ranking.tables import SAVINGS
+from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
 from validator.tables import OUTCOMES, VALIDATIONS
 from workloads.simulator.catalog import build_catalog

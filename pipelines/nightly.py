@@ -21,9 +21,9 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.locks import exclusive_lock
-from ingest.warehouse import Warehouse
 from pipelines.tables import RUNS
+from storage.home import Home
+from storage.warehouse import Warehouse
 
 STAGES = ("ingest", "rank", "tune", "deliver", "validate", "savings")
 
@@ -78,7 +78,7 @@ def run_nightly(home: Path, settings: NightlySettings, progress: bool = False) -
     """Run the stages of `settings.date` not yet done, in order; stops at the first failure."""
     home = Path(home)
     report = NightlyReport(settings.date.isoformat())
-    with exclusive_lock(home / "pipelines" / "nightly.lock", "nightly run"):
+    with Home.of(home).lock(home / "pipelines" / "nightly.lock", "nightly run", wait=False):
         ledger = _ledger(home, settings.date)
         for stage in STAGES:
             attempts = ledger.get(stage, [])

@@ -28,7 +28,7 @@ from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
-from ingest.locks import exclusive_lock
+from storage.home import Home
 
 log = logging.getLogger("fleet_fdo.scheduler")
 NIGHTLY_JOB = "nightly"
@@ -64,7 +64,7 @@ def run_scheduler(home: Path, settings: SchedulerSettings, stop: threading.Event
     home = Path(home)
     trigger = parse_cron(settings.cron)
     stop = stop or threading.Event()
-    with exclusive_lock(home / "pipelines" / "scheduler.lock", "fdo scheduler"):
+    with Home.of(home).lock(home / "pipelines" / "scheduler.lock", "fdo scheduler", wait=False):
         scheduler = BackgroundScheduler(
             jobstores={"default": SQLAlchemyJobStore(url=f"sqlite:///{home / 'pipelines' / 'scheduler.sqlite'}")},
             job_defaults={"coalesce": True, "max_instances": 1,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ingest.warehouse import TableSchema
+from storage.warehouse import TableSchema
 
 RUNS = TableSchema(
     name="runs",

@@ -2,7 +2,7 @@
 reads and vectorized sums.
 
 Files are listed with Beam's `FileSystems.match` and opened with `FileSystems.open`, so a read
-works on any file system Beam has (local paths, gs:// and s3:// with Beam's gcp or aws extras)
+works on any home (`storage.home.Home`: local paths, gs:// and s3:// with Beam's extras)
 and on any runner. Each element is a pyarrow Table (one Parquet row group, string columns
 dictionary-encoded) with the partition's `dt` added: no Python object per row.
 
@@ -25,11 +25,10 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.coders import Coder, TupleCoder
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from ingest.warehouse import PARTITION, TableSchema
-from ranking.home_io import open_file
+from storage.home import Home
+from storage.warehouse import PARTITION, TableSchema, Warehouse, partition_of
 
 # Beam's in-process runner, in multi-process mode: nothing to download or start.
 DEFAULT_OPTIONS = ("--runner=DirectRunner", "--direct_running_mode=multi_processing",
@@ -65,16 +64,15 @@ def pipeline_options(beam_args: Iterable[str] = (), rows: int = 0) -> PipelineOp
     return PipelineOptions(defaults + args)
 
 
-def partition_files(root: str, table: TableSchema, first: datetime.date | None,
+def partition_files(home: Home, table: TableSchema, first: datetime.date | None,
                     last: datetime.date | None) -> list[str]:
-    """The Parquet files of `table` under warehouse root `root` with dt in [first, last]."""
-    pattern = f"{root.rstrip('/')}/{table.name}/{PARTITION}=*/*.parquet"
+    """The Parquet files of `table` in `home`'s warehouse with dt in [first, last]."""
     files = []
-    for match in FileSystems.match([pattern])[0].metadata_list:
-        dt = _dt_of(match.path)
+    for path in Warehouse(home).files(table):
+        dt = _dt_of(str(path))
         if (first is None or dt >= first) and (last is None or dt <= last):
-            files.append(match.path)
-    return sorted(files)
+            files.append(str(path))
+    return files
 
 
 def _identity(table: pa.Table) -> pa.Table:
@@ -112,7 +110,7 @@ def plan_reads(sources: list[Source]) -> ReadPlan:
     units, rows = [], 0
     for index, source in enumerate(sources):
         for path in source.files:
-            with open_file(path) as handle:
+            with Home.of(path).open(path) as handle:
                 metadata = pq.ParquetFile(handle).metadata
             units.extend((index, path, group) for group in range(metadata.num_row_groups))
             rows += metadata.num_rows
@@ -155,7 +153,7 @@ def _read_unit(unit: tuple[int, str | None, int], sources: list[Source]) -> tupl
         empty = source.empty.empty_table()
         return source.tag, source.prepare(empty.append_column(PARTITION, pa.array([], pa.date32())))
     stored = [c for c in source.columns if c != PARTITION]
-    with open_file(path) as handle:
+    with Home.of(path).open(path) as handle:
         # Dictionary-encoded strings: read without decoding, hashed as small integers.
         table = pq.ParquetFile(handle, read_dictionary=stored).read_row_group(
             group, columns=stored, use_threads=False)
@@ -164,8 +162,7 @@ def _read_unit(unit: tuple[int, str | None, int], sources: list[Source]) -> tupl
 
 
 def _dt_of(path: str) -> datetime.date:
-    part = next(p for p in path.split("/")[::-1] if p.startswith(f"{PARTITION}="))
-    return datetime.date.fromisoformat(part.split("=", 1)[1])
+    return datetime.date.fromisoformat(partition_of(path))
 
 
 class ArrowTablesCoder(Coder):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime
 import functools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable
 
 import apache_beam as beam
@@ -27,12 +26,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
-from ingest.warehouse import TableSchema
 from ranking.beam_io import (ArrowSum, ReadPlan, ReadTables, Source, TaggedSums, partition_files,
                              pipeline_options, plan_reads)
-from ranking.home_io import home_path, reach, read_partition, replace_part
-from ranking.store_snapshot import live_entries
 from ranking.tables import CANDIDATES, COVERAGE
+from storage.home import Home
+from storage.store import live_entries
+from storage.warehouse import TableSchema, Warehouse
 
 CATEGORIES = ("candidate", "beyond_top_k", "tuned", "opted_out", "missing_symbols", "long_tail")
 
@@ -74,25 +73,24 @@ _COST = ArrowSum(["fingerprint", "graph_fingerprint", "env_key", "opted_out"], [
 _DISTINCT = ArrowSum(["fingerprint", "env_key"], [], _SYMBOLS)
 
 
-def rank_reads(home: str | Path, settings: RankSettings) -> ReadPlan:
+def rank_reads(home: Home, settings: RankSettings) -> ReadPlan:
     """What the ranking reads: both kinds' runs in the window, summed per key where read, and
     their symbols, reduced to distinct keys."""
-    root = home_path(home, "warehouse")
     sources = []
     for spec in KINDS:
         graph_column = "fingerprint" if spec.kind == "graph" else "graph_fingerprint"
         columns = list(dict.fromkeys([spec.key, graph_column, "env_key", "opted_out", "chip_seconds"]))
         sources.append(Source(
-            (spec.kind, "costs"), partition_files(root, spec.runs, settings.first_day, settings.date),
+            (spec.kind, "costs"), partition_files(home, spec.runs, settings.first_day, settings.date),
             columns, functools.partial(_cost_columns, key=spec.key, graph_column=graph_column),
             empty=pa.schema([spec.runs.schema.field(c) for c in columns])))
         sources.append(Source(
-            (spec.kind, "symbols"), partition_files(root, spec.symbols, None, None),
+            (spec.kind, "symbols"), partition_files(home, spec.symbols, None, None),
             ["fingerprint", "env_key"], _DISTINCT.reduce, empty=_SYMBOLS))
     return plan_reads(sources)
 
 
-def build_rank_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: str | Path,
+def build_rank_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: Home,
                         settings: RankSettings, tuned: pa.Table) -> None:
     """Add the ranking of both kinds to `pipeline`; results land in the warehouse.
 
@@ -106,19 +104,20 @@ def build_rank_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: str | Pa
      | "By kind" >> beam.MapTuple(lambda tag, table: (tag[0], (tag[1], table)))
      | "Sum per kind" >> beam.CombinePerKey(TaggedSums({"costs": _COST, "symbols": _DISTINCT}))
      | "Classify" >> beam.Map(_classify_kind, tuned_by_kind, settings)
-     | "Write" >> beam.Map(_write, str(home), settings.date))
+     | "Write" >> beam.Map(_write, home, settings.date))
 
 
-def rank(home: str | Path, settings: RankSettings, beam_args: Iterable[str] = ()) -> tuple[pa.Table, pa.Table]:
+def rank(home: Home, settings: RankSettings, beam_args: Iterable[str] = ()) -> tuple[pa.Table, pa.Table]:
     """Run the ranking pipeline; returns the date's (candidates, coverage) as written.
     `home` may be a URL on any of Beam's file systems (gs://, s3://, ...)."""
-    reach(home, pipeline_options(beam_args))
+    home = Home.of(home)
+    home.reach(pipeline_options(beam_args))
     reads = rank_reads(home, settings)
     with beam.Pipeline(options=pipeline_options(beam_args, reads.rows)) as pipeline:
         build_rank_pipeline(pipeline, reads, home, settings, live_entries(home))
-    on_date = [settings.date.isoformat()]
-    candidates = read_partition(home, CANDIDATES, on_date)
-    coverage = read_partition(home, COVERAGE, on_date)
+    on_date = settings.date.isoformat().__eq__
+    candidates = Warehouse(home).read(CANDIDATES, filter_dt=on_date)
+    coverage = Warehouse(home).read(COVERAGE, filter_dt=on_date)
     return (candidates.sort_by([("kind", "descending"), ("rank", "ascending")]),
             coverage.sort_by([("kind", "descending"), ("category", "ascending")]))
 
@@ -197,7 +196,7 @@ def _member(keys: pa.Table, members: pa.Table) -> pa.Array:
     return pc.is_in(joined, value_set=pa.chunked_array(known, pa.string()).combine_chunks())
 
 
-def _write(result: tuple[str, tuple[pa.Table, pa.Table]], home: str, date: datetime.date) -> None:
+def _write(result: tuple[str, tuple[pa.Table, pa.Table]], home: Home, date: datetime.date) -> None:
     kind, (candidates, coverage) = result
-    replace_part(home, CANDIDATES, candidates, f"candidates-{kind}", [date.isoformat()])
-    replace_part(home, COVERAGE, coverage, f"coverage-{kind}", [date.isoformat()])
+    Warehouse(home).replace(CANDIDATES, candidates, f"candidates-{kind}", [date.isoformat()])
+    Warehouse(home).replace(COVERAGE, coverage, f"coverage-{kind}", [date.isoformat()])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-from pathlib import Path
 from typing import Iterable
 
 import apache_beam as beam
@@ -20,9 +19,10 @@ import pyarrow.compute as pc
 
 from ingest.tables import GRAPH_RUNS, OP_RUNS
 from ranking.beam_io import ArrowSum, ReadPlan, ReadTables, Source, partition_files, pipeline_options, plan_reads
-from ranking.home_io import home_path, reach, read_partition, replace_part
-from ranking.store_snapshot import live_entries
 from ranking.tables import SAVINGS
+from storage.home import Home
+from storage.store import live_entries
+from storage.warehouse import Warehouse
 
 _KEYS = ["dt", "kind", "team", "env_key", "config_version", "validator_updated"]
 _VALUES = ["hit_chip_seconds", "chip_seconds_saved"]
@@ -31,18 +31,17 @@ _COLUMNS = ["team", "env_key", "chip_seconds", "config_key", "config_version", "
 _TOTAL = ArrowSum(_KEYS, _VALUES, _SUMMED)
 
 
-def savings_reads(home: str | Path, first: datetime.date, last: datetime.date,
+def savings_reads(home: Home, first: datetime.date, last: datetime.date,
                   validator_keys: list[str]) -> ReadPlan:
     """What the savings read: both kinds' runs of [first, last], their hits summed where read."""
-    root = home_path(home, "warehouse")
     return plan_reads([
-        Source(kind, partition_files(root, table, first, last), _COLUMNS,
+        Source(kind, partition_files(home, table, first, last), _COLUMNS,
                functools.partial(_hit_sums, kind=kind, validator_keys=validator_keys),
                empty=pa.schema([table.schema.field(c) for c in _COLUMNS]))
         for kind, table in (("graph", GRAPH_RUNS), ("op", OP_RUNS))])
 
 
-def build_savings_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: str | Path,
+def build_savings_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: Home,
                            first: datetime.date, last: datetime.date) -> None:
     """Add the savings accounting of [first, last] to `pipeline`; results land in the warehouse."""
     (pipeline
@@ -50,20 +49,22 @@ def build_savings_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: str |
      | "One key" >> beam.MapTuple(lambda kind, table: (None, table))
      | "Sum" >> beam.CombinePerKey(_TOTAL)
      | "Summed" >> beam.Values()
-     | "Write" >> beam.Map(_write, str(home), _days(first, last)))
+     | "Write" >> beam.Map(_write, home, _days(first, last)))
 
 
-def savings(home: str | Path, first: datetime.date, last: datetime.date,
+def savings(home: Home, first: datetime.date, last: datetime.date,
             beam_args: Iterable[str] = ()) -> pa.Table:
     """Run the savings pipeline over [first, last]; returns the rows it wrote.
     `home` may be a URL on any of Beam's file systems (gs://, s3://, ...)."""
-    reach(home, pipeline_options(beam_args))
+    home = Home.of(home)
+    home.reach(pipeline_options(beam_args))
     entries = live_entries(home)
     validator_keys = entries.filter(pc.equal(entries.column("provenance"), "validator")).column("key")
     reads = savings_reads(home, first, last, validator_keys.to_pylist())
     with beam.Pipeline(options=pipeline_options(beam_args, reads.rows)) as pipeline:
         build_savings_pipeline(pipeline, reads, home, first, last)
-    return read_partition(home, SAVINGS, _days(first, last)).sort_by([(name, "ascending") for name in _KEYS])
+    days = set(_days(first, last))
+    return Warehouse(home).read(SAVINGS, filter_dt=days.__contains__).sort_by([(name, "ascending") for name in _KEYS])
 
 
 def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
@@ -92,5 +93,5 @@ def _days(first: datetime.date, last: datetime.date) -> list[str]:
     return [(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
 
 
-def _write(summed: pa.Table, home: str, days: list[str]) -> None:
-    replace_part(home, SAVINGS, summed, "savings", days)
+def _write(summed: pa.Table, home: Home, days: list[str]) -> None:
+    Warehouse(home).replace(SAVINGS, summed, "savings", days)

@@ -18,12 +18,13 @@ import pyarrow.compute as pc
 
 from delivery.deliver import deliver
 from delivery.imports import read_import
-from delivery.store import ENTRIES, Store, merge_entries
+from delivery.store import Store, merge_entries
 from hlo.environment import store_key
 from ingest.tables import GRAPH_RUNS, HITS
-from ingest.warehouse import Warehouse
 from ranking.rank import RankSettings, rank
 from ranking.savings import savings
+from storage.store import ENTRIES
+from storage.warehouse import Warehouse
 from tuner.tables import TRIALS, TUNING_RESULTS
 from validator.tables import VALIDATIONS
 from workloads.simulator.run import simulate, store_lookup

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from hlo.module import from_lowered
-from ingest.warehouse import Warehouse
+from storage.warehouse import Warehouse
 from tuner.analyze import RIDGE, analyze_flags
 from tuner.measure import MeasureSettings
 from tuner.space import config_key

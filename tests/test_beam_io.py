@@ -11,11 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.testing.util import assert_that, equal_to
 
-from ingest.warehouse import Warehouse
 from ranking.beam_io import (ROWS_PER_WORKER, ArrowSum, ArrowTablesCoder, ReadTables, Source, TaggedSums,
                              default_workers, pipeline_options, plan_reads)
-from ranking.home_io import read_partition, replace_part
 from ranking.tables import COVERAGE
+from storage.warehouse import Warehouse
 
 _SCHEMA = pa.schema([("key", pa.string()), ("flag", pa.bool_()), ("value", pa.float64())])
 
@@ -94,7 +93,7 @@ def test_the_default_runner_gets_a_worker_per_share_of_rows_up_to_the_cores():
     assert pipeline_options(["--direct_num_workers=7"]).get_all_options()["direct_num_workers"] == 7
 
 
-def test_replace_part_writes_warehouse_files_and_drops_days_left_without_rows(tmp_path):
+def test_replace_writes_warehouse_files_and_drops_days_left_without_rows(tmp_path):
     day1, day2 = datetime.date(2026, 5, 1), datetime.date(2026, 5, 2)
 
     def rows(*days: datetime.date) -> pa.Table:
@@ -102,9 +101,8 @@ def test_replace_part_writes_warehouse_files_and_drops_days_left_without_rows(tm
                                       "chip_seconds": 1.5 * i, "share": 0.5} for i, d in enumerate(days)],
                                     COVERAGE.schema)
 
-    replace_part(tmp_path, COVERAGE, rows(day1, day2), "part", [day1.isoformat(), day2.isoformat()])
+    Warehouse(tmp_path).replace(COVERAGE, rows(day1, day2), "part", [day1.isoformat(), day2.isoformat()])
     assert Warehouse(tmp_path).read(COVERAGE).num_rows == 2  # ingest's checked read takes them
-    replace_part(tmp_path, COVERAGE, rows(day1), "part", [day1.isoformat(), day2.isoformat()])
+    Warehouse(tmp_path).replace(COVERAGE, rows(day1), "part", [day1.isoformat(), day2.isoformat()])
     assert Warehouse(tmp_path).read(COVERAGE).to_pylist() == rows(day1).to_pylist()
-    assert read_partition(tmp_path, COVERAGE, [day1.isoformat(), day2.isoformat()]).equals(rows(day1))
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["part.parquet"]  # no temporaries

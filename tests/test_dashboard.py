@@ -19,10 +19,10 @@ from playwright.sync_api import Page
 
 from delivery.store import Store
 from ingest.tables import GRAPH_RUNS, GRAPHS
-from ingest.warehouse import Warehouse
 from pipelines.dashboard.layout import PAGES
 from pipelines.dashboard.queries import QUERIES
 from ranking.tables import SAVINGS
+from storage.warehouse import Warehouse
 from tests.dashboard_home import TASKS, build_home
 from tests.serving import call, running_server
 from tuner.analyze import analyze_flags

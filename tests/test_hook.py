@@ -19,8 +19,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from delivery.sandbox import CHECKED_DIR, mark_name
-from delivery.store import ENTRIES, Store
+from delivery.store import Store
 from hlo.environment import store_key
+from storage.store import ENTRIES
 from tests.serving import fdo, running_server
 
 JOB = str(Path(__file__).with_name("hook_job.py"))
@@ -334,8 +335,8 @@ def forge_version(home: Path, record: dict, config: dict) -> None:
 
 
 def test_embedded_snapshot_is_read_once_and_can_be_pinned(tmp_path):
-    from delivery.lookup import EmbeddedStore
     from delivery.imports import read_import
+    from delivery.lookup import EmbeddedStore
     from delivery.store import merge_entries
 
     entry = {"fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph", "config": NO_YNN,

@@ -145,8 +145,9 @@ def _forge_version(home: Path, records: list[dict], config: dict) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from delivery.store import ENTRIES, Store
+    from delivery.store import Store
     from hlo.environment import store_key
+    from storage.store import ENTRIES
 
     store = Store(home)
     live = store.current()

@@ -21,9 +21,9 @@ import pytest
 
 from hlo.fingerprint import fingerprint_module
 from hlo.module import from_text, load_file
-from ingest.blobs import BlobStore
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
-from ingest.warehouse import SchemaError, Warehouse, read_checked
+from storage.blobs import BlobStore
+from storage.warehouse import SchemaError, Warehouse, read_checked
 from tests.serving import fdo
 
 EXIT_QUARANTINED = 3

@@ -34,8 +34,8 @@ from ingest import tables
 from ingest.hits import SPOOL_DIR, to_line
 from ingest.rowids import SeenRows
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS
-from ingest.warehouse import SchemaError, TableSchema, Warehouse
 from ranking.tables import COVERAGE
+from storage.warehouse import SchemaError, TableSchema, Warehouse
 from tests.serving import fdo
 
 EXIT_BAD_INPUT, EXIT_QUARANTINED = 2, 3

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hlo.module import HloModule, from_text, xla_hlo
-from ingest.warehouse import Warehouse
+from storage.warehouse import Warehouse
 from tests.serving import fdo
 from tuner.evaluate import (CANDIDATE_FAILS, DEFAULT_FAILS, evaluate, measurable_module,
                             without_buffer_aliasing)

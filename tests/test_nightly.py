@@ -16,10 +16,10 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from ingest.warehouse import Warehouse
 from pipelines.nightly import STAGES, ledger_rows
-from tests.serving import fdo
 from ranking.tables import CANDIDATES
+from storage.warehouse import Warehouse
+from tests.serving import fdo
 from tuner.tables import TRIALS, TUNING_RESULTS
 from workloads.simulator.run import simulate
 

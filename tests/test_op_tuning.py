@@ -20,15 +20,15 @@ from hlo.module import HloModule, from_lowered, load_file
 from ingest.profiles import ingest_profiles
 from ingest.symbols import ingest_symbols
 from ingest.tables import GRAPHS, OP_RUNS, OPS
-from ingest.warehouse import Warehouse
 from ranking.tables import CANDIDATES
+from storage.warehouse import Warehouse
 from tuner.candidates import tunable_op_candidates
 from tuner.compile import compile_module, compiler_defaults
+from tuner.flags import is_default
 from tuner.fold import STRATEGY, OpVote, fold_config, fold_graph, fold_variants, graph_votes
 from tuner.inputs import make_inputs, parameter_specs
 from tuner.measure import MeasureSettings
 from tuner.op_cut import cut_op, cut_ops
-from tuner.flags import is_default
 from tuner.space import accepted_flags, op_space
 from tuner.strategies import ExhaustiveStrategy
 from tuner.tables import TRIALS, TUNING_RESULTS

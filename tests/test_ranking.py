@@ -14,19 +14,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from apache_beam.io.filesystem import FileMetadata
-from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.options.pipeline_options import StandardOptions
 
 from hlo.environment import store_key
 from ingest.tables import GRAPH_RUNS
-from ingest.warehouse import Warehouse
 from ranking.beam_io import pipeline_options
 from ranking.rank import CATEGORIES, RankSettings, rank
 from ranking.reference import reference_rank, reference_savings
 from ranking.savings import savings
-from ranking.store_snapshot import STORE_ENTRY_COLUMNS, live_entries
 from ranking.tables import CANDIDATES, SAVINGS
+from storage.store import STORE_ENTRY_COLUMNS, live_entries
+from storage.warehouse import Warehouse
+from tests.url_home import UrlFileSystem
 from workloads.simulator.run import simulate, store_lookup
 
 START = datetime.date(2026, 4, 1)
@@ -170,45 +169,6 @@ def test_tunable_candidates_are_this_machines_with_their_hlo(fleet_home, ranked)
         assert graphs[key]["device_kind"] == here.device_kind
 
 
-class _UrlFileSystem(LocalFileSystem):
-    """A Beam file system of our own for `fdotest://<local path>` URLs, found by its scheme as
-    Beam finds gs:// or s3://, kept on the local disk (the remote ones need a network), and
-    noting the paths that go through it."""
-
-    used: list[str] = []
-
-    @classmethod
-    def scheme(cls) -> str:
-        return "fdotest"
-
-    def _local(self, path: str) -> str:
-        _UrlFileSystem.used.append(path)
-        return path.removeprefix("fdotest://")
-
-    def split(self, path):
-        head, _, tail = path.rpartition("/")
-        return head, tail
-
-    def _list(self, prefix):
-        for meta in super()._list(self._local(prefix)):
-            yield FileMetadata(f"fdotest://{meta.path}", meta.size_in_bytes, meta.last_updated_in_seconds)
-
-    def create(self, path, *args, **kwargs):
-        return super().create(self._local(path), *args, **kwargs)
-
-    def open(self, path, *args, **kwargs):
-        return super().open(self._local(path), *args, **kwargs)
-
-    def rename(self, sources, destinations):
-        super().rename([self._local(p) for p in sources], [self._local(p) for p in destinations])
-
-    def exists(self, path):
-        return super().exists(self._local(path))
-
-    def delete(self, paths):
-        super().delete([self._local(p) for p in paths])
-
-
 def test_a_home_given_as_a_url_is_read_and_written_through_beam_file_systems(fleet_home, ranked):
     settings, candidates, coverage = ranked
     url = f"fdotest://{fleet_home}"
@@ -217,7 +177,7 @@ def test_a_home_given_as_a_url_is_read_and_written_through_beam_file_systems(fle
     for old in (fleet_home / "warehouse").glob("*/*/*.parquet"):
         if old.parts[-3] in ("candidates", "coverage", "savings"):
             old.unlink()
-    _UrlFileSystem.used.clear()
+    UrlFileSystem.used.clear()
     for ours, theirs in zip(rank(url, settings, in_process), (candidates, coverage)):
         assert ours.schema == theirs.schema and ours.num_rows == theirs.num_rows
         for row, want in zip(ours.to_pylist(), theirs.to_pylist()):  # sums in another order
@@ -226,7 +186,7 @@ def test_a_home_given_as_a_url_is_read_and_written_through_beam_file_systems(fle
     rows = savings(url, START, LAST, in_process)
     assert rows.num_rows > 0 and rows.equals(Warehouse(fleet_home).read(SAVINGS).sort_by(
         [(name, "ascending") for name in ("dt", "kind", "team", "config_version", "validator_updated")]))
-    used = "\n".join(_UrlFileSystem.used)
+    used = "\n".join(UrlFileSystem.used)
     for piece in ("/graph_runs/dt=", "/op_runs/dt=", "/ops/dt=", "/store/CURRENT", "/candidates/dt=",
                   "/coverage/dt=", "/savings/dt="):
         assert f"fdotest://{fleet_home}/warehouse{piece}" in used or f"fdotest://{fleet_home}{piece}" in used, piece

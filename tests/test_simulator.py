@@ -13,7 +13,7 @@ import pytest
 from hlo.environment import Environment
 from ingest.quarantine import file_digest
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
-from ingest.warehouse import Warehouse
+from storage.warehouse import Warehouse
 from workloads.simulator import fleet
 from workloads.simulator.catalog import build_catalog
 from workloads.simulator.run import simulate

@@ -18,8 +18,8 @@ from delivery.deliver import deliver
 from delivery.imports import read_import
 from delivery.store import ConcurrentPublish, Store, StoreError, merge_entries
 from hlo.environment import store_key
-from ingest.warehouse import Warehouse
-from ranking.store_snapshot import live_entries
+from storage.store import live_entries
+from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
 
 

@@ -13,11 +13,11 @@ import jax.numpy as jnp
 import pytest
 
 from hlo.module import from_lowered, from_text
-from ingest.warehouse import Warehouse
+from storage.warehouse import Warehouse
 from tests.processes import kill_9_once_journaled, signal_once_journaled
+from tuner.compile import compiler_defaults
 from tuner.cores import MIN_CORES_TO_SPLIT, CorePlan, available_cores, plan_cores
 from tuner.flags import FLAGS, from_json
-from tuner.compile import compiler_defaults
 from tuner.measure import MeasureSettings
 from tuner.prior import NO_CHANGE, move_prior
 from tuner.schedule import order_moves

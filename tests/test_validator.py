@@ -17,13 +17,14 @@ import pyarrow as pa
 import pytest
 
 from delivery.deliver import deliver
-from delivery.store import ENTRIES, Store
+from delivery.store import Store
 from hlo.environment import current_environment, store_key
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_lowered
 from ingest.symbols import ingest_symbols
 from ingest.tables import HITS
-from ingest.warehouse import Warehouse
+from storage.store import ENTRIES
+from storage.warehouse import Warehouse
 from tests.processes import kill_9_once_journaled
 from tests.serving import fdo
 from tuner.tables import TUNING_RESULTS

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ingest.warehouse import Warehouse
+from storage.warehouse import Warehouse
 from tuner.tables import TRIALS, TUNING_RESULTS
 
 RIDGE = 0.1

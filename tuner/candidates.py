@@ -18,10 +18,10 @@ import pyarrow.compute as pc
 
 from hlo.environment import current_environment
 from hlo.module import HloModule, from_text
-from ingest.blobs import BlobStore
 from ingest.tables import GRAPHS, OPS
-from ingest.warehouse import Warehouse
 from ranking.tables import CANDIDATES
+from storage.blobs import BlobStore
+from storage.warehouse import Warehouse
 from tuner.op_cut import OpCut, OpCutError, cut_op
 from tuner.tables import TUNING_RESULTS
 

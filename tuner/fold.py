@@ -38,9 +38,9 @@ import pyarrow.compute as pc
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_text
-from ingest.blobs import BlobStore
 from ingest.tables import GRAPHS, OP_RUNS, OPS
-from ingest.warehouse import Warehouse
+from storage.blobs import BlobStore
+from storage.warehouse import Warehouse
 from tuner.compile import compiler_defaults
 from tuner.flags import CompilerConfig, FlagValue, as_placement, from_json, placement_key
 from tuner.op_cut import cut_ops

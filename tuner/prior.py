@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from ingest.warehouse import Warehouse
+from storage.warehouse import Warehouse
 from tuner.flags import CompilerConfig, FlagError, as_placement, from_json
 from tuner.schedule import Move
 from tuner.strategies import FAILED

@@ -42,7 +42,7 @@ import pyarrow as pa
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule
-from ingest.warehouse import Warehouse
+from storage.warehouse import Warehouse
 from tuner.compile import compiler_defaults
 from tuner.cores import CorePlan, plan_cores
 from tuner.evaluate import (DEFAULT_FAILS, DefaultFails, EvaluationResult, Failure, evaluate,

@@ -33,7 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from delivery.store import ENTRIES
+from storage.store import ENTRIES
 from tuner.evaluate import EvaluationResult
 
 # How a decision changes the store.

@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 
 from delivery.store import Store
 from hlo.environment import Environment, store_key
-from ingest.blobs import BlobStore
 from ingest.tables import GRAPHS
-from ingest.warehouse import Warehouse
+from storage.blobs import BlobStore
+from storage.warehouse import Warehouse
 from validator import decisions as rules
 from validator.decisions import Decision
 from validator.signals import History, fallbacks, fleet_hits

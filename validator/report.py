@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from delivery.store import Store, StoreError
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
-from ingest.warehouse import Warehouse
+from storage.warehouse import Warehouse
 from validator.tables import VALIDATIONS
 
 # Bucket edges in days: [0, 1), [1, 7), [7, 30), [30, 90), [90, inf).

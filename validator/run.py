@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 
 from delivery.store import Store
-from ingest.locks import LockHeld, exclusive_lock
-from ingest.warehouse import Warehouse
+from storage.home import Home, LockHeld
+from storage.warehouse import Warehouse
 from tuner.journal import append_record, read_records
 from validator import decisions as rules
 from validator.decisions import Decision
@@ -109,7 +109,7 @@ class Run:
 
 def exclusive(home: Path) -> contextlib.AbstractContextManager[None]:
     """Hold the home's validator lock; ValidatorBusy if another run has it."""
-    return exclusive_lock(home / "validator" / ".lock", "validation run", ValidatorBusy)
+    return Home.of(home).lock(home / "validator" / ".lock", "validation run", wait=False, error=ValidatorBusy)
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
-from ingest.warehouse import Warehouse
+from storage.warehouse import Warehouse
 from validator.tables import VALIDATIONS
 
 HIT_WINDOW = datetime.timedelta(days=30)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ingest.warehouse import TableSchema
+from storage.warehouse import TableSchema
 
 # 'unmeasured': the entry could not be measured here (no symbols, an op-level config, another
 # machine, ...); it is left as it is until it expires. The other four change the store.

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hlo.environment import Environment, environment_from_json
-from ingest.warehouse import process_alive
+from storage.home import process_alive
 from tuner.worker import project_root
 
 DEFAULT_NAME = "default"  # the running interpreter; never registered

@@ -32,8 +32,8 @@ from typing import Any
 
 from delivery.store import DEFAULT_TTL, Store
 from hlo.module import HloLoadError, from_text
-from ingest.blobs import BlobStore
-from ingest.warehouse import Warehouse
+from storage.blobs import BlobStore
+from storage.warehouse import Warehouse
 from tuner.evaluate import CANDIDATE_FAILS, DEFAULT_FAILS, DefaultFails, evaluate, prepare_default
 from tuner.flags import FlagError, from_json
 from tuner.measure import MeasureSettings

@@ -21,9 +21,9 @@ import pyarrow as pa
 
 from delivery.store import Store
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, OPS
-from ingest.warehouse import TableSchema, Warehouse
 from pipelines.dashboard.scope import Scope
 from ranking.tables import COVERAGE, SAVINGS
+from storage.warehouse import TableSchema, Warehouse
 from tuner.analyze import CONFIDENCE as FLAG_LEVEL
 from tuner.analyze import analyze_trials
 from tuner.tables import TRIALS, TUNING_RESULTS

@@ -19,13 +19,13 @@ from fastapi.responses import HTMLResponse, Response
 
 from delivery.service import ServiceError
 from delivery.store import StoreError
-from ingest.warehouse import SchemaError
 from pipelines.dashboard import queries
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters, parse_fingerprint
 from pipelines.dashboard.layout import GRAPH, OVERVIEW, TUNER, Page
 from pipelines.dashboard.page import FILTER_LABELS, PageData, render
 from pipelines.dashboard.queries import NOT_NARROWED, QUERIES, SUMMARY_INPUTS, Query as RowsQuery, Row
 from pipelines.dashboard.scope import Scope
+from storage.warehouse import SchemaError
 
 PLOTLY_PATH = "/static/plotly.min.js"
 DATA_ERRORS = (SchemaError, StoreError)  # unreadable data: named in the answer, never a crash

@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
-from ingest.warehouse import TableSchema, Warehouse
 from pipelines.dashboard.filters import Filters, Window
+from storage.warehouse import TableSchema, Warehouse
 
 ENVIRONMENTS = pa.schema([
     pa.field("env_key", pa.string()), pa.field("platform", pa.string()), pa.field("device_kind", pa.string()),

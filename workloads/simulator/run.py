@@ -22,12 +22,12 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from hlo.environment import ENVIRONMENT_FILE, current_environment
-from ingest.progress import progress_bar
 from ingest.profiles import ingest_profiles
+from ingest.progress import progress_bar
 from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
-from ingest.warehouse import ROW_GROUP_ROWS
-from ranking.store_snapshot import current_version, live_entries
+from storage.store import current_version, live_entries
+from storage.warehouse import ROW_GROUP_ROWS
 from workloads.simulator import fleet
 from workloads.simulator.catalog import SCALES, CatalogGraph, build_catalog
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import zstandard
+
+from storage.home import Home
 
 _LEVEL = 9
 
@@ -13,8 +14,9 @@ _LEVEL = 9
 class BlobStore:
     """`<home>/blobs/hlo/<2 hex>/<fingerprint>.hlo.zst`; blob names are paths relative to `blobs/`."""
 
-    def __init__(self, home: Path | str) -> None:
-        self.root = Path(home) / "blobs"
+    def __init__(self, home: Home | str | Path) -> None:
+        self.home = Home.of(home)
+        self.root = self.home.location("blobs")
 
     @staticmethod
     def name(fingerprint: str) -> str:
@@ -24,18 +26,18 @@ class BlobStore:
     def put_text(self, fingerprint: str, text: str) -> str:
         """Store `text` under `fingerprint` unless it is already there; returns the blob name."""
         name = self.name(fingerprint)
-        path = self.root / name
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            tmp.write_bytes(zstandard.ZstdCompressor(level=_LEVEL).compress(text.encode()))
-            os.replace(tmp, path)
+        if not self.exists(name):
+            self.home.atomic_write(self._location(name),
+                                   zstandard.ZstdCompressor(level=_LEVEL).compress(text.encode()))
         return name
 
     def get_text(self, name: str) -> str:
         """The text stored under blob `name`."""
-        return zstandard.ZstdDecompressor().decompress((self.root / name).read_bytes()).decode()
+        return zstandard.ZstdDecompressor().decompress(self.home.read_bytes(self._location(name))).decode()
 
     def exists(self, name: str) -> bool:
         """Whether blob `name` is stored."""
-        return (self.root / name).exists()
+        return self.home.exists(self._location(name))
+
+    def _location(self, name: str):
+        return self.home.location("blobs", *name.split("/"))

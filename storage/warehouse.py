@@ -9,9 +9,9 @@ Two kinds of table:
 - dimension tables (graphs, ops) hold one row per key, upserted under a lock by rewriting the
   partitions that changed; the merge is idempotent, so a rerun after a crash converges.
 
-Every file is written to a temporary name in its final directory and renamed into place, so a
-killed process leaves either the whole file or none of it (plus a temporary file that the
-next writer removes). Every file carries its table name and schema version in its Parquet
+The home may be local or a URL (`storage.home.Home`); every file is written with its atomic
+write, so a killed process leaves either the whole file or none of it (plus a temporary file
+that the next writer removes). Every file carries its table name and schema version in its Parquet
 metadata; reads check both and the columns' types. String columns may declare their longest
 value (`bounded_string`); no write lands a longer one.
 """
@@ -20,22 +20,21 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from storage.home import TMP_MARK, Home, Pending
 
 PARTITION = "dt"
 ROW_GROUP_ROWS = 1 << 17  # Beam's multi-process runner stalls on much larger elements
 _TABLE_META = b"fleet_fdo.table"
 _VERSION_META = b"fleet_fdo.schema_version"
 _MAX_CHARS_META = b"fleet_fdo.max_chars"
-_TMP_MARK = ".tmp-"
 
 
 class SchemaError(ValueError):
@@ -121,28 +120,29 @@ class TableSchema:
 
 
 class Warehouse:
-    """The tables under `<home>/warehouse`."""
+    """The tables under `<home>/warehouse`, on any `Home`."""
 
-    def __init__(self, home: Path | str) -> None:
-        self.root = Path(home) / "warehouse"
+    def __init__(self, home: Home | str | Path) -> None:
+        self.home = Home.of(home)
+        self.root = self.home.location("warehouse")
 
-    def table_dir(self, table: TableSchema) -> Path:
-        """The directory holding `table`'s partitions."""
-        return self.root / table.name
+    def table_dir(self, table: TableSchema) -> Any:
+        """Where `table`'s partitions are."""
+        return self.home.location("warehouse", table.name)
 
-    def files(self, table: TableSchema) -> list[Path]:
+    def files(self, table: TableSchema) -> list[Any]:
         """The table's Parquet files (not temporaries), in a stable order."""
-        return sorted(self.table_dir(table).glob(f"{PARTITION}=*/*.parquet"))
+        return self.home.glob(f"warehouse/{table.name}/{PARTITION}=*/*.parquet")
 
     def has_part(self, table: TableSchema, dt: str, part: str) -> bool:
         """Whether the part named `part` of partition `dt` has been written."""
-        return self._part_path(table, dt, part).exists()
+        return self.home.exists(self._part_path(table, dt, part))
 
-    def parts_of(self, table: TableSchema, part: str) -> list[Path]:
+    def parts_of(self, table: TableSchema, part: str) -> list[Any]:
         """Every partition's file named `part` (what one input wrote)."""
-        return sorted(self.table_dir(table).glob(f"{PARTITION}=*/{part}.parquet"))
+        return self.home.glob(f"warehouse/{table.name}/{PARTITION}=*/{part}.parquet")
 
-    def append(self, table: TableSchema, data: pa.Table, part: str) -> list[Path]:
+    def append(self, table: TableSchema, data: pa.Table, part: str) -> list[Any]:
         """Write `data` as part `part` of each partition its `dt` values fall in.
 
         Partitions that already hold the part are left alone: the same input adds nothing twice.
@@ -151,26 +151,26 @@ class Warehouse:
         written = []
         for dt, rows in _split_by_partition(data):
             path = self._part_path(table, dt, part)
-            if not path.exists():
-                _write_atomic(path, rows, table)
+            if not self.home.exists(path):
+                self._write(path, rows, table)
                 written.append(path)
         return written
 
     def replace(self, table: TableSchema, data: pa.Table, part: str,
-                dts: Iterable[str] = ()) -> list[Path]:
+                dts: Iterable[str] = ()) -> list[Any]:
         """Write `data` as part `part` of its partitions, replacing what that part held there.
 
         For derived tables (candidates, savings) that a rerun recomputes: partitions in `dts`
         that `data` no longer has rows for lose the part.
         """
         data = table.conform(data)
-        written = []
+        written, days = [], set()
         for dt, rows in _split_by_partition(data):
             path = self._part_path(table, dt, part)
-            _write_atomic(path, rows, table)
+            self._write(path, rows, table)
             written.append(path)
-        for dt in set(dts) - {p.parent.name.split("=", 1)[1] for p in written}:
-            self._part_path(table, dt, part).unlink(missing_ok=True)
+            days.add(dt)
+        self.home.delete([self._part_path(table, dt, part) for dt in sorted(set(dts) - days)])
         return written
 
     @contextlib.contextmanager
@@ -179,35 +179,31 @@ class Warehouse:
 
         Partitions that already hold the part (an earlier run got that far) are skipped.
         """
-        writers: dict[str, tuple[pq.ParquetWriter, Path, Path]] = {}
+        writers: dict[str, tuple[pq.ParquetWriter, Pending] | None] = {}
 
         def write(batch: pa.Table) -> None:
             batch = table.conform(batch)
             for dt, rows in _split_by_partition(batch):
                 if dt not in writers:
                     final = self._part_path(table, dt, part)
-                    if final.exists():
-                        writers[dt] = (None, final, final)  # type: ignore[assignment]
+                    if self.home.exists(final):
+                        writers[dt] = None
                         continue
-                    tmp = _temporary(final)
-                    writers[dt] = (pq.ParquetWriter(tmp, table.stored_schema), tmp, final)
-                writer = writers[dt][0]
-                if writer is not None:
-                    writer.write_table(_stored(rows, table), row_group_size=ROW_GROUP_ROWS)
+                    pending = self.home.create(final)
+                    writers[dt] = (pq.ParquetWriter(pending.handle, table.stored_schema), pending)
+                if writers[dt] is not None:
+                    writers[dt][0].write_table(_stored(rows, table), row_group_size=ROW_GROUP_ROWS)
 
         try:
             yield write
         except BaseException:
-            for writer, tmp, final in writers.values():
-                if writer is not None:
-                    writer.close()
-                    tmp.unlink(missing_ok=True)
-            raise
-        for writer, tmp, final in writers.values():
-            if writer is not None:
+            for writer, pending in filter(None, writers.values()):
                 writer.close()
-                _fsync(tmp)
-                os.replace(tmp, final)
+                pending.discard()
+            raise
+        for writer, pending in filter(None, writers.values()):
+            writer.close()
+            pending.commit()
 
     def read(self, table: TableSchema, columns: list[str] | None = None,
              filter_dt: Callable[[str], bool] | None = None) -> pa.Table:
@@ -221,9 +217,13 @@ class Warehouse:
                    filter_dt: Callable[[str], bool] | None = None) -> Iterator[pa.Table]:
         """The rows of `table`, one file at a time (for summing up more rows than fit in memory)."""
         for path in self.files(table):
-            dt = path.parent.name.split("=", 1)[1]
-            if filter_dt is None or filter_dt(dt):
-                yield read_checked(path, table, columns)
+            if filter_dt is None or filter_dt(partition_of(path)):
+                yield self.read_file(path, table, columns)
+
+    def read_file(self, path: Any, table: TableSchema, columns: list[str] | None = None) -> pa.Table:
+        """One Parquet file of `table`, its table name, schema version and columns checked."""
+        with self.home.open(path) as source:
+            return read_checked(source, table, columns, partition_of(path))
 
     def upsert(self, table: TableSchema, rows: pa.Table,
                merge: Callable[[pa.Table], pa.Table]) -> int:
@@ -231,12 +231,12 @@ class Warehouse:
 
         `merge` gets the old and new rows of the touched keys together and returns one row per
         key; it must be idempotent (merging the same rows again changes nothing). A row's
-        partition is its `dt` after merging. Writers of one table take turns on a lock.
+        partition is its `dt` after merging. Writers of one table take turns on the home's lock.
         """
         rows = table.conform(rows)
         if rows.num_rows == 0:
             return 0
-        with self._lock(table):
+        with self.home.lock(self.home.location("warehouse", table.name, ".lock")):
             old = self.read(table)
             combined = merge(pa.concat_tables([old, rows]))
             combined = table.conform(combined).sort_by([(k, "ascending") for k in table.key])
@@ -244,34 +244,26 @@ class Warehouse:
             changed = _changed_partitions(old_sorted, combined)
             for dt, part in _split_by_partition(combined):
                 if dt in changed:
-                    _write_atomic(self._part_path(table, dt, "rows"), part, table)
-            for dt in changed - {dt for dt, _ in _split_by_partition(combined)}:
-                self._part_path(table, dt, "rows").unlink(missing_ok=True)
+                    self._write(self._part_path(table, dt, "rows"), part, table)
+            gone = changed - {dt for dt, _ in _split_by_partition(combined)}
+            self.home.delete([self._part_path(table, dt, "rows") for dt in sorted(gone)])
             return _count_changed_keys(old_sorted, combined, table.key)
 
     def remove_temporaries(self) -> int:
         """Delete temporary files left by killed writers; returns how many."""
-        removed = 0
-        for path in self.root.glob(f"*/{PARTITION}=*/*{_TMP_MARK}*"):
-            pid = path.name.rsplit(_TMP_MARK, 1)[1]
-            if pid.isdigit() and process_alive(int(pid)):
-                continue
-            path.unlink(missing_ok=True)
-            removed += 1
-        return removed
+        return self.home.remove_temporaries(f"warehouse/*/{PARTITION}=*/*{TMP_MARK}*")
 
-    def _part_path(self, table: TableSchema, dt: str, part: str) -> Path:
-        return self.table_dir(table) / f"{PARTITION}={dt}" / f"{part}.parquet"
+    def _part_path(self, table: TableSchema, dt: str, part: str) -> Any:
+        return self.home.location("warehouse", table.name, f"{PARTITION}={dt}", f"{part}.parquet")
 
-    @contextlib.contextmanager
-    def _lock(self, table: TableSchema) -> Iterator[None]:
-        self.table_dir(table).mkdir(parents=True, exist_ok=True)
-        with open(self.table_dir(table) / ".lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    def _write(self, path: Any, rows: pa.Table, table: TableSchema) -> None:
+        self.home.atomic_write(path, lambda handle: pq.write_table(
+            _stored(rows, table), handle, row_group_size=ROW_GROUP_ROWS))
+
+
+def partition_of(path: Any) -> str:
+    """The `dt` of a warehouse file, from its directory's name."""
+    return str(path).rsplit("/", 2)[-2].split("=", 1)[1]
 
 
 def _may_exceed(values: pa.ChunkedArray, max_chars: int) -> bool:
@@ -305,29 +297,39 @@ def split_rows(rows: pa.Table, checks: list[tuple[str, pa.ChunkedArray]],
     return rows.filter(pc.invert(any_bad)), bad, reasons
 
 
-def read_checked(path: Path, table: TableSchema, columns: list[str] | None = None) -> pa.Table:
-    """Read one Parquet file of `table`, checking its table name, schema version and columns."""
+def read_checked(source: Any, table: TableSchema, columns: list[str] | None = None,
+                 dt: str | None = None) -> pa.Table:
+    """Read one Parquet file of `table` (a local path, or a file pyarrow reads), checking its
+    table name, schema version and columns. `dt` is its partition (default: from the path)."""
     try:
-        stored = pq.read_schema(path)
+        stored = pq.read_schema(source)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise SchemaError(f"{path}: not a readable Parquet file ({exc})") from None
+        raise SchemaError(f"{_name(source)}: not a readable Parquet file ({exc})") from None
+    where = _name(source)
     meta = stored.metadata or {}
     if meta.get(_TABLE_META) != table.name.encode():
-        raise SchemaError(f"{path}: written for table {meta.get(_TABLE_META)!r}, not {table.name!r}")
+        raise SchemaError(f"{where}: written for table {meta.get(_TABLE_META)!r}, not {table.name!r}")
     version = meta.get(_VERSION_META, b"?").decode()
     if version != str(table.version):
-        raise SchemaError(f"{path}: {table.name} schema version {version}, expected {table.version}")
+        raise SchemaError(f"{where}: {table.name} schema version {version}, expected {table.version}")
     for column in table.schema:
         if column.name == PARTITION:
             continue
         if stored.get_field_index(column.name) < 0 or stored.field(column.name).type != column.type:
-            raise SchemaError(f"{path}: column {column.name!r} missing or not {column.type}")
+            raise SchemaError(f"{where}: column {column.name!r} missing or not {column.type}")
     wanted = columns or table.schema.names
-    data = pq.read_table(path, columns=[c for c in wanted if c != PARTITION], partitioning=None)
+    if hasattr(source, "seek"):
+        source.seek(0)
+    data = pq.read_table(source, columns=[c for c in wanted if c != PARTITION], partitioning=None)
     if PARTITION in wanted:
-        dt = pa.scalar(_parse_dt(path.parent.name.split("=", 1)[1]), table.schema.field(PARTITION).type)
-        data = data.append_column(table.schema.field(PARTITION), pa.repeat(dt, data.num_rows))
+        day = _parse_dt(dt if dt is not None else partition_of(source))
+        data = data.append_column(table.schema.field(PARTITION),
+                                  pa.repeat(pa.scalar(day, table.schema.field(PARTITION).type), data.num_rows))
     return data.select(wanted).replace_schema_metadata(None)
+
+
+def _name(source: Any) -> str:
+    return str(getattr(source, "name", source))
 
 
 def _stored(rows: pa.Table, table: TableSchema) -> pa.Table:
@@ -360,35 +362,3 @@ def _changed_partitions(old: pa.Table, new: pa.Table) -> set[str]:
 def _count_changed_keys(old: pa.Table, new: pa.Table, key: tuple[str, ...]) -> int:
     old_rows = {tuple(r[k] for k in key): r for r in old.to_pylist()}
     return sum(old_rows.get(tuple(r[k] for k in key)) != r for r in new.to_pylist())
-
-
-def _temporary(final: Path) -> Path:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    return final.with_name(f".{final.name}{_TMP_MARK}{os.getpid()}")
-
-
-def _write_atomic(final: Path, rows: pa.Table, table: TableSchema) -> None:
-    tmp = _temporary(final)
-    try:
-        pq.write_table(_stored(rows, table), tmp, row_group_size=ROW_GROUP_ROWS)
-        _fsync(tmp)
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process of this pid runs on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -1,0 +1,146 @@
+"""The storage interface on a local directory and on a URL home (an offline Beam scheme): one
+atomic write, one lock, one read path, and the warehouse, blobs and store reads over both."""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import os
+import threading
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ingest.tables import GRAPH_RUNS
+from storage.blobs import BlobStore
+from storage.home import Home, LockHeld
+from storage.local import LocalHome
+from storage.store import STORE_ENTRY_COLUMNS, current_version, live_entries
+from storage.url import UrlHome
+from storage.warehouse import SchemaError, Warehouse
+from tests.url_home import UrlFileSystem, url_of
+
+
+@pytest.fixture(params=["local", "url"])
+def home(request, tmp_path) -> Home:
+    """The same directory as a local home and as a URL home."""
+    return Home.of(tmp_path if request.param == "local" else url_of(tmp_path))
+
+
+def _files(tmp_path) -> list[str]:
+    return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+
+
+def test_of_picks_the_implementation_by_root_and_keeps_a_home():
+    assert isinstance(Home.of("/tmp/x"), LocalHome) and isinstance(Home.of("fdotest:///tmp/x"), UrlHome)
+    home = Home.of("/tmp/x")
+    assert Home.of(home) is home and Home.of("/tmp/x") == home and str(home) == "/tmp/x"
+
+
+def test_atomic_write_replaces_whole_and_leaves_no_temporary(home, tmp_path):
+    target = home.location("a", "b.txt")
+    home.atomic_write(target, "one")
+    home.atomic_write(target, b"two")
+    home.atomic_write(target, lambda handle: handle.write(b"three"))
+    assert home.read_bytes(target) == b"three" and home.exists(target)
+    assert _files(tmp_path) == ["a/b.txt"]
+
+
+def test_a_write_that_raises_keeps_the_old_file(home, tmp_path):
+    target = home.location("f")
+    home.atomic_write(target, "old")
+    with pytest.raises(RuntimeError), home.writing(target) as handle:
+        handle.write(b"half")
+        raise RuntimeError("killed")
+    assert home.read_bytes(target) == b"old" and _files(tmp_path) == ["f"]
+
+
+def test_glob_open_delete_and_temporaries_of_dead_writers(home, tmp_path):
+    for name in ("x/1.bin", "x/2.bin"):
+        home.atomic_write(home.location(*name.split("/")), name)
+    (tmp_path / "x" / ".3.bin.tmp-999999999").write_bytes(b"dead writer")
+    (tmp_path / "x" / f".4.bin.tmp-{os.getpid()}").write_bytes(b"live writer")
+    assert [str(p).rsplit("/", 1)[1] for p in home.glob("x/*.bin")] == ["1.bin", "2.bin"]
+    with home.open(home.location("x", "1.bin")) as source:
+        assert (open(source, "rb").read() if isinstance(source, str) else source.read()) == b"x/1.bin"
+    assert home.remove_temporaries("x/*.tmp-*") == 1
+    home.delete([home.location("x", "1.bin"), home.location("x", "nothing")])
+    assert _files(tmp_path) == ["x/.4.bin.tmp-%d" % os.getpid(), "x/2.bin"]
+
+
+def test_the_lock_serializes_and_refuses_when_asked_not_to_wait(home):
+    name = home.location("locks", "one.lock")
+    inside, order = threading.Event(), []
+
+    def other() -> None:
+        with home.lock(name):
+            order.append("other")
+
+    with home.lock(name, "test"):
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(0.2)
+        assert thread.is_alive()  # waiting on the lock
+        with pytest.raises(LockHeld, match="another test holds"):
+            with home.lock(name, "test", wait=False):
+                inside.set()
+        order.append("first")
+    thread.join()
+    assert order == ["first", "other"] and not inside.is_set()
+
+
+def _hold(path: str, held, release) -> None:
+    with Home.of(path).lock(os.path.join(path, "p.lock")):
+        held.set()
+        release.wait(10)
+
+
+def test_a_local_lock_holds_across_processes_and_names_the_holder(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    held, release = context.Event(), context.Event()
+    child = context.Process(target=_hold, args=(str(tmp_path), held, release))
+    child.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(LockHeld, match=f"pid {child.pid}"):
+            with Home.of(tmp_path).lock(tmp_path / "p.lock", "holder", wait=False):
+                pass
+    finally:
+        release.set()
+        child.join()
+    with Home.of(tmp_path).lock(tmp_path / "p.lock", wait=False):
+        pass
+
+
+def test_the_warehouse_blobs_and_store_reads_work_on_every_home(home, tmp_path):
+    UrlFileSystem.used.clear()
+    day = datetime.date(2026, 5, 1)
+    row = {"dt": day, "job_id": "j", "team": "t", "fingerprint": "f" * 32, "env_key": "e",
+           "device_kind": "cpu", "chips": 1, "executions": 2, "chip_seconds": 3.0, "opted_out": False}
+    rows = pa.Table.from_pylist([row], GRAPH_RUNS.schema)
+    warehouse = Warehouse(home)
+    assert warehouse.append(GRAPH_RUNS, rows, "input-1") and not warehouse.append(GRAPH_RUNS, rows, "input-1")
+    with warehouse.part_writer(GRAPH_RUNS, "input-2") as write:
+        write(rows)
+    assert warehouse.read(GRAPH_RUNS).num_rows == 2 and warehouse.has_part(GRAPH_RUNS, "2026-05-01", "input-2")
+    assert Warehouse(tmp_path).read(GRAPH_RUNS).equals(warehouse.read(GRAPH_RUNS))  # one layout
+    with pytest.raises(SchemaError):
+        warehouse.append(GRAPH_RUNS, rows.drop_columns(["team"]), "bad")
+    blobs = BlobStore(home)
+    name = blobs.put_text("ab" * 16, "HloModule m")
+    assert blobs.exists(name) and BlobStore(tmp_path).get_text(name) == "HloModule m"
+    assert current_version(home) is None and live_entries(home).num_rows == 0
+    entry = {"key": "k", "fingerprint": "f", "env_key": "e", "kind": "graph", "speedup": 1.5,
+             "expires_at": datetime.datetime(2999, 1, 1, tzinfo=datetime.UTC), "provenance": "tuner"}
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist([entry], STORE_ENTRY_COLUMNS), sink)
+    home.atomic_write(home.location("store", "v3", "entries.parquet"), sink.getvalue().to_pybytes())
+    home.atomic_write(home.location("store", "CURRENT"), "3\n")
+    assert current_version(home) == 3 and live_entries(home).column("key").to_pylist() == ["k"]
+    assert bool(UrlFileSystem.used) == (not home.is_local)
+
+
+def test_a_home_beam_cannot_reach_is_refused_naming_it():
+    with pytest.raises(ValueError, match="home nosuch://bucket/fdo: "):
+        Home.of("nosuch://bucket/fdo").reach()
