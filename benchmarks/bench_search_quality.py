@@ -45,7 +45,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import statistics
 import tempfile
 import time
@@ -59,6 +58,7 @@ import tuner
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_lowered
+from storage.home import atomic_write
 from tuner.compile import compiler_defaults
 from tuner.cores import plan_cores
 from tuner.evaluate import evaluate
@@ -116,9 +116,7 @@ class Cache:
     def save(self) -> None:
         data = {"identity": self.identity, "verified": self.verified, "results": self.results,
                 "screens": {k: asdict(v) for k, v in self.screens.items()}}
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps(data), durable=False)
 
 
 class Bench:

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from delivery.store import DEFAULT_TTL, Store, merge_entries
 from hlo.environment import store_key
 from ranking.beam_io import ReadPartitions, partition_files, pipeline_options
-from storage.home import Home
+from storage.home import Home, atomic_write
 from storage.store import ENTRIES
 from tuner.tables import TUNING_RESULTS
 
@@ -123,6 +123,4 @@ def _plain(table: pa.Table) -> pa.Table:
 
 
 def _stage(entries: pa.Table, path: str) -> None:
-    tmp = f"{path}.tmp"
-    pq.write_table(entries, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda handle: pq.write_table(entries, handle), durable=False)

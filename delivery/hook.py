@@ -38,7 +38,6 @@ import json
 import logging
 import os
 import socket
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -53,6 +52,7 @@ from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_proto_bytes, from_stablehlo
 from ingest.errors import first_line
 from ingest.hits import spool_path, to_line
+from storage.home import Home, atomic_write
 from tuner.compile import apply_config
 from tuner.flags import CompilerConfig, FlagError, from_json
 
@@ -226,17 +226,15 @@ class Hook:
         if target.exists() or plan.unoptimized_text is None:
             return
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".{plan.fingerprint}.", dir=target.parent))
             stem = f"module_{plan.fingerprint[:8]}.{plan.module_name}"
-            (staging / f"{stem}.before_optimizations.txt").write_text(plan.unoptimized_text)
-            if optimized is not None:
-                (staging / f"{stem}.after_optimizations.txt").write_text(optimized)
             environment = self._environment or current_environment()
-            (staging / ENVIRONMENT_FILE).write_text(json.dumps(
-                {**environment.to_json(),
-                 "captured_at": datetime.datetime.now(datetime.UTC).isoformat()}) + "\n")
-            os.replace(staging, target)
+            with Home.of(target.parent).staged_directory(target, durable=False) as staging:
+                (staging / f"{stem}.before_optimizations.txt").write_text(plan.unoptimized_text)
+                if optimized is not None:
+                    (staging / f"{stem}.after_optimizations.txt").write_text(optimized)
+                (staging / ENVIRONMENT_FILE).write_text(json.dumps(
+                    {**environment.to_json(),
+                     "captured_at": datetime.datetime.now(datetime.UTC).isoformat()}) + "\n")
         except OSError as exc:
             self._warn(f"cannot spool HLO under {target.parent}: {exc}", "spool symbols")
 
@@ -323,10 +321,7 @@ class FingerprintMemo:
     def _write(self, digest: str, fingerprint: str) -> None:
         path = self._path(digest)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{digest}.tmp-{os.getpid()}-{threading.get_ident()}")
-            tmp.write_text(fingerprint)
-            os.replace(tmp, path)
+            atomic_write(path, fingerprint, durable=False)
         except OSError:
             pass  # a memo that cannot be written only costs the next process a conversion
 

@@ -12,7 +12,7 @@ Look-ups never wait on a write. They are answered on the event loop from an immu
 in-memory snapshot of the live version (each entry's JSON, rendered once), which is replaced
 whole, by one reference swap, once a new one is ready. The work that can block or hold the
 interpreter runs in worker processes (anyio's process pool), so that it takes neither the event
-loop nor its GIL: the writes (the store's flock, fsync, Beam, parsing an import and the
+loop nor its GIL: the writes (the store's lock, fsync, Beam, parsing an import and the
 allowlist check of every entry) in one writer process, one write at a time, and the rendering
 of a new snapshot in a reader process, after each write through this service and whenever a
 watcher, polling every WATCH_SECONDS, finds CURRENT or the live version's files changed (a

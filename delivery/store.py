@@ -8,8 +8,8 @@ Layout under `<home>/store/`:
   CURRENT                the live version number
   LAST_VERSION           the highest version number ever handed out
 
-Publishing writes the new version into a temporary directory, renames it into place, then
-replaces CURRENT, each step fsynced with its directory; a version is never rewritten. It is
+Publishing writes the new version into a staged directory that lands whole
+(`Home.staged_directory`), then replaces CURRENT (`Home.atomic_write`), each step durable; a version is never rewritten. It is
 optimistic: the caller says which version it built on, and a publish that finds CURRENT moved
 on meanwhile is refused (ConcurrentPublish), so two writers never silently drop each other's
 entries; `update` and `rollback` retry on the new live version. Rollback publishes a new
@@ -29,14 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
 import hashlib
 import json
 import os
 import random
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from storage.home import Home
 from storage.store import ENTRIES, current_version
 from tuner.flags import FlagError, from_json, to_json
 
@@ -78,9 +77,9 @@ class Manifest:
 class Store:
     """The store under `<home>/store`."""
 
-    def __init__(self, home: Path | str) -> None:
-        self.home = Path(home)
-        self.root = self.home / "store"
+    def __init__(self, home: Home | Path | str) -> None:
+        self.home = Home.of(home)
+        self.root = self.home.location("store")
 
     def current(self) -> int | None:
         """The live version, None before the first publish; StoreError when CURRENT is corrupt."""
@@ -175,12 +174,10 @@ class Store:
                 raise ConcurrentPublish(f"store moved from version {parent} to {live} meanwhile")
             version = self._next_version()
             # The number is taken before anything bears it: a crash from here on skips it.
-            _write_atomic(self.root / LAST_VERSION, f"{version}\n")
-            staging = Path(tempfile.mkdtemp(prefix=f".v{version}.tmp-", dir=self.root))
+            self.home.atomic_write(self.root / LAST_VERSION, f"{version}\n")
             sink = pa.BufferOutputStream()
             pq.write_table(entries, sink)
             data = sink.getvalue().to_pybytes()
-            (staging / "entries.parquet").write_bytes(data)
             kinds = entries.column("kind").to_pylist()
             manifest = Manifest(
                 version=version, parent=live,
@@ -188,14 +185,10 @@ class Store:
                 counts={kind: kinds.count(kind) for kind in sorted(set(kinds))},
                 compiler_versions=sorted(set(entries.column("compiler_version").to_pylist()) - {None}),
                 reason=reason)
-            (staging / "manifest.json").write_text(json.dumps(manifest.__dict__, indent=1) + "\n")
-            for path in staging.iterdir():
-                _fsync(path)
-            staging.chmod(0o755)
-            _fsync(staging)
-            os.replace(staging, self.root / f"v{version}")
-            _fsync(self.root)
-            _write_atomic(self.root / "CURRENT", f"{version}\n")
+            with self.home.staged_directory(self.root / f"v{version}") as staging:
+                (staging / "entries.parquet").write_bytes(data)
+                (staging / "manifest.json").write_text(json.dumps(manifest.__dict__, indent=1) + "\n")
+            self.home.atomic_write(self.root / "CURRENT", f"{version}\n")
         return version
 
     def update(self, change: Callable[[pa.Table], pa.Table], reason: str, retries: int = 20) -> int | None:
@@ -273,17 +266,12 @@ class Store:
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            handle = open(self.root / ".lock", "w")
-        except OSError as exc:
-            raise StoreError(f"cannot write the store under {self.root}: {exc.strerror}") from None
-        with handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        with contextlib.ExitStack() as held:
             try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                held.enter_context(self.home.lock(self.root / ".lock", "store writer"))
+            except OSError as exc:
+                raise StoreError(f"cannot write the store under {self.root}: {exc.strerror}") from None
+            yield
 
 
 def merge_entries(current: pa.Table, new: pa.Table) -> pa.Table:
@@ -314,25 +302,4 @@ def _sorted(entries: pa.Table) -> pa.Table:
 def _checksum(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
-
-def _fsync(path: Path) -> None:
-    """Flush a file or a directory (its names) to disk."""
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text`, whole or not at all, and durably (the rename fsynced too)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # callers hold the store's lock
-    try:
-        tmp.write_text(text)
-        _fsync(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync(path.parent)
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime
 import functools
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -39,6 +38,7 @@ from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.rowids import SeenRows
 from ingest.sidecars import JOB_FILE, Job, nearest_file, read_environment_file, read_job_file
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
+from storage.home import atomic_write
 from storage.warehouse import TableSchema, Warehouse, split_rows
 
 TRACE_SUFFIX = ".xplane.pb"
@@ -240,8 +240,5 @@ def _is_profile(path: Path) -> bool:
 
 
 def _write_marker(marker: Path, source: Path) -> None:
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    tmp = marker.with_name(f".{marker.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"source": str(source),
-                               "ingested_at": datetime.datetime.now(datetime.UTC).isoformat()}) + "\n")
-    os.replace(tmp, marker)
+    atomic_write(marker, json.dumps({"source": str(source),
+                                     "ingested_at": datetime.datetime.now(datetime.UTC).isoformat()}) + "\n")

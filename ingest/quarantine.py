@@ -22,6 +22,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from storage.home import atomic_write
+
 # Of an input's name inside a quarantine file's name: file systems allow 255 bytes, and the
 # digest and suffixes (`.bad-rows.parquet.reason.json`) come on top.
 MAX_NAME_CHARS = 120
@@ -58,13 +60,8 @@ class Quarantine:
         try:
             target = self._target(source.name, file_digest(source))
             if not target.exists():
-                tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-                try:
-                    shutil.copyfile(source, tmp)
-                except OSError:
-                    tmp.unlink(missing_ok=True)
-                    raise
-                os.replace(tmp, target)
+                with open(source, "rb") as original:
+                    atomic_write(target, lambda handle: shutil.copyfileobj(original, handle))
         except OSError as exc:
             if not _is_reading(exc, source):
                 raise  # the quarantine itself cannot be written: not this input's fault
@@ -79,9 +76,8 @@ class Quarantine:
         `<name>.<label>.parquet` (an input whose rows go to several tables has a label each)."""
         target = self._target(f"{source.name}.{label}.parquet", digest)
         if not target.exists():
-            tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-            pq.write_table(rows.append_column("reason", pa.array(reasons, pa.string())), tmp)
-            os.replace(tmp, target)
+            atomic_write(target, lambda handle: pq.write_table(
+                rows.append_column("reason", pa.array(reasons, pa.string())), handle))
         summary = f"{rows.num_rows} bad rows: " + "; ".join(sorted(set(reasons))[:5])
         return self._write_reason(target, source, summary)
 
@@ -94,11 +90,9 @@ class Quarantine:
     def _write_reason(self, target: Path, source: Path, reason: str, copied: bool = True) -> Quarantined:
         entry = Quarantined(source=str(source), reason=reason, copy=str(target) if copied else "")
         note = target.with_name(target.name + ".reason.json")
-        tmp = note.with_name(f".{note.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({**asdict(entry),
-                                   "quarantined_at": datetime.datetime.now(datetime.UTC).isoformat()},
-                                  indent=2) + "\n")
-        os.replace(tmp, note)
+        atomic_write(note, json.dumps({**asdict(entry),
+                                       "quarantined_at": datetime.datetime.now(datetime.UTC).isoformat()},
+                                      indent=2) + "\n")
         return entry
 
 

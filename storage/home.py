@@ -92,6 +92,11 @@ class Home(abc.ABC):
         """Whether the home is a local directory (a `Path` is to be had for every location)."""
 
     @abc.abstractmethod
+    def local(self, what: str) -> Path:
+        """The home's directory, for `what` (a stage) that runs on a local home only;
+        ValueError naming both on a URL home."""
+
+    @abc.abstractmethod
     def location(self, *parts: str) -> Any:
         """The full name of `parts` under the home: a Path on a local home, a URL string otherwise."""
 
@@ -124,7 +129,7 @@ class Home(abc.ABC):
     @abc.abstractmethod
     def staged_directory(self, location: Any, durable: bool = True) -> contextlib.AbstractContextManager[Path]:
         """A local directory for the block to fill, moved to `location` when the block ends
-        (replacing nothing: `location` must not exist), dropped when it raises."""
+        (replacing a directory there), dropped when it raises."""
 
     @abc.abstractmethod
     def delete(self, locations: list[Any]) -> None:

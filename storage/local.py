@@ -25,6 +25,10 @@ class LocalHome(Home):
         """Always: a local home."""
         return True
 
+    def local(self, what: str) -> Path:
+        """The home's directory."""
+        return self.path
+
     def location(self, *parts: str) -> Path:
         """`parts` under the home, as a Path."""
         return self.path.joinpath(*parts)
@@ -55,9 +59,11 @@ class LocalHome(Home):
 
     @contextlib.contextmanager
     def staged_directory(self, location: Path | str, durable: bool = True) -> Iterator[Path]:
-        """A directory beside `location`, renamed to it (fsynced, when `durable`) at the end."""
+        """A directory beside `location`, renamed to it (fsynced, when `durable`) at the end; a
+        directory already at `location` is removed just before."""
         final = Path(location)
         staging = final.with_name(temporary_name(final.name))
+        shutil.rmtree(staging, ignore_errors=True)  # this thread's, from a killed process
         staging.mkdir(parents=True)
         try:
             yield staging
@@ -65,6 +71,8 @@ class LocalHome(Home):
                 for path in staging.rglob("*"):
                     fsync_path(path)
                 fsync_path(staging)
+            if final.exists():
+                shutil.rmtree(final)
             os.replace(staging, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -30,6 +30,10 @@ class UrlHome(Home):
         """Never: files are reached through Beam."""
         return False
 
+    def local(self, what: str) -> Path:
+        """Never: ValueError naming `what`, which needs a local home."""
+        raise ValueError(f"{what} needs a local home, not {self.root}")
+
     def location(self, *parts: str) -> str:
         """`parts` joined under the home's URL."""
         return FileSystems.join(self.root, *parts) if parts else self.root

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from storage.home import atomic_write
+
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append `record` as one line and make it durable."""
@@ -37,7 +39,5 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             break
         good.append(line)
     if len(good) < len(lines):  # appends must not land after a torn line
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text("".join(good))
-        os.replace(tmp, path)
+        atomic_write(path, "".join(good))
     return records

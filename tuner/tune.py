@@ -29,7 +29,6 @@ import datetime
 import functools
 import hashlib
 import json
-import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,6 +41,7 @@ import pyarrow as pa
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule
+from storage.home import atomic_write
 from storage.warehouse import Warehouse
 from tuner.compile import compiler_defaults
 from tuner.cores import CorePlan, plan_cores
@@ -246,11 +246,8 @@ def task_directory(home: Path, task_id: str) -> Path:
 
 def save_result(task_dir: Path, result: TuneResult) -> None:
     """Write a finished task's result and trials, atomically: the task is then done."""
-    done = task_dir / "result.json"
-    done.parent.mkdir(parents=True, exist_ok=True)
-    tmp = done.with_name(f".{done.name}.tmp")
-    tmp.write_text(json.dumps({**result.to_json(), "trials": [asdict(t) for t in result.trials]}) + "\n")
-    os.replace(tmp, done)
+    atomic_write(task_dir / "result.json",
+                 json.dumps({**result.to_json(), "trials": [asdict(t) for t in result.trials]}) + "\n")
 
 
 def finished_result(task_dir: Path) -> TuneResult | None:

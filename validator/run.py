@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import os
 import secrets
 from collections import Counter
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from delivery.store import Store
-from storage.home import Home, LockHeld
+from storage.home import Home, LockHeld, atomic_write
 from storage.warehouse import Warehouse
 from tuner.journal import append_record, read_records
 from validator import decisions as rules
@@ -113,8 +112,4 @@ def exclusive(home: Path) -> contextlib.AbstractContextManager[None]:
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data) + "\n")
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data) + "\n")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hlo.environment import Environment, environment_from_json
-from storage.home import process_alive
+from storage.home import Home, atomic_write, writer_gone
 from tuner.worker import project_root
 
 DEFAULT_NAME = "default"  # the running interpreter; never registered
@@ -113,13 +113,7 @@ class Registry:
         """Probe `python` and register it as `name` (replacing a toolchain of that name)."""
         _check_name(name)
         toolchain = probe(python, name)
-        self.root.mkdir(parents=True, exist_ok=True)
-        target = self.root / f"{name}.json"
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(asdict(toolchain), indent=1) + "\n")
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        atomic_write(self.root / f"{name}.json", json.dumps(asdict(toolchain), indent=1) + "\n")
         return toolchain
 
     def remove(self, name: str) -> None:
@@ -169,14 +163,10 @@ def build_venv(dest: Path, jax_version: str, standalone: bool = False) -> str:
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     for abandoned in dest.parent.glob(f".{dest.name}.tmp-*"):  # left by a build that was killed
-        if not process_alive(int(abandoned.name.rsplit("-", 1)[1])):
+        if writer_gone(abandoned.name):
             shutil.rmtree(abandoned, ignore_errors=True)
-    staging = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    try:
+    with Home.of(dest.parent).staged_directory(dest, durable=False) as staging:
         _install(staging, jax_version, standalone)
-        os.replace(staging, dest)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     found = probe(python, dest.name).jaxlib
     if found != jax_version:
         raise ToolchainError(f"{dest}: built for jaxlib {jax_version} but it runs {found}")

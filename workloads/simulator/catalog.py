@@ -10,8 +10,6 @@ cached; a graph's directory appears atomically with its `graph.json` last.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from pathlib import Path
 from hlo.fingerprint import fingerprint_module, graph_fingerprint
 from hlo.module import load_file
 from ingest.progress import progress_bar
+from storage.home import Home
 from workloads import zoo
 from workloads.zoo.dump import dump_workload
 
@@ -78,17 +77,14 @@ def _build_graph(workload: zoo.Workload, root: Path) -> None:
         for op in optimized.ops:
             if op.name in op_seconds:
                 ops[op.fingerprint] = ops.get(op.fingerprint, 0.0) + op_seconds[op.name] / step_seconds
-        final = root / workload.name
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(dump, final)
         top = sorted(ops.items(), key=lambda item: -item[1])[:MAX_OPS]
         graph = {"name": workload.name, "fingerprint": graph_fingerprint(module),
                  "step_seconds": step_seconds, "op_fingerprints": [fp for fp, _ in top],
                  "op_shares": [round(share, 6) for _, share in top]}
-        tmp_file = final / f".{_GRAPH_FILE}.tmp"
-        tmp_file.write_text(json.dumps(graph, indent=1) + "\n")
-        os.replace(tmp_file, final / _GRAPH_FILE)
+        with Home.of(root).staged_directory(root / workload.name, durable=False) as final:
+            for path in dump.iterdir():
+                path.rename(final / path.name)
+            (final / _GRAPH_FILE).write_text(json.dumps(graph, indent=1) + "\n")
 
 
 def _profile(module_proto: bytes) -> tuple[float, dict[str, float]]:

@@ -12,6 +12,7 @@ and ingestion skips them.
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import os
 from collections import Counter
@@ -26,6 +27,7 @@ from ingest.profiles import ingest_profiles
 from ingest.progress import progress_bar
 from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
+from storage.home import atomic_write
 from storage.store import current_version, live_entries
 from storage.warehouse import ROW_GROUP_ROWS
 from workloads.simulator import fleet
@@ -153,19 +155,18 @@ class _Totals:
 def _write_drop(path: Path, batches) -> None:
     if path.exists():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    writer = None
-    try:
-        for batch in batches:
-            if writer is None:
-                writer = pq.ParquetWriter(tmp, batch.schema)
+    batches = iter(batches)
+    first = next(batches, None)
+    if first is None:
+        return
+
+    def write(handle) -> None:
+        writer = pq.ParquetWriter(handle, first.schema)
+        for batch in itertools.chain([first], batches):
             writer.write_table(batch, row_group_size=ROW_GROUP_ROWS)
-        if writer is not None:
-            writer.close()
-            os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+        writer.close()
+
+    atomic_write(path, write, durable=False)
 
 
 def _hand_over_dumps(root: Path, rows: fleet.DayRows, catalog: list[CatalogGraph], day: int) -> list[Path]:
@@ -185,8 +186,6 @@ def _hand_over_dumps(root: Path, rows: fleet.DayRows, catalog: list[CatalogGraph
             if not link.exists():
                 os.link(source, link)
         note = {**environment.to_json(), "captured_at": captured.isoformat()}
-        tmp = target / f".{ENVIRONMENT_FILE}.tmp"
-        tmp.write_text(json.dumps(note, indent=1) + "\n")
-        os.replace(tmp, target / ENVIRONMENT_FILE)
+        atomic_write(target / ENVIRONMENT_FILE, json.dumps(note, indent=1) + "\n", durable=False)
         new.append(target)
     return new

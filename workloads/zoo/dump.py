@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
-
 from ingest.progress import progress_bar
+from storage.home import Home
 from workloads.zoo import Workload, all_workloads, get
 
 
@@ -24,21 +21,11 @@ def dump_workload(wl: Workload, out_dir: Path) -> Path:
     The dump option is passed per compile, so helper modules jax compiles
     elsewhere in the process never land in the workload's directory.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / wl.name
-    # Same filesystem as the target, so os.replace is an atomic rename.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{wl.name}.tmp-", dir=out_dir))
-    try:
-        tmp.chmod(0o755)  # mkdtemp makes it owner-only; the published dir should be ordinary
+    with Home.of(out_dir).staged_directory(final, durable=False) as tmp:
         wl.lower().compile(compiler_options={"xla_dump_to": str(tmp)})
         if not _has_dump(tmp):
             raise RuntimeError(f"XLA wrote no before_optimizations dump for {wl.name} into {tmp}")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 
