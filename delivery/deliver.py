@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime
 import os
 import tempfile
-from pathlib import Path
 from typing import Iterable
 
 import apache_beam as beam
@@ -96,14 +95,16 @@ def build_deliver_pipeline(pipeline: beam.Pipeline, files: list[str], staged: st
      | "Stage" >> beam.Map(_stage, staged))
 
 
-def deliver(home: Path, beam_args: Iterable[str] = ()) -> int | None:
-    """Publish the accepted results not yet live; returns the new version (None: no change)."""
-    home = Path(home)
-    files = partition_files(Home.of(home), TUNING_RESULTS, None, None)
+def deliver(home: Home, beam_args: Iterable[str] = ()) -> int | None:
+    """Publish the accepted results not yet live in `home` (a local one); returns the new
+    version (None: no change)."""
+    home = Home.of(home)
+    root = home.local("fdo deliver")
+    files = partition_files(home, TUNING_RESULTS, None, None)
     if not files:
         return None
-    (home / "delivery").mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=home / "delivery", prefix=".run-") as run:
+    (root / "delivery").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root / "delivery", prefix=".run-") as run:
         staged = os.path.join(run, "accepted.parquet")
         with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
             build_deliver_pipeline(pipeline, files, staged)

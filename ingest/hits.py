@@ -25,7 +25,7 @@ import pyarrow as pa
 from ingest.inputs import INPUT_ERRORS, reason
 from ingest.quarantine import Quarantine, Quarantined
 from ingest.tables import HITS
-from storage.home import process_alive
+from storage.home import Home, process_alive
 from storage.warehouse import Warehouse, split_rows
 
 SPOOL_DIR = Path("spool") / "hits"
@@ -62,9 +62,9 @@ class HitReport:
                 "quarantined": [q.__dict__ for q in self.quarantined]}
 
 
-def ingest_hits(home: Path, now: float | None = None) -> HitReport:
-    """Land every finished spool file of `home` in the `hits` table."""
-    home = Path(home)
+def ingest_hits(home: Home, now: float | None = None) -> HitReport:
+    """Land every finished spool file of `home` (a local one) in the `hits` table."""
+    home = Home.of(home).local("fdo ingest hits")
     warehouse, quarantine = Warehouse(home), Quarantine(home)
     report = HitReport()
     for path in sorted((home / SPOOL_DIR).glob("*.jsonl")):
@@ -86,11 +86,12 @@ def ingest_hits(home: Path, now: float | None = None) -> HitReport:
     return report
 
 
-def read_hits(home: Path) -> pa.Table:
-    """Every hit record of `home`: landed ones and those still in the spool."""
+def read_hits(home: Home) -> pa.Table:
+    """Every hit record of `home` (a local one): landed ones and those still in the spool."""
+    home = Home.of(home).local("reading hits")
     landed = Warehouse(home).read(HITS)
     spooled = []
-    for path in sorted((Path(home) / SPOOL_DIR).glob("*.jsonl")):
+    for path in sorted((home / SPOOL_DIR).glob("*.jsonl")):
         try:
             spooled += parse_spool(path)[0]
         except OSError:  # unreadable: ingest_hits quarantines it; the others still show

@@ -38,7 +38,7 @@ from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.rowids import SeenRows
 from ingest.sidecars import JOB_FILE, Job, nearest_file, read_environment_file, read_job_file
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
-from storage.home import atomic_write
+from storage.home import Home, atomic_write
 from storage.warehouse import TableSchema, Warehouse, split_rows
 
 TRACE_SUFFIX = ".xplane.pb"
@@ -90,15 +90,17 @@ class _Run:
         return fresh.num_rows
 
 
-def ingest_profiles(paths: Iterable[Path], home: Path, progress: bool = False) -> ProfileReport:
-    """Ingest every drop and trace under `paths`; bad inputs and rows go to quarantine."""
+def ingest_profiles(paths: Iterable[Path], home: Home, progress: bool = False) -> ProfileReport:
+    """Ingest every drop and trace under `paths` into `home` (a local one); bad inputs and
+    rows go to quarantine."""
     from ingest.progress import progress_bar
 
+    home = Home.of(home).local("fdo ingest profiles")
     warehouse = Warehouse(home)
     warehouse.remove_temporaries()
     roots = [Path(p) for p in paths]
     run = _Run(warehouse, Quarantine(home), roots, ProfileReport(),
-               functools.cache(lambda: _applied_hits(Path(home))),  # read once, if a trace needs it
+               functools.cache(lambda: _applied_hits(home)),  # read once, if a trace needs it
                {t.name: SeenRows(warehouse, t) for t in (GRAPH_RUNS, OP_RUNS)})
     inputs, unlisted = find_profiles(roots)
     run.report.quarantined += [Quarantined(str(u.path), u.reason, "") for u in unlisted]

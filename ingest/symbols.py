@@ -29,6 +29,7 @@ from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.sidecars import Capture, nearest_file, read_environment_file
 from ingest.tables import GRAPHS, OPS
 from storage.blobs import BlobStore
+from storage.home import Home
 from storage.warehouse import TableSchema, Warehouse, split_rows
 
 _UNOPTIMIZED = "before_optimizations"
@@ -79,11 +80,12 @@ def find_modules(paths: Iterable[Path]) -> tuple[list[ModuleFiles], list[Unliste
     return [groups[key] for key in sorted(groups)], unlisted
 
 
-def ingest_symbols(paths: Iterable[Path], home: Path, progress: bool = False) -> SymbolReport:
-    """Ingest every module under `paths`: blobs first, then ops, then graphs (so a graph row
-    means its blobs and ops are there); bad files go to quarantine."""
+def ingest_symbols(paths: Iterable[Path], home: Home, progress: bool = False) -> SymbolReport:
+    """Ingest every module under `paths` into `home` (a local one): blobs first, then ops,
+    then graphs (so a graph row means its blobs and ops are there); bad files go to quarantine."""
     from ingest.progress import progress_bar
 
+    home = Home.of(home).local("fdo ingest symbols")
     paths = [Path(p) for p in paths]
     warehouse, blobs, quarantine = Warehouse(home), BlobStore(home), Quarantine(home)
     warehouse.remove_temporaries()

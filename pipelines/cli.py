@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pipelines.extras import MissingExtra, needs
+from storage.home import Home
 from tuner.strategies import STRATEGIES
 
 if TYPE_CHECKING:
@@ -37,16 +38,10 @@ GLOBAL_OPTIONS = (HOME_OPTION,)
 JSON_HELP = "print the result as JSON (one document on one line) instead of text"
 
 
-def default_home() -> Path:
-    """`FDO_HOME`, else ~/.fdo: the data root of every stage."""
-    return Path(os.environ.get("FDO_HOME") or Path.home() / ".fdo")
-
-
-def beam_home() -> str | Path:
-    """The home of the Beam stages (rank, savings): `FDO_HOME` kept as given when it is a URL
-    (gs://, s3://, ...: read and written through Beam's FileSystems), else default_home()."""
-    given = os.environ.get("FDO_HOME", "")
-    return given if "://" in given else default_home()
+def default_home() -> Home:
+    """`--home` (as `FDO_HOME`), else ~/.fdo: the data root of every stage, a local directory
+    or a URL (gs://, s3://, ...: read and written through Beam's FileSystems)."""
+    return Home.of(os.environ.get("FDO_HOME") or Path.home() / ".fdo")
 
 
 def _print_json(payload: Any) -> None:
@@ -270,7 +265,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
     settings = RankSettings(date=datetime.date.fromisoformat(args.date) if args.date else datetime.date.today(),
                             window_days=args.window_days, top_k=args.top, min_share=args.min_share)
-    candidates, coverage = rank(beam_home(), settings, args.beam_args)
+    candidates, coverage = rank(default_home(), settings, args.beam_args)
     if args.json:
         _print_json({"candidates": _json_rows(candidates), "coverage": _json_rows(coverage)})
         return EXIT_OK
@@ -307,7 +302,7 @@ def cmd_savings(args: argparse.Namespace) -> int:
 
     last = datetime.date.fromisoformat(args.to) if args.to else datetime.date.today()
     first = datetime.date.fromisoformat(args.from_) if args.from_ else last - datetime.timedelta(days=29)
-    rows = savings(beam_home(), first, last, args.beam_args)
+    rows = savings(default_home(), first, last, args.beam_args)
     if args.json:
         _print_json(_json_rows(rows))
         return EXIT_OK
@@ -342,12 +337,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     else:
         from tuner.candidates import tunable_candidates
 
-        tasks = tunable_candidates(default_home(), args.top)
+        tasks = tunable_candidates(default_home().local("fdo tune"), args.top)
         if not tasks:
             print("no ranked graph candidates that this machine can measure (run fdo rank)",
                   file=sys.stderr)
             return EXIT_FAILED
-    results = [tune_module(module, default_home(), settings, env_key=env_key, progress=not args.json)
+    results = [tune_module(module, default_home().local("fdo tune"), settings, env_key=env_key, progress=not args.json)
                for _, module, env_key in overall_progress(tasks, "tune graphs", not args.json)]
     if args.json:
         payload = [r.to_json() for r in results]
@@ -368,7 +363,7 @@ def _tune_ops(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     # Op spaces are small: searched whole unless a budget says otherwise.
     settings = _tune_settings(args, evals=200, strategy="exhaustive")
-    done = tune_ops_and_fold(default_home(), args.top, settings, fold=not args.no_fold,
+    done = tune_ops_and_fold(default_home().local("fdo tune"), args.top, settings, fold=not args.no_fold,
                              progress=not args.json)
     for reason in done.skipped:
         print(f"skipped {reason}", file=sys.stderr)
@@ -419,7 +414,7 @@ def _print_tune_result(label: str, r: Any) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from tuner.analyze import analyze_flags, format_analysis
 
-    analysis = analyze_flags(default_home(), fingerprint=args.graph)
+    analysis = analyze_flags(default_home().local("fdo analyze"), fingerprint=args.graph)
     if args.json:
         payload = analysis.to_json()
         payload["flags"] = payload["flags"][: args.top]
@@ -570,7 +565,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"--token-file {args.token_file}: {getattr(exc, 'strerror', None) or exc}") from None
     if token or args.validate_every:
-        _check_writable(default_home())
+        _check_writable(default_home().local("fdo serve"))
     listening = _listen(args.host, args.port)
     if not token:
         print("fdo serve: no FDO_TOKEN or --token-file: the store is read-only through this server",
@@ -582,10 +577,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from validator.schedule import add_validation_job
 
         scheduler = BackgroundScheduler()
-        add_validation_job(scheduler, default_home(), args.validate_every, args.validate_budget_minutes)
+        add_validation_job(scheduler, default_home().local("fdo serve"), args.validate_every, args.validate_budget_minutes)
         scheduler.start()
-    app = create_app(default_home(), token or None)
-    app.include_router(dashboard_router(default_home()))  # the dashboards at / and /api/
+    app = create_app(default_home().local("fdo serve"), token or None)
+    app.include_router(dashboard_router(default_home().local("fdo serve")))  # the dashboards at / and /api/
     print(f"fdo serve: dashboards at http://{args.host}:{args.port}/", file=sys.stderr)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     try:
@@ -626,7 +621,7 @@ def _listen(host: str, port: int) -> socket.socket:
 def cmd_toolchain(args: argparse.Namespace) -> int:
     from validator.toolchains import Registry, ToolchainError, build_venv, probe
 
-    registry = Registry(default_home())
+    registry = Registry(default_home().local("fdo toolchain"))
     try:
         if args.action == "list":
             chains = [probe(sys.executable)] + registry.list()
@@ -647,7 +642,7 @@ def cmd_toolchain(args: argparse.Namespace) -> int:
             raise ToolchainError(f"fdo toolchain {args.action} {args.name}: give {what}")
         python = args.arg
         if args.action == "create":
-            python = build_venv(default_home() / "toolchains" / "venvs" / args.name, args.arg,
+            python = build_venv(default_home().local("fdo toolchain") / "toolchains" / "venvs" / args.name, args.arg,
                                 standalone=args.standalone)
         chain = registry.add(args.name, python)
     except ToolchainError as exc:
@@ -670,7 +665,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from validator.toolchains import ToolchainError
     from validator.validate import MEASURE_SETTINGS, ValidateSettings, validate
 
-    home = default_home()
+    home = default_home().local("fdo validate")
     if args.report:
         return _validation_report(home, args.json)
     if not args.once:
@@ -1216,9 +1211,9 @@ def _main(argv: list[str] | None) -> int:
 def _home_problem(writes: bool) -> str | None:
     """What is wrong with the home (None if nothing): it must be a directory, created if
     missing, and writable if the command writes. A URL home (Beam stages) is not checked here."""
-    if "://" in str(beam_home()):
+    if not default_home().is_local:
         return None
-    home = default_home()
+    home = default_home().local("the home check")
     where = f"home {home} (--home or $FDO_HOME)"
     if home.exists() and not home.is_dir():
         return f"{where} is not a directory"

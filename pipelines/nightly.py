@@ -74,9 +74,9 @@ class NightlyReport:
         return {"date": self.date, "ok": self.ok, "stages": [s.__dict__ for s in self.stages]}
 
 
-def run_nightly(home: Path, settings: NightlySettings, progress: bool = False) -> NightlyReport:
+def run_nightly(home: Home, settings: NightlySettings, progress: bool = False) -> NightlyReport:
     """Run the stages of `settings.date` not yet done, in order; stops at the first failure."""
-    home = Path(home)
+    home = Home.of(home).local("fdo nightly")
     report = NightlyReport(settings.date.isoformat())
     with Home.of(home).lock(home / "pipelines" / "nightly.lock", "nightly run", wait=False):
         ledger = _ledger(home, settings.date)

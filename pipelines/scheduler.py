@@ -59,9 +59,10 @@ def parse_cron(text: str) -> CronTrigger:
     raise ValueError(f"cron {text!r}: expected 5 fields (or 6, seconds first)")
 
 
-def run_scheduler(home: Path, settings: SchedulerSettings, stop: threading.Event | None = None) -> int:
-    """Run the daemon until SIGTERM/SIGINT (or `stop`); returns the exit code."""
-    home = Path(home)
+def run_scheduler(home: Home, settings: SchedulerSettings, stop: threading.Event | None = None) -> int:
+    """Run the daemon on `home` (a local one) until SIGTERM/SIGINT (or `stop`); returns the
+    exit code."""
+    home = Home.of(home).local("fdo scheduler")
     trigger = parse_cron(settings.cron)
     stop = stop or threading.Event()
     with Home.of(home).lock(home / "pipelines" / "scheduler.lock", "fdo scheduler", wait=False):

@@ -25,6 +25,10 @@ class LocalHome(Home):
         """Always: a local home."""
         return True
 
+    def __fspath__(self) -> str:
+        """A local home is a path: `Path(home)` and `open` take it."""
+        return self.root
+
     def local(self, what: str) -> Path:
         """The home's directory."""
         return self.path

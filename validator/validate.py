@@ -27,12 +27,12 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from delivery.store import DEFAULT_TTL, Store
 from hlo.module import HloLoadError, from_text
 from storage.blobs import BlobStore
+from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.evaluate import CANDIDATE_FAILS, DEFAULT_FAILS, DefaultFails, evaluate, prepare_default
 from tuner.flags import FlagError, from_json
@@ -91,11 +91,12 @@ class RunReport:
                 "resumed": self.resumed}
 
 
-def validate(home: Path | str, toolchain: str | None = None,
+def validate(home: Home, toolchain: str | None = None,
              settings: ValidateSettings = ValidateSettings(), progress: bool = False,
              now: datetime.datetime | None = None) -> RunReport:
-    """Run (or resume) one validation pass over the store under `toolchain`."""
-    home = Path(home)
+    """Run (or resume) one validation pass over the store of `home` (a local one) under
+    `toolchain`."""
+    home = Home.of(home).local("fdo validate")
     with exclusive(home):
         chain = Registry(home).get(toolchain)
         run = Run.open(home, chain)

@@ -27,7 +27,7 @@ from ingest.profiles import ingest_profiles
 from ingest.progress import progress_bar
 from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
-from storage.home import atomic_write
+from storage.home import Home, atomic_write
 from storage.store import current_version, live_entries
 from storage.warehouse import ROW_GROUP_ROWS
 from workloads.simulator import fleet
@@ -68,11 +68,13 @@ def store_lookup(home: Path) -> fleet.TunedLookup | None:
     return lambda fingerprint, env_key: hits.get((fingerprint, env_key))
 
 
-def simulate(home: Path, days: int, jobs: int, seed: int = 0, start: datetime.date | None = None,
+def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.date | None = None,
              workloads: list[str] | None = None, scales: tuple[int, ...] = SCALES,
              op_sample: float = 1.0, tuned: fleet.TunedLookup | None = None,
              progress: bool = False, release_every_days: int = 4) -> SimulationReport:
-    """Simulate `days` days (ending today unless `start` is given) and ingest them."""
+    """Simulate `days` days (ending today unless `start` is given) and ingest them into
+    `home` (a local one)."""
+    home = Home.of(home).local("fdo simulate")
     start = start or datetime.date.today() - datetime.timedelta(days=days - 1)
     first_day = (start - fleet.EPOCH).days
     if first_day < 0:
