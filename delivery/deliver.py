@@ -18,8 +18,6 @@ result reaches users folded into the graph-level configs of the graphs that hold
 from __future__ import annotations
 
 import datetime
-import os
-import tempfile
 from typing import Iterable
 
 import apache_beam as beam
@@ -30,7 +28,7 @@ import pyarrow.parquet as pq
 from delivery.store import DEFAULT_TTL, Store, merge_entries
 from hlo.environment import store_key
 from ranking.beam_io import ReadPartitions, partition_files, pipeline_options
-from storage.home import Home, atomic_write
+from storage.home import Home, atomic_write, temporary_name
 from storage.store import ENTRIES
 from tuner.tables import TUNING_RESULTS
 
@@ -96,19 +94,20 @@ def build_deliver_pipeline(pipeline: beam.Pipeline, files: list[str], staged: st
 
 
 def deliver(home: Home, beam_args: Iterable[str] = ()) -> int | None:
-    """Publish the accepted results not yet live in `home` (a local one); returns the new
-    version (None: no change)."""
+    """Publish the accepted results not yet live in `home`; returns the new version (None:
+    no change). The pipeline stages them under `<home>/delivery`, which its workers see."""
     home = Home.of(home)
-    root = home.local("fdo deliver")
     files = partition_files(home, TUNING_RESULTS, None, None)
     if not files:
         return None
-    (root / "delivery").mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root / "delivery", prefix=".run-") as run:
-        staged = os.path.join(run, "accepted.parquet")
+    staged = home.location("delivery", temporary_name("accepted.parquet"))
+    try:
         with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
-            build_deliver_pipeline(pipeline, files, staged)
-        new = pq.read_table(staged).cast(ENTRIES)
+            build_deliver_pipeline(pipeline, files, str(staged))
+        with home.open(staged) as source:
+            new = pq.read_table(source).cast(ENTRIES)
+    finally:
+        home.delete([staged])
     store = Store(home)
     published = pa.array(sorted(store.sources()), pa.string())
     new = new.filter(pc.invert(pc.is_in(new.column("source"), value_set=published)))

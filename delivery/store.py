@@ -9,7 +9,11 @@ Layout under `<home>/store/`:
   LAST_VERSION           the highest version number ever handed out
 
 Publishing writes the new version into a staged directory that lands whole
-(`Home.staged_directory`), then replaces CURRENT (`Home.atomic_write`), each step durable; a version is never rewritten. It is
+(`Home.staged_directory`; file by file on an object store, where readers only find a version
+once CURRENT names it), then replaces CURRENT (`Home.atomic_write`), each step durable; a
+version is never rewritten. The home may be a URL; there the store's lock holds within one
+process only (`storage.home`): writers on several machines must be run one at a time (the
+check below catches one that builds on a version another has since replaced). It is
 optimistic: the caller says which version it built on, and a publish that finds CURRENT moved
 on meanwhile is refused (ConcurrentPublish), so two writers never silently drop each other's
 entries; `update` and `rollback` retry on the new live version. Rollback publishes a new
@@ -31,10 +35,8 @@ import contextlib
 import datetime
 import hashlib
 import json
-import os
 import random
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,9 +94,9 @@ class Store:
     def versions(self) -> list[Manifest]:
         """Every version with a readable manifest, oldest first (`problems` names the others)."""
         found = []
-        for directory in self._version_dirs():
+        for name in self._version_names():
             try:
-                found.append(self._manifest(directory))
+                found.append(self._manifest(name))
             except StoreError:
                 continue
         return sorted(found, key=lambda m: m.version)
@@ -104,35 +106,38 @@ class Store:
         complete version (no manifest, entries missing or failing their checksum) and a live
         version that is unreadable. Reads every version: for reports, not for hot paths."""
         found = {}
-        for directory in self._version_dirs():
+        names = self._version_names()
+        for name in names:
             try:
-                self.read_version(int(directory.name[1:]))
+                self.read_version(int(name[1:]))
             except StoreError as exc:
-                found[directory.name] = str(exc)
+                found[name] = str(exc)
         try:
             live = self.current()
         except StoreError as exc:
             found["CURRENT"] = str(exc)
             return found
-        if live is not None and (f"v{live}" in found or not (self.root / f"v{live}").is_dir()):
+        if live is not None and (f"v{live}" in found or f"v{live}" not in names):
             found["CURRENT"] = f"the live version v{live} is unusable: roll back to a good version"
         return found
 
     def manifest(self, version: int) -> Manifest:
         """The manifest of `version`; StoreError when it is missing or unreadable."""
-        return self._manifest(self.root / f"v{version}")
+        return self._manifest(f"v{version}")
 
     def read_version(self, version: int) -> tuple[Manifest, bytes]:
         """The manifest and the entries.parquet bytes of `version`, the bytes checked against
         the manifest's checksum; StoreError when it is missing, incomplete or corrupt."""
-        directory = self.root / f"v{version}"
-        if not directory.is_dir():
+        name = f"v{version}"
+        if not (self.home.exists(self.home.location("store", name))
+                or self.home.exists(self.home.location("store", name, "manifest.json"))):
             raise StoreError(f"store version {version} does not exist")
-        manifest = self._manifest(directory)
+        manifest = self._manifest(name)
         try:
-            data = (directory / "entries.parquet").read_bytes()
+            data = self.home.read_bytes(self.home.location("store", name, "entries.parquet"))
         except OSError as exc:
-            raise StoreError(f"store version {version}: entries.parquet unreadable: {exc.strerror}") from None
+            raise StoreError(f"store version {version}: entries.parquet unreadable: "
+                             f"{exc.strerror or exc}") from None
         if _checksum(data) != manifest.checksum:
             raise StoreError(f"store version {version}: entries.parquet does not match its checksum")
         return manifest, data
@@ -152,9 +157,10 @@ class Store:
         """The `source` (tuning task, imported file) of every entry any version ever held."""
         found: set[str] = set()
         for manifest in self.versions():
-            path = self.root / f"v{manifest.version}" / "entries.parquet"
+            path = self.home.location("store", f"v{manifest.version}", "entries.parquet")
             try:
-                found.update(pq.read_table(path, columns=["source"]).column("source").to_pylist())
+                with self.home.open(path) as source:
+                    found.update(pq.read_table(source, columns=["source"]).column("source").to_pylist())
             # Skipping it could deliver again what it once held and was since taken out.
             except (OSError, pa.ArrowException) as exc:
                 raise StoreError(f"store version {manifest.version} is damaged ({exc}): what it "
@@ -167,14 +173,13 @@ class Store:
         for row in entries.select(["key", "config"]).to_pylist():
             _check_config(row["config"], f"entry {row['key']}")
         with self._lock():
-            for abandoned in self.root.glob(".v*.tmp-*"):  # staged by a publish a kill cut short
-                shutil.rmtree(abandoned, ignore_errors=True)
+            self.home.remove_temporaries("store/.v*.tmp-*")  # staged by a publish a kill cut short
             live = self._current_or_none()
             if live != parent:
                 raise ConcurrentPublish(f"store moved from version {parent} to {live} meanwhile")
             version = self._next_version()
             # The number is taken before anything bears it: a crash from here on skips it.
-            self.home.atomic_write(self.root / LAST_VERSION, f"{version}\n")
+            self.home.atomic_write(self.home.location("store", LAST_VERSION), f"{version}\n")
             sink = pa.BufferOutputStream()
             pq.write_table(entries, sink)
             data = sink.getvalue().to_pybytes()
@@ -185,10 +190,10 @@ class Store:
                 counts={kind: kinds.count(kind) for kind in sorted(set(kinds))},
                 compiler_versions=sorted(set(entries.column("compiler_version").to_pylist()) - {None}),
                 reason=reason)
-            with self.home.staged_directory(self.root / f"v{version}") as staging:
+            with self.home.staged_directory(self.home.location("store", f"v{version}")) as staging:
                 (staging / "entries.parquet").write_bytes(data)
                 (staging / "manifest.json").write_text(json.dumps(manifest.__dict__, indent=1) + "\n")
-            self.home.atomic_write(self.root / "CURRENT", f"{version}\n")
+            self.home.atomic_write(self.home.location("store", "CURRENT"), f"{version}\n")
         return version
 
     def update(self, change: Callable[[pa.Table], pa.Table], reason: str, retries: int = 20) -> int | None:
@@ -240,35 +245,37 @@ class Store:
         except StoreError:
             return None
 
-    def _version_dirs(self) -> list[Path]:
-        return [p for p in self.root.glob("v*") if re.fullmatch(r"v[0-9]+", p.name) and p.is_dir()]
+    def _version_names(self) -> list[str]:
+        """`v<N>` of every version directory, complete or not."""
+        return [name for name, is_dir in self.home.children(self.root) if is_dir and re.fullmatch(r"v[0-9]+", name)]
 
-    def _manifest(self, directory: Path) -> Manifest:
+    def _manifest(self, name: str) -> Manifest:
+        path = self.home.location("store", name, "manifest.json")
+        if not self.home.exists(path):
+            raise StoreError(f"store {name} is incomplete: no manifest.json (a writer that crashed?)")
         try:
-            manifest = Manifest(**json.loads((directory / "manifest.json").read_text()))
-        except FileNotFoundError:
-            raise StoreError(f"store {directory.name} is incomplete: no manifest.json "
-                             "(a writer that crashed?)") from None
+            manifest = Manifest(**json.loads(self.home.read_bytes(path)))
         except (OSError, ValueError, TypeError) as exc:
-            raise StoreError(f"store {directory.name}: manifest.json unreadable: {exc}") from None
-        if f"v{manifest.version}" != directory.name:
-            raise StoreError(f"store {directory.name}: its manifest says version {manifest.version}")
+            raise StoreError(f"store {name}: manifest.json unreadable: {exc}") from None
+        if f"v{manifest.version}" != name:
+            raise StoreError(f"store {name}: its manifest says version {manifest.version}")
         return manifest
 
     def _next_version(self) -> int:
         """Past every number ever handed out: names on disk, staged or stray too, the live one
         (whose directory may be gone) and LAST_VERSION (the highest one may be gone as well)."""
-        numbers = [int(m.group(1)) for m in map(_VERSION_NAME.fullmatch, os.listdir(self.root)) if m]
+        names = [name for name, _ in self.home.children(self.root)]
+        numbers = [int(m.group(1)) for m in map(_VERSION_NAME.fullmatch, names) if m]
         numbers.append(self._current_or_none() or 0)
         with contextlib.suppress(OSError, ValueError):
-            numbers.append(int((self.root / LAST_VERSION).read_text()))
+            numbers.append(int(self.home.read_bytes(self.home.location("store", LAST_VERSION))))
         return max(numbers) + 1
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
         with contextlib.ExitStack() as held:
             try:
-                held.enter_context(self.home.lock(self.root / ".lock", "store writer"))
+                held.enter_context(self.home.lock(self.home.location("store", ".lock"), "store writer"))
             except OSError as exc:
                 raise StoreError(f"cannot write the store under {self.root}: {exc.strerror}") from None
             yield

@@ -114,6 +114,11 @@ class Home(abc.ABC):
         """The files matching `pattern` (relative to the home, `*` within one name), sorted."""
 
     @abc.abstractmethod
+    def children(self, location: Any) -> list[tuple[str, bool]]:
+        """(name, whether it is a directory) of what is directly under `location`, sorted;
+        empty when nothing is (an object store's directories are the prefixes of its objects)."""
+
+    @abc.abstractmethod
     def open(self, location: Any) -> contextlib.AbstractContextManager[Any]:
         """The file at `location` as pyarrow reads it, for the block: its local path, or a
         binary file object opened through Beam."""
@@ -143,8 +148,8 @@ class Home(abc.ABC):
 
     @abc.abstractmethod
     def remove_temporaries(self, pattern: str) -> int:
-        """Delete the temporaries under `pattern` (relative to the home) whose writer is no
-        longer alive; returns how many."""
+        """Delete the temporaries (files and staged directories) matching `pattern` (relative
+        to the home) whose writer is no longer alive; returns how many."""
 
     def atomic_write(self, location: Any, data: bytes | str | Callable[[IO[bytes]], None],
                      durable: bool = True) -> None:

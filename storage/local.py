@@ -48,6 +48,13 @@ class LocalHome(Home):
         """The paths matching `pattern` under the home, sorted."""
         return sorted(self.path.glob(pattern))
 
+    def children(self, location: Path | str) -> list[tuple[str, bool]]:
+        """The names in directory `location`, each with whether it is a directory."""
+        try:
+            return sorted((path.name, path.is_dir()) for path in Path(location).iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
     @contextlib.contextmanager
     def open(self, location: Path | str) -> Iterator[str]:
         """The path itself: pyarrow maps local files on its own."""
@@ -110,11 +117,14 @@ class LocalHome(Home):
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def remove_temporaries(self, pattern: str) -> int:
-        """Unlink the temporaries matching `pattern` whose writer is gone."""
+        """Remove the temporaries matching `pattern` whose writer is gone."""
         removed = 0
         for path in self.path.glob(pattern):
             if writer_gone(path.name):
-                path.unlink(missing_ok=True)
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
                 removed += 1
         return removed
 

@@ -59,6 +59,15 @@ class UrlHome(Home):
         found = FileSystems.match([self.location(pattern)])[0].metadata_list
         return sorted(match.path for match in found)
 
+    def children(self, location: str) -> list[tuple[str, bool]]:
+        """The names under `location`, from the objects below it."""
+        prefix = str(location).rstrip("/") + "/"
+        found: dict[str, bool] = {}
+        for match in FileSystems.match([prefix + "**"])[0].metadata_list:
+            name, _, rest = match.path[len(prefix):].partition("/")
+            found[name] = found.get(name, False) or bool(rest)
+        return sorted(found.items())
+
     @contextlib.contextmanager
     def open(self, location: str) -> Iterator[IO[bytes]]:
         """The file opened through Beam."""

@@ -147,7 +147,6 @@ def test_a_home_beam_cannot_reach_is_refused_naming_it():
 
 
 def test_stages_that_need_a_local_home_refuse_a_url_home_naming_it(tmp_path):
-    from delivery.deliver import deliver
     from ingest.hits import ingest_hits
     from ingest.profiles import ingest_profiles
     from ingest.symbols import ingest_symbols
@@ -157,7 +156,7 @@ def test_stages_that_need_a_local_home_refuse_a_url_home_naming_it(tmp_path):
 
     home = Home.of(url_of(tmp_path))
     stages = {"fdo ingest hits": lambda: ingest_hits(home), "fdo ingest symbols": lambda: ingest_symbols([], home),
-              "fdo ingest profiles": lambda: ingest_profiles([], home), "fdo deliver": lambda: deliver(home),
+              "fdo ingest profiles": lambda: ingest_profiles([], home),
               "fdo validate": lambda: validate(home), "fdo simulate": lambda: simulate(home, 1, 1),
               "fdo nightly": lambda: run_nightly(home, NightlySettings(date=datetime.date(2026, 5, 1)))}
     for name, run in stages.items():

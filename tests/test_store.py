@@ -18,8 +18,10 @@ from delivery.deliver import deliver
 from delivery.imports import read_import
 from delivery.store import ConcurrentPublish, Store, StoreError, merge_entries
 from hlo.environment import store_key
+from storage.home import Home
 from storage.store import live_entries
 from storage.warehouse import Warehouse
+from tests.url_home import UrlFileSystem, url_of
 from tuner.tables import TUNING_RESULTS
 
 
@@ -146,6 +148,30 @@ def test_deliver_publishes_the_best_accepted_result_once(tmp_path):
     [entry] = Store(home).entries().to_pylist()
     assert entry["source"] == "t4" and entry["measured_at"].date() == yesterday
     assert entry["expires_at"] - entry["measured_at"] == datetime.timedelta(days=30)
+
+
+def test_the_store_and_deliver_work_on_a_url_home(tmp_path):
+    home = Home.of(url_of(tmp_path / "home"))
+    in_process = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]  # the scheme is ours
+    base = {"dt": datetime.date.today(), "kind": "graph", "env_key": "e" * 32, "numerics_ok": True,
+            "compiler_version": "jaxlib-test", "strategy": "evolution", "evaluations": 40, "measured": 12,
+            "fingerprint": "1" * 32, "accepted": True, "status": "accepted"}
+    rows = [{**base, "task_id": "t1", "config": '{"xla_cpu_use_xnnpack": false}', "speedup": 1.2,
+             "ci_low": 1.10, "ci_high": 1.3},
+            {**base, "task_id": "t2", "config": '{"xla_cpu_use_xnnpack": true}', "speedup": 1.3,
+             "ci_low": 1.20, "ci_high": 1.4}]
+    Warehouse(home).append(TUNING_RESULTS, pa.Table.from_pylist(rows, TUNING_RESULTS.schema), "test")
+    UrlFileSystem.used.clear()
+    assert deliver(home, in_process) == 1 and deliver(home, in_process) is None
+    store = Store(home)
+    assert store.entries().column("source").to_pylist() == ["t2"]
+    assert _import(store, _write(tmp_path / "1.jsonl", [_entry(1, {"xla_cpu_use_xnnpack": False})])) == 2
+    assert store.rollback(1) == 3 and store.current() == 3 and store.sources() == {"t2", "1.jsonl"}
+    assert [m.version for m in store.versions()] == [1, 2, 3] and store.problems() == {}
+    assert Store(tmp_path / "home").entries().equals(store.entries())  # the same layout
+    assert live_entries(home).column("key").to_pylist() == store.entries().column("key").to_pylist()
+    assert any("/store/v3/manifest.json" in path for path in UrlFileSystem.used)
+    assert not [p for p in (tmp_path / "home").rglob("*") if ".tmp-" in p.name]
 
 
 def _import(store: Store, path: Path) -> int | None:
