@@ -17,6 +17,7 @@ import datetime
 import tempfile
 from pathlib import Path
 
+from execution.evaluate import evaluate
 from ingest.blobs import BlobStore
 from ingest.hlo_module import from_text
 from ingest.tables import GRAPHS
@@ -24,7 +25,6 @@ from ingest.warehouse import Warehouse
 from pipelines.simulator.run import simulate
 from ranking.rank import RankSettings, rank
 from tuner.candidates import tunable_op_candidates
-from tuner.evaluate import evaluate
 from tuner.fold import fold_graph, graphs_holding
 from tuner.tune import VERIFY_SETTINGS, TuneResult, TuneSettings, tune_op
 

@@ -8,11 +8,11 @@ import jax
 import numpy as np
 import pytest
 
+from execution.compile import apply_config, backend_extra_options, compile_module, compile_options, object_code
+from execution.flags import FLAGS, FlagSpec
+from execution.inputs import make_inputs, parameter_specs
 from ingest import zoo
 from ingest.hlo_module import from_lowered
-from tuner.compile import apply_config, backend_extra_options, compile_module, compile_options, object_code
-from tuner.flags import FLAGS, FlagSpec
-from tuner.inputs import make_inputs, parameter_specs
 from tuner.space import acting_backend_extra, accepted_flags, graph_space
 
 SMALL = {"xla_cpu_optimize_for_size": True}

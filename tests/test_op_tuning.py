@@ -15,6 +15,10 @@ import pyarrow as pa
 import pytest
 
 from delivery.deliver import accepted_as_entries
+from execution.compile import compile_module, compiler_defaults
+from execution.flags import is_default
+from execution.inputs import make_inputs, parameter_specs
+from execution.measure import MeasureSettings
 from ingest import zoo
 from ingest.fingerprint import fingerprint_module, graph_fingerprint
 from ingest.hlo_module import HloModule, from_lowered, load_file
@@ -25,12 +29,8 @@ from ingest.warehouse import Warehouse
 from ingest.zoo.dump import dump_workload
 from ranking.tables import CANDIDATES
 from tuner.candidates import tunable_op_candidates
-from tuner.compile import compile_module, compiler_defaults
 from tuner.fold import STRATEGY, OpVote, fold_config, fold_graph, fold_variants, graph_votes
-from tuner.inputs import make_inputs, parameter_specs
-from tuner.measure import MeasureSettings
 from tuner.op_cut import cut_op, cut_ops
-from tuner.flags import is_default
 from tuner.space import accepted_flags, op_space
 from tuner.strategies import ExhaustiveStrategy
 from tuner.tables import TRIALS, TUNING_RESULTS

@@ -5,7 +5,7 @@ proto goes through jaxlib's MLIR bridge to StableHLO, compile options come from 
 `get_compile_options` with the config applied (`apply_config`, which the compiler hook uses on
 the job's own options too), and the backend client compiles and loads the executable.
 
-A config reaches XLA through two channels (tuner.flags): compile-option overrides, and entries
+A config reaches XLA through two channels (execution.flags): compile-option overrides, and entries
 of DebugOptions' `xla_backend_extra_options` map, which no override reaches. Those entries are
 merged into the serialized CompileOptionsProto (protobuf merges concatenated messages; a map is
 repeated key/value entries) and parsed back into jaxlib's CompileOptions: they then travel with
@@ -27,9 +27,9 @@ from typing import Any
 
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
+from execution.flags import FLAGS, FUSION_TYPE_PREFIX, PLACEMENT_PREFIX, CompilerConfig, to_xla
 from ingest.environment import xla_flags_options
 from ingest.hlo_proto import build_messages
-from tuner.flags import FLAGS, FUSION_TYPE_PREFIX, PLACEMENT_PREFIX, CompilerConfig, to_xla
 
 # The part of xla.CompileOptionsProto (xla/pjrt/proto/compile_options.proto) and xla.DebugOptions
 # (xla/xla.proto) that says the installed compiler's defaults of the table's option flags. The

@@ -7,7 +7,7 @@ enum names for repeated enums). It reaches XLA through one of two channels:
   (XLA checks the name and the value and rejects unknown ones);
 - `backend_extra`: an entry of DebugOptions' `xla_backend_extra_options` map, which the compile
   options' overrides cannot reach. It is set per executable too, by merging map entries into the
-  serialized compile options (`tuner.compile.apply_config`). XLA checks nothing here: it ignores
+  serialized compile options (`execution.compile.apply_config`). XLA checks nothing here: it ignores
   keys it does not know and values it cannot parse, and the CPU backend tests its boolean keys
   for presence only (an entry `xla_cpu_optimize_for_size=false` still optimizes for size;
   checked on jaxlib 0.10.2). So `to_xla` writes a true bool as an entry ("true"), leaves a false
