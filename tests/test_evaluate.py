@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from execution.compile import (CompileError, backend_extra_options, check_options,
-                               compile_module, compile_options, compiler_defaults)
+                               compile_options, compiler_defaults)
 from execution.evaluate import evaluate
 from execution.flags import FLAGS, FlagError, is_default, parse_assignment, to_xla
 from execution.inputs import make_inputs, parameter_specs
