@@ -17,16 +17,16 @@ import datetime
 import tempfile
 from pathlib import Path
 
-from hlo.module import from_text
+from execution.evaluate import evaluate
 from ingest.blobs import BlobStore
+from hlo.module import from_text
 from ingest.tables import GRAPHS
 from ingest.warehouse import Warehouse
+from workloads.simulator.run import simulate
 from ranking.rank import RankSettings, rank
 from tuner.candidates import tunable_op_candidates
-from tuner.evaluate import evaluate
 from tuner.fold import fold_graph, graphs_holding
 from tuner.tune import VERIFY_SETTINGS, TuneResult, TuneSettings, tune_op
-from workloads.simulator.run import simulate
 
 
 def _figure(result: TuneResult) -> str:

@@ -14,15 +14,15 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from execution.measure import MeasureSettings
+from workloads import zoo
 from hlo.module import from_lowered
 from ingest.warehouse import Warehouse
 from tuner.analyze import RIDGE, analyze_flags
-from tuner.measure import MeasureSettings
 from tuner.space import config_key
 from tuner.strategies import TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.tune import TuneSettings, tune_module
-from workloads import zoo
 
 # One flag each, tried first by the model strategy's warm start (in this order), so every trial
 # of the 8-evaluation search sets exactly one flag. Optimization level 0 and the SSE4.2 cap are

@@ -8,12 +8,12 @@ import jax
 import numpy as np
 import pytest
 
-from hlo.module import from_lowered
-from tuner.compile import apply_config, backend_extra_options, compile_module, compile_options, object_code
-from tuner.flags import FLAGS, FlagSpec
-from tuner.inputs import make_inputs, parameter_specs
-from tuner.space import acting_backend_extra, accepted_flags, graph_space
+from execution.compile import apply_config, backend_extra_options, compile_module, compile_options, object_code
+from execution.flags import FLAGS, FlagSpec
+from execution.inputs import make_inputs, parameter_specs
 from workloads import zoo
+from hlo.module import from_lowered
+from tuner.space import acting_backend_extra, accepted_flags, graph_space
 
 SMALL = {"xla_cpu_optimize_for_size": True}
 NO_UNROLL = {"xla_cpu_disable_loop_unrolling": True}

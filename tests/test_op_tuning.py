@@ -15,26 +15,26 @@ import pyarrow as pa
 import pytest
 
 from delivery.deliver import accepted_as_entries
+from execution.compile import compile_module, compiler_defaults
+from execution.flags import is_default
+from execution.inputs import make_inputs, parameter_specs
+from execution.measure import MeasureSettings
+from workloads import zoo
 from hlo.fingerprint import fingerprint_module, graph_fingerprint
 from hlo.module import HloModule, from_lowered, load_file
 from ingest.profiles import ingest_profiles
 from ingest.symbols import ingest_symbols
 from ingest.tables import GRAPHS, OP_RUNS, OPS
 from ingest.warehouse import Warehouse
+from workloads.zoo.dump import dump_workload
 from ranking.tables import CANDIDATES
 from tuner.candidates import tunable_op_candidates
-from tuner.compile import compile_module, compiler_defaults
 from tuner.fold import STRATEGY, OpVote, fold_config, fold_graph, fold_variants, graph_votes
-from tuner.inputs import make_inputs, parameter_specs
-from tuner.measure import MeasureSettings
 from tuner.op_cut import cut_op, cut_ops
-from tuner.flags import is_default
 from tuner.space import accepted_flags, op_space
 from tuner.strategies import ExhaustiveStrategy
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.tune import TuneSettings, tune_op
-from workloads import zoo
-from workloads.zoo.dump import dump_workload
 
 QUICK = TuneSettings(budget_evals=200, strategy="exhaustive",
                      search=MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=60, max_seconds=1.0),

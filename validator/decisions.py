@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from delivery.store import ENTRIES
-from tuner.evaluate import EvaluationResult
+from execution.evaluate import EvaluationResult
 
 # How a decision changes the store.
 REFRESH, REMOVE, ADD, NONE = "refresh", "remove", "add", "none"

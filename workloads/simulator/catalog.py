@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+from workloads import zoo
 from hlo.fingerprint import fingerprint_module, graph_fingerprint
 from hlo.module import load_file
 from ingest.progress import progress_bar
-from workloads import zoo
 from workloads.zoo.dump import dump_workload
 
 SCALES = (1, 4)
@@ -95,10 +95,10 @@ def _profile(module_proto: bytes) -> tuple[float, dict[str, float]]:
     """Seconds per execution and each op's seconds per execution (by name), from a real trace."""
     import jax
 
+    from execution.compile import compile_module
+    from execution.inputs import make_inputs, parameter_specs
     from hlo.module import HloModule
     from ingest.xplane import read_trace
-    from tuner.compile import compile_module
-    from tuner.inputs import make_inputs, parameter_specs
 
     executable = compile_module(module_proto, {}).executable
     arguments = [jax.device_put(a) for a in make_inputs(
