@@ -22,10 +22,10 @@ from typing import Any
 
 from tqdm import tqdm
 
+from execution.evaluate import evaluate
+from execution.measure import MeasureSettings, measure_pair
+from execution.worker import Worker
 from hlo.module import from_lowered
-from tuner.evaluate import evaluate
-from tuner.measure import MeasureSettings, measure_pair
-from tuner.worker import Worker
 from workloads import zoo
 
 INJECTED = (1.01, 1.02, 1.03, 1.05, 1.10)
@@ -63,9 +63,9 @@ def injected_detection(modules: list[tuple[str, Any]], trials: int, settings: Me
     """Share of trials in which a known injected speedup is measured as significant."""
     import jax
 
-    from tuner.compile import compile_module
-    from tuner.evaluate import timed_runner
-    from tuner.inputs import make_inputs, parameter_specs
+    from execution.compile import compile_module
+    from execution.inputs import make_inputs, parameter_specs
+    from execution.session import timed_runner
 
     rates: dict[str, float] = {}
     progress = tqdm(total=len(INJECTED) * trials, desc="injected speedups", unit="trial")

@@ -17,13 +17,13 @@ import datetime
 import tempfile
 from pathlib import Path
 
+from execution.evaluate import evaluate
 from hlo.module import from_text
 from ingest.tables import GRAPHS
 from ranking.rank import RankSettings, rank
 from storage.blobs import BlobStore
 from storage.warehouse import Warehouse
 from tuner.candidates import tunable_op_candidates
-from tuner.evaluate import evaluate
 from tuner.fold import fold_graph, graphs_holding
 from tuner.tune import VERIFY_SETTINGS, TuneResult, TuneSettings, tune_op
 from workloads.simulator.run import simulate

@@ -4,7 +4,7 @@ The same list of configs (one-flag configs of the graph space and random pairs, 
 compiled and, unless its program is known, measured with the tuner's screening settings) is
 evaluated on zoo graphs under two core plans, alternating, `--repeats` times each:
 
-- split (the tuner's default, `tuner.cores.plan_cores`): compile workers on their own cores,
+- split (the tuner's default, `execution.cores.plan_cores`): compile workers on their own cores,
   working ahead while the execute worker measures on the others;
 - turns: one compile worker and the execute worker on all cores, taking turns (nothing compiles
   while a measurement runs; the way the tuner worked before the pools).
@@ -24,14 +24,16 @@ import random
 import statistics
 import time
 
+from execution.compile import compiler_defaults
+from execution.cores import CorePlan, available_cores, plan_cores
+from execution.flags import CompilerConfig
 from hlo.module import from_lowered
-from tuner.compile import compiler_defaults
-from tuner.cores import CorePlan, available_cores, plan_cores
-from tuner.flags import CompilerConfig
+from tuner.search import search
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import random_config
 from tuner.trial import Trial
-from tuner.tune import SEARCH_SETTINGS, Search, Span
+from tuner.tune import SEARCH_SETTINGS
+from tuner.worker_evaluator import Span, WorkerEvaluator
 from workloads import zoo
 
 
@@ -60,13 +62,13 @@ def run_plan(module_proto: bytes, configs: list[CompilerConfig], plan: CorePlan
              ) -> tuple[float, list[Trial], list[Span]]:
     """Evaluate `configs` in order under `plan`; the wall seconds (the default's compile and
     the workers' start included), the trials and the workers' timeline."""
-    pending = iter(configs)
+    listed = iter(configs)
     trials: list[Trial] = []
     started = time.perf_counter()
-    with Search(module_proto, 0, plan) as search:
-        search.search(lambda _: next(pending, None), trials, len(configs), SEARCH_SETTINGS,
-                      lambda: True, lambda t: None)
-    return time.perf_counter() - started, trials, search.timeline
+    with WorkerEvaluator(module_proto, 0, plan) as evaluator:
+        search(evaluator, lambda done, pending: next(listed, None), trials, len(configs),
+               SEARCH_SETTINGS, lambda: True, lambda t: None)
+    return time.perf_counter() - started, trials, evaluator.timeline
 
 
 def main() -> None:

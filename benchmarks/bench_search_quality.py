@@ -22,8 +22,9 @@ Per workload (every zoo workload at both sizes by default; `fdo workloads list`)
 3. Every strategy alone (`--plain`), and Optuna's TPE and random samplers, on the same encoding
    (placements and flags; Optuna sets every param, "(default)" one of its choices), `--seeds`
    seeds, each run once at the largest budget and read at each budget as its first B
-   evaluations, on replayed screens: a config's value is its screen in the cache, measured
-   live the first time (compiled, deduped by program, screened as the tuner screens). Each
+   evaluations, on replayed screens: the tuner's own search loop (`tuner.search.search`) over
+   an evaluator that answers from the cache (`Replay`), a config's screen measured live the
+   first time (compiled, deduped by program, screened as the tuner screens). Each
    run's best config, and the schedule's accepted one, is verified against the oracle's config
    itself, paired and interleaved in one worker (the tuner's verification settings, the
    default replaced by the oracle): found/oracle is measured directly, not as the ratio of two
@@ -48,37 +49,46 @@ import math
 import statistics
 import tempfile
 import time
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tqdm import tqdm
 
+import execution
 import tuner
+from execution.compile import compiler_defaults
+from execution.cores import plan_cores
+from execution.evaluate import evaluate
+from execution.flags import (XLA_BACKEND, CompilerConfig, config_from_json,
+                             default_backends, fusion_type_of)
+from execution.measure import MeasureSettings
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_lowered
 from storage.home import atomic_write
-from tuner.compile import compiler_defaults
-from tuner.cores import plan_cores
-from tuner.evaluate import evaluate
-from tuner.flags import (XLA_BACKEND, CompilerConfig, config_from_json, default_backends,
-                         fusion_type_of)
 from tuner.schedule import neighbourhood
+from tuner.search import Build, Propose, proposals, ready, run_one, search
 from tuner.space import accepted_flags, config_key, graph_space
-from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
-from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, Search, TuneSettings, tune_module
+from tuner.strategies import FAILED, STRATEGIES, TrialRecord
+from tuner.trial import Trial
+from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, TuneSettings, tune_module
+from tuner.worker_evaluator import WorkerEvaluator
 from workloads import zoo
 
 OPTUNA = ("optuna-tpe", "optuna-random")
 # The tuner's verification (99.9% interval) on a shorter time budget: the benchmark verifies
 # every run's find, dozens per workload.
 BENCH_VERIFY = replace(VERIFY_SETTINGS, max_seconds=10.0)
-# A live run of the schedule is cached under the digest of the tuner's code: any change to the
-# tuner runs it again; the replayed screens stay valid (they depend on the compiler only).
+# A live run of the schedule is cached under the digest of the tuner's code (the search and the
+# execution core): any change to it runs it again; the replayed screens stay valid (they depend
+# on the compiler only).
 TUNER_DIGEST = hashlib.sha256(b"".join(
-    path.read_bytes() for path in sorted(Path(tuner.__file__).parent.glob("*.py")))).hexdigest()[:12]
+    path.read_bytes() for package in (execution, tuner)
+    for path in sorted(Path(package.__file__).parent.glob("*.py")))).hexdigest()[:12]
 DEFAULT_LABEL = "(default)"
+DEFAULT_PROGRAM = "(the default's program)"  # a replayed build of an "identical" screen
 
 
 @dataclass
@@ -94,10 +104,6 @@ class Screen:
     @property
     def fitness(self) -> float:
         return math.log(self.speedup) if self.speedup and self.outcome != "failed" else FAILED
-
-    @property
-    def low(self) -> float:
-        return math.log(self.ci_low) if self.ci_low and self.outcome != "failed" else FAILED
 
 
 class Cache:
@@ -132,18 +138,18 @@ class Bench:
                     "compiler": current_environment().compiler_version,
                     "execute_cores": str(len(plan_cores().execute))}
         self.cache = Cache(cache_dir / f"{name}.json", identity)
-        self.search: Search | None = None
-        self.trials: list = []
+        self.evaluator: WorkerEvaluator | None = None
+        self.trials: list[Trial] = []
         self.oracle: tuple[CompilerConfig, float, str | None] | None = None  # config, speedup, program
 
     def screen(self, config: CompilerConfig) -> Screen:
         """The config's screen, measured now if the cache has none."""
         key = config_key(config)
         if key not in self.cache.screens:
-            if self.search is None:
-                self.search = Search(self.module.proto, 0).__enter__()
+            if self.evaluator is None:
+                self.evaluator = WorkerEvaluator(self.module.proto, 0).__enter__()
             started = time.perf_counter()
-            trial = self.search.run(len(self.trials), config, self.trials, SEARCH_SETTINGS)
+            trial = run_one(self.evaluator, len(self.trials), config, self.trials, SEARCH_SETTINGS)
             self.trials.append(trial)
             self.cache.screens[key] = Screen(trial.speedup, trial.ci_low, trial.outcome,
                                              trial.program, time.perf_counter() - started)
@@ -197,8 +203,41 @@ class Bench:
         return self.cache.verified[key]
 
     def close(self) -> None:
-        if self.search is not None:
-            self.search.__exit__(None, None, None)
+        if self.evaluator is not None:
+            self.evaluator.__exit__(None, None, None)
+
+
+class Replay:
+    """An Evaluator (`tuner.search`) that answers from the bench's screens: a config builds to
+    the program its screen found, and measures as it screened; a config without a screen is
+    screened live first (`Bench.screen`). What each config cost when first screened is kept,
+    in the order asked."""
+
+    default_program = DEFAULT_PROGRAM
+    depth = 1
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.costs: list[float] = []
+
+    def build(self, config: CompilerConfig) -> Future[Build]:
+        screen = self.bench.screen(config)
+        self.costs.append(screen.seconds)
+        if screen.outcome == "identical":
+            return ready(Build(DEFAULT_PROGRAM))
+        if screen.program is None:  # it did not compile
+            return ready(Build(error="failed when screened"))
+        return ready(Build(screen.program, artifact=screen))
+
+    def measure(self, index: int, config: CompilerConfig, build: Build,
+                settings: MeasureSettings) -> Trial:
+        screen: Screen = build.artifact
+        if screen.outcome == "failed":
+            return Trial(index, config, "failed", screen.program, error="failed when screened")
+        # A screen keeps no numeric check: a screened config counts as correct, as it did when
+        # the replay read the screens itself.
+        return Trial(index, config, "measured", screen.program, screen.speedup, screen.ci_low,
+                     numerics_ok=True)
 
 
 def _default_value(name: str, defaults: CompilerConfig) -> Any:
@@ -278,21 +317,16 @@ def run_schedule(bench: Bench, budget: int, seed: int, target: float) -> Run:
 
 
 def _replay(bench: Bench, strategy: str, budgets: list[int], seed: int, target: float,
-            ask: Callable[[list[TrialRecord]], CompilerConfig | None]) -> list[Run]:
-    """One run at the largest budget; the run at a smaller budget B is its first B evaluations
-    (the proposals of Optuna's samplers, random, exhaustive and model do not depend on the
-    budget; anneal and evolution scale their schedule by it, so for them this is the anytime
-    view of the longest run)."""
-    history = [TrialRecord({}, 0.0, 0.0)]
-    costs, fitnesses = [], []
-    for _ in range(max(budgets)):
-        config = ask(history)
-        if config is None:
-            break
-        screen = bench.screen(config)
-        costs.append(screen.seconds)
-        fitnesses.append(screen.fitness)
-        history.append(TrialRecord(config, screen.fitness, screen.low))
+            next_config: Propose) -> list[Run]:
+    """One run of the search loop at the largest budget over the cached screens (`Replay`);
+    the run at a smaller budget B is its first B evaluations (the proposals of Optuna's
+    samplers, random, exhaustive and model do not depend on the budget; anneal and evolution
+    scale their schedule by it, so for them this is the anytime view of the longest run)."""
+    replay, trials = Replay(bench), []
+    search(replay, next_config, trials, max(budgets), SEARCH_SETTINGS, lambda: True,
+           lambda trial: None)
+    history = [TrialRecord({}, 0.0, 0.0)] + [t.record() for t in trials]
+    costs, fitnesses = replay.costs, [t.fitness for t in trials]
     runs = []
     for budget in budgets:
         best = max(history[:budget + 1], key=lambda t: t.fitness)
@@ -304,7 +338,7 @@ def _replay(bench: Bench, strategy: str, budgets: list[int], seed: int, target: 
 def run_plain(bench: Bench, name: str, budgets: list[int], seed: int, target: float) -> list[Run]:
     """One of the tuner's strategies alone, on replayed screens."""
     strategy = STRATEGIES[name](bench.space, max(budgets), seed)
-    return _replay(bench, name, budgets, seed, target, lambda history: propose(strategy, history))
+    return _replay(bench, name, budgets, seed, target, proposals(strategy))
 
 
 def run_optuna(bench: Bench, name: str, budgets: list[int], seed: int, target: float) -> list[Run]:
@@ -323,9 +357,9 @@ def run_optuna(bench: Bench, name: str, budgets: list[int], seed: int, target: f
         params={n: DEFAULT_LABEL for n in labels}, distributions=distributions, value=0.0))
     asked: list = []
 
-    def ask(history: list[TrialRecord]) -> CompilerConfig:
+    def ask(trials: list[Trial], pending: list[CompilerConfig]) -> CompilerConfig:
         if asked:
-            study.tell(asked[-1], max(history[-1].fitness, FAILED))
+            study.tell(asked[-1], max(trials[-1].fitness, FAILED))
         asked.append(study.ask(distributions))
         return {n: json.loads(v) for n, v in asked[-1].params.items() if v != DEFAULT_LABEL}
 

@@ -16,7 +16,7 @@ compile_or_get_cached`; the hook wraps that function. Per compile it:
 3. has this machine compiled the module with the config in a sandboxed worker before
    (delivery.sandbox; once per entry and machine)? A config that aborts or hangs XLA there is
    refused, and the job compiles with its own options;
-4. compiles with the config applied to the job's compile options (tuner.compile.apply_config):
+4. compiles with the config applied to the job's compile options (execution.compile.apply_config):
    its flags added to the options' overrides, its backend extra options merged into the
    options' `xla_backend_extra_options` map, both for this executable only; a flag the job set
    itself stays the job's. JAX's persistent compilation cache keys on the serialized options,
@@ -46,6 +46,8 @@ from typing import Any, Callable
 
 from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, StoreUnavailable
 from delivery.sandbox import SandboxCheck
+from execution.compile import apply_config
+from execution.flags import CompilerConfig, FlagError, from_json
 from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, store_key
 from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from hlo.fingerprint import graph_fingerprint
@@ -53,8 +55,6 @@ from hlo.module import HloModule, from_proto_bytes, from_stablehlo
 from ingest.errors import first_line
 from ingest.hits import spool_path, to_line
 from storage.home import Home, atomic_write
-from tuner.compile import apply_config
-from tuner.flags import CompilerConfig, FlagError, from_json
 
 log = logging.getLogger("fleet_fdo.hook")
 SPOOL_SYMBOLS = Path("spool") / "symbols"

@@ -19,9 +19,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstrai
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from delivery.store import DEFAULT_TTL, StoreError
+from execution.flags import FlagError, from_json, to_json
 from hlo.environment import store_key
 from storage.store import ENTRIES
-from tuner.flags import FlagError, from_json, to_json
 
 MAX_IMPORT_BYTES = 16 << 20
 Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]

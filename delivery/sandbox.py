@@ -4,7 +4,7 @@ A flag's value can be inside its declared domain and still abort XLA (a CHECK fa
 SIGABRT: no fallback inside the job can catch it) or hang its compile. Whatever wrote the store
 entry, the tuner, the validator, an import or someone with write access to the store's files,
 the hook trusts it only once this machine has compiled that very module with that very config
-in a `tuner.worker` process (address-space limit, timeout) and seen it succeed. The verdict is
+in a `execution.worker` process (address-space limit, timeout) and seen it succeed. The verdict is
 kept under `<home>/hook/checked/` (a file per key and config), so a machine pays for a check
 once per entry, not once per job: one worker start and one compile, a second or two.
 """
@@ -17,8 +17,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from tuner.flags import CompilerConfig, to_json
-from tuner.worker import Worker, WorkerFailure
+from execution.flags import CompilerConfig, to_json
+from execution.worker import Worker, WorkerFailure
 
 CHECKED_DIR = Path("hook") / "checked"
 CHECK_TIMEOUT = 120.0  # seconds: a compile that takes longer in the sandbox is not risked
@@ -46,7 +46,7 @@ class SandboxCheck:
             if self._worker is None:
                 self._worker = Worker()
             try:
-                self._worker.call("delivery.sandbox:compile_check", timeout=CHECK_TIMEOUT,
+                self._worker.call(compile_check, timeout=CHECK_TIMEOUT,
                                   stablehlo=stablehlo, options=options, device_count=device_count)
             except WorkerFailure as failure:
                 return f"the tuned compile failed in a sandbox ({failure.kind}): {failure.reason}"

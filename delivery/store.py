@@ -18,7 +18,7 @@ optimistic: the caller says which version it built on, and a publish that finds 
 on meanwhile is refused (ConcurrentPublish), so two writers never silently drop each other's
 entries; `update` and `rollback` retry on the new live version. Rollback publishes a new
 version with an older version's entries, so history only grows. Every config is checked
-against the flag allowlist on the way in (`tuner.flags.from_json`).
+against the flag allowlist on the way in (`execution.flags.from_json`).
 
 The store heals around what a crash or a careless hand leaves. A version number is never
 reused: the next one is past every `v<N>` name on disk (complete or not), CURRENT and
@@ -46,9 +46,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from execution.flags import FlagError, from_json, to_json
 from storage.home import Home
 from storage.store import ENTRIES, current_version
-from tuner.flags import FlagError, from_json, to_json
 
 DEFAULT_TTL = datetime.timedelta(days=30)
 _VERSION_NAME = re.compile(r"\.?v([0-9]+)(?:\.tmp-.*)?")  # v<N>, and .v<N>.tmp-* while staged

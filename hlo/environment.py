@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # Parts of XLA flag names that touch files, caches or the process rather than the generated
-# code: such a flag is no part of an environment, and never accepted in a config (tuner.flags).
+# code: such a flag is no part of an environment, and never accepted in a config (execution.flags).
 SIDE_EFFECT_FLAG_PARTS = ("dump", "_file", "_dir", "_path", "cache", "xla_fuel", "profile")
 
 # CPU features that change what XLA's CPU backend generates or which libraries it can route to.

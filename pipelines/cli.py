@@ -103,10 +103,10 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from hlo.module import load_file
-    from tuner.compile import check_options
-    from tuner.evaluate import DEFAULT_FAILS, evaluate
-    from tuner.flags import parse_assignment, to_json
-    from tuner.measure import MeasureSettings
+    from execution.compile import check_options
+    from execution.evaluate import DEFAULT_FAILS, evaluate
+    from execution.flags import parse_assignment, to_json
+    from execution.measure import MeasureSettings
 
     module = load_file(args.file)
     candidate = dict(parse_assignment(item) for item in args.set)
@@ -125,7 +125,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
-    from tuner.evaluate import DEFAULT_FAILS
+    from execution.evaluate import DEFAULT_FAILS
 
     label = _config_text(candidate) if candidate else "A/A (default vs default)"
     print(f"{source}: {label}")
@@ -384,7 +384,7 @@ def _tune_ops(args: argparse.Namespace) -> int:
 
 def _tune_exit(results: list[Any]) -> int:
     """`fdo tune`'s exit status: EXIT_DEFAULT_FAILS if any task's default failed."""
-    from tuner.evaluate import DEFAULT_FAILS
+    from execution.evaluate import DEFAULT_FAILS
 
     return EXIT_DEFAULT_FAILS if any(r.failure == DEFAULT_FAILS for r in results) else EXIT_OK
 
@@ -392,7 +392,7 @@ def _tune_exit(results: list[Any]) -> int:
 def _tune_settings(args: argparse.Namespace, evals: int, strategy: str) -> Any:
     """`fdo tune`'s TuneSettings from its arguments, with these defaults for the budget and
     the strategy; ValueError names a bad --cores or --compile-workers."""
-    from tuner.cores import parse_cores
+    from execution.cores import parse_cores
     from tuner.tune import TuneSettings
 
     if args.compile_workers is not None and args.compile_workers < 1:
@@ -1163,7 +1163,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     """Parse `argv`, check the home and run the command; bad input is one line and EXIT_BAD_INPUT."""
     from storage.home import LockHeld
-    from tuner.compile import CompileError
+    from execution.compile import CompileError
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

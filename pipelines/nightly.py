@@ -157,14 +157,14 @@ def _tune(home: Path, settings: NightlySettings, progress: bool) -> dict[str, An
                                                         budget_minutes=share),
                              env_key=env_key, progress=progress)
         counts["tuned"] += 1
-        counts["accepted"] += result.status == "accepted"
+        counts["accepted"] += result.accepted
     left = (deadline - time.monotonic()) / 60
     if settings.top_ops and left > 0:
         ops = tune_ops_and_fold(home, settings.top_ops, TuneSettings(
             budget_evals=200, budget_minutes=left / settings.top_ops, strategy="exhaustive"),
             progress=progress, untried=True)
-        counts.update(ops=len(ops.results), ops_accepted=sum(r.status == "accepted" for r in ops.results),
-                      folds=len(ops.folds), folds_accepted=sum(f.status == "accepted" for _, f in ops.folds))
+        counts.update(ops=len(ops.results), ops_accepted=sum(r.accepted for r in ops.results),
+                      folds=len(ops.folds), folds_accepted=sum(f.accepted for _, f in ops.folds))
     return counts
 
 

@@ -16,7 +16,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
-from tuner.compile import object_code  # noqa: E402
+from execution.compile import object_code  # noqa: E402
 
 
 def layer(x, w):

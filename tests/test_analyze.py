@@ -14,10 +14,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from execution.measure import MeasureSettings
 from hlo.module import from_lowered
 from storage.warehouse import Warehouse
 from tuner.analyze import RIDGE, analyze_flags
-from tuner.measure import MeasureSettings
 from tuner.space import config_key
 from tuner.strategies import TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS

@@ -8,10 +8,10 @@ import jax
 import numpy as np
 import pytest
 
+from execution.compile import apply_config, backend_extra_options, compile_module, compile_options, object_code
+from execution.flags import FLAGS, FlagSpec
+from execution.inputs import make_inputs, parameter_specs
 from hlo.module import from_lowered
-from tuner.compile import apply_config, backend_extra_options, compile_module, compile_options, object_code
-from tuner.flags import FLAGS, FlagSpec
-from tuner.inputs import make_inputs, parameter_specs
 from tuner.space import acting_backend_extra, accepted_flags, graph_space
 from workloads import zoo
 

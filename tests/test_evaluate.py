@@ -9,17 +9,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from execution.compile import (CompileError, backend_extra_options, check_options,
+                               compile_options, compiler_defaults)
+from execution.evaluate import evaluate
+from execution.flags import FLAGS, FlagError, is_default, parse_assignment, to_xla
+from execution.inputs import make_inputs, parameter_specs
+from execution.measure import MeasureSettings, median_interval
+from execution.numerics import all_ok, compare_outputs
+from execution.worker import Worker, WorkerFailure
 from hlo.module import from_lowered, from_text
 from pipelines.cli import main
-from tuner.compile import (CompileError, backend_extra_options, check_options, compile_module,
-                           compile_options, compiler_defaults)
-from tuner.evaluate import evaluate
-from tuner.flags import FLAGS, FlagError, is_default, parse_assignment, to_xla
-from tuner.inputs import make_inputs, parameter_specs
-from tuner.measure import MeasureSettings, median_interval
-from tuner.numerics import all_ok, compare_outputs
+from tests import worker_tasks
 from tuner.space import graph_space
-from tuner.worker import Worker, WorkerFailure
 from workloads import zoo
 
 QUICK = MeasureSettings(max_seconds=4, max_pairs=120)
@@ -171,15 +172,15 @@ def test_sandbox_survives_crash_timeout_and_oom() -> None:
     w = Worker(memory_limit=2 * 1024**3)
     try:
         with pytest.raises(WorkerFailure) as crash:
-            w.call("tests.worker_tasks:crash", timeout=60)
+            w.call(worker_tasks.crash, timeout=60)
         assert crash.value.kind == "crash" and "SIGABRT" in crash.value.reason
         with pytest.raises(WorkerFailure) as hang:
-            w.call("tests.worker_tasks:hang", timeout=1)
+            w.call(worker_tasks.hang, timeout=1)
         assert hang.value.kind == "timeout"
         with pytest.raises(WorkerFailure) as oom:
-            w.call("tests.worker_tasks:allocate", timeout=60, gib=4)
+            w.call(worker_tasks.allocate, timeout=60, gib=4)
         assert oom.value.kind == "oom"
-        assert w.call("tests.worker_tasks:echo", timeout=60, value=7) == 7
+        assert w.call(worker_tasks.echo, timeout=60, value=7) == 7
     finally:
         w.close()
 

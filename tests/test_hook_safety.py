@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from delivery.lookup import RemoteStore, StoreUnavailable
+from execution.compile import compile_options
+from execution.flags import FlagError, from_json
 from hlo.environment import current_environment, xla_flags_options
 from tests.serving import fdo
 from tests.test_hook import NO_YNN, hits, import_configs, run_job
-from tuner.compile import compile_options
-from tuner.flags import FlagError, from_json
 
 
 class DripServer:
@@ -200,8 +200,8 @@ def test_fuzz_random_configs_from_the_declared_domains_never_break_a_job(tmp_pat
     import random
     import sys
 
-    from tuner.compile import compiler_defaults
-    from tuner.flags import to_json
+    from execution.compile import compiler_defaults
+    from execution.flags import to_json
     from tuner.space import graph_space
 
     home = tmp_path / "home"

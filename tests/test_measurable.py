@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from execution.evaluate import CANDIDATE_FAILS, DEFAULT_FAILS, evaluate
+from execution.inputs import parameter_specs
+from execution.measure import MeasureSettings
+from execution.session import measurable_module, without_buffer_aliasing
+from execution.worker import Worker
 from hlo.module import HloModule, from_text, xla_hlo
 from storage.warehouse import Warehouse
 from tests.serving import fdo
-from tuner.evaluate import (CANDIDATE_FAILS, DEFAULT_FAILS, evaluate, measurable_module,
-                            without_buffer_aliasing)
-from tuner.inputs import parameter_specs
-from tuner.measure import MeasureSettings
 from tuner.tables import TUNING_RESULTS
-from tuner.worker import Worker
 
 QUICK = MeasureSettings(max_seconds=3, max_pairs=120)
 

@@ -15,6 +15,10 @@ import pyarrow as pa
 import pytest
 
 from delivery.deliver import accepted_as_entries
+from execution.compile import compile_module, compiler_defaults
+from execution.flags import is_default
+from execution.inputs import make_inputs, parameter_specs
+from execution.measure import MeasureSettings
 from hlo.fingerprint import fingerprint_module, graph_fingerprint
 from hlo.module import HloModule, from_lowered, load_file
 from ingest.profiles import ingest_profiles
@@ -23,11 +27,7 @@ from ingest.tables import GRAPHS, OP_RUNS, OPS
 from ranking.tables import CANDIDATES
 from storage.warehouse import Warehouse
 from tuner.candidates import tunable_op_candidates
-from tuner.compile import compile_module, compiler_defaults
-from tuner.flags import is_default
 from tuner.fold import STRATEGY, OpVote, fold_config, fold_graph, fold_variants, graph_votes
-from tuner.inputs import make_inputs, parameter_specs
-from tuner.measure import MeasureSettings
 from tuner.op_cut import cut_op, cut_ops
 from tuner.space import accepted_flags, op_space
 from tuner.strategies import ExhaustiveStrategy

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tuner.flags import (LIBRARY_FLAGS, FlagError, as_flags, as_placement, from_json,
-                         is_default, parse_assignment, routing, to_xla)
-from tuner.measure import MeasureSettings, early_decision
+from execution.flags import (LIBRARY_FLAGS, FlagError, as_flags, as_placement, from_json,
+                             is_default, parse_assignment, routing, to_xla)
+from execution.measure import MeasureSettings, early_decision
 from tuner.schedule import Scheduled, cold_rank, neighbourhood, order_moves
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose

@@ -12,20 +12,22 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from execution.compile import compiler_defaults
+from execution.cores import MIN_CORES_TO_SPLIT, CorePlan, available_cores, plan_cores
+from execution.flags import FLAGS, from_json
+from execution.measure import MeasureSettings
+from execution.worker import Worker
 from hlo.module import from_lowered, from_text
 from storage.warehouse import Warehouse
+from tests import worker_tasks
 from tests.processes import kill_9_once_journaled, signal_once_journaled
-from tuner.compile import compiler_defaults
-from tuner.cores import MIN_CORES_TO_SPLIT, CorePlan, available_cores, plan_cores
-from tuner.flags import FLAGS, from_json
-from tuner.measure import MeasureSettings
 from tuner.prior import NO_CHANGE, move_prior
 from tuner.schedule import order_moves
+from tuner.search import search
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.tune import Search, Span
-from tuner.worker import Worker
+from tuner.worker_evaluator import Span, WorkerEvaluator
 from workloads import zoo
 
 
@@ -115,10 +117,11 @@ def _search_timeline(module_path: Path, plan) -> tuple[list, list[Span]]:
     module = from_text(module_path.read_text())
     configs = iter(_DISTINCT_PROGRAMS)
     trials: list = []
-    with Search(module.proto, 0, plan) as search:
-        search.search(lambda pending: next(configs, None), trials, len(_DISTINCT_PROGRAMS),
-                      MeasureSettings(max_seconds=0.5, min_pairs=10), lambda: True, lambda t: None)
-    return trials, search.timeline
+    with WorkerEvaluator(module.proto, 0, plan) as evaluator:
+        search(evaluator, lambda done, pending: next(configs, None), trials,
+               len(_DISTINCT_PROGRAMS), MeasureSettings(max_seconds=0.5, min_pairs=10),
+               lambda: True, lambda t: None)
+    return trials, evaluator.timeline
 
 
 @pytest.mark.skipif(len(available_cores()) < 2, reason="one core: nothing to split")
@@ -142,7 +145,7 @@ def test_compiles_run_in_their_pool_beside_measurements_on_other_cores(tmp_path)
 def test_a_compile_worker_compiles_for_the_execute_cores_parallelism():
     module = from_lowered(zoo.get("mlp-s").lower())  # compiles to other code on 1 and 2 cores
     both, one = frozenset(sorted(available_cores())[:2]), frozenset(sorted(available_cores())[1:2])
-    probe = "tests.worker_tasks:cores_and_machine_code"
+    probe = worker_tasks.cores_and_machine_code
     with Worker(cores=both) as on_both, Worker(cores=one) as on_one, \
             Worker(cores=one, backend_cores=both) as moved:
         (_, code_both), (_, code_one), (cores, code_moved) = (

@@ -23,6 +23,6 @@ def echo(value: int) -> int:
 
 def cores_and_machine_code(module_proto: bytes) -> tuple[list[int], tuple[bytes, ...]]:
     """The cores this worker runs on, and the machine code XLA compiles `module_proto` to here."""
-    from tuner.compile import compile_module, object_code
+    from execution.compile import compile_module, object_code
 
     return sorted(os.sched_getaffinity(0)), object_code(compile_module(module_proto, {}).executable)

@@ -1,1 +1,1 @@
-"""Tuner: the XLA compile / execute / measure core, and the search over configs."""
+"""Tuner: the search over compiler configs, behind an evaluator (`tuner.search`)."""

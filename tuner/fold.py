@@ -35,14 +35,14 @@ from typing import Iterable
 
 import pyarrow.compute as pc
 
+from execution.compile import compiler_defaults
+from execution.flags import CompilerConfig, FlagValue, as_placement, from_json, placement_key
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_text
 from ingest.tables import GRAPHS, OP_RUNS, OPS
 from storage.blobs import BlobStore
 from storage.warehouse import Warehouse
-from tuner.compile import compiler_defaults
-from tuner.flags import CompilerConfig, FlagValue, as_placement, from_json, placement_key
 from tuner.op_cut import cut_ops
 from tuner.space import OP_KNOBS, SearchSpace
 from tuner.tables import TUNING_RESULTS

@@ -34,15 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from execution.hlo_edit import fresh_id, set_entry, unique_name
 from hlo.fingerprint import OpFingerprint, fingerprint_module
 from hlo.layout import default_layout
 from hlo.module import HloModule
-from hlo.proto import (
-    ComputationProto,
-    ModuleProto,
-    ProgramShapeProto,
-    ShapeProto,
-)
+from hlo.proto import ComputationProto, ModuleProto, ShapeProto
 
 # Opcodes that make a kernel a member of an op class (see tuner.space.OP_KNOBS), strongest first.
 _CLASS_OPCODES = (
@@ -195,16 +191,6 @@ class _Inliner:
         return new_ids[source.root_id]
 
 
-def unique_name(name: str, taken: set[str], tag: str) -> str:
-    """`name`, or `name.<tag>N` for the first N that no instruction in `taken` has; taken now."""
-    candidate, n = name, 0
-    while candidate in taken:
-        n += 1
-        candidate = f"{name}.{tag}{n}"
-    taken.add(candidate)
-    return candidate
-
-
 def _post_order(computation: Any) -> list[Any]:
     """The instructions with every operand before its users (XLA writes them so; not relied on)."""
     by_id = {i.id: i for i in computation.instructions}
@@ -252,26 +238,6 @@ def _reachable(by_id: dict[int, Any], roots: Iterable[int]) -> list[int]:
     for root in roots:
         visit(root)
     return order
-
-
-def set_entry(module: Any, entry: Any) -> None:
-    """Append `entry` as the module's entry computation, with its program shape."""
-    parameters = sorted((i for i in entry.instructions if i.opcode == "parameter"),
-                        key=lambda i: i.parameter_number)
-    root = next(i for i in entry.instructions if i.id == entry.root_id)
-    shape = ProgramShapeProto(parameters=[p.shape for p in parameters], result=root.shape,
-                              parameter_names=[p.name for p in parameters])
-    entry.program_shape = shape.SerializeToString()
-    module.computations.add().CopyFrom(entry)
-    module.host_program_shape.CopyFrom(shape)
-    module.entry_computation_id = entry.id
-    module.entry_computation_name = entry.name
-
-
-def fresh_id(view: Any) -> int:
-    """An instruction and computation id above every one the module uses."""
-    return 1 + max([c.id for c in view.computations]
-                   + [i.id for c in view.computations for i in c.instructions])
 
 
 def _identifier(name: str) -> str:

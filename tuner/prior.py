@@ -4,7 +4,7 @@ The schedule (`tuner.schedule`) tries the one-move neighbourhood of the default 
 what order matters when the budget is short. Every trial the tuner ran lands in the `trials`
 table, and every verified winner in `tuning_results`. For each move (a param set to a value,
 in the placement form: old configs that set the library lists are read as the moves they make,
-`tuner.flags.as_placement`), the evidence is:
+`execution.flags.as_placement`), the evidence is:
 - each single-move trial of another graph of the same kind: its log speedup (a program
   identical to the default's counts a little below 0, `NO_CHANGE`; a failure counts as the
   strategies' FAILED);
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
+from execution.flags import CompilerConfig, FlagError, as_placement, from_json
 from storage.warehouse import Warehouse
-from tuner.flags import CompilerConfig, FlagError, as_placement, from_json
 from tuner.schedule import Move
 from tuner.strategies import FAILED
 from tuner.tables import TRIALS, TUNING_RESULTS

@@ -11,7 +11,7 @@ last one:
    fusion types to XLA's own emitters first, known-slow flags last; `cold_rank`). It takes the budget
    but a reserve (`reserve`) for the next phases. Compiles come first in the search loop: a
    neighbour whose program equals one already known costs no timing, and a screen stops early
-   once its interval leaves no doubt (`tuner.measure.early_decision`).
+   once its interval leaves no doubt (`execution.measure.early_decision`).
 2. combine: the significant single moves (interval above the noise band), best first, the best
    of each param, accumulated greedily: the best single, plus the next one when together they
    measure better, and so on, then (`HOPEFUL`) the best moves that screened faster but not
@@ -32,7 +32,7 @@ import itertools
 import math
 from typing import Sequence
 
-from tuner.flags import BACKEND_RANK_OFFSETS, PLACEMENT, CompilerConfig, FlagValue, spec_of
+from execution.flags import BACKEND_RANK_OFFSETS, PLACEMENT, CompilerConfig, FlagValue, spec_of
 from tuner.space import SearchSpace, config_key
 from tuner.strategies import Strategy, TrialRecord
 

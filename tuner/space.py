@@ -1,12 +1,12 @@
 """Search spaces as data: the allowlisted flags of a backend and the values each may take.
 
-A space is built from the flag table (`tuner.flags.FLAGS`, the single allowlist the store and
+A space is built from the flag table (`execution.flags.FLAGS`, the single allowlist the store and
 the hook enforce too), keeping the flags of the platform that the installed compiler accepts
 (`accepted_flags`). A config is a sparse mapping: flags left out keep the compiler's default,
 and the empty config is the default itself.
 
-Library routing is searched as a placement (`tuner.flags`): one param per fusion type the
-installed compiler knows (`tuner.compile.library_fusion_types`), whose values are the backends
+Library routing is searched as a placement (`execution.flags`): one param per fusion type the
+installed compiler knows (`execution.compile.library_fusion_types`), whose values are the backends
 it may move to (XLA's own emitters and each library whose list flag the compiler accepts), its
 default backend left out. So the search's most valuable moves on CPU, one fusion type to
 another backend, are single mutations, not one subset among 32 of a list.
@@ -19,7 +19,7 @@ What "accepted" means differs per channel. A compile-option override is checked 
 flag is accepted when a compile with it succeeds. A backend extra option is never checked (XLA
 ignores keys it does not know), so a compile proves nothing: such a flag is accepted only when
 it is seen to act, when a small probe module (a matrix-vector product, where all three declared
-CPU options act on jaxlib 0.10.2) compiles to different machine code (`tuner.compile.
+CPU options act on jaxlib 0.10.2) compiles to different machine code (`execution.compile.
 object_code`) with one of the flag's values than with none. A flag a new XLA dropped or renamed
 thus leaves the spaces instead of being searched in vain. Both probes run once per process and
 take about a second together.
@@ -32,8 +32,8 @@ import json
 from dataclasses import dataclass
 from typing import Iterable
 
-from tuner.flags import (FLAGS, LIBRARY_FLAGS, PLACEMENT, XLA_BACKEND, CompilerConfig, FlagSpec,
-                         FlagValue, is_default, placement_key, to_json)
+from execution.flags import (FLAGS, LIBRARY_FLAGS, PLACEMENT, XLA_BACKEND, CompilerConfig,
+                             FlagSpec, FlagValue, is_default, placement_key, to_json)
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def values_of(spec: FlagSpec) -> tuple[FlagValue, ...]:
     """The values a search may give a flag (library lists: none, they are searched as
     placements, see `placement_params`)."""
     if spec.type == "bool":
-        # A backend extra bool acts by its presence: false is the absent default (tuner.flags).
+        # A backend extra bool acts by its presence: false is the absent default (execution.flags).
         return (True,) if spec.channel == "backend_extra" else (True, False)
     if spec.type == "int":
         return tuple(int(c) for c in spec.choices)
@@ -97,7 +97,7 @@ def placement_params(fusion_types: Iterable[str], accepted: frozenset[str] | Non
 
 def known_fusion_types(defaults: CompilerConfig) -> tuple[str, ...]:
     """The fusion types of the installed compiler, and any its default lists hold besides."""
-    from tuner.compile import library_fusion_types
+    from execution.compile import library_fusion_types
 
     listed = {t for flag in LIBRARY_FLAGS.values() for t in defaults.get(flag, ())}
     return tuple(sorted(set(library_fusion_types().values()) | listed))
@@ -109,7 +109,7 @@ def graph_space(platform: str = "cpu", accepted: frozenset[str] | None = None,
     """The graph-level space of `platform`: the placement of each fusion type (`fusion_types`,
     the compiler's own by default), then the table's flags with a finite domain, limited to
     `accepted` (the names the installed compiler takes; see `accepted_flags`) when given, each
-    without its value in the compiler's `defaults` (see tuner.compile.compiler_defaults): that
+    without its value in the compiler's `defaults` (see execution.compile.compiler_defaults): that
     is the config without the flag, and would only be measured again as another program."""
     defaults = defaults or {}
     params: list[Param] = []
@@ -160,7 +160,7 @@ TRITON_GEMM_SPACE = SearchSpace((
 def op_space(op_class: str, accepted: frozenset[str] | None = None,
              defaults: CompilerConfig | None = None) -> SearchSpace:
     """The CPU op-level space of kernels of `op_class`, relative to the compiler's `defaults`
-    (see tuner.compile.compiler_defaults): the placement of the class's fusion types, and its
+    (see execution.compile.compiler_defaults): the placement of the class's fusion types, and its
     codegen flags' values but the default. Limited to `accepted` flags when given."""
     knobs, defaults = OP_KNOBS[op_class], defaults or {}
     params = placement_params(knobs.routing, accepted, defaults)
@@ -178,7 +178,7 @@ def accepted_flags(platform: str = "cpu") -> frozenset[str]:
     """The table's flags of `platform` that the installed compiler accepts per executable:
     overrides it compiles with, backend extra options it is seen to act on (see the module
     docstring). Probed once per process."""
-    from tuner.compile import CompileError, check_options
+    from execution.compile import CompileError, check_options
 
     accepted = set()
     for spec in FLAGS.values():
@@ -218,8 +218,8 @@ ENTRY e {
 def acting_backend_extra(specs: list[FlagSpec]) -> set[str]:
     """The CPU backend extra options among `specs` that change the probe module's machine code
     with one of their values; none if the machine code cannot be read."""
+    from execution.compile import compile_module, object_code
     from hlo.module import from_text
-    from tuner.compile import compile_module, object_code
 
     probe = from_text(_PROBE_HLO, "fdo_backend_extra_probe").proto
     default = object_code(compile_module(probe, {}).executable)

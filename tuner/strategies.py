@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from tuner.flags import CompilerConfig
+from execution.flags import CompilerConfig
 from tuner.space import SearchSpace, config_key
 
 FAILED = -1.0  # the fitness of a trial that failed, crashed or got the numerics wrong

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tuner.flags import CompilerConfig
+from execution.flags import CompilerConfig
 from tuner.strategies import FAILED, TrialRecord
 
 

@@ -4,12 +4,13 @@ A task tunes a graph (`tune_module`: the unoptimized module, the graph-level spa
 keyed by the graph fingerprint) or an op (`tune_op`: a kernel cut out of its optimized graph,
 the op-level space of its class, results keyed by the op fingerprint); both run `run_task`.
 
-Candidates compile in a pool of sandboxed compile workers and are measured, one at a time, in
-a separate execute worker that compiled the default once (`tuner.session`); the two sets of
-workers are pinned to disjoint cores (`tuner.cores`), so compiles of the next candidates go on
-while one is measured without disturbing it. If a candidate's program (optimized module +
-machine code, `tuner.session.program_key`) equals the default's or one already measured, the
-known result is reused instead of running it again. Each trial is appended to the task's journal
+The search loop (`tuner.search`) runs over the tuner's evaluator (`tuner.worker_evaluator`):
+candidates compile in a pool of sandboxed compile workers and are measured, one at a time, in a
+separate execute worker that compiled the default once (`execution.session`); the two sets of
+workers are pinned to disjoint cores (`execution.cores`), so compiles of the next candidates go
+on while one is measured without disturbing it. If a candidate's program (optimized module +
+machine code, `execution.session.program_key`) equals the default's or one already measured,
+the known result is reused instead of running it again. Each trial is appended to the task's journal
 (`<home>/tuner/tasks/<task>/trials.jsonl`, flushed and fsynced), so a task killed at any moment
 resumes without repeating a finished trial. A crash or timeout is recorded for its candidate
 (after one retry in a new worker) and the search goes on.
@@ -30,38 +31,35 @@ import functools
 import hashlib
 import json
 import time
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Iterable, TypeVar
 
 import pyarrow as pa
 
+from execution.compile import compiler_defaults
+from execution.cores import plan_cores
+from execution.evaluate import DEFAULT_FAILS, DefaultFails, EvaluationResult, Failure, evaluate
+from execution.flags import CompilerConfig, config_from_json
+from execution.measure import MeasureSettings
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule
 from storage.home import atomic_write
 from storage.warehouse import Warehouse
-from tuner.compile import compiler_defaults
-from tuner.cores import CorePlan, plan_cores
-from tuner.evaluate import (DEFAULT_FAILS, DefaultFails, EvaluationResult, Failure, evaluate,
-                            measurable_module, prepare_default)
-from tuner.flags import CompilerConfig, config_from_json
 from tuner.journal import append_record, read_records
-from tuner.measure import MeasureSettings
 from tuner.op_cut import OpCut
 from tuner.prior import move_prior
 from tuner.schedule import Scheduled
+from tuner.search import proposals, run_search
 from tuner.space import SearchSpace, accepted_flags, config_key, graph_space, op_space
-from tuner.strategies import STRATEGIES, Strategy, TrialRecord, propose
+from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.trial import Trial
-from tuner.winner import best_trial, prune, race
-from tuner.worker import Worker, WorkerFailure, WorkerPool
+from tuner.worker_evaluator import WorkerEvaluator
 
 T = TypeVar("T")
-# Screens stop as soon as a candidate is clearly faster or slower (tuner.measure): a clear
+# Screens stop as soon as a candidate is clearly faster or slower (execution.measure): a clear
 # candidate of a module that runs for half a second costs seconds, not a minute.
 SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
                                   early_looks=(10, 15, 20, 30))
@@ -70,8 +68,6 @@ SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_p
 # candidate from the default.
 RACE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSettings().max_pairs)
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=30.0)
-
-
 
 
 @dataclass(frozen=True)
@@ -84,7 +80,7 @@ class TuneSettings:
     schedule: bool = True  # neighbours by prior, then combinations, then the strategy
     seed: int = 0
     cores: frozenset[int] | None = None  # the cores to compile and measure on (default: all)
-    compile_workers: int | None = None  # default: one per compile core (see tuner.cores)
+    compile_workers: int | None = None  # default: one per compile core (see execution.cores)
     search: MeasureSettings = SEARCH_SETTINGS
     verify: MeasureSettings = VERIFY_SETTINGS
 
@@ -174,8 +170,6 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
         land_result(home, finished)
         return finished
     trials = _read_journal(task_dir / "trials.jsonl")
-    searched = [t for t in trials if t.phase == "search"]
-    strategy = None if target.configs else _strategy(target, home, settings, prior)
     started = time.monotonic()
     bar = progress_bar(total=settings.budget_evals, initial=len(trials), desc=f"tune {target.label}",
                        unit="eval", enabled=progress)
@@ -186,19 +180,17 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
         append_record(task_dir / "trials.jsonl", asdict(trial))
         bar.update()
 
+    if target.configs:  # a fixed list, in order
+        next_config = functools.partial(_listed, target.configs)
+    else:
+        next_config = proposals(_strategy(target, home, settings, prior))
     plan = plan_cores(settings.compile_workers, settings.cores)
     default_fails, best = None, None
     try:
-        with Search(target.module.proto, settings.seed, plan) as search:
-            search.search(lambda pending: _next_config(target, strategy, searched, pending),
-                          searched, settings.budget_evals, settings.search, in_time, record)
-            trials = searched + [t for t in trials if t.phase != "search"]
-            if strategy is None:  # a fixed list: its best, as measured
-                best = best_trial(trials)
-            else:
-                remeasure = functools.partial(search.remeasure, settings=RACE_SETTINGS)
-                run = functools.partial(search.run, earlier=trials, settings=settings.search)
-                best = prune(run, trials, record, race(remeasure, trials, record))
+        with WorkerEvaluator(target.module.proto, settings.seed, plan) as evaluator:
+            trials, best = run_search(evaluator, next_config, trials, settings.budget_evals,
+                                      settings.search, RACE_SETTINGS, in_time, record,
+                                      listed=bool(target.configs))
     except DefaultFails as failed:  # nothing to measure against: the task ends here
         default_fails = str(failed)
     bar.close()
@@ -228,15 +220,11 @@ def _strategy(target: TuneTarget, home: Path, settings: TuneSettings,
     return Scheduled(strategy, move_prior(home, target.kind, target.fingerprint, compiler_defaults()))
 
 
-def _next_config(target: TuneTarget, strategy: Strategy | None, trials: list[Trial],
-                 pending: list[CompilerConfig]) -> CompilerConfig | None:
-    """The target's next listed config, or the strategy's next proposal (neither a tried nor a
-    `pending` one); None when done, or to wait for a pending result."""
-    if target.configs:
-        index = len(trials) + len(pending)
-        return dict(target.configs[index]) if index < len(target.configs) else None
-    history = [TrialRecord({}, 0.0, 0.0)] + [t.record() for t in trials]
-    return propose(strategy, history, pending)
+def _listed(configs: tuple[CompilerConfig, ...], trials: list[Trial],
+            pending: list[CompilerConfig]) -> CompilerConfig | None:
+    """The next of a fixed list of configs (a `tuner.search.Propose`); None at its end."""
+    index = len(trials) + len(pending)
+    return dict(configs[index]) if index < len(configs) else None
 
 
 def task_directory(home: Path, task_id: str) -> Path:
@@ -254,141 +242,6 @@ def finished_result(task_dir: Path) -> TuneResult | None:
     """The result of a task finished before, if it was."""
     done = task_dir / "result.json"
     return _result_from_json(json.loads(done.read_text())) if done.exists() else None
-
-
-class Search:
-    """A search's workers: candidates compile in a pool of compile workers while the execute
-    worker, which compiled the default once, measures; each set pinned to its own cores
-    (`tuner.cores`), so a compile never runs beside a measurement on the same core."""
-
-    def __init__(self, module_proto: bytes, seed: int, plan: CorePlan | None = None) -> None:
-        self.module_proto, self.seed = measurable_module(module_proto), seed
-        self.plan = plan or plan_cores()
-        self.executor = Worker(cores=self.plan.execute)
-        self.compilers = WorkerPool(self.plan.compile_workers, cores=self.plan.compile,
-                                    backend_cores=self.plan.execute)
-        self.threads = ThreadPoolExecutor(self.plan.compile_workers, thread_name_prefix="compile")
-        self.default_program = ""
-        self.timeline: list[Span] = []  # what each worker ran, and when
-
-    @property
-    def depth(self) -> int:
-        """How many candidates may be compiling or waiting to be measured: one per compile
-        worker beyond the one measured, or just that one when compiles and measurements share
-        cores (so they take turns)."""
-        return 1 if self.plan.overlapping else self.plan.compile_workers + 1
-
-    def __enter__(self) -> "Search":
-        self._prepare()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.threads.shutdown(wait=True, cancel_futures=True)  # compiles in flight end first
-        self.compilers.close()
-        self.executor.close()
-
-    def _prepare(self) -> None:
-        """Compile and run the default in the execute worker; DefaultFails, with the workers
-        stopped, when it does not compile or run."""
-        try:
-            self.default_program = prepare_default(self.executor, self.module_proto, self.seed)
-        except DefaultFails:
-            self.__exit__()  # raised from __enter__, `with` would leave the workers running
-            raise
-
-    def search(self, next_config: Callable[[list[CompilerConfig]], CompilerConfig | None],
-               trials: list[Trial], budget: int, settings: MeasureSettings,
-               in_time: Callable[[], bool], record: Callable[[Trial], None]) -> None:
-        """Evaluate configs from `next_config(pending)` until `budget` trials, `in_time()` says
-        stop, or it has none left; each new trial is `record`ed, then appended to `trials`.
-        While one candidate is measured, up to `depth - 1` more compile."""
-        queue: deque[tuple[CompilerConfig, Future]] = deque()  # compiling, in proposal order
-        while in_time():
-            while len(queue) < self.depth and len(trials) + len(queue) < budget:
-                config = next_config([c for c, _ in queue])
-                if config is None:
-                    break
-                queue.append((config, self.submit(config)))
-            if not queue:
-                return
-            config, compiling = queue.popleft()
-            trial = self.finish(len(trials), config, compiling, trials, settings)
-            record(trial)
-            trials.append(trial)
-
-    def submit(self, config: CompilerConfig) -> Future:
-        """Start compiling `config` in the compile pool."""
-        return self.threads.submit(self._compile, config)
-
-    def run(self, index: int, config: CompilerConfig, earlier: list[Trial],
-            settings: MeasureSettings) -> Trial:
-        """Compile and evaluate one config, reusing the result of a program already measured."""
-        return self.finish(index, config, self.submit(config), earlier, settings)
-
-    def remeasure(self, index: int, config: CompilerConfig, settings: MeasureSettings) -> Trial:
-        """Compile and measure one config afresh, whatever was measured before."""
-        return self.finish(index, config, self.submit(config), [], settings)
-
-    def finish(self, index: int, config: CompilerConfig, compiling: Future, earlier: list[Trial],
-               settings: MeasureSettings) -> Trial:
-        """The trial of `config` once its compile (`submit`) is done: the known result of its
-        program, or a measurement in the execute worker. A crash or timeout is retried once
-        in a fresh worker; a second one fails the trial, and the search goes on."""
-        try:
-            compiled = _once_more(compiling.result, lambda: self._compile(config))
-        except WorkerFailure as failure:
-            return Trial(index, config, "failed", error=f"compile {failure.kind}: {failure.reason}")
-        if "error" in compiled:
-            return Trial(index, config, "failed", error=compiled["error"])
-        self.timeline.append(Span("compile", *compiled["span"]))
-        program, seconds = compiled["program"], compiled["compile_seconds"]
-        if program == self.default_program:
-            return Trial(index, config, "identical", program, 1.0, 1.0, 1.0, True, seconds)
-        known = next((t for t in earlier if t.program == program and t.outcome == "measured"), None)
-        if known is not None:
-            return Trial(index, config, "duplicate", program, known.speedup, known.ci_low,
-                         known.ci_high, known.numerics_ok, seconds)
-        measure = functools.partial(self.executor.call, "tuner.session:measure_serialized",
-                                    timeout=300, executable=compiled["executable"], config=config,
-                                    settings=settings)
-        try:
-            measured = _once_more(measure, lambda: (self._prepare(), measure())[1])
-        except WorkerFailure as failure:
-            if failure.kind != "error":
-                self._prepare()  # the execute worker died with the default in it
-            return Trial(index, config, "failed", program, compile_seconds=seconds,
-                         error=f"{failure.kind}: {failure.reason}")
-        self.timeline.append(Span("measure", *measured["span"]))
-        return Trial(index, config, "measured", program, measured["speedup"], measured["ci_low"],
-                     measured["ci_high"], measured["numerics_ok"], seconds)
-
-    def _compile(self, config: CompilerConfig) -> dict[str, Any]:
-        with self.compilers.worker() as worker:
-            return worker.call("tuner.session:compile_serialized", module_proto=self.module_proto,
-                               config=config)
-
-
-@dataclass(frozen=True)
-class Span:
-    """One job of a search's worker: what (compile | measure), which process on which cores,
-    and when (`time.monotonic()`, the same clock in every process of the machine)."""
-
-    kind: str
-    pid: int
-    cores: tuple[int, ...]
-    started: float
-    ended: float
-
-
-def _once_more(first: Callable[[], Any], retry: Callable[[], Any]) -> Any:
-    """`first()`; after a crash, out-of-memory or timeout, `retry()` once after a back-off."""
-    try:
-        return first()
-    except WorkerFailure as failure:
-        if failure.kind not in ("crash", "timeout", "oom"):
-            raise
-    time.sleep(1.0)
-    return retry()
 
 
 def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, settings: TuneSettings,
@@ -445,15 +298,18 @@ def land_result(home: Path, result: TuneResult) -> None:
 
 def _read_journal(path: Path) -> list[Trial]:
     """The trials journaled so far (see tuner.journal: a line torn by a kill is dropped)."""
-    return [Trial(**{**data, "config": config_from_json(data["config"])})
-            for data in read_records(path)]
+    return [_with_config(Trial, data) for data in read_records(path)]
 
 
 def _result_from_json(data: dict[str, Any]) -> TuneResult:
-    trials = data.pop("trials", [])
-    result = TuneResult(**{**data, "config": config_from_json(data["config"])})
-    result.trials = [Trial(**{**t, "config": config_from_json(t["config"])}) for t in trials]
+    result = _with_config(TuneResult, {**data, "trials": []})
+    result.trials = [_with_config(Trial, t) for t in data.get("trials", [])]
     return result
+
+
+def _with_config(cls: type[T], data: dict[str, Any]) -> T:
+    """A Trial or TuneResult from its JSON form: every field as written, the config decoded."""
+    return cls(**{**data, "config": config_from_json(data["config"])})
 
 
 def task_digest(*parts: object) -> str:

@@ -20,7 +20,7 @@ import math
 from dataclasses import replace
 from typing import Callable
 
-from tuner.flags import CompilerConfig
+from execution.flags import CompilerConfig
 from tuner.strategies import FAILED
 from tuner.trial import Trial
 

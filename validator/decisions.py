@@ -33,8 +33,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from execution.evaluate import EvaluationResult
 from storage.store import ENTRIES
-from tuner.evaluate import EvaluationResult
 
 # How a decision changes the store.
 REFRESH, REMOVE, ADD, NONE = "refresh", "remove", "add", "none"

@@ -2,7 +2,7 @@
 
 A toolchain is a Python interpreter with a given jaxlib (the compiler version of an environment,
 `jaxlib-<version>`). The validator's sandboxed workers run under the toolchain being validated
-(`tuner.worker.Worker(python=...)`) and import this project's code from the caller's directory,
+(`execution.worker.Worker(python=...)`) and import this project's code from the caller's directory,
 so only the compiler differs. The default toolchain is the running interpreter.
 
 Registered toolchains live in `<home>/toolchains/<name>.json` (written atomically). What a
@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from execution.worker import project_root
 from hlo.environment import Environment, environment_from_json
 from storage.home import Home, atomic_write, writer_gone
-from tuner.worker import project_root
 
 DEFAULT_NAME = "default"  # the running interpreter; never registered
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from delivery.store import DEFAULT_TTL, Store
+from execution.evaluate import CANDIDATE_FAILS, DEFAULT_FAILS, DefaultFails, evaluate, prepare_default
+from execution.flags import FlagError, from_json
+from execution.measure import MeasureSettings
+from execution.worker import Worker, WorkerFailure
 from hlo.module import HloLoadError, from_text
 from storage.blobs import BlobStore
 from storage.home import Home
 from storage.warehouse import Warehouse
-from tuner.evaluate import CANDIDATE_FAILS, DEFAULT_FAILS, DefaultFails, evaluate, prepare_default
-from tuner.flags import FlagError, from_json
-from tuner.measure import MeasureSettings
-from tuner.worker import Worker, WorkerFailure
 from validator import decisions as rules
 from validator.decisions import Decision
 from validator.plan import Planner, Queued

@@ -91,10 +91,10 @@ def _profile(module_proto: bytes) -> tuple[float, dict[str, float]]:
     """Seconds per execution and each op's seconds per execution (by name), from a real trace."""
     import jax
 
+    from execution.compile import compile_module
+    from execution.inputs import make_inputs, parameter_specs
     from hlo.module import HloModule
     from ingest.xplane import read_trace
-    from tuner.compile import compile_module
-    from tuner.inputs import make_inputs, parameter_specs
 
     executable = compile_module(module_proto, {}).executable
     arguments = [jax.device_put(a) for a in make_inputs(

@@ -1,16 +1,16 @@
 """Tuple-shaped entry parameters, flattened: one parameter per leaf, the tuple rebuilt inside.
 
-The tuner hands an executable one array per entry parameter (`tuner.inputs`), and a tuple has no
+The tuner hands an executable one array per entry parameter (`execution.inputs`), and a tuple has no
 array. Older XLA dumps and programs compiled with tupled arguments have tuple-shaped parameters,
 so the entry computation is rewritten, by editing XLA's module proto (`hlo.proto`): each
 tuple parameter becomes one parameter per leaf, in order (depth first for nested tuples), and
 `tuple` instructions rebuild the value where it is still used whole (a while loop's state, a
 call). A get-tuple-element of a flattened parameter reads its leaf directly, as XLA's simplifier
-makes it anyway; that keeps `tuner.inputs`' index analysis per leaf, so an index leaf is bounded
+makes it anyway; that keeps `execution.inputs`' index analysis per leaf, so an index leaf is bounded
 by what it indexes and not by what a sibling in the same tuple indexes.
 
 The default and every candidate compile from the same rewritten module, so the comparison stays
-fair (see `tuner.evaluate.measurable_module`).
+fair (see `execution.session.measurable_module`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
+from execution.hlo_edit import fresh_id, set_entry, unique_name
 from hlo.proto import (ComputationProto, InstructionProto, ModuleProto, ShapeProto,
-                       build_messages)
-from tuner.op_cut import fresh_id, set_entry, unique_name
+                              build_messages)
 
 _TUPLE = 13  # xla.PrimitiveType.TUPLE
 # HloInstructionProto.tuple_index, read on its own: declaring it in hlo.proto's schema

@@ -7,9 +7,9 @@ enum names for repeated enums). It reaches XLA through one of two channels:
   (XLA checks the name and the value and rejects unknown ones);
 - `backend_extra`: an entry of DebugOptions' `xla_backend_extra_options` map, which the compile
   options' overrides cannot reach. It is set per executable too, by merging map entries into the
-  serialized compile options (`tuner.compile.apply_config`). XLA checks nothing here: it ignores
-  keys it does not know and values it cannot parse, and the CPU backend tests its boolean keys
-  for presence only (an entry `xla_cpu_optimize_for_size=false` still optimizes for size;
+  serialized compile options (`execution.compile.apply_config`). XLA checks nothing here: it
+  ignores keys it does not know and values it cannot parse, and the CPU backend tests its boolean
+  keys for presence only (an entry `xla_cpu_optimize_for_size=false` still optimizes for size;
   checked on jaxlib 0.10.2). So `to_xla` writes a true bool as an entry ("true"), leaves a false
   one out (the default), writes ints as text, and only flags the table declares `backend_extra`
   ever reach the map: the table is its allowlist.
@@ -25,8 +25,10 @@ mutation of such a config moves one fusion type to another backend. (The list fl
 may still be set, by `--set` or an old stored entry; moves apply on top of them.)
 
 The table below is the single source of truth for the flags this project knows: their types,
-domains, channel and cold-start rank. Flags not in the table may still be set through `option`
-when the installed XLA knows them; XLA parses and checks their values.
+domains, channel, cold-start rank, and where the installed compiler's default of each is read
+(an option flag's DebugOptions field; a backend extra flag's meaning when absent). Flags not in
+the table may still be set through `option` when the installed XLA knows them; XLA parses and
+checks their values.
 """
 
 from __future__ import annotations
@@ -61,6 +63,18 @@ class FlagSpec:
     # moved speed most often in our measurements (FIELD-NOTES, docs/) before what rarely does;
     # flags that are reliably slower come last, and are still tried.
     rank: int = 5
+    # Where the installed compiler's default is read (execution.compile.compiler_defaults): the
+    # flag's field number in xla.DebugOptions (xla/xla.proto), read off jaxlib 0.10.2 by setting
+    # each flag through XLA_FLAGS and seeing which field of the serialized debug options changed
+    # (a test checks them against jaxlib's own accessors where it has them). The field is a
+    # bool for a bool flag and an int32 for the others (an enum travels as its number; a
+    # "repeated_enum" is a repeated one), or a string where `text_field` says so. None: no
+    # default is read there.
+    field: int | None = None
+    text_field: bool = False
+    numbers: tuple[int, ...] = ()  # an enum field's numbers, in the order of `choices`
+    # A backend extra flag's default: what no entry in the map means (see `to_xla`).
+    absent: FlagValue | None = None
 
 
 FUSION_TYPE_PREFIX = "LIBRARY_FUSION_TYPE_"
@@ -71,41 +85,43 @@ FLAGS: dict[str, FlagSpec] = {
     spec.name: spec
     for spec in (
         FlagSpec("xla_cpu_experimental_ynn_fusion_type", "repeated_enum",
-                 enum_prefix=FUSION_TYPE_PREFIX, library="ynn"),
+                 enum_prefix=FUSION_TYPE_PREFIX, library="ynn", field=422),
         FlagSpec("xla_cpu_experimental_xnn_fusion_type", "repeated_enum",
-                 enum_prefix=FUSION_TYPE_PREFIX, library="xnn"),
+                 enum_prefix=FUSION_TYPE_PREFIX, library="xnn", field=400),
         FlagSpec("xla_cpu_experimental_onednn_fusion_type", "repeated_enum",
-                 enum_prefix=FUSION_TYPE_PREFIX, library="onednn"),
+                 enum_prefix=FUSION_TYPE_PREFIX, library="onednn", field=399),
+        # xla.DebugOptions.CpuSchedulerType
         FlagSpec("xla_cpu_scheduler_type", "enum", ("DEFAULT", "MEMORY_OPTIMIZED"),
-                 "CPU_SCHEDULER_TYPE_", rank=1),
-        FlagSpec("xla_cpu_copy_insertion_use_region_analysis", "bool", rank=1),
-        FlagSpec("xla_cpu_use_xnnpack", "bool", rank=3),
-        FlagSpec("xla_cpu_use_fusion_emitters", "bool", rank=3),
-        FlagSpec("xla_cpu_enable_fast_math", "bool", codegen=True, rank=2),
+                 "CPU_SCHEDULER_TYPE_", rank=1, field=448, numbers=(0, 1)),
+        FlagSpec("xla_cpu_copy_insertion_use_region_analysis", "bool", rank=1, field=337),
+        FlagSpec("xla_cpu_use_xnnpack", "bool", rank=3, field=359),
+        FlagSpec("xla_cpu_use_fusion_emitters", "bool", rank=3, field=376),
+        FlagSpec("xla_cpu_enable_fast_math", "bool", codegen=True, rank=2, field=99),
         FlagSpec("xla_cpu_enable_fast_min_max", "bool", codegen=True, rank=4),
         FlagSpec("xla_cpu_prefer_vector_width", "int", ("128", "256", "512"), codegen=True,
-                 rank=2),
+                 rank=2, field=308),
         FlagSpec("xla_cpu_max_isa", "enum", ("SSE4_2", "AVX", "AVX2", "AVX512"), codegen=True,
-                 rank=6),
+                 rank=6, field=333, text_field=True),
         FlagSpec("xla_cpu_parallel_codegen_split_count", "int", ("1", "8", "32"), codegen=True,
-                 rank=6),
-        FlagSpec("xla_llvm_disable_expensive_passes", "bool", codegen=True, rank=5),
+                 rank=6, field=323),
+        FlagSpec("xla_llvm_disable_expensive_passes", "bool", codegen=True, rank=5, field=73),
         # 1.13x on the two-tower model's training step, 1.9x (with fast math) on attention with
         # a KV cache (AMD EPYC, jaxlib 0.10.2). Listed before the optimization level, its equal in
         # rank, so that a 16-evaluation search tries it (ties keep this table's order).
         FlagSpec("xla_cpu_disable_loop_unrolling", "bool", channel="backend_extra",
-                 codegen=True, rank=2),
+                 codegen=True, rank=2, absent=False),
         # Level 2 is in the best config of an LSTM (with YNN ELTWISE) and of a two-tower model
         # (AMD EPYC, jaxlib 0.10.2; docs/bench_search_quality.md); 0 is reliably slower: the
         # values are tried highest first.
         FlagSpec("xla_backend_optimization_level", "int", ("3", "2", "1", "0"), codegen=True,
-                 rank=2),
+                 rank=2, field=31),
         FlagSpec("xla_cpu_optimize_for_size", "bool", channel="backend_extra", codegen=True,
-                 rank=8),
-        # Absent, XLA tiles matrix-vector products by 8 (same object code; jaxlib 0.10.2): the
-        # domain is half and double that, which keeps the dot op space searchable.
+                 rank=8, absent=False),
+        # Absent, XLA tiles matrix-vector products by 8 (seen: 8 compiles to the same machine
+        # code as no entry; jaxlib 0.10.2): the domain is half and double that, which keeps the
+        # dot op space searchable.
         FlagSpec("xla_llvm_dot_tiling_factor", "int", ("4", "16"),
-                 channel="backend_extra", codegen=True, rank=6),
+                 channel="backend_extra", codegen=True, rank=6, absent=8),
     )
 }
 

@@ -1,8 +1,9 @@
 """The worker side of a tuning search: candidates compiled in compile workers, measured in
 the execute worker against the module compiled once with the defaults.
 
-These functions run inside sandboxed `tuner.worker` processes (called as
-"tuner.session:prepare" and so on). The execute worker keeps the module's state between calls
+These functions are the jobs of sandboxed `execution.worker` processes (`worker.call(prepare,
+...)` and so on). Every compile is of the module as measured (`measurable_module`). The
+execute worker keeps the module's state between calls
 (`prepare`), so the default is compiled, run and checked once per search instead of once per
 candidate. A candidate is compiled in a compile worker (`compile_serialized`), which names its
 program (the optimized module's fingerprint plus its machine code, see `program_key`) and hands
@@ -18,13 +19,15 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from execution.compile import (CompileError, compile_module, compile_options,
+                               compiler_defaults, elf_objects, object_code)
+from execution.flags import CompilerConfig, codegen_values, without_defaults
+from execution.measure import MeasureSettings, Runner, measure_pair
+from execution.tuple_parameters import flatten_tuple_parameters
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule
+from hlo.proto import ModuleProto
 from ingest.errors import first_line
-from tuner.compile import (CompileError, compile_module, compiler_defaults, elf_objects,
-                           object_code)
-from tuner.flags import CompilerConfig, codegen_values, without_defaults
-from tuner.measure import MeasureSettings, measure_pair
 
 _STATE: dict[str, Any] = {}
 
@@ -50,8 +53,6 @@ def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None =
     """Compile and run the module with `default` (the compiler's defaults unless given); keep
     it for the candidates that follow. Returns its program key and compile time, or {"error":
     why} when it does not compile or run."""
-    from tuner.evaluate import measurable_module, timed_runner
-
     _STATE.clear()  # a default that fails leaves no earlier module's default to measure against
     module_proto = measurable_module(module_proto)
     try:
@@ -92,7 +93,7 @@ def _arguments(module_proto: bytes, seed: int) -> list[Any]:
     """The module's inputs for `seed`, on the first device."""
     import jax
 
-    from tuner.inputs import make_inputs, parameter_specs
+    from execution.inputs import make_inputs, parameter_specs
 
     device = jax.devices()[0]
     return [jax.device_put(a, device) for a in make_inputs(
@@ -100,7 +101,8 @@ def _arguments(module_proto: bytes, seed: int) -> list[Any]:
 
 
 def _span(started: float) -> tuple[int, tuple[int, ...], float, float]:
-    """This process, the cores it runs on, and when a job of it ran (see tuner.tune.Span)."""
+    """This process, the cores it runs on, and when a job of it ran (a span of the caller's
+    timeline, see tuner.worker_evaluator.Span)."""
     return os.getpid(), tuple(sorted(os.sched_getaffinity(0))), started, time.monotonic()
 
 
@@ -126,9 +128,7 @@ def measure_serialized(executable: bytes, config: CompilerConfig,
     import jax
     from jax._src.lib import _jax
 
-    from tuner.compile import compile_options
-    from tuner.evaluate import timed_runner
-    from tuner.numerics import all_ok, compare_outputs
+    from execution.numerics import all_ok, compare_outputs
 
     started = time.monotonic()
     device = jax.devices()[0]
@@ -140,3 +140,35 @@ def measure_serialized(executable: bytes, config: CompilerConfig,
     return {**asdict(measurement), "numerics_ok": all_ok(checks),
             "numerics": [asdict(check) for check in checks],
             "span": _span(started)}
+
+
+def measurable_module(module_proto: bytes) -> bytes:
+    """The module as the default and every candidate compile it for measurement: without
+    buffer aliasing, tuple-shaped parameters flattened (`execution.tuple_parameters`). The very
+    same bytes when there is nothing to change, so preparing a prepared module costs a parse."""
+    return flatten_tuple_parameters(without_buffer_aliasing(module_proto))
+
+
+def without_buffer_aliasing(module_proto: bytes) -> bytes:
+    """The module without input/output aliasing and buffer donation."""
+    # Donated parameters would be consumed by the first run; aliasing only changes memory reuse,
+    # and both configs are compiled without it, so the comparison stays fair.
+    view = ModuleProto.FromString(module_proto)
+    if not view.input_output_alias and not view.buffer_donor:
+        return module_proto
+    view.ClearField("input_output_alias")
+    view.ClearField("buffer_donor")
+    return view.SerializeToString()
+
+
+def timed_runner(executable: Any, arguments: list[Any]) -> Runner:
+    """A Runner (see execution.measure) that executes `executable` on `arguments` and waits."""
+
+    def run(repeats: int) -> float:
+        started = time.perf_counter()
+        for _ in range(repeats):
+            for output in executable.execute(arguments):
+                output.block_until_ready()
+        return time.perf_counter() - started
+
+    return run

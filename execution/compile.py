@@ -5,7 +5,7 @@ proto goes through jaxlib's MLIR bridge to StableHLO, compile options come from 
 `get_compile_options` with the config applied (`apply_config`, which the compiler hook uses on
 the job's own options too), and the backend client compiles and loads the executable.
 
-A config reaches XLA through two channels (tuner.flags): compile-option overrides, and entries
+A config reaches XLA through two channels (execution.flags): compile-option overrides, and entries
 of DebugOptions' `xla_backend_extra_options` map, which no override reaches. Those entries are
 merged into the serialized CompileOptionsProto (protobuf merges concatenated messages; a map is
 repeated key/value entries) and parsed back into jaxlib's CompileOptions: they then travel with
@@ -27,48 +27,35 @@ from typing import Any
 
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
+from execution.flags import (FLAGS, FUSION_TYPE_PREFIX, PLACEMENT_PREFIX, CompilerConfig,
+                             FlagSpec, to_xla)
 from hlo.environment import xla_flags_options
 from hlo.proto import build_messages
-from tuner.flags import FLAGS, FUSION_TYPE_PREFIX, PLACEMENT_PREFIX, CompilerConfig, to_xla
 
-# The part of xla.CompileOptionsProto (xla/pjrt/proto/compile_options.proto) and xla.DebugOptions
-# (xla/xla.proto) that says the installed compiler's defaults of the table's option flags. The
-# numbers were read off jaxlib 0.10.2 by setting each flag through XLA_FLAGS and seeing which
-# field of the serialized debug options changed; a test checks them against jaxlib's own
-# accessors where it has them.
-# (Enums travel as int32; repeated ones are the flags the table types "repeated_enum".)
-_DEBUG_OPTION_FIELDS = {
-    "xla_backend_optimization_level": (31, _F.TYPE_INT32),
-    "xla_llvm_disable_expensive_passes": (73, _F.TYPE_BOOL),
-    "xla_cpu_enable_fast_math": (99, _F.TYPE_BOOL),
-    "xla_cpu_prefer_vector_width": (308, _F.TYPE_INT32),
-    "xla_cpu_parallel_codegen_split_count": (323, _F.TYPE_INT32),
-    "xla_cpu_max_isa": (333, _F.TYPE_STRING),
-    "xla_cpu_copy_insertion_use_region_analysis": (337, _F.TYPE_BOOL),
-    "xla_cpu_use_xnnpack": (359, _F.TYPE_BOOL),
-    "xla_cpu_use_fusion_emitters": (376, _F.TYPE_BOOL),
-    "xla_cpu_experimental_onednn_fusion_type": (399, _F.TYPE_INT32),
-    "xla_cpu_experimental_xnn_fusion_type": (400, _F.TYPE_INT32),
-    "xla_cpu_experimental_ynn_fusion_type": (422, _F.TYPE_INT32),
-    "xla_cpu_scheduler_type": (448, _F.TYPE_INT32),
-}
-# Enum values by number: xla.DebugOptions.CpuSchedulerType. LibraryFusionType's are read from
-# the installed compiler (`library_fusion_types`).
-_ENUMS = {"xla_cpu_scheduler_type": {0: "DEFAULT", 1: "MEMORY_OPTIMIZED"}}
-# What jaxlib 0.10.2 declares, for a jaxlib whose binary cannot be read.
+# The flags whose defaults the installed compiler's options say (`FlagSpec.field`), by field.
+_OPTION_FLAGS = sorted((spec for spec in FLAGS.values() if spec.field is not None),
+                       key=lambda spec: spec.field)
+# The library fusion types (xla.DebugOptions.LibraryFusionType) jaxlib 0.10.2 declares, for a
+# jaxlib whose binary cannot be read (see `library_fusion_types`).
 _KNOWN_FUSION_TYPES = {1: "DOT", 2: "ELTWISE", 3: "REDUCE", 4: "INDIVIDUAL_DOT",
                        5: "INDIVIDUAL_CONVOLUTION"}
 _BACKEND_EXTRA_FIELD = 500  # DebugOptions.xla_backend_extra_options, map<string, string>
-# What an absent backend extra entry means: bools are off (XLA tests presence), and the dot
-# tiling factor is XLA's 8 (seen: 8 compiles to the same machine code as no entry).
-_BACKEND_EXTRA_DEFAULTS = {"xla_cpu_disable_loop_unrolling": False,
-                           "xla_cpu_optimize_for_size": False, "xla_llvm_dot_tiling_factor": 8}
+
+
+def _field(spec: FlagSpec) -> tuple[str, int, int, int, None]:
+    """The DebugOptions field of an option flag, as `build_messages` declares it."""
+    type_ = (_F.TYPE_STRING if spec.text_field else _F.TYPE_BOOL if spec.type == "bool"
+             else _F.TYPE_INT32)
+    label = _F.LABEL_REPEATED if spec.type == "repeated_enum" else _F.LABEL_OPTIONAL
+    return spec.name, spec.field, type_, label, None
+
+
+# The part of xla.CompileOptionsProto (xla/pjrt/proto/compile_options.proto) and xla.DebugOptions
+# (xla/xla.proto) that holds the option flags' defaults and the backend extra options.
 _COMPILE_OPTIONS = build_messages("fdo_compile", {
     "MapEntry": [("key", 1, _F.TYPE_STRING, _F.LABEL_OPTIONAL, None),
                  ("value", 2, _F.TYPE_STRING, _F.LABEL_OPTIONAL, None)],
-    "DebugOptions": [(name, number, type_, _F.LABEL_REPEATED if FLAGS[name].type == "repeated_enum"
-                      else _F.LABEL_OPTIONAL, None)
-                     for name, (number, type_) in _DEBUG_OPTION_FIELDS.items()]
+    "DebugOptions": [_field(spec) for spec in _OPTION_FLAGS]
     + [("xla_backend_extra_options", _BACKEND_EXTRA_FIELD, _F.TYPE_MESSAGE, _F.LABEL_REPEATED,
         ".fdo_compile.MapEntry")],
     "ExecutableBuildOptions": [("debug_options", 3, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL,
@@ -243,21 +230,22 @@ def _compiler_defaults() -> tuple[tuple[str, Any], ...]:
     plain = compiler.get_compile_options(num_replicas=1, num_partitions=1)
     options = _COMPILE_OPTIONS.FromString(plain.SerializeAsString())
     debug = options.executable_build_options.debug_options
-    listed = {n for name in _DEBUG_OPTION_FIELDS if FLAGS[name].type == "repeated_enum"
-              for n in getattr(debug, name)}
+    listed = {n for spec in _OPTION_FLAGS if spec.type == "repeated_enum"
+              for n in getattr(debug, spec.name)}
     # The compiler hook reads these too: the binary is scanned only for a type jaxlib 0.10.2
     # did not have, so a job's start-up pays for no scan of jaxlib.
     types = (_KNOWN_FUSION_TYPES if listed <= set(_KNOWN_FUSION_TYPES)
              else library_fusion_types())
     defaults = []
-    for name in _DEBUG_OPTION_FIELDS:
-        value = getattr(debug, name)
-        if FLAGS[name].type == "repeated_enum":
+    for spec in _OPTION_FLAGS:
+        value = getattr(debug, spec.name)
+        if spec.type == "repeated_enum":
             value = tuple(types.get(number, str(number)) for number in value)
-        elif name in _ENUMS:
-            value = _ENUMS[name].get(value, str(value))
-        defaults.append((name, value))
-    return tuple(defaults) + tuple(_BACKEND_EXTRA_DEFAULTS.items())
+        elif spec.numbers:
+            value = dict(zip(spec.numbers, spec.choices)).get(value, str(value))
+        defaults.append((spec.name, value))
+    return tuple(defaults) + tuple((spec.name, spec.absent) for spec in FLAGS.values()
+                                   if spec.channel == "backend_extra")
 
 
 def compiler_defaults() -> CompilerConfig:

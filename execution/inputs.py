@@ -49,7 +49,7 @@ def parameter_specs(module: HloModule) -> list[ParameterSpec]:
     for number, shape in enumerate(program_shape.parameter_shapes()):
         if shape.is_tuple():
             raise ValueError(f"{module.source}: parameter {number} is a tuple; flatten it first "
-                             "(tuner.evaluate.measurable_module)")
+                             "(execution.session.measurable_module)")
         dtype = np.dtype(shape.numpy_dtype())
         low, high = _DEFAULT_INT_RANGE
         if number in bounds:

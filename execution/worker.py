@@ -2,8 +2,13 @@
 
 XLA can segfault, abort, run out of memory or hang on an odd config. Each job therefore runs in
 a worker subprocess with an address-space limit and a wall-clock timeout; whatever happens there
-comes back as a `WorkerFailure` with its reason and never takes the caller down. A dead or
-timed-out worker is replaced; a live one is reused, because starting JAX costs seconds.
+comes back as a `WorkerFailure` with its kind (`Fault`) and reason and never takes the caller
+down. A dead or timed-out worker is replaced; a live one is reused, because starting JAX costs
+seconds.
+
+A job is a module-level function, passed as itself (`worker.call(session.prepare, ...)`): the
+worker imports it by its module and qualified name, so only its arguments and result cross the
+pipe.
 
 A worker can run under another Python interpreter than its caller (a toolchain: an interpreter
 with another jaxlib, see validator.toolchains); it imports this project's code from the same
@@ -24,10 +29,11 @@ import threading
 import traceback
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Literal, TypeVar
 
-from tuner.cores import parse_cores, pin, start_backend_on
+from execution.cores import parse_cores, pin, start_backend_on
 
+T = TypeVar("T")
 DEFAULT_MEMORY_LIMIT = 8 * 1024**3
 DEFAULT_TIMEOUT = 300.0
 # JAX's 64-bit types on: with JAX's default, `jax.device_put` makes an f64 or s64 input f32 or
@@ -35,19 +41,34 @@ DEFAULT_TIMEOUT = 300.0
 # explicit dtype (the module's parameter types), so nothing there leans on the 32-bit default.
 _ENVIRONMENT = {"JAX_ENABLE_X64": "1"}
 
+# How a job failed in its worker: ERROR, the job raised (our code or its arguments; the worker
+# lives on); CRASH, OOM, TIMEOUT, the worker died or was killed running it (`WorkerFailure.died`).
+Fault = Literal["error", "crash", "oom", "timeout"]
+ERROR: Fault = "error"
+CRASH: Fault = "crash"
+OOM: Fault = "oom"
+TIMEOUT: Fault = "timeout"
+
 
 class WorkerFailure(RuntimeError):
     """A job failed in its worker: an exception, a crash, out of memory, or a timeout."""
 
-    def __init__(self, kind: str, reason: str) -> None:
+    def __init__(self, kind: Fault, reason: str) -> None:
         super().__init__(f"{kind}: {reason}")
-        self.kind = kind  # "error" | "crash" | "oom" | "timeout"
+        self.kind = kind
         self.reason = reason
+
+    @property
+    def died(self) -> bool:
+        """Whether the worker died with the job (a crash, out of memory, a timeout): the job may
+        pass in a fresh worker; an ERROR would raise again."""
+        return self.kind != ERROR
 
 
 def _serve(connection: Any, memory_limit: int, cores: frozenset[int] | None,
            backend_cores: frozenset[int] | None) -> None:
-    """The worker's loop: run `module:function` jobs until the parent closes the pipe."""
+    """The worker's loop: run jobs (module, qualified name, keyword arguments) until the parent
+    closes the pipe."""
     if backend_cores:
         start_backend_on(backend_cores)
     pin(cores)  # before any job imports JAX, which sizes its thread pool by the cores it may use
@@ -56,24 +77,25 @@ def _serve(connection: Any, memory_limit: int, cores: frozenset[int] | None,
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a worker stops
     while True:
         try:
-            task, kwargs = connection.recv()
+            module_name, qualified_name, kwargs = connection.recv()
         except EOFError:
             return
         try:
-            module_name, function_name = task.split(":")
-            function = getattr(importlib.import_module(module_name), function_name)
+            function: Any = importlib.import_module(module_name)
+            for name in qualified_name.split("."):
+                function = getattr(function, name)
             connection.send(("ok", function(**kwargs)))
         except MemoryError:
-            connection.send(("oom", "out of memory in the worker"))
+            connection.send((OOM, "out of memory in the worker"))
         except Exception as exc:  # every failure goes back to the caller as data
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            connection.send(("error", detail))
+            connection.send((ERROR, detail))
 
 
 class Worker:
     """One sandboxed subprocess, started on first use and replaced when it dies.
 
-    The worker is a fresh `python -m tuner.worker`, not a multiprocessing child: that would
+    The worker is a fresh `python -m execution.worker`, not a multiprocessing child: that would
     re-import the caller's `__main__`, and the caller may be any user program (the hook).
     """
 
@@ -87,17 +109,20 @@ class Worker:
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Connection | None = None
 
-    def call(self, task: str, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> Any:
-        """Run `task` ("package.module:function") with `kwargs` in the worker."""
+    def call(self, function: Callable[..., T], timeout: float = DEFAULT_TIMEOUT,
+             **kwargs: Any) -> T:
+        """Run `function(**kwargs)` in the worker; its result, or WorkerFailure. `function` is
+        a module-level function of an importable module (the worker imports it there)."""
+        module_name, qualified_name = _importable(function)
         self._ensure_started()
-        self._connection.send((task, kwargs))
+        self._connection.send((module_name, qualified_name, kwargs))
         if not self._connection.poll(timeout):
             self._kill()
-            raise WorkerFailure("timeout", f"{task} ran past {timeout:.0f} s")
+            raise WorkerFailure(TIMEOUT, f"{module_name}.{qualified_name} ran past {timeout:.0f} s")
         try:
             status, payload = self._connection.recv()
         except (EOFError, ConnectionResetError):
-            raise WorkerFailure("crash", self._death_reason()) from None
+            raise WorkerFailure(CRASH, self._death_reason()) from None
         if status != "ok":
             raise WorkerFailure(status, payload)
         return payload
@@ -124,15 +149,17 @@ class Worker:
         parent, child = socket.socketpair()
         try:
             self._process = subprocess.Popen(
-                [self._python, "-m", "tuner.worker", str(child.fileno()), str(self._memory_limit),
-                 _core_list(self._cores), _core_list(self._backend_cores)],
+                [self._python, "-m", "execution.worker", str(child.fileno()),
+                 str(self._memory_limit), _core_list(self._cores),
+                 _core_list(self._backend_cores)],
                 pass_fds=(child.fileno(),),
                 env={**os.environ, **_ENVIRONMENT,
                      "PYTHONPATH": project_root() + os.pathsep + os.environ.get("PYTHONPATH", "")},
             )
         except OSError as exc:
             parent.close()
-            raise WorkerFailure("error", f"cannot start a worker with {self._python}: {exc}") from None
+            raise WorkerFailure(ERROR,
+                                f"cannot start a worker with {self._python}: {exc}") from None
         finally:
             child.close()
         self._connection = Connection(parent.detach())
@@ -155,6 +182,17 @@ class Worker:
             self._process.kill()
             self._process.wait()
             self._process = None
+
+
+def _importable(function: Callable[..., Any]) -> tuple[str, str]:
+    """The module and qualified name a worker imports `function` by; TypeError when it has
+    none (a lambda, a nested function, or one of a script run as `__main__`)."""
+    module_name = getattr(function, "__module__", None)
+    qualified_name = getattr(function, "__qualname__", "")
+    if not module_name or module_name == "__main__" or "<" in qualified_name:
+        raise TypeError(f"a worker job is a module-level function of an importable module, "
+                        f"not {function!r}")
+    return module_name, qualified_name
 
 
 def _core_list(cores: frozenset[int] | None) -> str:

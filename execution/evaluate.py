@@ -4,7 +4,8 @@
 compiles both configs, skips the timing when the candidate compiles to the very same program,
 runs both on the same deterministic inputs, checks the candidate's numerics against the default,
 and measures the speedup with paired interleaved timing. Both compile the module as prepared for
-measurement (`measurable_module`: no buffer aliasing, no tuple-shaped parameters).
+measurement (`execution.session.measurable_module`: no buffer aliasing, no tuple-shaped
+parameters).
 
 An evaluation that produces no measurement says why as data (`EvaluationResult.failure`, one of
 the kinds below) and as a message (`error`). When the default fails (it does not compile or
@@ -18,24 +19,26 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from execution import session
+from execution.compile import CompileError
+from execution.flags import CompilerConfig
+from execution.measure import MeasureSettings
+from execution.numerics import all_ok, compare_outputs
+from execution.worker import (CRASH, DEFAULT_TIMEOUT, ERROR, OOM, TIMEOUT, Fault, Worker,
+                              WorkerFailure)
 from hlo.module import HloModule
-from hlo.proto import ModuleProto
-from tuner.compile import CompileError
-from tuner.flags import CompilerConfig
-from tuner.measure import MeasureSettings
-from tuner.tuple_parameters import flatten_tuple_parameters
-from tuner.worker import DEFAULT_TIMEOUT, Worker, WorkerFailure
 
-_EVALUATE_TASK = "tuner.evaluate:run_evaluation"
-
-# Why an evaluation produced no measurement. "default_fails": the default config does not
-# compile or run the module (nothing to compare with); "candidate_fails": the default runs, the
-# candidate does not compile or run; "worker_<kind>": the worker died running the evaluation
-# (crash, oom, timeout) or raised (error), with the default or the candidate, unknown which.
+# Why an evaluation produced no measurement. DEFAULT_FAILS: the default config does not compile
+# or run the module (nothing to compare with); CANDIDATE_FAILS: the default runs, the candidate
+# does not compile or run; WORKER_FAILS[fault]: the worker died running the evaluation (crash,
+# oom, timeout) or raised (error), with the default or the candidate, unknown which. Callers
+# compare these; the messages (`EvaluationResult.error`) are for people.
 Failure = Literal["default_fails", "candidate_fails", "worker_error", "worker_crash",
                   "worker_oom", "worker_timeout"]
 DEFAULT_FAILS: Failure = "default_fails"
 CANDIDATE_FAILS: Failure = "candidate_fails"
+WORKER_FAILS: dict[Fault, Failure] = {ERROR: "worker_error", CRASH: "worker_crash",
+                                      OOM: "worker_oom", TIMEOUT: "worker_timeout"}
 # The library routing flags all empty: every fusion type goes to XLA's own emitters.
 REFERENCE_CONFIG: CompilerConfig = {"xla_cpu_experimental_ynn_fusion_type": (),
                                     "xla_cpu_experimental_xnn_fusion_type": (),
@@ -77,14 +80,14 @@ class DefaultFails(RuntimeError):
 def prepare_default(worker: Worker, module_proto: bytes, seed: int,
                     timeout: float = DEFAULT_TIMEOUT) -> str:
     """Compile and run the module with the compiler's defaults in `worker`, which keeps it for
-    the candidates measured there next (`tuner.session.prepare`); returns the default's program
-    key. Raises DefaultFails when it cannot; an exception of the worker's job (our code, not the
-    compiler's) stays a WorkerFailure."""
+    the candidates measured there next (`execution.session.prepare`); returns the default's
+    program key. Raises DefaultFails when it cannot; an exception of the worker's job (our code,
+    not the compiler's) stays a WorkerFailure."""
     try:
-        prepared = worker.call("tuner.session:prepare", timeout=timeout,
-                               module_proto=module_proto, seed=seed)
+        prepared = worker.call(session.prepare, timeout=timeout, module_proto=module_proto,
+                               seed=seed)
     except WorkerFailure as failure:
-        if failure.kind == "error":
+        if not failure.died:
             raise
         raise DefaultFails(f"{failure.kind}: {failure.reason}") from None
     if "error" in prepared:
@@ -106,7 +109,7 @@ def evaluate(
     worker = worker or Worker()
     try:
         payload = worker.call(
-            _EVALUATE_TASK,
+            run_evaluation,
             timeout=timeout,
             module_proto=module.proto,
             candidate=dict(candidate),
@@ -116,7 +119,7 @@ def evaluate(
         )
         return EvaluationResult(**payload)
     except WorkerFailure as failure:
-        return failed_result(f"worker_{failure.kind}", f"{failure.kind}: {failure.reason}")
+        return failed_result(WORKER_FAILS[failure.kind], f"{failure.kind}: {failure.reason}")
     finally:
         if own_worker:
             worker.close()
@@ -140,9 +143,7 @@ def run_evaluation(
     seed: int,
 ) -> dict[str, Any]:
     """The worker side of `evaluate`; returns the fields of an EvaluationResult."""
-    from tuner import session
-
-    module_proto = measurable_module(module_proto)
+    module_proto = session.measurable_module(module_proto)
     config = {**default, **candidate}
     base = session.prepare(module_proto, seed, default)
     if "error" in base:
@@ -184,9 +185,6 @@ def _without_default(module_proto: bytes, candidate: CompilerConfig, default: Co
     """The result when the default fails (`reason`): whether the candidate runs the module
     instead, and if it does, its numerics checked against REFERENCE_CONFIG (an A/A check tries
     nothing)."""
-    from tuner import session
-    from tuner.numerics import all_ok, compare_outputs
-
     failed = failed_result(DEFAULT_FAILS, f"default fails: {reason}")
     if not candidate:
         return failed
@@ -203,36 +201,3 @@ def _without_default(module_proto: bytes, candidate: CompilerConfig, default: Co
     checks = compare_outputs(expected, outputs)
     return replace(ran, numerics_ok=all_ok(checks), numerics=[asdict(c) for c in checks],
                    numerics_against="reference")
-
-
-def measurable_module(module_proto: bytes) -> bytes:
-    """The module as the default and every candidate compile it for measurement: without
-    buffer aliasing, tuple-shaped parameters flattened (`tuner.tuple_parameters`). The very
-    same bytes when there is nothing to change, so preparing a prepared module costs a parse."""
-    return flatten_tuple_parameters(without_buffer_aliasing(module_proto))
-
-
-def without_buffer_aliasing(module_proto: bytes) -> bytes:
-    """The module without input/output aliasing and buffer donation."""
-    # Donated parameters would be consumed by the first run; aliasing only changes memory reuse,
-    # and both configs are compiled without it, so the comparison stays fair.
-    view = ModuleProto.FromString(module_proto)
-    if not view.input_output_alias and not view.buffer_donor:
-        return module_proto
-    view.ClearField("input_output_alias")
-    view.ClearField("buffer_donor")
-    return view.SerializeToString()
-
-
-def timed_runner(executable: Any, arguments: list[Any]):
-    """A Runner (see tuner.measure) that executes `executable` on `arguments` and waits."""
-    import time
-
-    def run(repeats: int) -> float:
-        started = time.perf_counter()
-        for _ in range(repeats):
-            for output in executable.execute(arguments):
-                output.block_until_ready()
-        return time.perf_counter() - started
-
-    return run

@@ -1,0 +1,195 @@
+"""The search loop (tuner.search) against a pure-Python evaluator: a table of config -> program
+and speedup, no XLA. What the loop does with whatever evaluates: it finds the best of a known
+set, never measures a program twice, lets a fresh measurement pick among the finalists, prunes
+a change that does not matter, builds ahead without proposing a pending config again, and
+resumes from its journal without repeating a trial."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from execution.flags import CompilerConfig
+from execution.measure import MeasureSettings
+from tuner.schedule import Scheduled
+from tuner.search import Build, proposals, ready, run_search, search
+from tuner.space import Param, SearchSpace, config_key
+from tuner.strategies import STRATEGIES
+from tuner.trial import Trial
+
+SCREEN = MeasureSettings(max_seconds=1.0)
+RACE = MeasureSettings(max_seconds=2.0)
+SPREAD = 0.02  # each measurement's interval: speedup x (1 -/+ SPREAD)
+
+
+class TableEvaluator:
+    """An Evaluator from a table: config -> (program, speedup when screened, speedup when
+    measured again). A config the table does not hold compiles to the default's program; a
+    program of None does not compile. Records every measurement (program and settings)."""
+
+    default_program = "default"
+
+    def __init__(self, table: dict[str, tuple[str | None, float, float | None]],
+                 depth: int = 1) -> None:
+        self.table, self.depth = table, depth
+        self.measured: list[tuple[str, MeasureSettings]] = []
+        self.built: list[CompilerConfig] = []
+
+    def build(self, config: CompilerConfig) -> Future[Build]:
+        self.built.append(config)
+        program = self.table.get(config_key(config), ("default", 1.0, None))[0]
+        if program is None:
+            return ready(Build(error="does not compile: table says so"))
+        return ready(Build(program, 0.5, artifact=config))
+
+    def measure(self, index: int, config: CompilerConfig, build: Build,
+                settings: MeasureSettings) -> Trial:
+        _, screened, again = self.table[config_key(config)]
+        times = sum(program == build.program for program, _ in self.measured)
+        self.measured.append((build.program, settings))
+        speedup = screened if times == 0 or again is None else again
+        return Trial(index, config, "measured", build.program, speedup,
+                     speedup * (1 - SPREAD), speedup * (1 + SPREAD), True, 0.5)
+
+
+def table(*rows: tuple[CompilerConfig, str | None, float, float | None]
+          ) -> dict[str, tuple[str | None, float, float | None]]:
+    return {config_key(config): (program, screened, again)
+            for config, program, screened, again in rows}
+
+
+def listed(configs: list[CompilerConfig]):
+    """A fixed list of proposals, in order."""
+    return lambda trials, pending: (dict(configs[len(trials) + len(pending)])
+                                    if len(trials) + len(pending) < len(configs) else None)
+
+
+def run(evaluator: TableEvaluator, next_config, budget: int, trials: list[Trial] | None = None,
+        journal: list[Trial] | None = None) -> tuple[list[Trial], Trial | None]:
+    return run_search(evaluator, next_config, list(trials or []), budget, SCREEN, RACE,
+                      lambda: True, (journal if journal is not None else []).append)
+
+
+# A small space with a known best: a and c each give a gain, together the most; b changes
+# nothing (every config with it compiles to the program without it); c=Y does not compile.
+SPACE = SearchSpace((Param("a", (1, 2)), Param("b", (True,)), Param("c", ("X", "Y"))))
+GAIN = {("a", 1): 1.10, ("a", 2): 1.20, ("c", "X"): 1.05}
+
+
+def _known(config: CompilerConfig) -> tuple[str | None, float, None]:
+    if config.get("c") == "Y":
+        return None, 0.0, None
+    effective = {k: v for k, v in config.items() if k != "b"}
+    if not effective:
+        return "default", 1.0, None
+    speedup = 1.0
+    for move in effective.items():
+        speedup *= GAIN[move]
+    return config_key(effective), speedup, None
+
+
+def known_set() -> TableEvaluator:
+    configs = [{}]
+    for param in SPACE.params:
+        configs = configs + [{**c, param.name: v} for c in configs for v in param.values]
+    return TableEvaluator(table(*((c, *_known(c)) for c in configs)))
+
+
+def test_the_schedule_finds_the_best_of_a_known_set_and_drops_the_change_that_does_nothing():
+    evaluator = known_set()
+    strategy = Scheduled(STRATEGIES["evolution"](SPACE, budget=12, seed=0), prior={})
+    trials, best = run(evaluator, proposals(strategy), budget=12)
+    assert best is not None and best.config == {"a": 2, "c": "X"}
+    assert abs(best.speedup - 1.20 * 1.05) < 1e-9
+    # Every config that does not compile failed, and none was measured.
+    failed = [t for t in trials if t.config.get("c") == "Y"]
+    assert failed and all(t.outcome == "failed" for t in failed)
+
+
+def test_the_search_never_measures_a_program_twice():
+    evaluator = known_set()
+    trials: list[Trial] = []
+    search(evaluator, proposals(STRATEGIES["exhaustive"](SPACE, budget=SPACE.size())), trials,
+           SPACE.size(), SCREEN, lambda: True, lambda trial: None)
+    assert len(trials) == SPACE.size() - 1  # every config but the default, each once
+    programs = [program for program, _ in evaluator.measured]
+    assert len(programs) == len(set(programs)) == 5  # a=1, a=2, c=X, a=1+c=X, a=2+c=X
+    by_program = {t.program: t for t in trials if t.outcome == "measured"}
+    for trial in trials:
+        if trial.outcome == "duplicate":  # b set too: the program measured without it
+            assert trial.speedup == by_program[trial.program].speedup
+        if trial.outcome == "identical":
+            assert trial.config == {"b": True} and trial.speedup == 1.0
+    assert {t.outcome for t in trials} == {"measured", "duplicate", "identical", "failed"}
+
+
+def test_the_race_lets_a_fresh_measurement_pick_among_the_finalists():
+    # A screened luckiest; measured again, it is the slowest of the three.
+    lucky, steady, quiet = {"a": 1}, {"a": 2}, {"c": "X"}
+    evaluator = TableEvaluator(table((lucky, "A", 1.30, 1.10), (steady, "B", 1.27, 1.25),
+                                     (quiet, "C", 1.26, 1.26)))
+    journal: list[Trial] = []
+    trials, best = run(evaluator, listed([lucky, steady, quiet]), budget=3, journal=journal)
+    assert best.config == quiet and best.phase == "race" and best.speedup == 1.26
+    assert [t.phase for t in journal] == ["search"] * 3 + ["race"] * 3
+    # Each program screened once, then raced once with the race's settings.
+    assert evaluator.measured == [("A", SCREEN), ("B", SCREEN), ("C", SCREEN),
+                                  ("A", RACE), ("B", RACE), ("C", RACE)]
+
+
+def test_pruning_measures_the_winner_without_a_change_and_drops_it_when_the_gain_holds():
+    evaluator = TableEvaluator(table(({"b": 1}, "B", 1.0, None),
+                                     ({"a": 1, "b": 1}, "AB", 1.20, None),
+                                     ({"a": 1}, "A", 1.195, None)))
+    journal: list[Trial] = []
+    trials, best = run(evaluator, listed([{"b": 1}, {"a": 1, "b": 1}]), budget=2, journal=journal)
+    assert best.config == {"a": 1} and best.phase == "prune"
+    assert [(t.phase, t.config) for t in journal][2:] == [("prune", {"a": 1})]
+    # Without `a` it is the search's own {"b": 1} trial: known, not measured again.
+    assert [program for program, _ in evaluator.measured] == ["B", "AB", "A"]
+
+
+def test_a_fixed_list_is_evaluated_in_order_and_its_best_wins_as_measured():
+    configs = [{"c": "X"}, {"a": 2}, {"a": 1}]
+    evaluator = known_set()
+    trials, best = run_search(evaluator, listed(configs), [], 10, SCREEN, RACE, lambda: True,
+                              lambda trial: None, listed=True)
+    assert [t.config for t in trials] == configs and best.config == {"a": 2}
+    assert [settings for _, settings in evaluator.measured] == [SCREEN] * 3  # no race, no prune
+
+
+def test_the_loop_builds_ahead_without_proposing_a_pending_config_again():
+    evaluator = known_set()
+    evaluator.depth = 3
+    seen_pending: list[int] = []
+    propose = proposals(STRATEGIES["random"](SPACE, budget=8, seed=3))
+
+    def next_config(trials, pending):
+        seen_pending.append(len(pending))
+        return propose(trials, pending)
+
+    trials: list[Trial] = []
+    search(evaluator, next_config, trials, 8, SCREEN, lambda: True, lambda trial: None)
+    assert len(trials) == len(evaluator.built) == 8  # never past the budget
+    assert max(seen_pending) == 2  # two more building while one is measured
+    keys = [config_key(c) for c in evaluator.built]
+    assert len(keys) == len(set(keys))
+    assert [t.index for t in trials] == list(range(8))
+
+
+def test_a_resumed_task_repeats_no_trial_and_ends_the_same():
+    lucky, steady, quiet = {"a": 1}, {"a": 2}, {"c": "X"}
+    rows = table((lucky, "A", 1.30, 1.10), (steady, "B", 1.27, 1.25), (quiet, "C", 1.26, 1.26))
+    journal: list[Trial] = []
+    _, first = run(TableEvaluator(rows), listed([lucky, steady, quiet]), 3, journal=journal)
+    again = TableEvaluator(rows)
+    trials, best = run(again, listed([lucky, steady, quiet]), 3, trials=journal)
+    assert best == first and again.measured == [] and trials == journal
+
+
+def test_the_search_stops_when_time_is_up():
+    evaluator = known_set()
+    calls = iter([True, True, False])
+    trials: list[Trial] = []
+    search(evaluator, proposals(STRATEGIES["exhaustive"](SPACE, budget=20)), trials, 20, SCREEN,
+           lambda: next(calls), lambda trial: None)
+    assert len(trials) == 2

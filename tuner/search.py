@@ -1,0 +1,150 @@
+"""The search loop, whatever evaluates its configs: proposals in, trials out.
+
+An `Evaluator` turns a config into a trial in two steps, as TVM MetaSchedule's builder and runner
+do: `build(config)` compiles it (in the background, up to `depth` configs at once) and names the
+program it compiles to; `measure` times a program new to the search against the default. Between
+the two the loop reuses what it knows: a config that compiles to the default's program is
+"identical" (speedup 1, nothing timed), one that compiles to a program measured before is a
+"duplicate" of that measurement; no program is measured twice in a search. The tuner's evaluator
+compiles and measures in sandboxed workers (`tuner.worker_evaluator`); a benchmark replays
+recorded screens through this same loop with an evaluator that answers from its cache
+(`benchmarks/bench_search_quality.py`), and the unit tests drive it with a table
+(`tests/test_search_loop.py`).
+
+A task's phases (`run_search`): the search proper (`search`: the strategy's proposals until the
+budget), then the finalists' race and the winner's pruning (`tuner.winner`), each extra
+measurement a trial of its phase.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from execution.flags import CompilerConfig
+from execution.measure import MeasureSettings
+from tuner.strategies import Strategy, TrialRecord, propose
+from tuner.trial import Trial
+from tuner.winner import best_trial, prune, race
+
+# The next config to try, from the trials so far and the configs still pending (built or
+# building, not yet a trial); None when there is none now.
+Propose = Callable[[list[Trial], list[CompilerConfig]], CompilerConfig | None]
+
+
+@dataclass(frozen=True)
+class Build:
+    """What a config compiled to: its program (a key: equal keys run the same code) and compile
+    time, or why it did not compile (`error`); `artifact` is what the evaluator measures."""
+
+    program: str | None = None
+    compile_seconds: float | None = None
+    error: str | None = None
+    artifact: Any = None
+
+
+class Evaluator(Protocol):
+    """Config -> trial, in two steps the loop sits between (see the module docstring)."""
+
+    @property
+    def default_program(self) -> str:
+        """The program the default config compiles to."""
+
+    @property
+    def depth(self) -> int:
+        """How many configs may be built ahead of the one being measured (at least 1)."""
+
+    def build(self, config: CompilerConfig) -> Future[Build]:
+        """Start compiling `config`; the future's Build says what came out."""
+
+    def measure(self, index: int, config: CompilerConfig, build: Build,
+                settings: MeasureSettings) -> Trial:
+        """Trial `index` of `config`, whose `build` is a program new to the search: measured
+        against the default (or failed, saying why)."""
+
+
+def ready(build: Build) -> Future[Build]:
+    """A Build already done: what `build` returns in an evaluator that answers at once."""
+    future: Future[Build] = Future()
+    future.set_result(build)
+    return future
+
+
+def proposals(strategy: Strategy) -> Propose:
+    """The strategy's proposals, from the trials so far after the default (trial zero)."""
+
+    def next_config(trials: list[Trial], pending: list[CompilerConfig]) -> CompilerConfig | None:
+        return propose(strategy, [TrialRecord({}, 0.0, 0.0)] + [t.record() for t in trials],
+                       pending)
+
+    return next_config
+
+
+def search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budget: int,
+           settings: MeasureSettings, in_time: Callable[[], bool],
+           record: Callable[[Trial], None]) -> None:
+    """Evaluate configs from `next_config(trials, pending)` until `budget` trials, `in_time()`
+    says stop, or it has none left; each new trial is `record`ed, then appended to `trials`.
+    While one candidate is measured, up to `evaluator.depth - 1` more are built."""
+    queue: deque[tuple[CompilerConfig, Future[Build]]] = deque()  # building, in proposal order
+    while in_time():
+        while len(queue) < evaluator.depth and len(trials) + len(queue) < budget:
+            config = next_config(trials, [c for c, _ in queue])
+            if config is None:
+                break
+            queue.append((config, evaluator.build(config)))
+        if not queue:
+            return
+        config, building = queue.popleft()
+        trial = finish(evaluator, len(trials), config, building.result(), trials, settings)
+        record(trial)
+        trials.append(trial)
+
+
+def run_one(evaluator: Evaluator, index: int, config: CompilerConfig, earlier: list[Trial],
+            settings: MeasureSettings) -> Trial:
+    """Build and evaluate one config, reusing the measurement of a program among `earlier`
+    (none: measured afresh, whatever was measured before)."""
+    return finish(evaluator, index, config, evaluator.build(config).result(), earlier, settings)
+
+
+def finish(evaluator: Evaluator, index: int, config: CompilerConfig, build: Build,
+           earlier: list[Trial], settings: MeasureSettings) -> Trial:
+    """The trial of `config` once built: failed, identical to the default, a duplicate of an
+    `earlier` measurement of its program, or measured now."""
+    if build.error is not None:
+        return Trial(index, config, "failed", error=build.error)
+    program, seconds = build.program, build.compile_seconds
+    if program == evaluator.default_program:
+        return Trial(index, config, "identical", program, 1.0, 1.0, 1.0, True, seconds)
+    known = next((t for t in earlier if t.program == program and t.outcome == "measured"), None)
+    if known is not None:
+        return Trial(index, config, "duplicate", program, known.speedup, known.ci_low,
+                     known.ci_high, known.numerics_ok, seconds)
+    return evaluator.measure(index, config, build, settings)
+
+
+def run_search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budget: int,
+               settings: MeasureSettings, race_settings: MeasureSettings,
+               in_time: Callable[[], bool], record: Callable[[Trial], None],
+               listed: bool = False) -> tuple[list[Trial], Trial | None]:
+    """A task's search from its journaled `trials` (a resumed task repeats none): the search
+    phase to `budget`, then, unless the configs are a fixed list (`listed`: its best, as
+    measured), the finalists' race (measured afresh with `race_settings`) and the winner's
+    pruning. Returns every trial, search phase first, and the winner (None: nothing beat the
+    default)."""
+    searched = [t for t in trials if t.phase == "search"]
+    search(evaluator, next_config, searched, budget, settings, in_time, record)
+    trials = searched + [t for t in trials if t.phase != "search"]
+    if listed:
+        return trials, best_trial(trials)
+
+    def remeasure(index: int, config: CompilerConfig) -> Trial:
+        return run_one(evaluator, index, config, [], race_settings)
+
+    def run(index: int, config: CompilerConfig) -> Trial:
+        return run_one(evaluator, index, config, trials, settings)
+
+    return trials, prune(run, trials, record, race(remeasure, trials, record))

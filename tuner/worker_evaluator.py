@@ -1,0 +1,128 @@
+"""The tuner's evaluator (`tuner.search.Evaluator`): candidates compile in a pool of sandboxed
+compile workers while the execute worker, which compiled the default once, measures them
+(`execution.session`); each set of workers is pinned to its own cores (`execution.cores`), so
+a compile never runs beside a measurement on the same core.
+
+A crash, out-of-memory or timeout is retried once in a fresh worker; a second one fails the
+trial, and the search goes on. An execute worker that dies takes the prepared default with it:
+the default is prepared again in its successor.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from execution import session
+from execution.cores import CorePlan, plan_cores
+from execution.evaluate import DefaultFails, prepare_default
+from execution.flags import CompilerConfig
+from execution.measure import MeasureSettings
+from execution.session import measurable_module
+from execution.worker import Worker, WorkerFailure, WorkerPool
+from tuner.search import Build
+from tuner.trial import Trial
+
+
+@dataclass(frozen=True)
+class Span:
+    """One job of a search's worker: what (compile | measure), which process on which cores,
+    and when (`time.monotonic()`, the same clock in every process of the machine)."""
+
+    kind: str
+    pid: int
+    cores: tuple[int, ...]
+    started: float
+    ended: float
+
+
+class WorkerEvaluator:
+    """A search's workers, as an Evaluator; a context manager that prepares the default on
+    entry (DefaultFails when it does not compile or run) and stops the workers on exit."""
+
+    def __init__(self, module_proto: bytes, seed: int, plan: CorePlan | None = None) -> None:
+        self.module_proto, self.seed = measurable_module(module_proto), seed
+        self.plan = plan or plan_cores()
+        self.executor = Worker(cores=self.plan.execute)
+        self.compilers = WorkerPool(self.plan.compile_workers, cores=self.plan.compile,
+                                    backend_cores=self.plan.execute)
+        self.threads = ThreadPoolExecutor(self.plan.compile_workers, thread_name_prefix="compile")
+        self.default_program = ""
+        self.timeline: list[Span] = []  # what each worker ran, and when
+
+    @property
+    def depth(self) -> int:
+        """How many candidates may be compiling or waiting to be measured: one per compile
+        worker beyond the one measured, or just that one when compiles and measurements share
+        cores (so they take turns)."""
+        return 1 if self.plan.overlapping else self.plan.compile_workers + 1
+
+    def __enter__(self) -> "WorkerEvaluator":
+        self._prepare()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.threads.shutdown(wait=True, cancel_futures=True)  # compiles in flight end first
+        self.compilers.close()
+        self.executor.close()
+
+    def _prepare(self) -> None:
+        """Compile and run the default in the execute worker; DefaultFails, with the workers
+        stopped, when it does not compile or run."""
+        try:
+            self.default_program = prepare_default(self.executor, self.module_proto, self.seed)
+        except DefaultFails:
+            self.__exit__()  # raised from __enter__, `with` would leave the workers running
+            raise
+
+    def build(self, config: CompilerConfig) -> Future[Build]:
+        """Start compiling `config` in the compile pool."""
+        return self.threads.submit(self._build, config)
+
+    def _build(self, config: CompilerConfig) -> Build:
+        try:
+            compiled = _once_more(lambda: self._compile(config), lambda: self._compile(config))
+        except WorkerFailure as failure:
+            return Build(error=f"compile {failure.kind}: {failure.reason}")
+        if "error" in compiled:
+            return Build(error=compiled["error"])
+        self.timeline.append(Span("compile", *compiled["span"]))
+        return Build(compiled["program"], compiled["compile_seconds"],
+                     artifact=compiled["executable"])
+
+    def _compile(self, config: CompilerConfig) -> dict[str, Any]:
+        with self.compilers.worker() as worker:
+            return worker.call(session.compile_serialized, module_proto=self.module_proto,
+                               config=config)
+
+    def measure(self, index: int, config: CompilerConfig, build: Build,
+                settings: MeasureSettings) -> Trial:
+        """Time the built executable against the default in the execute worker."""
+        measure = functools.partial(self.executor.call, session.measure_serialized, timeout=300,
+                                    executable=build.artifact, config=config, settings=settings)
+        try:
+            measured = _once_more(measure, lambda: (self._prepare(), measure())[1])
+        except WorkerFailure as failure:
+            if failure.died:
+                self._prepare()  # the execute worker died with the default in it
+            return Trial(index, config, "failed", build.program,
+                         compile_seconds=build.compile_seconds,
+                         error=f"{failure.kind}: {failure.reason}")
+        self.timeline.append(Span("measure", *measured["span"]))
+        return Trial(index, config, "measured", build.program, measured["speedup"],
+                     measured["ci_low"], measured["ci_high"], measured["numerics_ok"],
+                     build.compile_seconds)
+
+
+def _once_more(first: Callable[[], Any], retry: Callable[[], Any]) -> Any:
+    """`first()`; after a crash, out-of-memory or timeout, `retry()` once after a back-off."""
+    try:
+        return first()
+    except WorkerFailure as failure:
+        if not failure.died:
+            raise
+    time.sleep(1.0)
+    return retry()
