@@ -133,7 +133,7 @@ class Bench:
         self.module: HloModule = from_lowered(zoo.get(name).lower(), source=f"zoo:{name}")
         self.defaults = compiler_defaults()
         self.space = graph_space("cpu", accepted_flags("cpu"), self.defaults)
-        # Screens depend on the parallelism they ran with (tuner.cores): a plan is part of it.
+        # Screens depend on the parallelism they ran with (execution.cores): a plan is part of it.
         identity = {"fingerprint": graph_fingerprint(self.module),
                     "compiler": current_environment().compiler_version,
                     "execute_cores": str(len(plan_cores().execute))}
@@ -173,10 +173,16 @@ class Bench:
 
     def versus_oracle(self, config: CompilerConfig) -> float:
         """The config's speedup over the oracle's config (0 when it fails or is wrong)."""
-        oracle_config = self.oracle[0]
+        oracle_config, oracle_speedup, _ = self.oracle
+        program = self.screen(config).program or config_key(config)
         # evaluate() compiles the candidate on top of its reference: undo the oracle's moves.
-        undo = {name: _default_value(name, self.defaults) for name in oracle_config}
-        key = f"vs-oracle:{self.screen(config).program or config_key(config)}"
+        moves = [name for name in oracle_config if name not in config]
+        if any(fusion_type_of(n) is None and n not in self.defaults for n in moves):
+            # A flag whose default the compiler does not report cannot be undone: the ratio of
+            # two verifications against the default instead.
+            return self._verified(program, config, seed=1)[0] / oracle_speedup
+        undo = {name: _default_value(name, self.defaults) for name in moves}
+        key = f"vs-oracle:{program}"
         if key not in self.cache.verified:
             check = evaluate(self.module, {**undo, **config}, default=oracle_config,
                              settings=BENCH_VERIFY, seed=1)
