@@ -55,9 +55,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from delivery.api import (BatchLookup, BatchRequest, ErrorAnswer, Health, Imported, ImportRequest,
                           InvalidateRequest, Lookup, Published, RollbackRequest, inline_schema)
-from delivery.imports import MAX_IMPORT_BYTES, describe, entry_rows
+from delivery.imports import MAX_IMPORT_BYTES, describe, entry_rows, publish_import
 from delivery.metrics import ServiceMetrics
-from delivery.store import Store, StoreError, entry_json, merge_entries
+from delivery.store import Store, StoreError, entry_json
 
 MAX_BODY_BYTES = MAX_IMPORT_BYTES  # an import
 MAX_JSON_BYTES = 1 << 20  # any other body: 1000 keys take 35 kB
@@ -375,8 +375,7 @@ def _import(home: Path, body: bytes) -> dict[str, Any]:
     except ValidationError as exc:
         raise ServiceError(422, "invalid", describe(exc.errors(), ("body",))) from None
     new = entry_rows(request.entries, IMPORT_SOURCE)
-    version = Store(home).update(lambda entries: merge_entries(entries, new), IMPORT_SOURCE)
-    return {"version": version, "imported": new.num_rows}
+    return {"version": publish_import(home, new, IMPORT_SOURCE), "imported": new.num_rows}
 
 
 def _invalidate(home: Path, keys: list[str]) -> int | None:

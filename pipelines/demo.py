@@ -26,8 +26,8 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from delivery.imports import read_import
-from delivery.store import Store, merge_entries
+from delivery.imports import import_file
+from delivery.store import Store
 from hlo.environment import current_environment
 from pipelines.nightly import NightlySettings, run_nightly
 from ranking.tables import SAVINGS
@@ -119,8 +119,8 @@ def import_owner_config(home: Path, owned: OwnerConfig) -> int | None:
     path.write_text(json.dumps({"fingerprint": graph.fingerprint, "env_key": current_environment().key(),
                                 "kind": "graph", "config": owned.config,
                                 "speedup": owned.claimed_speedup}) + "\n")
-    new = read_import(path)
-    return Store(home).update(lambda live: merge_entries(live, new), f"import {path.name}")
+    version, _ = import_file(home, path)
+    return version
 
 
 def print_summary(home: Path, first: datetime.date) -> None:

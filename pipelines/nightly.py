@@ -21,6 +21,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines import stages
 from pipelines.tables import RUNS
 from storage.home import Home
 from storage.warehouse import Warehouse
@@ -112,16 +113,12 @@ def _run_stage(stage: str, home: Path, settings: NightlySettings, progress: bool
 
 
 def _ingest(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
-    from ingest.hits import ingest_hits
-    from ingest.profiles import ingest_profiles
-    from ingest.symbols import ingest_symbols
-
     inbox = [p for p in (settings.inbox or (home / "inbox",)) if p.exists()]
     spooled = home / "spool" / "symbols"
     symbol_paths = inbox + ([spooled] if spooled.exists() else [])
-    symbols = ingest_symbols(symbol_paths, home, progress) if symbol_paths else None
-    profiles = ingest_profiles(inbox, home, progress) if inbox else None
-    hits = ingest_hits(home)
+    symbols = stages.ingest(home, "symbols", symbol_paths, progress) if symbol_paths else None
+    profiles = stages.ingest(home, "profiles", inbox, progress) if inbox else None
+    hits = stages.ingest(home, "hits", (), progress)
     return {"modules": symbols.modules if symbols else 0,
             "graph_runs": profiles.graph_runs if profiles else 0,
             "op_runs": profiles.op_runs if profiles else 0, "hits": hits.rows,
@@ -141,28 +138,20 @@ def _rank(home: Path, settings: NightlySettings, progress: bool) -> dict[str, An
 def _tune(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
     from tuner.candidates import tunable_candidates
     from tuner.fold import tune_ops_and_fold
-    from tuner.tune import TuneSettings, tune_module
 
     deadline = time.monotonic() + 60 * settings.tune_minutes
     tasks = tunable_candidates(home, settings.top, untried=True)
-    counts = {"graphs": len(tasks), "tuned": 0, "accepted": 0, "out_of_budget": 0}
     # Graphs get the stage's budget but what the ops need, split evenly; ops get what is left.
-    for index, (_, module, env_key) in enumerate(tasks):
-        left = (deadline - time.monotonic()) / 60
-        if left <= 0:
-            counts["out_of_budget"] = len(tasks) - index
-            break
-        share = left / (len(tasks) - index + (1 if settings.top_ops else 0))
-        result = tune_module(module, home, TuneSettings(budget_evals=settings.tune_evals,
-                                                        budget_minutes=share),
-                             env_key=env_key, progress=progress)
-        counts["tuned"] += 1
-        counts["accepted"] += result.accepted
+    graphs = stages.tune_settings("graph", budget_evals=settings.tune_evals)
+    results = stages.tune_graphs(home, tasks, graphs, progress, deadline=deadline,
+                                 reserve=1 if settings.top_ops else 0)
+    counts = {"graphs": len(tasks), "tuned": len(results), "accepted": sum(r.accepted for r in results),
+              "out_of_budget": len(tasks) - len(results)}
     left = (deadline - time.monotonic()) / 60
     if settings.top_ops and left > 0:
-        ops = tune_ops_and_fold(home, settings.top_ops, TuneSettings(
-            budget_evals=200, budget_minutes=left / settings.top_ops, strategy="exhaustive"),
-            progress=progress, untried=True)
+        ops = tune_ops_and_fold(home, settings.top_ops,
+                                stages.tune_settings("op", budget_minutes=left / settings.top_ops),
+                                progress=progress, untried=True)
         counts.update(ops=len(ops.results), ops_accepted=sum(r.accepted for r in ops.results),
                       folds=len(ops.folds), folds_accepted=sum(f.accepted for _, f in ops.folds))
     return counts

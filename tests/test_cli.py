@@ -1,5 +1,6 @@
-"""The `fdo` command line itself: help and defaults of every option, examples that parse,
---version, output into a pipe whose reader is gone, and progress bars only on a terminal."""
+"""The `fdo` command line itself: help and defaults of every option, examples that parse, each
+command's parser beside its handler in one group module of pipelines/cli/, --version, output into
+a pipe whose reader is gone, and progress bars only on a terminal."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import fcntl
 import importlib.metadata
 import json
 import os
+import pkgutil
 import shlex
 import struct
 import subprocess
@@ -18,7 +20,8 @@ from typing import Iterator
 import pytest
 
 from ingest.progress import progress_bar
-from pipelines.cli import EXIT_BROKEN_PIPE, build_parser
+import pipelines.cli
+from pipelines.cli import COMMANDS, EXIT_BROKEN_PIPE, build_parser
 from serving import fdo
 
 FLAG_ACTIONS = (argparse._StoreTrueAction, argparse._HelpAction, argparse._VersionAction)
@@ -78,6 +81,21 @@ def test_each_command_shows_examples_that_parse():
             if _is_leaf(command):
                 assert args.command == path[-1], example
             assert not extra or getattr(args, "takes_beam_args", False), example
+
+
+def test_each_command_is_defined_beside_its_handler_in_a_group_module():
+    defined_by: dict[str, str] = {}
+    for add in COMMANDS:
+        sub = argparse.ArgumentParser().add_subparsers()
+        add(sub)
+        (name, command), = sub.choices.items()  # one command per function
+        handler = command.get_default("run")
+        assert handler.__module__ == add.__module__, f"{name}: parser in {add.__module__}, handler elsewhere"
+        defined_by[name] = add.__module__
+    listed = [path[-1] for path, _ in _commands(build_parser()) if len(path) == 2]
+    assert list(defined_by) == listed  # build_parser adds every group's commands, each once
+    groups = {f"pipelines.cli.{m.name}" for m in pkgutil.iter_modules(pipelines.cli.__path__)}
+    assert set(defined_by.values()) == groups - {"pipelines.cli.__main__", "pipelines.cli.common"}
 
 
 def test_version_is_the_installed_distributions():

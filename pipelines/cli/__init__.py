@@ -1,0 +1,110 @@
+"""`fdo`: the command line of fleet-fdo, one subcommand per stage of the loop.
+
+Exit codes: 0 success; 1 the work ran but its outcome is a failure (a failed evaluation, numerics
+off); 2 bad usage or bad input (unreadable module, unknown flag, a home that is no writable
+directory, a global option such as --home given after the subcommand), told in one line; 3 the
+good inputs landed but some inputs (or rows) were quarantined; 4 (evaluate, tune) a module fails
+with the compiler's default config, so there is nothing to measure against; 130 interrupted;
+141 the reader of stdout went away (`fdo ... | head`): the rest of the output is dropped
+quietly, as a command killed by SIGPIPE is reported by the shell (128 + 13).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import sys
+import tempfile
+
+from pipelines.cli import ingest, loop, rank, store, tune, validate
+from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, HelpFormatter, Handler, closing_stdout,
+                                  epilog, guarded, resolve_home)
+from storage.home import Home
+
+__all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "build_parser", "main"]
+
+HOME_OPTION = "--home"
+# fdo's own options, before the subcommand. After it, Beam commands would take them for Beam's.
+GLOBAL_OPTIONS = (HOME_OPTION,)
+# Each command's parser, added by its group's module, in the order `fdo --help` lists them: the
+# loop's order, from a module's fingerprint to the savings of tuned configs.
+COMMANDS = (ingest.add_fingerprint, tune.add_evaluate, tune.add_workloads, ingest.add_ingest,
+            ingest.add_simulate, rank.add_rank, tune.add_tune, tune.add_analyze, store.add_deliver,
+            store.add_store, store.add_serve, loop.add_nightly, loop.add_scheduler, store.add_run,
+            ingest.add_hits, validate.add_toolchain, validate.add_validate, rank.add_savings)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `fdo`."""
+    parser = argparse.ArgumentParser(
+        prog="fdo", description=__doc__.splitlines()[0], formatter_class=HelpFormatter,
+        epilog=epilog(["fdo workloads list", "fdo --home /data/fdo rank --top 10",
+                       "fdo evaluate module.txt --set xla_cpu_enable_fast_math=true"],
+                      "fdo COMMAND --help tells each command's options, defaults and examples.",
+                      " ".join(__doc__.split("\n\n", 1)[1].split())))
+    parser.add_argument("--version", action="version", version=_version_text())
+    parser.add_argument(HOME_OPTION, default=None, metavar="DIR",  # a string: `rank` and `savings` take URLs
+                        help="data root, given before the command (default: $FDO_HOME, else ~/.fdo)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `fdo` console script."""
+    return closing_stdout(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
+    """Parse `argv`, resolve and check the home and run the command on it; bad input is one line
+    and EXIT_BAD_INPUT."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    misplaced = [arg for arg in extra if arg.split("=", 1)[0] in GLOBAL_OPTIONS]
+    if misplaced:
+        option = misplaced[0].split("=", 1)[0]
+        print(f"fdo {args.command}: {option} is an option of fdo, not of {args.command}: give it "
+              f"before the subcommand (fdo {option} ... {args.command})", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if extra and not getattr(args, "takes_beam_args", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.beam_args = extra
+    home = resolve_home(args.home)
+    home_use = getattr(args, "home_use", "write")
+    problem = _home_problem(home, home_use == "write") if home_use else None
+    if problem:
+        print(f"fdo {args.command}: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    run: Handler = args.run
+    # The stages that work on any home (home_url: rank, savings, deliver, store) get it as it
+    # is; the others take a local one, and a URL home is refused by name (Home.local).
+    return guarded(args.command, lambda: run(args, home if getattr(args, "home_url", False)
+                                                 else home.local(f"fdo {args.command}")))
+
+
+def _home_problem(given: Home, writes: bool) -> str | None:
+    """What is wrong with the home (None if nothing): it must be a directory, created if
+    missing, and writable if the command writes. A URL home (Beam stages) is not checked here."""
+    if not given.is_local:
+        return None
+    home = given.local("the home check")
+    where = f"home {home} (--home or $FDO_HOME)"
+    if home.exists() and not home.is_dir():
+        return f"{where} is not a directory"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        if writes:  # trying is the only test that holds for ACLs, read-only mounts and root
+            with tempfile.TemporaryFile(dir=home):
+                pass
+    except OSError as exc:
+        return f"{where} is not writable: {exc.strerror}"
+    return None
+
+
+def _version_text() -> str:
+    """`fdo --version`: the installed distribution's version."""
+    try:
+        return f"fdo (fleet-fdo) {importlib.metadata.version('fleet-fdo')}"
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "fdo (fleet-fdo) unknown: not installed (pip install -e .)"

@@ -1,0 +1,97 @@
+"""`fdo nightly`, `scheduler`: the whole loop for a date, and the daemon that runs it on a cron."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from pipelines.cli.common import (BEAM_NOTE, EXIT_FAILED, EXIT_OK, Subcommands, add_command, print_json,
+                                  print_table)
+from pipelines.extras import needs
+
+
+def add_nightly(sub: Subcommands) -> None:
+    """`fdo nightly`."""
+    p = add_command(sub, "nightly", "one turn of the loop for a date: ingest, rank, tune, deliver, "
+                    "validate, savings",
+                    ["fdo nightly", "fdo nightly --date 2025-01-31 --inbox /data/drops --top 2 --force"],
+                    BEAM_NOTE, "Exit status 1: a stage failed (the others still ran where they could).")
+    p.add_argument("--date", metavar="DATE", help="YYYY-MM-DD (default: today)")
+    p.add_argument("--inbox", action="append", default=[], metavar="DIR",
+                   help="where drops, traces and dumps arrive; repeat for more (default: HOME/inbox)")
+    p.add_argument("--window-days", type=int, default=7, metavar="DAYS",
+                   help="days ranked, ending with --date")
+    p.add_argument("--top", type=int, default=3, metavar="N", help="graphs to tune")
+    p.add_argument("--top-ops", type=int, default=2, metavar="N",
+                   help="ops to tune, then fold into their graphs")
+    p.add_argument("--tune-evals", type=int, default=24, metavar="N", help="evaluations per graph")
+    p.add_argument("--tune-minutes", type=float, default=20.0, metavar="MINUTES",
+                   help="budget of the tune stage")
+    p.add_argument("--validate-minutes", type=float, default=10.0, metavar="MINUTES",
+                   help="budget of the validator")
+    p.add_argument("--force", action="store_true", help="run every stage again for a finished date")
+    p.add_argument("--json", action="store_true", help="print each stage's status and counts as JSON")
+    p.set_defaults(run=cmd_nightly, takes_beam_args=True)
+
+
+@needs("pipeline")
+def cmd_nightly(args: argparse.Namespace, home: Path) -> int:
+    """Run the stages of the date not yet done; print each stage's outcome."""
+    import datetime
+
+    from pipelines.nightly import NightlySettings, run_nightly
+
+    settings = NightlySettings(
+        date=datetime.date.fromisoformat(args.date) if args.date else datetime.date.today(),
+        inbox=tuple(Path(p) for p in args.inbox), window_days=args.window_days, top=args.top,
+        top_ops=args.top_ops, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
+        validate_minutes=args.validate_minutes, beam_args=tuple(args.beam_args), force=args.force)
+    report = run_nightly(home, settings, progress=not args.json)
+    if args.json:
+        print_json(report.to_json())
+    else:
+        print_table(("date", "stage", "status", "seconds", "outcome"),
+                    [(str(report.date), stage.stage, stage.status, f"{stage.seconds:.1f}",
+                      stage.error.splitlines()[0] if stage.error else _counts_text(stage.counts))
+                     for stage in report.stages], "<<<><")
+        if all(s.status == "skipped" for s in report.stages):
+            print(f"{report.date}: finished before; nothing to do (--force runs it again)")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _counts_text(counts: dict[str, Any]) -> str:
+    """A stage's counts in one line: `name=value ...` (- for none)."""
+    return " ".join(f"{name}={'-' if value is None else value}" for name, value in counts.items()) or "-"
+
+
+def add_scheduler(sub: Subcommands) -> None:
+    """`fdo scheduler`."""
+    p = add_command(sub, "scheduler", "the daemon: fdo nightly on a cron, the validator on an interval",
+                    ["fdo scheduler", "fdo scheduler --cron '30 1 * * *' --nightly-args='--top 2 "
+                     "--top-ops 1' --validate-every-minutes 120"])
+    p.add_argument("--cron", default="0 2 * * *",
+                   help="when the nightly run starts: a crontab line in UTC, 5 fields (or 6, seconds first)")
+    p.add_argument("--misfire-grace-minutes", type=float, default=360.0, metavar="MINUTES",
+                   help="a run missed while the daemon was down still runs within this time")
+    p.add_argument("--nightly-args", default="", metavar="ARGS", help="arguments for each fdo nightly, "
+                   "as one string: --nightly-args=\"--top 2 ...\" (default: none)")
+    p.add_argument("--validate-every-minutes", type=float, default=None, metavar="MINUTES",
+                   help="also run the validator on this interval (default: never)")
+    p.add_argument("--validate-budget-minutes", type=float, default=10.0, metavar="MINUTES",
+                   help="time budget of each validation run")
+    p.set_defaults(run=cmd_scheduler)
+
+
+@needs("service")
+def cmd_scheduler(args: argparse.Namespace, home: Path) -> int:
+    """Run the daemon on `home` until SIGTERM or SIGINT."""
+    import shlex
+
+    from pipelines.scheduler import SchedulerSettings, run_scheduler
+
+    settings = SchedulerSettings(cron=args.cron, misfire_grace_minutes=args.misfire_grace_minutes,
+                                 nightly_args=tuple(shlex.split(args.nightly_args)),
+                                 validate_every_minutes=args.validate_every_minutes,
+                                 validate_budget_minutes=args.validate_budget_minutes)
+    return run_scheduler(home, settings)

@@ -1,0 +1,106 @@
+"""`fdo rank`, `savings`: the Beam stages over fleet costs, on a local or a URL home."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pipelines.cli.common import (BEAM_NOTE, EXIT_OK, Subcommands, add_command, json_rows, print_json,
+                                  print_table)
+from pipelines.extras import needs
+from storage.home import Home
+
+
+def add_rank(sub: Subcommands) -> None:
+    """`fdo rank`."""
+    p = add_command(sub, "rank", "rank graphs and ops by fleet cost (Beam)",
+                    ["fdo rank --date 2025-01-31 --top 10",
+                     "fdo rank --runner=FlinkRunner --flink_master=localhost:8081"], BEAM_NOTE)
+    p.add_argument("--date", metavar="DATE", help="ranking date, YYYY-MM-DD (default: today)")
+    p.add_argument("--window-days", type=int, default=7, metavar="DAYS",
+                   help="days ranked, ending with --date")
+    p.add_argument("--top", type=int, default=20, metavar="K", help="candidates per kind")
+    p.add_argument("--min-share", type=float, default=0.001, metavar="SHARE",
+                   help="the long tail: keys under this share of fleet chip-time are not ranked")
+    p.add_argument("--json", action="store_true", help="print candidates and coverage as JSON")
+    p.set_defaults(run=cmd_rank, takes_beam_args=True, home_url=True)
+
+
+@needs("pipeline")
+def cmd_rank(args: argparse.Namespace, home: Home) -> int:
+    """Rank the window's graphs and ops by fleet cost; print the candidates and the coverage."""
+    import datetime
+
+    from ranking.rank import RankSettings, rank
+
+    settings = RankSettings(date=datetime.date.fromisoformat(args.date) if args.date else datetime.date.today(),
+                            window_days=args.window_days, top_k=args.top, min_share=args.min_share)
+    candidates, coverage = rank(home, settings, args.beam_args)
+    if args.json:
+        print_json({"candidates": json_rows(candidates), "coverage": json_rows(coverage)})
+        return EXIT_OK
+    print(f"ranking {settings.first_day} .. {settings.date}: top {settings.top_k} per kind")
+    print_ranking(candidates, coverage)
+    return EXIT_OK
+
+
+def print_ranking(candidates: Any, coverage: Any) -> None:
+    """Candidates by kind and rank, then where each kind's fleet chip-time went."""
+    if candidates.num_rows:
+        print_table(("kind", "rank", "fingerprint", "env", "chip-hours", "share"),
+                    [(r["kind"], f"#{r['rank']}", r["fingerprint"], r["env_key"][:8],
+                      f"{r['chip_seconds'] / 3600:,.1f}", f"{r['share']:.2%}")
+                     for r in candidates.to_pylist()],
+                    "<<<<>>", indent="  ")
+    else:
+        print("  no candidates (where the chip-time went is below)")
+    print("coverage of fleet chip-time:")
+    if coverage.num_rows:
+        print_table(("kind", "category", "share", "keys"),
+                    [(r["kind"], r["category"], f"{r['share']:.2%}", str(r["keys"]))
+                     for r in coverage.to_pylist()],
+                    "<<>>", indent="  ")
+    else:
+        print("  no fleet chip-time in the window: ingest profiles first (fdo ingest profiles)")
+
+
+def add_savings(sub: Subcommands) -> None:
+    """`fdo savings`."""
+    p = add_command(sub, "savings", "chip-seconds saved by tuned configs (Beam)",
+                    ["fdo savings", "fdo savings --from 2025-01-01 --to 2025-01-31 --json"], BEAM_NOTE)
+    p.add_argument("--from", dest="from_", metavar="DATE",
+                   help="first date, YYYY-MM-DD (default: 29 days before --to, 30 days in all)")
+    p.add_argument("--to", metavar="DATE", help="last date, YYYY-MM-DD (default: today)")
+    p.add_argument("--json", action="store_true", help="print the savings rows as JSON")
+    p.set_defaults(run=cmd_savings, takes_beam_args=True, home_url=True)
+
+
+@needs("pipeline")
+def cmd_savings(args: argparse.Namespace, home: Home) -> int:
+    """Compute the chip-time tuned configs saved per day, kind, team and store version."""
+    import datetime
+
+    from ranking.savings import savings
+
+    last = datetime.date.fromisoformat(args.to) if args.to else datetime.date.today()
+    first = datetime.date.fromisoformat(args.from_) if args.from_ else last - datetime.timedelta(days=29)
+    rows = savings(home, first, last, args.beam_args)
+    if args.json:
+        print_json(json_rows(rows))
+        return EXIT_OK
+    saved = sum(r["chip_seconds_saved"] for r in rows.to_pylist())
+    print(f"savings {first} .. {last}: {_chip_time(saved)} saved in {rows.num_rows} rows")
+    if rows.num_rows:
+        print_table(("date", "kind", "team", "version", "validator-updated", "saved"),
+                    [(str(r["dt"]), r["kind"], r["team"], f"v{r['config_version']}",
+                      "yes" if r["validator_updated"] else "no",
+                      _chip_time(r["chip_seconds_saved"])) for r in rows.to_pylist()],
+                    "<<<<<>", indent="  ")
+    else:
+        print("  no hits on tuned configs in these days")
+    return EXIT_OK
+
+
+def _chip_time(seconds: float) -> str:
+    """Chip-time in hours, or in seconds below a tenth of an hour (one job's savings)."""
+    return f"{seconds / 3600:,.1f} chip-hours" if seconds >= 360 else f"{seconds:,.1f} chip-seconds"

@@ -1,0 +1,284 @@
+"""`fdo deliver`, `store`, `serve`, `run`: the config store, what publishes to it, what serves it
+and the compiler hook that applies it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipelines.cli.common import (BEAM_NOTE, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, JSON_HELP, Subcommands,
+                                  add_command, config_text, print_json, print_table)
+from pipelines.extras import needs
+from storage.home import Home
+
+if TYPE_CHECKING:
+    from delivery.store import Store
+
+
+def add_deliver(sub: Subcommands) -> None:
+    """`fdo deliver`."""
+    p = add_command(sub, "deliver", "publish accepted tuning results as a new store version (Beam)",
+                    ["fdo deliver", "fdo deliver --json"], BEAM_NOTE)
+    p.add_argument("--json", action="store_true", help="print the published version (null if none) as JSON")
+    p.set_defaults(run=cmd_deliver, takes_beam_args=True, home_url=True)
+
+
+@needs("pipeline")
+def cmd_deliver(args: argparse.Namespace, home: Home) -> int:
+    """Publish the accepted tuning results not yet live."""
+    from delivery.deliver import deliver
+
+    version = deliver(home, args.beam_args)
+    if args.json:
+        print_json({"version": version})
+    else:
+        print(f"published store version {version}" if version else "nothing new to deliver")
+    return EXIT_OK
+
+
+def add_store(sub: Subcommands) -> None:
+    """`fdo store`."""
+    p = add_command(sub, "store", "the versioned config store",
+                    ["fdo store versions", "fdo store show 0123456789abcdef0123456789abcdef",
+                     "fdo store diff 3 4", "fdo store rollback 3", "fdo store export 4",
+                     "fdo store import entries.jsonl"],
+                    "export prints JSON lines, one entry a line, whatever --json says.")
+    p.add_argument("action", choices=["versions", "show", "diff", "rollback", "export", "import"],
+                   help="versions: every version, * the live one, ! a damaged one; show: the live "
+                   "entries of a key; diff: what B changes against A; rollback: publish an old "
+                   "version's entries again; export: a version's entries; import: add entries")
+    p.add_argument("arg", nargs="?", metavar="ARG", help="show: KEY or fingerprint; diff: version A; "
+                   "rollback: version N; export: version (default: the live one); import: "
+                   "JSON-lines FILE")
+    p.add_argument("arg2", nargs="?", metavar="B", help="diff: version B (default: none, which only "
+                   "the other actions accept)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.set_defaults(run=cmd_store, home_use="read", home_url=True)  # rollback and import write
+
+
+def cmd_store(args: argparse.Namespace, home: Home) -> int:
+    """Run one action on the store: list, show, diff, roll back, export or import."""
+    from delivery.imports import import_file
+    from delivery.store import Store, entry_json
+
+    store = Store(home)
+    needed = _STORE_ARGUMENTS.get(args.action)
+    if needed and (args.arg is None or (args.action == "diff" and args.arg2 is None)):
+        raise ValueError(f"{args.action}: give {needed}")
+    if args.action == "versions":
+        _print_versions(store, args.json)
+        return EXIT_OK
+    if args.action == "show":
+        return _print_entries(store, args.arg, args.json)
+    if args.action == "diff":
+        _print_diff(store, _version(args.arg), _version(args.arg2), args.json)
+        return EXIT_OK
+    if args.action == "rollback":
+        version = store.rollback(_version(args.arg))
+        print(json.dumps({"version": version}) if args.json else f"published v{version} = v{args.arg}")
+        return EXIT_OK
+    if args.action == "export":
+        for row in store.entries(_version(args.arg) if args.arg else None).to_pylist():
+            print(json.dumps(entry_json(row), sort_keys=True))
+        return EXIT_OK
+    version, imported = import_file(home, Path(args.arg))
+    print(json.dumps({"version": version, "imported": imported}) if args.json
+          else f"imported {imported} entries: store version {version}")
+    return EXIT_OK
+
+
+# What each `fdo store` action needs after it (the others take nothing, or have a default).
+_STORE_ARGUMENTS = {"show": "a KEY or fingerprint", "diff": "two versions: A B",
+                    "rollback": "the version N to roll back to", "import": "a JSON-lines FILE"}
+
+
+def _version(text: str) -> int:
+    """A store version number given on the command line; ValueError naming it if it is none."""
+    try:
+        return int(text.removeprefix("v"))
+    except ValueError:
+        raise ValueError(f"version {text!r}: not a version number (1, 2, ... or v1, v2, ...)") from None
+
+
+def _print_versions(store: Store, as_json: bool) -> None:
+    """`fdo store versions`: every version (* the live one), then what is damaged (! marks it:
+    a stray or half-written directory, a version failing its checksum, a corrupt CURRENT)."""
+    from delivery.store import StoreError
+
+    damaged = store.problems()
+    try:
+        current = store.current()
+    except StoreError:
+        current = None
+    versions = store.versions()
+    if as_json:
+        print_json({"current": current, "versions": [m.__dict__ for m in versions], "damaged": damaged})
+        return
+    if not versions and not damaged:
+        print("store is empty: no versions")
+    if versions:
+        print_table(("version", "parent", "created", "entries", "reason"),
+                    [(f"{_version_mark(m.version, current, damaged)} v{m.version}",
+                      f"v{m.parent}" if m.parent is not None else "-", m.created[:19],
+                      ", ".join(f"{n} {kind}" for kind, n in m.counts.items()) or "none", m.reason)
+                     for m in versions], "<<<<<")
+    for name, problem in sorted(damaged.items()):
+        print(f"! {name:<5} damaged: {problem}")
+
+
+def _version_mark(version: int, current: int | None, damaged: dict[str, str]) -> str:
+    """`!` for a damaged version, `*` for the live one, else a blank."""
+    return "!" if f"v{version}" in damaged else "*" if version == current else " "
+
+
+def _print_entries(store: Store, key: str, as_json: bool) -> int:
+    """`fdo store show`: the live entries whose key or fingerprint is `key`; EXIT_FAILED if none."""
+    from delivery.store import entry_json
+
+    entries = [entry_json(r) for r in store.entries().to_pylist() if key in (r["key"], r["fingerprint"])]
+    if as_json:
+        print_json(entries)
+    elif entries:
+        print_table(("key", "kind", "speedup", "by", "expires", "config"),
+                    [(r["key"], r["kind"], f"{r['speedup']:.3f}x", r["provenance"], r["expires_at"][:10],
+                      config_text(r["config"])) for r in entries], "<<><<<")
+    else:
+        print(f"fdo store show: no live entry has the key or fingerprint {key}", file=sys.stderr)
+    return EXIT_OK if entries else EXIT_FAILED
+
+
+def _print_diff(store: Store, old: int, new: int, as_json: bool) -> None:
+    """`fdo store diff A B`: the keys B adds, removes and changes against A."""
+    from delivery.store import entry_json
+
+    before, after = ({r["key"]: r for r in map(entry_json, store.entries(v).to_pylist())}
+                     for v in (old, new))
+    diff = {"added": sorted(after.keys() - before.keys()), "removed": sorted(before.keys() - after.keys()),
+            "changed": sorted(k for k in before.keys() & after.keys() if before[k] != after[k])}
+    if as_json:
+        print_json(diff)
+        return
+    print(f"v{old} -> v{new}: " + ", ".join(f"{len(keys)} {change}" for change, keys in diff.items()))
+    rows = [(change, key) for change, keys in diff.items() for key in keys]
+    if rows:
+        print_table(("change", "key"), rows, "<<", indent="  ")
+    else:
+        print(f"  v{old} and v{new} hold the same entries")
+
+
+def add_serve(sub: Subcommands) -> None:
+    """`fdo serve`."""
+    p = add_command(sub, "serve", "the config service and the dashboards (FastAPI on uvicorn)",
+                    ["fdo serve",
+                     "fdo serve --host 0.0.0.0 --port 8470 --token-file token.txt --validate-every 60"],
+                    "Exit status 2: an unreadable --token-file, a home it cannot write (with a token or "
+                    "--validate-every), a port in use or an unknown host.")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8470, help="TCP port to listen on")
+    p.add_argument("--token-file", metavar="FILE", help="file holding the bearer token for writes "
+                   "(default: $FDO_TOKEN; with neither, the store is read-only through the server)")
+    p.add_argument("--validate-every", type=float, metavar="MINUTES",
+                   help="also run the validator in the background at this interval (default: never)")
+    p.add_argument("--validate-budget-minutes", type=float, default=30.0, metavar="MINUTES",
+                   help="time budget of each background validation run")
+    p.set_defaults(run=cmd_serve)
+
+
+@needs("service")
+def cmd_serve(args: argparse.Namespace, home: Path) -> int:
+    """Serve the store and the dashboards of `home` until interrupted."""
+    import uvicorn
+
+    from delivery.service import create_app
+    from pipelines.dashboard.routes import dashboard_router
+
+    token = os.environ.get("FDO_TOKEN")
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--token-file {args.token_file}: {getattr(exc, 'strerror', None) or exc}") from None
+    listening = _listen(args.host, args.port)
+    if not token:
+        print("fdo serve: no FDO_TOKEN or --token-file: the store is read-only through this server",
+              file=sys.stderr)
+    scheduler = None
+    if args.validate_every:
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        from validator.schedule import add_validation_job
+
+        scheduler = BackgroundScheduler()
+        add_validation_job(scheduler, home, args.validate_every, args.validate_budget_minutes)
+        scheduler.start()
+    app = create_app(home, token or None)
+    app.include_router(dashboard_router(home))  # the dashboards at / and /api/
+    print(f"fdo serve: dashboards at http://{args.host}:{args.port}/", file=sys.stderr)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    try:
+        server.run(sockets=[listening])
+    finally:
+        if scheduler is not None:
+            scheduler.shutdown(wait=False)
+    return EXIT_OK if server.started else EXIT_FAILED
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port for uvicorn; ValueError naming them when it cannot be (a
+    port in use, an unknown host), which uvicorn would report as exit 3, our quarantine code."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listening = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(address)
+    except OSError as exc:
+        listening.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return listening
+
+
+def add_run(sub: Subcommands) -> None:
+    """`fdo run`."""
+    p = add_command(sub, "run", "run a program with the compiler hook on (FDO_HOOK=1)",
+                    ["fdo run -- python train.py --steps 100",
+                     "fdo run --store-url http://fdo.internal:8470 --job-id train-7 -- python train.py"])
+    p.add_argument("--store-url", metavar="URL",
+                   help="ask this config service (default: the store under --home)")
+    p.add_argument("--store-version", type=int, metavar="N", help="pin this store version "
+                   "(default: the live one)")
+    p.add_argument("--job-id", metavar="ID", help="the job's id in hit records (default: host-pid)")
+    p.add_argument("--spool-hlo", action="store_true",
+                   help="spool each module's HLO under HOME/spool/symbols for fdo ingest symbols")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM ...",
+                   help="the program and its arguments, after --")
+    p.set_defaults(run=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace, home: Path) -> int:
+    """Replace this process with the program, the hook on and pointed at `home` (the hook runs
+    inside the program, so the home reaches it through its environment: FDO_HOME)."""
+    command = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not command:
+        print("fdo run: give the program to run after --, e.g. fdo run -- python train.py",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    env = dict(os.environ, FDO_HOOK="1", FDO_HOME=str(home))
+    for name, value in (("FDO_STORE_URL", args.store_url), ("FDO_STORE_VERSION", args.store_version),
+                        ("FDO_JOB_ID", args.job_id)):
+        if value is not None:
+            env[name] = str(value)
+    if args.spool_hlo:
+        env["FDO_SPOOL_HLO"] = "1"
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        print(f"fdo run: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -1,0 +1,294 @@
+"""`fdo evaluate`, `workloads`, `tune`, `analyze`: measuring and searching compiler configs, and
+the workload zoo they are tried on."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_DEFAULT_FAILS, EXIT_FAILED, EXIT_OK, JSON_HELP,
+                                  Subcommands, add_command, config_text, print_json, print_table)
+from pipelines.extras import needs
+from pipelines import stages
+from tuner.strategies import STRATEGIES
+
+
+def add_evaluate(sub: Subcommands) -> None:
+    """`fdo evaluate`."""
+    p = add_command(sub, "evaluate", "measure a compiler config against the default",
+                    ["fdo evaluate module.txt",
+                     "fdo evaluate module.txt --set xla_cpu_enable_fast_math=true --max-seconds 10",
+                     "fdo evaluate module.txt --set placement:REDUCE=xla --json"],
+                    "Exit status 4: the module fails with the compiler's default config (it does not "
+                    "compile or run), so there is nothing to measure against; the candidate is still "
+                    "tried, and if it runs the module, its numerics are checked against a reference "
+                    "config that routes every fusion type to XLA's own emitters. 1: the candidate "
+                    "fails, or its numerics are off.")
+    p.add_argument("file", metavar="FILE", help="HLO module (unoptimized) to compile and run")
+    p.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE",
+                   help="a compiler flag of the candidate; repeat for more (default: none, an A/A "
+                   "check of the default against itself)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.add_argument("--max-seconds", type=float, default=30.0, metavar="SECONDS",
+                   help="timing budget of the paired measurements")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="the worker process is stopped after this long")
+    p.set_defaults(run=cmd_evaluate, home_use=None)
+
+
+def cmd_evaluate(args: argparse.Namespace, home: Path) -> int:
+    """Measure the --set config against the default on one module."""
+    from hlo.module import load_file
+    from execution.compile import check_options
+    from execution.evaluate import DEFAULT_FAILS, evaluate
+    from execution.flags import parse_assignment, to_json
+    from execution.measure import MeasureSettings
+
+    module = load_file(args.file)
+    candidate = dict(parse_assignment(item) for item in args.set)
+    check_options(candidate)
+    settings = MeasureSettings(max_seconds=args.max_seconds)
+    result = evaluate(module, candidate, settings=settings, timeout=args.timeout)
+    if args.json:
+        print_json({**result.to_json(), "config": to_json(candidate)})
+    else:
+        _print_evaluation(module.source, candidate, result)
+    if result.failure == DEFAULT_FAILS:
+        return EXIT_DEFAULT_FAILS
+    if result.error is not None or result.numerics_ok is False:
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
+    from execution.evaluate import DEFAULT_FAILS
+
+    label = config_text(candidate) if candidate else "A/A (default vs default)"
+    print(f"{source}: {label}")
+    if result.failure == DEFAULT_FAILS:
+        print(f"  {result.error}")  # "default fails: <reason>"
+        if result.candidate_runs is not None:
+            print(f"  {_without_default(result)}")
+        return
+    if result.error:
+        print(f"  failed: {result.error}")
+        return
+    if result.identical_program:
+        print("  the candidate compiles to the same program as the default: nothing to measure")
+        return
+    verdict = "significant gain" if result.significant else "no significant gain"
+    print(f"  speedup {result.speedup:.3f}x  (99% CI {result.ci_low:.3f} .. {result.ci_high:.3f}, "
+          f"{result.pairs} pairs, {verdict})")
+    print(f"  numerics {'ok' if result.numerics_ok else 'FAILED'}; "
+          f"compile {result.compile_seconds:.2f} s")
+
+
+def _without_default(result: Any) -> str:
+    """What the candidate did where the default fails."""
+    if not result.candidate_runs:
+        return "the candidate does not run it either"
+    if result.numerics_ok is None:
+        return "the candidate runs it (its numerics unchecked: the reference config fails too)"
+    verdict = "ok" if result.numerics_ok else "FAILED"
+    return (f"the candidate runs it; numerics {verdict} against the reference config (every "
+            "fusion type on XLA's own emitters)")
+
+
+def add_workloads(sub: Subcommands) -> None:
+    """`fdo workloads`."""
+    p = add_command(sub, "workloads", "the workload zoo: list it, or dump its programs as XLA dump "
+                    "directories", ["fdo workloads list", "fdo workloads dump mlp-s cnn-s --out zoo-dump"])
+    p.add_argument("action", choices=["list", "dump"],
+                   help="list: name, family, size and description of each; dump: compile them and "
+                   "write XLA dump directories under --out")
+    p.add_argument("--out", default="zoo-dump", metavar="DIR", help="dump: output directory")
+    p.add_argument("names", nargs="*", metavar="NAME", help="dump: only these workloads (default: all)")
+    p.add_argument("--json", action="store_true", help="print the workloads (list) or the dump "
+                   "directories (dump) as JSON")
+    p.set_defaults(run=cmd_workloads, home_use=None)
+
+
+def cmd_workloads(args: argparse.Namespace, home: Path) -> int:
+    """List the zoo's workloads, or dump them."""
+    from workloads import zoo
+
+    if args.action == "list":
+        rows = [{"name": w.name, "family": w.family, "size": w.size,
+                 "description": w.description} for w in zoo.all_workloads()]
+        if args.json:
+            print_json(rows)
+        else:
+            print_table(("name", "family", "size", "description"),
+                        [(r["name"], r["family"], str(r["size"]), r["description"]) for r in rows], "<<<<")
+        return EXIT_OK
+    return _dump_workloads(args)
+
+
+@needs("pipeline")
+def _dump_workloads(args: argparse.Namespace) -> int:
+    from workloads.zoo.dump import dump_workloads
+
+    out = Path(args.out)
+    dirs = dump_workloads(out, names=args.names or None, progress=not args.json)
+    if args.json:
+        print_json([str(d) for d in dirs])
+    else:
+        print(f"dumped {len(dirs)} workloads under {out}")
+    return EXIT_OK
+
+
+def add_tune(sub: Subcommands) -> None:
+    """`fdo tune`."""
+    graph, op = stages.TUNE_DEFAULTS["graph"], stages.TUNE_DEFAULTS["op"]
+    p = add_command(sub, "tune", "search compiler flags for HLO modules and verify the best",
+                    ["fdo tune --top 3 --budget-minutes 30",
+                     "fdo tune module.txt --budget-evals 20 --cores 0-7", "fdo tune --kind op --top 2"],
+                    "Exit status 4: a module fails with the compiler's default config (it does not "
+                    "compile or run), so there is nothing to measure against; its task ends with "
+                    "status \"default fails: <reason>\".")
+    p.add_argument("files", nargs="*", metavar="FILE", help="HLO modules (unoptimized) to tune "
+                   "(default: none, the top ranked graph candidates this machine can measure)")
+    p.add_argument("--kind", choices=list(stages.TUNE_DEFAULTS), default="graph",
+                   help="op: tune the top ranked ops (cut out of their graphs), then fold the "
+                   "winners into graph-level configs measured on each whole graph")
+    p.add_argument("--top", type=int, default=5, metavar="K", help="without files: how many candidates")
+    p.add_argument("--budget-evals", type=int, default=None, metavar="N",
+                   help=f"evaluations per task (default: {graph.budget_evals} for graphs, the whole "
+                   "space for ops)")
+    p.add_argument("--budget-minutes", type=float, default=None, metavar="MINUTES",
+                   help="time budget per task (default: none, --budget-evals alone)")
+    p.add_argument("--strategy", default=None, choices=sorted(STRATEGIES),
+                   help="the search's last phase, after the default's one-move neighbours (by "
+                   f"prior) and their combinations (default: {graph.strategy} for graphs, {op.strategy} "
+                   "for ops)")
+    p.add_argument("--plain", action="store_true",
+                   help="the strategy alone, from the first evaluation (no neighbours, no "
+                   "combinations; for comparisons)")
+    p.add_argument("--no-fold", action="store_true", help="with --kind op: tune the ops only")
+    p.add_argument("--cores", default=None, metavar="CORES",
+                   help="cores to compile and measure on, e.g. 0-7; a quarter compile, the rest "
+                   "measure (default: all available)")
+    p.add_argument("--compile-workers", type=int, default=None, metavar="N",
+                   help="compile worker processes (default: one per compile core)")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the search")
+    p.add_argument("--json", action="store_true", help="print the tuning results as JSON")
+    p.set_defaults(run=cmd_tune)
+
+
+@needs("pipeline")
+def cmd_tune(args: argparse.Namespace, home: Path) -> int:
+    """Tune the modules given, or the top ranked graphs (or ops, folded into their graphs)."""
+    from hlo.module import load_file
+
+    if args.kind == "op":
+        return _tune_ops(args, home)
+    settings = _tune_settings(args)
+    if args.files:
+        tasks = [(str(path), load_file(path), None) for path in args.files]
+    else:
+        from tuner.candidates import tunable_candidates
+
+        tasks = tunable_candidates(home, args.top)
+        if not tasks:
+            print("no ranked graph candidates that this machine can measure (run fdo rank)",
+                  file=sys.stderr)
+            return EXIT_FAILED
+    results = stages.tune_graphs(home, tasks, settings, progress=not args.json)
+    if args.json:
+        payload = [r.to_json() for r in results]
+        print_json(payload[0] if len(payload) == 1 else payload)
+    else:
+        for (label, _, _), r in zip(tasks, results):
+            _print_tune_result(label, r)
+    return _tune_exit(results)
+
+
+def _tune_ops(args: argparse.Namespace, home: Path) -> int:
+    """`fdo tune --kind op`: tune the top ranked ops, then fold them into their graphs."""
+    from tuner.fold import tune_ops_and_fold
+
+    if args.files:
+        print("fdo tune --kind op: ops come from the ranking (fdo rank); give no files",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    done = tune_ops_and_fold(home, args.top, _tune_settings(args), fold=not args.no_fold,
+                             progress=not args.json)
+    for reason in done.skipped:
+        print(f"skipped {reason}", file=sys.stderr)
+    if not done.tasks:
+        print("no ranked op candidates that this machine can measure (run fdo rank)",
+              file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print_json({"ops": [r.to_json() for r in done.results],
+                    "folds": [f.to_json() for _, f in done.folds]})
+    else:
+        for (label, _, _), r in zip(done.tasks, done.results):
+            _print_tune_result(label, r)
+        for graph, f in done.folds:
+            _print_tune_result(f"graph {graph[:8]} folded from {len(f.sources)} op results", f)
+    return _tune_exit(done.results)
+
+
+def _tune_exit(results: list[Any]) -> int:
+    """`fdo tune`'s exit status: EXIT_DEFAULT_FAILS if any task's default failed."""
+    from execution.evaluate import DEFAULT_FAILS
+
+    return EXIT_DEFAULT_FAILS if any(r.failure == DEFAULT_FAILS for r in results) else EXIT_OK
+
+
+def _tune_settings(args: argparse.Namespace) -> Any:
+    """`fdo tune`'s TuneSettings from its arguments, the kind's defaults for the rest; ValueError
+    names a bad --cores or --compile-workers."""
+    from execution.cores import parse_cores
+
+    if args.compile_workers is not None and args.compile_workers < 1:
+        raise ValueError(f"--compile-workers {args.compile_workers}: at least one is needed")
+    # --budget-evals 0 asks for no budget of its own: the kind's default, as without it.
+    return stages.tune_settings(args.kind, budget_evals=args.budget_evals or None,
+                                budget_minutes=args.budget_minutes, strategy=args.strategy,
+                                schedule=not args.plain, seed=args.seed,
+                                cores=parse_cores(args.cores) if args.cores else None,
+                                compile_workers=args.compile_workers)
+
+
+def _print_tune_result(label: str, r: Any) -> None:
+    interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else ""
+    speed = f"{r.speedup:.3f}x {interval}" if r.speedup is not None else ""
+    print(f"{label}: {r.status} {speed} after {r.evaluations} evaluations "
+          f"({r.measured} timed); config {config_text(r.to_json()['config'])}")
+
+
+def add_analyze(sub: Subcommands) -> None:
+    """`fdo analyze`."""
+    p = add_command(sub, "analyze", "which compiler flags matter, from every tuning trial",
+                    ["fdo analyze flags --top 10",
+                     "fdo analyze flags --graph 0123456789abcdef0123456789abcdef --json"])
+    p.add_argument("what", choices=["flags"], help="flags: each flag's importance and its values' effects")
+    p.add_argument("--top", type=int, default=None, metavar="N",
+                   help="only the N most important flags (default: all)")
+    p.add_argument("--graph", metavar="FINGERPRINT",
+                   help="only the trials of this graph fingerprint (default: every graph's)")
+    p.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    p.set_defaults(run=cmd_analyze, home_use="read")
+
+
+def cmd_analyze(args: argparse.Namespace, home: Path) -> int:
+    """Which flags matter, from every tuning trial in the warehouse (or one graph's)."""
+    from tuner.analyze import analyze_flags, format_analysis
+
+    analysis = analyze_flags(home, fingerprint=args.graph)
+    if args.json:
+        payload = analysis.to_json()
+        payload["flags"] = payload["flags"][: args.top]
+        print_json(payload)
+    if analysis.trials == 0:
+        where = f" for graph {args.graph}" if args.graph else ""
+        print(f"no tuning trials in the warehouse under {home}{where}: run fdo tune first",
+              file=sys.stderr)
+        return EXIT_FAILED
+    if not args.json:
+        print(format_analysis(analysis, args.top))
+    return EXIT_OK
