@@ -29,32 +29,25 @@ metadata) of lines (threads, streams) of timed events, each with stats. What XLA
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
-
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.message import DecodeError
+from typing import Any
 
 from hlo.fingerprint import fingerprint_module
 from hlo.module import HloLoadError, HloModule, from_proto_bytes
 from ingest.errors import first_line
+from ingest.xplane_metadata import METADATA_PLANE, MODULE_EVENT_NAME, CorruptMetadata, HloEntries, as_int, hlo_protos
 
-METADATA_PLANE = "/host:metadata"
 DEVICE_PLANE_PREFIX = "/device:"
 XLA_MODULES_LINE = "XLA Modules"
 XLA_OPS_LINE = "XLA Ops"
 GPU_MODULE_EVENT_SUFFIX = ":XLA GPU module"
-HLO_PROTO_STAT = "Hlo Proto"
 # Instructions whose thunks only run the thunks of the computations they call.
 _CONTROL_FLOW_OPCODES = frozenset({"while", "conditional", "call"})
-_MODULE_EVENT_NAME = re.compile(r"^(?P<name>.*)\((?P<id>\d+)\)$")
 
 _ModuleKey = tuple[str | None, int | None]  # (module name, program_id) as events name them
 _Span = tuple[float, float, _ModuleKey]  # (start ns, end ns, module) of a module-level event
-_HloEntries = dict[int | None, list[tuple[str, bytes]]]  # program_id -> [(name, HloProto)]
 
 
 @dataclass(frozen=True)
@@ -98,7 +91,10 @@ def read_trace(path: Path | str, max_bytes: int = 1 << 30) -> list[ModuleTime]:
         profile = ProfileData.from_serialized_xspace(data)
     except Exception as exc:  # jaxlib raises RuntimeError("Failed to parse XSpace ...")
         raise TraceError(f"{path}: not a profiler trace (XSpace): {first_line(exc)}") from exc
-    hlos = _hlo_protos(data, path)
+    try:
+        hlos = hlo_protos(data)
+    except CorruptMetadata as exc:
+        raise TraceError(f"{path}: corrupt profiler trace: {exc}") from exc
     events = _collect(profile)
     if not events.op_events and not events.module_events:
         raise TraceError(f"{path}: no XLA module executions in the trace")
@@ -159,9 +155,9 @@ def _module_line_events(plane_name: str, lines: list, events: _Events) -> list[_
             continue
         for event in line.events:
             stats = dict(event.stats)
-            match = _MODULE_EVENT_NAME.match(event.name)
+            match = MODULE_EVENT_NAME.match(event.name)
             name = stats.get("hlo_module") or (match.group("name") if match else event.name)
-            program_id = _as_int(stats.get("program_id", match.group("id") if match else None))
+            program_id = as_int(stats.get("program_id", match.group("id") if match else None))
             start, end = event.start_ns, event.start_ns + event.duration_ns
             events.module_events[(name, program_id)].append((plane_name, start, end))
             spans.append((start, end, (name, program_id)))
@@ -177,7 +173,7 @@ def _xla_ops_line(plane_name: str, line: Any, on_device: bool, module_spans: lis
         start, end = event.start_ns, event.start_ns + event.duration_ns
         module = _containing(module_spans, start, end)
         if module is None:
-            module = (stats.get("hlo_module"), _as_int(stats.get("program_id")))
+            module = (stats.get("hlo_module"), as_int(stats.get("program_id")))
         if module == (None, None):
             continue
         op = stats.get("hlo_op") or event.name
@@ -198,7 +194,7 @@ def _classify(event: Any, track: tuple[str, str], on_device: bool, events: _Even
     run_id = stats.get("run_id")
     hlo_op = stats.get("hlo_op")
     if hlo_op is not None and ("hlo_module" in stats or "program_id" in stats):
-        module = (stats.get("hlo_module"), _as_int(stats.get("program_id")))
+        module = (stats.get("hlo_module"), as_int(stats.get("program_id")))
         run = (run_id, stats.get("device_ordinal")) if run_id is not None else None
         events.op_events.append(_OpEvent(module, str(hlo_op), start, end, track, on_device, run))
     elif run_id is not None:
@@ -225,7 +221,7 @@ class _Hlo:
     instructions: frozenset[str]  # every instruction name in the module
 
 
-def _modules(events: _Events, hlos: _HloEntries, path: Path) -> list[ModuleTime]:
+def _modules(events: _Events, hlos: HloEntries, path: Path) -> list[ModuleTime]:
     names_by_id = {
         pid: entries[0][0] for pid, entries in hlos.items() if pid is not None and len(entries) == 1
     }
@@ -360,7 +356,7 @@ def _leaf_events(op_events: list[_OpEvent]) -> list[_OpEvent]:
     return kept
 
 
-def _load_hlo(key: tuple[str, int | None], hlos: _HloEntries, path: Path) -> _Hlo | None:
+def _load_hlo(key: tuple[str, int | None], hlos: HloEntries, path: Path) -> _Hlo | None:
     name, program_id = key
     candidates = hlos.get(program_id, []) if program_id is not None else []
     if not candidates:  # no program id to match by: a module name the metadata holds once
@@ -381,155 +377,6 @@ def _load_hlo(key: tuple[str, int | None], hlos: _HloEntries, path: Path) -> _Hl
 
 
 # --------------------------------------------------------------------------------------------
-# The metadata plane (ProfileData does not expose event metadata)
-
-_F = descriptor_pb2.FieldDescriptorProto
-_OPT, _REP = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
-# tsl/profiler/protobuf/xplane.proto, only what the metadata plane needs. Field numbers are fixed.
-_XPLANE_SCHEMA: dict[str, list[tuple[str, int, int, int, str | None]]] = {
-    "XStat": [
-        ("metadata_id", 1, _F.TYPE_INT64, _OPT, None),
-        ("double_value", 2, _F.TYPE_DOUBLE, _OPT, None),
-        ("uint64_value", 3, _F.TYPE_UINT64, _OPT, None),
-        ("int64_value", 4, _F.TYPE_INT64, _OPT, None),
-        ("str_value", 5, _F.TYPE_STRING, _OPT, None),
-        ("bytes_value", 6, _F.TYPE_BYTES, _OPT, None),
-        ("ref_value", 7, _F.TYPE_UINT64, _OPT, None),
-    ],
-    "XEventMetadata": [
-        ("id", 1, _F.TYPE_INT64, _OPT, None),
-        ("name", 2, _F.TYPE_STRING, _OPT, None),
-        ("stats", 5, _F.TYPE_MESSAGE, _REP, ".fdo_xplane.XStat"),
-    ],
-    "XStatMetadata": [
-        ("id", 1, _F.TYPE_INT64, _OPT, None),
-        ("name", 2, _F.TYPE_STRING, _OPT, None),
-    ],
-    "EventMetadataEntry": [
-        ("key", 1, _F.TYPE_INT64, _OPT, None),
-        ("value", 2, _F.TYPE_MESSAGE, _OPT, ".fdo_xplane.XEventMetadata"),
-    ],
-    "StatMetadataEntry": [
-        ("key", 1, _F.TYPE_INT64, _OPT, None),
-        ("value", 2, _F.TYPE_MESSAGE, _OPT, ".fdo_xplane.XStatMetadata"),
-    ],
-    # Lines (field 3) are left out: the metadata plane has none, and unknown fields are skipped.
-    "XPlane": [
-        ("id", 1, _F.TYPE_INT64, _OPT, None),
-        ("name", 2, _F.TYPE_STRING, _OPT, None),
-        ("event_metadata", 4, _F.TYPE_MESSAGE, _REP, ".fdo_xplane.EventMetadataEntry"),
-        ("stat_metadata", 5, _F.TYPE_MESSAGE, _REP, ".fdo_xplane.StatMetadataEntry"),
-    ],
-}
-
-
-def _build_xplane_classes() -> dict[str, type]:
-    fd = descriptor_pb2.FileDescriptorProto(
-        name="fdo_xplane_subset.proto", package="fdo_xplane", syntax="proto3"
-    )
-    for message_name, fields in _XPLANE_SCHEMA.items():
-        message = fd.message_type.add(name=message_name)
-        if message_name == "XStat":
-            message.oneof_decl.add(name="value")
-        for field_name, number, field_type, label, type_name in fields:
-            field = message.field.add(name=field_name, number=number, type=field_type, label=label)
-            if type_name:
-                field.type_name = type_name
-            if message_name == "XStat" and number >= 2:
-                field.oneof_index = 0
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fd)
-    return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"fdo_xplane.{name}"))
-        for name in _XPLANE_SCHEMA
-    }
-
-
-_XPLANE = _build_xplane_classes()
-
-
-def _hlo_protos(data: bytes, path: Path) -> _HloEntries:
-    """program_id -> [(event metadata name, serialized HloProto)] from `/host:metadata`."""
-    result: dict[int | None, list[tuple[str, bytes]]] = defaultdict(list)
-    view = memoryview(data)
-    try:
-        for number, wire_type, start, end in _fields(view, 0, len(view)):
-            if number != 1 or wire_type != 2 or _plane_name(view, start, end) != METADATA_PLANE:
-                continue
-            plane = _XPLANE["XPlane"].FromString(view[start:end].tobytes())
-            stat_names = {entry.key: entry.value.name for entry in plane.stat_metadata}
-            for entry in plane.event_metadata:
-                metadata = entry.value
-                stats = {stat_names.get(s.metadata_id): s for s in metadata.stats}
-                proto = stats.get(HLO_PROTO_STAT)
-                if proto is None or not proto.bytes_value:
-                    continue
-                program_id = _stat_int(stats.get("program_id"))
-                if program_id is None:
-                    match = _MODULE_EVENT_NAME.match(metadata.name)
-                    program_id = int(match.group("id")) if match else None
-                result[program_id].append((metadata.name, proto.bytes_value))
-    except (DecodeError, _WireError) as exc:
-        raise TraceError(f"{path}: corrupt profiler trace: {exc}") from exc
-    return dict(result)
-
-
-class _WireError(ValueError):
-    pass
-
-
-def _fields(view: memoryview, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """(field number, wire type, value start, value end) of the fields in view[pos:end]."""
-    while pos < end:
-        key, pos = _varint(view, pos, end)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            _, value_end = _varint(view, pos, end)
-        elif wire_type == 1:
-            value_end = pos + 8
-        elif wire_type == 2:
-            length, pos = _varint(view, pos, end)
-            value_end = pos + length
-        elif wire_type == 5:
-            value_end = pos + 4
-        else:
-            raise _WireError(f"unsupported wire type {wire_type}")
-        if value_end > end:
-            raise _WireError("truncated message")
-        yield number, wire_type, pos, value_end
-        pos = value_end
-
-
-def _varint(view: memoryview, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise _WireError("truncated or malformed varint")
-        byte = view[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _plane_name(view: memoryview, start: int, end: int) -> str | None:
-    for number, wire_type, value_start, value_end in _fields(view, start, end):
-        if number == 2 and wire_type == 2:
-            return view[value_start:value_end].tobytes().decode("utf-8", "replace")
-    return None
-
-
-def _stat_int(stat: Any) -> int | None:
-    if stat is None:
-        return None
-    kind = stat.WhichOneof("value")
-    if kind in ("int64_value", "uint64_value"):
-        return int(getattr(stat, kind))
-    return _as_int(stat.str_value) if kind == "str_value" else None
-
-
-# --------------------------------------------------------------------------------------------
 # Helpers
 
 
@@ -543,14 +390,3 @@ def _read(path: Path, max_bytes: int) -> bytes:
         return path.read_bytes()
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-
-
-def _as_int(value: Any) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None

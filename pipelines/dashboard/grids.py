@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pipelines.dashboard.charts import level_text
+from pipelines.dashboard.figures import level_text
 from pipelines.dashboard.queries import SCREENED_LEVEL, VALIDATED_LEVEL, Row
 from tuner.analyze import CONFIDENCE as FLAG_LEVEL
 

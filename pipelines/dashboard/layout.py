@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from pipelines.dashboard import charts, grids
 from pipelines.dashboard.charts import Chart
+from pipelines.dashboard.figures import level_text
 from pipelines.dashboard.grids import Grid
 from pipelines.dashboard.queries import SUMMARY_INPUTS, VERIFIED_LEVEL
 from tuner.analyze import CONFIDENCE as FLAG_LEVEL
 
 Card = Chart | Grid
-VERIFIED = charts.level_text(VERIFIED_LEVEL)
+VERIFIED = level_text(VERIFIED_LEVEL)
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ TUNER = Page("tuner", "Tuner", (
     )),
     ("Which flags matter", (
         Chart("flag-importance", "Flag importance", "How much each flag moves the speed of the trials "
-              f"that set it (as `fdo analyze flags`), with its {charts.level_text(FLAG_LEVEL)} bootstrap "
+              f"that set it (as `fdo analyze flags`), with its {level_text(FLAG_LEVEL)} bootstrap "
               "interval", "flags", charts.flag_importance, "fdo tune", wide=True),
         grids.FLAG_VALUES,
     )),
