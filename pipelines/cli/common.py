@@ -68,6 +68,16 @@ def add_command(sub: Subcommands, name: str, help: str, examples: list[str],
                           formatter_class=HelpFormatter)
 
 
+def add_validation_options(p: argparse.ArgumentParser, budget_minutes: float) -> None:
+    """`--validate-every MINUTES` and `--validate-budget-minutes` of a daemon that also runs the
+    validator in the background (`--validate-every-minutes` is the scheduler's older name)."""
+    p.add_argument("--validate-every", "--validate-every-minutes", dest="validate_every", type=float,
+                   default=None, metavar="MINUTES",
+                   help="also run the validator in the background at this interval (default: never)")
+    p.add_argument("--validate-budget-minutes", type=float, default=budget_minutes, metavar="MINUTES",
+                   help="time budget of each background validation run")
+
+
 def print_json(payload: Any) -> None:
     """`payload` as one JSON document on one line: what --json prints."""
     print(json.dumps(payload, indent=None, sort_keys=True))

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from pipelines.cli.common import (BEAM_NOTE, EXIT_FAILED, EXIT_OK, Subcommands, add_command, print_json,
-                                  print_table)
+from pipelines.cli.common import (BEAM_NOTE, EXIT_FAILED, EXIT_OK, Subcommands, add_command, add_validation_options,
+                                  print_json, print_table)
 from pipelines.extras import needs
 
 
@@ -69,17 +69,14 @@ def add_scheduler(sub: Subcommands) -> None:
     """`fdo scheduler`."""
     p = add_command(sub, "scheduler", "the daemon: fdo nightly on a cron, the validator on an interval",
                     ["fdo scheduler", "fdo scheduler --cron '30 1 * * *' --nightly-args='--top 2 "
-                     "--top-ops 1' --validate-every-minutes 120"])
+                     "--top-ops 1' --validate-every 120"])
     p.add_argument("--cron", default="0 2 * * *",
                    help="when the nightly run starts: a crontab line in UTC, 5 fields (or 6, seconds first)")
     p.add_argument("--misfire-grace-minutes", type=float, default=360.0, metavar="MINUTES",
                    help="a run missed while the daemon was down still runs within this time")
     p.add_argument("--nightly-args", default="", metavar="ARGS", help="arguments for each fdo nightly, "
                    "as one string: --nightly-args=\"--top 2 ...\" (default: none)")
-    p.add_argument("--validate-every-minutes", type=float, default=None, metavar="MINUTES",
-                   help="also run the validator on this interval (default: never)")
-    p.add_argument("--validate-budget-minutes", type=float, default=10.0, metavar="MINUTES",
-                   help="time budget of each validation run")
+    add_validation_options(p, budget_minutes=10.0)
     p.set_defaults(run=cmd_scheduler)
 
 
@@ -92,6 +89,6 @@ def cmd_scheduler(args: argparse.Namespace, home: Path) -> int:
 
     settings = SchedulerSettings(cron=args.cron, misfire_grace_minutes=args.misfire_grace_minutes,
                                  nightly_args=tuple(shlex.split(args.nightly_args)),
-                                 validate_every_minutes=args.validate_every_minutes,
+                                 validate_every_minutes=args.validate_every,
                                  validate_budget_minutes=args.validate_budget_minutes)
     return run_scheduler(home, settings)

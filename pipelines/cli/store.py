@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipelines.cli.common import (BEAM_NOTE, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, JSON_HELP, Subcommands,
-                                  add_command, config_text, print_json, print_table)
+                                  add_command, add_validation_options, config_text, print_json, print_table)
 from pipelines.extras import needs
 from storage.home import Home
 
@@ -182,10 +182,7 @@ def add_serve(sub: Subcommands) -> None:
     p.add_argument("--port", type=int, default=8470, help="TCP port to listen on")
     p.add_argument("--token-file", metavar="FILE", help="file holding the bearer token for writes "
                    "(default: $FDO_TOKEN; with neither, the store is read-only through the server)")
-    p.add_argument("--validate-every", type=float, metavar="MINUTES",
-                   help="also run the validator in the background at this interval (default: never)")
-    p.add_argument("--validate-budget-minutes", type=float, default=30.0, metavar="MINUTES",
-                   help="time budget of each background validation run")
+    add_validation_options(p, budget_minutes=30.0)
     p.set_defaults(run=cmd_serve)
 
 
