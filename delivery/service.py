@@ -36,7 +36,6 @@ import hmac
 import json
 import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, TypeVar
 
 import anyio
@@ -58,6 +57,7 @@ from delivery.api import (BatchLookup, BatchRequest, ErrorAnswer, Health, Import
 from delivery.imports import MAX_IMPORT_BYTES, describe, entry_rows, publish_import
 from delivery.metrics import ServiceMetrics
 from delivery.store import Store, StoreError, entry_json
+from storage.home import Home
 
 MAX_BODY_BYTES = MAX_IMPORT_BYTES  # an import
 MAX_JSON_BYTES = 1 << 20  # any other body: 1000 keys take 35 kB
@@ -117,7 +117,7 @@ class LiveSnapshot:
     """The live version's snapshot, rendered again in a reader process when the files that
     make it change; a rendering that fails keeps the last good snapshot, with the reason."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Home) -> None:
         self.home = home
         self.snapshot = Snapshot(None)
         self._seen: object = object()  # the files' state at the last rendering: none yet
@@ -126,7 +126,7 @@ class LiveSnapshot:
 
     async def load(self) -> None:
         """The first rendering, in a thread: nothing is served yet, no process needed."""
-        self._seen = _disk_state(self.home / "store")
+        self._seen = _disk_state(self.home)
         await self._render(anyio.to_thread.run_sync(_render, self.home))
 
     async def refresh(self) -> None:
@@ -134,7 +134,7 @@ class LiveSnapshot:
         if self._refreshing is None:  # made on the event loop, which anyio needs running
             self._refreshing = anyio.Lock()
         async with self._refreshing:
-            state = await anyio.to_thread.run_sync(_disk_state, self.home / "store")
+            state = await anyio.to_thread.run_sync(_disk_state, self.home)
             if state != self._seen:
                 self._seen = state
                 await self._render(self._reader.run(_render, self.home))
@@ -188,8 +188,9 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-def create_app(home: Path, token: str | None) -> FastAPI:
-    """The service over the store in `home`; writes need `token` (none given: writes refused)."""
+def create_app(home: Home, token: str | None) -> FastAPI:
+    """The service over the store in `home` (local or URL); writes need `token` (none given:
+    writes refused)."""
     store = Store(home)
     live = LiveSnapshot(home)
     writer = Processes()
@@ -356,7 +357,7 @@ def _lowly(function: Callable[..., T], args: tuple[Any, ...]) -> T:
     return function(*args)
 
 
-def _render(home: Path) -> Rendering:
+def _render(home: Home) -> Rendering:
     """The live version, when it was published, and the JSON of each of its entries by key."""
     store = Store(home)
     version = store.current()
@@ -368,7 +369,7 @@ def _render(home: Path) -> Rendering:
                                 for row in rows}
 
 
-def _import(home: Path, body: bytes) -> dict[str, Any]:
+def _import(home: Home, body: bytes) -> dict[str, Any]:
     """Parse and check an ImportRequest and publish its entries."""
     try:
         request = ImportRequest.model_validate_json(body)
@@ -378,18 +379,18 @@ def _import(home: Path, body: bytes) -> dict[str, Any]:
     return {"version": publish_import(home, new, IMPORT_SOURCE), "imported": new.num_rows}
 
 
-def _invalidate(home: Path, keys: list[str]) -> int | None:
+def _invalidate(home: Home, keys: list[str]) -> int | None:
     drop = pa.array(keys, pa.string())
     return Store(home).update(
         lambda entries: entries.filter(pc.invert(pc.is_in(entries.column("key"), value_set=drop))),
         "invalidate via service")
 
 
-def _rollback(home: Path, version: int) -> int:
+def _rollback(home: Home, version: int) -> int:
     return Store(home).rollback(version)
 
 
-def _deliver(home: Path) -> int | None:
+def _deliver(home: Home) -> int | None:
     from delivery.deliver import deliver  # Beam: imported by the worker, never by the server
 
     return deliver(home)
@@ -405,24 +406,19 @@ def _serving(snapshot: Snapshot) -> Snapshot:
     return snapshot
 
 
-def _disk_state(root: Path) -> tuple[Any, ...]:
-    """What a reload depends on, cheaply: CURRENT's bytes and the live version's files' stat."""
-    try:
-        current = (root / "CURRENT").read_bytes()
-    except FileNotFoundError:
+def _disk_state(home: Home) -> tuple[Any, ...]:
+    """What a reload depends on, cheaply: CURRENT's bytes and the live version's files'
+    signatures (a version directory replaced by a rollback or a repair changes them)."""
+    current_file = home.location("store", "CURRENT")
+    if home.signature(current_file) is None:
         return ()
-    except OSError as exc:  # unreadable: a state of its own, which the rendering will name
-        return (exc.strerror,)
-    live = root / f"v{current.decode(errors='replace').strip()}"
-    return (current, *(_stat(live / name) for name in ("manifest.json", "entries.parquet")))
-
-
-def _stat(path: Path) -> tuple[int, int, int] | None:
     try:
-        found = path.stat()
-    except OSError:
-        return None
-    return found.st_ino, found.st_mtime_ns, found.st_size
+        current = home.read_bytes(current_file)
+    except OSError as exc:  # unreadable: a state of its own, which the rendering will name
+        return (exc.strerror or str(exc),)
+    live = f"v{current.decode(errors='replace').strip()}"
+    return (current, *(home.signature(home.location("store", live, name))
+                       for name in ("manifest.json", "entries.parquet")))
 
 
 def _too_large(limit: int) -> ServiceError:

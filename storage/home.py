@@ -24,7 +24,8 @@ Guarantees, for every implementation:
 - One read path. `open` gives a file pyarrow reads (the local path itself, or the file
   opened through Beam), `read_bytes` the whole file; `glob` lists files in a stable order and
   never lists temporaries whose names do not match the pattern.
-Thread safety: a Home holds no state beyond its root; it is picklable, so Beam workers get it.
+Thread safety: a Home holds no state beyond its root; it is picklable, so Beam workers and
+worker processes get it (a URL home brings the module of its scheme's file system along).
 """
 
 from __future__ import annotations
@@ -122,6 +123,11 @@ class Home(abc.ABC):
     def open(self, location: Any) -> contextlib.AbstractContextManager[Any]:
         """The file at `location` as pyarrow reads it, for the block: its local path, or a
         binary file object opened through Beam."""
+
+    @abc.abstractmethod
+    def signature(self, location: Any) -> tuple | None:
+        """What changes when the file at `location` is replaced, read without reading the file
+        (its size and modification time, and its inode on a local home); None when there is none."""
 
     @abc.abstractmethod
     def read_bytes(self, location: Any) -> bytes:

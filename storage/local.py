@@ -60,6 +60,14 @@ class LocalHome(Home):
         """The path itself: pyarrow maps local files on its own."""
         yield str(location)
 
+    def signature(self, location: Path | str) -> tuple[int, int, int] | None:
+        """(inode, mtime in ns, size): a rename over the file changes the inode."""
+        try:
+            found = os.stat(location)
+        except OSError:
+            return None
+        return found.st_ino, found.st_mtime_ns, found.st_size
+
     def read_bytes(self, location: Path | str) -> bytes:
         """The file's content."""
         return Path(location).read_bytes()

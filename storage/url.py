@@ -4,6 +4,7 @@ extras for them installed, or a scheme registered as a Beam `FileSystem`)."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import tempfile
 import threading
 from pathlib import Path
@@ -24,6 +25,20 @@ class UrlHome(Home):
 
     def __init__(self, root: str) -> None:
         self.root = root.rstrip("/")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Beam finds a file system among the imported subclasses of its FileSystem: a process
+        # that unpickles this home imports the module of the one that serves its scheme.
+        try:
+            serves = type(FileSystems.get_filesystem(self.root)).__module__
+        except ValueError:  # no file system for the scheme here either: reach() names it
+            serves = None
+        return {"root": self.root, "serves": serves}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if state["serves"]:
+            importlib.import_module(state["serves"])
+        self.root = state["root"]
 
     @property
     def is_local(self) -> bool:
@@ -73,6 +88,14 @@ class UrlHome(Home):
         """The file opened through Beam."""
         with FileSystems.open(str(location), compression_type=_RAW) as handle:
             yield handle
+
+    def signature(self, location: str) -> tuple[int, float] | None:
+        """(size, last updated) from the object's metadata."""
+        try:
+            found = FileSystems.match([str(location)])[0].metadata_list
+        except OSError:  # Beam's BeamIOError: nothing matched, or no access
+            return None
+        return (found[0].size_in_bytes, found[0].last_updated_in_seconds) if found else None
 
     def read_bytes(self, location: str) -> bytes:
         """The file's content."""

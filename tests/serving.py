@@ -40,12 +40,15 @@ def running_server(home: Path, env: dict[str, str] | None = None) -> Iterator[st
 
 
 @contextlib.contextmanager
-def serving_process(home: Path, env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+def serving_process(home: Path | str, env: dict[str, str] | None = None,
+                    preload: str | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
     """`fdo --home HOME serve` on a free port until the block ends; yields its base URL and
-    its process."""
+    its process. `preload`: a module the server imports first (a URL scheme of the tests')."""
     port = free_port()
     log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server never blocks on it
-    process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--home", str(home), "serve",
+    launch = ["-m", "pipelines.cli"] if preload is None else [
+        "-c", f"import {preload}, runpy; runpy.run_module('pipelines.cli', run_name='__main__')"]
+    process = subprocess.Popen([sys.executable, *launch, "--home", str(home), "serve",
                                 "--port", str(port)], env={**os.environ, **(env or {})},
                                stdout=subprocess.DEVNULL, stderr=log)
     base = f"http://127.0.0.1:{port}"

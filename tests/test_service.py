@@ -24,8 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from delivery.service import MAX_BODY_BYTES, MAX_JSON_BYTES
 from hlo.environment import store_key
+from delivery.store import Store
 from storage.warehouse import Warehouse
 from tests.serving import call, running_server, serving_process
+from tests.url_home import url_of
 from tuner.tables import TUNING_RESULTS
 
 TOKEN = "s3cret-token"
@@ -425,3 +427,21 @@ def test_the_last_good_snapshot_is_served_while_the_store_is_broken(tmp_path):
         breaks(lambda: (store / "v3" / "entries.parquet").write_bytes(b"PAR1 not a table PAR1"),
                "checksum", 4)
         assert _lookup(server, key)[1]["version"] == 4
+
+
+def test_the_service_and_its_dashboards_work_on_a_url_home(tmp_path):
+    """`fdo serve --home fdotest://...`: its writer process reaches the URL home too (a Home
+    brings its file system's module along), and look-ups see each write."""
+    key = store_key(f"{1:032x}", "e" * 32)
+    with serving_process(url_of(tmp_path / "home"), {"FDO_TOKEN": TOKEN}, preload="tests.url_home") as (server, _):
+        assert call(f"{server}/v1/health")[1]["version"] is None
+        status, body, _ = call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False})), TOKEN)
+        assert (status, body) == (200, {"version": 1, "imported": 1})
+        assert _lookup(server, key)[1]["entry"]["config"] == {"xla_cpu_use_xnnpack": False}
+        assert call(f"{server}/v1/invalidate", json.dumps({"keys": [key]}).encode(), TOKEN)[1] == {"version": 2}
+        assert call(f"{server}/v1/configs/{key}")[0] == 404
+        status, rows, _ = call(f"{server}/api/store")
+        assert status == 200 and [row["version"] for row in rows] == [1, 2]
+        status, page, _ = call(f"{server}/")
+        assert status == 200 and f"fdotest://{tmp_path}/home".encode() in page
+    assert Store(tmp_path / "home").current() == 2  # the URL's files, in the same layout

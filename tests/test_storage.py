@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import multiprocessing
 import os
+import pickle
 import threading
 
 import pyarrow as pa
@@ -45,6 +46,17 @@ def test_atomic_write_replaces_whole_and_leaves_no_temporary(home, tmp_path):
     home.atomic_write(target, lambda handle: handle.write(b"three"))
     assert home.read_bytes(target) == b"three" and home.exists(target)
     assert _files(tmp_path) == ["a/b.txt"]
+
+
+def test_a_signature_changes_when_the_file_is_replaced_and_a_home_pickles(home, tmp_path):
+    target = home.location("s")
+    assert home.signature(target) is None
+    home.atomic_write(target, "one")
+    first = home.signature(target)
+    home.atomic_write(target, "three")  # another size: a replacement within the clock's tick shows
+    assert first is not None and home.signature(target) not in (None, first)
+    again = pickle.loads(pickle.dumps(home))
+    assert again == home and again.read_bytes(target) == b"three"
 
 
 def test_a_write_that_raises_keeps_the_old_file(home, tmp_path):

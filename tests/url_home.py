@@ -30,6 +30,12 @@ class UrlFileSystem(LocalFileSystem):
         for meta in super()._list(self._local(prefix)):
             yield FileMetadata(f"fdotest://{meta.path}", meta.size_in_bytes, meta.last_updated_in_seconds)
 
+    def metadata(self, path):
+        meta = super().metadata(self._local(path))
+        if not path.startswith("fdotest://"):  # Beam's own calls, on the local path (delete)
+            return meta
+        return FileMetadata(f"fdotest://{meta.path}", meta.size_in_bytes, meta.last_updated_in_seconds)
+
     def create(self, path, *args, **kwargs):
         return super().create(self._local(path), *args, **kwargs)
 

@@ -183,11 +183,11 @@ def add_serve(sub: Subcommands) -> None:
     p.add_argument("--token-file", metavar="FILE", help="file holding the bearer token for writes "
                    "(default: $FDO_TOKEN; with neither, the store is read-only through the server)")
     add_validation_options(p, budget_minutes=30.0)
-    p.set_defaults(run=cmd_serve)
+    p.set_defaults(run=cmd_serve, home_url=True)
 
 
 @needs("service")
-def cmd_serve(args: argparse.Namespace, home: Path) -> int:
+def cmd_serve(args: argparse.Namespace, home: Home) -> int:
     """Serve the store and the dashboards of `home` until interrupted."""
     import uvicorn
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from pathlib import Path
 
 import plotly.io as pio
 
@@ -21,6 +20,7 @@ from pipelines.dashboard.grids import MAX_ROWS, Column, Grid
 from pipelines.dashboard.layout import Card, Page
 from pipelines.dashboard.queries import NOT_NARROWED, Row
 from pipelines.dashboard.scope import Scope
+from storage.home import Home
 
 WINDOW_CHOICES = (7, 30, 90)
 FILTER_LABELS = {"team": "team", "device_kind": "device kind", "compiler_version": "compiler", "graph": "graph"}
@@ -34,7 +34,7 @@ class PageData:
     page: Page
     path: str  # the page's own URL path: where the filter form goes
     heading: str
-    home: Path
+    home: Home
     scope: Scope
     rows: dict[str, list[Row]]  # by endpoint
     errors: dict[str, str]  # endpoint -> why its rows could not be read

@@ -13,7 +13,6 @@ as no rows. Chip-time is in chip-hours (chip-seconds / 3600), shares and rates a
 from __future__ import annotations
 
 import datetime
-from pathlib import Path
 from typing import Any, Callable
 
 import duckdb
@@ -23,6 +22,7 @@ from delivery.store import Store
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, OPS
 from pipelines.dashboard.scope import Scope
 from ranking.tables import COVERAGE, SAVINGS
+from storage.home import Home
 from storage.warehouse import TableSchema, Warehouse
 from tuner.analyze import CONFIDENCE as FLAG_LEVEL
 from tuner.analyze import analyze_trials
@@ -44,7 +44,7 @@ VALIDATED_LEVEL = MEASURE_SETTINGS.confidence
 ENTRY_LEVELS = {"tuner": VERIFIED_LEVEL, "validator": VALIDATED_LEVEL}
 
 
-def savings(home: Path, scope: Scope) -> list[Row]:
+def savings(home: Home, scope: Scope) -> list[Row]:
     """Chip-time saved per day, config kind, team and config version (the store version that
     served the hits; null when the runs did not say)."""
     return _query(scope, """
@@ -56,7 +56,7 @@ def savings(home: Path, scope: Scope) -> list[Row]:
     """, savings=_read(home, scope, SAVINGS))
 
 
-def hits(home: Path, scope: Scope) -> list[Row]:
+def hits(home: Home, scope: Scope) -> list[Row]:
     """Config hits per day: from the fleet's profiles (source 'profiles', per kind: runs and
     chip-time that ran with a tuned config) and from the compiler hook (source 'hook': compiles
     that applied a config). `hit_rate` is the hit share of chip-time for profiles and of
@@ -87,7 +87,7 @@ def hits(home: Path, scope: Scope) -> list[Row]:
         hook_hits=_read(home, scope, HITS, ["dt", "outcome"]))
 
 
-def teams(home: Path, scope: Scope) -> list[Row]:
+def teams(home: Home, scope: Scope) -> list[Row]:
     """Graph runs per team: runs, jobs, chip-time, and the chip-time that ran tuned or was
     opted out of tuning."""
     return _query(scope, """
@@ -100,7 +100,7 @@ def teams(home: Path, scope: Scope) -> list[Row]:
                                                      "opted_out"]))
 
 
-def coverage(home: Path, scope: Scope) -> list[Row]:
+def coverage(home: Home, scope: Scope) -> list[Row]:
     """Where fleet chip-time went per ranking date and kind, by coverage category (tuned,
     candidate, beyond_top_k, long_tail, missing_symbols, opted_out; see ranking.rank).
     Fleet-wide: the ranking counts keys of the whole fleet."""
@@ -110,7 +110,7 @@ def coverage(home: Path, scope: Scope) -> list[Row]:
     """, coverage=_read(home, scope, COVERAGE))
 
 
-def validations(home: Path, scope: Scope) -> list[Row]:
+def validations(home: Home, scope: Scope) -> list[Row]:
     """The validator's decisions per day and outcome (kept, rekeyed, invalidated, expired)."""
     return _query(scope, """
         select dt, outcome, count(*) as entries, sum(fleet_hits) as fleet_hits,
@@ -119,7 +119,7 @@ def validations(home: Path, scope: Scope) -> list[Row]:
     """, validations=_read(home, scope, VALIDATIONS))
 
 
-def decisions(home: Path, scope: Scope) -> list[Row]:
+def decisions(home: Home, scope: Scope) -> list[Row]:
     """Each decision of the validator, latest first: the entry, the outcome and why, and the
     re-measured speedup with its interval."""
     rows = _query(scope, """
@@ -131,7 +131,7 @@ def decisions(home: Path, scope: Scope) -> list[Row]:
     return [{**row, "ci_level": VALIDATED_LEVEL} for row in rows]
 
 
-def validator_hits(home: Path, scope: Scope) -> list[Row]:
+def validator_hits(home: Home, scope: Scope) -> list[Row]:
     """Per day, the share of tuned chip-time (hits) served by entries the validator last
     updated, and what those entries saved."""
     return _query(scope, """
@@ -147,7 +147,7 @@ def validator_hits(home: Path, scope: Scope) -> list[Row]:
     """, savings=_read(home, scope, SAVINGS))
 
 
-def staleness(home: Path, scope: Scope) -> list[Row]:
+def staleness(home: Home, scope: Scope) -> list[Row]:
     """The live store's entries with their age (days since measured) and days to expiry, as
     of the end of the window (today for the default window)."""
     now = min(datetime.datetime.now(datetime.UTC),
@@ -169,7 +169,7 @@ def staleness(home: Path, scope: Scope) -> list[Row]:
     return sorted(rows, key=lambda r: (r["age_days"] is None, -(r["age_days"] or 0), r["key"]))
 
 
-def top(home: Path, scope: Scope) -> list[Row]:
+def top(home: Home, scope: Scope) -> list[Row]:
     """The TOP_KEYS costliest graph and op keys of the window (chip-time of jobs that accept
     tuning), with the live store entry's speedup and interval where one is tuned, and the
     chip-time its hits saved."""
@@ -208,7 +208,7 @@ def top(home: Path, scope: Scope) -> list[Row]:
     return [{**row, "ci_level": ENTRY_LEVELS.get(row["provenance"])} for row in rows]
 
 
-def tuner(home: Path, scope: Scope) -> list[Row]:
+def tuner(home: Home, scope: Scope) -> list[Row]:
     """Every tuning trial of the window in search order, with its config and the best
     verified-numerics speedup its task had found so far."""
     rows = _query(scope, """
@@ -224,7 +224,7 @@ def tuner(home: Path, scope: Scope) -> list[Row]:
     return [{**row, "ci_level": SCREENED_LEVEL} for row in rows]
 
 
-def tuning_results(home: Path, scope: Scope) -> list[Row]:
+def tuning_results(home: Home, scope: Scope) -> list[Row]:
     """One row per tuning task of the window: its verdict and the verified speedup with its
     interval."""
     rows = _query(scope, """
@@ -237,7 +237,7 @@ def tuning_results(home: Path, scope: Scope) -> list[Row]:
     return [{**row, "ci_level": VERIFIED_LEVEL} for row in rows]
 
 
-def flags(home: Path, scope: Scope) -> list[Row]:
+def flags(home: Home, scope: Scope) -> list[Row]:
     """Which flags matter, from the window's trials (tuner.analyze, as `fdo analyze flags`):
     per flag its importance (mean |Shapley value| on log speedup) with a bootstrap interval,
     and per value its effect as a speed factor; most important first."""
@@ -246,7 +246,7 @@ def flags(home: Path, scope: Scope) -> list[Row]:
     return [{**flag, "ci_level": FLAG_LEVEL} for flag in analyze_trials(trials, results).to_json()["flags"]]
 
 
-def symbols(home: Path, scope: Scope) -> list[Row]:
+def symbols(home: Home, scope: Scope) -> list[Row]:
     """The graphs ingested (symbols), one row per graph and environment: the module, its size,
     when it was first and last seen. Not windowed: symbols are kept once per key."""
     return _query(scope, """
@@ -257,7 +257,7 @@ def symbols(home: Path, scope: Scope) -> list[Row]:
         "hlo_blob", "optimized_blob", "optimized_fingerprint")])))
 
 
-def store_versions(home: Path, scope: Scope) -> list[Row]:
+def store_versions(home: Home, scope: Scope) -> list[Row]:
     """Every published store version. Fleet-wide and not windowed: the store's whole history
     is short."""
     store = Store(home)
@@ -268,7 +268,7 @@ def store_versions(home: Path, scope: Scope) -> list[Row]:
              "live": m.version == live} for m in store.versions()]
 
 
-Query = Callable[[Path, Scope], list[Row]]
+Query = Callable[[Home, Scope], list[Row]]
 QUERIES: dict[str, Query] = {
     "savings": savings,
     "hits": hits,
@@ -319,7 +319,7 @@ def summary(rows: dict[str, list[Row]]) -> Row:
 SUMMARY_INPUTS = ("savings", "hits", "coverage", "store", "tuning-results", "validations")
 
 
-def _read(home: Path, scope: Scope, table: TableSchema, columns: list[str] | None = None) -> pa.Table:
+def _read(home: Home, scope: Scope, table: TableSchema, columns: list[str] | None = None) -> pa.Table:
     """The window's rows of `table` that the scope selects, with `columns` (default: all)."""
     wanted = columns or table.schema.names
     narrowing = [c for c in scope.columns(table.schema.names) if c not in wanted]
@@ -327,7 +327,7 @@ def _read(home: Path, scope: Scope, table: TableSchema, columns: list[str] | Non
     return scope.select(rows).select(wanted)
 
 
-def _names(home: Path) -> pa.Table:
+def _names(home: Home) -> pa.Table:
     """A readable name per graph (its module) and op (its kind and fusion name)."""
     return _arrow("""
         select 'graph' as kind, fingerprint, min(module_name) as name from graphs group by fingerprint

@@ -11,7 +11,6 @@ filter that an endpoint's data cannot be narrowed by (queries.NOT_NARROWED).
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Callable
 
 from fastapi import APIRouter, Depends, Query
@@ -25,6 +24,7 @@ from pipelines.dashboard.layout import GRAPH, OVERVIEW, TUNER, Page
 from pipelines.dashboard.page import FILTER_LABELS, PageData, render
 from pipelines.dashboard.queries import NOT_NARROWED, QUERIES, SUMMARY_INPUTS, Query as RowsQuery, Row
 from pipelines.dashboard.scope import Scope
+from storage.home import Home
 from storage.warehouse import SchemaError
 
 PLOTLY_PATH = "/static/plotly.min.js"
@@ -46,7 +46,7 @@ def filter_parameters(
         raise ServiceError(400, "bad_request", str(exc)) from None
 
 
-def dashboard_router(home: Path) -> APIRouter:
+def dashboard_router(home: Home) -> APIRouter:
     """The dashboards over the data root `home`."""
     router = APIRouter()
 
@@ -100,13 +100,13 @@ def dashboard_router(home: Path) -> APIRouter:
     return router
 
 
-def _render(home: Path, page: Page, path: str, heading: str, scope: Scope) -> HTMLResponse:
+def _render(home: Home, page: Page, path: str, heading: str, scope: Scope) -> HTMLResponse:
     rows, errors = _run(home, scope, page.endpoints())
     summary = queries.summary(rows) if page.tiles else None
     return HTMLResponse(render(PageData(page, path, heading, home, scope, rows, errors, summary, PLOTLY_PATH)))
 
 
-def _run(home: Path, scope: Scope, endpoints: list[str]) -> tuple[dict[str, list[Row]], dict[str, str]]:
+def _run(home: Home, scope: Scope, endpoints: list[str]) -> tuple[dict[str, list[Row]], dict[str, str]]:
     """Each endpoint's rows; an unreadable table leaves its endpoint empty, with the reason."""
     rows: dict[str, list[Row]] = {}
     errors: dict[str, str] = {}
@@ -118,14 +118,14 @@ def _run(home: Path, scope: Scope, endpoints: list[str]) -> tuple[dict[str, list
     return rows, errors
 
 
-def _resolve(home: Path, filters: Filters) -> Scope:
+def _resolve(home: Home, filters: Filters) -> Scope:
     try:
         return Scope.resolve(home, filters)
     except DATA_ERRORS as exc:
         raise ServiceError(500, "bad_data", str(exc)) from None
 
 
-def _endpoint(name: str, query: RowsQuery, home: Path) -> Callable[..., list[Row]]:
+def _endpoint(name: str, query: RowsQuery, home: Home) -> Callable[..., list[Row]]:
     def endpoint(filters: Filters = Depends(filter_parameters)) -> list[Row]:
         _refuse(name, NOT_NARROWED.get(name, frozenset()), filters)
         return _rows(query, home, _resolve(home, filters))
@@ -141,7 +141,7 @@ def _refuse(name: str, not_narrowed: frozenset[str], filters: Filters) -> None:
                                                f"{FILTER_LABELS[refused[0]]} (its data has no such column)")
 
 
-def _rows(query: RowsQuery, home: Path, scope: Scope) -> list[Row]:
+def _rows(query: RowsQuery, home: Home, scope: Scope) -> list[Row]:
     try:
         return query(home, scope)
     except DATA_ERRORS as exc:

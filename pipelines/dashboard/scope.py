@@ -19,7 +19,6 @@ import functools
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -27,6 +26,7 @@ import pyarrow.compute as pc
 
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
 from pipelines.dashboard.filters import Filters, Window
+from storage.home import Home
 from storage.warehouse import TableSchema, Warehouse
 
 ENVIRONMENTS = pa.schema([
@@ -46,7 +46,7 @@ class Scope:
     team_keys: pa.Array | None  # "fingerprint/env_key" the team ran in the window; None: no team filter
 
     @classmethod
-    def resolve(cls, home: Path, filters: Filters) -> Scope:
+    def resolve(cls, home: Home, filters: Filters) -> Scope:
         """What `filters` select under `home`."""
         window = filters.window
         runs = _distinct(home, GRAPH_RUNS, ["team", "env_key", "device_kind", "compiler_version"], window)
@@ -128,7 +128,7 @@ class Scope:
         return environments.column("env_key").combine_chunks()
 
 
-def _distinct(home: Path, table: TableSchema, columns: list[str], window: Window,
+def _distinct(home: Home, table: TableSchema, columns: list[str], window: Window,
               team: str | None = None) -> pa.Table:
     """The distinct values of `columns` in the window's rows of `table` (of `team` alone, when
     given), found file by file: a window's runs never sit in memory all at once."""
