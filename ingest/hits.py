@@ -3,8 +3,9 @@
 The hook (delivery.hook) runs inside users' jobs, so it only appends JSON lines to a spool file
 of its own process: `<home>/spool/hits/<host>-<pid>-<start>.jsonl`, one object per compile with
 the columns of HITS (`at` as ISO 8601). Ingestion claims a file once its writer is gone (a dead
-pid on this host, or no write for a day), lands its good lines as one part named after the file
-(so a rerun adds nothing), quarantines bad lines with the reason, then removes the file. A
+pid on this host, or no write for a day; on a URL home, at once: see `_finished`), lands its
+good lines as one part named after the file (so a rerun adds nothing), quarantines bad lines
+with the reason, then removes the file. A
 spool file that cannot be read is quarantined (and left in place) and the others land.
 `read_hits` shows landed and still-spooled records together, for `fdo hits`.
 """
@@ -23,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.inputs import INPUT_ERRORS, reason
-from ingest.quarantine import Quarantine, Quarantined
+from ingest.quarantine import Quarantine, Quarantined, name_of
 from ingest.tables import HITS
 from storage.home import Home, process_alive
 from storage.warehouse import Warehouse, split_rows
@@ -63,37 +64,38 @@ class HitReport:
 
 
 def ingest_hits(home: Home, now: float | None = None) -> HitReport:
-    """Land every finished spool file of `home` (a local one) in the `hits` table."""
-    home = Home.of(home).local("fdo ingest hits")
+    """Land every finished spool file of `home` (local or a URL) in the `hits` table."""
+    home = Home.of(home)
     warehouse, quarantine = Warehouse(home), Quarantine(home)
     report = HitReport()
-    for path in sorted((home / SPOOL_DIR).glob("*.jsonl")):
+    for location in spool_files(home):
         try:
-            if not _finished(path, now):
+            if not _finished(home, location, now):
                 report.waiting += 1
                 continue
-            rows, bad, reasons = parse_spool(path)
+            rows, bad, reasons = parse_spool(home, location)
         except INPUT_ERRORS as exc:
-            report.quarantined.append(quarantine.put_file(path, reason(path, exc)))
+            report.quarantined.append(quarantine.put_home_file(location, reason(location, exc)))
             continue
-        warehouse.append(HITS, pa.Table.from_pylist(rows, HITS.schema), f"spool-{path.stem}")
+        stem = name_of(location).removesuffix(".jsonl")
+        warehouse.append(HITS, pa.Table.from_pylist(rows, HITS.schema), f"spool-{stem}")
         if bad:
             report.quarantined.append(quarantine.put_rows(
-                path, path.stem, pa.table({"line": bad}), reasons))
+                location, stem, pa.table({"line": bad}), reasons))
         report.files += 1
         report.rows += len(rows)
-        path.unlink()
+        home.delete([location])
     return report
 
 
 def read_hits(home: Home) -> pa.Table:
-    """Every hit record of `home` (a local one): landed ones and those still in the spool."""
-    home = Home.of(home).local("reading hits")
+    """Every hit record of `home` (local or a URL): landed ones and those still in the spool."""
+    home = Home.of(home)
     landed = Warehouse(home).read(HITS)
     spooled = []
-    for path in sorted((home / SPOOL_DIR).glob("*.jsonl")):
+    for location in spool_files(home):
         try:
-            spooled += parse_spool(path)[0]
+            spooled += parse_spool(home, location)[0]
         except OSError:  # unreadable: ingest_hits quarantines it; the others still show
             continue
     if not spooled:
@@ -101,20 +103,26 @@ def read_hits(home: Home) -> pa.Table:
     return pa.concat_tables([landed, pa.Table.from_pylist(spooled, landed.schema)])
 
 
-def parse_spool(path: Path) -> tuple[list[dict], list[str], list[str]]:
-    """(good rows, bad lines, a reason per bad line) of one spool file. A torn last line, from
-    a writer killed mid-write, is bad like any other."""
+def spool_files(home: Home) -> list[Any]:
+    """The spool files of `home`, sorted."""
+    return home.glob(f"{SPOOL_DIR.as_posix()}/*.jsonl")
+
+
+def parse_spool(home: Home, location: Any) -> tuple[list[dict], list[str], list[str]]:
+    """(good rows, bad lines, a reason per bad line) of the spool file at `location`. A torn
+    last line, from a writer killed mid-write, is bad like any other."""
     good, bad, reasons = [], [], []
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
-            if not line.strip():
-                continue
-            try:
-                good.append(_row(line))
-            except ValueError as exc:
-                bad.append(line[:MAX_LINE_BYTES])
-                reasons.append(f"{path.name}:{number}: {exc}")
+    name = name_of(location)
+    # Read whole: a spool file holds one short line per compile of one process.
+    for number, raw in enumerate(home.read_bytes(location).split(b"\n"), start=1):
+        line = raw.decode("utf-8", errors="replace")
+        if not line.strip():
+            continue
+        try:
+            good.append(_row(line))
+        except ValueError as exc:
+            bad.append(line[:MAX_LINE_BYTES])
+            reasons.append(f"{name}:{number}: {exc}")
     return good, bad, reasons
 
 
@@ -150,7 +158,19 @@ def _row(line: str) -> dict[str, Any]:
     return row
 
 
-def _finished(path: Path, now: float | None) -> bool:
+def _finished(home: Home, location: Any, now: float | None) -> bool:
+    """Whether the writer of a spool file is done with it.
+
+    On a local home: when its pid is gone on this host, or (a writer of another host, sharing
+    the home) it has not been written for STALE_SECONDS. On a URL home, as soon as it is
+    listed: the hook appends to a local spool only, since object stores cannot append, so a
+    spool file reaches a URL home by a copy made once its writer is done, and arrives whole
+    (an object store shows an object only when its write completes); the pid in its name is
+    of another host, or of a process that wrote elsewhere.
+    """
+    if not home.is_local:
+        return True
+    path = Path(location)
     host, _, rest = path.stem.rpartition("-")[0].rpartition("-")
     idle = (time.time() if now is None else now) - path.stat().st_mtime
     if idle > STALE_SECONDS:

@@ -53,7 +53,7 @@ def walk(roots: Iterable[Path]) -> tuple[list[tuple[Path, Path]], list[Unlisted]
     return found, unlisted
 
 
-def reason(path: Path, exc: BaseException) -> str:
+def reason(path: Path | str, exc: BaseException) -> str:
     """One line saying why input `path` was refused, naming it once."""
     if isinstance(exc, OSError) and exc.strerror:
         return f"{path}: cannot read: {exc.strerror}"

@@ -26,7 +26,7 @@ import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,7 +38,7 @@ from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.rowids import SeenRows
 from ingest.sidecars import JOB_FILE, Job, nearest_file, read_environment_file, read_job_file
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
-from storage.home import Home, atomic_write
+from storage.home import Home
 from storage.warehouse import TableSchema, Warehouse, split_rows
 
 TRACE_SUFFIX = ".xplane.pb"
@@ -91,11 +91,11 @@ class _Run:
 
 
 def ingest_profiles(paths: Iterable[Path], home: Home, progress: bool = False) -> ProfileReport:
-    """Ingest every drop and trace under `paths` into `home` (a local one); bad inputs and
-    rows go to quarantine."""
+    """Ingest every drop and trace under `paths` (local) into `home` (local or a URL); bad
+    inputs and rows go to quarantine."""
     from ingest.progress import progress_bar
 
-    home = Home.of(home).local("fdo ingest profiles")
+    home = Home.of(home)
     warehouse = Warehouse(home)
     warehouse.remove_temporaries()
     roots = [Path(p) for p in paths]
@@ -124,15 +124,16 @@ def _ingest_input(path: Path, run: _Run) -> None:
                   "*.graph_runs.parquet|jsonl or *.op_runs.parquet|jsonl"))
         return
     digest = file_digest(path)
-    marker = run.warehouse.root / "_ingested" / f"{digest}.json"
-    if marker.exists():
+    home = run.warehouse.home
+    marker = home.location("warehouse", "_ingested", f"{digest}.json")
+    if home.exists(marker):
         run.report.skipped += 1
         return
     if path.name.endswith(TRACE_SUFFIX):
         _ingest_trace(path, digest, run)
     else:
         _ingest_drop(path, digest, run)
-    _write_marker(marker, path)
+    _write_marker(home, marker, path)
 
 
 def _ingest_drop(path: Path, digest: str, run: _Run) -> None:
@@ -218,7 +219,7 @@ def _graphs_by_optimized_fingerprint(warehouse: Warehouse, env_key: str) -> dict
                     graphs.column("fingerprint").to_pylist()))
 
 
-def _applied_hits(home: Path) -> pa.Table:
+def _applied_hits(home: Home) -> pa.Table:
     """The hook's tuned compiles whose optimized module it fingerprinted."""
     from ingest.hits import read_hits
 
@@ -241,6 +242,6 @@ def _is_profile(path: Path) -> bool:
     return path.name.endswith(TRACE_SUFFIX) or drops.drop_format(path) is not None
 
 
-def _write_marker(marker: Path, source: Path) -> None:
-    atomic_write(marker, json.dumps({"source": str(source),
-                                     "ingested_at": datetime.datetime.now(datetime.UTC).isoformat()}) + "\n")
+def _write_marker(home: Home, marker: Any, source: Path) -> None:
+    ingested_at = datetime.datetime.now(datetime.UTC).isoformat()
+    home.atomic_write(marker, json.dumps({"source": str(source), "ingested_at": ingested_at}) + "\n")

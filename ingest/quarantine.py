@@ -6,6 +6,9 @@ content digest, so quarantining the same input twice keeps one copy. An input th
 read (no permission) is kept by its reason alone. `<name>` is the input's name made safe: odd
 characters replaced and cut to MAX_NAME_CHARS, so that no input's name can make quarantine
 fail; the reason file has the input's full path.
+
+The home may be local or a URL (`storage.home.Home`); every file is written with its atomic
+write. Inputs are local files, but for the hook's spool files, which are the home's own.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ import os
 import re
 import shutil
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.home import atomic_write
+from ingest.errors import first_line
+from storage.home import Home
 
 # Of an input's name inside a quarantine file's name: file systems allow 255 bytes, and the
 # digest and suffixes (`.bad-rows.parquet.reason.json`) come on top.
@@ -48,52 +53,86 @@ def file_digest(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-class Quarantine:
-    """The quarantine directory under `home`."""
+def _bytes_digest(data: bytes) -> str:
+    """`file_digest` of a file holding `data`."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
-    def __init__(self, home: Path | str) -> None:
-        self.root = Path(home) / "quarantine"
+
+def name_of(location: Path | str) -> str:
+    """The file name of a local path or of a location in a URL home."""
+    return location.name if isinstance(location, Path) else PurePosixPath(location).name
+
+
+class Quarantine:
+    """The quarantine directory under `home` (local or a URL)."""
+
+    def __init__(self, home: Home | Path | str) -> None:
+        self.home = Home.of(home)
 
     def put_file(self, source: Path, reason: str) -> Quarantined:
-        """Copy `source` (a file) into quarantine with `reason`; the original is left in place.
-        If it cannot be read, only the reason is kept, and `copy` is empty."""
+        """Copy `source` (a local file) into quarantine with `reason`; the original is left in
+        place. If it cannot be read, only the reason is kept, and `copy` is empty."""
         try:
-            target = self._target(source.name, file_digest(source))
-            if not target.exists():
+            kept = _Kept(source.name, file_digest(source))
+            if not self.home.exists(self._target(kept)):
                 with open(source, "rb") as original:
-                    atomic_write(target, lambda handle: shutil.copyfileobj(original, handle))
+                    self.home.atomic_write(self._target(kept),
+                                           lambda handle: shutil.copyfileobj(original, handle))
         except OSError as exc:
             if not _is_reading(exc, source):
                 raise  # the quarantine itself cannot be written: not this input's fault
-            path_digest = hashlib.blake2b(os.fsencode(source), digest_size=16).hexdigest()
-            return self._write_reason(self._target(source.name, path_digest), source,
-                                      f"{reason} (not copied: {exc.strerror})", copied=False)
-        return self._write_reason(target, source, reason)
+            return self._reason_only(source, reason, exc)
+        return self._write_reason(kept, source, reason)
 
-    def put_rows(self, source: Path, digest: str, rows: pa.Table, reasons: list[str],
+    def put_home_file(self, location: Any, reason: str) -> Quarantined:
+        """`put_file` for a file of the home itself (a hook's spool file: small, so read whole),
+        local or in a URL home, where a failed read does not name the file."""
+        try:
+            data = self.home.read_bytes(location)
+        except OSError as exc:
+            return self._reason_only(location, reason, exc)
+        kept = _Kept(name_of(location), _bytes_digest(data))
+        if not self.home.exists(self._target(kept)):
+            self.home.atomic_write(self._target(kept), data)
+        return self._write_reason(kept, location, reason)
+
+    def put_rows(self, source: Path | str, digest: str, rows: pa.Table, reasons: list[str],
                  label: str = "bad-rows") -> Quarantined:
         """Keep the bad rows of `source` (with a `reason` column per row) in quarantine, in
         `<name>.<label>.parquet` (an input whose rows go to several tables has a label each)."""
-        target = self._target(f"{source.name}.{label}.parquet", digest)
-        if not target.exists():
-            atomic_write(target, lambda handle: pq.write_table(
+        kept = _Kept(f"{name_of(source)}.{label}.parquet", digest)
+        if not self.home.exists(self._target(kept)):
+            self.home.atomic_write(self._target(kept), lambda handle: pq.write_table(
                 rows.append_column("reason", pa.array(reasons, pa.string())), handle))
         summary = f"{rows.num_rows} bad rows: " + "; ".join(sorted(set(reasons))[:5])
-        return self._write_reason(target, source, summary)
+        return self._write_reason(kept, source, summary)
 
-    def _target(self, name: str, digest: str) -> Path:
+    def _reason_only(self, source: Path | str, reason: str, exc: OSError) -> Quarantined:
+        """The reason of an input that could not be read, kept under a digest of its name."""
+        kept = _Kept(name_of(source), hashlib.blake2b(os.fsencode(source), digest_size=16).hexdigest())
+        return self._write_reason(kept, source, f"{reason} (not copied: {exc.strerror or first_line(exc)})",
+                                  copied=False)
+
+    def _target(self, kept: _Kept, suffix: str = "") -> Any:
+        """Where the copy of `kept` goes (with `suffix`: its reason)."""
         day = datetime.date.today().isoformat()
-        directory = self.root / day
-        directory.mkdir(parents=True, exist_ok=True)
-        return directory / f"{digest[:12]}-{safe_name(name)}"
+        return self.home.location("quarantine", day, f"{kept.digest[:12]}-{safe_name(kept.name)}{suffix}")
 
-    def _write_reason(self, target: Path, source: Path, reason: str, copied: bool = True) -> Quarantined:
-        entry = Quarantined(source=str(source), reason=reason, copy=str(target) if copied else "")
-        note = target.with_name(target.name + ".reason.json")
-        atomic_write(note, json.dumps({**asdict(entry),
-                                       "quarantined_at": datetime.datetime.now(datetime.UTC).isoformat()},
-                                      indent=2) + "\n")
+    def _write_reason(self, kept: _Kept, source: Path | str, reason: str, copied: bool = True) -> Quarantined:
+        entry = Quarantined(source=str(source), reason=reason, copy=str(self._target(kept)) if copied else "")
+        self.home.atomic_write(self._target(kept, ".reason.json"), json.dumps(
+            {**asdict(entry), "quarantined_at": datetime.datetime.now(datetime.UTC).isoformat()},
+            indent=2) + "\n")
         return entry
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """What names an input's quarantine files: its name and a digest (of its content, or of its
+    path when it cannot be read)."""
+
+    name: str
+    digest: str
 
 
 def safe_name(name: str) -> str:

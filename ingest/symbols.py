@@ -81,11 +81,12 @@ def find_modules(paths: Iterable[Path]) -> tuple[list[ModuleFiles], list[Unliste
 
 
 def ingest_symbols(paths: Iterable[Path], home: Home, progress: bool = False) -> SymbolReport:
-    """Ingest every module under `paths` into `home` (a local one): blobs first, then ops,
-    then graphs (so a graph row means its blobs and ops are there); bad files go to quarantine."""
+    """Ingest every module under `paths` (local) into `home` (local or a URL): blobs first,
+    then ops, then graphs (so a graph row means its blobs and ops are there); bad files go to
+    quarantine."""
     from ingest.progress import progress_bar
 
-    home = Home.of(home).local("fdo ingest symbols")
+    home = Home.of(home)
     paths = [Path(p) for p in paths]
     warehouse, blobs, quarantine = Warehouse(home), BlobStore(home), Quarantine(home)
     warehouse.remove_temporaries()

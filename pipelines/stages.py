@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from tuner.strategies import EvolutionStrategy, ExhaustiveStrategy
 
 if TYPE_CHECKING:
+    from storage.home import Home
     from tuner.tune import TuneResult, TuneSettings
 
 INGEST_KINDS = ("symbols", "profiles", "hits")
@@ -34,8 +35,9 @@ TUNE_DEFAULTS = {"graph": TuneDefaults(40, EvolutionStrategy.name),
                  "op": TuneDefaults(200, ExhaustiveStrategy.name)}
 
 
-def ingest(home: Path, kind: str, paths: Sequence[Path], progress: bool = False) -> Any:
-    """Land inputs of `kind` (one of INGEST_KINDS) in the warehouse of `home`: symbols (HLO
+def ingest(home: Home, kind: str, paths: Sequence[Path], progress: bool = False) -> Any:
+    """Land inputs of `kind` (one of INGEST_KINDS) in the warehouse of `home` (local or a URL;
+    the paths are local): symbols (HLO
     modules) or profiles (traces and drops) from `paths`; hits from the compiler hook's spool
     under `home` (no paths). Returns the ingestion's report."""
     from ingest.hits import ingest_hits

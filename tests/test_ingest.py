@@ -3,9 +3,12 @@ into the Parquet warehouse, with quarantine, idempotency and crash safety."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,10 +24,14 @@ import pytest
 
 from hlo.fingerprint import fingerprint_module
 from hlo.module import from_text, load_file
+from ingest.hits import SPOOL_DIR, ingest_hits, read_hits, to_line
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
+from pipelines.cli import main
 from storage.blobs import BlobStore
+from storage.home import Home
 from storage.warehouse import SchemaError, Warehouse, read_checked
 from tests.serving import fdo
+from tests.url_home import UrlFileSystem, url_of
 
 EXIT_QUARANTINED = 3
 
@@ -179,6 +186,106 @@ def test_drop_bad_rows_and_bad_files_are_quarantined_good_rows_land(tmp_path):
     count = duckdb.sql(f"select count(*) from read_parquet('{home}/warehouse/graph_runs/*/*.parquet', "
                        "hive_partitioning = true) where dt between '2026-11-10' and '2026-11-13'").fetchone()
     assert count == (35,)
+
+
+def _url_home_inputs(dump_dir: Path, root: Path) -> tuple[list[Path], str]:
+    """Inputs of every kind, each with a bad one among them: a dump with a truncated module, a
+    trace of the dump's program (with its job file), drops with bad rows and a bad file; and the
+    spool text of the hook's hits: an applied compile of the traced module and a torn line.
+    Returns (the input directories: dump, trace, drops; the spool text)."""
+    dump = root / "dump"
+    shutil.copytree(dump_dir, dump)
+    unoptimized = next(dump.glob("*jit_attention_block.before_optimizations.txt"))
+    broken = dump / "module_9999.jit_broken.before_optimizations.txt"
+    broken.write_text(unoptimized.read_text()[:500])  # truncated
+    trace = root / "trace"
+    trace.mkdir()
+    (trace / "fdo-job.json").write_text(json.dumps({"job_id": "attn-1", "team": "t", "chips": 2}))
+    step, arguments = jax.jit(attention_block), _arguments()
+    jax.block_until_ready(step(*arguments))
+    with jax.profiler.trace(str(trace)):
+        for _ in range(3):
+            jax.block_until_ready(step(*arguments))
+    drops = root / "drops"
+    drops.mkdir()
+    rows = _drop_rows(20)
+    rows["chips"][3] = 0
+    pq.write_table(pa.table(rows), drops / "a.graph_runs.parquet")
+    (drops / "b.op_runs.parquet").write_bytes(b"PAR1" + os.urandom(100))
+    optimized = next(dump.glob("*jit_attention_block.cpu_after_optimizations.txt"))
+    applied = {"at": datetime.datetime(2026, 11, 10, tzinfo=datetime.UTC), "job_id": "attn-1",
+               "key": "c" * 32, "fingerprint": fingerprint_module(load_file(unoptimized)).fingerprint,
+               "env_key": "e" * 32, "module_name": "jit_attention_block",
+               "outcome": "applied", "config_version": 3, "expected_speedup": 1.25,
+               "optimized_fingerprint": fingerprint_module(load_file(optimized)).fingerprint,
+               "hook_seconds": 0.001, "compile_seconds": 0.5}
+    return [dump, trace, drops], to_line(applied) + '{"outcome": "applied", "at'
+
+
+def _home_files(root: Path) -> dict[str, object]:
+    """Every file of a home by its name under it: its bytes, but for what names the home or a
+    time (an ingestion marker: its source; a quarantine reason: the reason). Lock files, which a
+    URL home has none of, are left out."""
+    files: dict[str, object] = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != ".lock"):
+        name = str(path.relative_to(root))
+        if name.endswith(".reason.json"):
+            files[name] = json.loads(path.read_text())["reason"]
+        elif name.startswith("warehouse/_ingested/"):
+            files[name] = json.loads(path.read_text())["source"]
+        else:
+            files[name] = path.read_bytes()
+    return files
+
+
+def test_ingest_on_a_url_home_lands_what_it_lands_on_a_local_home(dump_dir, tmp_path, capsys):
+    inputs, spool_text = _url_home_inputs(dump_dir, tmp_path / "inputs")
+    dump, trace, drops = (str(p) for p in inputs)
+    reports = {}
+    for name, home in (("local", str(tmp_path / "local")), ("url", url_of(tmp_path / "url"))):
+        spool = tmp_path / name / SPOOL_DIR  # the hook's spool, copied to the home once done
+        spool.mkdir(parents=True)
+        (spool / "host-1-1.jsonl").write_text(spool_text)
+        os.utime(spool / "host-1-1.jsonl", (0, 0))  # long finished: its writer is gone
+        UrlFileSystem.used.clear()
+        for kind, paths in (("symbols", [dump]), ("hits", []), ("profiles", [trace, drops])):
+            assert main(["--home", home, "ingest", kind, *paths, "--json"]) == EXIT_QUARANTINED
+            reports[name, kind] = json.loads(capsys.readouterr().out)
+    # The same tables, blobs and quarantine, and the URL home's through its file system.
+    assert _home_files(tmp_path / "url") == _home_files(tmp_path / "local")
+    for name in ("/warehouse/graphs/", "/warehouse/_ingested/", "/blobs/hlo/", "/quarantine/",
+                 "/spool/hits/"):
+        assert any(name in path for path in UrlFileSystem.used), name
+    url = Home.of(url_of(tmp_path / "url"))
+    quarantined = {kind: sorted(Path(q["source"]).name for q in reports["url", kind]["quarantined"])
+                   for kind in ("symbols", "hits", "profiles")}
+    assert quarantined == {"symbols": ["module_9999.jit_broken.before_optimizations.txt"],
+                           "hits": ["host-1-1.jsonl"],
+                           "profiles": ["a.graph_runs.parquet", "b.op_runs.parquet"]}
+    assert [q["copy"].startswith(url.root) for q in reports["url", "symbols"]["quarantined"]] == [True]
+    graph = Warehouse(url).read(GRAPHS).to_pylist()[0]
+    traced = [r for r in Warehouse(url).read(GRAPH_RUNS).to_pylist() if r["job_id"] == "attn-1"]
+    # The trace's run is the graph's, with the config the hook's hit (read through the home) says.
+    assert [(r["fingerprint"], r["config_key"], r["executions"]) for r in traced] == [
+        (graph["fingerprint"], "c" * 32, 3)]
+    assert main(["--home", url.root, "hits", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["outcomes"] == {"applied": 1}
+
+
+def test_a_url_home_takes_a_spool_file_at_once_a_local_home_once_its_writer_is_gone(tmp_path):
+    record = to_line({"at": datetime.datetime.now(datetime.UTC), "job_id": "j", "key": "k" * 32,
+                      "fingerprint": "f" * 32, "env_key": "e" * 32, "module_name": "jit_step",
+                      "outcome": "miss", "hook_seconds": 0.001, "compile_seconds": 0.5})
+    homes = {"local": Home.of(tmp_path / "local"), "url": Home.of(url_of(tmp_path / "url"))}
+    for name, home in homes.items():
+        spool = tmp_path / name / SPOOL_DIR
+        spool.mkdir(parents=True)
+        (spool / f"{socket.gethostname()}-{os.getpid()}-1.jsonl").write_text(record)  # a live writer's
+        assert read_hits(home).column("job_id").to_pylist() == ["j"]  # shown while spooled
+    local, url = ingest_hits(homes["local"]), ingest_hits(homes["url"])
+    assert (local.waiting, local.rows) == (1, 0)
+    assert (url.waiting, url.rows) == (0, 1) and not list((tmp_path / "url" / SPOOL_DIR).iterdir())
+    assert read_hits(homes["url"]).column("job_id").to_pylist() == ["j"]  # landed, once
 
 
 def test_kill_9_mid_ingest_then_rerun_equals_one_clean_run(tmp_path):

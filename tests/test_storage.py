@@ -159,17 +159,12 @@ def test_a_home_beam_cannot_reach_is_refused_naming_it():
 
 
 def test_stages_that_need_a_local_home_refuse_a_url_home_naming_it(tmp_path):
-    from ingest.hits import ingest_hits
-    from ingest.profiles import ingest_profiles
-    from ingest.symbols import ingest_symbols
     from pipelines.nightly import NightlySettings, run_nightly
     from validator.validate import validate
     from workloads.simulator.run import simulate
 
     home = Home.of(url_of(tmp_path))
-    stages = {"fdo ingest hits": lambda: ingest_hits(home), "fdo ingest symbols": lambda: ingest_symbols([], home),
-              "fdo ingest profiles": lambda: ingest_profiles([], home),
-              "fdo validate": lambda: validate(home), "fdo simulate": lambda: simulate(home, 1, 1),
+    stages = {"fdo validate": lambda: validate(home), "fdo simulate": lambda: simulate(home, 1, 1),
               "fdo nightly": lambda: run_nightly(home, NightlySettings(date=datetime.date(2026, 5, 1)))}
     for name, run in stages.items():
         with pytest.raises(ValueError, match=f"{name} needs a local home, not fdotest://"):

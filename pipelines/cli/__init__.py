@@ -77,8 +77,8 @@ def _main(argv: list[str] | None) -> int:
         print(f"fdo {args.command}: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     run: Handler = args.run
-    # The stages that work on any home (home_url: rank, savings, deliver, store, serve) get it as it
-    # is; the others take a local one, and a URL home is refused by name (Home.local).
+    # A command that works on any home (it sets home_url) gets the home as it is; the others
+    # take a local one, and a URL home is refused by name (Home.local).
     return guarded(args.command, lambda: run(args, home if getattr(args, "home_url", False)
                                                  else home.local(f"fdo {args.command}")))
 

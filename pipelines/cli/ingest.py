@@ -1,4 +1,5 @@
-"""`fdo fingerprint`, `ingest`, `simulate`, `hits`: what the fleet hands over, into the warehouse."""
+"""`fdo fingerprint`, `ingest`, `simulate`, `hits`: what the fleet hands over, into the warehouse
+(`ingest` and `hits` on a local or a URL home)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_OK, EXIT_QUARANTINED, Sub
                                   json_rows, print_json, print_table)
 from pipelines.extras import needs
 from pipelines import stages
+from storage.home import Home
 
 
 def add_fingerprint(sub: Subcommands) -> None:
@@ -69,12 +71,13 @@ def add_ingest(sub: Subcommands) -> None:
                    "*.graph_runs/*.op_runs drops (or dirs of them); hits: none (default: none, "
                    "which only hits accepts)")
     p.add_argument("--json", action="store_true", help="print the ingestion report as JSON")
-    p.set_defaults(run=cmd_ingest)
+    p.set_defaults(run=cmd_ingest, home_url=True)
 
 
 @needs("pipeline")
-def cmd_ingest(args: argparse.Namespace, home: Path) -> int:
-    """Ingest symbols or profiles from the paths given, or the hook's hits."""
+def cmd_ingest(args: argparse.Namespace, home: Home) -> int:
+    """Ingest symbols or profiles from the (local) paths given, or the hook's hits, into the
+    home (local or a URL)."""
     paths = [Path(p) for p in args.paths]
     if args.kind != "hits" and not paths:
         print(f"fdo ingest {args.kind}: name the files or directories to ingest", file=sys.stderr)
@@ -165,10 +168,10 @@ def add_hits(sub: Subcommands) -> None:
                     ["fdo hits", "fdo hits --job train-7 --json"])
     p.add_argument("--job", metavar="ID", help="only this job id (default: every job)")
     p.add_argument("--json", action="store_true", help="print the hit records and outcome counts as JSON")
-    p.set_defaults(run=cmd_hits, home_use="read")
+    p.set_defaults(run=cmd_hits, home_use="read", home_url=True)
 
 
-def cmd_hits(args: argparse.Namespace, home: Path) -> int:
+def cmd_hits(args: argparse.Namespace, home: Home) -> int:
     """List the hook's hit records (ingested and still spooled) and count their outcomes."""
     import pyarrow.compute as pc
 
