@@ -1,32 +1,39 @@
 """A small but complete FDO home for the dashboard tests: five days of a simulated fleet that
 went through ranking, tuning, delivery, validation, the compiler hook and savings accounting.
 
-Everything runs through the real stages (simulator -> ingest, Beam ranking and savings, the
-store's deliver, import and update) except two that would cost minutes here: the tuner's
-measurements and the validator's re-measurements land as rows in their declared tables, in the
-shape those stages write them, and the hook's hits likewise.
+Every table is written by its stage's own code: the simulator and ingestion, the Beam ranking
+and savings, deliver and import, the tuner's landing (tuner.tune.land_result) and the
+validator's plan, decisions and run (validator.plan, validator.run), and hit ingestion. What
+would cost minutes here is the measuring: the tuner's trials and the validator's measurements
+are the stages' own result objects (tuner.trial.Trial, execution.evaluate.EvaluationResult)
+with figures set here, and the hook's records are spooled as the hook writes them.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
+import time
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from delivery.deliver import deliver
-from delivery.imports import read_import
-from delivery.store import Store, merge_entries
-from hlo.environment import store_key
-from ingest.tables import GRAPH_RUNS, HITS
+from delivery.imports import import_file
+from delivery.store import Store
+from execution.evaluate import EvaluationResult
+from hlo.environment import current_environment, store_key
+from ingest.hits import STALE_SECONDS, ingest_hits, spool_path, to_line
+from ingest.tables import GRAPHS
 from ranking.rank import RankSettings, rank
 from ranking.savings import savings
-from storage.store import ENTRIES
 from storage.warehouse import Warehouse
-from tuner.tables import TRIALS, TUNING_RESULTS
-from validator.tables import VALIDATIONS
+from tuner.candidates import latest_candidates
+from tuner.trial import Trial
+from tuner.tune import TuneResult, land_result, task_digest
+from validator.plan import Planner
+from validator.run import Run
+from validator.toolchains import Registry
+from validator.validate import ValidateSettings
 from workloads.simulator.run import simulate, store_lookup
 
 WORKLOADS = ["mlp-s"]
@@ -34,8 +41,10 @@ WORKLOADS = ["mlp-s"]
 BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 JOBS = 300
 SEED = 3
-TASKS = 8  # the costliest graph keys of the day before tuning; the last shows no gain
+TASKS = 8  # the best-ranked graph keys of the day before tuning; the last shows no gain
+TRIALS_PER_TASK = 8
 CONFIGS = ({"xla_cpu_use_xnnpack": False}, {"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"})
+VALIDATE = ValidateSettings()
 
 
 def build_home(home: Path, today: datetime.date | None = None) -> Path:
@@ -43,127 +52,108 @@ def build_home(home: Path, today: datetime.date | None = None) -> Path:
     today = today or datetime.date.today()
     day = [today - datetime.timedelta(days=4 - i) for i in range(5)]
     simulate(home, days=2, jobs=JOBS, seed=SEED, start=day[0], workloads=WORKLOADS)
-    keys = _costliest_graph_keys(home, day[1], TASKS)
-    _land_tuning(home, day[1], keys)
-    deliver(home)
-    op_entry = _import_op_entry(home)
-    _validate_first(home, day[2], keys[0])
+    rank(home, RankSettings(date=day[1], window_days=2, top_k=TASKS), BEAM_ARGS)
+    keys = [(c["fingerprint"], c["env_key"]) for c in latest_candidates(home, "graph").to_pylist()]
+    here = current_environment().key()
+    if not any(env_key == here for _, env_key in keys[:-1]):
+        raise AssertionError("no tuned key runs here: the validator would measure nothing")
+    for task, key in enumerate(keys):
+        land_result(home, _tuned(home, task, key, accepted=task < len(keys) - 1), on=day[1])
+    deliver(home, BEAM_ARGS)
+    # The first run re-measures the entry it can measure here; the others are on other machines.
+    _validate(home, _at(day[2], 6))
     # The fleet's jobs look configs up in the live store: its version changes after the first
     # simulated day of hits, so that the savings come from two config versions.
     simulate(home, days=1, jobs=JOBS, seed=SEED, start=day[2], workloads=WORKLOADS, tuned=store_lookup(home))
-    _validate_second(home, day[3], keys[1], op_entry)
+    # A fleet job's compile with the costliest key's config fails: the second run removes it.
+    _hook(home, day[3], applied=store_key(*next(k for k in keys if k[1] == here)), fallback=store_key(*keys[0]))
+    _validate(home, _at(day[3], 12))
     simulate(home, days=2, jobs=JOBS, seed=SEED, start=day[3], workloads=WORKLOADS, tuned=store_lookup(home))
-    _land_hook_hits(home, day[3:], keys[0])
+    _hook(home, day[4], applied=store_key(*next(k for k in keys if k[1] == here)), fallback=None)
+    _import_op_entry(home)  # today, measured now (import stamps it so)
     rank(home, RankSettings(date=today, window_days=5, top_k=5), BEAM_ARGS)
     savings(home, day[0], today, BEAM_ARGS)
     return home
 
 
-def _costliest_graph_keys(home: Path, dt: datetime.date, n: int) -> list[tuple[str, str]]:
-    runs = Warehouse(home).read(GRAPH_RUNS, ["fingerprint", "env_key", "chip_seconds", "opted_out"],
-                                filter_dt=lambda d: d == dt.isoformat())
-    runs = runs.filter(pc.invert(runs.column("opted_out")))
-    costs = runs.group_by(["fingerprint", "env_key"]).aggregate([("chip_seconds", "sum")]).sort_by(
-        [("chip_seconds_sum", "descending"), ("fingerprint", "ascending"), ("env_key", "ascending")])
-    return list(zip(costs.column("fingerprint").to_pylist()[:n], costs.column("env_key").to_pylist()[:n]))
+def _at(dt: datetime.date, hour: int, minute: int = 0) -> datetime.datetime:
+    return datetime.datetime.combine(dt, datetime.time(hour, minute), datetime.UTC)
 
 
-def _land_tuning(home: Path, dt: datetime.date, keys: list[tuple[str, str]]) -> None:
-    """Eight trials and a verified result per key, as tuner.tune lands them."""
-    trials, results = [], []
-    for task, (fingerprint, env_key) in enumerate(keys):
-        accepted = task < len(keys) - 1
-        speedup = 1.22 - 0.02 * task if accepted else 1.004
-        low, high = speedup - 0.05, speedup + 0.05
-        config = CONFIGS[task % len(CONFIGS)]
-        task_id = f"task{task:028x}"
-        base = {"dt": dt, "task_id": task_id, "kind": "graph", "fingerprint": fingerprint,
-                "env_key": env_key, "strategy": "evolution"}
-        for index in range(8):
-            outcome = ("failed", "identical", "duplicate")[index] if index < 3 and task == 1 else "measured"
-            trial_speedup = 1 + (speedup - 1) * (index + 1) / 8 if outcome == "measured" else None
-            trials.append({**base, "trial_id": f"{task_id}-{index}", "index": index,
-                           "config": json.dumps(config), "program": None, "outcome": outcome,
-                           "speedup": trial_speedup, "ci_low": trial_speedup and trial_speedup - 0.03,
-                           "ci_high": trial_speedup and trial_speedup + 0.03,
-                           "numerics_ok": outcome == "measured", "compile_seconds": 0.4,
-                           "error": "compile failed" if outcome == "failed" else None})
-        results.append({**base, "config": json.dumps(config), "speedup": speedup, "ci_low": low,
-                        "ci_high": high, "numerics_ok": True, "compiler_version": "jaxlib 0.9.0",
-                        "accepted": accepted,
-                        "status": "accepted" if accepted else "no significant gain",
-                        "evaluations": 8, "measured": 8 - 3 * (task == 1)})
-    warehouse = Warehouse(home)
-    warehouse.append(TRIALS, pa.Table.from_pylist(trials, TRIALS.schema), "dashboard-tasks")
-    warehouse.append(TUNING_RESULTS, pa.Table.from_pylist(results, TUNING_RESULTS.schema), "dashboard-tasks")
+def _tuned(home: Path, task: int, key: tuple[str, str], accepted: bool) -> TuneResult:
+    """A task's result as tuner.tune returns it: its trials in search order (the second task
+    meets a failed compile, a program identical to the default's and a duplicate), the best
+    verified afresh, or no significant gain."""
+    fingerprint, env_key = key
+    speedup = 1.22 - 0.02 * task if accepted else 1.004
+    config = CONFIGS[task % len(CONFIGS)]
+    trials = []
+    for index in range(TRIALS_PER_TASK):
+        outcome = ("failed", "identical", "duplicate")[index] if index < 3 and task == 1 else "measured"
+        figure = 1 + (speedup - 1) * (index + 1) / TRIALS_PER_TASK if outcome == "measured" else None
+        trials.append(Trial(index, config, outcome, program=f"program-{task}-{index}", speedup=figure,
+                            ci_low=figure and figure - 0.03, ci_high=figure and figure + 0.03,
+                            numerics_ok=outcome == "measured", compile_seconds=0.4,
+                            error="compile failed" if outcome == "failed" else None))
+    return TuneResult(
+        task_id=task_digest("graph", fingerprint, env_key, "evolution", task), fingerprint=fingerprint,
+        env_key=env_key, status="accepted" if accepted else "no significant gain", accepted=accepted,
+        config=config, speedup=speedup, ci_low=speedup - 0.05, ci_high=speedup + 0.05, numerics_ok=True,
+        evaluations=len(trials), measured=sum(t.outcome == "measured" for t in trials),
+        strategy="evolution", compiler_version=_compiler(home, env_key), trials=trials)
 
 
-def _import_op_entry(home: Path) -> dict:
-    """An owner-validated op config, imported as `fdo store import` does."""
+def _compiler(home: Path, env_key: str) -> str:
+    graphs = Warehouse(home).read(GRAPHS, ["env_key", "compiler_version"])
+    return graphs.filter(pc.equal(graphs.column("env_key"), env_key)).column("compiler_version")[0].as_py()
+
+
+def _import_op_entry(home: Path) -> None:
+    """An owner-validated op config for an environment that ran nowhere, as `fdo store import`."""
     path = home / "owner-configs.jsonl"
-    path.write_text(json.dumps({"fingerprint": "a" * 32, "env_key": "b" * 32, "kind": "op",
-                                "config": {"xla_cpu_use_xnnpack": False}, "speedup": 1.3}) + "\n")
-    new = read_import(path)
-    Store(home).update(lambda live: merge_entries(live, new), "import owner-configs.jsonl")
-    return new.to_pylist()[0]
+    path.write_text('{"fingerprint": "%s", "env_key": "%s", "kind": "op", '
+                    '"config": {"xla_cpu_use_xnnpack": false}, "speedup": 1.3}\n' % ("a" * 32, "b" * 32))
+    import_file(home, path)
 
 
-def _validate_first(home: Path, dt: datetime.date, key: tuple[str, str]) -> None:
-    """A validator run that keeps the costliest graph key's entry with a fresh measurement."""
-    refreshed_key = store_key(*key)
-    measured = datetime.datetime.combine(dt, datetime.time(6), datetime.UTC)
-
-    def refresh(live: pa.Table) -> pa.Table:
-        rows = [dict(r, provenance="validator", measured_at=measured, speedup=1.1, ci_low=1.06, ci_high=1.14)
-                if r["key"] == refreshed_key else r for r in live.to_pylist()]
-        return pa.Table.from_pylist(rows, ENTRIES)
-
-    version = Store(home).update(refresh, "validate: 1 kept")
-    rows = [_validation(dt, "run-1", key, "graph", "kept", 1.1, 1.0, version, 0)]
-    Warehouse(home).append(VALIDATIONS, pa.Table.from_pylist(rows, VALIDATIONS.schema), "dashboard-run-1")
-
-
-def _validate_second(home: Path, dt: datetime.date, key: tuple[str, str], op_entry: dict) -> None:
-    """A validator run that keeps the next graph key's entry as it is and invalidates the
-    imported op entry."""
-    version = Store(home).update(lambda live: live.filter(pc.not_equal(live.column("key"), op_entry["key"])),
-                                 "validate: 1 invalidated")
-    rows = [_validation(dt, "run-2", key, "graph", "kept", 1.2, 2.0, version, 40),
-            _validation(dt, "run-2", (op_entry["fingerprint"], op_entry["env_key"]), "op",
-                        "invalidated", 0.98, 1.5, version, 0)]
-    Warehouse(home).append(VALIDATIONS, pa.Table.from_pylist(rows, VALIDATIONS.schema), "dashboard-run-2")
+def _validate(home: Path, now: datetime.datetime) -> None:
+    """One validation run at `now` as `fdo validate` makes it, under this interpreter's
+    toolchain; each entry it queues measures 1.1x [1.06, 1.14] again."""
+    chain = Registry(home).get(None)
+    run = Run.open(home, chain)
+    planner = Planner(home, chain, now, VALIDATE.max_age, VALIDATE.revalidate_after)
+    free, queue, _ = planner.plan(decided=set())
+    for decision in free:
+        run.record(decision)
+    for queued in queue:
+        found = EvaluationResult(speedup=1.1, ci_low=1.06, ci_high=1.14, significant=True, numerics_ok=True,
+                                 identical_program=False, compile_seconds=0.3, default_compile_seconds=0.3)
+        run.record(queued.measured(found, chain.compiler_version, VALIDATE.measure.noise_band, now,
+                                   VALIDATE.ttl, VALIDATE.max_age))
+    run.publish(Store(home))
+    run.land(Warehouse(home))
 
 
-def _validation(dt: datetime.date, run_id: str, key: tuple[str, str], kind: str, outcome: str,
-                speedup: float, age_days: float, version: int | None, fleet_hits: int) -> dict:
-    fingerprint, env_key = key
-    return {"dt": dt, "run_id": run_id,
-            "validated_at": datetime.datetime.combine(dt, datetime.time(6), datetime.UTC),
-            "key": store_key(fingerprint, env_key), "fingerprint": fingerprint, "env_key": env_key,
-            "kind": kind, "outcome": outcome,
-            "reason": "re-measured on the current compiler", "new_key": None,
-            "toolchain": "jaxlib 0.9.0 cpu", "compiler_version": "jaxlib 0.9.0",
-            "speedup": speedup, "ci_low": speedup - 0.04, "ci_high": speedup + 0.04,
-            "numerics_ok": True, "fleet_hits": fleet_hits, "age_days": age_days,
-            "store_version": version}
-
-
-def _land_hook_hits(home: Path, days: list[datetime.date], key: tuple[str, str]) -> None:
-    """What the compiler hook records: per day three applied configs, two misses, a fallback."""
-    fingerprint, env_key = key
+def _hook(home: Path, dt: datetime.date, applied: str, fallback: str | None) -> None:
+    """What the compiler hook spools on `dt`: three compiles that applied the live entry of
+    `applied`, two misses, and one compile whose tuned config for `fallback` failed (a miss
+    when None); then hit ingestion lands the spool."""
+    live = {row["key"]: row for row in Store(home).entries().to_pylist()}
     version = Store(home).current()
-    rows = []
-    for dt in days:
-        for n, outcome in enumerate(("applied", "applied", "applied", "miss", "miss", "fallback")):
-            applied = outcome == "applied"
-            rows.append({"dt": dt, "at": datetime.datetime.combine(dt, datetime.time(8, n), datetime.UTC),
-                         "job_id": f"job-{n}", "key": store_key(fingerprint, env_key),
-                         "fingerprint": fingerprint, "env_key": env_key, "module_name": "jit_mlp_train_step",
-                         "outcome": outcome, "kind": "graph" if applied else None,
-                         "config_version": version if applied else None,
-                         "expected_speedup": 1.18 if applied else None,
-                         "config": json.dumps(CONFIGS[0]) if applied else None,
-                         "optimized_fingerprint": None,
-                         "reason": "tuned compile failed" if outcome == "fallback" else None,
-                         "hook_seconds": 0.002, "compile_seconds": 0.5})
-    Warehouse(home).append(HITS, pa.Table.from_pylist(rows, HITS.schema), "dashboard-hook")
+    records = []
+    for n, (outcome, key) in enumerate([("applied", applied)] * 3 + [("miss", None)] * 2
+                                       + [("fallback", fallback) if fallback else ("miss", None)]):
+        entry = live.get(key, {})
+        records.append({
+            "at": _at(dt, 8, n), "job_id": f"job-{n}", "key": key or store_key("c" * 32, "d" * 32),
+            "fingerprint": entry.get("fingerprint", "c" * 32), "env_key": entry.get("env_key", "d" * 32),
+            "module_name": "jit_mlp_train_step", "outcome": outcome, "kind": entry.get("kind"),
+            "config_version": version if entry else None,
+            "expected_speedup": entry.get("speedup") if outcome == "applied" else None,
+            "config": entry.get("config"), "optimized_fingerprint": None,
+            "reason": "INTERNAL: tuned compile failed" if outcome == "fallback" else None,
+            "hook_seconds": 0.002, "compile_seconds": 0.5})
+    path = spool_path(home, started=_at(dt, 8).timestamp())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(map(to_line, records)))
+    ingest_hits(home, now=time.time() + STALE_SECONDS + 1)  # its writer is done

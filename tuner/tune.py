@@ -277,9 +277,10 @@ def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, setting
                       ci_high=check.ci_high, numerics_ok=check.numerics_ok, **base)
 
 
-def land_result(home: Path, result: TuneResult) -> None:
-    """The task's trials and result into the warehouse, named by the task: idempotent."""
-    today = datetime.date.today()
+def land_result(home: Path, result: TuneResult, on: datetime.date | None = None) -> None:
+    """The task's trials and result into the warehouse, named by the task: idempotent. They
+    land under the day `on` (default today: the day the task finished)."""
+    today = on or datetime.date.today()
     rows = [{"dt": today, "trial_id": task_digest(result.task_id, t.index),
              "task_id": result.task_id, "kind": result.kind, "fingerprint": result.fingerprint,
              "env_key": result.env_key, "strategy": result.strategy, "index": t.index,

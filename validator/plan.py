@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from delivery.store import Store
+from execution.evaluate import EvaluationResult
 from hlo.environment import Environment, store_key
 from ingest.tables import GRAPHS
 from storage.blobs import BlobStore
@@ -49,6 +50,36 @@ class Queued:
     new_env_key: str | None
     origin: datetime.datetime
     priority: tuple
+
+    @property
+    def invalidates(self) -> str:
+        """How invalidating it changes the store: removed on its own compiler; on another, the
+        measurement says nothing of the entry's own compiler, so it stays."""
+        return rules.REMOVE if self.same_compiler else rules.NONE
+
+    def decide(self, outcome: str, reason: str, change: str, now: datetime.datetime,
+               ttl: datetime.timedelta, max_age: datetime.timedelta,
+               result: EvaluationResult | None = None) -> Decision:
+        """The decision on this entry at `now`: the measured figures when there are some, a
+        fresh expiry when kept or re-keyed, the new key when re-keyed."""
+        extra: dict[str, Any] = {}
+        if result is not None and result.speedup is not None:
+            extra = {"speedup": result.speedup, "ci_low": result.ci_low, "ci_high": result.ci_high,
+                     "numerics_ok": result.numerics_ok}
+        if outcome in ("kept", "rekeyed"):
+            extra["expires_at"] = rules.expiry(now, self.origin, ttl, max_age).isoformat()
+        if outcome == "rekeyed":
+            extra.update(new_key=self.new_key, new_env_key=self.new_env_key)
+        return Decision(**{**self.base, "decided_at": now.isoformat()}, outcome=outcome,
+                        reason=reason, change=change, **extra)
+
+    def measured(self, result: EvaluationResult, compiler_version: str, noise_band: float,
+                 now: datetime.datetime, ttl: datetime.timedelta,
+                 max_age: datetime.timedelta) -> Decision:
+        """The decision from a completed measurement (no harness error) under `compiler_version`."""
+        outcome, reason = rules.measured_outcome(result, self.same_compiler, compiler_version, noise_band)
+        change = {"kept": rules.REFRESH, "rekeyed": rules.ADD}.get(outcome, self.invalidates)
+        return self.decide(outcome, reason, change, now, ttl, max_age, result)
 
 
 class Planner:

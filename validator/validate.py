@@ -140,20 +140,11 @@ def _measure(queued: Queued, planner: Planner, worker: Worker, settings: Validat
     """Re-measure one entry's config against the defaults and decide."""
     chain, entry = planner.chain, queued.entry
     cv = chain.compiler_version
-    invalidated = rules.REMOVE if queued.same_compiler else rules.NONE
+    invalidated = queued.invalidates
 
     def decide(outcome: str, reason: str, change: str, result: Any = None) -> Decision:
-        now = datetime.datetime.now(datetime.UTC)
-        base = {**queued.base, "decided_at": now.isoformat()}
-        extra: dict[str, Any] = {}
-        if result is not None and result.speedup is not None:
-            extra = {"speedup": result.speedup, "ci_low": result.ci_low, "ci_high": result.ci_high,
-                     "numerics_ok": result.numerics_ok}
-        if outcome in ("kept", "rekeyed"):
-            extra["expires_at"] = rules.expiry(now, queued.origin, settings.ttl, settings.max_age).isoformat()
-        if outcome == "rekeyed":
-            extra.update(new_key=queued.new_key, new_env_key=queued.new_env_key)
-        return Decision(**base, outcome=outcome, reason=reason, change=change, **extra)
+        return queued.decide(outcome, reason, change, datetime.datetime.now(datetime.UTC),
+                             settings.ttl, settings.max_age, result)
 
     try:
         config = from_json(json.loads(entry["config"]))
@@ -166,10 +157,8 @@ def _measure(queued: Queued, planner: Planner, worker: Worker, settings: Validat
     result = evaluate(module, config, settings=settings.measure, worker=worker,
                       timeout=settings.timeout, seed=settings.seed)
     if result.error is None:
-        outcome, reason = rules.measured_outcome(result, queued.same_compiler, cv,
-                                                 settings.measure.noise_band)
-        change = {"kept": rules.REFRESH, "rekeyed": rules.ADD}.get(outcome, invalidated)
-        return decide(outcome, reason, change, result)
+        return queued.measured(result, cv, settings.measure.noise_band,
+                               datetime.datetime.now(datetime.UTC), settings.ttl, settings.max_age)
     if result.failure == DEFAULT_FAILS:
         return decide("unmeasured", f"its graph fails on {cv}: {result.error}", rules.NONE)
     if result.failure == CANDIDATE_FAILS:

@@ -1,0 +1,390 @@
+"""The validator's rules without measuring: validator.decisions (outcomes, expiry, applying
+decisions to the live entries, audit rows) and validator.plan (what a run decides for free, what
+it measures and in which order), on entries and tables built here. No compile, no worker."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+
+import pyarrow as pa
+import pytest
+
+from delivery.store import Store
+from execution.evaluate import EvaluationResult
+from hlo.environment import Environment, store_key
+from ingest.tables import GRAPHS, HITS
+from storage.blobs import BlobStore
+from storage.store import ENTRIES
+from storage.warehouse import Warehouse
+from validator import decisions as rules
+from validator.decisions import Decision
+from validator.plan import Planner, Queued
+from validator.tables import VALIDATIONS
+from validator.toolchains import Toolchain
+
+UTC = datetime.UTC
+NOW = datetime.datetime(2026, 6, 1, 12, tzinfo=UTC)
+DAY = datetime.timedelta(days=1)
+TTL, MAX_AGE = 30 * DAY, 180 * DAY
+BAND = 0.01
+EDGE = 1.0 + BAND  # the noise band's edge, exactly as the rules compute it
+CONFIG = json.dumps({"xla_cpu_use_xnnpack": False}, sort_keys=True)
+HERE = Environment("cpu", "test-cpu", 1, "jaxlib-new")
+OLDER = dataclasses.replace(HERE, compiler_version="jaxlib-old")
+CHAIN = Toolchain("default", "python", "new", HERE.to_json(), NOW.isoformat())
+
+
+def fp(n: int) -> str:
+    return f"{n:032x}"
+
+
+def entry(n: int, env: Environment = HERE, days_old: float = 3, expires_in: float = 27,
+          kind: str = "graph", provenance: str = "tuner", config: str = CONFIG) -> dict:
+    """A live store entry for fingerprint `n` measured `days_old` before NOW."""
+    measured = NOW - days_old * DAY
+    return {"key": store_key(fp(n), env.key()), "fingerprint": fp(n), "env_key": env.key(), "kind": kind,
+            "speedup": 1.5, "expires_at": NOW + expires_in * DAY, "provenance": provenance,
+            "config": config, "ci_low": 1.3, "ci_high": 1.7, "compiler_version": env.compiler_version,
+            "measured_at": measured, "source": f"task-{n}"}
+
+
+def result(speedup: float = 1.5, ci_low: float = 1.3, ci_high: float = 1.7, numerics_ok: bool = True,
+           identical: bool = False, numerics: list[dict] | None = None) -> EvaluationResult:
+    """A completed measurement, as execution.evaluate returns one."""
+    return EvaluationResult(speedup=speedup, ci_low=ci_low, ci_high=ci_high, significant=ci_low > EDGE,
+                            numerics_ok=numerics_ok, identical_program=identical, compile_seconds=0.1,
+                            default_compile_seconds=0.1, numerics=numerics or [])
+
+
+def queued(row: dict, same_compiler: bool = True, origin: datetime.datetime | None = None) -> Queued:
+    """A queued entry as the planner makes it (its decision base included)."""
+    origin = origin or row["measured_at"]
+    base = {"key": row["key"], "fingerprint": row["fingerprint"], "env_key": row["env_key"],
+            "kind": row["kind"], "config": row["config"], "source": row["source"], "toolchain": "default",
+            "compiler_version": HERE.compiler_version, "fleet_hits": 0, "age_days": 3.0,
+            "decided_at": NOW.isoformat(), "origin_at": origin.isoformat(),
+            "entry_measured_at": row["measured_at"].isoformat(),
+            "entry_expires_at": row["expires_at"].isoformat()}
+    new_env = None if same_compiler else HERE.key()
+    new_key = None if same_compiler else store_key(row["fingerprint"], HERE.key())
+    return Queued(row, base, "blob", same_compiler, new_key, new_env, origin, ())
+
+
+def measured(row: dict, found: EvaluationResult, same_compiler: bool = True,
+             origin: datetime.datetime | None = None) -> Decision:
+    return queued(row, same_compiler, origin).measured(found, HERE.compiler_version, BAND, NOW, TTL, MAX_AGE)
+
+
+def table(*rows: dict) -> pa.Table:
+    return pa.Table.from_pylist(list(rows), ENTRIES)
+
+
+def by_key(entries: pa.Table) -> dict[str, dict]:
+    return {row["key"]: row for row in entries.to_pylist()}
+
+
+# --- validator.decisions: outcomes of a measurement -------------------------------------------
+
+def test_a_program_identical_to_the_defaults_is_invalidated_however_fast_it_looked():
+    outcome, reason = rules.measured_outcome(result(speedup=2.0, ci_low=1.9, ci_high=2.1, identical=True),
+                                             True, "jaxlib-new", BAND)
+    assert outcome == "invalidated" and "same program as the defaults on jaxlib-new" in reason
+
+
+def test_numerics_off_invalidates_naming_the_failed_checks():
+    checks = [{"ok": True, "detail": "out0 fine"}, {"ok": False, "detail": "out1 max error 3.0"}]
+    outcome, reason = rules.measured_outcome(result(numerics_ok=False, numerics=checks), True, "jaxlib-new", BAND)
+    assert outcome == "invalidated" and "out1 max error 3.0" in reason and "out0" not in reason
+    _, reason = rules.measured_outcome(result(numerics_ok=False), True, "jaxlib-new", BAND)
+    assert reason.endswith("outputs differ")
+
+
+@pytest.mark.parametrize("ci_high, outcome", [
+    (EDGE, "kept"),  # the interval still reaches a gain worth having
+    (EDGE - 1e-9, "invalidated"),  # the data rule such a gain out
+])
+def test_on_its_own_compiler_only_an_interval_under_the_band_invalidates(ci_high, outcome):
+    found = result(speedup=ci_high - 0.02, ci_low=ci_high - 0.04, ci_high=ci_high)
+    assert rules.measured_outcome(found, True, "jaxlib-new", BAND)[0] == outcome
+
+
+def test_an_inconclusive_interval_keeps_the_entry():
+    outcome, reason = rules.measured_outcome(result(1.005, 0.98, 1.03), True, "jaxlib-new", BAND)
+    assert outcome == "kept" and "1.005x [0.980, 1.030]" in reason
+
+
+@pytest.mark.parametrize("ci_low, outcome", [
+    (EDGE, "invalidated"),  # a new key needs the whole interval above the band, as the tuner's
+    (EDGE + 1e-9, "rekeyed"),
+])
+def test_on_another_compiler_only_a_clear_gain_rekeys(ci_low, outcome):
+    found = result(speedup=ci_low + 0.1, ci_low=ci_low, ci_high=ci_low + 0.2)
+    found_outcome, reason = rules.measured_outcome(found, False, "jaxlib-new", BAND)
+    assert found_outcome == outcome
+    assert ("not re-keyed" in reason) == (outcome == "invalidated")
+
+
+# --- validator.decisions: expiry ---------------------------------------------------------------
+
+def test_expired_at_its_expiry_not_a_moment_before():
+    row = entry(1, expires_in=0)
+    assert "past its expiry" in rules.expired_reason(row, row["measured_at"], NOW, MAX_AGE)
+    assert rules.expired_reason(row, row["measured_at"], NOW - datetime.timedelta(microseconds=1), MAX_AGE) is None
+
+
+def test_the_absolute_lifetime_runs_from_the_first_measurement_whatever_was_refreshed():
+    row = entry(1, days_old=1, expires_in=29)  # re-validated yesterday, a fresh lease
+    assert rules.expired_reason(row, NOW - MAX_AGE + DAY, NOW, MAX_AGE) is None
+    reason = rules.expired_reason(row, NOW - MAX_AGE, NOW, MAX_AGE)
+    assert "absolute lifetime of 180 days" in reason
+
+
+def test_a_fresh_lease_never_runs_past_the_lifetime():
+    assert rules.expiry(NOW, NOW - 10 * DAY, TTL, MAX_AGE) == NOW + TTL
+    assert rules.expiry(NOW, NOW - 170 * DAY, TTL, MAX_AGE) == NOW + 10 * DAY
+
+
+# --- validator.plan.Queued: the decision a measurement makes -----------------------------------
+
+def test_kept_refreshes_with_the_measured_figures_and_a_capped_lease():
+    row = entry(1)
+    kept = measured(row, result(1.4, 1.2, 1.6), origin=NOW - 175 * DAY)
+    assert (kept.outcome, kept.change) == ("kept", rules.REFRESH)
+    assert (kept.speedup, kept.ci_low, kept.ci_high, kept.numerics_ok) == (1.4, 1.2, 1.6, True)
+    assert kept.decided_at == NOW.isoformat() and kept.expires_at == (NOW + 5 * DAY).isoformat()
+    assert kept.new_key is None
+
+
+def test_invalidated_removes_on_its_own_compiler_and_leaves_another_compilers_entry():
+    row = entry(1, OLDER)
+    slower = result(0.9, 0.85, 0.95)
+    assert measured(row, slower).change == rules.REMOVE
+    elsewhere = measured(row, slower, same_compiler=False)
+    assert (elsewhere.outcome, elsewhere.change, elsewhere.new_key) == ("invalidated", rules.NONE, None)
+    assert elsewhere.expires_at is None
+
+
+def test_rekeyed_adds_under_the_new_environments_key():
+    row = entry(1, OLDER)
+    rekeyed = measured(row, result(1.4, 1.2, 1.6), same_compiler=False)
+    assert (rekeyed.outcome, rekeyed.change) == ("rekeyed", rules.ADD)
+    assert rekeyed.new_key == store_key(row["fingerprint"], HERE.key()) != row["key"]
+    assert rekeyed.new_env_key == HERE.key() and rekeyed.expires_at == (NOW + TTL).isoformat()
+    assert Decision.from_json(json.loads(json.dumps(rekeyed.to_json()))) == rekeyed
+
+
+# --- validator.decisions: applying decisions to the live entries -------------------------------
+
+def test_a_removal_applies_to_the_entry_decided_on_and_leaves_the_others():
+    gone, other = entry(1), entry(2)
+    after, status = rules.apply([measured(gone, result(0.9, 0.85, 0.95))], table(gone, other))
+    assert status == [rules.APPLIED] and by_key(after) == {other["key"]: other}
+    again, status = rules.apply([measured(gone, result(0.9, 0.85, 0.95))], after)
+    assert status == [rules.APPLIED] and again.equals(after)  # a rerun after a kill: a no-op
+
+
+@pytest.mark.parametrize("change", [{"config": json.dumps({"xla_cpu_use_thunk_runtime": False})},
+                                    {"measured_at": NOW}, {"expires_at": NOW + 40 * DAY}])
+def test_an_entry_replaced_since_it_was_decided_on_is_left_alone(change):
+    row = entry(1)
+    replaced = {**row, **change}  # deliver or an import wrote the key again meanwhile
+    for decision in (measured(row, result(0.9, 0.85, 0.95)), measured(row, result(1.4, 1.2, 1.6))):
+        after, status = rules.apply([decision], table(replaced))
+        assert status == [rules.STALE] and by_key(after) == {row["key"]: replaced}
+
+
+def test_a_kept_entry_is_refreshed_in_place_once():
+    row = entry(1)
+    kept = measured(row, result(1.4, 1.2, 1.6))
+    after, status = rules.apply([kept], table(row))
+    refreshed = by_key(after)[row["key"]]
+    assert status == [rules.APPLIED]
+    assert refreshed == {**row, "provenance": "validator", "speedup": 1.4, "ci_low": 1.2, "ci_high": 1.6,
+                         "measured_at": NOW, "expires_at": NOW + TTL}
+    again, status = rules.apply([kept], after)
+    assert status == [rules.APPLIED] and again.equals(after)
+    assert rules.apply([kept], table())[1] == [rules.STALE]  # removed meanwhile: not brought back
+
+
+def test_a_rekeyed_entry_is_added_once_beside_the_old_one():
+    row = entry(1, OLDER)
+    rekeyed = measured(row, result(1.4, 1.2, 1.6), same_compiler=False)
+    after, status = rules.apply([rekeyed], table(row))
+    rows = by_key(after)
+    assert status == [rules.APPLIED] and rows[row["key"]] == row
+    new = rows[rekeyed.new_key]
+    assert (new["env_key"], new["config"], new["source"], new["provenance"]) == (
+        HERE.key(), row["config"], row["source"], "validator")
+    again, status = rules.apply([rekeyed], after)
+    assert status == [rules.APPLIED] and again.equals(after)
+    other = {**new, "config": json.dumps({"xla_cpu_use_thunk_runtime": False}), "provenance": "tuner"}
+    kept_other, status = rules.apply([rekeyed], table(row, other))
+    assert status == [rules.STALE] and by_key(kept_other)[rekeyed.new_key] == other
+
+
+def test_an_unmeasured_decision_changes_nothing():
+    row = entry(1)
+    unmeasured = queued(row).decide("unmeasured", "no symbols", rules.NONE, NOW, TTL, MAX_AGE)
+    after, status = rules.apply([unmeasured], table(row))
+    assert status == [rules.APPLIED] and after.equals(table(row))
+
+
+def test_the_audit_row_says_when_a_decision_was_not_applied():
+    kept = measured(entry(1), result(1.4, 1.2, 1.6))
+    applied = rules.audit_row(kept, "run-1", 7, rules.APPLIED)
+    stale = rules.audit_row(kept, "run-1", 7, rules.STALE)
+    assert applied["store_version"] == 7 and applied["reason"] == kept.reason
+    assert stale["store_version"] is None and stale["reason"].endswith("not applied: the entry changed meanwhile")
+    assert (applied["dt"], applied["validated_at"]) == (NOW.date(), NOW)
+    assert pa.Table.from_pylist([applied, stale], VALIDATIONS.schema).num_rows == 2  # the table's shape
+
+
+@pytest.mark.parametrize("recorded, matches", [
+    (None, True), (json.dumps({"xla_cpu_use_xnnpack": False}), True),
+    ('{"xla_cpu_use_xnnpack":  false}', True), (json.dumps({"xla_cpu_use_xnnpack": True}), False),
+    ("not json", False)])
+def test_a_fallback_counts_against_the_entry_only_for_its_config(recorded, matches):
+    assert rules.config_matches(recorded, CONFIG) is matches
+
+
+# --- validator.plan.Planner: what a run decides for free, measures, skips ----------------------
+
+class Home:
+    """A home with live entries, the graphs they were seen in, fleet hits and past decisions."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+        self.rows: list[dict] = []
+
+    def graph(self, n: int, env: Environment, blob: bool = True) -> None:
+        """Symbols of fingerprint `n` in `env`, with its HLO blob (or the blob lost)."""
+        name = BlobStore(self.path).put_text(fp(n), f"HloModule m{n}") if blob else BlobStore.name(fp(n))
+        at = NOW - 30 * DAY
+        Warehouse(self.path).append(GRAPHS, pa.Table.from_pylist([{
+            "dt": at.date(), "fingerprint": fp(n), "env_key": env.key(), "module_name": f"m{n}",
+            "n_instructions": 3, "hlo_blob": name, "optimized_blob": None, "optimized_fingerprint": None,
+            "platform": env.platform, "device_kind": env.device_kind, "device_count": env.device_count,
+            "compiler_version": env.compiler_version, "first_seen": at, "last_seen": at}], GRAPHS.schema),
+            f"graph-{n}-{env.key()[:6]}")
+
+    def hits(self, row: dict, n: int, outcome: str = "applied", at: datetime.datetime = NOW - DAY,
+             config: str | None = CONFIG) -> None:
+        """`n` compiles in the fleet that looked `row` up, at `at`."""
+        hits = [{"dt": at.date(), "at": at, "job_id": f"job-{i}", "key": row["key"], "fingerprint": row["fingerprint"],
+                 "env_key": row["env_key"], "module_name": "m", "outcome": outcome, "kind": "graph",
+                 "config_version": 1, "expected_speedup": 1.5, "config": config, "optimized_fingerprint": None,
+                 "reason": "INTERNAL: tuned compile failed" if outcome == "fallback" else None,
+                 "hook_seconds": 0.001, "compile_seconds": 0.1} for i in range(n)]
+        Warehouse(self.path).append(HITS, pa.Table.from_pylist(hits, HITS.schema), f"hits-{len(self.rows)}-{n}-{outcome}")
+
+    def decided(self, decision: Decision, run_id: str) -> None:
+        """A past run's audit row of `decision`."""
+        Warehouse(self.path).append(VALIDATIONS, pa.Table.from_pylist(
+            [rules.audit_row(decision, run_id, 1, rules.APPLIED)], VALIDATIONS.schema), run_id)
+
+    def plan(self, *rows: dict, decided: frozenset[str] = frozenset()) -> tuple[dict[str, Decision], list[Queued], int]:
+        store = Store(self.path)
+        store.publish(table(*rows), store.current(), "test entries")
+        free, queue, skipped = Planner(self.path, CHAIN, NOW, MAX_AGE, DAY).plan(set(decided))
+        return {d.key: d for d in free}, queue, skipped
+
+
+@pytest.fixture
+def home(tmp_path) -> Home:
+    return Home(tmp_path / "home")
+
+
+def test_expired_comes_before_every_other_rule(home):
+    home.graph(1, HERE)
+    past_expiry, past_lifetime = entry(1, days_old=40, expires_in=-1), entry(2, days_old=181, expires_in=5)
+    home.hits(past_expiry, 2, "fallback", at=NOW - DAY)
+    free, queue, _ = home.plan(past_expiry, past_lifetime)
+    assert {k: (d.outcome, d.change) for k, d in free.items()} == {
+        past_expiry["key"]: ("expired", rules.REMOVE), past_lifetime["key"]: ("expired", rules.REMOVE)}
+    assert "absolute lifetime" in free[past_lifetime["key"]].reason and queue == []
+
+
+def test_the_lifetime_of_a_validator_entry_runs_from_its_first_measurement(home):
+    home.graph(1, HERE)
+    row = entry(1, days_old=2, provenance="validator")  # refreshed two days ago
+    first = NOW - 181 * DAY
+    home.decided(dataclasses.replace(queued(row, origin=first).decide(
+        "kept", "still faster", rules.REFRESH, NOW - 2 * DAY, TTL, MAX_AGE)), "run-0")
+    free, queue, _ = home.plan(row)
+    assert free[row["key"]].outcome == "expired" and "absolute lifetime" in free[row["key"]].reason
+    assert free[row["key"]].origin_at == first.isoformat()
+
+
+def test_fleet_fallbacks_since_the_last_measurement_invalidate_without_measuring(home):
+    for n in (1, 2, 3):
+        home.graph(n, HERE)
+    failing, earlier, other_config = entry(1), entry(2), entry(3)
+    home.hits(failing, 2, "fallback", at=NOW - DAY)
+    home.hits(earlier, 1, "fallback", at=earlier["measured_at"])  # not after it was measured
+    home.hits(other_config, 1, "fallback", config=json.dumps({"xla_cpu_use_xnnpack": True}))
+    free, queue, _ = home.plan(failing, earlier, other_config)
+    decision = free[failing["key"]]
+    assert (decision.outcome, decision.change) == ("invalidated", rules.REMOVE)
+    assert "failed 2 time(s)" in decision.reason and "tuned compile failed" in decision.reason
+    assert {q.entry["key"] for q in queue} == {earlier["key"], other_config["key"]}
+
+
+def test_what_cannot_be_measured_here_is_left_unmeasured_with_why(home):
+    elsewhere = dataclasses.replace(HERE, device_kind="TPU v5p", platform="tpu")
+    home.graph(2, HERE, blob=False)
+    home.graph(4, elsewhere)
+    rows = {"op": entry(1, kind="op"), "no blob": entry(2), "no symbols": entry(3),
+            "another machine": entry(4, elsewhere), "unknown environment": entry(5, Environment("cpu", "x", 2, "j"))}
+    home.graph(5, HERE)  # symbols, but only in this machine's environment
+    free, queue, skipped = home.plan(*rows.values())
+    reasons = {name: free[row["key"]].reason for name, row in rows.items()}
+    assert all(free[row["key"]].outcome == "unmeasured" and free[row["key"]].change == rules.NONE
+               for row in rows.values())
+    assert "op-level" in reasons["op"] and "blob" in reasons["no blob"]
+    assert "no symbols" in reasons["no symbols"] and "TPU v5p" in reasons["another machine"]
+    assert "environment is unknown" in reasons["unknown environment"]
+    assert (queue, skipped) == ([], 0)
+
+
+def test_an_unmeasured_entry_is_audited_once_per_compiler_and_reason(home):
+    row = entry(3)
+    first, _, _ = home.plan(row)
+    assert first[row["key"]].audited
+    home.decided(first[row["key"]], "run-1")
+    again, _, _ = home.plan(row)
+    assert not again[row["key"]].audited
+
+
+@pytest.mark.parametrize("days_old, measured", [(1, True), (0.99, False)])
+def test_on_the_same_compiler_only_entries_measured_a_while_ago_are_measured(home, days_old, measured):
+    home.graph(1, HERE)
+    row = entry(1, days_old=days_old)
+    free, queue, skipped = home.plan(row)
+    assert free == {} and (len(queue), skipped) == ((1, 0) if measured else (0, 1))
+    if measured:
+        assert queue[0].same_compiler and queue[0].new_key is None
+
+
+def test_another_compilers_entry_is_measured_for_a_new_key_once(home):
+    home.graph(1, OLDER)
+    row = entry(1, OLDER, days_old=0.1)  # however fresh
+    _, queue, _ = home.plan(row)
+    assert len(queue) == 1 and not queue[0].same_compiler
+    assert (queue[0].new_key, queue[0].new_env_key) == (store_key(fp(1), HERE.key()), HERE.key())
+    rekeyed = entry(1, days_old=0.5)  # the new key is live already (and fresh: skipped too)
+    assert home.plan(row, rekeyed)[1:] == ([], 2)
+    home.decided(measured(row, result(1.005, 0.98, 1.03), same_compiler=False), "run-1")
+    assert home.plan(row)[1:] == ([], 1)  # decided for this compiler already: not re-keyed
+
+
+def test_the_queue_runs_by_fleet_hits_then_least_recently_measured(home):
+    rows = [entry(n, days_old=days) for n, days in ((1, 3), (2, 9), (3, 5), (4, 2))]
+    for row in rows:
+        home.graph(int(row["fingerprint"], 16), HERE)
+    home.hits(rows[3], 4)
+    home.hits(rows[0], 2, at=NOW - 40 * DAY)  # outside the window: not counted
+    _, queue, _ = home.plan(*rows, decided=frozenset({rows[2]["key"]}))
+    assert [q.entry["key"] for q in queue] == [rows[3]["key"], rows[1]["key"], rows[0]["key"]]
+    assert queue[0].base["fleet_hits"] == 4 and queue[1].base["fleet_hits"] == 0
