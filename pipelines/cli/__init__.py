@@ -77,8 +77,9 @@ def _main(argv: list[str] | None) -> int:
         print(f"fdo {args.command}: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     run: Handler = args.run
-    # The stages that work on any home (home_url: rank, savings, deliver, store) get it as it
-    # is; the others take a local one, and a URL home is refused by name (Home.local).
+    # The stages that work on any home (home_url: rank, savings, deliver, store, tune, analyze,
+    # toolchain, validate) get it as it is; the others take a local one, and a URL home is
+    # refused by name (Home.local).
     return guarded(args.command, lambda: run(args, home if getattr(args, "home_url", False)
                                                  else home.local(f"fdo {args.command}")))
 
