@@ -4,7 +4,8 @@ Layout under `<home>/store/`:
   v<N>/entries.parquet   one row per entry (storage.store.ENTRIES, declared with the
                          store's read path that every stage shares)
   v<N>/manifest.json     version, parent, created, checksum of entries.parquet, counts by kind,
-                         compiler versions, and what made it (deliver, import, rollback, ...)
+                         compiler versions, what made it (deliver, import, rollback, ...) and
+                         who wrote it (`writer`, for a writer to find its own versions)
   CURRENT                the live version number
   LAST_VERSION           the highest version number ever handed out
 
@@ -73,7 +74,10 @@ class Manifest:
     checksum: str
     counts: dict[str, int]
     compiler_versions: list[str]
-    reason: str
+    reason: str  # for people: what made it
+    # For programs: who wrote it, set by a writer that must find its own version again (a
+    # validator run: "validator/<run id>"); None for the others and in versions made before it.
+    writer: str | None = None
 
 
 class Store:
@@ -167,8 +171,9 @@ class Store:
                                  "delivered cannot be told") from None
         return found - {None}
 
-    def publish(self, entries: pa.Table, parent: int | None, reason: str) -> int:
-        """Publish `entries` as the next version, built on `parent`; returns the new version."""
+    def publish(self, entries: pa.Table, parent: int | None, reason: str, writer: str | None = None) -> int:
+        """Publish `entries` as the next version, built on `parent`, made for `reason` by
+        `writer` (see Manifest); returns the new version."""
         entries = _sorted(entries.select(ENTRIES.names).cast(ENTRIES))
         for row in entries.select(["key", "config"]).to_pylist():
             _check_config(row["config"], f"entry {row['key']}")
@@ -189,16 +194,17 @@ class Store:
                 created=datetime.datetime.now(datetime.UTC).isoformat(), checksum=_checksum(data),
                 counts={kind: kinds.count(kind) for kind in sorted(set(kinds))},
                 compiler_versions=sorted(set(entries.column("compiler_version").to_pylist()) - {None}),
-                reason=reason)
+                reason=reason, writer=writer)
             with self.home.staged_directory(self.home.location("store", f"v{version}")) as staging:
                 (staging / "entries.parquet").write_bytes(data)
                 (staging / "manifest.json").write_text(json.dumps(manifest.__dict__, indent=1) + "\n")
             self.home.atomic_write(self.home.location("store", "CURRENT"), f"{version}\n")
         return version
 
-    def update(self, change: Callable[[pa.Table], pa.Table], reason: str, retries: int = 20) -> int | None:
-        """Apply `change` to the live entries and publish, retrying when another writer got in
-        first; returns the new version, or None when nothing changed."""
+    def update(self, change: Callable[[pa.Table], pa.Table], reason: str, retries: int = 20,
+               writer: str | None = None) -> int | None:
+        """Apply `change` to the live entries and publish (as `writer`, see Manifest), retrying
+        when another writer got in first; returns the new version, or None when nothing changed."""
         def build() -> tuple[int | None, pa.Table | None]:
             parent = self.current()
             try:
@@ -211,7 +217,7 @@ class Store:
                 return parent, None
             return parent, after
 
-        return self._publish_retrying(build, reason, retries)
+        return self._publish_retrying(build, reason, retries, writer)
 
     def rollback(self, version: int, retries: int = 20) -> int:
         """Make `version`'s entries live again, as a new version; retries when another writer
@@ -223,7 +229,7 @@ class Store:
         return published
 
     def _publish_retrying(self, build: Callable[[], tuple[int | None, pa.Table | None]], reason: str,
-                          retries: int) -> int | None:
+                          retries: int, writer: str | None = None) -> int | None:
         """Publish what `build` makes on the live version it read (None: nothing to publish),
         again on the new live version each time another writer got in first."""
         for attempt in range(retries):
@@ -233,7 +239,7 @@ class Store:
             if entries is None:
                 return None
             try:
-                return self.publish(entries, parent, reason)
+                return self.publish(entries, parent, reason, writer)
             except ConcurrentPublish:
                 continue
         raise ConcurrentPublish(f"gave up after {retries} concurrent publishes")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from storage.home import Home
 from tuner.strategies import EvolutionStrategy, ExhaustiveStrategy
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def tune_settings(kind: str, **given: Any) -> TuneSettings:
     return TuneSettings(**{"budget_evals": defaults.budget_evals, "strategy": defaults.strategy, **chosen})
 
 
-def tune_graphs(home: Path, tasks: Sequence[tuple[str, Any, str | None]], settings: TuneSettings,
+def tune_graphs(home: Home, tasks: Sequence[tuple[str, Any, str | None]], settings: TuneSettings,
                 progress: bool = False, deadline: float | None = None, reserve: int = 0) -> list[TuneResult]:
     """Tune each task's (label, HloModule, env_key) module with `settings`, in order; returns their
     results. With a `deadline` (time.monotonic()), each task gets an even share of the time left,

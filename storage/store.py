@@ -1,11 +1,11 @@
 """The config store's schema and its read path for every stage (`delivery.store` writes it).
 
 Layout under `<home>/store/`: `CURRENT` holds the live version number N, `v<N>/entries.parquet`
-one row per entry (ENTRIES), `v<N>/manifest.json` what the version is. Ranking skips keys with
-a live entry; savings attributes hits to entries the validator last updated; the fleet
-simulator applies the entries' speedups: they read `live_entries`, the columns of
-STORE_ENTRY_COLUMNS, which every version holds. No store yet means no entries. The home may be
-a URL on any of Beam's file systems.
+one row per entry (ENTRIES), `v<N>/manifest.json` what the version is and who wrote it
+(`delivery.store.Manifest`). Ranking skips keys with a live entry; savings attributes hits to
+entries the validator last updated; the fleet simulator applies the entries' speedups: they
+read `live_entries`, the columns of STORE_ENTRY_COLUMNS, which every version holds. No store
+yet means no entries. The home may be a URL on any of Beam's file systems.
 """
 
 from __future__ import annotations

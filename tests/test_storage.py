@@ -16,6 +16,7 @@ import pytest
 from ingest.tables import GRAPH_RUNS
 from storage.blobs import BlobStore
 from storage.home import Home, LockHeld
+from storage.journal import append_record, read_records
 from storage.local import LocalHome
 from storage.store import STORE_ENTRY_COLUMNS, current_version, live_entries
 from storage.url import UrlHome
@@ -79,6 +80,22 @@ def test_glob_open_delete_and_temporaries_of_dead_writers(home, tmp_path):
     assert home.remove_temporaries("x/*.tmp-*") == 1
     home.delete([home.location("x", "1.bin"), home.location("x", "nothing")])
     assert _files(tmp_path) == ["x/.4.bin.tmp-%d" % os.getpid(), "x/2.bin"]
+
+
+def test_a_journal_keeps_whole_records_only(home, tmp_path):
+    journal = home.location("tasks", "t", "trials.jsonl")
+    assert read_records(home, journal) == []
+    for index in range(3):
+        append_record(home, journal, {"index": index})
+    assert read_records(home, journal) == [{"index": 0}, {"index": 1}, {"index": 2}]
+    assert _files(tmp_path) == ["tasks/t/trials.jsonl"]  # rewritten whole on a URL home: no temporary left
+    # A line a kill cut short (appended on a local home; never so on an object store) is dropped,
+    # so the next record does not land after it.
+    with open(tmp_path / "tasks" / "t" / "trials.jsonl", "a") as torn:
+        torn.write('{"index": 3')
+    assert read_records(home, journal) == [{"index": 0}, {"index": 1}, {"index": 2}]
+    append_record(home, journal, {"index": 3})
+    assert [r["index"] for r in read_records(home, journal)] == [0, 1, 2, 3]
 
 
 def test_the_lock_serializes_and_refuses_when_asked_not_to_wait(home):
@@ -160,13 +177,24 @@ def test_a_home_beam_cannot_reach_is_refused_naming_it():
 
 def test_stages_that_need_a_local_home_refuse_a_url_home_naming_it(tmp_path):
     from pipelines.nightly import NightlySettings, run_nightly
-    from validator.validate import validate
     from workloads.simulator.run import simulate
 
     home = Home.of(url_of(tmp_path))
-    stages = {"fdo validate": lambda: validate(home), "fdo simulate": lambda: simulate(home, 1, 1),
+    stages = {"fdo simulate": lambda: simulate(home, 1, 1),
               "fdo nightly": lambda: run_nightly(home, NightlySettings(date=datetime.date(2026, 5, 1)))}
     for name, run in stages.items():
         with pytest.raises(ValueError, match=f"{name} needs a local home, not fdotest://"):
             run()
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_the_cli_hands_a_url_home_to_the_stages_that_take_one(tmp_path, capsys):
+    from pipelines.cli import main
+
+    home = url_of(tmp_path)
+    assert main(["--home", home, "toolchain", "list", "--json"]) == 0
+    assert main(["--home", home, "validate", "--report", "--json"]) == 0
+    assert main(["--home", home, "analyze", "flags"]) == 1  # no trials yet, but no refusal
+    assert main(["--home", home, "toolchain", "remove", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "no tuning trials" in err and "nope: not registered" in err and "local home" not in err

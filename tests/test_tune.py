@@ -18,15 +18,18 @@ from execution.flags import FLAGS, from_json
 from execution.measure import MeasureSettings
 from execution.worker import Worker
 from hlo.module import from_lowered, from_text
+from storage.home import Home
 from storage.warehouse import Warehouse
 from tests import worker_tasks
 from tests.processes import kill_9_once_journaled, signal_once_journaled
+from tests.url_home import UrlFileSystem, url_of
 from tuner.prior import NO_CHANGE, move_prior
 from tuner.schedule import order_moves
 from tuner.search import search
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.tune import TuneSettings, tune_module
 from tuner.worker_evaluator import Span, WorkerEvaluator
 from workloads import zoo
 
@@ -237,6 +240,35 @@ def test_tune_reports_no_gain_where_there_is_none(tmp_path):
     assert result.returncode == 0, result.stderr
     tuned = json.loads(result.stdout)
     assert not tuned["accepted"] and tuned["status"] == "no significant gain"
+
+
+def test_tune_on_a_url_home_journals_lands_and_resumes_there(tmp_path):
+    module = from_text(_write_module(tmp_path / "add.hlo", lambda a, b: a + b, (64,), (64,)).read_text())
+    local = tmp_path / "home"
+    home = Home.of(url_of(local))
+    quick = TuneSettings(budget_evals=3, search=MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=40,
+                                                               max_seconds=1.0))
+    UrlFileSystem.used.clear()
+    result = tune_module(module, home, quick)
+    task = local / "tuner" / "tasks" / result.task_id
+    journal = (task / "trials.jsonl").read_text().splitlines()
+    assert len(journal) == result.evaluations >= 3 and (task / "result.json").exists()
+    trials = Warehouse(local).read(TRIALS)
+    assert sorted(trials.column("index").to_pylist()) == list(range(len(journal)))
+    assert Warehouse(local).read(TUNING_RESULTS).column("task_id").to_pylist() == [result.task_id]
+    places = (f"/tuner/tasks/{result.task_id}/trials.jsonl", "/warehouse/trials/", "/warehouse/tuning_results/")
+    for place in places:
+        assert any(place in path for path in UrlFileSystem.used), place
+    # Cut short before its result: resumed from the journal on the URL home, nothing redone.
+    (task / "result.json").unlink()
+    resumed = tune_module(module, home, quick)
+    assert (task / "trials.jsonl").read_text().splitlines() == journal
+    assert (resumed.task_id, resumed.status) == (result.task_id, result.status)
+    # The same files as a local home: the task is found finished there, and nothing lands twice.
+    assert tune_module(module, local, quick).task_id == result.task_id
+    assert Warehouse(local).read(TRIALS).num_rows == len(journal)
+    assert Warehouse(local).read(TUNING_RESULTS).num_rows == 1
+    assert not [p for p in local.rglob("*") if ".tmp-" in p.name]
 
 
 def test_kill_9_mid_search_then_rerun_loses_and_duplicates_nothing(tmp_path):

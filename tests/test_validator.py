@@ -23,15 +23,21 @@ from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_lowered
 from ingest.symbols import ingest_symbols
 from ingest.tables import HITS
+from storage.home import Home
+from storage.journal import read_records
 from storage.store import ENTRIES
 from storage.warehouse import Warehouse
 from tests.processes import kill_9_once_journaled
 from tests.serving import fdo
+from tests.url_home import UrlFileSystem, url_of
 from tuner.tables import TUNING_RESULTS
 from validator import decisions as rules
 from validator.report import outcomes_over_time, staleness, validator_hit_share
 from validator.tables import VALIDATIONS
-from validator.toolchains import RegistryUnreachable, build_venv, cached_venv_dir
+from validator.run import Run, run_file
+from validator.toolchains import (Registry, RegistryUnreachable, build_venv, cache_dir, cached_venv_dir,
+                                  venv_dir)
+from validator.validate import MEASURE_SETTINGS, ValidateSettings, validate
 
 OLD_JAX = "0.10.0"  # a second compiler: YNN's reductions apply there only to some shapes
 NO_YNN_REDUCE = {"xla_cpu_experimental_ynn_fusion_type": ["INDIVIDUAL_DOT", "INDIVIDUAL_CONVOLUTION"]}
@@ -343,6 +349,59 @@ def test_kill_9_mid_run_then_resume_redoes_nothing(tmp_path):
     assert Store(home).current() == 2 and resumed["version"] == 2
     assert fdo_json(home, "validate", "--once")["run_id"] != resumed["run_id"]  # that run is done
     assert Warehouse(home).read(VALIDATIONS).num_rows == 4
+
+
+def test_validate_on_a_url_home_measures_publishes_and_audits(tmp_path):
+    local = tmp_path / "home"
+    fast = ingest_graph(local, "narrow_sum")  # ingest wants a local home: the URL reaches the same files
+    rows = [entry(*fast, NO_YNN_REDUCE, source="t-fast"),
+            entry("1" * 32, fast[1], NO_YNN_REDUCE, days_old=40, expires_in_days=-10, source="t-exp"),
+            entry("3" * 32, fast[1], NO_YNN_REDUCE, source="t-nosym")]
+    home = Home.of(url_of(local))
+    publish(home, rows)
+    # The registry record stays in the home; a venv it would install goes to the local cache.
+    assert Registry(home).add("this", sys.executable).python == sys.executable
+    assert (local / "toolchains" / "this.json").exists() and venv_dir(home, "this").is_relative_to(cache_dir())
+    UrlFileSystem.used.clear()
+    settings = ValidateSettings(measure=dataclasses.replace(MEASURE_SETTINGS, max_seconds=2.0))
+    report = validate(home, "this", settings)
+    assert {k: n for k, n in report.counts().items() if n} == {"kept": 1, "expired": 1, "unmeasured": 1}
+    assert (report.version, report.published, report.toolchain) == (2, True, "this")
+    assert Store(local).manifest(2).writer == f"validator/{report.run_id}"
+    assert live(local)[rows[0]["key"]]["provenance"] == "validator" and rows[1]["key"] not in live(local)
+    audit = Warehouse(local).read(VALIDATIONS).to_pylist()
+    assert sorted(r["key"] for r in audit) == sorted(r["key"] for r in rows)
+    assert {(r["run_id"], r["store_version"]) for r in audit} == {(report.run_id, 2)}
+    assert (local / "validator" / "runs" / report.run_id / "done.json").exists()
+    for place in ("/validator/runs/", "/store/v2/", "/warehouse/validations/", "/toolchains/this.json"):
+        assert any(place in path for path in UrlFileSystem.used), place
+    assert not [p for p in local.rglob("*") if ".tmp-" in p.name]
+
+
+@pytest.mark.parametrize("url", [False, True], ids=["local", "url"])
+def test_a_run_killed_after_publishing_finds_its_version_by_its_writer(tmp_path, url):
+    home = Home.of(url_of(tmp_path / "home") if url else tmp_path / "home")
+    expired = entry("1" * 32, "e" * 32, NO_YNN_REDUCE, days_old=40, expires_in_days=-1)
+    publish(home, [expired, entry("2" * 32, "e" * 32, NO_YNN_REDUCE)])
+    manifest = home.location("store", "v1", "manifest.json")  # as written before versions named their writer
+    home.atomic_write(manifest, json.dumps({k: v for k, v in json.loads(home.read_bytes(manifest)).items()
+                                            if k != "writer"}))
+    run = Run.open(home, Registry(home).get(None))  # a run killed as it started
+    store = Store(home)
+    # Another writer's version whose reason reads as the run's would: the writer tells them apart.
+    store.publish(store.entries(), 1, f"validate {run.run_id}: not this run's")
+    first = validate(home)
+    assert (first.resumed, first.run_id, first.version) == (True, run.run_id, 3)
+    assert [m.writer for m in store.versions()] == [None, None, f"validator/{run.run_id}"]
+    # Killed between its publish and journaling it: the journal without its last record, not done.
+    journal = run_file(home, run.run_id, "journal.jsonl")
+    decided = read_records(home, journal)[:-1]
+    home.atomic_write(journal, "".join(json.dumps(record) + "\n" for record in decided))
+    home.delete([run_file(home, run.run_id, "done.json")])
+    again = validate(home)
+    assert (again.resumed, again.run_id, again.version, again.published) == (True, run.run_id, 3, True)
+    assert store.current() == 3 and read_records(home, journal)[-1]["version"] == 3
+    assert Warehouse(home).read(VALIDATIONS).column("store_version").to_pylist() == [3, 3]
 
 
 def test_the_interval_job_runs_in_a_real_scheduler(tmp_path):

@@ -31,11 +31,11 @@ import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.tables import TRIALS, TUNING_RESULTS
 
@@ -106,7 +106,7 @@ class _Trial:
     log_speedup: float | None  # None: failed
 
 
-def analyze_flags(home: Path, fingerprint: str | None = None, resamples: int = RESAMPLES,
+def analyze_flags(home: Home, fingerprint: str | None = None, resamples: int = RESAMPLES,
                   seed: int = 0) -> FlagAnalysis:
     """Flag importances and per-value effects from the trials under `home` (only the graph
     `fingerprint` when given), flags by importance, most important first."""

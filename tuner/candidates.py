@@ -11,7 +11,6 @@ most on the op) first, then the earliest sighting, by instruction name and blob.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +20,7 @@ from hlo.module import HloModule, from_text
 from ingest.tables import GRAPHS, OPS
 from ranking.tables import CANDIDATES
 from storage.blobs import BlobStore
+from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.op_cut import OpCut, OpCutError, cut_op
 from tuner.tables import TUNING_RESULTS
@@ -34,7 +34,7 @@ class OpCandidates:
     skipped: list[str] = field(default_factory=list)
 
 
-def latest_candidates(home: Path, kind: str) -> pa.Table:
+def latest_candidates(home: Home, kind: str) -> pa.Table:
     """The latest ranking's candidates of `kind`, best first."""
     candidates = Warehouse(home).read(CANDIDATES)
     if candidates.num_rows == 0:
@@ -44,7 +44,7 @@ def latest_candidates(home: Path, kind: str) -> pa.Table:
                                      pc.equal(candidates.column("kind"), kind))).sort_by("rank")
 
 
-def tunable_candidates(home: Path, top: int, untried: bool = False) -> list[tuple[str, HloModule, str]]:
+def tunable_candidates(home: Home, top: int, untried: bool = False) -> list[tuple[str, HloModule, str]]:
     """(label, module, env_key) of the best-ranked graph candidates of the latest ranking that
     run on this machine's platform and device kind, at most `top`. `untried`: only those this
     compiler has no tuning result for yet, so that a nightly run moves down the ranking."""
@@ -64,7 +64,7 @@ def tunable_candidates(home: Path, top: int, untried: bool = False) -> list[tupl
     return tasks
 
 
-def tunable_op_candidates(home: Path, top: int, untried: bool = False) -> OpCandidates:
+def tunable_op_candidates(home: Home, top: int, untried: bool = False) -> OpCandidates:
     """The best-ranked op candidates of the latest ranking that run here, cut out of their
     graphs, at most `top` (`untried`: as for graphs)."""
     graphs = _graphs_here(home)
@@ -100,7 +100,7 @@ def tunable_op_candidates(home: Path, top: int, untried: bool = False) -> OpCand
     return found
 
 
-def _tried(home: Path, kind: str) -> set[tuple[str, str]]:
+def _tried(home: Home, kind: str) -> set[tuple[str, str]]:
     """(fingerprint, env_key) of the `kind` results this compiler has measured already."""
     version = current_environment().compiler_version
     results = Warehouse(home).read(TUNING_RESULTS, ["kind", "fingerprint", "env_key", "compiler_version"])
@@ -108,7 +108,7 @@ def _tried(home: Path, kind: str) -> set[tuple[str, str]]:
             if r["kind"] == kind and r["compiler_version"] == version}
 
 
-def _graphs_here(home: Path) -> dict[tuple[str, str], dict]:
+def _graphs_here(home: Home) -> dict[tuple[str, str], dict]:
     """The `graphs` rows, by (fingerprint, env_key), of this machine's platform and device kind."""
     here = current_environment()
     return {(g["fingerprint"], g["env_key"]): g for g in Warehouse(home).read(GRAPHS).to_pylist()

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Iterable
 
 import pyarrow.compute as pc
@@ -42,6 +41,7 @@ from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_text
 from ingest.tables import GRAPHS, OP_RUNS, OPS
 from storage.blobs import BlobStore
+from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.op_cut import cut_ops
 from tuner.space import OP_KNOBS, SearchSpace
@@ -103,7 +103,7 @@ def fold_variants(votes: Iterable[OpVote]) -> list[CompilerConfig]:
     return [v for i, v in enumerate(variants) if v and v not in variants[:i]]
 
 
-def fold_graph(home: Path, graph: str, env_key: str,
+def fold_graph(home: Home, graph: str, env_key: str,
                settings: TuneSettings = TuneSettings()) -> TuneResult | None:
     """Measure the op results of graph `graph` (in `env_key`) on the whole graph (the configs
     of `fold_variants`); the best is verified afresh (a graph tuning task over that fixed list,
@@ -137,7 +137,7 @@ class OpRound:
     folds: list[tuple[str, TuneResult]]  # (graph fingerprint, folded result)
 
 
-def tune_ops_and_fold(home: Path, top: int, settings: TuneSettings, fold: bool = True,
+def tune_ops_and_fold(home: Home, top: int, settings: TuneSettings, fold: bool = True,
                       progress: bool = False, untried: bool = False) -> OpRound:
     """Tune the `top` ranked ops this machine can measure, then fold the results into each graph
     that holds one of them (CPU has no per-op channel: this is how op results reach users).
@@ -160,7 +160,7 @@ def tune_ops_and_fold(home: Path, top: int, settings: TuneSettings, fold: bool =
     return OpRound(list(found.skipped), list(found.tasks), results, folds)
 
 
-def graphs_holding(home: Path, op_fingerprints: Iterable[str], env_key: str) -> list[str]:
+def graphs_holding(home: Home, op_fingerprints: Iterable[str], env_key: str) -> list[str]:
     """The graphs (of `env_key`) that spend fleet time on any of the ops, most chip-time in
     them first; every graph holding them (in a stable order) when none has a profile yet."""
     warehouse = Warehouse(home)
@@ -174,7 +174,7 @@ def graphs_holding(home: Path, op_fingerprints: Iterable[str], env_key: str) -> 
     return holding
 
 
-def graph_votes(home: Path, graph: str, env_key: str) -> list[OpVote]:
+def graph_votes(home: Home, graph: str, env_key: str) -> list[OpVote]:
     """The votes of the kernels of `graph` tuned by this compiler, one per op fingerprint."""
     warehouse = Warehouse(home)
     ops = [row for row in warehouse.read(OPS).to_pylist()

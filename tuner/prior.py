@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from pathlib import Path
 
 import pyarrow.compute as pc
 
 from execution.flags import CompilerConfig, FlagError, as_placement, from_json
+from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.schedule import Move
 from tuner.strategies import FAILED
@@ -36,7 +36,7 @@ from tuner.tables import TRIALS, TUNING_RESULTS
 NO_CHANGE = -1e-3
 
 
-def move_prior(home: Path, kind: str, exclude_fingerprint: str,
+def move_prior(home: Home, kind: str, exclude_fingerprint: str,
                defaults: CompilerConfig) -> dict[Move, float]:
     """Per move, the mean of its evidence on other graphs of `kind` (see the module docstring)."""
     warehouse = Warehouse(home)

@@ -10,10 +10,10 @@ separate execute worker that compiled the default once (`execution.session`); th
 workers are pinned to disjoint cores (`execution.cores`), so compiles of the next candidates go
 on while one is measured without disturbing it. If a candidate's program (optimized module +
 machine code, `execution.session.program_key`) equals the default's or one already measured,
-the known result is reused instead of running it again. Each trial is appended to the task's journal
-(`<home>/tuner/tasks/<task>/trials.jsonl`, flushed and fsynced), so a task killed at any moment
-resumes without repeating a finished trial. A crash or timeout is recorded for its candidate
-(after one retry in a new worker) and the search goes on.
+the known result is reused instead of running it again. Each trial is appended to the task's
+journal (`<home>/tuner/tasks/<task>/trials.jsonl`, durable before the next: `storage.journal`),
+so a task killed at any moment resumes without repeating a finished trial. A crash or timeout is
+recorded for its candidate (after one retry in a new worker) and the search goes on.
 
 What a search proposes comes from its strategy: by default the schedule of `tuner.schedule`
 (the default's one-move neighbours by prior, then their combinations, then the named strategy).
@@ -22,6 +22,7 @@ the race's winner is pruned to the changes that matter (`tuner.winner`), and it 
 in a fresh worker with a stricter interval and the numeric check. Only if its interval clears
 the noise band is the result accepted; otherwise the task ends "no significant gain". The trials
 and the result land in the warehouse under the task id, so finishing a task twice adds nothing.
+The home may be local or a URL (`storage.home.Home`): every file is named by its place under it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, Iterable, TypeVar
 
 import pyarrow as pa
@@ -45,9 +45,9 @@ from execution.measure import MeasureSettings
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule
-from storage.home import atomic_write
+from storage.home import Home
+from storage.journal import append_record, read_records
 from storage.warehouse import Warehouse
-from tuner.journal import append_record, read_records
 from tuner.op_cut import OpCut
 from tuner.prior import move_prior
 from tuner.schedule import Scheduled
@@ -130,7 +130,7 @@ class TuneTarget:
     sources: tuple[str, ...] = ()  # the tasks the target was derived from (a fold's op tasks)
 
 
-def tune_module(module: HloModule, home: Path, settings: TuneSettings, env_key: str | None = None,
+def tune_module(module: HloModule, home: Home, settings: TuneSettings, env_key: str | None = None,
                 progress: bool = False, prior: list[TrialRecord] | None = None) -> TuneResult:
     """Tune `module`'s graph-level flags within the budget; resumes the task if interrupted."""
     platform = current_environment().platform
@@ -140,7 +140,7 @@ def tune_module(module: HloModule, home: Path, settings: TuneSettings, env_key: 
     return run_task(target, home, settings, env_key, progress, prior)
 
 
-def tune_op(cut: OpCut, home: Path, settings: TuneSettings, env_key: str | None = None,
+def tune_op(cut: OpCut, home: Home, settings: TuneSettings, env_key: str | None = None,
             progress: bool = False) -> TuneResult:
     """Tune one kernel cut out of its graph (`tuner.op_cut`) over its op-level space; the
     result is keyed by the op fingerprint, with kind 'op'. On CPU it reaches users folded into
@@ -153,23 +153,24 @@ def tune_op(cut: OpCut, home: Path, settings: TuneSettings, env_key: str | None 
                     home, settings, env_key, progress)
 
 
-def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: str | None = None,
+def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: str | None = None,
              progress: bool = False, prior: list[TrialRecord] | None = None) -> TuneResult:
     """Search `target.space` for `target.module`, verify the best afresh, land the task."""
     from ingest.progress import progress_bar
 
+    home = Home.of(home)
     environment = current_environment()
     env_key = env_key or environment.key()
     strategy_name = settings.strategy if settings.schedule else f"{settings.strategy} (plain)"
     task_id = task_digest(target.kind, target.fingerprint, env_key, strategy_name,
                           settings.seed, settings.budget_evals, environment.compiler_version,
                           *map(config_key, target.configs))
-    task_dir = task_directory(home, task_id)
-    finished = finished_result(task_dir)
+    finished = finished_result(home, task_id)
     if finished is not None:  # landing again is a no-op unless a kill cut it short
         land_result(home, finished)
         return finished
-    trials = _read_journal(task_dir / "trials.jsonl")
+    journal = task_file(home, task_id, "trials.jsonl")
+    trials = [_with_config(Trial, data) for data in read_records(home, journal)]
     started = time.monotonic()
     bar = progress_bar(total=settings.budget_evals, initial=len(trials), desc=f"tune {target.label}",
                        unit="eval", enabled=progress)
@@ -177,7 +178,7 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
         return not settings.budget_minutes or time.monotonic() - started < 60 * settings.budget_minutes
 
     def record(trial: Trial) -> None:
-        append_record(task_dir / "trials.jsonl", asdict(trial))
+        append_record(home, journal, asdict(trial))
         bar.update()
 
     if target.configs:  # a fixed list, in order
@@ -196,7 +197,7 @@ def run_task(target: TuneTarget, home: Path, settings: TuneSettings, env_key: st
     bar.close()
     result = _verify(target, trials, best, settings, task_id, env_key,
                      environment.compiler_version, default_fails)
-    save_result(task_dir, result)
+    save_result(home, result)
     land_result(home, result)
     return result
 
@@ -209,7 +210,7 @@ def overall_progress(tasks: list[T], label: str, progress: bool) -> Iterable[T]:
     return progress_bar(tasks, desc=label, unit="task", enabled=progress and len(tasks) >= 2)
 
 
-def _strategy(target: TuneTarget, home: Path, settings: TuneSettings,
+def _strategy(target: TuneTarget, home: Home, settings: TuneSettings,
               prior: list[TrialRecord] | None) -> Strategy:
     """The task's strategy: the schedule (tuner.schedule) ending in `settings.strategy`, its
     neighbours ordered by what won on other graphs of `home`; or the strategy alone."""
@@ -227,21 +228,22 @@ def _listed(configs: tuple[CompilerConfig, ...], trials: list[Trial],
     return dict(configs[index]) if index < len(configs) else None
 
 
-def task_directory(home: Path, task_id: str) -> Path:
-    """Where a task keeps its journal and, once finished, its result."""
-    return Path(home) / "tuner" / "tasks" / task_id
+def task_file(home: Home, task_id: str, name: str) -> Any:
+    """Where a task keeps file `name`: its journal (`trials.jsonl`) and, once finished, its
+    result (`result.json`), under `tuner/tasks/<task>/` of the home."""
+    return home.location("tuner", "tasks", task_id, name)
 
 
-def save_result(task_dir: Path, result: TuneResult) -> None:
+def save_result(home: Home, result: TuneResult) -> None:
     """Write a finished task's result and trials, atomically: the task is then done."""
-    atomic_write(task_dir / "result.json",
-                 json.dumps({**result.to_json(), "trials": [asdict(t) for t in result.trials]}) + "\n")
+    home.atomic_write(task_file(home, result.task_id, "result.json"),
+                      json.dumps({**result.to_json(), "trials": [asdict(t) for t in result.trials]}) + "\n")
 
 
-def finished_result(task_dir: Path) -> TuneResult | None:
-    """The result of a task finished before, if it was."""
-    done = task_dir / "result.json"
-    return _result_from_json(json.loads(done.read_text())) if done.exists() else None
+def finished_result(home: Home, task_id: str) -> TuneResult | None:
+    """The result of task `task_id` finished before, if it was."""
+    done = task_file(home, task_id, "result.json")
+    return _result_from_json(json.loads(home.read_bytes(done))) if home.exists(done) else None
 
 
 def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, settings: TuneSettings,
@@ -277,7 +279,7 @@ def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, setting
                       ci_high=check.ci_high, numerics_ok=check.numerics_ok, **base)
 
 
-def land_result(home: Path, result: TuneResult, on: datetime.date | None = None) -> None:
+def land_result(home: Home, result: TuneResult, on: datetime.date | None = None) -> None:
     """The task's trials and result into the warehouse, named by the task: idempotent. They
     land under the day `on` (default today: the day the task finished)."""
     today = on or datetime.date.today()
@@ -295,11 +297,6 @@ def land_result(home: Path, result: TuneResult, on: datetime.date | None = None)
     summary.update(dt=today, config=config_key(result.config))
     warehouse.append(TUNING_RESULTS, pa.Table.from_pylist([summary], TUNING_RESULTS.schema),
                      f"task-{result.task_id}")
-
-
-def _read_journal(path: Path) -> list[Trial]:
-    """The trials journaled so far (see tuner.journal: a line torn by a kill is dropped)."""
-    return [_with_config(Trial, data) for data in read_records(path)]
 
 
 def _result_from_json(data: dict[str, Any]) -> TuneResult:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from delivery.store import Store
@@ -20,6 +19,7 @@ from execution.evaluate import EvaluationResult
 from hlo.environment import Environment, store_key
 from ingest.tables import GRAPHS
 from storage.blobs import BlobStore
+from storage.home import Home
 from storage.warehouse import Warehouse
 from validator import decisions as rules
 from validator.decisions import Decision
@@ -85,7 +85,7 @@ class Queued:
 class Planner:
     """Everything a run knows before measuring: the live entries and what the warehouse says."""
 
-    def __init__(self, home: Path, chain: Toolchain, now: datetime.datetime,
+    def __init__(self, home: Home, chain: Toolchain, now: datetime.datetime,
                  max_age: datetime.timedelta, revalidate_after: datetime.timedelta) -> None:
         self.home, self.chain, self.now = home, chain, now
         self.max_age, self.revalidate_after = max_age, revalidate_after

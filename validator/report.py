@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import datetime
 import math
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from delivery.store import Store, StoreError
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
+from storage.home import Home
 from storage.warehouse import Warehouse
 from validator.tables import VALIDATIONS
 
@@ -42,7 +42,7 @@ HIT_SHARE = pa.schema([
 ])
 
 
-def staleness(home: Path, now: datetime.datetime | None = None) -> pa.Table:
+def staleness(home: Home, now: datetime.datetime | None = None) -> pa.Table:
     """Live entries by days since last measured, one row per bucket (empty buckets included)."""
     now = now or datetime.datetime.now(datetime.UTC)
     entries = Store(home).entries().select(["measured_at", "provenance"]).to_pylist()
@@ -57,7 +57,7 @@ def staleness(home: Path, now: datetime.datetime | None = None) -> pa.Table:
     return pa.Table.from_pylist(rows, STALENESS)
 
 
-def outcomes_over_time(home: Path) -> pa.Table:
+def outcomes_over_time(home: Home) -> pa.Table:
     """Decisions per day and outcome, oldest day first."""
     audit = Warehouse(home).read(VALIDATIONS, columns=["dt", "outcome"])
     if audit.num_rows == 0:
@@ -68,7 +68,7 @@ def outcomes_over_time(home: Path) -> pa.Table:
     return table.sort_by([("dt", "ascending"), ("outcome", "ascending")])
 
 
-def validator_hit_share(home: Path) -> pa.Table:
+def validator_hit_share(home: Home) -> pa.Table:
     """Per day and source, hits and those served by entries the validator last wrote."""
     warehouse = Warehouse(home)
     hook = warehouse.read(HITS, columns=["dt", "key", "outcome", "config_version"])

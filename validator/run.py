@@ -1,7 +1,7 @@
 """A validation run's durable state under `<home>/validator/runs/<run_id>/`: `run.json` (the
-toolchain and compiler it runs under), `journal.jsonl` (one fsynced record per decision, then
-one when published: tuner.journal) and `done.json`. A run that has no `done.json` is resumed by
-the next run under the same toolchain and compiler.
+toolchain and compiler it runs under), `journal.jsonl` (one durable record per decision, then
+one when published: storage.journal) and `done.json`. A run that has no `done.json` is resumed by
+the next run under the same toolchain and compiler. The home may be local or a URL.
 """
 
 from __future__ import annotations
@@ -11,19 +11,20 @@ import datetime
 import json
 import secrets
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from delivery.store import Store
-from storage.home import Home, LockHeld, atomic_write
+from storage.home import Home, LockHeld
+from storage.journal import append_record, read_records
 from storage.warehouse import Warehouse
-from tuner.journal import append_record, read_records
 from validator import decisions as rules
 from validator.decisions import Decision
 from validator.tables import VALIDATIONS
 from validator.toolchains import Toolchain
+
+_RUNS = ("validator", "runs")  # where the runs live under the home
 
 
 class ValidatorBusy(LockHeld):
@@ -33,44 +34,46 @@ class ValidatorBusy(LockHeld):
 class Run:
     """One run's journal: its decisions so far, and whether (and as which version) it published."""
 
-    def __init__(self, directory: Path, resumed: bool) -> None:
-        self.directory = directory
-        self.run_id = directory.name
-        self.resumed = resumed
+    def __init__(self, home: Home, run_id: str, resumed: bool) -> None:
+        self.home, self.run_id, self.resumed = home, run_id, resumed
+        self.journal = self.file("journal.jsonl")
         self.decisions: list[Decision] = []
         self.published: dict[str, Any] | None = None
-        for record in read_records(self.journal):
+        for record in read_records(home, self.journal):
             if "decision" in record:
                 self.decisions.append(Decision.from_json(record["decision"]))
             else:
                 self.published = record
 
     @property
-    def journal(self) -> Path:
-        return self.directory / "journal.jsonl"
+    def writer(self) -> str:
+        """Who the store versions this run publishes name as their writer (`Manifest.writer`)."""
+        return f"validator/{self.run_id}"
+
+    def file(self, name: str) -> Any:
+        """The location of the run's file `name`."""
+        return run_file(self.home, self.run_id, name)
 
     @classmethod
-    def open(cls, home: Path, chain: Toolchain) -> "Run":
+    def open(cls, home: Home, chain: Toolchain) -> "Run":
         """The unfinished run of this toolchain and compiler, or a new one."""
-        runs = home / "validator" / "runs"
-        for directory in sorted(runs.glob("*"), reverse=True):
-            meta = directory / "run.json"
-            if (directory / "done.json").exists() or not meta.exists():
+        for run_id, is_dir in reversed(home.children(home.location(*_RUNS))):
+            meta = run_file(home, run_id, "run.json")
+            if not is_dir or home.exists(run_file(home, run_id, "done.json")) or not home.exists(meta):
                 continue
-            started = json.loads(meta.read_text())
+            started = json.loads(home.read_bytes(meta))
             if (started["toolchain"], started["compiler_version"]) == (chain.name, chain.compiler_version):
-                return cls(directory, resumed=True)
+                return cls(home, run_id, resumed=True)
         now = datetime.datetime.now(datetime.UTC)
-        directory = runs / f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
-        directory.mkdir(parents=True)
-        _write_atomic(directory / "run.json", {"toolchain": chain.name, "python": chain.python,
-                                               "compiler_version": chain.compiler_version,
-                                               "started_at": now.isoformat()})
-        return cls(directory, resumed=False)
+        run_id = f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+        _write_json(home, run_file(home, run_id, "run.json"),
+                    {"toolchain": chain.name, "python": chain.python,
+                     "compiler_version": chain.compiler_version, "started_at": now.isoformat()})
+        return cls(home, run_id, resumed=False)
 
     def record(self, decision: Decision) -> None:
         """Journal one decision (durably) before going on."""
-        append_record(self.journal, {"decision": decision.to_json()})
+        append_record(self.home, self.journal, {"decision": decision.to_json()})
         self.decisions.append(decision)
 
     def publish(self, store: Store) -> None:
@@ -86,14 +89,13 @@ class Run:
         if any(d.change != rules.NONE for d in self.decisions):
             counts = Counter(d.outcome for d in self.decisions)
             summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
-            version = store.update(change, f"validate {self.run_id}: {summary}")
+            version = store.update(change, f"validate {self.run_id}: {summary}", writer=self.writer)
             # Nothing left to change: this run published before a kill cut it short, or it
             # changes nothing. Its own version, if any, holds the decisions.
-            version = version or next((m.version for m in store.versions()
-                                       if m.reason.startswith(f"validate {self.run_id}:")), None)
+            version = version or next((m.version for m in store.versions() if m.writer == self.writer), None)
         record = {"version": version if version is not None else store.current(),
                   "published": version is not None, "statuses": statuses}
-        append_record(self.journal, record)
+        append_record(self.home, self.journal, record)
         self.published = record
 
     def land(self, warehouse: Warehouse) -> None:
@@ -102,14 +104,20 @@ class Run:
                 for d, status in zip(self.decisions, self.published["statuses"]) if d.audited]
         if rows:
             warehouse.append(VALIDATIONS, pa.Table.from_pylist(rows, VALIDATIONS.schema), f"run-{self.run_id}")
-        _write_atomic(self.directory / "done.json", {"version": self.published["version"],
-                                                     "decisions": len(rows)})
+        _write_json(self.home, self.file("done.json"), {"version": self.published["version"],
+                                                        "decisions": len(rows)})
 
 
-def exclusive(home: Path) -> contextlib.AbstractContextManager[None]:
-    """Hold the home's validator lock; ValidatorBusy if another run has it."""
-    return Home.of(home).lock(home / "validator" / ".lock", "validation run", wait=False, error=ValidatorBusy)
+def run_file(home: Home, run_id: str, name: str) -> Any:
+    """The location of file `name` of run `run_id` under `home`."""
+    return home.location(*_RUNS, run_id, name)
 
 
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    atomic_write(path, json.dumps(data) + "\n")
+def exclusive(home: Home) -> contextlib.AbstractContextManager[None]:
+    """Hold the home's validator lock; ValidatorBusy if another run has it (on a URL home, in
+    this process: see `storage.home`)."""
+    return home.lock(home.location("validator", ".lock"), "validation run", wait=False, error=ValidatorBusy)
+
+
+def _write_json(home: Home, location: Any, data: dict[str, Any]) -> None:
+    home.atomic_write(location, json.dumps(data) + "\n")

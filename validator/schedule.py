@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import datetime
 import logging
-from pathlib import Path
 from typing import Any
 
+from storage.home import Home
 from validator.run import ValidatorBusy
 from validator.validate import RunReport, ValidateSettings, validate
 
@@ -20,11 +20,11 @@ JOB_ID = "fdo-validate"
 log = logging.getLogger("fdo.validator")
 
 
-def add_validation_job(scheduler: Any, home: Path | str, minutes: float, budget_minutes: float | None,
+def add_validation_job(scheduler: Any, home: Home | str, minutes: float, budget_minutes: float | None,
                        toolchain: str | None = None, start_now: bool = True) -> Any:
-    """Add (or replace) the interval job that validates `home` every `minutes`, each run within
-    `budget_minutes`, under `toolchain` (None: the interpreter running the scheduler); returns
-    the APScheduler Job."""
+    """Add (or replace) the interval job that validates `home` (local or a URL) every `minutes`,
+    each run within `budget_minutes`, under `toolchain` (None: the interpreter running the
+    scheduler); returns the APScheduler Job."""
     if minutes <= 0:
         raise ValueError(f"validation interval must be positive, not {minutes} minutes")
     first = datetime.datetime.now(datetime.UTC) if start_now else None
@@ -37,9 +37,10 @@ def add_validation_job(scheduler: Any, home: Path | str, minutes: float, budget_
 
 def run_scheduled_validation(home: str, budget_minutes: float | None,
                              toolchain: str | None = None) -> RunReport | None:
-    """One scheduled run; None when another validation held the home."""
+    """One scheduled run on the home at `home` (a path or a URL); None when another validation
+    held the home."""
     try:
-        report = validate(home, toolchain, ValidateSettings(budget_minutes=budget_minutes))
+        report = validate(Home.of(home), toolchain, ValidateSettings(budget_minutes=budget_minutes))
     except ValidatorBusy as busy:
         log.info("validation skipped: %s", busy)
         return None

@@ -15,18 +15,18 @@ from __future__ import annotations
 import datetime
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow.compute as pc
 
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
+from storage.home import Home
 from storage.warehouse import Warehouse
 from validator.tables import VALIDATIONS
 
 HIT_WINDOW = datetime.timedelta(days=30)
 
 
-def fleet_hits(home: Path, now: datetime.datetime, window: datetime.timedelta = HIT_WINDOW) -> Counter:
+def fleet_hits(home: Home, now: datetime.datetime, window: datetime.timedelta = HIT_WINDOW) -> Counter:
     """Hits per store key over the `window` before `now`: applied compiles plus profiled runs.
 
     DuckDB counts them over the window's partitions: a fleet's profiles run to millions of rows
@@ -57,7 +57,7 @@ class Fallback:
     reason: str
 
 
-def fallbacks(home: Path) -> dict[str, list[Fallback]]:
+def fallbacks(home: Home) -> dict[str, list[Fallback]]:
     """The fleet's fallbacks per store key, oldest first."""
     rows = Warehouse(home).read(HITS, columns=["key", "outcome", "at", "config", "reason"])
     rows = rows.filter(pc.equal(rows.column("outcome"), "fallback")).sort_by("at")
@@ -70,7 +70,7 @@ def fallbacks(home: Path) -> dict[str, list[Fallback]]:
 class History:
     """The audit trail of earlier validations."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Home) -> None:
         rows = Warehouse(home).read(VALIDATIONS, columns=[
             "key", "new_key", "outcome", "reason", "compiler_version", "validated_at", "origin_at"])
         self._by_key: dict[str, list[dict]] = defaultdict(list)

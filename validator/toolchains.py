@@ -5,14 +5,17 @@ A toolchain is a Python interpreter with a given jaxlib (the compiler version of
 (`execution.worker.Worker(python=...)`) and import this project's code from the caller's directory,
 so only the compiler differs. The default toolchain is the running interpreter.
 
-Registered toolchains live in `<home>/toolchains/<name>.json` (written atomically). What a
-toolchain runs is probed, not trusted: `probe` runs the interpreter once and reads its jaxlib
-version and environment, and the validator probes again before every run.
+Registered toolchains live in `<home>/toolchains/<name>.json` (written atomically), on a local
+or a URL home alike; the interpreter a record names is a path on the machine that registered it.
+What a toolchain runs is probed, not trusted: `probe` runs the interpreter once and reads its
+jaxlib version and environment, and the validator probes again before every run.
 
 `build_venv` makes a toolchain from a pinned jax/jaxlib release: a venv whose only own packages
 are jax and jaxlib, sharing the running interpreter's site-packages (numpy, scipy, ml_dtypes,
 protobuf, ...) through a `.pth` file placed after its own, so one download of about 90 MB gives
-a second compiler. `standalone=True` installs every dependency into the venv instead.
+a second compiler. `standalone=True` installs every dependency into the venv instead. A venv
+must be on a local disk: `venv_dir` keeps it beside the registry on a local home, and in the
+local cache ($FDO_CACHE, default ~/.cache/fleet-fdo) for a URL home.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 
 from execution.worker import project_root
 from hlo.environment import Environment, environment_from_json
-from storage.home import Home, atomic_write, writer_gone
+from storage.home import Home, writer_gone
 
 DEFAULT_NAME = "default"  # the running interpreter; never registered
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -106,47 +109,68 @@ def probe(python: str, name: str = DEFAULT_NAME) -> Toolchain:
 class Registry:
     """The toolchains registered under `<home>/toolchains`."""
 
-    def __init__(self, home: Path | str) -> None:
-        self.root = Path(home) / "toolchains"
+    def __init__(self, home: Home) -> None:
+        self.home = Home.of(home)
 
     def add(self, name: str, python: str) -> Toolchain:
         """Probe `python` and register it as `name` (replacing a toolchain of that name)."""
         _check_name(name)
         toolchain = probe(python, name)
-        atomic_write(self.root / f"{name}.json", json.dumps(asdict(toolchain), indent=1) + "\n")
+        self.home.atomic_write(self._record(name), json.dumps(asdict(toolchain), indent=1) + "\n")
         return toolchain
 
     def remove(self, name: str) -> None:
         """Forget toolchain `name` (its interpreter is left alone)."""
-        path = self.root / f"{name}.json"
-        if not path.exists():
+        record = self._record(name)
+        if not self.home.exists(record):
             raise ToolchainError(f"toolchain {name}: not registered")
-        path.unlink()
+        self.home.delete([record])
 
     def list(self) -> list[Toolchain]:
         """The registered toolchains, by name."""
-        return [Toolchain(**json.loads(p.read_text())) for p in sorted(self.root.glob("*.json"))]
+        return [self._read(record) for record in self.home.glob("toolchains/*.json")]
 
     def get(self, name: str | None) -> Toolchain:
         """Toolchain `name` as it is now (probed again); the running interpreter for None or
         'default'. ToolchainError if unknown or no longer usable."""
         if name in (None, DEFAULT_NAME):
             return probe(sys.executable)
-        path = self.root / f"{name}.json"
-        if not path.exists():
+        record = self._record(name)
+        if not self.home.exists(record):
             known = ", ".join(t.name for t in self.list()) or "none registered"
             raise ToolchainError(f"toolchain {name}: not registered ({known}; see fdo toolchain add)")
-        recorded = Toolchain(**json.loads(path.read_text()))
-        return probe(recorded.python, name)
+        return probe(self._read(record).python, name)
+
+    def _record(self, name: str) -> Any:
+        return self.home.location("toolchains", f"{name}.json")
+
+    def _read(self, record: Any) -> Toolchain:
+        return Toolchain(**json.loads(self.home.read_bytes(record)))
+
+
+def venv_dir(home: Home, name: str) -> Path:
+    """Where `fdo toolchain create` installs toolchain `name`'s venv, on a local disk: beside
+    the registry on a local home (`<home>/toolchains/venvs/<name>`); for a URL home in the
+    local cache (`cache_dir()/toolchains/venvs/<digest of the home's URL>/<name>`)."""
+    if home.is_local:
+        return home.location("toolchains", "venvs", name)
+    return cache_dir() / "toolchains" / "venvs" / _digest(home.root) / name
 
 
 def cached_venv_dir(jax_version: str) -> Path:
-    """Where tests and benchmarks keep a venv of `jax_version` between runs: under $FDO_CACHE
-    (default ~/.cache/fleet-fdo), named by the Python version and by the interpreter whose
-    site-packages it shares."""
-    root = Path(os.environ.get("FDO_CACHE") or Path.home() / ".cache" / "fleet-fdo")
-    base = hashlib.blake2b(str(Path(sys.prefix).resolve()).encode(), digest_size=4).hexdigest()
-    return root / "toolchains" / f"jax-{jax_version}-py{sys.version_info[0]}{sys.version_info[1]}-{base}"
+    """Where tests and benchmarks keep a venv of `jax_version` between runs: under `cache_dir()`,
+    named by the Python version and by the interpreter whose site-packages it shares."""
+    python = f"py{sys.version_info[0]}{sys.version_info[1]}"
+    return cache_dir() / "toolchains" / f"jax-{jax_version}-{python}-{_digest(str(Path(sys.prefix).resolve()))}"
+
+
+def cache_dir() -> Path:
+    """This machine's cache of fleet-fdo: $FDO_CACHE, default ~/.cache/fleet-fdo."""
+    return Path(os.environ.get("FDO_CACHE") or Path.home() / ".cache" / "fleet-fdo")
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
 
 
 def build_venv(dest: Path, jax_version: str, standalone: bool = False) -> str:

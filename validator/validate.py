@@ -13,10 +13,12 @@ A run, under one toolchain (validator.toolchains; default: the running interpret
    moment (Store.update retries when deliver, an import or the service published meanwhile).
 4. Writes one `validations` audit row per decision.
 
-Every decision is journaled (`<home>/validator/runs/<run>/journal.jsonl`, fsynced) before the
+Every decision is journaled (`<home>/validator/runs/<run>/journal.jsonl`, durably) before the
 next entry is looked at. A run killed at any point is resumed by the next run under the same
-toolchain: decided entries are not measured again, the publish is not repeated, and the audit
-rows land once (their part is named after the run). One run at a time per home (a file lock).
+toolchain: decided entries are not measured again, the publish is not repeated (the run finds
+its version by the writer the manifest names), and the audit rows land once (their part is
+named after the run). One run at a time per home (a file lock; on a URL home, which has none,
+one per process: `storage.home`). The home may be local or a URL.
 """
 
 from __future__ import annotations
@@ -94,9 +96,8 @@ class RunReport:
 def validate(home: Home, toolchain: str | None = None,
              settings: ValidateSettings = ValidateSettings(), progress: bool = False,
              now: datetime.datetime | None = None) -> RunReport:
-    """Run (or resume) one validation pass over the store of `home` (a local one) under
-    `toolchain`."""
-    home = Home.of(home).local("fdo validate")
+    """Run (or resume) one validation pass over the store of `home` under `toolchain`."""
+    home = Home.of(home)
     with exclusive(home):
         chain = Registry(home).get(toolchain)
         run = Run.open(home, chain)

@@ -1,5 +1,5 @@
 """`fdo evaluate`, `workloads`, `tune`, `analyze`: measuring and searching compiler configs, and
-the workload zoo they are tried on."""
+the workload zoo they are tried on. Each takes the home as it is: local or a URL."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_DEFAULT_FAILS, EXIT_FAILED, EXIT_OK, JSON_HELP,
                                   Subcommands, add_command, config_text, print_json, print_table)
 from pipelines.extras import needs
+from storage.home import Home
 from pipelines import stages
 from tuner.strategies import STRATEGIES
 
@@ -35,10 +36,10 @@ def add_evaluate(sub: Subcommands) -> None:
                    help="timing budget of the paired measurements")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="the worker process is stopped after this long")
-    p.set_defaults(run=cmd_evaluate, home_use=None)
+    p.set_defaults(run=cmd_evaluate, home_use=None, home_url=True)
 
 
-def cmd_evaluate(args: argparse.Namespace, home: Path) -> int:
+def cmd_evaluate(args: argparse.Namespace, home: Home) -> int:
     """Measure the --set config against the default on one module."""
     from hlo.module import load_file
     from execution.compile import check_options
@@ -107,10 +108,10 @@ def add_workloads(sub: Subcommands) -> None:
     p.add_argument("names", nargs="*", metavar="NAME", help="dump: only these workloads (default: all)")
     p.add_argument("--json", action="store_true", help="print the workloads (list) or the dump "
                    "directories (dump) as JSON")
-    p.set_defaults(run=cmd_workloads, home_use=None)
+    p.set_defaults(run=cmd_workloads, home_use=None, home_url=True)
 
 
-def cmd_workloads(args: argparse.Namespace, home: Path) -> int:
+def cmd_workloads(args: argparse.Namespace, home: Home) -> int:
     """List the zoo's workloads, or dump them."""
     from workloads import zoo
 
@@ -174,11 +175,11 @@ def add_tune(sub: Subcommands) -> None:
                    help="compile worker processes (default: one per compile core)")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the search")
     p.add_argument("--json", action="store_true", help="print the tuning results as JSON")
-    p.set_defaults(run=cmd_tune)
+    p.set_defaults(run=cmd_tune, home_url=True)
 
 
 @needs("pipeline")
-def cmd_tune(args: argparse.Namespace, home: Path) -> int:
+def cmd_tune(args: argparse.Namespace, home: Home) -> int:
     """Tune the modules given, or the top ranked graphs (or ops, folded into their graphs)."""
     from hlo.module import load_file
 
@@ -205,7 +206,7 @@ def cmd_tune(args: argparse.Namespace, home: Path) -> int:
     return _tune_exit(results)
 
 
-def _tune_ops(args: argparse.Namespace, home: Path) -> int:
+def _tune_ops(args: argparse.Namespace, home: Home) -> int:
     """`fdo tune --kind op`: tune the top ranked ops, then fold them into their graphs."""
     from tuner.fold import tune_ops_and_fold
 
@@ -272,10 +273,10 @@ def add_analyze(sub: Subcommands) -> None:
     p.add_argument("--graph", metavar="FINGERPRINT",
                    help="only the trials of this graph fingerprint (default: every graph's)")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
-    p.set_defaults(run=cmd_analyze, home_use="read")
+    p.set_defaults(run=cmd_analyze, home_use="read", home_url=True)
 
 
-def cmd_analyze(args: argparse.Namespace, home: Path) -> int:
+def cmd_analyze(args: argparse.Namespace, home: Home) -> int:
     """Which flags matter, from every tuning trial in the warehouse (or one graph's)."""
     from tuner.analyze import analyze_flags, format_analysis
 

@@ -1,15 +1,16 @@
-"""`fdo toolchain`, `validate`: re-checking stored configs, on this compiler or a registered one."""
+"""`fdo toolchain`, `validate`: re-checking stored configs, on this compiler or a registered one,
+on a local or a URL home."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from pipelines.cli.common import (EXIT_OK, JSON_HELP, Subcommands, add_command, json_rows, print_json,
                                   print_table)
 from pipelines.extras import needs
+from storage.home import Home
 
 
 def add_toolchain(sub: Subcommands) -> None:
@@ -27,13 +28,13 @@ def add_toolchain(sub: Subcommands) -> None:
     p.add_argument("--standalone", action="store_true",
                    help="create: install jax's dependencies too instead of sharing this interpreter's")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
-    p.set_defaults(run=cmd_toolchain)
+    p.set_defaults(run=cmd_toolchain, home_url=True)
 
 
-def cmd_toolchain(args: argparse.Namespace, home: Path) -> int:
+def cmd_toolchain(args: argparse.Namespace, home: Home) -> int:
     """List, add, create or remove the toolchains registered in `home`. A ToolchainError is a
     ValueError: bad input, told in one line by the dispatcher."""
-    from validator.toolchains import Registry, ToolchainError, build_venv, probe
+    from validator.toolchains import Registry, ToolchainError, build_venv, probe, venv_dir
 
     registry = Registry(home)
     if args.action == "list":
@@ -55,7 +56,7 @@ def cmd_toolchain(args: argparse.Namespace, home: Path) -> int:
         raise ToolchainError(f"fdo toolchain {args.action} {args.name}: give {what}")
     python = args.arg
     if args.action == "create":
-        python = build_venv(home / "toolchains" / "venvs" / args.name, args.arg, standalone=args.standalone)
+        python = build_venv(venv_dir(home, args.name), args.arg, standalone=args.standalone)
     chain = registry.add(args.name, python)
     if args.json:
         print_json(chain.to_json())
@@ -90,11 +91,11 @@ def add_validate(sub: Subcommands) -> None:
     p.add_argument("--report", action="store_true",
                    help="print staleness, outcomes per day and the validator's share of fleet hits")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
-    p.set_defaults(run=cmd_validate)
+    p.set_defaults(run=cmd_validate, home_url=True)
 
 
 @needs("pipeline")
-def cmd_validate(args: argparse.Namespace, home: Path) -> int:
+def cmd_validate(args: argparse.Namespace, home: Home) -> int:
     """One validation pass (--once), passes on an interval, or the validator's report. A bad
     toolchain (ValueError) and a validation already running (LockHeld) are told in one line by
     the dispatcher."""
@@ -128,7 +129,7 @@ def cmd_validate(args: argparse.Namespace, home: Path) -> int:
 
 
 @needs("service")
-def _validate_forever(home: Path, args: argparse.Namespace) -> int:
+def _validate_forever(home: Home, args: argparse.Namespace) -> int:
     import logging
 
     from apscheduler.schedulers.blocking import BlockingScheduler
@@ -142,7 +143,7 @@ def _validate_forever(home: Path, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _validation_report(home: Path, as_json: bool) -> int:
+def _validation_report(home: Home, as_json: bool) -> int:
     from validator.report import outcomes_over_time, staleness, validator_hit_share
 
     tables = {"staleness": staleness(home), "outcomes": outcomes_over_time(home),
