@@ -34,7 +34,7 @@ class NightlySettings:
     """What one nightly run does and how much it may spend."""
 
     date: datetime.date
-    inbox: tuple[Path, ...] = ()  # where drops, traces and dumps arrive (default: HOME/inbox)
+    inbox: tuple[Path, ...] = ()  # where inputs arrive (default: HOME/inbox on a local home)
     window_days: int = 7
     top: int = 3  # graphs to tune
     top_ops: int = 2  # ops to tune, then fold into their graphs
@@ -76,10 +76,11 @@ class NightlyReport:
 
 
 def run_nightly(home: Home, settings: NightlySettings, progress: bool = False) -> NightlyReport:
-    """Run the stages of `settings.date` not yet done, in order; stops at the first failure."""
-    home = Home.of(home).local("fdo nightly")
+    """Run the stages of `settings.date` not yet done, in order, on `home` (local or a URL);
+    stops at the first failure."""
+    home = Home.of(home)
     report = NightlyReport(settings.date.isoformat())
-    with Home.of(home).lock(home / "pipelines" / "nightly.lock", "nightly run", wait=False):
+    with home.lock(home.location("pipelines", "nightly.lock"), "nightly run", wait=False):
         ledger = _ledger(home, settings.date)
         for stage in STAGES:
             attempts = ledger.get(stage, [])
@@ -94,7 +95,7 @@ def run_nightly(home: Home, settings: NightlySettings, progress: bool = False) -
     return report
 
 
-def ledger_rows(home: Path, date: datetime.date | None = None) -> pa.Table:
+def ledger_rows(home: Home, date: datetime.date | None = None) -> pa.Table:
     """The run ledger, of one date or all."""
     runs = Warehouse(home).read(RUNS)
     if date is not None:
@@ -102,7 +103,7 @@ def ledger_rows(home: Path, date: datetime.date | None = None) -> pa.Table:
     return runs.sort_by([("dt", "ascending"), ("started_at", "ascending")])
 
 
-def _run_stage(stage: str, home: Path, settings: NightlySettings, progress: bool) -> StageResult:
+def _run_stage(stage: str, home: Home, settings: NightlySettings, progress: bool) -> StageResult:
     started = time.perf_counter()
     try:
         counts = _STAGE_FUNCTIONS[stage](home, settings, progress)
@@ -112,10 +113,13 @@ def _run_stage(stage: str, home: Path, settings: NightlySettings, progress: bool
     return StageResult(stage, "done", time.perf_counter() - started, counts)
 
 
-def _ingest(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
-    inbox = [p for p in (settings.inbox or (home / "inbox",)) if p.exists()]
-    spooled = home / "spool" / "symbols"
-    symbol_paths = inbox + ([spooled] if spooled.exists() else [])
+def _ingest(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+    # Inputs are local files: a URL home has no default inbox, and the hook spools its modules
+    # only into a local home.
+    local = home.local("the home's inbox") if home.is_local else None
+    inbox = [p for p in (settings.inbox or ((local / "inbox",) if local else ())) if p.exists()]
+    spooled = local / "spool" / "symbols" if local else None
+    symbol_paths = inbox + ([spooled] if spooled and spooled.exists() else [])
     symbols = stages.ingest(home, "symbols", symbol_paths, progress) if symbol_paths else None
     profiles = stages.ingest(home, "profiles", inbox, progress) if inbox else None
     hits = stages.ingest(home, "hits", (), progress)
@@ -126,7 +130,7 @@ def _ingest(home: Path, settings: NightlySettings, progress: bool) -> dict[str, 
                                (profiles.quarantined if profiles else []) + hits.quarantined)}
 
 
-def _rank(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+def _rank(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
     from ranking.rank import RankSettings, rank
 
     candidates, _ = rank(home, RankSettings(date=settings.date, window_days=settings.window_days),
@@ -135,7 +139,7 @@ def _rank(home: Path, settings: NightlySettings, progress: bool) -> dict[str, An
     return {"graph_candidates": kinds.count("graph"), "op_candidates": kinds.count("op")}
 
 
-def _tune(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+def _tune(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
     from tuner.candidates import tunable_candidates
     from tuner.fold import tune_ops_and_fold
 
@@ -157,13 +161,13 @@ def _tune(home: Path, settings: NightlySettings, progress: bool) -> dict[str, An
     return counts
 
 
-def _deliver(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+def _deliver(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
     from delivery.deliver import deliver
 
     return {"version": deliver(home, settings.beam_args)}
 
 
-def _validate(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+def _validate(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
     from validator.validate import ValidateSettings, validate
 
     return validate(home, settings=ValidateSettings(budget_minutes=settings.validate_minutes,
@@ -171,7 +175,7 @@ def _validate(home: Path, settings: NightlySettings, progress: bool) -> dict[str
                     progress=progress).to_json()
 
 
-def _savings(home: Path, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+def _savings(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
     from ranking.savings import savings
 
     first = settings.date - datetime.timedelta(days=settings.window_days - 1)
@@ -180,13 +184,13 @@ def _savings(home: Path, settings: NightlySettings, progress: bool) -> dict[str,
             "chip_hours_saved": round((pc.sum(rows.column("chip_seconds_saved")).as_py() or 0.0) / 3600, 3)}
 
 
-_STAGE_FUNCTIONS: dict[str, Callable[[Path, NightlySettings, bool], dict[str, Any]]] = {
+_STAGE_FUNCTIONS: dict[str, Callable[[Home, NightlySettings, bool], dict[str, Any]]] = {
     "ingest": _ingest, "rank": _rank, "tune": _tune, "deliver": _deliver, "validate": _validate,
     "savings": _savings,
 }
 
 
-def _ledger(home: Path, date: datetime.date) -> dict[str, list[str]]:
+def _ledger(home: Home, date: datetime.date) -> dict[str, list[str]]:
     """Stage -> statuses of its earlier attempts for `date`."""
     found: dict[str, list[str]] = {}
     for row in ledger_rows(home, date).select(["stage", "status"]).to_pylist():
@@ -194,7 +198,7 @@ def _ledger(home: Path, date: datetime.date) -> dict[str, list[str]]:
     return found
 
 
-def _record(home: Path, date: datetime.date, result: StageResult, attempt: int) -> None:
+def _record(home: Home, date: datetime.date, result: StageResult, attempt: int) -> None:
     now = datetime.datetime.now(datetime.UTC)
     row = {"dt": date, "stage": result.stage, "attempt": attempt, "status": result.status,
            "started_at": now - datetime.timedelta(seconds=result.seconds), "seconds": result.seconds,

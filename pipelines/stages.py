@@ -16,7 +16,6 @@ from storage.home import Home
 from tuner.strategies import EvolutionStrategy, ExhaustiveStrategy
 
 if TYPE_CHECKING:
-    from storage.home import Home
     from tuner.tune import TuneResult, TuneSettings
 
 INGEST_KINDS = ("symbols", "profiles", "hits")
@@ -38,9 +37,8 @@ TUNE_DEFAULTS = {"graph": TuneDefaults(40, EvolutionStrategy.name),
 
 def ingest(home: Home, kind: str, paths: Sequence[Path], progress: bool = False) -> Any:
     """Land inputs of `kind` (one of INGEST_KINDS) in the warehouse of `home` (local or a URL;
-    the paths are local): symbols (HLO
-    modules) or profiles (traces and drops) from `paths`; hits from the compiler hook's spool
-    under `home` (no paths). Returns the ingestion's report."""
+    the paths are local): symbols (HLO modules) or profiles (traces and drops) from `paths`;
+    hits from the compiler hook's spool under `home` (no paths). Returns the ingestion's report."""
     from ingest.hits import ingest_hits
     from ingest.profiles import ingest_profiles
     from ingest.symbols import ingest_symbols

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import random
-import tempfile
 
 import jax
 import jax.numpy as jnp

@@ -5,7 +5,6 @@ job set itself (XLA_FLAGS) part of its environment and never overridden by a sto
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import threading
 import time

@@ -83,6 +83,26 @@ def test_a_nightly_run_killed_mid_stage_finishes_without_duplicates(fleet_home):
     assert ledger_rows(home, DATE).num_rows == len(ledger)
 
 
+def test_a_nightly_run_on_a_url_home_runs_every_stage_there(fleet_home, tmp_path, capsys):
+    """The whole loop on an `fdotest://` home, its inputs the simulated fleet's local files."""
+    from pipelines.cli import main
+    from tests.url_home import UrlFileSystem, url_of
+
+    home = url_of(tmp_path / "home")
+    UrlFileSystem.used.clear()
+    code = main(["--home", home, "nightly", "--date", DATE.isoformat(), "--json", *FAST,
+                 "--inbox", str(fleet_home / "fleet")])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["ok"], report
+    counts = {s["stage"]: s["counts"] for s in report["stages"]}
+    assert counts["ingest"]["modules"] > 0 and counts["ingest"]["graph_runs"] > 0
+    assert counts["rank"]["graph_candidates"] > 0 and counts["tune"]["tuned"] == 1
+    assert ledger_rows(tmp_path / "home", DATE).num_rows == len(STAGES)  # the same layout, locally
+    for place in ("/warehouse/graph_runs/", "/warehouse/candidates/", "/warehouse/trials/",
+                  "/warehouse/runs/", "/tuner/tasks/", "/store/", "/validator/runs/"):
+        assert any(place in path for path in UrlFileSystem.used), place
+
+
 def test_the_scheduler_runs_nightly_on_its_cron_and_survives_restarts(tmp_path):
     home = tmp_path / "home"
     fired = home / "pipelines" / "scheduler-runs.jsonl"

@@ -176,12 +176,10 @@ def test_a_home_beam_cannot_reach_is_refused_naming_it():
 
 
 def test_stages_that_need_a_local_home_refuse_a_url_home_naming_it(tmp_path):
-    from pipelines.nightly import NightlySettings, run_nightly
     from workloads.simulator.run import simulate
 
     home = Home.of(url_of(tmp_path))
-    stages = {"fdo simulate": lambda: simulate(home, 1, 1),
-              "fdo nightly": lambda: run_nightly(home, NightlySettings(date=datetime.date(2026, 5, 1)))}
+    stages = {"fdo simulate": lambda: simulate(home, 1, 1)}
     for name, run in stages.items():
         with pytest.raises(ValueError, match=f"{name} needs a local home, not fdotest://"):
             run()

@@ -29,22 +29,19 @@ HIT_WINDOW = datetime.timedelta(days=30)
 def fleet_hits(home: Home, now: datetime.datetime, window: datetime.timedelta = HIT_WINDOW) -> Counter:
     """Hits per store key over the `window` before `now`: applied compiles plus profiled runs.
 
-    DuckDB counts them over the window's partitions: a fleet's profiles run to millions of rows
-    a day, and only the per-key counts are needed."""
-    import duckdb
-
+    A fleet's profiles run to millions of rows a day and only the per-key counts are needed:
+    the window's files are read one at a time, two columns each, and counted by Arrow."""
     since = (now - window).date().isoformat()
     warehouse = Warehouse(home)
     counts: Counter = Counter()
-    with duckdb.connect() as con:
-        for table, column, condition in ((HITS, "key", "outcome = 'applied'"),
-                                         (GRAPH_RUNS, "config_key", "config_key is not null"),
-                                         (OP_RUNS, "config_key", "config_key is not null")):
-            paths = [str(p) for p in warehouse.files(table) if p.parent.name.split("=", 1)[1] >= since]
-            if paths:
-                counts.update(dict(con.execute(
-                    f"select {column}, count(*) from read_parquet(?) where {condition} group by all",
-                    [paths]).fetchall()))
+    for table, column, hit in ((HITS, "key", lambda rows: pc.equal(rows.column("outcome"), "applied")),
+                               (GRAPH_RUNS, "config_key", lambda rows: pc.is_valid(rows.column("config_key"))),
+                               (OP_RUNS, "config_key", lambda rows: pc.is_valid(rows.column("config_key")))):
+        columns = [column, "outcome"] if table is HITS else [column]
+        for rows in warehouse.read_files(table, columns, filter_dt=lambda dt: dt >= since):
+            per_key = rows.filter(hit(rows)).group_by(column).aggregate([(column, "count")])
+            counts.update(dict(zip(per_key.column(column).to_pylist(),
+                                   per_key.column(f"{column}_count").to_pylist())))
     return counts
 
 

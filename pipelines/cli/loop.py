@@ -9,6 +9,7 @@ from typing import Any
 from pipelines.cli.common import (BEAM_NOTE, EXIT_FAILED, EXIT_OK, Subcommands, add_command, add_validation_options,
                                   print_json, print_table)
 from pipelines.extras import needs
+from storage.home import Home
 
 
 def add_nightly(sub: Subcommands) -> None:
@@ -32,11 +33,11 @@ def add_nightly(sub: Subcommands) -> None:
                    help="budget of the validator")
     p.add_argument("--force", action="store_true", help="run every stage again for a finished date")
     p.add_argument("--json", action="store_true", help="print each stage's status and counts as JSON")
-    p.set_defaults(run=cmd_nightly, takes_beam_args=True)
+    p.set_defaults(run=cmd_nightly, takes_beam_args=True, home_url=True)
 
 
 @needs("pipeline")
-def cmd_nightly(args: argparse.Namespace, home: Path) -> int:
+def cmd_nightly(args: argparse.Namespace, home: Home) -> int:
     """Run the stages of the date not yet done; print each stage's outcome."""
     import datetime
 
