@@ -7,12 +7,23 @@ the HLO and make it unlike what a fleet job compiles).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 PyTree = Any
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """One size of a convolutional family: image side, channel widths per level (outermost
+    first) and batch."""
+
+    image: int
+    channels: tuple[int, ...]
+    batch: int
 
 
 def f32(*shape: int) -> jax.ShapeDtypeStruct:
@@ -63,6 +74,26 @@ def conv_specs(c_in: int, c_out: int, k: int = 3) -> dict[str, jax.ShapeDtypeStr
 def layernorm_specs(d: int) -> dict[str, jax.ShapeDtypeStruct]:
     """Scale and shift specs of a layernorm over a width-``d`` axis."""
     return {"g": f32(d), "b": f32(d)}
+
+
+def decoder_specs(vocab: int, d_model: int, d_ff: int, n_layers: int, positions: int) -> dict:
+    """A pre-norm decoder's parameters: token and position embeddings, `n_layers` blocks of
+    fused QKV attention and a feed-forward pair, a final norm and the vocabulary head."""
+    layer = {
+        "ln1": layernorm_specs(d_model),
+        "wqkv": f32(d_model, 3 * d_model),
+        "wo": f32(d_model, d_model),
+        "ln2": layernorm_specs(d_model),
+        "ff1": dense_specs(d_model, d_ff),
+        "ff2": dense_specs(d_ff, d_model),
+    }
+    return {
+        "embed": f32(vocab, d_model),
+        "pos": f32(positions, d_model),
+        "layers": [layer] * n_layers,
+        "ln_f": layernorm_specs(d_model),
+        "head": f32(d_model, vocab),
+    }
 
 
 def layernorm(x: jax.Array, p: dict[str, jax.Array], eps: float = 1e-5) -> jax.Array:

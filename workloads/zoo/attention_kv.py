@@ -46,21 +46,7 @@ SIZES = {
 
 
 def _param_specs(c: Config) -> dict:
-    layer = {
-        "ln1": _nn.layernorm_specs(c.d_model),
-        "wqkv": _nn.f32(c.d_model, 3 * c.d_model),
-        "wo": _nn.f32(c.d_model, c.d_model),
-        "ln2": _nn.layernorm_specs(c.d_model),
-        "ff1": _nn.dense_specs(c.d_model, c.d_ff),
-        "ff2": _nn.dense_specs(c.d_ff, c.d_model),
-    }
-    return {
-        "embed": _nn.f32(c.vocab, c.d_model),
-        "pos": _nn.f32(c.max_len, c.d_model),
-        "layers": [layer] * c.n_layers,
-        "ln_f": _nn.layernorm_specs(c.d_model),
-        "head": _nn.f32(c.d_model, c.vocab),
-    }
+    return _nn.decoder_specs(c.vocab, c.d_model, c.d_ff, c.n_layers, positions=c.max_len)
 
 
 def build(size: "str | Config") -> tuple[Callable, tuple]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import jax
@@ -20,13 +19,7 @@ CLASSES = 10
 IN_CHANNELS = 3
 
 
-@dataclass(frozen=True)
-class Config:
-    """Image and channel shape of one size."""
-
-    image: int
-    channels: tuple[int, ...]
-    batch: int
+Config = _nn.ImageConfig
 
 
 SIZES = {

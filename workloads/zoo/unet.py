@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import jax
@@ -20,13 +19,7 @@ IN_CHANNELS = 3
 OUT_CHANNELS = 2
 
 
-@dataclass(frozen=True)
-class Config:
-    """Image shape and per-level channel widths (outermost first) of one size."""
-
-    image: int
-    channels: tuple[int, ...]
-    batch: int
+Config = _nn.ImageConfig
 
 
 SIZES = {
