@@ -21,6 +21,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from delivery.store import DEFAULT_TTL, Store, StoreError, merge_entries
 from execution.flags import FlagError, from_json, to_json
 from hlo.environment import store_key
+from storage.home import Home
 from storage.store import ENTRIES
 
 MAX_IMPORT_BYTES = 16 << 20
@@ -73,14 +74,14 @@ def read_import(path: Path, now: datetime.datetime | None = None) -> pa.Table:
     return entry_rows(entries, path.name, now)
 
 
-def import_file(home: Path, path: Path) -> tuple[int | None, int]:
+def import_file(home: Home, path: Path) -> tuple[int | None, int]:
     """Publish the entries of the JSON-lines file `path` (`read_import`) in the store of `home`:
     `fdo store import`. Returns the new version (None: nothing changed) and the entries read."""
     new = read_import(path)
     return publish_import(home, new, f"import {path.name}"), new.num_rows
 
 
-def publish_import(home: Path, new: pa.Table, reason: str) -> int | None:
+def publish_import(home: Home, new: pa.Table, reason: str) -> int | None:
     """Publish imported entries (`entry_rows`) as a new store version of `home`, each replacing
     the live entry of its key; returns the version (None: nothing changed)."""
     return Store(home).update(lambda live: merge_entries(live, new), reason)
