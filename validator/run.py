@@ -57,6 +57,7 @@ class Run:
     @classmethod
     def open(cls, home: Home, chain: Toolchain) -> "Run":
         """The unfinished run of this toolchain and compiler, or a new one."""
+        home = Home.of(home)
         for run_id, is_dir in reversed(home.children(home.location(*_RUNS))):
             meta = run_file(home, run_id, "run.json")
             if not is_dir or home.exists(run_file(home, run_id, "done.json")) or not home.exists(meta):
