@@ -4,15 +4,17 @@ The hook (delivery.hook) runs inside users' jobs, so it only appends JSON lines 
 of its own process: `<home>/spool/hits/<host>-<pid>-<start>.jsonl`, one object per compile with
 the columns of HITS (`at` as ISO 8601). Ingestion claims a file once its writer is gone (a dead
 pid on this host, or no write for a day; on a URL home, at once: see `_finished`), lands its
-good lines as one part named after the file (so a rerun adds nothing), quarantines bad lines
-with the reason, then removes the file. A
-spool file that cannot be read is quarantined (and left in place) and the others land.
+good lines as one part named after the file and a digest of what it held (so a rerun adds
+nothing, and a file its writer makes again under the same name after a day's pause lands too),
+quarantines bad lines with the reason, then removes the file. A spool file that cannot be read
+is quarantined (and left in place) and the others land.
 `read_hits` shows landed and still-spooled records together, for `fdo hits`.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import socket
@@ -73,15 +75,16 @@ def ingest_hits(home: Home, now: float | None = None) -> HitReport:
             if not _finished(home, location, now):
                 report.waiting += 1
                 continue
-            rows, bad, reasons = parse_spool(home, location)
+            data = home.read_bytes(location)
         except INPUT_ERRORS as exc:
             report.quarantined.append(quarantine.put_home_file(location, reason(location, exc)))
             continue
-        stem = name_of(location).removesuffix(".jsonl")
-        warehouse.append(HITS, pa.Table.from_pylist(rows, HITS.schema), f"spool-{stem}")
+        rows, bad, reasons = parse_spool(name_of(location), data)
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        part = f"spool-{name_of(location).removesuffix('.jsonl')}-{digest}"
+        warehouse.append(HITS, pa.Table.from_pylist(rows, HITS.schema), part)
         if bad:
-            report.quarantined.append(quarantine.put_rows(
-                location, stem, pa.table({"line": bad}), reasons))
+            report.quarantined.append(quarantine.put_rows(location, digest, pa.table({"line": bad}), reasons))
         report.files += 1
         report.rows += len(rows)
         home.delete([location])
@@ -95,7 +98,7 @@ def read_hits(home: Home) -> pa.Table:
     spooled = []
     for location in spool_files(home):
         try:
-            spooled += parse_spool(home, location)[0]
+            spooled += parse_spool(name_of(location), home.read_bytes(location))[0]
         except OSError:  # unreadable: ingest_hits quarantines it; the others still show
             continue
     if not spooled:
@@ -108,13 +111,12 @@ def spool_files(home: Home) -> list[Any]:
     return home.glob(f"{SPOOL_DIR.as_posix()}/*.jsonl")
 
 
-def parse_spool(home: Home, location: Any) -> tuple[list[dict], list[str], list[str]]:
-    """(good rows, bad lines, a reason per bad line) of the spool file at `location`. A torn
-    last line, from a writer killed mid-write, is bad like any other."""
+def parse_spool(name: str, data: bytes) -> tuple[list[dict], list[str], list[str]]:
+    """(good rows, bad lines, a reason per bad line) of `data`, the whole content of the spool
+    file `name` (a file holds one short line per compile of one process). A torn last line, from
+    a writer killed mid-write, is bad like any other."""
     good, bad, reasons = [], [], []
-    name = name_of(location)
-    # Read whole: a spool file holds one short line per compile of one process.
-    for number, raw in enumerate(home.read_bytes(location).split(b"\n"), start=1):
+    for number, raw in enumerate(data.split(b"\n"), start=1):
         line = raw.decode("utf-8", errors="replace")
         if not line.strip():
             continue

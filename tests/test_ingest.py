@@ -24,7 +24,7 @@ import pytest
 
 from hlo.fingerprint import fingerprint_module
 from hlo.module import from_text, load_file
-from ingest.hits import SPOOL_DIR, ingest_hits, read_hits, to_line
+from ingest.hits import SPOOL_DIR, STALE_SECONDS, ingest_hits, read_hits, to_line
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
 from pipelines.cli import main
 from storage.blobs import BlobStore
@@ -286,6 +286,26 @@ def test_a_url_home_takes_a_spool_file_at_once_a_local_home_once_its_writer_is_g
     assert (local.waiting, local.rows) == (1, 0)
     assert (url.waiting, url.rows) == (0, 1) and not list((tmp_path / "url" / SPOOL_DIR).iterdir())
     assert read_hits(homes["url"]).column("job_id").to_pylist() == ["j"]  # landed, once
+
+
+def test_a_spool_file_its_writer_makes_again_under_the_same_name_lands_too(tmp_path):
+    """A writer idle for a day is taken for gone and its file landed; when it logs again it
+    makes the file anew under the same name, and those hits land as well, each once."""
+    def record(job: str) -> str:
+        return to_line({"at": datetime.datetime.now(datetime.UTC), "job_id": job, "key": "k" * 32,
+                        "fingerprint": "f" * 32, "env_key": "e" * 32, "module_name": "jit_step",
+                        "outcome": "miss", "hook_seconds": 0.001, "compile_seconds": 0.5})
+
+    home = Home.of(tmp_path)
+    spool = tmp_path / SPOOL_DIR
+    spool.mkdir(parents=True)
+    live = spool / f"{socket.gethostname()}-{os.getpid()}-1.jsonl"  # this process: alive
+    later = time.time() + STALE_SECONDS + 1
+    for job in ("first", "second"):
+        live.write_text(record(job))
+        assert ingest_hits(home, now=later).rows == 1 and not live.exists()
+    assert ingest_hits(home, now=later).rows == 0
+    assert sorted(read_hits(home).column("job_id").to_pylist()) == ["first", "second"]
 
 
 def test_kill_9_mid_ingest_then_rerun_equals_one_clean_run(tmp_path):
