@@ -1,7 +1,6 @@
 """Ingestion and the `fdo` command line as an unlucky operator meets them, each fault caused for
 real: unreadable files and directories, 240-character and undecodable names, truncated traces
-and modules among good ones, a `1e400` and a 10,000-character job id among good rows, the same
-rows sent twice; and every bad input of the command line told in one line with exit status 2."""
+and modules among good ones, a `1e400` and a 10,000-character job id among good rows; and every bad input of the command line told in one line with exit status 2."""
 
 from __future__ import annotations
 
@@ -15,30 +14,26 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
 
 from ingest import tables
 from ingest.hits import SPOOL_DIR, to_line
-from ingest.rowids import SeenRows
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS
 from ranking.tables import COVERAGE
 from storage.warehouse import SchemaError, TableSchema, Warehouse
+from tests.drop_rows import EXIT_QUARANTINED, drop_row, ingest_report, write_jsonl
 from tests.serving import fdo
 
-EXIT_BAD_INPUT, EXIT_QUARANTINED = 2, 3
+EXIT_BAD_INPUT = 2
 LONG_NAME = 240  # characters; file systems allow 255 bytes
 
 
@@ -80,28 +75,10 @@ def trace(tmp_path_factory) -> Path:
     return found
 
 
-def _row(i: int, **changes) -> dict:
-    """A good graph_runs drop row."""
-    return {"dt": "2026-11-10", "job_id": f"job-{i}", "team": "ads", "fingerprint": f"{i % 7:032x}",
-            "env_key": "e" * 32, "device_kind": "TPU v5p", "chips": 1 + i % 8, "executions": 10 * i,
-            "seconds": 1.5 * i, **changes}
-
-
 def _op_row(i: int, **changes) -> dict:
     """A good op_runs drop row."""
     return {"dt": "2026-11-10", "job_id": f"job-{i}", "team": "ads", "op_fingerprint": f"{i % 5:032x}",
             "graph_fingerprint": f"{i % 7:032x}", "env_key": "e" * 32, "chip_seconds": 2.5 * i, **changes}
-
-
-def _jsonl(path: Path, rows: list[dict | str]) -> Path:
-    """Rows as JSON lines (a str is written as given: a torn or hand-made line)."""
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
-    return path
-
-
-def _report(result: subprocess.CompletedProcess) -> dict:
-    assert result.returncode in (0, EXIT_QUARANTINED), result.stderr
-    return json.loads(result.stdout)
 
 
 def _by_source(report: dict) -> dict[str, dict]:
@@ -160,13 +137,13 @@ def unprivileged() -> Iterator[Unprivileged]:
 def test_unreadable_files_and_directories_are_quarantined_and_the_others_land(unprivileged, module_files):
     inbox = unprivileged.root / "inbox"
     inbox.mkdir()
-    _jsonl(inbox / "a.graph_runs.jsonl", [_row(i) for i in range(1, 6)])
-    _jsonl(inbox / "b.graph_runs.jsonl", [_row(i) for i in range(6, 9)]).chmod(0o000)
+    write_jsonl(inbox / "a.graph_runs.jsonl", [drop_row(i) for i in range(1, 6)])
+    write_jsonl(inbox / "b.graph_runs.jsonl", [drop_row(i) for i in range(6, 9)]).chmod(0o000)
     locked = inbox / "locked"
     locked.mkdir()
-    _jsonl(locked / "c.graph_runs.jsonl", [_row(9)])
+    write_jsonl(locked / "c.graph_runs.jsonl", [drop_row(9)])
     locked.chmod(0o000)
-    _jsonl(inbox / "d.op_runs.jsonl", [_op_row(i) for i in range(1, 4)])
+    write_jsonl(inbox / "d.op_runs.jsonl", [_op_row(i) for i in range(1, 4)])
     shutil.copy(module_files["text"], inbox / "module_0001.good.before_optimizations.txt")
     shutil.copy(module_files["text"], inbox / "module_0002.locked.before_optimizations.txt")
     (inbox / "module_0002.locked.before_optimizations.txt").chmod(0o000)
@@ -174,7 +151,7 @@ def test_unreadable_files_and_directories_are_quarantined_and_the_others_land(un
 
     profiles = unprivileged.run(home, "ingest", "profiles", str(inbox), "--json")
     assert profiles.returncode == EXIT_QUARANTINED, profiles.stderr
-    report = _report(profiles)
+    report = ingest_report(profiles)
     assert (report["graph_runs"], report["op_runs"]) == (5, 3)
     quarantined = _by_source(report)
     assert set(quarantined) == {"b.graph_runs.jsonl", "locked"}
@@ -187,7 +164,7 @@ def test_unreadable_files_and_directories_are_quarantined_and_the_others_land(un
 
     symbols = unprivileged.run(home, "ingest", "symbols", str(inbox), "--json")
     assert symbols.returncode == EXIT_QUARANTINED, symbols.stderr
-    report = _report(symbols)
+    report = ingest_report(symbols)
     assert report["modules"] == 1 and report["graphs_changed"] == 1
     assert set(_by_source(report)) == {"module_0002.locked.before_optimizations.txt", "locked"}
     assert Warehouse(home).read(GRAPHS).num_rows == 1  # the good module landed
@@ -200,13 +177,13 @@ def test_unreadable_files_and_directories_are_quarantined_and_the_others_land(un
 def test_240_character_and_undecodable_names_are_ingested_or_quarantined(tmp_path, module_files):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    good = _jsonl(inbox / _named(".graph_runs.jsonl"), [_row(i) for i in range(1, 4)] + [_row(4, chips=0)])
+    good = write_jsonl(inbox / _named(".graph_runs.jsonl"), [drop_row(i) for i in range(1, 4)] + [drop_row(4, chips=0)])
     corrupt = inbox / _named(".op_runs.parquet", stem="corrupt-")
     corrupt.write_bytes(b"PAR1" + os.urandom(200))
     # A newline and bytes that decode in no encoding: names a file system allows.
     odd = os.path.join(os.fsencode(inbox), b"odd\n\xff\xfe.graph_runs.jsonl")
     with open(odd, "w") as out:
-        out.write(json.dumps(_row(5)) + "\n" + "{torn\n")
+        out.write(json.dumps(drop_row(5)) + "\n" + "{torn\n")
     good_module = inbox / _named(".before_optimizations.txt", stem="module_0001.")
     shutil.copy(module_files["text"], good_module)
     truncated = inbox / _named(".before_optimizations.txt", stem="module_0002.")
@@ -214,7 +191,7 @@ def test_240_character_and_undecodable_names_are_ingested_or_quarantined(tmp_pat
     truncated.write_text(text[: len(text) // 2])
     home = tmp_path / "home"
 
-    report = _report(fdo(home, "ingest", "profiles", str(inbox), "--json"))
+    report = ingest_report(fdo(home, "ingest", "profiles", str(inbox), "--json"))
     assert report["graph_runs"] == 4  # three of the long-named drop, one of the odd one
     quarantined = _by_source(report)
     assert set(quarantined) == {good.name, corrupt.name, os.fsdecode(b"odd\n\xff\xfe.graph_runs.jsonl")}
@@ -225,7 +202,7 @@ def test_240_character_and_undecodable_names_are_ingested_or_quarantined(tmp_pat
         assert copy.is_file() and len(os.fsencode(copy.name + ".reason.json")) <= 255
         assert json.loads(Path(f"{copy}.reason.json").read_text())["source"] == entry["source"]
 
-    report = _report(fdo(home, "ingest", "symbols", str(inbox), "--json"))
+    report = ingest_report(fdo(home, "ingest", "symbols", str(inbox), "--json"))
     assert report["modules"] == 1
     assert [Path(q["source"]).name for q in report["quarantined"]] == [truncated.name]
     assert "parsable" in report["quarantined"][0]["reason"]
@@ -253,14 +230,14 @@ def test_truncated_traces_and_modules_among_good_ones(tmp_path, trace, module_fi
     (inbox / "module_0003.noise.before_optimizations.hlo.pb").write_bytes(random.Random(1).randbytes(4096))
     home = tmp_path / "home"
 
-    report = _report(fdo(home, "ingest", "symbols", str(inbox), "--json"))
+    report = ingest_report(fdo(home, "ingest", "symbols", str(inbox), "--json"))
     assert report["modules"] == 1
     assert {Path(q["source"]).name for q in report["quarantined"]} == {
         "module_0002.cut.before_optimizations.hlo.pb", "module_0003.noise.before_optimizations.hlo.pb"}
 
     result = fdo(home, "ingest", "profiles", str(inbox), "--json")
     assert result.returncode == EXIT_QUARANTINED, result.stderr
-    report = _report(result)
+    report = ingest_report(result)
     assert {Path(q["source"]).parent.name for q in report["quarantined"]} == {"truncated", "garbage"}
     runs = Warehouse(home).read(GRAPH_RUNS)
     assert set(runs.column("job_id").to_pylist()) == {"good"} and report["graph_runs"] == runs.num_rows > 0
@@ -275,17 +252,17 @@ def test_truncated_traces_and_modules_among_good_ones(tmp_path, trace, module_fi
 def test_a_1e400_and_a_10000_character_job_id_quarantine_their_rows_only(tmp_path):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    good = [_row(i) for i in range(1, 21)]
+    good = [drop_row(i) for i in range(1, 21)]
     bad = {
-        "seconds": json.dumps(_row(21)).replace('"seconds": 31.5', '"seconds": 1e400'),
-        "chips": json.dumps(_row(22)).replace('"chips": 7', '"chips": 1e400'),
-        "job_id": _row(23, job_id="j" * 10_000),
-        "type": _row(24, executions="many"),
-        "torn": json.dumps(_row(25))[:40],
-        "date": _row(26, dt="2026-02-30"),
+        "seconds": json.dumps(drop_row(21)).replace('"seconds": 31.5', '"seconds": 1e400'),
+        "chips": json.dumps(drop_row(22)).replace('"chips": 7', '"chips": 1e400'),
+        "job_id": drop_row(23, job_id="j" * 10_000),
+        "type": drop_row(24, executions="many"),
+        "torn": json.dumps(drop_row(25))[:40],
+        "date": drop_row(26, dt="2026-02-30"),
     }
     rows = good[:10] + list(bad.values()) + good[10:]
-    _jsonl(inbox / "day.graph_runs.jsonl", rows)
+    write_jsonl(inbox / "day.graph_runs.jsonl", rows)
     ops = [_op_row(i) for i in range(1, 11)]
     ops[3]["chip_seconds"] = -1.0
     ops[6]["chip_seconds"] = float("inf")
@@ -295,7 +272,7 @@ def test_a_1e400_and_a_10000_character_job_id_quarantine_their_rows_only(tmp_pat
 
     result = fdo(home, "ingest", "profiles", str(inbox), "--json")
     assert result.returncode == EXIT_QUARANTINED, result.stderr
-    report = _report(result)
+    report = ingest_report(result)
     assert (report["graph_runs"], report["op_runs"]) == (20, 7)
     landed = Warehouse(home).read(GRAPH_RUNS)
     assert sorted(landed.column("job_id").to_pylist()) == sorted(r["job_id"] for r in good)
@@ -326,7 +303,7 @@ def test_a_module_name_or_a_traced_job_id_over_its_bound_quarantines_it(tmp_path
     (dump / "module_0002.long.before_optimizations.txt").write_text(
         text.replace("HloModule jit__step", "HloModule " + "m" * 1100, 1))
     home = tmp_path / "home"
-    report = _report(fdo(home, "ingest", "symbols", str(dump), "--json"))
+    report = ingest_report(fdo(home, "ingest", "symbols", str(dump), "--json"))
     assert report["modules"] == 1
     [entry] = report["quarantined"]
     assert entry["source"].endswith("module_0002.long.before_optimizations.txt")
@@ -338,7 +315,7 @@ def test_a_module_name_or_a_traced_job_id_over_its_bound_quarantines_it(tmp_path
     (traced / "fdo-job.json").write_text(json.dumps({"job_id": "j" * 10_000, "team": "t", "chips": 1}))
     result = fdo(home, "ingest", "profiles", str(traced), "--json")
     assert result.returncode == EXIT_QUARANTINED, result.stderr
-    report = _report(result)
+    report = ingest_report(result)
     assert report["graph_runs"] == report["op_runs"] == 0
     assert {Path(q["copy"]).name.split("-", 1)[1] for q in report["quarantined"]} == {
         "host.xplane.pb.bad-graph_runs-rows.parquet", "host.xplane.pb.bad-op_runs-rows.parquet"}
@@ -366,7 +343,7 @@ def test_hit_records_with_bad_values_and_unreadable_spool_files(unprivileged):
     locked.chmod(0o000)
     result = unprivileged.run(home, "ingest", "hits", "--json")
     assert result.returncode == EXIT_QUARANTINED, result.stderr
-    report = _report(result)
+    report = ingest_report(result)
     assert report["rows"] == 2 and report["files"] == 1
     reasons = " | ".join(q["reason"] for q in report["quarantined"])
     assert "2 bad rows" in reasons and "job_id over 256 characters" in reasons
@@ -376,91 +353,6 @@ def test_hit_records_with_bad_values_and_unreadable_spool_files(unprivileged):
 
 def _utc(seconds: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC)
-
-
-# --------------------------------------------------------------------------------------------
-# The same rows sent again
-
-
-def test_rows_sent_again_in_any_drop_are_counted_once(tmp_path):
-    rng = np.random.default_rng(3)
-    rows = [_row(int(i), seconds=float(s)) for i, s in zip(rng.integers(1, 400, 1000), rng.uniform(0, 3600, 1000))]
-    rows[1] = dict(rows[0])  # one job reporting the same graph twice: both are rows of the drop
-    first = tmp_path / "first"
-    first.mkdir()
-    pq.write_table(pa.Table.from_pylist(rows), first / "monday.graph_runs.parquet")
-    home = tmp_path / "home"
-    report = _report(fdo(home, "ingest", "profiles", str(first), "--json"))
-    assert (report["graph_runs"], report["duplicates"]) == (1000, 0)
-    totals = _chip_seconds_by_graph(home)
-
-    again = tmp_path / "again"
-    again.mkdir()
-    shutil.copy(first / "monday.graph_runs.parquet", again / "monday-resent.graph_runs.parquet")
-    new = [_row(1000 + i) for i in range(10)]
-    shuffled = rows + new
-    random.Random(0).shuffle(shuffled)
-    _jsonl(again / "monday-and-more.graph_runs.jsonl", shuffled)
-    report = _report(fdo(home, "ingest", "profiles", str(again), "--json"))
-    assert (report["inputs"], report["skipped"]) == (2, 1)  # the same bytes: known by its digest
-    assert (report["graph_runs"], report["duplicates"]) == (10, 1000)  # the same rows: by content
-    assert Warehouse(home).read(GRAPH_RUNS).num_rows == 1010
-    assert _report(fdo(home, "ingest", "profiles", str(first), str(again), "--json"))["graph_runs"] == 0
-    with_new = _chip_seconds_by_graph(home)
-    for row in new:
-        totals[row["fingerprint"]] = totals.get(row["fingerprint"], 0.0) + row["chips"] * row["seconds"]
-    assert with_new == pytest.approx(totals, rel=1e-12)
-
-
-# Six graph_runs rows over two days, each told by its chip_seconds.
-_UNIVERSE = [dict(_row(i % 3, dt=datetime.date(2026, 11, 10 + i % 2)), chip_seconds=float(i), opted_out=False,
-                  compiler_version=None, config_key=None, config_version=None, expected_speedup=None)
-             for i in range(6)]
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.lists(st.lists(st.integers(0, len(_UNIVERSE) - 1), max_size=6), max_size=3),
-                          st.booleans(), st.booleans()), min_size=1, max_size=5))
-# A row taken with a held partition's rows (so its id is known) is held for the next input too.
-@example(inputs=[([[0]], False, False), ([[0, 1]], False, False), ([[1]], False, False)])
-def test_an_input_lands_only_the_copies_of_a_row_the_warehouse_lacks(tmp_path, inputs):
-    """Against a reference: an input of batches of rows, some failing half-way, some read by a
-    fresh run (from what the warehouse holds), lands each row's n-th copy only where fewer than
-    n are held."""
-    home = Path(tempfile.mkdtemp(dir=tmp_path))
-    warehouse = Warehouse(home)
-    seen = SeenRows(warehouse, GRAPH_RUNS)
-    held: Counter = Counter()
-    for n, (batches, fails, fresh_run) in enumerate(inputs):
-        if fresh_run:
-            seen = SeenRows(warehouse, GRAPH_RUNS)
-        landed, expected, copies = [], [], Counter()
-        try:
-            with seen.input() as admit:
-                for batch in batches:
-                    for i in batch:
-                        copies[i] += 1
-                        if copies[i] > held[i]:
-                            expected.append(i)
-                    landed.append(admit(_universe_rows(batch)))
-                if fails:
-                    raise OSError("the input broke off")
-                warehouse.append(GRAPH_RUNS, pa.concat_tables([_universe_rows([]), *landed]), f"input-{n}")
-        except OSError:
-            continue
-        assert sorted(pa.concat_tables([_universe_rows([]), *landed]).column("chip_seconds").to_pylist()) == \
-            sorted(_UNIVERSE[i]["chip_seconds"] for i in expected)
-        held = held | copies
-
-
-def _universe_rows(indices: list[int]) -> pa.Table:
-    rows = [{k: v for k, v in _UNIVERSE[i].items() if k != "seconds"} for i in indices]
-    return pa.Table.from_pylist(rows, GRAPH_RUNS.schema)
-
-
-def _chip_seconds_by_graph(home: Path) -> dict[str, float]:
-    runs = Warehouse(home).read(GRAPH_RUNS).group_by("fingerprint").aggregate([("chip_seconds", "sum")])
-    return dict(zip(runs.column("fingerprint").to_pylist(), runs.column("chip_seconds_sum").to_pylist()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,7 +366,7 @@ def test_every_string_column_of_the_ingested_tables_has_a_bound_that_writes_enfo
         strings = {f.name for f in table.schema if pa.types.is_string(f.type)}
         assert strings == {name for name, _ in table.max_chars}, table.name
         assert all(not f.metadata for f in table.schema)  # the bound is no part of the files
-    row = _row(1)
+    row = drop_row(1)
     row.update(dt=pa.scalar(_utc(0).date()), chip_seconds=1.0, chips=1, opted_out=False,
                compiler_version=None, config_key=None, config_version=None, expected_speedup=None,
                job_id="j" * 257)
@@ -523,7 +415,7 @@ def test_an_unwritable_home_is_exit_2_and_one_line(unprivileged):
         home.mkdir(mode=0o555)
     inbox = unprivileged.root / "inbox"
     inbox.mkdir(mode=0o755)
-    _jsonl(inbox / "a.graph_runs.jsonl", [_row(1)]).chmod(0o644)
+    write_jsonl(inbox / "a.graph_runs.jsonl", [drop_row(1)]).chmod(0o644)
     _one_line(unprivileged.run(home, "ingest", "profiles", str(inbox)), str(home), "not writable")
     _one_line(unprivileged.run(home / "below", "ingest", "profiles", str(inbox)), str(home / "below"))
 
