@@ -133,10 +133,11 @@ class Bench:
         self.module: HloModule = from_lowered(zoo.get(name).lower(), source=f"zoo:{name}")
         self.defaults = compiler_defaults()
         self.space = graph_space("cpu", accepted_flags("cpu"), self.defaults)
-        # Screens depend on the parallelism they ran with (execution.cores): a plan is part of it.
-        identity = {"fingerprint": graph_fingerprint(self.module),
-                    "compiler": current_environment().compiler_version,
-                    "execute_cores": str(len(plan_cores().execute))}
+        # Screens depend on the CPU (its ISA features) and the parallelism they ran with
+        # (execution.cores): both are part of what a cached screen is valid for.
+        here = current_environment()
+        identity = {"fingerprint": graph_fingerprint(self.module), "compiler": here.compiler_version,
+                    "device": here.device_kind, "execute_cores": str(len(plan_cores().execute))}
         self.cache = Cache(cache_dir / f"{name}.json", identity)
         self.evaluator: WorkerEvaluator | None = None
         self.trials: list[Trial] = []
