@@ -21,8 +21,9 @@ Per workload (every zoo workload at both sizes by default; `fdo workloads list`)
    cold start: no prior), timed; cached while the tuner's code is the same.
 3. Every strategy alone (`--plain`), and Optuna's TPE and random samplers, on the same encoding
    (placements and flags; Optuna sets every param, "(default)" one of its choices), `--seeds`
-   seeds, each run once at the largest budget and read at each budget as its first B
-   evaluations, on replayed screens: the tuner's own search loop (`tuner.search.search`) over
+   seeds, each run once at the largest budget and read at each budget B as its trials up to
+   the B-th evaluation (a config whose program the search knew costs none, as in the tuner),
+   on replayed screens: the tuner's own search loop (`tuner.search.search`) over
    an evaluator that answers from the cache (`Replay`), a config's screen measured live the
    first time (compiled, deduped by program, screened as the tuner screens). Each
    run's best config, and the schedule's accepted one, is verified against the oracle's config
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import math
 import statistics
@@ -69,7 +71,8 @@ from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_lowered
 from storage.home import atomic_write
 from tuner.schedule import neighbourhood
-from tuner.search import Build, Propose, proposals, ready, run_one, search
+from tuner.search import (UNTIMED_PER_EVALUATION, Build, Propose, evaluations, proposals,
+                          ready, run_one, search)
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord
 from tuner.trial import Trial
@@ -299,8 +302,18 @@ class Run:
     minutes: float
 
 
-def _to_target(fitnesses: list[float], target: float) -> int | None:
-    return next((i + 1 for i, f in enumerate(fitnesses) if target > 0 and f >= 0.9 * target), None)
+def _to_target(trials: list[Trial], target: float) -> int | None:
+    """Evaluations (timed trials) until a screen reached 90% of the oracle's gain."""
+    return next((evaluations(trials[:i + 1]) for i, t in enumerate(trials)
+                 if target > 0 and t.fitness >= 0.9 * target), None)
+
+
+def _within(trials: list[Trial], budget: int) -> int:
+    """How many of a longer search's `trials` a search of `budget` evaluations makes: those
+    before its (budget + 1)-th timed one, and at most the loop's cap on free trials."""
+    timed = itertools.accumulate(t.timed for t in trials)
+    over = next((i for i, count in enumerate(timed) if count > budget), len(trials))
+    return min(over, budget * (1 + UNTIMED_PER_EVALUATION))
 
 
 def run_schedule(bench: Bench, budget: int, seed: int, target: float) -> Run:
@@ -313,10 +326,10 @@ def run_schedule(bench: Bench, budget: int, seed: int, target: float) -> Run:
             result = tune_module(bench.module, Path(home), TuneSettings(budget_evals=budget,
                                                                         seed=seed))
             minutes = (time.perf_counter() - started) / 60
-        fitnesses = [t.fitness for t in result.trials if t.phase == "search"]
+        searched = [t for t in result.trials if t.phase == "search"]
         found = result.config if result.accepted else {}
         bench.cache.results[key] = asdict(Run("schedule", budget, seed, found, bench.verify(found),
-                                              _to_target(fitnesses, target), minutes))
+                                              _to_target(searched, target), minutes))
         bench.cache.save()
     data = bench.cache.results[key]
     best = config_from_json(data["best"])
@@ -326,19 +339,19 @@ def run_schedule(bench: Bench, budget: int, seed: int, target: float) -> Run:
 def _replay(bench: Bench, strategy: str, budgets: list[int], seed: int, target: float,
             next_config: Propose) -> list[Run]:
     """One run of the search loop at the largest budget over the cached screens (`Replay`);
-    the run at a smaller budget B is its first B evaluations (the proposals of Optuna's
+    the run at a smaller budget B is its trials up to the B-th evaluation (`_within`; the proposals of Optuna's
     samplers, random, exhaustive and model do not depend on the budget; anneal and evolution
     scale their schedule by it, so for them this is the anytime view of the longest run)."""
     replay, trials = Replay(bench), []
     search(replay, next_config, trials, max(budgets), SEARCH_SETTINGS, lambda: True,
            lambda trial: None)
     history = [TrialRecord({}, 0.0, 0.0)] + [t.record() for t in trials]
-    costs, fitnesses = replay.costs, [t.fitness for t in trials]
     runs = []
     for budget in budgets:
-        best = max(history[:budget + 1], key=lambda t: t.fitness)
+        made = _within(trials, budget)
+        best = max(history[:made + 1], key=lambda t: t.fitness)
         runs.append(Run(strategy, budget, seed, best.config, bench.verify(best.config),
-                        _to_target(fitnesses[:budget], target), sum(costs[:budget]) / 60))
+                        _to_target(trials[:made], target), sum(replay.costs[:made]) / 60))
     return runs
 
 
@@ -350,7 +363,8 @@ def run_plain(bench: Bench, name: str, budgets: list[int], seed: int, target: fl
 
 def run_optuna(bench: Bench, name: str, budgets: list[int], seed: int, target: float) -> list[Run]:
     """Optuna's TPE or random sampler on the same encoding, on replayed screens; a config it
-    asks for twice is told its known value and costs an evaluation of the budget."""
+    asks for twice is told its known value, and costs no evaluation (its program is known),
+    as for every search."""
     import optuna
     from optuna.distributions import CategoricalDistribution
 

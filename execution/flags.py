@@ -93,6 +93,13 @@ FLAGS: dict[str, FlagSpec] = {
         # xla.DebugOptions.CpuSchedulerType
         FlagSpec("xla_cpu_scheduler_type", "enum", ("DEFAULT", "MEMORY_OPTIMIZED"),
                  "CPU_SCHEDULER_TYPE_", rank=1, field=448, numbers=(0, 1)),
+        # The flag most often in a best config: 1.13x on the two-tower model's training step,
+        # 1.9x (with fast math) on attention with a KV cache (AMD EPYC); 2.2x on that attention,
+        # 1.10x on the two-tower, 1.14x on a GNN (Intel Xeon; jaxlib 0.10.2,
+        # docs/bench_search_quality.md). Listed here, before the flags of its rank, so that an
+        # 8-evaluation search tries it (ties keep this table's order).
+        FlagSpec("xla_cpu_disable_loop_unrolling", "bool", channel="backend_extra",
+                 codegen=True, rank=1, absent=False),
         FlagSpec("xla_cpu_copy_insertion_use_region_analysis", "bool", rank=1, field=337),
         FlagSpec("xla_cpu_use_xnnpack", "bool", rank=3, field=359),
         FlagSpec("xla_cpu_use_fusion_emitters", "bool", rank=3, field=376),
@@ -105,11 +112,6 @@ FLAGS: dict[str, FlagSpec] = {
         FlagSpec("xla_cpu_parallel_codegen_split_count", "int", ("1", "8", "32"), codegen=True,
                  rank=6, field=323),
         FlagSpec("xla_llvm_disable_expensive_passes", "bool", codegen=True, rank=5, field=73),
-        # 1.13x on the two-tower model's training step, 1.9x (with fast math) on attention with
-        # a KV cache (AMD EPYC, jaxlib 0.10.2). Listed before the optimization level, its equal in
-        # rank, so that a 16-evaluation search tries it (ties keep this table's order).
-        FlagSpec("xla_cpu_disable_loop_unrolling", "bool", channel="backend_extra",
-                 codegen=True, rank=2, absent=False),
         # Level 2 is in the best config of an LSTM (with YNN ELTWISE) and of a two-tower model
         # (AMD EPYC, jaxlib 0.10.2; docs/bench_search_quality.md); 0 is reliably slower: the
         # values are tried highest first.

@@ -11,7 +11,8 @@ from concurrent.futures import Future
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from tuner.schedule import Scheduled
-from tuner.search import Build, proposals, ready, run_search, search
+from tuner.search import (UNTIMED_PER_EVALUATION, Build, evaluations, proposals, ready,
+                          run_search, search)
 from tuner.space import Param, SearchSpace, config_key
 from tuner.strategies import STRATEGIES
 from tuner.trial import Trial
@@ -169,11 +170,11 @@ def test_the_loop_builds_ahead_without_proposing_a_pending_config_again():
 
     trials: list[Trial] = []
     search(evaluator, next_config, trials, 8, SCREEN, lambda: True, lambda trial: None)
-    assert len(trials) == len(evaluator.built) == 8  # never past the budget
+    assert len(trials) == len(evaluator.built) and evaluations(trials) == 8  # the budget
     assert max(seen_pending) == 2  # two more building while one is measured
     keys = [config_key(c) for c in evaluator.built]
     assert len(keys) == len(set(keys))
-    assert [t.index for t in trials] == list(range(8))
+    assert [t.index for t in trials] == list(range(len(trials)))
 
 
 def test_a_resumed_task_repeats_no_trial_and_ends_the_same():
@@ -184,6 +185,27 @@ def test_a_resumed_task_repeats_no_trial_and_ends_the_same():
     again = TableEvaluator(rows)
     trials, best = run(again, listed([lucky, steady, quiet]), 3, trials=journal)
     assert best == first and again.measured == [] and trials == journal
+
+
+def test_a_config_whose_program_is_known_costs_no_evaluation():
+    # b changes nothing: {b} compiles to the default's program, {a=1, b} to a=1's. Neither is
+    # timed, and neither takes an evaluation of the budget.
+    evaluator = known_set()
+    configs = [{"b": True}, {"a": 1}, {"a": 1, "b": True}, {"a": 2}, {"c": "X"}]
+    trials: list[Trial] = []
+    search(evaluator, listed(configs), trials, 3, SCREEN, lambda: True, lambda trial: None)
+    assert [t.outcome for t in trials] == ["identical", "measured", "duplicate", "measured",
+                                           "measured"]
+    assert evaluations(trials) == 3 and len(evaluator.measured) == 3
+
+
+def test_a_strategy_that_only_proposes_known_programs_still_ends():
+    evaluator = known_set()
+    endless = lambda trials, pending: {"b": True, "n": len(trials) + len(pending)}
+    trials: list[Trial] = []
+    search(evaluator, endless, trials, 4, SCREEN, lambda: True, lambda trial: None)
+    assert evaluations(trials) == 0 and evaluator.measured == []
+    assert len(trials) == 4 * (1 + UNTIMED_PER_EVALUATION)
 
 
 def test_the_search_stops_when_time_is_up():

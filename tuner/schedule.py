@@ -8,10 +8,12 @@ last one:
 1. neighbours: the one-move neighbourhood of the default (each param of the space to each of
    its values), in the order of a prior (`order_moves`): what won on other graphs of this
    warehouse first (`tuner.prior`), then a cold-start order (each flag's `FlagSpec.rank`:
-   fusion types to XLA's own emitters first, known-slow flags last; `cold_rank`). It takes the budget
-   but a reserve (`reserve`) for the next phases. Compiles come first in the search loop: a
-   neighbour whose program equals one already known costs no timing, and a screen stops early
-   once its interval leaves no doubt (`execution.measure.early_decision`).
+   fusion types to XLA's own emitters first, known-slow flags last; `cold_rank`), until they
+   have taken the budget but a reserve (`reserve`) for the next phases. Compiles come first in
+   the search loop: a neighbour whose program equals one already known costs no timing and no
+   evaluation (about half of them, on a real module: they move a fusion type it does not
+   have), so the phase goes on down the order; a screen stops early once its interval leaves
+   no doubt (`execution.measure.early_decision`).
 2. combine: the significant single moves (interval above the noise band), best first, the best
    of each param, accumulated greedily: the best single, plus the next one when together they
    measure better, and so on, then (`HOPEFUL`) the best moves that screened faster but not
@@ -81,17 +83,24 @@ class Scheduled(Strategy):
         super().__init__(final.space, final.budget, prior=final.prior)
         self.final = final
         reserve = max(2, final.budget // 4) if reserve is None else reserve
-        moves = order_moves(neighbourhood(final.space), prior)
-        self.moves = moves[:max(1, final.budget - reserve)]
+        self.moves = order_moves(neighbourhood(final.space), prior)
+        # Evaluations the neighbour phase may spend; free (untimed) neighbours do not count.
+        self.neighbour_evaluations = max(1, final.budget - reserve)
 
     def sample(self, history: list[TrialRecord],
                pending: Sequence[CompilerConfig] = ()) -> CompilerConfig | None:
         done = {config_key(t.config): t for t in history}
         waiting = {config_key(c) for c in pending}
-        neighbours = [{name: value} for name, value in self.moves]
-        for config in neighbours:
-            if config_key(config) not in done and config_key(config) not in waiting:
+        neighbours, spent = [], 0  # spent: timed neighbours, and pending ones (until known)
+        for name, value in self.moves:
+            config = {name: value}
+            key = config_key(config)
+            if key not in done and key not in waiting:
+                if spent >= self.neighbour_evaluations:
+                    break
                 return config
+            spent += 1 if key in waiting else done[key].timed
+            neighbours.append(config)
         if pending and any(config_key(c) in waiting for c in neighbours):
             return None  # combining needs every neighbour's result
         combined = self._combine(neighbours, done, waiting)

@@ -5,7 +5,11 @@ do: `build(config)` compiles it (in the background, up to `depth` configs at onc
 program it compiles to; `measure` times a program new to the search against the default. Between
 the two the loop reuses what it knows: a config that compiles to the default's program is
 "identical" (speedup 1, nothing timed), one that compiles to a program measured before is a
-"duplicate" of that measurement; no program is measured twice in a search. The tuner's evaluator
+"duplicate" of that measurement; no program is measured twice in a search. The budget counts
+evaluations, the trials that cost a timing (measured or failed): an identical or duplicate trial
+cost one compile, and is free, up to `UNTIMED_PER_EVALUATION` of them per evaluation (a strategy
+that keeps proposing known programs still ends). On a real module about half of the one-move
+neighbours compile to the default's program (they move a fusion type the module does not have). The tuner's evaluator
 compiles and measures in sandboxed workers (`tuner.worker_evaluator`); a benchmark replays
 recorded screens through this same loop with an evaluator that answers from its cache
 (`benchmarks/bench_search_quality.py`), and the unit tests drive it with a table
@@ -27,6 +31,9 @@ from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from tuner.strategies import Strategy, TrialRecord, propose
 from tuner.trial import Trial
+
+# Free (untimed) trials a search may make per evaluation of its budget, at most.
+UNTIMED_PER_EVALUATION = 2
 from tuner.winner import best_trial, prune, race
 
 # The next config to try, from the trials so far and the configs still pending (built or
@@ -82,15 +89,23 @@ def proposals(strategy: Strategy) -> Propose:
     return next_config
 
 
+def evaluations(trials: list[Trial]) -> int:
+    """How many of `trials` count against a search's budget: those that cost a timing."""
+    return sum(trial.timed for trial in trials)
+
+
 def search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budget: int,
            settings: MeasureSettings, in_time: Callable[[], bool],
            record: Callable[[Trial], None]) -> None:
-    """Evaluate configs from `next_config(trials, pending)` until `budget` trials, `in_time()`
+    """Evaluate configs from `next_config(trials, pending)` until `budget` evaluations (see
+    `evaluations`; a config being built counts as one until it turns out free), `in_time()`
     says stop, or it has none left; each new trial is `record`ed, then appended to `trials`.
     While one candidate is measured, up to `evaluator.depth - 1` more are built."""
     queue: deque[tuple[CompilerConfig, Future[Build]]] = deque()  # building, in proposal order
+    most_trials = budget * (1 + UNTIMED_PER_EVALUATION)
     while in_time():
-        while len(queue) < evaluator.depth and len(trials) + len(queue) < budget:
+        while (len(queue) < evaluator.depth and evaluations(trials) + len(queue) < budget
+               and len(trials) + len(queue) < most_trials):
             config = next_config(trials, [c for c, _ in queue])
             if config is None:
                 break

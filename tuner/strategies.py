@@ -36,6 +36,9 @@ class TrialRecord:
     config: CompilerConfig
     fitness: float  # log(speedup); FAILED when it failed
     low: float = FAILED  # log of its interval's lower end: above log(1 + band), a sure gain
+    # False when its program was known (the default's, or measured earlier in the search): it
+    # cost a compile and no timing, and no evaluation of the budget (tuner.search).
+    timed: bool = True
 
 
 class Strategy(ABC):

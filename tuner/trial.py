@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from execution.flags import CompilerConfig
 from tuner.strategies import FAILED, TrialRecord
 
+# Outcomes of a config whose program the search knew already: compiled, not timed.
+UNTIMED = ("identical", "duplicate")
+
 
 @dataclass
 class Trial:
@@ -48,6 +51,12 @@ class Trial:
             return FAILED
         return math.log(self.ci_high)
 
+    @property
+    def timed(self) -> bool:
+        """Whether it cost a timing (an evaluation of the budget): not when its program was
+        the default's or one measured before."""
+        return self.outcome not in UNTIMED
+
     def record(self) -> TrialRecord:
         """What a strategy learns from it."""
-        return TrialRecord(self.config, self.fitness, self.low)
+        return TrialRecord(self.config, self.fitness, self.low, self.timed)

@@ -51,7 +51,7 @@ from storage.warehouse import Warehouse
 from tuner.op_cut import OpCut
 from tuner.prior import move_prior
 from tuner.schedule import Scheduled
-from tuner.search import proposals, run_search
+from tuner.search import evaluations, proposals, run_search
 from tuner.space import SearchSpace, accepted_flags, config_key, graph_space, op_space
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS
@@ -99,7 +99,7 @@ class TuneResult:
     ci_low: float | None
     ci_high: float | None
     numerics_ok: bool | None
-    evaluations: int
+    evaluations: int  # configs tried, every phase (timed or not: see `measured`)
     measured: int
     strategy: str
     compiler_version: str
@@ -172,14 +172,14 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     journal = task_file(home, task_id, "trials.jsonl")
     trials = [_with_config(Trial, data) for data in read_records(home, journal)]
     started = time.monotonic()
-    bar = progress_bar(total=settings.budget_evals, initial=len(trials), desc=f"tune {target.label}",
-                       unit="eval", enabled=progress)
+    bar = progress_bar(total=settings.budget_evals, initial=evaluations(trials),
+                       desc=f"tune {target.label}", unit="eval", enabled=progress)
     def in_time() -> bool:
         return not settings.budget_minutes or time.monotonic() - started < 60 * settings.budget_minutes
 
     def record(trial: Trial) -> None:
         append_record(home, journal, asdict(trial))
-        bar.update()
+        bar.update(int(trial.timed))
 
     if target.configs:  # a fixed list, in order
         next_config = functools.partial(_listed, target.configs)

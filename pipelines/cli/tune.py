@@ -156,7 +156,8 @@ def add_tune(sub: Subcommands) -> None:
                    "winners into graph-level configs measured on each whole graph")
     p.add_argument("--top", type=int, default=5, metavar="K", help="without files: how many candidates")
     p.add_argument("--budget-evals", type=int, default=None, metavar="N",
-                   help=f"evaluations per task (default: {graph.budget_evals} for graphs, the whole "
+                   help=f"evaluations per task: configs timed (one that compiles to a program "
+                   f"already known is free) (default: {graph.budget_evals} for graphs, the whole "
                    "space for ops)")
     p.add_argument("--budget-minutes", type=float, default=None, metavar="MINUTES",
                    help="time budget per task (default: none, --budget-evals alone)")
@@ -258,7 +259,7 @@ def _tune_settings(args: argparse.Namespace) -> Any:
 def _print_tune_result(label: str, r: Any) -> None:
     interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else ""
     speed = f"{r.speedup:.3f}x {interval}" if r.speedup is not None else ""
-    print(f"{label}: {r.status} {speed} after {r.evaluations} evaluations "
+    print(f"{label}: {r.status} {speed} after {r.evaluations} configs "
           f"({r.measured} timed); config {config_text(r.to_json()['config'])}")
 
 
