@@ -175,6 +175,20 @@ def test_a_home_beam_cannot_reach_is_refused_naming_it():
         Home.of("nosuch://bucket/fdo").reach()
 
 
+def test_every_command_refuses_a_home_beam_cannot_reach_in_one_line_naming_it(capsys):
+    from pipelines.cli import main
+
+    said = {("validate", "--report"): "home nosuch://bucket/fdo: ",
+            ("ingest", "symbols", "/nonexistent"): "home nosuch://bucket/fdo: ",
+            ("nightly",): "home nosuch://bucket/fdo: ",
+            ("simulate",): "needs a local home, not nosuch://bucket/fdo"}  # takes no URL home
+    for command, words in said.items():
+        assert main(["--home", "nosuch://bucket/fdo", *command]) == 2, command
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"fdo {command[0]}: "), (command, err)
+        assert words in err[0], (command, err)
+
+
 def test_stages_that_need_a_local_home_refuse_a_url_home_naming_it(tmp_path):
     from workloads.simulator.run import simulate
 

@@ -72,21 +72,29 @@ def _main(argv: list[str] | None) -> int:
     args.beam_args = extra
     home = resolve_home(args.home)
     home_use = getattr(args, "home_use", "write")
-    problem = _home_problem(home, home_use == "write") if home_use else None
-    if problem:
+    takes_url = getattr(args, "home_url", False)
+    problem = _home_problem(home, home_use == "write", args.beam_args) if home_use else None
+    if problem and (home.is_local or takes_url):
         print(f"fdo {args.command}: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     run: Handler = args.run
     # A command that works on any home (it sets home_url) gets the home as it is; the others
     # take a local one, and a URL home is refused by name (Home.local).
-    return guarded(args.command, lambda: run(args, home if getattr(args, "home_url", False)
+    return guarded(args.command, lambda: run(args, home if takes_url
                                                  else home.local(f"fdo {args.command}")))
 
 
-def _home_problem(given: Home, writes: bool) -> str | None:
-    """What is wrong with the home (None if nothing): it must be a directory, created if
-    missing, and writable if the command writes. A URL home (Beam stages) is not checked here."""
+def _home_problem(given: Home, writes: bool, beam_args: list[str]) -> str | None:
+    """What is wrong with the home (None if nothing): a local one must be a directory, created
+    if missing, and writable if the command writes; a URL home must answer (`Home.reach`, with
+    Beam's file systems set up from `beam_args`)."""
     if not given.is_local:
+        from ranking.beam_io import pipeline_options
+
+        try:
+            given.reach(pipeline_options(beam_args))
+        except ValueError as exc:
+            return str(exc)
         return None
     home = given.local("the home check")
     where = f"home {home} (--home or $FDO_HOME)"
