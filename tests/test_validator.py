@@ -379,6 +379,33 @@ def test_validate_on_a_url_home_measures_publishes_and_audits(tmp_path):
 
 
 @pytest.mark.parametrize("url", [False, True], ids=["local", "url"])
+def test_a_run_resumes_the_unfinished_run_of_its_toolchain_and_compiler_only(tmp_path, url):
+    home = Home.of(url_of(tmp_path / "home") if url else tmp_path / "home")
+    chain = Registry(home).get(None)
+    finished = Run.open(home, chain)
+    home.atomic_write(run_file(home, finished.run_id, "done.json"), "{}")
+    other = Run.open(home, dataclasses.replace(chain, name="next"))  # unfinished, another toolchain
+    newer = dataclasses.replace(chain, environment={**chain.environment,  # another compiler
+                                                    "compiler_version": "jaxlib-99"})
+    runs = [finished, other, Run.open(home, newer)]
+    mine = Run.open(home, chain)
+    assert not any(run.resumed for run in [*runs, mine])
+    assert len({run.run_id for run in [*runs, mine]}) == 4
+    home.atomic_write(home.location("validator", "runs", "zz-no-run-json", "journal.jsonl"), "")
+    again = Run.open(home, chain)
+    assert again.resumed and again.run_id == mine.run_id
+    home.atomic_write(run_file(home, mine.run_id, "done.json"), "{}")
+    requests = []  # on an object store, each past run must not cost a request of its own
+    for _ in range(3):
+        start = len(UrlFileSystem.used)
+        run = Run.open(home, chain)
+        requests.append(len(UrlFileSystem.used) - start)
+        assert not run.resumed
+        home.atomic_write(run_file(home, run.run_id, "done.json"), "{}")
+    assert not url or requests[0] == requests[1] == requests[2], requests
+
+
+@pytest.mark.parametrize("url", [False, True], ids=["local", "url"])
 def test_a_run_killed_after_publishing_finds_its_version_by_its_writer(tmp_path, url):
     home = Home.of(url_of(tmp_path / "home") if url else tmp_path / "home")
     expired = entry("1" * 32, "e" * 32, NO_YNN_REDUCE, days_old=40, expires_in_days=-1)

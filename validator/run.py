@@ -58,9 +58,11 @@ class Run:
     def open(cls, home: Home, chain: Toolchain) -> "Run":
         """The unfinished run of this toolchain and compiler, or a new one."""
         home = Home.of(home)
-        for run_id, is_dir in reversed(home.children(home.location(*_RUNS))):
-            meta = run_file(home, run_id, "run.json")
-            if not is_dir or home.exists(run_file(home, run_id, "done.json")) or not home.exists(meta):
+        # Two listings, whatever the number of past runs (on an object store, a request each).
+        done = {_run_of(location) for location in home.glob("/".join((*_RUNS, "*", "done.json")))}
+        for meta in reversed(home.glob("/".join((*_RUNS, "*", "run.json")))):
+            run_id = _run_of(meta)
+            if run_id in done:
                 continue
             started = json.loads(home.read_bytes(meta))
             if (started["toolchain"], started["compiler_version"]) == (chain.name, chain.compiler_version):
@@ -107,6 +109,11 @@ class Run:
             warehouse.append(VALIDATIONS, pa.Table.from_pylist(rows, VALIDATIONS.schema), f"run-{self.run_id}")
         _write_json(self.home, self.file("done.json"), {"version": self.published["version"],
                                                         "decisions": len(rows)})
+
+
+def _run_of(location: Any) -> str:
+    """The run id of a run's file, from its location (a Path or a URL)."""
+    return str(location).split("/")[-2]
 
 
 def run_file(home: Home, run_id: str, name: str) -> Any:
