@@ -15,8 +15,8 @@ interpreter runs in worker processes (anyio's process pool), so that it takes ne
 loop nor its GIL: the writes (the store's lock, fsync, Beam, parsing an import and the
 allowlist check of every entry) in one writer process, one write at a time, and the rendering
 of a new snapshot in a reader process, after each write through this service and whenever a
-watcher, polling every WATCH_SECONDS, finds CURRENT or the live version's files changed (a
-version published by anyone else). When the store on disk is unusable (a corrupt CURRENT, a
+watcher, polling every WATCH_SECONDS (URL_WATCH_SECONDS on a URL home), finds CURRENT or the
+live version's files changed (a version published by anyone else). When the store on disk is unusable (a corrupt CURRENT, a
 live version deleted or failing its checksum), the last good snapshot goes on being served and
 `/v1/health` says `"status": "degraded"` with the reason in `"store"`, still 200; with no good
 snapshot at all, look-ups and health answer 503.
@@ -61,7 +61,10 @@ from storage.home import Home
 
 MAX_BODY_BYTES = MAX_IMPORT_BYTES  # an import
 MAX_JSON_BYTES = 1 << 20  # any other body: 1000 keys take 35 kB
-WATCH_SECONDS = 0.5
+WATCH_SECONDS = 0.5  # a local home: each poll is a few stat calls
+# A URL home: each poll is about four requests to the object store (CURRENT's metadata and
+# bytes, the live files' metadata); at 0.5 s that was 8 requests a second, day and night.
+URL_WATCH_SECONDS = 5.0
 WORKER_NICE = 19  # background work: beside the server, a worker gets the CPU the server leaves
 IMPORT_SOURCE = "import via service"
 _HEX = set("0123456789abcdef")
@@ -201,7 +204,7 @@ def create_app(home: Home, token: str | None) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await live.load()
         async with anyio.create_task_group() as background:
-            background.start_soon(live.watch, WATCH_SECONDS)
+            background.start_soon(live.watch, WATCH_SECONDS if home.is_local else URL_WATCH_SECONDS)
             yield
             background.cancel_scope.cancel()
 
