@@ -122,18 +122,25 @@ MODULE_IDENTITY_FIELDS = (
 FieldSpec = tuple[str, int, int, int, "str | None"]
 
 
-def build_messages(package: str, schema: dict[str, list[FieldSpec]]) -> dict[str, type]:
+def build_messages(package: str, schema: dict[str, list[FieldSpec]],
+                   oneofs: dict[str, tuple[str, frozenset[int]]] | None = None) -> dict[str, type]:
     """Message classes for a partial schema of XLA protos (message types named
-    `.<package>.<Name>`); fields left out stay unknown fields, kept byte for byte."""
+    `.<package>.<Name>`); fields left out stay unknown fields, kept byte for byte. `oneofs`:
+    per message, the name of its one oneof and the numbers of the fields in it."""
     fd = descriptor_pb2.FileDescriptorProto(
         name=f"{package}_subset.proto", package=package, syntax="proto3"
     )
     for message_name, fields in schema.items():
         message = fd.message_type.add(name=message_name)
+        oneof_name, members = (oneofs or {}).get(message_name, ("", frozenset()))
+        if oneof_name:
+            message.oneof_decl.add(name=oneof_name)
         for field_name, number, field_type, label, type_name in fields:
             field = message.field.add(name=field_name, number=number, type=field_type, label=label)
             if type_name:
                 field.type_name = type_name
+            if number in members:
+                field.oneof_index = 0
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
     return {

@@ -12,8 +12,10 @@ import re
 from collections import defaultdict
 from typing import Any, Iterator
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
+
+from hlo.proto import FieldSpec, build_messages
 
 METADATA_PLANE = "/host:metadata"
 HLO_PROTO_STAT = "Hlo Proto"
@@ -28,7 +30,7 @@ class CorruptMetadata(ValueError):
 _F = descriptor_pb2.FieldDescriptorProto
 _OPT, _REP = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
 # tsl/profiler/protobuf/xplane.proto, only what the metadata plane needs. Field numbers are fixed.
-_XPLANE_SCHEMA: dict[str, list[tuple[str, int, int, int, str | None]]] = {
+_XPLANE_SCHEMA: dict[str, list[FieldSpec]] = {
     "XStat": [
         ("metadata_id", 1, _F.TYPE_INT64, _OPT, None),
         ("double_value", 2, _F.TYPE_DOUBLE, _OPT, None),
@@ -65,29 +67,8 @@ _XPLANE_SCHEMA: dict[str, list[tuple[str, int, int, int, str | None]]] = {
 }
 
 
-def _build_xplane_classes() -> dict[str, type]:
-    fd = descriptor_pb2.FileDescriptorProto(
-        name="fdo_xplane_subset.proto", package="fdo_xplane", syntax="proto3"
-    )
-    for message_name, fields in _XPLANE_SCHEMA.items():
-        message = fd.message_type.add(name=message_name)
-        if message_name == "XStat":
-            message.oneof_decl.add(name="value")
-        for field_name, number, field_type, label, type_name in fields:
-            field = message.field.add(name=field_name, number=number, type=field_type, label=label)
-            if type_name:
-                field.type_name = type_name
-            if message_name == "XStat" and number >= 2:
-                field.oneof_index = 0
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fd)
-    return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"fdo_xplane.{name}"))
-        for name in _XPLANE_SCHEMA
-    }
-
-
-_XPLANE = _build_xplane_classes()
+# XStat's value is a oneof of its fields 2 to 7.
+_XPLANE = build_messages("fdo_xplane", _XPLANE_SCHEMA, {"XStat": ("value", frozenset(range(2, 8)))})
 
 
 def hlo_protos(data: bytes) -> HloEntries:
