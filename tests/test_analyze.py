@@ -14,19 +14,21 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from execution.compile import compiler_defaults
 from execution.measure import MeasureSettings
+from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_lowered
 from storage.warehouse import Warehouse
 from tuner.analyze import RIDGE, analyze_flags
-from tuner.space import config_key
-from tuner.strategies import TrialRecord
+from tuner.space import accepted_flags, config_key, graph_space
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.tune import TuneSettings, tune_module
+from tuner.tune import TuneSettings, TuneTarget, run_task
 from workloads import zoo
 
-# One flag each, tried first by the model strategy's warm start (in this order), so every trial
-# of the 8-evaluation search sets exactly one flag. Optimization level 0 and the SSE4.2 cap are
-# known to slow code down; a split count of 0 is accepted but fails the compile.
+# One flag each, evaluated in this order as a fixed list, so every trial sets exactly one flag
+# (a search would go on past a config that compiles to the default's program: it costs no
+# evaluation). Optimization level 0 and the SSE4.2 cap are known to slow code down; a split
+# count of 0 is accepted but fails the compile.
 WARM_START = [
     {"xla_backend_optimization_level": 0},
     {"xla_cpu_max_isa": "SSE4_2"},
@@ -38,7 +40,7 @@ WARM_START = [
     {"xla_cpu_prefer_vector_width": 128},
 ]
 QUICK = TuneSettings(  # short timings: the test needs real trials, not precise ones
-    budget_evals=len(WARM_START), strategy="model", schedule=False,  # the warm start alone
+    budget_evals=len(WARM_START),
     search=MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=40, max_seconds=1.0),
     verify=MeasureSettings(min_pairs=20, batch_pairs=20, max_pairs=60, max_seconds=3.0),
 )
@@ -53,8 +55,9 @@ def fdo(home: Path, *args: str) -> subprocess.CompletedProcess:
 def tuned_home(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("analyze") / "home"
     module = from_lowered(zoo.get("mlp-s").lower(), source="zoo:mlp-s")
-    prior = [TrialRecord(config, 1.0 - 0.1 * i) for i, config in enumerate(WARM_START)]
-    tune_module(module, home, QUICK, prior=prior)
+    space = graph_space("cpu", accepted_flags("cpu"), compiler_defaults())
+    run_task(TuneTarget(module, graph_fingerprint(module), "graph", space, "mlp-s",
+                        configs=tuple(WARM_START)), home, QUICK)
     return home
 
 
@@ -62,8 +65,7 @@ def test_analysis_ranks_flags_by_their_measured_effect(tuned_home):
     rows = Warehouse(tuned_home).read(TRIALS).to_pylist()
     searched = [r for r in rows if r["index"] < len(WARM_START)]
     assert sorted(r["config"] for r in searched) == sorted(config_key(c) for c in WARM_START)
-    # Every trial sets one flag: the search's, and the race's fresh measurements of the close
-    # finalists among them (tuner.winner), so a flag has one or two trials.
+    # Every trial sets one flag, and a flag has one trial (a fixed list has no race).
     logs: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         (flag,) = json.loads(r["config"])
