@@ -71,8 +71,7 @@ from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_lowered
 from storage.home import atomic_write
 from tuner.schedule import neighbourhood
-from tuner.search import (UNTIMED_PER_EVALUATION, Build, Propose, evaluations, proposals,
-                          ready, run_one, search)
+from tuner.search import Build, Propose, most_trials, proposals, ready, run_one, search
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord
 from tuner.trial import Trial
@@ -304,16 +303,17 @@ class Run:
 
 def _to_target(trials: list[Trial], target: float) -> int | None:
     """Evaluations (timed trials) until a screen reached 90% of the oracle's gain."""
-    return next((evaluations(trials[:i + 1]) for i, t in enumerate(trials)
+    counts = itertools.accumulate(t.timed for t in trials)
+    return next((count for t, count in zip(trials, counts)
                  if target > 0 and t.fitness >= 0.9 * target), None)
 
 
 def _within(trials: list[Trial], budget: int) -> int:
     """How many of a longer search's `trials` a search of `budget` evaluations makes: those
-    before its (budget + 1)-th timed one, and at most the loop's cap on free trials."""
+    before its (budget + 1)-th timed one, and at most the loop's cap (`most_trials`)."""
     timed = itertools.accumulate(t.timed for t in trials)
     over = next((i for i, count in enumerate(timed) if count > budget), len(trials))
-    return min(over, budget * (1 + UNTIMED_PER_EVALUATION))
+    return min(over, most_trials(budget))
 
 
 def run_schedule(bench: Bench, budget: int, seed: int, target: float) -> Run:
@@ -339,8 +339,8 @@ def run_schedule(bench: Bench, budget: int, seed: int, target: float) -> Run:
 def _replay(bench: Bench, strategy: str, budgets: list[int], seed: int, target: float,
             next_config: Propose) -> list[Run]:
     """One run of the search loop at the largest budget over the cached screens (`Replay`);
-    the run at a smaller budget B is its trials up to the B-th evaluation (`_within`; the proposals of Optuna's
-    samplers, random, exhaustive and model do not depend on the budget; anneal and evolution
+    the run at a smaller budget B is its trials up to the B-th evaluation (`_within`; the
+    proposals of Optuna's samplers, random, exhaustive and model do not depend on the budget; anneal and evolution
     scale their schedule by it, so for them this is the anytime view of the longest run)."""
     replay, trials = Replay(bench), []
     search(replay, next_config, trials, max(budgets), SEARCH_SETTINGS, lambda: True,

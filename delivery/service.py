@@ -16,8 +16,9 @@ loop nor its GIL: the writes (the store's lock, fsync, Beam, parsing an import a
 allowlist check of every entry) in one writer process, one write at a time, and the rendering
 of a new snapshot in a reader process, after each write through this service and whenever a
 watcher, polling every WATCH_SECONDS (URL_WATCH_SECONDS on a URL home), finds CURRENT or the
-live version's files changed (a version published by anyone else). When the store on disk is unusable (a corrupt CURRENT, a
-live version deleted or failing its checksum), the last good snapshot goes on being served and
+live version's files changed (a version published by anyone else). When the store on disk is
+unusable (a corrupt CURRENT, a live version deleted or failing its checksum), the last good
+snapshot goes on being served and
 `/v1/health` says `"status": "degraded"` with the reason in `"store"`, still 200; with no good
 snapshot at all, look-ups and health answer 503.
 

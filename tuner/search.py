@@ -8,8 +8,9 @@ the two the loop reuses what it knows: a config that compiles to the default's p
 "duplicate" of that measurement; no program is measured twice in a search. The budget counts
 evaluations, the trials that cost a timing (measured or failed): an identical or duplicate trial
 cost one compile, and is free, up to `UNTIMED_PER_EVALUATION` of them per evaluation (a strategy
-that keeps proposing known programs still ends). On a real module about half of the one-move
-neighbours compile to the default's program (they move a fusion type the module does not have). The tuner's evaluator
+that keeps proposing known programs still ends: `most_trials`). On a real module about half of
+the one-move neighbours compile to the default's program (they move a fusion type the module
+does not have). The tuner's evaluator
 compiles and measures in sandboxed workers (`tuner.worker_evaluator`); a benchmark replays
 recorded screens through this same loop with an evaluator that answers from its cache
 (`benchmarks/bench_search_quality.py`), and the unit tests drive it with a table
@@ -94,6 +95,11 @@ def evaluations(trials: list[Trial]) -> int:
     return sum(trial.timed for trial in trials)
 
 
+def most_trials(budget: int) -> int:
+    """The most trials, free ones included, that a search of `budget` evaluations makes."""
+    return budget * (1 + UNTIMED_PER_EVALUATION)
+
+
 def search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budget: int,
            settings: MeasureSettings, in_time: Callable[[], bool],
            record: Callable[[Trial], None]) -> None:
@@ -102,10 +108,9 @@ def search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budg
     says stop, or it has none left; each new trial is `record`ed, then appended to `trials`.
     While one candidate is measured, up to `evaluator.depth - 1` more are built."""
     queue: deque[tuple[CompilerConfig, Future[Build]]] = deque()  # building, in proposal order
-    most_trials = budget * (1 + UNTIMED_PER_EVALUATION)
     while in_time():
         while (len(queue) < evaluator.depth and evaluations(trials) + len(queue) < budget
-               and len(trials) + len(queue) < most_trials):
+               and len(trials) + len(queue) < most_trials(budget)):
             config = next_config(trials, [c for c, _ in queue])
             if config is None:
                 break

@@ -73,8 +73,10 @@ def _main(argv: list[str] | None) -> int:
     home = resolve_home(args.home)
     home_use = getattr(args, "home_use", "write")
     takes_url = getattr(args, "home_url", False)
-    problem = _home_problem(home, home_use == "write", args.beam_args) if home_use else None
-    if problem and (home.is_local or takes_url):
+    # A URL home is checked only where it is taken: the others refuse it below (Home.local).
+    checked = home_use and (home.is_local or takes_url)
+    problem = _home_problem(home, home_use == "write", args.beam_args) if checked else None
+    if problem:
         print(f"fdo {args.command}: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     run: Handler = args.run
