@@ -184,6 +184,31 @@ def test_small_gains_that_no_screen_calls_significant_are_combined():
     assert strategy.sample(history, []) == {"a": 2, "c": "X"}
 
 
+def _interacting(config: dict) -> TrialRecord:
+    """A graph with a big lever (a=2: 2x) that changes what another flag does: c=Y does nothing
+    alone and adds 30% on top of a=2; b slows; d compiles to the default's program."""
+    if config == {"d": True}:
+        return TrialRecord(config, 0.0, 0.0, timed=False)
+    speedup = (2.0 if config.get("a") == 2 else 1.0) * (0.7 if "b" in config else 1.0)
+    speedup *= 1.3 if config.get("a") == 2 and config.get("c") == "Y" else 1.0
+    return TrialRecord(config, math.log(speedup), math.log(speedup) - 0.02)
+
+
+def test_the_schedule_climbs_around_the_best_with_the_moves_that_changed_the_program():
+    strategy = Scheduled(STRATEGIES["evolution"](SPACE, budget=30, seed=0))
+    history = [TrialRecord({}, 0.0, 0.0)]
+    while len(history) <= 10 and (config := propose(strategy, history)) is not None:
+        history.append(_interacting(config))
+    configs = [t.config for t in history[1:]]
+    assert configs[:6] == [{n: v} for n, v in neighbourhood(SPACE)]
+    # Nothing to combine (one significant single), so the best's neighbours: the moves that did
+    # least harm alone first, around the new best once c=Y beats it; d (the default's program
+    # alone) and the best's own move are never tried on top.
+    assert configs[6:10] == [{"a": 2, "c": "X"}, {"a": 2, "c": "Y"}, {"a": 1, "c": "Y"},
+                             {"a": 2, "c": "Y", "b": True}]
+    assert max(history, key=lambda t: t.fitness).config == {"a": 2, "c": "Y"}
+
+
 def test_neighbours_whose_program_was_known_cost_the_neighbour_phase_nothing():
     # Budget 5, reserve 2: three timed neighbours; the first two compiled to the default's
     # program (free), so the phase goes on to the fifth neighbour, then combines.
