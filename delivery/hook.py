@@ -52,7 +52,7 @@ from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, 
 from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_proto_bytes, from_stablehlo
-from ingest.errors import first_line
+from hlo.errors import first_line
 from ingest.hits import spool_path, to_line
 from storage.home import Home, atomic_write
 

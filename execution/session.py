@@ -27,7 +27,7 @@ from execution.tuple_parameters import flatten_tuple_parameters
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule
 from hlo.proto import ModuleProto
-from ingest.errors import first_line
+from hlo.errors import first_line
 
 _STATE: dict[str, Any] = {}
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from hlo.errors import first_line
 from hlo.layout import default_layout
 from hlo.proto import HloProtoWrapper, ModuleProto, ProgramShapeProto
 
@@ -49,7 +50,7 @@ class HloModule:
         try:
             return xla_hlo().HloModule.from_serialized_hlo_module_proto(self.proto).to_string()
         except Exception as exc:  # XLA raises JaxRuntimeError / XlaRuntimeError, version dependent
-            raise HloLoadError(f"{self.source}: not a valid HLO module: {_first_line(exc)}") from exc
+            raise HloLoadError(f"{self.source}: not a valid HLO module: {first_line(exc, lines=3)}") from exc
 
 
 def xla_hlo() -> Any:
@@ -67,7 +68,7 @@ def from_text(text: str, source: str = "<text>") -> HloModule:
     try:
         parsed = xla_hlo().hlo_module_from_text(text)
     except Exception as exc:  # XLA raises JaxRuntimeError / XlaRuntimeError, version dependent
-        raise HloLoadError(f"{source}: not a parsable HLO module: {_first_line(exc)}") from exc
+        raise HloLoadError(f"{source}: not a parsable HLO module: {first_line(exc, lines=3)}") from exc
     return HloModule(parsed.as_serialized_hlo_module_proto(), parsed.name, source)
 
 
@@ -175,8 +176,3 @@ def _as_wrapped_module_proto(data: bytes) -> bytes | None:
     if not wrapper.HasField("hlo_module") or not _is_module(wrapper.hlo_module):
         return None
     return wrapper.hlo_module.SerializeToString()
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return " / ".join(lines[:3]) if lines else type(exc).__name__

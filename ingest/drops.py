@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from ingest.errors import first_line
+from hlo.errors import first_line
 from ingest.tables import GRAPH_RUNS, OP_RUNS
 from storage.warehouse import TableSchema, split_rows
 

@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ingest.errors import first_line
+from hlo.errors import first_line
 from storage.home import Home
 
 # Of an input's name inside a quarantine file's name: file systems allow 255 bytes, and the

@@ -36,7 +36,7 @@ from typing import Any
 
 from hlo.fingerprint import fingerprint_module
 from hlo.module import HloLoadError, HloModule, from_proto_bytes
-from ingest.errors import first_line
+from hlo.errors import first_line
 from ingest.xplane_metadata import METADATA_PLANE, MODULE_EVENT_NAME, CorruptMetadata, HloEntries, as_int, hlo_protos
 
 DEVICE_PLANE_PREFIX = "/device:"
