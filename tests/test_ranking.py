@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import apache_beam as beam
@@ -15,6 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.testing.util import assert_that, equal_to
 
 from hlo.environment import store_key
 from ingest.tables import GRAPH_RUNS
@@ -138,7 +141,20 @@ def test_standard_beam_options_reach_the_pipeline():
     assert everything["flink_master"] == "localhost:8081" and everything["parallelism"] == 4
     assert everything["direct_running_mode"] != "multi_processing"  # defaults yield to --runner
     default = pipeline_options([]).get_all_options()
-    assert (default["runner"], default["direct_running_mode"]) == ("DirectRunner", "multi_processing")
+    assert (default["runner"], default["direct_running_mode"]) == (
+        "ranking.beam_io.InProcessRunner", "multi_processing")
+
+
+def test_the_default_runner_tries_no_download(tmp_path, monkeypatch, caplog):
+    # DirectRunner tries Prism first: a download from GitHub, and a beam-temp dir left in the
+    # temp dir when it fails (this machine reaches no GitHub). Ours goes to the FnApiRunner.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    caplog.set_level(logging.INFO, logger="apache_beam")
+    with beam.Pipeline(options=pipeline_options(["--direct_num_workers=1"])) as pipeline:
+        doubled = pipeline | beam.Create([1, 2, 3]) | beam.Map(lambda x: 2 * x)
+        assert_that(doubled, equal_to([2, 4, 6]))
+    assert not list(tmp_path.glob("beam-temp*"))
+    assert "prism" not in caplog.text.lower()
 
 
 def test_cli_passes_beam_flags_and_refuses_them_elsewhere(fleet_home):
