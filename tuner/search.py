@@ -108,8 +108,9 @@ def search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budg
     says stop, or it has none left; each new trial is `record`ed, then appended to `trials`.
     While one candidate is measured, up to `evaluator.depth - 1` more are built."""
     queue: deque[tuple[CompilerConfig, Future[Build]]] = deque()  # building, in proposal order
+    spent = evaluations(trials)
     while in_time():
-        while (len(queue) < evaluator.depth and evaluations(trials) + len(queue) < budget
+        while (len(queue) < evaluator.depth and spent + len(queue) < budget
                and len(trials) + len(queue) < most_trials(budget)):
             config = next_config(trials, [c for c, _ in queue])
             if config is None:
@@ -121,6 +122,7 @@ def search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budg
         trial = finish(evaluator, len(trials), config, building.result(), trials, settings)
         record(trial)
         trials.append(trial)
+        spent += trial.timed
 
 
 def run_one(evaluator: Evaluator, index: int, config: CompilerConfig, earlier: list[Trial],
