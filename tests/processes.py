@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+SIGINT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                  "os.execvp(sys.argv[1], sys.argv[1:])")
 
 
 def kill_9_once_journaled(command: list[str], root: Path, pattern: str, lines: int,
@@ -24,9 +28,10 @@ def signal_once_journaled(command: list[str], root: Path, pattern: str, lines: i
     there, and the process's exit status."""
     # The child starts with SIGINT at its default action, as a terminal's job would: an
     # ignored SIGINT (a suite started in the background, or by a runner that ignores it) is
-    # inherited across exec, and Python then installs no KeyboardInterrupt handler.
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # inherited across exec, and Python then installs no KeyboardInterrupt handler. A small
+    # Python resets it and execs the command (a preexec_fn can deadlock a threaded parent).
+    process = subprocess.Popen([sys.executable, "-c", SIGINT_DEFAULT, *command],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal, deadline = None, time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
         found = list(root.glob(pattern))
