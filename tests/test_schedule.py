@@ -5,6 +5,7 @@ and its order, the early stop's error rate, the schedule's phases, and the choic
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -147,11 +148,19 @@ def _objective(config: dict) -> TrialRecord:
     return TrialRecord(config, math.log(speedup), math.log(speedup) - 0.02)
 
 
+def _searched(strategy: Scheduled, objective: Callable[[dict], TrialRecord],
+              trials: int) -> list[TrialRecord]:
+    """The default (trial zero) and the first `trials` proposals of `strategy`, each scored by
+    `objective`."""
+    history = [TrialRecord({}, 0.0, 0.0)]
+    while len(history) <= trials and (config := propose(strategy, history)) is not None:
+        history.append(objective(config))
+    return history
+
+
 def test_the_schedule_tries_neighbours_then_combines_the_significant_ones_then_searches():
     strategy = Scheduled(STRATEGIES["evolution"](SPACE, budget=14, seed=0))
-    history = [TrialRecord({}, 0.0, 0.0)]
-    while len(history) <= 14 and (config := propose(strategy, history)) is not None:
-        history.append(_objective(config))
+    history = _searched(strategy, _objective, 14)
     configs = [t.config for t in history[1:]]
     singles = [{n: v} for n, v in neighbourhood(SPACE)]
     assert strategy.neighbour_evaluations >= len(singles) == 6  # the budget less its reserve
@@ -195,10 +204,8 @@ def _interacting(config: dict) -> TrialRecord:
 
 
 def test_the_schedule_climbs_around_the_best_with_the_moves_that_changed_the_program():
-    strategy = Scheduled(STRATEGIES["evolution"](SPACE, budget=30, seed=0))
-    history = [TrialRecord({}, 0.0, 0.0)]
-    while len(history) <= 10 and (config := propose(strategy, history)) is not None:
-        history.append(_interacting(config))
+    history = _searched(Scheduled(STRATEGIES["evolution"](SPACE, budget=30, seed=0)),
+                        _interacting, 10)
     configs = [t.config for t in history[1:]]
     assert configs[:6] == [{n: v} for n, v in neighbourhood(SPACE)]
     # Nothing to combine (one significant single), so the best's neighbours: the moves that did
