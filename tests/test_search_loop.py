@@ -137,16 +137,19 @@ def test_the_race_lets_a_fresh_measurement_pick_among_the_finalists():
                                   ("A", RACE), ("B", RACE), ("C", RACE)]
 
 
-def test_pruning_measures_the_winner_without_a_change_and_drops_it_when_the_gain_holds():
+def test_pruning_measures_each_undo_as_the_race_does_and_drops_a_change_whose_gain_holds():
     evaluator = TableEvaluator(table(({"b": 1}, "B", 1.0, None),
                                      ({"a": 1, "b": 1}, "AB", 1.20, None),
                                      ({"a": 1}, "A", 1.195, None)))
     journal: list[Trial] = []
     trials, best = run(evaluator, listed([{"b": 1}, {"a": 1, "b": 1}]), budget=2, journal=journal)
     assert best.config == {"a": 1} and best.phase == "prune"
-    assert [(t.phase, t.config) for t in journal][2:] == [("prune", {"a": 1})]
-    # Without `a` it is the search's own {"b": 1} trial: known, not measured again.
-    assert [program for program, _ in evaluator.measured] == ["B", "AB", "A"]
+    # The winner has two changes: it is raced alone, and each undo is measured as the race
+    # measures (the search's screen of {"b": 1} is no match for the race's measurement of AB).
+    assert [(t.phase, t.config) for t in journal][2:] == [
+        ("race", {"a": 1, "b": 1}), ("prune", {"b": 1}), ("prune", {"a": 1})]
+    assert evaluator.measured == [("B", SCREEN), ("AB", SCREEN), ("AB", RACE), ("B", RACE),
+                                  ("A", RACE)]
 
 
 def test_a_fixed_list_is_evaluated_in_order_and_its_best_wins_as_measured():
