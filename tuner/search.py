@@ -155,8 +155,8 @@ def run_search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], 
     """A task's search from its journaled `trials` (a resumed task repeats none): the search
     phase to `budget`, then, unless the configs are a fixed list (`listed`: its best, as
     measured), the finalists' race (measured afresh with `race_settings`) and the winner's
-    pruning. Returns every trial, search phase first, and the winner (None: nothing beat the
-    default)."""
+    pruning (measured the same way). Returns every trial, search phase first, and the winner
+    (None: nothing beat the default)."""
     searched = [t for t in trials if t.phase == "search"]
     search(evaluator, next_config, searched, budget, settings, in_time, record)
     trials = searched + [t for t in trials if t.phase != "search"]
