@@ -11,9 +11,9 @@ Per workload (every zoo workload at both sizes by default; `fdo workloads list`)
    moves on different params (at most the `--pair-moves` best singles) is screened; the three
    best screens are verified as the tuner verifies a winner (a fresh worker, 99.9% interval;
    at most 10 s of timing each, `BENCH_VERIFY`), the best verified config is the oracle, and
-   its figure is a fourth, independent verification (the best of three is biased upward;
-   significant when its interval's lower end clears 1.01; a workload without a significant
-   oracle has nothing to find, and no search is run on it). What this leaves out, and says so: a move whose
+   its figure is the median of `REPEATS` further independent verifications (the best of three
+   is biased upward; significant when the median of their intervals' lower ends clears 1.01; a
+   workload without a significant oracle has nothing to find, and no search is run on it). What this leaves out, and says so: a move whose
    program is the default's is taken to change nothing in a pair either.
 2. The default schedule (`fdo tune`'s: neighbours by prior, combinations, evolution, then the
    finalists' race, pruning and verification), live: the real tuner (`tuner.tune.tune_module`:
@@ -29,8 +29,10 @@ Per workload (every zoo workload at both sizes by default; `fdo workloads list`)
    run's best config, and the schedule's accepted one, is verified against the oracle's config
    itself, paired and interleaved in one worker (the tuner's verification settings, the
    default replaced by the oracle): found/oracle is measured directly, not as the ratio of two
-   verifications taken at other times, which differ by up to 15% on a loaded machine. A found
-   config of the oracle's very program is the oracle (cached per program).
+   verifications taken at other times, which differ by up to 15% on a loaded machine; its
+   figure is the median of `REPEATS` such measurements, each in a fresh worker (one worker's
+   interval leaves out the spread between processes, a percent or two). A found config of the
+   oracle's very program is the oracle (cached per program).
 
 Figures: `gain` = log(oracle's speedup x found/oracle) / log(oracle's speedup), so 1.0 is the
 oracle's gain and 0 no gain (a found config verified slower than the default counts as 0), the
@@ -44,6 +46,7 @@ geometric means. Results and caches: `--cache` (default ~/.cache/fleet-fdo/searc
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import itertools
 import json
@@ -54,7 +57,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tqdm import tqdm
 
@@ -62,7 +65,7 @@ import execution
 import tuner
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
-from execution.evaluate import evaluate
+from execution.evaluate import EvaluationResult, evaluate
 from execution.flags import (XLA_BACKEND, CompilerConfig, config_from_json,
                              default_backends, fusion_type_of)
 from execution.measure import MeasureSettings
@@ -83,6 +86,10 @@ OPTUNA = ("optuna-tpe", "optuna-random")
 # The tuner's verification (99.9% interval) on a shorter time budget: the benchmark verifies
 # every run's find, dozens per workload.
 BENCH_VERIFY = replace(VERIFY_SETTINGS, max_seconds=10.0)
+# Each figure scored is the median of this many independent measurements (fresh workers, other
+# seeds): one process's interval covers the noise within it, not the spread between processes
+# (two compiles of a program can run a percent or two apart), which is as large as a 2% gain.
+REPEATS = 3
 # A live run of the schedule is cached under the digest of the tuner's code (the search and the
 # execution core): any change to it runs it again; the replayed screens stay valid (they depend
 # on the compiler only).
@@ -175,7 +182,8 @@ class Bench:
         return oracle_speedup * self.versus_oracle(config)
 
     def versus_oracle(self, config: CompilerConfig) -> float:
-        """The config's speedup over the oracle's config (0 when it fails or is wrong)."""
+        """The config's speedup over the oracle's config, the median of `REPEATS` paired
+        measurements (0 when it fails or is wrong)."""
         oracle_config, oracle_speedup, _ = self.oracle
         program = self.screen(config).program or config_key(config)
         # evaluate() compiles the candidate on top of its reference: undo the oracle's moves.
@@ -185,29 +193,39 @@ class Bench:
             # two verifications against the default instead.
             return self._verified(program, config, seed=1)[0] / oracle_speedup
         undo = {name: _default_value(name, self.defaults) for name in moves}
-        key = f"vs-oracle:{program}"
-        if key not in self.cache.verified:
-            check = evaluate(self.module, {**undo, **config}, default=oracle_config,
-                             settings=BENCH_VERIFY, seed=1)
-            ok = check.speedup is not None and check.numerics_ok
-            self.cache.verified[key] = [check.speedup if ok else 0.0, check.ci_low or 0.0,
-                                        check.ci_high or 0.0]
-            self.cache.save()
-        return self.cache.verified[key][0]
+        return self._median(f"vs-oracle:{program}", range(1, 1 + REPEATS), lambda seed: evaluate(
+            self.module, {**undo, **config}, default=oracle_config, settings=BENCH_VERIFY,
+            seed=seed))[0]
 
     def verify_again(self, config: CompilerConfig) -> tuple[float, float]:
-        """A second, independent verification of the config (speedup, interval's low end)."""
-        speedup, low, _ = self._verified(f"again:{config_key(config)}", config, seed=2)
-        return speedup, low
+        """The oracle's figure: the median of `REPEATS` further independent verifications of
+        the config (speedup, and the median of their intervals' low ends)."""
+        return self._median(f"again:{config_key(config)}", range(2, 2 + REPEATS),
+                            lambda seed: evaluate(self.module, config, settings=BENCH_VERIFY,
+                                                  seed=seed))
 
     def _verified(self, key: str, config: CompilerConfig, seed: int) -> list[float]:
-        """[speedup, interval low, interval high] of a verification cached under `key` (0 when
-        the config failed or got the numerics wrong)."""
+        """[speedup, interval low, interval high] of one verification cached under `key`."""
+        return self._cached(key, lambda: evaluate(self.module, config, settings=BENCH_VERIFY,
+                                                  seed=seed))
+
+    def _median(self, key: str, seeds: range,
+                check: Callable[[int], EvaluationResult]) -> tuple[float, float]:
+        """The median speedup and the median interval low of `check(seed)` over `seeds`, each
+        a fresh worker's measurement cached under `key` (the first) or `key#seed`."""
+        results = [self._cached(key if seed == seeds[0] else f"{key}#{seed}",
+                                functools.partial(check, seed)) for seed in seeds]
+        return (statistics.median(r[0] for r in results),
+                statistics.median(r[1] for r in results))
+
+    def _cached(self, key: str, check: Callable[[], EvaluationResult]) -> list[float]:
+        """[speedup, interval low, interval high] of `check()`, cached under `key` (0 when the
+        config failed or got the numerics wrong)."""
         if key not in self.cache.verified:
-            check = evaluate(self.module, config, settings=BENCH_VERIFY, seed=seed)
-            ok = check.speedup is not None and check.numerics_ok
-            self.cache.verified[key] = [check.speedup if ok else 0.0, check.ci_low or 0.0,
-                                        check.ci_high or 0.0]
+            result = check()
+            ok = result.speedup is not None and result.numerics_ok
+            self.cache.verified[key] = [result.speedup if ok else 0.0, result.ci_low or 0.0,
+                                        result.ci_high or 0.0]
             self.cache.save()
         return self.cache.verified[key]
 
@@ -261,9 +279,17 @@ def _default_value(name: str, defaults: CompilerConfig) -> Any:
 def oracle(bench: Bench, pair_moves: int) -> tuple[CompilerConfig, float, bool]:
     """The best verified config of the one- and two-move sweep, its speedup, and whether its
     interval clears the noise band (see the module docstring)."""
-    if "oracle" in bench.cache.results:
-        found = bench.cache.results["oracle"]
-        return config_from_json(found["config"]), found["speedup"], found["significant"]
+    if "oracle" not in bench.cache.results:
+        bench.cache.results["oracle"] = {"config": json.loads(config_key(_sweep(bench, pair_moves)))}
+        bench.cache.save()
+    config = config_from_json(bench.cache.results["oracle"]["config"])
+    # The best of three verifications is biased upward: the oracle's figure is measured anew.
+    speedup, low = bench.verify_again(config) if config else (1.0, 1.0)
+    return config, speedup, low > 1.01
+
+
+def _sweep(bench: Bench, pair_moves: int) -> CompilerConfig:
+    """The best verified config of the one- and two-move sweep ({} if none beats the default)."""
     singles = [{name: value} for name, value in neighbourhood(bench.space)]
     screens = {config_key(c): bench.screen(c) for c in tqdm(singles, desc=f"{bench.name} singles")}
     active = sorted((c for c in singles if screens[config_key(c)].outcome != "identical"
@@ -277,15 +303,7 @@ def oracle(bench: Bench, pair_moves: int) -> tuple[CompilerConfig, float, bool]:
                   key=lambda k: -screens[k].fitness)[:3]
     verified = {k: bench.verify(config_from_json(json.loads(k))) for k in best}
     key = max(verified, key=verified.get, default=None)
-    config = config_from_json(json.loads(key)) if key else {}
-    # The best of three verifications is biased upward: the oracle's figure is a fourth one.
-    speedup, low = bench.verify_again(config) if key else (1.0, 1.0)
-    significant = low > 1.01
-    bench.cache.results["oracle"] = {"config": json.loads(key) if key else {},
-                                     "speedup": speedup, "significant": significant,
-                                     "screened": len(screens)}
-    bench.cache.save()
-    return config, speedup, significant
+    return config_from_json(json.loads(key)) if key else {}
 
 
 @dataclass
@@ -303,7 +321,7 @@ class Run:
 
 def _to_target(trials: list[Trial], target: float) -> int | None:
     """Evaluations (timed trials) until a screen reached 90% of the oracle's gain."""
-    counts = itertools.accumulate(t.timed for t in trials)
+    counts = itertools.accumulate(int(t.timed) for t in trials)  # a count, never a bool
     return next((count for t, count in zip(trials, counts)
                  if target > 0 and t.fitness >= 0.9 * target), None)
 
