@@ -186,13 +186,28 @@ def test_a_forged_entry_that_would_abort_xla_leaves_the_job_on_defaults(tmp_path
 
 
 FUZZ_JOB = str(Path(__file__).with_name("fuzz_job.py"))
-FUZZ_PROGRAMS = 240
+FUZZ_PROGRAMS = 120
 
 
-def _random_config(space, rng) -> dict:
-    """One to three params of the space at random values of their declared domains."""
-    params = rng.sample(list(space.params), rng.randint(1, 3))
-    return {p.name: rng.choice(p.values) for p in params}
+def _fuzz_configs(space, rng, count: int) -> list[dict]:
+    """`count` configs of one to three params at values of their declared domains: first every
+    value of every param (each once, in random groups), then random ones."""
+    moves = [(p.name, value) for p in space.params for value in p.values]
+    rng.shuffle(moves)
+    configs: list[dict] = []
+    while moves:
+        config: dict = {}
+        size = rng.randint(1, 3)
+        for name, value in list(moves):
+            if len(config) < size and name not in config:
+                config[name] = value
+                moves.remove((name, value))
+        configs.append(config)
+    assert len(configs) <= count, "too few programs to try every value"
+    while len(configs) < count:
+        params = rng.sample(list(space.params), rng.randint(1, 3))
+        configs.append({p.name: rng.choice(p.values) for p in params})
+    return configs
 
 
 def test_fuzz_random_configs_from_the_declared_domains_never_break_a_job(tmp_path):
@@ -213,9 +228,10 @@ def test_fuzz_random_configs_from_the_declared_domains_never_break_a_job(tmp_pat
     rng = random.Random(20261124)
     space = graph_space("cpu", None, compiler_defaults())  # every declared flag, accepted or not
     entries = tmp_path / "fuzz.jsonl"
+    configs = _fuzz_configs(space, rng, len(records))
     entries.write_text("".join(json.dumps({
         "fingerprint": r["fingerprint"], "env_key": r["env_key"], "kind": "graph",
-        "config": to_json(_random_config(space, rng)), "speedup": 1.5}) + "\n" for r in records))
+        "config": to_json(config), "speedup": 1.5}) + "\n" for r, config in zip(records, configs)))
     imported = fdo(home, "store", "import", str(entries))
     assert imported.returncode == 0, imported.stderr  # every one inside the declared domains
 
