@@ -13,8 +13,9 @@ Per workload (every zoo workload at both sizes by default; `fdo workloads list`)
    at most 10 s of timing each, `BENCH_VERIFY`), the best verified config is the oracle, and
    its figure is the median of `REPEATS` further independent verifications (the best of three
    is biased upward; significant when the median of their intervals' lower ends clears 1.01; a
-   workload without a significant oracle has nothing to find, and no search is run on it). What this leaves out, and says so: a move whose
-   program is the default's is taken to change nothing in a pair either.
+   workload without a significant oracle has nothing to find, and no search is run on it).
+   What this leaves out, and says so: a move whose program is the default's is taken to change
+   nothing in a pair either.
 2. The default schedule (`fdo tune`'s: neighbours by prior, combinations, evolution, then the
    finalists' race, pruning and verification), live: the real tuner (`tuner.tune.tune_module`:
    compile pool, early stop) at each budget, `--schedule-seeds` seeds, each in a fresh home (a
@@ -67,7 +68,7 @@ from execution.compile import compiler_defaults
 from execution.cores import plan_cores
 from execution.evaluate import EvaluationResult, evaluate
 from execution.flags import (XLA_BACKEND, CompilerConfig, config_from_json,
-                             default_backends, fusion_type_of)
+                             default_backends, fusion_type_of, to_json)
 from execution.measure import MeasureSettings
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
@@ -201,13 +202,15 @@ class Bench:
         """The oracle's figure: the median of `REPEATS` further independent verifications of
         the config (speedup, and the median of their intervals' low ends)."""
         return self._median(f"again:{config_key(config)}", range(2, 2 + REPEATS),
-                            lambda seed: evaluate(self.module, config, settings=BENCH_VERIFY,
-                                                  seed=seed))
+                            functools.partial(self._against_default, config))
 
     def _verified(self, key: str, config: CompilerConfig, seed: int) -> list[float]:
         """[speedup, interval low, interval high] of one verification cached under `key`."""
-        return self._cached(key, lambda: evaluate(self.module, config, settings=BENCH_VERIFY,
-                                                  seed=seed))
+        return self._cached(key, functools.partial(self._against_default, config, seed))
+
+    def _against_default(self, config: CompilerConfig, seed: int) -> EvaluationResult:
+        """One verification of the config against the default, in a fresh worker."""
+        return evaluate(self.module, config, settings=BENCH_VERIFY, seed=seed)
 
     def _median(self, key: str, seeds: range,
                 check: Callable[[int], EvaluationResult]) -> tuple[float, float]:
@@ -280,7 +283,7 @@ def oracle(bench: Bench, pair_moves: int) -> tuple[CompilerConfig, float, bool]:
     """The best verified config of the one- and two-move sweep, its speedup, and whether its
     interval clears the noise band (see the module docstring)."""
     if "oracle" not in bench.cache.results:
-        bench.cache.results["oracle"] = {"config": json.loads(config_key(_sweep(bench, pair_moves)))}
+        bench.cache.results["oracle"] = {"config": to_json(_sweep(bench, pair_moves))}
         bench.cache.save()
     config = config_from_json(bench.cache.results["oracle"]["config"])
     # The best of three verifications is biased upward: the oracle's figure is measured anew.
@@ -515,9 +518,13 @@ def main() -> None:
     unknown = set(replays) - {*STRATEGIES, *OPTUNA}
     if unknown:
         parser.error(f"--replays: unknown {', '.join(sorted(unknown))}")
+    names = args.workloads.split(",")
+    strangers = sorted(set(names) - {w.name for w in zoo.all_workloads()})
+    if strangers:
+        parser.error(f"--workloads: unknown {', '.join(strangers)} (`fdo workloads list`)")
     args.cache.mkdir(parents=True, exist_ok=True)
     results = []
-    for name in args.workloads.split(","):
+    for name in names:
         bench = Bench(name, args.cache)
         try:
             results.append(bench_workload(bench, budgets, args.seeds, args.schedule_seeds,
