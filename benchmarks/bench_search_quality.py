@@ -9,8 +9,8 @@ Per workload (every zoo workload at both sizes by default; `fdo workloads list`)
    type's placement, each flag's values: `tuner.schedule.neighbourhood`) is compiled, and
    screened when its program differs from the default's; then every pair of two such active
    moves on different params (at most the `--pair-moves` best singles) is screened; the three
-   best screens are verified as the tuner verifies a winner (a fresh worker, 99.9% interval;
-   at most 10 s of timing each, `BENCH_VERIFY`), the best verified config is the oracle, and
+   best screens are verified once each (a fresh worker, 99.9% interval, at most 10 s of
+   timing: one of the tuner's verification workers), the best verified config is the oracle, and
    its figure is the median of `REPEATS` further independent verifications (the best of three
    is biased upward; significant when the median of their intervals' lower ends clears 1.01; a
    workload without a significant oracle has nothing to find, and no search is run on it).
@@ -56,7 +56,7 @@ import statistics
 import tempfile
 import time
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -79,18 +79,17 @@ from tuner.search import Build, Propose, most_trials, proposals, ready, run_one,
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord
 from tuner.trial import Trial
-from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, TuneSettings, tune_module
+from tuner.tune import (SEARCH_SETTINGS, VERIFY_SETTINGS, VERIFY_WORKERS, TuneSettings,
+                        tune_module)
 from tuner.worker_evaluator import WorkerEvaluator
 from workloads import zoo
 
 OPTUNA = ("optuna-tpe", "optuna-random")
-# The tuner's verification (99.9% interval) on a shorter time budget: the benchmark verifies
-# every run's find, dozens per workload.
-BENCH_VERIFY = replace(VERIFY_SETTINGS, max_seconds=10.0)
 # Each figure scored is the median of this many independent measurements (fresh workers, other
-# seeds): one process's interval covers the noise within it, not the spread between processes
-# (two compiles of a program can run a percent or two apart), which is as large as a 2% gain.
-REPEATS = 3
+# seeds), each with the settings of one of the tuner's verification workers: one process's
+# interval covers the noise within it, not the spread between processes (two compiles of a
+# program can run a percent or two apart), which is as large as a 2% gain.
+REPEATS = VERIFY_WORKERS
 # A live run of the schedule is cached under the digest of the tuner's code (the search and the
 # execution core): any change to it runs it again; the replayed screens stay valid (they depend
 # on the compiler only).
@@ -195,7 +194,7 @@ class Bench:
             return self._verified(program, config, seed=1)[0] / oracle_speedup
         undo = {name: _default_value(name, self.defaults) for name in moves}
         return self._median(f"vs-oracle:{program}", range(1, 1 + REPEATS), lambda seed: evaluate(
-            self.module, {**undo, **config}, default=oracle_config, settings=BENCH_VERIFY,
+            self.module, {**undo, **config}, default=oracle_config, settings=VERIFY_SETTINGS,
             seed=seed))[0]
 
     def verify_again(self, config: CompilerConfig) -> tuple[float, float]:
@@ -210,7 +209,7 @@ class Bench:
 
     def _against_default(self, config: CompilerConfig, seed: int) -> EvaluationResult:
         """One verification of the config against the default, in a fresh worker."""
-        return evaluate(self.module, config, settings=BENCH_VERIFY, seed=seed)
+        return evaluate(self.module, config, settings=VERIFY_SETTINGS, seed=seed)
 
     def _median(self, key: str, seeds: range,
                 check: Callable[[int], EvaluationResult]) -> tuple[float, float]:

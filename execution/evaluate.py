@@ -5,7 +5,10 @@ compiles both configs, skips the timing when the candidate compiles to the very 
 runs both on the same deterministic inputs, checks the candidate's numerics against the default,
 and measures the speedup with paired interleaved timing. Both compile the module as prepared for
 measurement (`execution.session.measurable_module`: no buffer aliasing, no tuple-shaped
-parameters).
+parameters). `evaluate_independently` runs it in several fresh workers and takes the median: one
+worker's interval covers the noise within its process, not the spread from one process to the
+next (two processes measure the same pair of programs a percent or more apart), which is as
+large as the gains a tuner accepts.
 
 An evaluation that produces no measurement says why as data (`EvaluationResult.failure`, one of
 the kinds below) and as a message (`error`). When the default fails (it does not compile or
@@ -16,6 +19,7 @@ XLA's own emitters instead of a library.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -66,6 +70,7 @@ class EvaluationResult:
     failure: Failure | None = None  # why the evaluation failed, when it did, as data
     candidate_runs: bool | None = None  # when the default fails: whether the candidate runs it
     numerics_against: str = "default"  # whose outputs `numerics` checks: default | reference
+    speedups: list[float] = field(default_factory=list)  # each worker's (evaluate_independently)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -123,6 +128,41 @@ def evaluate(
     finally:
         if own_worker:
             worker.close()
+
+
+def evaluate_independently(module: HloModule, candidate: CompilerConfig, workers: int,
+                           default: CompilerConfig | None = None,
+                           settings: MeasureSettings | None = None, timeout: float = 600.0,
+                           seed: int = 0) -> EvaluationResult:
+    """`evaluate` in `workers` fresh workers, one after another (seeds `seed`, `seed + 1`, ...),
+    as one result (`median_of`). The first failure, or a candidate that compiles to the
+    default's program, is the answer: nothing more is run."""
+    results = []
+    for index in range(workers):
+        result = evaluate(module, candidate, default, settings, timeout=timeout, seed=seed + index)
+        if result.error is not None or result.identical_program:
+            return result
+        results.append(result)
+    return median_of(results, (settings or MeasureSettings()).noise_band)
+
+
+def median_of(results: list[EvaluationResult], noise_band: float) -> EvaluationResult:
+    """Independent measurements of one candidate as one: the median speedup, the medians of the
+    intervals' ends (significant when that lower end clears 1 + `noise_band`: most of the
+    workers agree), numerics ok only if ok in every one; `speedups` lists each."""
+    def median(name: str) -> float:
+        return statistics.median(getattr(r, name) for r in results)
+
+    worst = min(results, key=lambda r: bool(r.numerics_ok))
+    low = median("ci_low")
+    return replace(worst, speedup=median("speedup"), ci_low=low, ci_high=median("ci_high"),
+                   significant=low > 1.0 + noise_band,
+                   numerics_ok=all(r.numerics_ok for r in results),
+                   pairs=sum(r.pairs for r in results),
+                   default_seconds=median("default_seconds"),
+                   candidate_seconds=median("candidate_seconds"),
+                   stop_reason="; ".join(r.stop_reason for r in results),
+                   speedups=[r.speedup for r in results])
 
 
 def failed_result(failure: Failure, error: str,

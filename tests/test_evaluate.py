@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ import pytest
 
 from execution.compile import (CompileError, backend_extra_options, check_options,
                                compile_options, compiler_defaults)
-from execution.evaluate import evaluate
+from execution.evaluate import EvaluationResult, evaluate, evaluate_independently, median_of
 from execution.flags import FLAGS, FlagError, is_default, parse_assignment, to_xla
 from execution.inputs import make_inputs, parameter_specs
 from execution.measure import MeasureSettings, median_interval
@@ -49,6 +50,42 @@ def test_known_bad_config_is_measured_slower(worker) -> None:
     result = evaluate(module, {"xla_backend_optimization_level": 0}, settings=QUICK, worker=worker)
     assert result.error is None and result.numerics_ok
     assert result.ci_high < 1.0
+
+
+def test_independent_workers_give_their_median_and_each_figure() -> None:
+    module = from_lowered(zoo.get("unet-s").lower())
+    quick = MeasureSettings(max_seconds=2, max_pairs=60)
+    result = evaluate_independently(module, {"xla_backend_optimization_level": 0}, 3,
+                                    settings=quick)
+    assert result.error is None and result.numerics_ok
+    assert len(result.speedups) == 3 and result.speedup == statistics.median(result.speedups)
+    assert result.ci_high < 1.0 and result.pairs >= 3 * quick.min_pairs
+    # A program equal to the default's is the answer of the first worker: nothing more runs.
+    same = evaluate_independently(from_lowered(zoo.get("gnn-s").lower()),
+                                  {"xla_cpu_copy_insertion_use_region_analysis": False}, 3)
+    assert same.identical_program and same.speedups == []
+
+
+def _measured(speedup: float, low: float, numerics_ok: bool = True) -> EvaluationResult:
+    return EvaluationResult(speedup=speedup, ci_low=low, ci_high=speedup * 1.02,
+                            significant=low > 1.01, numerics_ok=numerics_ok,
+                            identical_program=False, compile_seconds=0.1,
+                            default_compile_seconds=0.1, pairs=40, default_seconds=0.01,
+                            candidate_seconds=0.01 / speedup, stop_reason="time budget")
+
+
+def test_the_median_of_workers_is_significant_only_where_most_of_them_are() -> None:
+    # One lucky worker (its own interval clear of the band) does not make a gain.
+    lucky = median_of([_measured(1.05, 1.03), _measured(1.01, 0.99), _measured(1.00, 0.98)], 0.01)
+    assert not lucky.significant and lucky.speedup == 1.01 and lucky.ci_low == 0.99
+    # One unlucky worker does not take away a gain the other two measure.
+    held = median_of([_measured(1.05, 1.03), _measured(1.01, 0.99), _measured(1.06, 1.04)], 0.01)
+    assert held.significant and held.speedup == 1.05 and held.speedups == [1.05, 1.01, 1.06]
+    assert held.pairs == 120 and held.numerics_ok
+    # Numerics wrong in any worker are wrong.
+    wrong = median_of([_measured(1.05, 1.03), _measured(1.06, 1.04, numerics_ok=False),
+                       _measured(1.06, 1.04)], 0.01)
+    assert wrong.numerics_ok is False
 
 
 def test_config_that_changes_nothing_is_not_run(worker) -> None:

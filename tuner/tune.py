@@ -19,10 +19,13 @@ What a search proposes comes from its strategy: by default the schedule of `tune
 (the default's one-move neighbours by prior, then their combinations, then the named strategy).
 The finalists then race (each measured afresh: the best screen is biased upward by selection),
 the race's winner is pruned to the changes that matter (`tuner.winner`), and it is re-measured
-in a fresh worker with a stricter interval and the numeric check. Only if its interval clears
-the noise band is the result accepted; otherwise the task ends "no significant gain". The trials
-and the result land in the warehouse under the task id, so finishing a task twice adds nothing.
-The home may be local or a URL (`storage.home.Home`): every file is named by its place under it.
+with a stricter interval and the numeric check in `VERIFY_WORKERS` fresh workers, one after
+another (`execution.evaluate.evaluate_independently`: the spread between processes is as large
+as a small gain, and one worker's interval leaves it out). Only if the median of their intervals'
+lower ends clears the noise band is the result accepted; otherwise the task ends "no significant
+gain". The trials and the result land in the warehouse under the task id, so finishing a task
+twice adds nothing. The home may be local or a URL (`storage.home.Home`): every file is named by
+its place under it.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ import pyarrow as pa
 
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
-from execution.evaluate import DEFAULT_FAILS, DefaultFails, EvaluationResult, Failure, evaluate
+from execution.evaluate import (DEFAULT_FAILS, DefaultFails, EvaluationResult, Failure,
+                                evaluate_independently)
 from execution.flags import CompilerConfig, config_from_json
 from execution.measure import MeasureSettings
 from hlo.environment import current_environment
@@ -67,7 +71,10 @@ SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_p
 # its time, past the screens' pair cap: the finalists are close, and early stopping only tells a
 # candidate from the default.
 RACE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSettings().max_pairs)
-VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=30.0)
+VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=10.0)
+# The winner's verification runs in this many fresh workers, `VERIFY_SETTINGS` in each, and
+# takes the median; each worker's speedup is kept (`TuneResult.speedups`).
+VERIFY_WORKERS = 3
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,7 @@ class TuneSettings:
     compile_workers: int | None = None  # default: one per compile core (see execution.cores)
     search: MeasureSettings = SEARCH_SETTINGS
     verify: MeasureSettings = VERIFY_SETTINGS
+    verify_workers: int = VERIFY_WORKERS
 
 
 @dataclass
@@ -107,6 +115,7 @@ class TuneResult:
     sources: list[str] = field(default_factory=list)  # a folded result's op tasks
     trials: list[Trial] = field(default_factory=list)
     failure: Failure | None = None  # why nothing could be measured: "default_fails"
+    speedups: list[float] = field(default_factory=list)  # each verification worker's
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (without the trials)."""
@@ -249,7 +258,7 @@ def finished_result(home: Home, task_id: str) -> TuneResult | None:
 def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, settings: TuneSettings,
             task_id: str, env_key: str, compiler_version: str,
             default_fails: str | None = None) -> TuneResult:
-    """Re-measure the `best` trial in a fresh worker; accept it only if it holds up. A task whose
+    """Re-measure the `best` trial in fresh workers; accept it only if it holds up. A task whose
     default failed (`default_fails` says why) ends "default fails", as does one whose default
     fails in the verification."""
     base = dict(task_id=task_id, fingerprint=target.fingerprint, env_key=env_key,
@@ -263,8 +272,9 @@ def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, setting
     if best is None:
         return TuneResult(status="no significant gain", accepted=False, config={}, speedup=None,
                           ci_low=None, ci_high=None, numerics_ok=None, **base)
-    check: EvaluationResult = evaluate(target.module, best.config, settings=settings.verify,
-                                       seed=settings.seed + 1)
+    check: EvaluationResult = evaluate_independently(
+        target.module, best.config, settings.verify_workers, settings=settings.verify,
+        seed=settings.seed + 1)
     if check.failure == DEFAULT_FAILS:  # its error says "default fails: <reason>"
         return TuneResult(status=check.error, accepted=False,
                           config=best.config, speedup=None, ci_low=None, ci_high=None,
@@ -276,7 +286,8 @@ def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, setting
     accepted = bool(check.significant and check.numerics_ok)
     return TuneResult(status="accepted" if accepted else "no significant gain", accepted=accepted,
                       config=best.config, speedup=check.speedup, ci_low=check.ci_low,
-                      ci_high=check.ci_high, numerics_ok=check.numerics_ok, **base)
+                      ci_high=check.ci_high, numerics_ok=check.numerics_ok,
+                      speedups=check.speedups, **base)
 
 
 def land_result(home: Home, result: TuneResult, on: datetime.date | None = None) -> None:

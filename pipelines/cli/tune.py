@@ -33,7 +33,11 @@ def add_evaluate(sub: Subcommands) -> None:
                    "check of the default against itself)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.add_argument("--max-seconds", type=float, default=30.0, metavar="SECONDS",
-                   help="timing budget of the paired measurements")
+                   help="timing budget of the paired measurements (of each worker's)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="measure in N fresh workers, one after another, and report their median "
+                   "(the tuner verifies in 3: one process's interval leaves out the spread from "
+                   "one process to the next)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="the worker process is stopped after this long")
     p.set_defaults(run=cmd_evaluate, home_use=None, home_url=True)
@@ -43,15 +47,18 @@ def cmd_evaluate(args: argparse.Namespace, home: Home) -> int:
     """Measure the --set config against the default on one module."""
     from hlo.module import load_file
     from execution.compile import check_options
-    from execution.evaluate import DEFAULT_FAILS, evaluate
+    from execution.evaluate import DEFAULT_FAILS, evaluate_independently
     from execution.flags import parse_assignment, to_json
     from execution.measure import MeasureSettings
 
+    if args.workers < 1:
+        raise ValueError(f"--workers {args.workers}: at least one is needed")
     module = load_file(args.file)
     candidate = dict(parse_assignment(item) for item in args.set)
     check_options(candidate)
     settings = MeasureSettings(max_seconds=args.max_seconds)
-    result = evaluate(module, candidate, settings=settings, timeout=args.timeout)
+    result = evaluate_independently(module, candidate, args.workers, settings=settings,
+                                    timeout=args.timeout)
     if args.json:
         print_json({**result.to_json(), "config": to_json(candidate)})
     else:
@@ -82,6 +89,9 @@ def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
     verdict = "significant gain" if result.significant else "no significant gain"
     print(f"  speedup {result.speedup:.3f}x  (99% CI {result.ci_low:.3f} .. {result.ci_high:.3f}, "
           f"{result.pairs} pairs, {verdict})")
+    if len(result.speedups) > 1:
+        print(f"  the median of {len(result.speedups)} workers: "
+              f"{', '.join(f'{x:.3f}x' for x in result.speedups)}")
     print(f"  numerics {'ok' if result.numerics_ok else 'FAILED'}; "
           f"compile {result.compile_seconds:.2f} s")
 
@@ -259,6 +269,8 @@ def _tune_settings(args: argparse.Namespace) -> Any:
 def _print_tune_result(label: str, r: Any) -> None:
     interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else ""
     speed = f"{r.speedup:.3f}x {interval}" if r.speedup is not None else ""
+    if len(r.speedups) > 1:  # the verification's workers, each on its own
+        speed += f" (workers {', '.join(f'{x:.3f}x' for x in r.speedups)})"
     print(f"{label}: {r.status} {speed} after {r.evaluations} configs "
           f"({r.measured} timed); config {config_text(r.to_json()['config'])}")
 
