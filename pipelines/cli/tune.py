@@ -90,10 +90,14 @@ def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
     print(f"  speedup {result.speedup:.3f}x  (99% CI {result.ci_low:.3f} .. {result.ci_high:.3f}, "
           f"{result.pairs} pairs, {verdict})")
     if len(result.speedups) > 1:
-        print(f"  the median of {len(result.speedups)} workers: "
-              f"{', '.join(f'{x:.3f}x' for x in result.speedups)}")
+        print(f"  the median of {len(result.speedups)} workers: {_speedups(result.speedups)}")
     print(f"  numerics {'ok' if result.numerics_ok else 'FAILED'}; "
           f"compile {result.compile_seconds:.2f} s")
+
+
+def _speedups(speedups: list[float]) -> str:
+    """Each worker's speedup, as `fdo evaluate` and `fdo tune` print them."""
+    return ", ".join(f"{x:.3f}x" for x in speedups)
 
 
 def _without_default(result: Any) -> str:
@@ -270,7 +274,7 @@ def _print_tune_result(label: str, r: Any) -> None:
     interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else ""
     speed = f"{r.speedup:.3f}x {interval}" if r.speedup is not None else ""
     if len(r.speedups) > 1:  # the verification's workers, each on its own
-        speed += f" (workers {', '.join(f'{x:.3f}x' for x in r.speedups)})"
+        speed += f" (workers {_speedups(r.speedups)})"
     print(f"{label}: {r.status} {speed} after {r.evaluations} configs "
           f"({r.measured} timed); config {config_text(r.to_json()['config'])}")
 
