@@ -75,7 +75,7 @@ from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_lowered
 from storage.home import atomic_write
 from tuner.schedule import neighbourhood
-from tuner.search import Build, Propose, most_trials, proposals, ready, run_one, search
+from tuner.search import Against, Build, Propose, most_trials, proposals, ready, run_one, search
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord
 from tuner.trial import Trial
@@ -259,7 +259,9 @@ class Replay:
         return ready(Build(screen.program, artifact=screen))
 
     def measure(self, index: int, config: CompilerConfig, build: Build,
-                settings: MeasureSettings) -> Trial:
+                settings: MeasureSettings, against: Against | None = None) -> Trial:
+        if against is not None:
+            raise ValueError("a replay holds screens against the default only: it runs no race")
         screen: Screen = build.artifact
         if screen.outcome == "failed":
             return Trial(index, config, "failed", screen.program, error="failed when screened")

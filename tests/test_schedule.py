@@ -250,37 +250,45 @@ def _trial(index: int, config: dict, speedup: float, program: str, spread: float
 def test_pruning_keeps_only_the_changes_that_matter():
     trials = [_trial(0, {"a": 2}, 1.5, "A"), _trial(1, {"c": "X"}, 1.01, "C"),
               _trial(2, {"d": True}, 1.0, "D"), _trial(3, {"a": 2, "c": "X", "d": True}, 1.6, "ACD")]
-    measured = {config_key({"a": 2, "c": "X"}): _trial(0, {}, 1.59, "AC"),  # d: no gain
-                config_key({"a": 2}): _trial(0, {}, 1.45, "A"),  # c: a gain
-                config_key({"c": "X", "d": True}): _trial(0, {}, 1.0, "CD"),
-                config_key({"c": "X"}): _trial(0, {}, 1.0, "C")}
+    # The speedup of each program over the default; each comparison is their ratio +-0.4%.
+    truth = {"ACD": 1.6, "AC": 1.595, "A": 1.576, "CD": 1.0, "C": 1.0}
+    programs = {config_key({"a": 2, "c": "X"}): "AC", config_key({"a": 2}): "A",
+                config_key({"c": "X", "d": True}): "CD", config_key({"c": "X"}): "C",
+                config_key(trials[3].config): "ACD"}
     runs = []
 
-    def run(index: int, config: dict) -> Trial:
-        runs.append(config)
-        known = measured[config_key(config)]
-        return Trial(index, config, known.outcome, known.program, known.speedup, known.ci_low,
-                     known.ci_high, True)
+    def compare(index: int, config: dict, baseline: dict) -> Trial:
+        runs.append((config, baseline))
+        ratio = truth[programs[config_key(config)]] / truth[programs[config_key(baseline)]]
+        return Trial(index, config, "measured", programs[config_key(config)], ratio,
+                     ratio - 0.004, ratio + 0.004, True)
 
     recorded: list[Trial] = []
-    best = prune(run, trials, recorded.append, trials[3])
-    # d undone first (it did least alone): the gain holds, so it goes; then c: undoing it loses
-    # 1.59 -> 1.45, so it stays; then a (1.0 without it). Each undo is measured afresh, even
-    # where a search trial of that config exists: a screen is no match for the winner's race.
+    best = prune(compare, trials, recorded.append, trials[3])
+    # d undone first (it did least alone): AC is at most 0.7% slower than ACD, so d goes; then
+    # c, against AC: A is 1.2% slower (a small change of a small win), so c stays; then a.
+    # Each undo is timed against the winner so far, even where a search trial of that config
+    # exists: a screen against the default is no comparison between two close programs.
     assert best.config == {"a": 2, "c": "X"}
-    assert runs == [{"a": 2, "c": "X"}, {"a": 2}, {"c": "X"}]
+    ac = {"a": 2, "c": "X"}
+    assert runs == [(ac, trials[3].config), ({"a": 2}, ac), ({"c": "X"}, ac)]
     assert all(t.phase == "prune" for t in recorded) and recorded == trials[4:]
+    assert [t.baseline for t in recorded] == [trials[3].config, ac, ac]
+    # A resumed task reuses the comparisons it journaled.
+    again = prune(lambda *args: pytest.fail("compared twice"), trials, recorded.append, trials[3])
+    assert again.config == best.config
 
 
 def test_pruning_drops_a_change_that_leaves_the_program_as_it_is_without_timing():
     trials = [_trial(0, {"a": 2}, 1.5, "A"), _trial(1, {"b": True}, 1.0, "B"),
               _trial(2, {"a": 2, "b": True}, 1.55, "A")]
-    best = prune(lambda index, config: Trial(index, config, "duplicate", "A", 1.5, 1.47, 1.53,
-                                             True), trials, lambda t: None, trials[2])
+    best = prune(lambda index, config, baseline: Trial(index, config, "identical", "A", 1.0, 1.0,
+                                                       1.0, True), trials, lambda t: None,
+                 trials[2])
     assert best.config == {"a": 2}
 
 
-def test_the_finalists_race_and_a_fresh_measurement_picks_the_winner():
+def test_the_finalists_race_and_the_fastest_against_the_one_ahead_wins():
     trials = [_trial(0, {"a": 2}, 1.30, "A"), _trial(1, {"c": "X"}, 1.26, "C"),
               _trial(2, {"d": True}, 1.10, "D", spread=0.02),  # clearly behind: no finalist
               _trial(3, {"a": 2, "d": True}, 1.28, "AD"), _trial(4, {"b": True}, 1.35, "B", spread=0.08),
@@ -289,19 +297,25 @@ def test_the_finalists_race_and_a_fresh_measurement_picks_the_winner():
     afresh = {"B": 1.21, "A": 1.29, "AD": 1.27}  # B's screen was its luck
     recorded: list[Trial] = []
 
-    def remeasure(index: int, config: dict) -> Trial:
-        program = next(t.program for t in trials if t.config == config)
-        return _trial(index, config, afresh[program], program)
+    def program(config: dict) -> str:
+        return next(t.program for t in trials if t.config == config)
 
-    winner = race(remeasure, trials, recorded.append)
-    assert winner.program == "A" and winner.phase == "race" and winner.speedup == 1.29
-    assert [t.phase for t in recorded] == ["race"] * 3 and trials[6:] == recorded
+    def compare(index: int, config: dict, baseline: dict) -> Trial:
+        return _trial(index, config, afresh[program(config)] / afresh[program(baseline)],
+                      program(config), spread=0.004)
+
+    winner = race(compare, trials, recorded.append)
+    # A against B: faster, so A leads; AD against A: slower.
+    assert winner is trials[0]
+    assert [(t.phase, t.program, t.baseline) for t in recorded] == [
+        ("race", "A", {"b": True}), ("race", "AD", {"a": 2})]
+    assert trials[6:] == recorded
     # A resumed task reuses the race it journaled.
-    assert race(lambda index, config: pytest.fail("measured twice"), trials, recorded.append) == winner
+    assert race(lambda *args: pytest.fail("raced twice"), trials, recorded.append) is winner
     # A clear winner needs no race; nothing faster than the default, no winner.
     clear = [_trial(0, {"a": 2}, 2.0, "A"), _trial(1, {"c": "X"}, 1.3, "C")]
-    assert race(lambda index, config: pytest.fail("raced"), clear, recorded.append) is clear[0]
-    assert race(remeasure, [_trial(0, {"a": 2}, 0.9, "A")], recorded.append) is None
+    assert race(lambda *args: pytest.fail("raced"), clear, recorded.append) is clear[0]
+    assert race(compare, [_trial(0, {"a": 2}, 0.9, "A")], recorded.append) is None
 
 
 def test_a_failed_trial_never_wins_and_the_default_is_trial_zero():

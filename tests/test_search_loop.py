@@ -1,7 +1,7 @@
 """The search loop (tuner.search) against a pure-Python evaluator: a table of config -> program
 and speedup, no XLA. What the loop does with whatever evaluates: it finds the best of a known
-set, never measures a program twice, lets a fresh measurement pick among the finalists, prunes
-a change that does not matter, builds ahead without proposing a pending config again, and
+set, never measures a program twice, times the finalists against each other and each undo
+against the winner (pruning a change that does not matter), builds ahead without proposing a pending config again, and
 resumes from its journal without repeating a trial."""
 
 from __future__ import annotations
@@ -11,21 +11,24 @@ from concurrent.futures import Future
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from tuner.schedule import Scheduled
-from tuner.search import (UNTIMED_PER_EVALUATION, Build, evaluations, proposals, ready,
+from tuner.search import (UNTIMED_PER_EVALUATION, Against, Build, evaluations, proposals, ready,
                           run_search, search)
 from tuner.space import Param, SearchSpace, config_key
 from tuner.strategies import STRATEGIES
 from tuner.trial import Trial
 
 SCREEN = MeasureSettings(max_seconds=1.0)
-RACE = MeasureSettings(max_seconds=2.0)
-SPREAD = 0.02  # each measurement's interval: speedup x (1 -/+ SPREAD)
+COMPARE = MeasureSettings(max_seconds=2.0)
+SPREAD = 0.02  # each screen's interval: speedup x (1 -/+ SPREAD)
+TIGHT = 0.004  # each comparison's: paired against another candidate, to a tight interval
 
 
 class TableEvaluator:
     """An Evaluator from a table: config -> (program, speedup when screened, speedup when
     measured again). A config the table does not hold compiles to the default's program; a
-    program of None does not compile. Records every measurement (program and settings)."""
+    program of None does not compile. A comparison (`against`) is the ratio of the two
+    configs' speedups measured again. Records every measurement: the program (a comparison:
+    "program/baseline's program") and the settings."""
 
     default_program = "default"
 
@@ -43,13 +46,24 @@ class TableEvaluator:
         return ready(Build(program, 0.5, artifact=config))
 
     def measure(self, index: int, config: CompilerConfig, build: Build,
-                settings: MeasureSettings) -> Trial:
+                settings: MeasureSettings, against: Against | None = None) -> Trial:
+        if against is not None:
+            baseline, base = against
+            self.measured.append((f"{build.program}/{base.program}", settings))
+            ratio = self.again(config) / self.again(baseline)
+            return Trial(index, config, "measured", build.program, ratio, ratio * (1 - TIGHT),
+                         ratio * (1 + TIGHT), True, 0.5, baseline=baseline)
         _, screened, again = self.table[config_key(config)]
         times = sum(program == build.program for program, _ in self.measured)
         self.measured.append((build.program, settings))
         speedup = screened if times == 0 or again is None else again
         return Trial(index, config, "measured", build.program, speedup,
                      speedup * (1 - SPREAD), speedup * (1 + SPREAD), True, 0.5)
+
+    def again(self, config: CompilerConfig) -> float:
+        """The config's speedup measured again (its screen's where the table has none)."""
+        _, screened, again = self.table.get(config_key(config), ("default", 1.0, None))
+        return screened if again is None else again
 
 
 def table(*rows: tuple[CompilerConfig, str | None, float, float | None]
@@ -66,7 +80,7 @@ def listed(configs: list[CompilerConfig]):
 
 def run(evaluator: TableEvaluator, next_config, budget: int, trials: list[Trial] | None = None,
         journal: list[Trial] | None = None) -> tuple[list[Trial], Trial | None]:
-    return run_search(evaluator, next_config, list(trials or []), budget, SCREEN, RACE,
+    return run_search(evaluator, next_config, list(trials or []), budget, SCREEN, COMPARE,
                       lambda: True, (journal if journal is not None else []).append)
 
 
@@ -123,39 +137,40 @@ def test_the_search_never_measures_a_program_twice():
     assert {t.outcome for t in trials} == {"measured", "duplicate", "identical", "failed"}
 
 
-def test_the_race_lets_a_fresh_measurement_pick_among_the_finalists():
+def test_the_race_times_each_finalist_against_the_one_ahead_and_the_fastest_wins():
     # A screened luckiest; measured again, it is the slowest of the three.
     lucky, steady, quiet = {"a": 1}, {"a": 2}, {"c": "X"}
     evaluator = TableEvaluator(table((lucky, "A", 1.30, 1.10), (steady, "B", 1.27, 1.25),
                                      (quiet, "C", 1.26, 1.26)))
     journal: list[Trial] = []
     trials, best = run(evaluator, listed([lucky, steady, quiet]), budget=3, journal=journal)
-    assert best.config == quiet and best.phase == "race" and best.speedup == 1.26
-    assert [t.phase for t in journal] == ["search"] * 3 + ["race"] * 3
-    # Each program screened once, then raced once with the race's settings.
+    assert best.config == quiet and best.phase == "search" and best.speedup == 1.26
+    assert [(t.phase, t.baseline) for t in journal] == [("search", None)] * 3 + [
+        ("race", lucky), ("race", steady)]
+    # Each program screened once; then B against A, and C against B, the winner so far.
     assert evaluator.measured == [("A", SCREEN), ("B", SCREEN), ("C", SCREEN),
-                                  ("A", RACE), ("B", RACE), ("C", RACE)]
+                                  ("B/A", COMPARE), ("C/B", COMPARE)]
 
 
-def test_pruning_measures_each_undo_as_the_race_does_and_drops_a_change_whose_gain_holds():
+def test_pruning_times_each_undo_against_the_winner_and_drops_a_change_that_costs_nothing():
     evaluator = TableEvaluator(table(({"b": 1}, "B", 1.0, None),
                                      ({"a": 1, "b": 1}, "AB", 1.20, None),
-                                     ({"a": 1}, "A", 1.195, None)))
+                                     ({"a": 1}, "A", 1.198, None)))
     journal: list[Trial] = []
     trials, best = run(evaluator, listed([{"b": 1}, {"a": 1, "b": 1}]), budget=2, journal=journal)
     assert best.config == {"a": 1} and best.phase == "prune"
-    # The winner has two changes: it is raced alone, and each undo is measured as the race
-    # measures (the search's screen of {"b": 1} is no match for the race's measurement of AB).
-    assert [(t.phase, t.config) for t in journal][2:] == [
-        ("race", {"a": 1, "b": 1}), ("prune", {"b": 1}), ("prune", {"a": 1})]
-    assert evaluator.measured == [("B", SCREEN), ("AB", SCREEN), ("AB", RACE), ("B", RACE),
-                                  ("A", RACE)]
+    # A single finalist: no race. Each undo timed against the winner (the search's screen of
+    # {"b": 1} is no comparison with AB); b costs 0.2% at most 0.6%: it goes.
+    assert [(t.phase, t.config, t.baseline) for t in journal][2:] == [
+        ("prune", {"b": 1}, {"a": 1, "b": 1}), ("prune", {"a": 1}, {"a": 1, "b": 1})]
+    assert evaluator.measured == [("B", SCREEN), ("AB", SCREEN), ("B/AB", COMPARE),
+                                  ("A/AB", COMPARE)]
 
 
 def test_a_fixed_list_is_evaluated_in_order_and_its_best_wins_as_measured():
     configs = [{"c": "X"}, {"a": 2}, {"a": 1}]
     evaluator = known_set()
-    trials, best = run_search(evaluator, listed(configs), [], 10, SCREEN, RACE, lambda: True,
+    trials, best = run_search(evaluator, listed(configs), [], 10, SCREEN, COMPARE, lambda: True,
                               lambda trial: None, listed=True)
     assert [t.config for t in trials] == configs and best.config == {"a": 2}
     assert [settings for _, settings in evaluator.measured] == [SCREEN] * 3  # no race, no prune

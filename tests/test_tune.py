@@ -170,6 +170,21 @@ def test_on_one_core_compiles_and_measurements_take_turns(tmp_path):
     assert not any(_overlaps(c, m) for c in compiles for m in measures)
 
 
+def test_the_execute_worker_times_a_candidate_against_another_candidate(tmp_path):
+    # The race and pruning compare two configs directly (`against`): here the default against
+    # a config far slower (no backend optimization), and the other way round.
+    module = from_text(_write_module(tmp_path / "conv.hlo", conv_net, (4, 16, 16, 16),
+                                     (3, 3, 16, 32), (3, 3, 32, 32)).read_text())
+    slow = {"xla_backend_optimization_level": 0}
+    quick = MeasureSettings(max_seconds=1.0, min_pairs=10)
+    with WorkerEvaluator(module.proto, 0, plan_cores()) as evaluator:
+        slow_build, default_build = (evaluator.build(c).result() for c in (slow, {}))
+        alone = evaluator.measure(0, slow, slow_build, quick)
+        over_slow = evaluator.measure(1, {}, default_build, quick, against=(slow, slow_build))
+    assert alone.baseline is None and alone.ci_high < 1.0
+    assert over_slow.baseline == slow and over_slow.ci_low > 1.0 and over_slow.numerics_ok
+
+
 def nbody_step(pos, vel, mass):
     """Not a zoo program: a few steps of an n-body simulation, small reductions everywhere
     (XLA CPU routes reductions to YNNPACK by default)."""
@@ -265,7 +280,8 @@ def test_tune_on_a_url_home_journals_lands_and_resumes_there(tmp_path):
     journal = (task / "trials.jsonl").read_text().splitlines()
     assert len(journal) == result.evaluations >= 3 and (task / "result.json").exists()
     trials = Warehouse(local).read(TRIALS)
-    assert sorted(trials.column("index").to_pylist()) == list(range(len(journal)))
+    against_default = [i for i, line in enumerate(journal) if json.loads(line)["baseline"] is None]
+    assert sorted(trials.column("index").to_pylist()) == against_default
     assert Warehouse(local).read(TUNING_RESULTS).column("task_id").to_pylist() == [result.task_id]
     places = (f"/tuner/tasks/{result.task_id}/trials.jsonl", "/warehouse/trials/", "/warehouse/tuning_results/")
     for place in places:
@@ -277,7 +293,7 @@ def test_tune_on_a_url_home_journals_lands_and_resumes_there(tmp_path):
     assert (resumed.task_id, resumed.status) == (result.task_id, result.status)
     # The same files as a local home: the task is found finished there, and nothing lands twice.
     assert tune_module(module, local, quick).task_id == result.task_id
-    assert Warehouse(local).read(TRIALS).num_rows == len(journal)
+    assert Warehouse(local).read(TRIALS).num_rows == len(against_default)
     assert Warehouse(local).read(TUNING_RESULTS).num_rows == 1
     assert not [p for p in local.rglob("*") if ".tmp-" in p.name]
 
@@ -303,12 +319,16 @@ def test_kill_9_mid_search_then_rerun_loses_and_duplicates_nothing(tmp_path):
     assert phases == sorted(phases, key=["search", "race", "prune"].index)
     searched = [r for r in records if r["phase"] == "search"]
     assert sum(r["outcome"] not in UNTIMED for r in searched) == 6
+    # The trials table holds each trial against the default once; the race's and pruning's
+    # comparisons (against another config) stay in the task's files.
+    against_default = [r["index"] for r in records if r["baseline"] is None]
+    assert all(r["phase"] != "search" for r in records if r["baseline"] is not None)
     trials = Warehouse(home).read(TRIALS).to_pylist()
-    assert sorted(t["index"] for t in trials) == list(range(len(after)))
-    assert len({t["trial_id"] for t in trials}) == len(after)
+    assert sorted(t["index"] for t in trials) == against_default
+    assert len({t["trial_id"] for t in trials}) == len(against_default)
     again = fdo(home, "tune", str(module), "--budget-evals", "6", "--strategy", "random", "--json")
     assert json.loads(again.stdout)["task_id"] == json.loads(rerun.stdout)["task_id"]
-    assert Warehouse(home).read(TRIALS).num_rows == len(after)
+    assert Warehouse(home).read(TRIALS).num_rows == len(against_default)
     assert Warehouse(home).read(TUNING_RESULTS).num_rows == 1
 
 

@@ -17,8 +17,9 @@ recorded screens through this same loop with an evaluator that answers from its 
 (`tests/test_search_loop.py`).
 
 A task's phases (`run_search`): the search proper (`search`: the strategy's proposals until the
-budget), then the finalists' race and the winner's pruning (`tuner.winner`), each extra
-measurement a trial of its phase.
+budget), then the finalists' race and the winner's pruning (`tuner.winner`), each a comparison
+of one config against another (`measure` with `against`: paired in one process) and a trial of
+its phase.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ from typing import Any, Callable, Protocol
 
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
+from tuner.space import config_key
 from tuner.strategies import Strategy, TrialRecord, propose
 from tuner.trial import Trial
+from tuner.winner import best_trial, prune, race
 
 # Free (untimed) trials a search may make per evaluation of its budget, at most.
 UNTIMED_PER_EVALUATION = 2
-from tuner.winner import best_trial, prune, race
 
 # The next config to try, from the trials so far and the configs still pending (built or
 # building, not yet a trial); None when there is none now.
@@ -53,6 +55,10 @@ class Build:
     artifact: Any = None
 
 
+# A config and what it compiled to: the baseline of a comparison (`Evaluator.measure`).
+Against = tuple[CompilerConfig, Build]
+
+
 class Evaluator(Protocol):
     """Config -> trial, in two steps the loop sits between (see the module docstring)."""
 
@@ -68,9 +74,10 @@ class Evaluator(Protocol):
         """Start compiling `config`; the future's Build says what came out."""
 
     def measure(self, index: int, config: CompilerConfig, build: Build,
-                settings: MeasureSettings) -> Trial:
+                settings: MeasureSettings, against: Against | None = None) -> Trial:
         """Trial `index` of `config`, whose `build` is a program new to the search: measured
-        against the default (or failed, saying why)."""
+        against the default, or against another config's program (`against`: the trial's
+        speedup is then over that program), or failed, saying why."""
 
 
 def ready(build: Build) -> Future[Build]:
@@ -127,8 +134,7 @@ def search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budg
 
 def run_one(evaluator: Evaluator, index: int, config: CompilerConfig, earlier: list[Trial],
             settings: MeasureSettings) -> Trial:
-    """Build and evaluate one config, reusing the measurement of a program among `earlier`
-    (none: measured afresh, whatever was measured before)."""
+    """Build and evaluate one config, reusing the measurement of a program among `earlier`."""
     return finish(evaluator, index, config, evaluator.build(config).result(), earlier, settings)
 
 
@@ -149,27 +155,46 @@ def finish(evaluator: Evaluator, index: int, config: CompilerConfig, build: Buil
 
 
 def run_search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budget: int,
-               settings: MeasureSettings, race_settings: MeasureSettings,
+               settings: MeasureSettings, compare_settings: MeasureSettings,
                in_time: Callable[[], bool], record: Callable[[Trial], None],
                listed: bool = False) -> tuple[list[Trial], Trial | None]:
     """A task's search from its journaled `trials` (a resumed task repeats none): the search
     phase to `budget`, then, unless the configs are a fixed list (`listed`: its best, as
-    measured), the finalists' race (measured afresh with `race_settings`) and the winner's
-    pruning (measured the same way). Returns every trial, search phase first, and the winner
-    (None: nothing beat the default)."""
+    measured), the finalists' race and the winner's pruning, each a comparison of one config
+    against another measured with `compare_settings`. Returns every trial, search phase first,
+    and the winner (None: nothing beat the default)."""
     searched = [t for t in trials if t.phase == "search"]
     search(evaluator, next_config, searched, budget, settings, in_time, record)
     trials = searched + [t for t in trials if t.phase != "search"]
     if listed:
         return trials, best_trial(trials)
+    builds: dict[str, Future[Build]] = {}  # the winner is a baseline again and again
 
-    def remeasure(index: int, config: CompilerConfig) -> Trial:
-        return run_one(evaluator, index, config, [], race_settings)
+    def build(config: CompilerConfig) -> Future[Build]:
+        key = config_key(config)
+        if key not in builds:
+            builds[key] = evaluator.build(config)
+        return builds[key]
 
-    def run(index: int, config: CompilerConfig) -> Trial:
-        # As the race measures: a screen (stopped early, +-20% at a 6x gain) cannot tell a
-        # change worth 5% from none. A program the race or pruning measured is reused.
-        return run_one(evaluator, index, config, [t for t in trials if t.phase != "search"],
-                       race_settings)
+    def compare(index: int, config: CompilerConfig, baseline: CompilerConfig) -> Trial:
+        building, base = build(config), build(baseline)
+        return finish_against(evaluator, index, config, building.result(),
+                              (baseline, base.result()), compare_settings)
 
-    return trials, prune(run, trials, record, race(remeasure, trials, record))
+    return trials, prune(compare, trials, record, race(compare, trials, record))
+
+
+def finish_against(evaluator: Evaluator, index: int, config: CompilerConfig, build: Build,
+                   baseline: Against, settings: MeasureSettings) -> Trial:
+    """The trial of `config` once built, timed against `baseline`'s program: failed (either
+    did not compile), identical to the baseline's program (nothing timed), or measured."""
+    base_config, base = baseline
+    if build.error is not None:
+        return Trial(index, config, "failed", error=build.error, baseline=base_config)
+    if base.error is not None:
+        return Trial(index, config, "failed", build.program,
+                     error=f"the baseline {base.error}", baseline=base_config)
+    if build.program == base.program:
+        return Trial(index, config, "identical", build.program, 1.0, 1.0, 1.0, True,
+                     build.compile_seconds, baseline=base_config)
+    return evaluator.measure(index, config, build, settings, against=baseline)

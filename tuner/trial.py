@@ -26,9 +26,12 @@ class Trial:
     numerics_ok: bool | None = None
     compile_seconds: float | None = None
     error: str | None = None
-    # search | race (a finalist measured afresh) | prune (the winner without one change):
-    # see tuner.winner
+    # search | race (a finalist against the best so far) | prune (the winner without one
+    # change, against the winner): see tuner.winner
     phase: str = "search"
+    # What it was timed against: None for the default; a race or prune trial's speedup is over
+    # this config's program instead.
+    baseline: CompilerConfig | None = None
 
     @property
     def fitness(self) -> float:

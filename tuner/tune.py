@@ -17,8 +17,9 @@ recorded for its candidate (after one retry in a new worker) and the search goes
 
 What a search proposes comes from its strategy: by default the schedule of `tuner.schedule`
 (the default's one-move neighbours by prior, then their combinations, then the named strategy).
-The finalists then race (each measured afresh: the best screen is biased upward by selection),
-the race's winner is pruned to the changes that matter (`tuner.winner`), and it is re-measured
+The finalists then race (each timed against the one ahead: the best screen is biased upward by
+selection), the race's winner is pruned to the changes that matter, each undo timed against the
+winner (`tuner.winner`), and it is re-measured
 with a stricter interval and the numeric check in `VERIFY_WORKERS` fresh workers, one after
 another (`execution.evaluate.evaluate_independently`: the spread between processes is as large
 as a small gain, and one worker's interval leaves it out). Only if the median of their intervals'
@@ -67,10 +68,11 @@ T = TypeVar("T")
 # candidate of a module that runs for half a second costs seconds, not a minute.
 SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
                                   early_looks=(10, 15, 20, 30))
-# A finalist's second measurement (tuner.winner.race) runs to its interval's target width or
-# its time, past the screens' pair cap: the finalists are close, and early stopping only tells a
-# candidate from the default.
-RACE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSettings().max_pairs)
+# The winner's race and pruning time one config against another (tuner.winner) to a tight
+# interval, with no early stop: they tell apart programs a percent or two apart, where a screen
+# only tells a candidate from the default.
+COMPARE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSettings().max_pairs,
+                           target_half_width=0.005)
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=10.0)
 # The winner's verification runs in this many fresh workers, `VERIFY_SETTINGS` in each, and
 # takes the median; each worker's speedup is kept (`TuneResult.speedups`).
@@ -199,7 +201,7 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     try:
         with WorkerEvaluator(target.module.proto, settings.seed, plan) as evaluator:
             trials, best = run_search(evaluator, next_config, trials, settings.budget_evals,
-                                      settings.search, RACE_SETTINGS, in_time, record,
+                                      settings.search, COMPARE_SETTINGS, in_time, record,
                                       listed=bool(target.configs))
     except DefaultFails as failed:  # nothing to measure against: the task ends here
         default_fails = str(failed)
@@ -292,7 +294,9 @@ def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, setting
 
 def land_result(home: Home, result: TuneResult, on: datetime.date | None = None) -> None:
     """The task's trials and result into the warehouse, named by the task: idempotent. They
-    land under the day `on` (default today: the day the task finished)."""
+    land under the day `on` (default today: the day the task finished). The `trials` table
+    holds speedups over the default: the race's and pruning's comparisons of one config with
+    another stay in the task's own files (`save_result`)."""
     today = on or datetime.date.today()
     rows = [{"dt": today, "trial_id": task_digest(result.task_id, t.index),
              "task_id": result.task_id, "kind": result.kind, "fingerprint": result.fingerprint,
@@ -300,7 +304,7 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
              "config": config_key(t.config), "program": t.program, "outcome": t.outcome,
              "speedup": t.speedup, "ci_low": t.ci_low, "ci_high": t.ci_high,
              "numerics_ok": t.numerics_ok, "compile_seconds": t.compile_seconds, "error": t.error}
-            for t in result.trials]
+            for t in result.trials if t.baseline is None]
     warehouse = Warehouse(home)
     warehouse.append(TRIALS, pa.Table.from_pylist(rows, TRIALS.schema), f"task-{result.task_id}")
     summary = {k: v for k, v in result.to_json().items()
@@ -317,8 +321,10 @@ def _result_from_json(data: dict[str, Any]) -> TuneResult:
 
 
 def _with_config(cls: type[T], data: dict[str, Any]) -> T:
-    """A Trial or TuneResult from its JSON form: every field as written, the config decoded."""
-    return cls(**{**data, "config": config_from_json(data["config"])})
+    """A Trial or TuneResult from its JSON form: every field as written, the configs decoded."""
+    decoded = {name: config_from_json(data[name]) for name in ("config", "baseline")
+               if data.get(name) is not None}
+    return cls(**{**data, **decoded})
 
 
 def task_digest(*parts: object) -> str:

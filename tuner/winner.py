@@ -2,18 +2,23 @@
 
 The best screen of a search is biased upward: among forty noisy screens, the luckiest wins,
 and where several configs are close (three levers of 3% to 12% each) it is often not the
-fastest one. So the winner is chosen in two steps:
+fastest one. And a screen stops as soon as it tells a candidate from the default, so two
+screens cannot tell a change worth 1% from none. So the winner is chosen by comparisons
+(`Compare`): one config timed against another, paired and interleaved in one process, so the
+difference between two close programs is measured directly, not as the difference of two
+measurements against the default taken at other times (each +-2%: the whole gain of a small
+lever, which is how a 40-evaluation search once pruned a 1.2% change out of a 2.8% win).
 
 1. race: the finalists (`finalists`: the best screened programs whose intervals reach the best
-   one's) are each measured once more, afresh and without early stopping, and the fastest of
-   those fresh measurements wins. A screen picks the finalists; a measurement that took no
-   part in the selection picks the winner.
-2. prune: the winner is cut down to the changes that matter (`prune`), each undo measured as
-   the race measures, and compared with the winner's race measurement: like with like (a
-   screen stopped early is +-20% at a 6x gain, and the rule keeps a change worth 1%).
+   one's) meet in turn: the best screened first, each next finalist timed against the one
+   ahead, taking its place when faster.
+2. prune: the winner is cut down to the changes that matter (`prune`): each change undone in
+   turn, the undone config timed against the winner; a change goes only where the comparison
+   shows that undoing it costs at most `PRUNE_BAND` (at its interval's lower end): a change
+   that may matter stays.
 
-Each extra measurement is a journaled trial of its phase (`race`, `prune`), so a resumed task
-does not repeat it.
+Each comparison is a journaled trial of its phase (`race`, `prune`) that names its `baseline`,
+so a resumed task does not repeat it.
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ from dataclasses import replace
 from typing import Callable
 
 from execution.flags import CompilerConfig
-from tuner.strategies import FAILED
 from tuner.trial import Trial
 
-Run = Callable[[int, CompilerConfig], Trial]
+# (index, config, baseline) -> the trial of `config` timed against `baseline` (its speedup over
+# the baseline's program).
+Compare = Callable[[int, CompilerConfig, CompilerConfig], Trial]
 FINALISTS = 3  # at most this many programs race for the win
 # A change whose undoing costs less than this (in log speedup: 1%) is no change that matters.
 PRUNE_BAND = math.log1p(0.01)
@@ -50,55 +56,55 @@ def finalists(trials: list[Trial], count: int = FINALISTS) -> list[Trial]:
     return [t for t in measured if t is best or t.high >= best.low][:count]
 
 
-def race(remeasure: Run, trials: list[Trial], record: Callable[[Trial], None]) -> Trial | None:
-    """The finalists of the search trials measured afresh by `remeasure(index, config)`; the
-    fastest fresh measurement, if it beats the default. A single finalist of one change needs
-    no race; one of several is measured afresh too, as its pruning compares fresh measurements.
-    Race trials are `record`ed and appended to `trials`; those already there (a resumed task)
-    are reused."""
+def race(compare: Compare, trials: list[Trial], record: Callable[[Trial], None]) -> Trial | None:
+    """The fastest finalist of the search trials (None: none beat the default): the best
+    screened, unless the next finalist, timed against it by `compare`, is faster, and so on;
+    returns the winner's search trial. Race trials are `record`ed and appended to `trials`;
+    those already there (a resumed task) are reused."""
     contenders = finalists([t for t in trials if t.phase == "search"])
     if not contenders:
         return None
-    if len(contenders) == 1 and len(contenders[0].config) < 2:
-        return contenders[0]  # nothing to race, and nothing to prune
-    raced = []
-    for contender in contenders:
-        again = next((t for t in trials if t.phase == "race" and t.config == contender.config),
-                     None)
-        if again is None:
-            again = replace(remeasure(len(trials), contender.config), phase="race")
-            record(again)
-            trials.append(again)
-        raced.append(again)
-    winner = max(raced, key=lambda t: t.fitness)
-    return winner if winner.fitness > 0 else None
+    winner = contenders[0]
+    for challenger in contenders[1:]:
+        if _compared(compare, trials, record, "race", challenger.config, winner.config).fitness > 0:
+            winner = challenger
+    return winner
 
 
-def prune(run: Run, trials: list[Trial], record: Callable[[Trial], None],
+def prune(compare: Compare, trials: list[Trial], record: Callable[[Trial], None],
           best: Trial | None) -> Trial | None:
     """`best` cut down to the changes that matter: each change undone in turn (the one that did
-    least alone first), kept undone while the program stays the same or the gain holds (the
-    undone config measures within the noise band of the best). A stored config is then
-    minimal: easier to read, and fewer ways to break on the next compiler. Each undo is a trial
-    of phase 'prune', evaluated by `run(index, config)` (journaled by `record`, appended to
-    `trials`: a resumed task does not redo it); a search trial of the same config is no
-    substitute (a screen is no match for `best`'s race measurement)."""
+    least alone first) and the undone config timed against the winner so far by `compare`;
+    kept undone where its program is the winner's, or where the comparison's interval shows it
+    at most `PRUNE_BAND` slower. A stored config is then minimal: easier to read, and fewer
+    ways to break on the next compiler. Each comparison is a trial of phase 'prune' (`record`ed,
+    appended to `trials`: a resumed task does not redo it). Returns the winner: the trial that
+    chose it."""
     if best is None or len(best.config) < 2:
         return best
-    alone = {next(iter(t.config.items())): t.fitness for t in trials if len(t.config) == 1}
-    order = sorted(best.config, key=lambda name: alone.get((name, best.config[name]), FAILED))
+    alone = {next(iter(t.config.items())): t.fitness for t in trials
+             if len(t.config) == 1 and t.baseline is None}
+    order = sorted(best.config, key=lambda name: alone.get((name, best.config[name]), -math.inf))
     for name in order:
         if len(best.config) == 1:  # the last change is the gain itself
             break
         config = {k: v for k, v in best.config.items() if k != name}
-        trial = next((t for t in trials if t.config == config and t.phase != "search"), None)
-        if trial is None:
-            trial = replace(run(len(trials), config), phase="prune")
-            record(trial)
-            trials.append(trial)
-        holds = trial.fitness != FAILED and trial.fitness >= best.fitness - PRUNE_BAND
-        if trial.program == best.program:
+        undone = _compared(compare, trials, record, "prune", config, best.config)
+        if undone.program == best.program:
             best = replace(best, config=config)
-        elif trial.fitness > 0 and holds:
-            best = trial
+        elif undone.numerics_ok and undone.low >= -PRUNE_BAND:
+            best = undone
     return best
+
+
+def _compared(compare: Compare, trials: list[Trial], record: Callable[[Trial], None],
+              phase: str, config: CompilerConfig, baseline: CompilerConfig) -> Trial:
+    """`config` timed against `baseline` in `phase`: the trial among `trials` (a resumed task),
+    or a new one, `record`ed and appended."""
+    known = next((t for t in trials if t.phase == phase and t.config == config
+                  and t.baseline == baseline), None)
+    if known is None:
+        known = replace(compare(len(trials), config, baseline), phase=phase, baseline=baseline)
+        record(known)
+        trials.append(known)
+    return known

@@ -23,7 +23,7 @@ from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from execution.session import measurable_module
 from execution.worker import Worker, WorkerFailure, WorkerPool
-from tuner.search import Build
+from tuner.search import Against, Build
 from tuner.trial import Trial
 
 
@@ -99,10 +99,14 @@ class WorkerEvaluator:
                                config=config)
 
     def measure(self, index: int, config: CompilerConfig, build: Build,
-                settings: MeasureSettings) -> Trial:
-        """Time the built executable against the default in the execute worker."""
+                settings: MeasureSettings, against: Against | None = None) -> Trial:
+        """Time the built executable against the default, or against `against`'s, in the
+        execute worker."""
+        baseline = None if against is None else (against[1].artifact, against[0])
         measure = functools.partial(self.executor.call, session.measure_serialized, timeout=300,
-                                    executable=build.artifact, config=config, settings=settings)
+                                    executable=build.artifact, config=config, settings=settings,
+                                    baseline=baseline)
+        base_config = None if against is None else against[0]
         try:
             measured = _once_more(measure, lambda: (self._prepare(), measure())[1])
         except WorkerFailure as failure:
@@ -110,11 +114,11 @@ class WorkerEvaluator:
                 self._prepare()  # the execute worker died with the default in it
             return Trial(index, config, "failed", build.program,
                          compile_seconds=build.compile_seconds,
-                         error=f"{failure.kind}: {failure.reason}")
+                         error=f"{failure.kind}: {failure.reason}", baseline=base_config)
         self.timeline.append(Span("measure", *measured["span"]))
         return Trial(index, config, "measured", build.program, measured["speedup"],
                      measured["ci_low"], measured["ci_high"], measured["numerics_ok"],
-                     build.compile_seconds)
+                     build.compile_seconds, baseline=base_config)
 
 
 def _once_more(first: Callable[[], Any], retry: Callable[[], Any]) -> Any:
