@@ -67,8 +67,7 @@ import tuner
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
 from execution.evaluate import EvaluationResult, evaluate
-from execution.flags import (XLA_BACKEND, CompilerConfig, config_from_json,
-                             default_backends, fusion_type_of, to_json)
+from execution.flags import CompilerConfig, config_from_json, on_top_of, to_json
 from execution.measure import MeasureSettings
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
@@ -186,15 +185,13 @@ class Bench:
         measurements (0 when it fails or is wrong)."""
         oracle_config, oracle_speedup, _ = self.oracle
         program = self.screen(config).program or config_key(config)
-        # evaluate() compiles the candidate on top of its reference: undo the oracle's moves.
-        moves = [name for name in oracle_config if name not in config]
-        if any(fusion_type_of(n) is None and n not in self.defaults for n in moves):
-            # A flag whose default the compiler does not report cannot be undone: the ratio of
-            # two verifications against the default instead.
+        change = on_top_of(config, oracle_config, self.defaults)
+        if change is None:
+            # A default the compiler does not report cannot be written back: the ratio of two
+            # verifications against the default instead.
             return self._verified(program, config, seed=1)[0] / oracle_speedup
-        undo = {name: _default_value(name, self.defaults) for name in moves}
         return self._median(f"vs-oracle:{program}", range(1, 1 + REPEATS), lambda seed: evaluate(
-            self.module, {**undo, **config}, default=oracle_config, settings=VERIFY_SETTINGS,
+            self.module, change, default=oracle_config, settings=VERIFY_SETTINGS,
             seed=seed))[0]
 
     def verify_again(self, config: CompilerConfig) -> tuple[float, float]:
@@ -269,15 +266,6 @@ class Replay:
         # the replay read the screens itself.
         return Trial(index, config, "measured", screen.program, screen.speedup, screen.ci_low,
                      numerics_ok=True)
-
-
-def _default_value(name: str, defaults: CompilerConfig) -> Any:
-    """The compiler's default for a config key: a placement's default backend, a flag's value."""
-    fusion_type = fusion_type_of(name)
-    if fusion_type is None:
-        return defaults[name]
-    backends = default_backends(fusion_type, defaults)
-    return next(iter(backends)) if len(backends) == 1 else XLA_BACKEND
 
 
 def oracle(bench: Bench, pair_moves: int) -> tuple[CompilerConfig, float, bool]:

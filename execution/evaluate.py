@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from execution import session
 from execution.compile import CompileError
@@ -133,13 +133,15 @@ def evaluate(
 def evaluate_independently(module: HloModule, candidate: CompilerConfig, workers: int,
                            default: CompilerConfig | None = None,
                            settings: MeasureSettings | None = None, timeout: float = 600.0,
-                           seed: int = 0) -> EvaluationResult:
-    """`evaluate` in `workers` fresh workers, one after another (seeds `seed`, `seed + 1`, ...),
-    as one result (`median_of`). The first failure, or a candidate that compiles to the
-    default's program, is the answer: nothing more is run."""
+                           seed: int = 0, new_worker: Callable[[], Worker] = Worker
+                           ) -> EvaluationResult:
+    """`evaluate` in `workers` fresh workers from `new_worker()`, one after another (seeds
+    `seed`, `seed + 1`, ...), as one result (`median_of`). The first failure, or a candidate
+    that compiles to the default's program, is the answer: nothing more is run."""
     results = []
     for index in range(workers):
-        result = evaluate(module, candidate, default, settings, timeout=timeout, seed=seed + index)
+        with new_worker() as worker:
+            result = evaluate(module, candidate, default, settings, worker, timeout, seed + index)
         if result.error is not None or result.identical_program:
             return result
         results.append(result)

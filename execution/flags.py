@@ -357,6 +357,28 @@ def without_defaults(config: CompilerConfig, defaults: CompilerConfig) -> Compil
     return {name: value for name, value in config.items() if not is_default(name, value, defaults)}
 
 
+def on_top_of(config: CompilerConfig, baseline: CompilerConfig,
+              defaults: CompilerConfig) -> CompilerConfig | None:
+    """`config` as a change to `baseline`: what `{**baseline, **change}` must hold to compile as
+    `config` does (as `execution.evaluate.evaluate` compiles a candidate on top of its
+    reference): `config`'s own settings, and the compiler's default for each key of `baseline`
+    that `config` leaves out. None where such a default cannot be written: a flag the
+    compiler's `defaults` do not hold, a fusion type they route to two libraries."""
+    change = dict(config)
+    for name in baseline.keys() - config.keys():
+        fusion_type = fusion_type_of(name)
+        if fusion_type is None:
+            if name not in defaults:
+                return None
+            change[name] = defaults[name]
+            continue
+        backends = default_backends(fusion_type, defaults)
+        if len(backends) > 1:
+            return None
+        change[name] = next(iter(backends), XLA_BACKEND)
+    return change
+
+
 def codegen_values(config: CompilerConfig) -> tuple[tuple[str, FlagValue], ...]:
     """The config's codegen-level flags: these change speed without changing optimized HLO."""
     return tuple(

@@ -50,6 +50,10 @@ class MeasureSettings:
     noise_band: float = 0.01  # a gain must clear 1 + noise_band at the interval's lower end
     early_looks: tuple[int, ...] = ()  # pair counts at which a clear candidate stops (docstring)
     early_alpha: float = 0.01  # the early decisions' total error rate, both sides together
+    # Stop once the interval clearly shows no gain (its upper end below 1 + noise_band). Off for
+    # a comparison of two candidates (tuner.winner), whose figure below 1 matters as much: it
+    # runs until its interval is tight, or its time is spent.
+    stop_when_no_gain: bool = True
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,8 @@ def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSe
             stop_reason = "interval tight"
             break
         # Not on the first batches: a short burst of load can make a few pairs look one-sided.
-        if high < 1.0 + settings.noise_band and n >= 2 * settings.min_pairs:
+        if settings.stop_when_no_gain and high < 1.0 + settings.noise_band \
+                and n >= 2 * settings.min_pairs:
             stop_reason = "clearly no gain"
             break
         if time.perf_counter() - started > settings.max_seconds:

@@ -8,8 +8,7 @@ execute worker keeps the module's state between calls
 candidate. A candidate is compiled in a compile worker (`compile_serialized`), which names its
 program (the optimized module's fingerprint plus its machine code, see `program_key`) and hands
 the executable back serialized. The caller measures a program once (`measure_serialized`, in the
-execute worker) and reuses the result for every other config that yields it; the tuner's race
-and pruning time one candidate against another the same way (its `baseline`).
+execute worker) and reuses the result for every other config that yields it.
 """
 
 from __future__ import annotations
@@ -122,34 +121,25 @@ def compile_serialized(module_proto: bytes, config: CompilerConfig) -> dict[str,
             "span": _span(started)}
 
 
-def measure_serialized(executable: bytes, config: CompilerConfig, settings: MeasureSettings,
-                       baseline: tuple[bytes, CompilerConfig] | None = None) -> dict[str, Any]:
-    """Load a candidate compiled elsewhere (`compile_serialized`), check its numerics against
-    the prepared default and time it against the default, or against `baseline` (another
-    executable compiled elsewhere, and its config) where given: a speedup over the baseline's
-    program. Raises RunError when XLA fails to run it."""
-    from execution.numerics import all_ok, compare_outputs
-
-    started = time.monotonic()
-    loaded = _deserialize(executable, config)
-    arguments = _STATE["arguments"]
-    checks = compare_outputs(_STATE["outputs"], run_once(loaded, arguments))
-    against = (timed_runner(_deserialize(*baseline), arguments) if baseline is not None
-               else _STATE["runner"])
-    measurement = measure_pair(against, timed_runner(loaded, arguments), settings)
-    return {**asdict(measurement), "numerics_ok": all_ok(checks),
-            "numerics": [asdict(check) for check in checks],
-            "span": _span(started)}
-
-
-def _deserialize(executable: bytes, config: CompilerConfig) -> Any:
-    """An executable serialized by `compile_serialized`, loaded on the first device."""
+def measure_serialized(executable: bytes, config: CompilerConfig,
+                       settings: MeasureSettings) -> dict[str, Any]:
+    """Load a candidate compiled elsewhere (`compile_serialized`), check its numerics and time
+    it against the prepared default; raises RunError when XLA fails to run it."""
     import jax
     from jax._src.lib import _jax
 
+    from execution.numerics import all_ok, compare_outputs
+
+    started = time.monotonic()
     device = jax.devices()[0]
-    return device.client.deserialize_executable(executable, _jax.DeviceList((device,)),
-                                                compile_options(config))
+    loaded = device.client.deserialize_executable(executable, _jax.DeviceList((device,)),
+                                                  compile_options(config))
+    arguments = _STATE["arguments"]
+    checks = compare_outputs(_STATE["outputs"], run_once(loaded, arguments))
+    measurement = measure_pair(_STATE["runner"], timed_runner(loaded, arguments), settings)
+    return {**asdict(measurement), "numerics_ok": all_ok(checks),
+            "numerics": [asdict(check) for check in checks],
+            "span": _span(started)}
 
 
 def measurable_module(module_proto: bytes) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +16,7 @@ from execution.compile import (CompileError, backend_extra_options, check_option
 from execution.evaluate import EvaluationResult, evaluate, evaluate_independently, median_of
 from execution.flags import FLAGS, FlagError, is_default, parse_assignment, to_xla
 from execution.inputs import make_inputs, parameter_specs
-from execution.measure import MeasureSettings, median_interval
+from execution.measure import MeasureSettings, measure_pair, median_interval
 from execution.numerics import all_ok, compare_outputs
 from execution.worker import Worker, WorkerFailure
 from hlo.module import from_lowered, from_text
@@ -203,6 +204,26 @@ def test_median_interval_covers_the_truth_as_often_as_it_claims(pairs: int) -> N
         _, low, high = median_interval(logs, 0.95)
         covered += low <= 1.1 <= high
     assert 0.94 <= covered / trials <= 0.995
+
+
+def _noisy_runner(seconds: float, seed: int):
+    """A Runner (execution.measure) of a program that takes `seconds` +-3% per run, no clock."""
+    rng = np.random.default_rng(seed)
+    return lambda repeats: repeats * seconds * float(np.exp(0.03 * rng.standard_normal()))
+
+
+def test_a_comparison_runs_past_no_gain_until_its_interval_is_tight() -> None:
+    # A candidate 1% slower: a measurement against the default stops once it clearly shows no
+    # gain; a comparison of two candidates (stop_when_no_gain off) goes on to a tight interval.
+    settings = MeasureSettings(warmup_runs=1, max_pairs=5000, target_half_width=0.004,
+                               max_seconds=60.0)
+    quick = measure_pair(_noisy_runner(1.0, 1), _noisy_runner(1.01, 2), settings)
+    tight = measure_pair(_noisy_runner(1.0, 1), _noisy_runner(1.01, 2),
+                         replace(settings, stop_when_no_gain=False))
+    assert quick.stop_reason == "clearly no gain" and tight.stop_reason == "interval tight"
+    assert tight.pairs > quick.pairs
+    assert (tight.ci_high - tight.ci_low) / 2 <= 0.004 * tight.speedup
+    assert tight.ci_low <= 1 / 1.01 <= tight.ci_high
 
 
 def test_sandbox_survives_crash_timeout_and_oom() -> None:

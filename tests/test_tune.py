@@ -170,19 +170,22 @@ def test_on_one_core_compiles_and_measurements_take_turns(tmp_path):
     assert not any(_overlaps(c, m) for c in compiles for m in measures)
 
 
-def test_the_execute_worker_times_a_candidate_against_another_candidate(tmp_path):
+def test_a_comparison_of_two_candidates_runs_in_fresh_workers(tmp_path):
     # The race and pruning compare two configs directly (`against`): here the default against
     # a config far slower (no backend optimization), and the other way round.
     module = from_text(_write_module(tmp_path / "conv.hlo", conv_net, (4, 16, 16, 16),
                                      (3, 3, 16, 32), (3, 3, 32, 32)).read_text())
     slow = {"xla_backend_optimization_level": 0}
-    quick = MeasureSettings(max_seconds=1.0, min_pairs=10)
+    quick = MeasureSettings(max_seconds=1.0, min_pairs=10, stop_when_no_gain=False)
     with WorkerEvaluator(module.proto, 0, plan_cores()) as evaluator:
         slow_build, default_build = (evaluator.build(c).result() for c in (slow, {}))
         alone = evaluator.measure(0, slow, slow_build, quick)
         over_slow = evaluator.measure(1, {}, default_build, quick, against=(slow, slow_build))
+        measured_in_the_search = [s.pid for s in evaluator.timeline if s.kind == "measure"]
     assert alone.baseline is None and alone.ci_high < 1.0
     assert over_slow.baseline == slow and over_slow.ci_low > 1.0 and over_slow.numerics_ok
+    # The comparison ran outside the search's execute worker: it measured the screen alone.
+    assert len(measured_in_the_search) == 1
 
 
 def nbody_step(pos, vel, mass):

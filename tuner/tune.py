@@ -68,11 +68,12 @@ T = TypeVar("T")
 # candidate of a module that runs for half a second costs seconds, not a minute.
 SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
                                   early_looks=(10, 15, 20, 30))
-# The winner's race and pruning time one config against another (tuner.winner) to a tight
-# interval, with no early stop: they tell apart programs a percent or two apart, where a screen
-# only tells a candidate from the default.
+# The winner's race and pruning time one config against another (tuner.winner), in fresh
+# workers (tuner.worker_evaluator.COMPARE_WORKERS), each to a tight interval or 4 s, with no
+# early stop: they tell apart programs a percent apart, where a screen only tells a candidate
+# from the default.
 COMPARE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSettings().max_pairs,
-                           target_half_width=0.005)
+                           max_seconds=4.0, target_half_width=0.005, stop_when_no_gain=False)
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=10.0)
 # The winner's verification runs in this many fresh workers, `VERIFY_SETTINGS` in each, and
 # takes the median; each worker's speedup is kept (`TuneResult.speedups`).

@@ -4,21 +4,23 @@ The best screen of a search is biased upward: among forty noisy screens, the luc
 and where several configs are close (three levers of 3% to 12% each) it is often not the
 fastest one. And a screen stops as soon as it tells a candidate from the default, so two
 screens cannot tell a change worth 1% from none. So the winner is chosen by comparisons
-(`Compare`): one config timed against another, paired and interleaved in one process, so the
-difference between two close programs is measured directly, not as the difference of two
-measurements against the default taken at other times (each +-2%: the whole gain of a small
-lever, which is how a 40-evaluation search once pruned a 1.2% change out of a 2.8% win).
+(`Compare`): one config timed against another, paired and interleaved, so the difference
+between two close programs is measured directly, not as the difference of two measurements
+against the default taken at other times (each +-2%: the whole gain of a small lever, which is
+how a 40-evaluation search once pruned a 1.2% change out of a 2.8% win).
 
 1. race: the finalists (`finalists`: the best screened programs whose intervals reach the best
    one's) meet in turn: the best screened first, each next finalist timed against the one
    ahead, taking its place when faster.
 2. prune: the winner is cut down to the changes that matter (`prune`): each change undone in
-   turn, the undone config timed against the winner; a change goes only where the comparison
-   shows that undoing it costs at most `PRUNE_BAND` (at its interval's lower end): a change
-   that may matter stays.
+   turn and the undone config timed against the winner; a change stays only where undoing it
+   is slower. A change that does nothing goes half the time (a coin toss of noise), one that
+   costs goes most of the time, one that gains stays most of the time: a stored config is
+   the gain first, minimal second.
 
 Each comparison is a journaled trial of its phase (`race`, `prune`) that names its `baseline`,
-so a resumed task does not repeat it.
+so a resumed task does not repeat it; a comparison made in the race is not made again in the
+pruning.
 """
 
 from __future__ import annotations
@@ -34,8 +36,6 @@ from tuner.trial import Trial
 # the baseline's program).
 Compare = Callable[[int, CompilerConfig, CompilerConfig], Trial]
 FINALISTS = 3  # at most this many programs race for the win
-# A change whose undoing costs less than this (in log speedup: 1%) is no change that matters.
-PRUNE_BAND = math.log1p(0.01)
 
 
 def best_trial(trials: list[Trial]) -> Trial | None:
@@ -75,11 +75,10 @@ def prune(compare: Compare, trials: list[Trial], record: Callable[[Trial], None]
           best: Trial | None) -> Trial | None:
     """`best` cut down to the changes that matter: each change undone in turn (the one that did
     least alone first) and the undone config timed against the winner so far by `compare`;
-    kept undone where its program is the winner's, or where the comparison's interval shows it
-    at most `PRUNE_BAND` slower. A stored config is then minimal: easier to read, and fewer
-    ways to break on the next compiler. Each comparison is a trial of phase 'prune' (`record`ed,
-    appended to `trials`: a resumed task does not redo it). Returns the winner: the trial that
-    chose it."""
+    kept undone where its program is the winner's, or where it is no slower (a stored config
+    is then minimal: easier to read, and fewer ways to break on the next compiler). Each
+    comparison is a trial of phase 'prune' (`record`ed, appended to `trials`: a resumed task
+    does not redo it). Returns the winner: the trial that chose it."""
     if best is None or len(best.config) < 2:
         return best
     alone = {next(iter(t.config.items())): t.fitness for t in trials
@@ -92,17 +91,16 @@ def prune(compare: Compare, trials: list[Trial], record: Callable[[Trial], None]
         undone = _compared(compare, trials, record, "prune", config, best.config)
         if undone.program == best.program:
             best = replace(best, config=config)
-        elif undone.numerics_ok and undone.low >= -PRUNE_BAND:
+        elif undone.fitness >= 0:  # correct, and no slower
             best = undone
     return best
 
 
 def _compared(compare: Compare, trials: list[Trial], record: Callable[[Trial], None],
               phase: str, config: CompilerConfig, baseline: CompilerConfig) -> Trial:
-    """`config` timed against `baseline` in `phase`: the trial among `trials` (a resumed task),
-    or a new one, `record`ed and appended."""
-    known = next((t for t in trials if t.phase == phase and t.config == config
-                  and t.baseline == baseline), None)
+    """`config` timed against `baseline`: the trial among `trials` (of any phase: the race's,
+    or a resumed task's), or a new one of `phase`, `record`ed and appended."""
+    known = next((t for t in trials if t.config == config and t.baseline == baseline), None)
     if known is None:
         known = replace(compare(len(trials), config, baseline), phase=phase, baseline=baseline)
         record(known)

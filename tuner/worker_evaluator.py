@@ -3,6 +3,9 @@ compile workers while the execute worker, which compiled the default once, measu
 (`execution.session`); each set of workers is pinned to its own cores (`execution.cores`), so
 a compile never runs beside a measurement on the same core.
 
+A comparison of two candidates (the winner's race and pruning) runs in fresh workers instead, on
+the execute cores, each compiling both (`_compare`).
+
 A crash, out-of-memory or timeout is retried once in a fresh worker; a second one fails the
 trial, and the search goes on. An execute worker that dies takes the prepared default with it:
 the default is prepared again in its successor.
@@ -17,14 +20,20 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from execution import session
+from execution.compile import compiler_defaults
 from execution.cores import CorePlan, plan_cores
-from execution.evaluate import DefaultFails, prepare_default
-from execution.flags import CompilerConfig
+from execution.evaluate import DefaultFails, evaluate_independently, prepare_default
+from execution.flags import CompilerConfig, on_top_of
 from execution.measure import MeasureSettings
 from execution.session import measurable_module
 from execution.worker import Worker, WorkerFailure, WorkerPool
+from hlo.module import HloModule
 from tuner.search import Against, Build
 from tuner.trial import Trial
+
+# A comparison of two configs (the winner's race and pruning) is the median of this many fresh
+# workers' measurements, as the winner's verification is (tuner.tune.VERIFY_WORKERS).
+COMPARE_WORKERS = 3
 
 
 @dataclass(frozen=True)
@@ -100,13 +109,12 @@ class WorkerEvaluator:
 
     def measure(self, index: int, config: CompilerConfig, build: Build,
                 settings: MeasureSettings, against: Against | None = None) -> Trial:
-        """Time the built executable against the default, or against `against`'s, in the
-        execute worker."""
-        baseline = None if against is None else (against[1].artifact, against[0])
+        """Time the built executable against the default in the execute worker; or compare it
+        with another config (`against`: see `_compare`)."""
+        if against is not None:
+            return self._compare(index, config, build, against[0], settings)
         measure = functools.partial(self.executor.call, session.measure_serialized, timeout=300,
-                                    executable=build.artifact, config=config, settings=settings,
-                                    baseline=baseline)
-        base_config = None if against is None else against[0]
+                                    executable=build.artifact, config=config, settings=settings)
         try:
             measured = _once_more(measure, lambda: (self._prepare(), measure())[1])
         except WorkerFailure as failure:
@@ -114,11 +122,33 @@ class WorkerEvaluator:
                 self._prepare()  # the execute worker died with the default in it
             return Trial(index, config, "failed", build.program,
                          compile_seconds=build.compile_seconds,
-                         error=f"{failure.kind}: {failure.reason}", baseline=base_config)
+                         error=f"{failure.kind}: {failure.reason}")
         self.timeline.append(Span("measure", *measured["span"]))
         return Trial(index, config, "measured", build.program, measured["speedup"],
                      measured["ci_low"], measured["ci_high"], measured["numerics_ok"],
-                     build.compile_seconds, baseline=base_config)
+                     build.compile_seconds)
+
+    def _compare(self, index: int, config: CompilerConfig, build: Build,
+                 baseline: CompilerConfig, settings: MeasureSettings) -> Trial:
+        """`config` timed against `baseline`, paired, in `COMPARE_WORKERS` fresh workers on the
+        execute cores, one after another: the median of their speedups over the baseline. One
+        process is not enough: two processes rank two programs a percent or two apart
+        differently (recommender-s: +1.3% in the search's execute worker, -1% in fresh ones)."""
+        change = on_top_of(config, baseline, compiler_defaults())
+        if change is None:
+            return Trial(index, config, "failed", build.program, baseline=baseline,
+                         error="cannot be written as a change to its baseline")
+        result = evaluate_independently(
+            HloModule(self.module_proto, "", "tuning"), change, COMPARE_WORKERS, baseline,
+            settings, seed=self.seed, new_worker=functools.partial(Worker, cores=self.plan.execute))
+        if result.error is not None:
+            return Trial(index, config, "failed", build.program, baseline=baseline,
+                         compile_seconds=build.compile_seconds, error=result.error)
+        if result.identical_program:
+            return Trial(index, config, "identical", build.program, 1.0, 1.0, 1.0, True,
+                         build.compile_seconds, baseline=baseline)
+        return Trial(index, config, "measured", build.program, result.speedup, result.ci_low,
+                     result.ci_high, result.numerics_ok, build.compile_seconds, baseline=baseline)
 
 
 def _once_more(first: Callable[[], Any], retry: Callable[[], Any]) -> Any:
