@@ -41,6 +41,7 @@ class NightlySettings:
     tune_evals: int = 24  # per graph
     tune_minutes: float = 20.0  # for the whole stage
     validate_minutes: float = 10.0
+    verify_workers: int | None = None  # per tuned winner (None: the tuner's default)
     # Entries measured more recently on the validator's compiler are not measured again.
     revalidate_after: datetime.timedelta = datetime.timedelta(days=1)
     beam_args: tuple[str, ...] = ()
@@ -146,7 +147,8 @@ def _tune(home: Home, settings: NightlySettings, progress: bool) -> dict[str, An
     deadline = time.monotonic() + 60 * settings.tune_minutes
     tasks = tunable_candidates(home, settings.top, untried=True)
     # Graphs get the stage's budget but what the ops need, split evenly; ops get what is left.
-    graphs = stages.tune_settings("graph", budget_evals=settings.tune_evals)
+    graphs = stages.tune_settings("graph", budget_evals=settings.tune_evals,
+                                  verify_workers=settings.verify_workers)
     results = stages.tune_graphs(home, tasks, graphs, progress, deadline=deadline,
                                  reserve=1 if settings.top_ops else 0)
     counts = {"graphs": len(tasks), "tuned": len(results), "accepted": sum(r.accepted for r in results),
@@ -154,7 +156,8 @@ def _tune(home: Home, settings: NightlySettings, progress: bool) -> dict[str, An
     left = (deadline - time.monotonic()) / 60
     if settings.top_ops and left > 0:
         ops = tune_ops_and_fold(home, settings.top_ops,
-                                stages.tune_settings("op", budget_minutes=left / settings.top_ops),
+                                stages.tune_settings("op", budget_minutes=left / settings.top_ops,
+                                                     verify_workers=settings.verify_workers),
                                 progress=progress, untried=True)
         counts.update(ops=len(ops.results), ops_accepted=sum(r.accepted for r in ops.results),
                       folds=len(ops.folds), folds_accepted=sum(f.accepted for _, f in ops.folds))

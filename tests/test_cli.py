@@ -143,6 +143,17 @@ def test_a_store_action_missing_or_given_a_bad_argument_is_bad_input(tmp_path):
         assert named in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_worker_count_below_one_is_bad_input(tmp_path):
+    module = tmp_path / "m.hlo"
+    module.write_text("HloModule m\n\nENTRY e {\n  ROOT p = f32[4] parameter(0)\n}\n")
+    for args, named in ((["evaluate", str(module), "--workers", "0"], "--workers 0"),
+                        (["tune", str(module), "--verify-workers", "0"], "--verify-workers 0"),
+                        (["nightly", "--verify-workers", "-1"], "--verify-workers -1")):
+        done = fdo(tmp_path / "home", *args)
+        assert done.returncode == 2 and named in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+
+
 def test_progress_bar_is_drawn_on_a_terminal_only(monkeypatch):
     def drawn(enabled: bool = True) -> bool:
         with progress_bar(range(3), desc="x", enabled=enabled) as bar:

@@ -25,6 +25,7 @@ from workloads.simulator.run import simulate
 
 DATE = datetime.date(2026, 5, 2)
 FAST = ["--top", "1", "--top-ops", "0", "--tune-evals", "4", "--tune-minutes", "4", "--validate-minutes", "1",
+        "--verify-workers", "1",
         "--direct_running_mode=in_memory"]
 
 

@@ -38,6 +38,8 @@ from workloads.zoo.dump import dump_workload
 
 QUICK = TuneSettings(budget_evals=200, strategy="exhaustive",
                      search=MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=60, max_seconds=1.0),
+                     compare=MeasureSettings(min_pairs=10, batch_pairs=10, max_seconds=1.0,
+                                             stop_when_no_gain=False),
                      verify=MeasureSettings(min_pairs=20, batch_pairs=20, max_pairs=200, max_seconds=3.0))
 FOLD = TuneSettings(search=QUICK.search,
                     verify=MeasureSettings(min_pairs=20, batch_pairs=20, max_pairs=200, max_seconds=3.0))

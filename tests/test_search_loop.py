@@ -159,12 +159,12 @@ def test_pruning_times_each_undo_against_the_winner_and_drops_a_change_that_cost
     journal: list[Trial] = []
     trials, best = run(evaluator, listed([{"b": 1}, {"a": 1, "b": 1}]), budget=2, journal=journal)
     assert best.config == {"a": 1} and best.phase == "prune"
-    # A single finalist: no race. Each undo timed against the winner (the search's screen of
-    # {"b": 1} is no comparison with AB); without b it is no slower: b goes.
+    # A single finalist: no race. Undoing a leaves {"b": 1}, whose screen lies wholly below
+    # AB's: a stays, no comparison needed. Undoing b is timed against the winner (no screen
+    # of {"a": 1} to go by); without b it is no slower: b goes.
     assert [(t.phase, t.config, t.baseline) for t in journal][2:] == [
-        ("prune", {"b": 1}, {"a": 1, "b": 1}), ("prune", {"a": 1}, {"a": 1, "b": 1})]
-    assert evaluator.measured == [("B", SCREEN), ("AB", SCREEN), ("B/AB", COMPARE),
-                                  ("A/AB", COMPARE)]
+        ("prune", {"a": 1}, {"a": 1, "b": 1})]
+    assert evaluator.measured == [("B", SCREEN), ("AB", SCREEN), ("A/AB", COMPARE)]
 
 
 def test_a_comparison_the_race_made_is_not_made_again_in_the_pruning():
@@ -173,10 +173,18 @@ def test_a_comparison_the_race_made_is_not_made_again_in_the_pruning():
                                      ({"b": 1}, "B", 1.0, None)))
     journal: list[Trial] = []
     _, best = run(evaluator, listed([both, a_only, {"b": 1}]), budget=3, journal=journal)
-    # The race timed A against AB (slower); undoing b from AB is that very comparison.
+    # The race timed A against AB (slower); undoing b from AB is that very comparison. Undoing
+    # a leaves B, screened wholly below AB: no comparison.
     assert best.config == both
-    assert [(t.phase, t.config) for t in journal[3:]] == [("race", a_only), ("prune", {"b": 1})]
-    assert [m for m, _ in evaluator.measured] == ["AB", "A", "B", "A/AB", "B/AB"]
+    assert [(t.phase, t.config) for t in journal[3:]] == [("race", a_only)]
+    assert [m for m, _ in evaluator.measured] == ["AB", "A", "B", "A/AB"]
+
+
+def test_a_search_without_a_significant_screen_makes_no_comparison():
+    # Two configs within the noise of the default (1.005 +-2%): the verification alone decides.
+    evaluator = TableEvaluator(table(({"a": 1}, "A", 1.005, None), ({"a": 2}, "B", 1.004, None)))
+    _, best = run(evaluator, listed([{"a": 1}, {"a": 2}]), budget=2)
+    assert best.config == {"a": 1} and [m for m, _ in evaluator.measured] == ["A", "B"]
 
 
 def test_a_fixed_list_is_evaluated_in_order_and_its_best_wins_as_measured():

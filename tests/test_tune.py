@@ -275,8 +275,9 @@ def test_tune_on_a_url_home_journals_lands_and_resumes_there(tmp_path):
     module = from_text(_write_module(tmp_path / "add.hlo", lambda a, b: a + b, (64,), (64,)).read_text())
     local = tmp_path / "home"
     home = Home.of(url_of(local))
-    quick = TuneSettings(budget_evals=3, search=MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=40,
-                                                               max_seconds=1.0))
+    short = MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=40, max_seconds=1.0)
+    quick = TuneSettings(budget_evals=3, search=short, compare=short, verify=short,
+                         verify_workers=1)
     UrlFileSystem.used.clear()
     result = tune_module(module, home, quick)
     task = local / "tuner" / "tasks" / result.task_id
@@ -305,12 +306,13 @@ def test_kill_9_mid_search_then_rerun_loses_and_duplicates_nothing(tmp_path):
     module = _write_module(tmp_path / "conv.hlo", conv_net, (8, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
     home = tmp_path / "home"
     command = [sys.executable, "-m", "pipelines.cli", "--home", str(home), "tune", str(module),
-               "--budget-evals", "6", "--strategy", "random", "--json"]
+               "--budget-evals", "6", "--strategy", "random", "--verify-workers", "1", "--json"]
     journal = kill_9_once_journaled(command, home / "tuner" / "tasks", "*/trials.jsonl", lines=2)
     assert journal is not None
     before = journal.read_text().splitlines()
     assert 2 <= len(before) < 6
-    rerun = fdo(home, "tune", str(module), "--budget-evals", "6", "--strategy", "random", "--json")
+    rerun = fdo(home, "tune", str(module), "--budget-evals", "6", "--strategy", "random",
+                "--verify-workers", "1", "--json")
     assert rerun.returncode == 0, rerun.stderr
     after = journal.read_text().splitlines()
     assert after[: len(before)] == before  # nothing redone, nothing lost
@@ -329,7 +331,8 @@ def test_kill_9_mid_search_then_rerun_loses_and_duplicates_nothing(tmp_path):
     trials = Warehouse(home).read(TRIALS).to_pylist()
     assert sorted(t["index"] for t in trials) == against_default
     assert len({t["trial_id"] for t in trials}) == len(against_default)
-    again = fdo(home, "tune", str(module), "--budget-evals", "6", "--strategy", "random", "--json")
+    again = fdo(home, "tune", str(module), "--budget-evals", "6", "--strategy", "random",
+                "--verify-workers", "1", "--json")
     assert json.loads(again.stdout)["task_id"] == json.loads(rerun.stdout)["task_id"]
     assert Warehouse(home).read(TRIALS).num_rows == len(against_default)
     assert Warehouse(home).read(TUNING_RESULTS).num_rows == 1
@@ -339,7 +342,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(tmp_path):
     module = _write_module(tmp_path / "conv.hlo", conv_net, (8, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
     home = tmp_path / "home"
     command = [sys.executable, "-m", "pipelines.cli", "--home", str(home), "tune", str(module),
-               "--budget-evals", "6", "--strategy", "random", "--json"]
+               "--budget-evals", "6", "--strategy", "random", "--verify-workers", "1", "--json"]
     journal, code = signal_once_journaled(command, home / "tuner" / "tasks", "*/trials.jsonl",
                                           2, signal.SIGINT)
     assert code == 130 and journal is not None

@@ -24,6 +24,7 @@ its phase.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -159,15 +160,19 @@ def run_search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], 
                in_time: Callable[[], bool], record: Callable[[Trial], None],
                listed: bool = False) -> tuple[list[Trial], Trial | None]:
     """A task's search from its journaled `trials` (a resumed task repeats none): the search
-    phase to `budget`, then, unless the configs are a fixed list (`listed`: its best, as
-    measured), the finalists' race and the winner's pruning, each a comparison of one config
-    against another measured with `compare_settings`. Returns every trial, search phase first,
-    and the winner (None: nothing beat the default)."""
+    phase to `budget`, then, where the best screen is a significant gain and the configs are
+    no fixed list (`listed`), the finalists' race and the winner's pruning, each a comparison
+    of one config against another measured with `compare_settings`; otherwise the best screen
+    as measured. Returns every trial, search phase first, and the winner (None: nothing beat
+    the default)."""
     searched = [t for t in trials if t.phase == "search"]
     search(evaluator, next_config, searched, budget, settings, in_time, record)
     trials = searched + [t for t in trials if t.phase != "search"]
-    if listed:
-        return trials, best_trial(trials)
+    leader = best_trial(searched)
+    if listed or leader is None or leader.low <= math.log1p(settings.noise_band):
+        # A fixed list is measured as it is; a search whose best screen is no significant gain
+        # leaves it to the verification to say so, without comparisons.
+        return trials, leader
     builds: dict[str, Future[Build]] = {}  # the winner is a baseline again and again
 
     def build(config: CompilerConfig) -> Future[Build]:

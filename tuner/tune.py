@@ -69,11 +69,11 @@ T = TypeVar("T")
 SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
                                   early_looks=(10, 15, 20, 30))
 # The winner's race and pruning time one config against another (tuner.winner), in fresh
-# workers (tuner.worker_evaluator.COMPARE_WORKERS), each to a tight interval or 4 s, with no
+# workers (tuner.worker_evaluator.COMPARE_WORKERS), each to a tight interval or 3 s, with no
 # early stop: they tell apart programs a percent apart, where a screen only tells a candidate
 # from the default.
 COMPARE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSettings().max_pairs,
-                           max_seconds=4.0, target_half_width=0.005, stop_when_no_gain=False)
+                           max_seconds=3.0, target_half_width=0.005, stop_when_no_gain=False)
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=10.0)
 # The winner's verification runs in this many fresh workers, `VERIFY_SETTINGS` in each, and
 # takes the median; each worker's speedup is kept (`TuneResult.speedups`).
@@ -92,6 +92,7 @@ class TuneSettings:
     cores: frozenset[int] | None = None  # the cores to compile and measure on (default: all)
     compile_workers: int | None = None  # default: one per compile core (see execution.cores)
     search: MeasureSettings = SEARCH_SETTINGS
+    compare: MeasureSettings = COMPARE_SETTINGS
     verify: MeasureSettings = VERIFY_SETTINGS
     verify_workers: int = VERIFY_WORKERS
 
@@ -184,14 +185,18 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     journal = task_file(home, task_id, "trials.jsonl")
     trials = [_with_config(Trial, data) for data in read_records(home, journal)]
     started = time.monotonic()
-    bar = progress_bar(total=settings.budget_evals, initial=evaluations(trials),
+    bar = progress_bar(total=settings.budget_evals,
+                       initial=evaluations([t for t in trials if t.phase == "search"]),
                        desc=f"tune {target.label}", unit="eval", enabled=progress)
     def in_time() -> bool:
         return not settings.budget_minutes or time.monotonic() - started < 60 * settings.budget_minutes
 
     def record(trial: Trial) -> None:
         append_record(home, journal, asdict(trial))
-        bar.update(int(trial.timed))
+        if trial.phase == "search":
+            bar.update(int(trial.timed))
+        else:  # the budget is spent: say what the minute or two after it goes to
+            bar.set_postfix_str(f"choosing the winner ({trial.phase})")
 
     if target.configs:  # a fixed list, in order
         next_config = functools.partial(_listed, target.configs)
@@ -202,13 +207,15 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     try:
         with WorkerEvaluator(target.module.proto, settings.seed, plan) as evaluator:
             trials, best = run_search(evaluator, next_config, trials, settings.budget_evals,
-                                      settings.search, COMPARE_SETTINGS, in_time, record,
+                                      settings.search, settings.compare, in_time, record,
                                       listed=bool(target.configs))
     except DefaultFails as failed:  # nothing to measure against: the task ends here
         default_fails = str(failed)
-    bar.close()
+    if best is not None:
+        bar.set_postfix_str(f"verifying in {settings.verify_workers} fresh workers")
     result = _verify(target, trials, best, settings, task_id, env_key,
                      environment.compiler_version, default_fails)
+    bar.close()
     save_result(home, result)
     land_result(home, result)
     return result

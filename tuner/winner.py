@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Callable
 
 from execution.flags import CompilerConfig
+from tuner.strategies import FAILED
 from tuner.trial import Trial
 
 # (index, config, baseline) -> the trial of `config` timed against `baseline` (its speedup over
@@ -76,7 +77,9 @@ def prune(compare: Compare, trials: list[Trial], record: Callable[[Trial], None]
     """`best` cut down to the changes that matter: each change undone in turn (the one that did
     least alone first) and the undone config timed against the winner so far by `compare`;
     kept undone where its program is the winner's, or where it is no slower (a stored config
-    is then minimal: easier to read, and fewer ways to break on the next compiler). Each
+    is then minimal: easier to read, and fewer ways to break on the next compiler). Where the
+    search screened both configs and their intervals lie apart, the undone one below, the
+    change stays without a comparison (a 7x lever needs no paired timing to show). Each
     comparison is a trial of phase 'prune' (`record`ed, appended to `trials`: a resumed task
     does not redo it). Returns the winner: the trial that chose it."""
     if best is None or len(best.config) < 2:
@@ -88,12 +91,25 @@ def prune(compare: Compare, trials: list[Trial], record: Callable[[Trial], None]
         if len(best.config) == 1:  # the last change is the gain itself
             break
         config = {k: v for k, v in best.config.items() if k != name}
+        if _clearly_slower(_screen(trials, config), _screen(trials, best.config)):
+            continue  # the screens alone show the change matters
         undone = _compared(compare, trials, record, "prune", config, best.config)
         if undone.program == best.program:
             best = replace(best, config=config)
         elif undone.fitness >= 0:  # correct, and no slower
             best = undone
     return best
+
+
+def _screen(trials: list[Trial], config: CompilerConfig) -> Trial | None:
+    """The search's screen of exactly `config` against the default, if it has one."""
+    return next((t for t in trials if t.phase == "search" and t.config == config
+                 and t.fitness != FAILED), None)
+
+
+def _clearly_slower(undone: Trial | None, best: Trial | None) -> bool:
+    """Whether screen `undone` lies wholly below screen `best` (both known)."""
+    return undone is not None and best is not None and undone.high < best.low
 
 
 def _compared(compare: Compare, trials: list[Trial], record: Callable[[Trial], None],

@@ -31,6 +31,8 @@ def add_nightly(sub: Subcommands) -> None:
                    help="budget of the tune stage")
     p.add_argument("--validate-minutes", type=float, default=10.0, metavar="MINUTES",
                    help="budget of the validator")
+    p.add_argument("--verify-workers", type=int, default=None, metavar="N",
+                   help="fresh workers that verify each tuned winner (default: the tuner's, 3)")
     p.add_argument("--force", action="store_true", help="run every stage again for a finished date")
     p.add_argument("--json", action="store_true", help="print each stage's status and counts as JSON")
     p.set_defaults(run=cmd_nightly, takes_beam_args=True, home_url=True)
@@ -43,11 +45,14 @@ def cmd_nightly(args: argparse.Namespace, home: Home) -> int:
 
     from pipelines.nightly import NightlySettings, run_nightly
 
+    if args.verify_workers is not None and args.verify_workers < 1:
+        raise ValueError(f"--verify-workers {args.verify_workers}: at least one is needed")
     settings = NightlySettings(
         date=datetime.date.fromisoformat(args.date) if args.date else datetime.date.today(),
         inbox=tuple(Path(p) for p in args.inbox), window_days=args.window_days, top=args.top,
         top_ops=args.top_ops, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
-        validate_minutes=args.validate_minutes, beam_args=tuple(args.beam_args), force=args.force)
+        validate_minutes=args.validate_minutes, verify_workers=args.verify_workers,
+        beam_args=tuple(args.beam_args), force=args.force)
     report = run_nightly(home, settings, progress=not args.json)
     if args.json:
         print_json(report.to_json())

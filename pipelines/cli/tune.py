@@ -188,6 +188,9 @@ def add_tune(sub: Subcommands) -> None:
                    "measure (default: all available)")
     p.add_argument("--compile-workers", type=int, default=None, metavar="N",
                    help="compile worker processes (default: one per compile core)")
+    p.add_argument("--verify-workers", type=int, default=None, metavar="N",
+                   help="fresh workers that verify the winner, one after another; it is accepted "
+                   "on their median (default: 3; 1 is faster, and trusts one process)")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the search")
     p.add_argument("--json", action="store_true", help="print the tuning results as JSON")
     p.set_defaults(run=cmd_tune, home_url=True)
@@ -257,17 +260,20 @@ def _tune_exit(results: list[Any]) -> int:
 
 def _tune_settings(args: argparse.Namespace) -> Any:
     """`fdo tune`'s TuneSettings from its arguments, the kind's defaults for the rest; ValueError
-    names a bad --cores or --compile-workers."""
+    names a bad --cores, --compile-workers or --verify-workers."""
     from execution.cores import parse_cores
 
-    if args.compile_workers is not None and args.compile_workers < 1:
-        raise ValueError(f"--compile-workers {args.compile_workers}: at least one is needed")
+    for option in ("compile_workers", "verify_workers"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            raise ValueError(f"--{option.replace('_', '-')} {value}: at least one is needed")
     # --budget-evals 0 asks for no budget of its own: the kind's default, as without it.
     return stages.tune_settings(args.kind, budget_evals=args.budget_evals or None,
                                 budget_minutes=args.budget_minutes, strategy=args.strategy,
                                 schedule=not args.plain, seed=args.seed,
                                 cores=parse_cores(args.cores) if args.cores else None,
-                                compile_workers=args.compile_workers)
+                                compile_workers=args.compile_workers,
+                                verify_workers=args.verify_workers)
 
 
 def _print_tune_result(label: str, r: Any) -> None:
