@@ -40,9 +40,9 @@ QUICK = TuneSettings(budget_evals=200, strategy="exhaustive",
                      search=MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=60, max_seconds=1.0),
                      compare=MeasureSettings(min_pairs=10, batch_pairs=10, max_seconds=1.0,
                                              stop_when_no_gain=False),
-                     verify=MeasureSettings(min_pairs=20, batch_pairs=20, max_pairs=200, max_seconds=3.0))
-FOLD = TuneSettings(search=QUICK.search,
-                    verify=MeasureSettings(min_pairs=20, batch_pairs=20, max_pairs=200, max_seconds=3.0))
+                     verify=MeasureSettings(min_pairs=20, batch_pairs=20, max_pairs=200, max_seconds=3.0),
+                     verify_workers=1)
+FOLD = TuneSettings(search=QUICK.search, verify=QUICK.verify, verify_workers=1)
 
 
 def _optimized(name: str) -> HloModule:

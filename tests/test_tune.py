@@ -265,7 +265,8 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
 
 def test_tune_reports_no_gain_where_there_is_none(tmp_path):
     module = _write_module(tmp_path / "add.hlo", lambda a, b: a + b, (64,), (64,))
-    result = fdo(tmp_path / "home", "tune", str(module), "--budget-evals", "5", "--json")
+    result = fdo(tmp_path / "home", "tune", str(module), "--budget-evals", "5",
+                 "--verify-workers", "1", "--json")
     assert result.returncode == 0, result.stderr
     tuned = json.loads(result.stdout)
     assert not tuned["accepted"] and tuned["status"] == "no significant gain"
