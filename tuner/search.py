@@ -18,8 +18,8 @@ recorded screens through this same loop with an evaluator that answers from its 
 
 A task's phases (`run_search`): the search proper (`search`: the strategy's proposals until the
 budget), then the finalists' race and the winner's pruning (`tuner.winner`), each a comparison
-of one config against another (`measure` with `against`: paired in one process) and a trial of
-its phase.
+of one config against another (`measure` with `against`; the tuner's evaluator runs it in
+fresh workers) and a trial of its phase.
 """
 
 from __future__ import annotations
