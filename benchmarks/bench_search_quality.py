@@ -66,7 +66,7 @@ import execution
 import tuner
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
-from execution.evaluate import EvaluationResult, evaluate
+from execution.evaluate import FRESH_WORKERS, EvaluationResult, evaluate
 from execution.flags import CompilerConfig, config_from_json, on_top_of, to_json
 from execution.measure import MeasureSettings
 from hlo.environment import current_environment
@@ -78,8 +78,7 @@ from tuner.search import Against, Build, Propose, most_trials, proposals, ready,
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord
 from tuner.trial import Trial
-from tuner.tune import (SEARCH_SETTINGS, VERIFY_SETTINGS, VERIFY_WORKERS, TuneSettings,
-                        tune_module)
+from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, TuneSettings, tune_module
 from tuner.worker_evaluator import WorkerEvaluator
 from workloads import zoo
 
@@ -88,7 +87,7 @@ OPTUNA = ("optuna-tpe", "optuna-random")
 # seeds), each with the settings of one of the tuner's verification workers: one process's
 # interval covers the noise within it, not the spread between processes (two compiles of a
 # program can run a percent or two apart), which is as large as a 2% gain.
-REPEATS = VERIFY_WORKERS
+REPEATS = FRESH_WORKERS
 # A live run of the schedule is cached under the digest of the tuner's code (the search and the
 # execution core): any change to it runs it again; the replayed screens stay valid (they depend
 # on the compiler only).

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from execution import session
 from execution.compile import CompileError
@@ -43,6 +43,9 @@ DEFAULT_FAILS: Failure = "default_fails"
 CANDIDATE_FAILS: Failure = "candidate_fails"
 WORKER_FAILS: dict[Fault, Failure] = {ERROR: "worker_error", CRASH: "worker_crash",
                                       OOM: "worker_oom", TIMEOUT: "worker_timeout"}
+# How many fresh workers a decision between two programs takes (`evaluate_independently`; the
+# tuner's comparisons and verification): the median of three outvotes one unlucky process.
+FRESH_WORKERS = 3
 # The library routing flags all empty: every fusion type goes to XLA's own emitters.
 REFERENCE_CONFIG: CompilerConfig = {"xla_cpu_experimental_ynn_fusion_type": (),
                                     "xla_cpu_experimental_xnn_fusion_type": (),
@@ -133,14 +136,13 @@ def evaluate(
 def evaluate_independently(module: HloModule, candidate: CompilerConfig, workers: int,
                            default: CompilerConfig | None = None,
                            settings: MeasureSettings | None = None, timeout: float = 600.0,
-                           seed: int = 0, new_worker: Callable[[], Worker] = Worker
-                           ) -> EvaluationResult:
-    """`evaluate` in `workers` fresh workers from `new_worker()`, one after another (seeds
-    `seed`, `seed + 1`, ...), as one result (`median_of`). The first failure, or a candidate
-    that compiles to the default's program, is the answer: nothing more is run."""
+                           seed: int = 0) -> EvaluationResult:
+    """`evaluate` in `workers` fresh workers, one after another (seeds `seed`, `seed + 1`, ...),
+    as one result (`median_of`). The first failure, or a candidate that compiles to the
+    default's program, is the answer: nothing more is run."""
     results = []
     for index in range(workers):
-        with new_worker() as worker:
+        with Worker() as worker:
             result = evaluate(module, candidate, default, settings, worker, timeout, seed + index)
         if result.error is not None or result.identical_program:
             return result

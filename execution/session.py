@@ -8,7 +8,9 @@ execute worker keeps the module's state between calls
 candidate. A candidate is compiled in a compile worker (`compile_serialized`), which names its
 program (the optimized module's fingerprint plus its machine code, see `program_key`) and hands
 the executable back serialized. The caller measures a program once (`measure_serialized`, in the
-execute worker) and reuses the result for every other config that yields it.
+execute worker) and reuses the result for every other config that yields it. A comparison of two
+candidates (`compare_serialized`, in a fresh worker) loads both as compiled, compiling neither
+again.
 """
 
 from __future__ import annotations
@@ -59,15 +61,36 @@ def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None =
         base = compile_module(module_proto, default or {})
     except CompileError as exc:
         return {"error": f"does not compile: {exc}"}
-    arguments = _arguments(module_proto, seed)
     try:
-        outputs = run_once(base.executable, arguments)
+        _keep(module_proto, seed, base.executable)
     except RunError as exc:
         return {"error": f"fails to run: {exc}"}
-    _STATE.update(module=module_proto, arguments=arguments, base=base, outputs=outputs,
-                  runner=timed_runner(base.executable, arguments))
     key = program_key(base.optimized_proto, object_code(base.executable), default or {})
     return {"program": key, "compile_seconds": base.compile_seconds}
+
+
+def compare_serialized(module_proto: bytes, seed: int, baseline: bytes,
+                       baseline_config: CompilerConfig, executable: bytes, config: CompilerConfig,
+                       settings: MeasureSettings) -> dict[str, Any]:
+    """Time one candidate compiled elsewhere against another (`compile_serialized` both: a
+    comparison of the tuner's winner, in a fresh worker), as `measure_serialized` times it
+    against the default; {"error": why} when the baseline fails to run. Raises RunError when
+    the candidate does."""
+    _STATE.clear()
+    try:
+        _keep(measurable_module(module_proto), seed, _loaded(baseline, baseline_config))
+    except RunError as exc:
+        return {"error": f"the baseline fails to run: {exc}"}
+    return measure_serialized(executable, config, settings)
+
+
+def _keep(module_proto: bytes, seed: int, executable: Any) -> None:
+    """Run `executable` once on the module's inputs for `seed` and keep it as what the next
+    candidates are measured against; raises RunError when it fails to run."""
+    arguments = _arguments(module_proto, seed)
+    outputs = run_once(executable, arguments)
+    _STATE.update(arguments=arguments, outputs=outputs,
+                  runner=timed_runner(executable, arguments))
 
 
 def outputs_of(module_proto: bytes, config: CompilerConfig, seed: int) -> tuple[list[Any], float]:
@@ -124,22 +147,28 @@ def compile_serialized(module_proto: bytes, config: CompilerConfig) -> dict[str,
 def measure_serialized(executable: bytes, config: CompilerConfig,
                        settings: MeasureSettings) -> dict[str, Any]:
     """Load a candidate compiled elsewhere (`compile_serialized`), check its numerics and time
-    it against the prepared default; raises RunError when XLA fails to run it."""
-    import jax
-    from jax._src.lib import _jax
-
+    it against what this worker keeps (the prepared default, or a comparison's baseline);
+    raises RunError when XLA fails to run it."""
     from execution.numerics import all_ok, compare_outputs
 
     started = time.monotonic()
-    device = jax.devices()[0]
-    loaded = device.client.deserialize_executable(executable, _jax.DeviceList((device,)),
-                                                  compile_options(config))
+    loaded = _loaded(executable, config)
     arguments = _STATE["arguments"]
     checks = compare_outputs(_STATE["outputs"], run_once(loaded, arguments))
     measurement = measure_pair(_STATE["runner"], timed_runner(loaded, arguments), settings)
     return {**asdict(measurement), "numerics_ok": all_ok(checks),
             "numerics": [asdict(check) for check in checks],
             "span": _span(started)}
+
+
+def _loaded(executable: bytes, config: CompilerConfig) -> Any:
+    """An executable serialized by `compile_serialized`, loaded on the first device."""
+    import jax
+    from jax._src.lib import _jax
+
+    device = jax.devices()[0]
+    return device.client.deserialize_executable(executable, _jax.DeviceList((device,)),
+                                                compile_options(config))
 
 
 def measurable_module(module_proto: bytes) -> bytes:

@@ -31,7 +31,7 @@ from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.trial import UNTIMED
-from tuner.tune import VERIFY_WORKERS, TuneSettings, tune_module
+from tuner.tune import TuneSettings, tune_module
 from tuner.worker_evaluator import Span, WorkerEvaluator
 from workloads import zoo
 
@@ -180,12 +180,13 @@ def test_a_comparison_of_two_candidates_runs_in_fresh_workers(tmp_path):
     with WorkerEvaluator(module.proto, 0, plan_cores()) as evaluator:
         slow_build, default_build = (evaluator.build(c).result() for c in (slow, {}))
         alone = evaluator.measure(0, slow, slow_build, quick)
+        screened_in = {s.pid for s in evaluator.timeline if s.kind == "measure"}
         over_slow = evaluator.measure(1, {}, default_build, quick, against=(slow, slow_build))
-        measured_in_the_search = [s.pid for s in evaluator.timeline if s.kind == "measure"]
+        compared_in = [s.pid for s in evaluator.timeline if s.kind == "measure"][1:]
     assert alone.baseline is None and alone.ci_high < 1.0
     assert over_slow.baseline == slow and over_slow.ci_low > 1.0 and over_slow.numerics_ok
-    # The comparison ran outside the search's execute worker: it measured the screen alone.
-    assert len(measured_in_the_search) == 1
+    # The comparison ran in three fresh workers, none of them the search's execute worker.
+    assert len(set(compared_in)) == 3 and not screened_in & set(compared_in)
 
 
 def nbody_step(pos, vel, mass):
@@ -241,7 +242,7 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
         return
     assert tuned["accepted"] and tuned["numerics_ok"], (tuned, known)
     # Verified in fresh workers, each figure kept: the one reported is their median.
-    assert len(tuned["speedups"]) == VERIFY_WORKERS
+    assert len(tuned["speedups"]) == TuneSettings().verify_workers
     assert tuned["speedup"] == statistics.median(tuned["speedups"])
     # As good as the best of the set (or better: a combination), within the noise: against its
     # own evaluation, or against its screen in the search itself (a shared machine's load can

@@ -20,8 +20,8 @@ What a search proposes comes from its strategy: by default the schedule of `tune
 The finalists then race (each timed against the one ahead: the best screen is biased upward by
 selection), the race's winner is pruned to the changes that matter, each undo timed against the
 winner (`tuner.winner`), and it is re-measured
-with a stricter interval and the numeric check in `VERIFY_WORKERS` fresh workers, one after
-another (`execution.evaluate.evaluate_independently`: the spread between processes is as large
+with a stricter interval and the numeric check in `TuneSettings.verify_workers` fresh workers,
+one after another (`execution.evaluate.evaluate_independently`: the spread between processes is as large
 as a small gain, and one worker's interval leaves it out). Only if the median of their intervals'
 lower ends clears the noise band is the result accepted; otherwise the task ends "no significant
 gain". The trials and the result land in the warehouse under the task id, so finishing a task
@@ -43,8 +43,8 @@ import pyarrow as pa
 
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
-from execution.evaluate import (DEFAULT_FAILS, DefaultFails, EvaluationResult, Failure,
-                                evaluate_independently)
+from execution.evaluate import (DEFAULT_FAILS, FRESH_WORKERS, DefaultFails, EvaluationResult,
+                                Failure, evaluate_independently)
 from execution.flags import CompilerConfig, config_from_json
 from execution.measure import MeasureSettings
 from hlo.environment import current_environment
@@ -69,15 +69,12 @@ T = TypeVar("T")
 SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
                                   early_looks=(10, 15, 20, 30))
 # The winner's race and pruning time one config against another (tuner.winner), in fresh
-# workers (tuner.worker_evaluator.COMPARE_WORKERS), each to a tight interval or 3 s, with no
+# workers (`TuneSettings.verify_workers` of them), each to a tight interval or 3 s, with no
 # early stop: they tell apart programs a percent apart, where a screen only tells a candidate
 # from the default.
 COMPARE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSettings().max_pairs,
                            max_seconds=3.0, target_half_width=0.005, stop_when_no_gain=False)
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=10.0)
-# The winner's verification runs in this many fresh workers, `VERIFY_SETTINGS` in each, and
-# takes the median; each worker's speedup is kept (`TuneResult.speedups`).
-VERIFY_WORKERS = 3
 
 
 @dataclass(frozen=True)
@@ -94,7 +91,9 @@ class TuneSettings:
     search: MeasureSettings = SEARCH_SETTINGS
     compare: MeasureSettings = COMPARE_SETTINGS
     verify: MeasureSettings = VERIFY_SETTINGS
-    verify_workers: int = VERIFY_WORKERS
+    # Fresh workers per comparison of two candidates and for the winner's verification (`verify`
+    # in each): the median decides; the verification keeps each one's (`TuneResult.speedups`).
+    verify_workers: int = FRESH_WORKERS
 
 
 @dataclass
@@ -205,7 +204,8 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     plan = plan_cores(settings.compile_workers, settings.cores)
     default_fails, best = None, None
     try:
-        with WorkerEvaluator(target.module.proto, settings.seed, plan) as evaluator:
+        with WorkerEvaluator(target.module.proto, settings.seed, plan,
+                             settings.verify_workers) as evaluator:
             trials, best = run_search(evaluator, next_config, trials, settings.budget_evals,
                                       settings.search, settings.compare, in_time, record,
                                       listed=bool(target.configs))

@@ -4,7 +4,7 @@ compile workers while the execute worker, which compiled the default once, measu
 a compile never runs beside a measurement on the same core.
 
 A comparison of two candidates (the winner's race and pruning) runs in fresh workers instead, on
-the execute cores, each compiling both (`_compare`).
+the execute cores, each loading both as the compile pool built them (`_compare`).
 
 A crash, out-of-memory or timeout is retried once in a fresh worker; a second one fails the
 trial, and the search goes on. An execute worker that dies takes the prepared default with it:
@@ -20,21 +20,15 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from execution import session
-from execution.compile import compiler_defaults
 from execution.cores import CorePlan, plan_cores
-from execution.evaluate import DefaultFails, evaluate_independently, prepare_default
-from execution.flags import CompilerConfig, on_top_of
+from execution.evaluate import (FRESH_WORKERS, DefaultFails, EvaluationResult, median_of,
+                                prepare_default)
+from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from execution.session import measurable_module
 from execution.worker import Worker, WorkerFailure, WorkerPool
-from hlo.module import HloModule
 from tuner.search import Against, Build
 from tuner.trial import Trial
-
-# A comparison of two configs (the winner's race and pruning) is the median of this many fresh
-# workers' measurements, as the winner's verification is (tuner.tune.VERIFY_WORKERS).
-COMPARE_WORKERS = 3
-
 
 @dataclass(frozen=True)
 class Span:
@@ -52,8 +46,10 @@ class WorkerEvaluator:
     """A search's workers, as an Evaluator; a context manager that prepares the default on
     entry (DefaultFails when it does not compile or run) and stops the workers on exit."""
 
-    def __init__(self, module_proto: bytes, seed: int, plan: CorePlan | None = None) -> None:
+    def __init__(self, module_proto: bytes, seed: int, plan: CorePlan | None = None,
+                 fresh_workers: int = FRESH_WORKERS) -> None:
         self.module_proto, self.seed = measurable_module(module_proto), seed
+        self.fresh_workers = fresh_workers  # per comparison of two candidates (`_compare`)
         self.plan = plan or plan_cores()
         self.executor = Worker(cores=self.plan.execute)
         self.compilers = WorkerPool(self.plan.compile_workers, cores=self.plan.compile,
@@ -112,7 +108,7 @@ class WorkerEvaluator:
         """Time the built executable against the default in the execute worker; or compare it
         with another config (`against`: see `_compare`)."""
         if against is not None:
-            return self._compare(index, config, build, against[0], settings)
+            return self._compare(index, config, build, against, settings)
         measure = functools.partial(self.executor.call, session.measure_serialized, timeout=300,
                                     executable=build.artifact, config=config, settings=settings)
         try:
@@ -129,24 +125,31 @@ class WorkerEvaluator:
                      build.compile_seconds)
 
     def _compare(self, index: int, config: CompilerConfig, build: Build,
-                 baseline: CompilerConfig, settings: MeasureSettings) -> Trial:
-        """`config` timed against `baseline`, paired, in `COMPARE_WORKERS` fresh workers on the
-        execute cores, one after another: the median of their speedups over the baseline. One
-        process is not enough: two processes rank two programs a percent or two apart
-        differently (recommender-s: +1.3% in the search's execute worker, -1% in fresh ones)."""
-        change = on_top_of(config, baseline, compiler_defaults())
-        if change is None:
-            return Trial(index, config, "failed", build.program, baseline=baseline,
-                         error="cannot be written as a change to its baseline")
-        result = evaluate_independently(
-            HloModule(self.module_proto, "", "tuning"), change, COMPARE_WORKERS, baseline,
-            settings, seed=self.seed, new_worker=functools.partial(Worker, cores=self.plan.execute))
-        if result.error is not None:
-            return Trial(index, config, "failed", build.program, baseline=baseline,
-                         compile_seconds=build.compile_seconds, error=result.error)
-        if result.identical_program:
-            return Trial(index, config, "identical", build.program, 1.0, 1.0, 1.0, True,
-                         build.compile_seconds, baseline=baseline)
+                 against: Against, settings: MeasureSettings) -> Trial:
+        """`config` timed against `against`'s program, paired, in `fresh_workers` fresh workers
+        on the execute cores, one after another, each loading both as compiled: the median of
+        their speedups over the baseline. One process is not enough: two processes rank two
+        programs a percent or two apart differently (recommender-s: +1.3% in the search's
+        execute worker, -1% in fresh ones)."""
+        baseline, base = against
+        results = []
+        for offset in range(self.fresh_workers):
+            try:
+                with Worker(cores=self.plan.execute) as worker:
+                    measured = worker.call(
+                        session.compare_serialized, timeout=300, module_proto=self.module_proto,
+                        seed=self.seed + offset, baseline=base.artifact, baseline_config=baseline,
+                        executable=build.artifact, config=config, settings=settings)
+            except WorkerFailure as failure:
+                measured = {"error": f"{failure.kind}: {failure.reason}"}
+            if "error" in measured:
+                return Trial(index, config, "failed", build.program, baseline=baseline,
+                             compile_seconds=build.compile_seconds, error=measured["error"])
+            self.timeline.append(Span("measure", *measured.pop("span")))
+            results.append(EvaluationResult(
+                **measured, identical_program=False, compile_seconds=build.compile_seconds,
+                default_compile_seconds=base.compile_seconds))
+        result = median_of(results, settings.noise_band)
         return Trial(index, config, "measured", build.program, result.speedup, result.ci_low,
                      result.ci_high, result.numerics_ok, build.compile_seconds, baseline=baseline)
 

@@ -189,8 +189,9 @@ def add_tune(sub: Subcommands) -> None:
     p.add_argument("--compile-workers", type=int, default=None, metavar="N",
                    help="compile worker processes (default: one per compile core)")
     p.add_argument("--verify-workers", type=int, default=None, metavar="N",
-                   help="fresh workers that verify the winner, one after another; it is accepted "
-                   "on their median (default: 3; 1 is faster, and trusts one process)")
+                   help="fresh workers, one after another, that compare two finalists and that "
+                   "verify the winner; their median decides (default: 3; 1 is faster, and "
+                   "trusts one process)")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the search")
     p.add_argument("--json", action="store_true", help="print the tuning results as JSON")
     p.set_defaults(run=cmd_tune, home_url=True)
