@@ -21,10 +21,10 @@ The finalists then race (each timed against the one ahead: the best screen is bi
 selection), the race's winner is pruned to the changes that matter, each undo timed against the
 winner (`tuner.winner`), and it is re-measured
 with a stricter interval and the numeric check in `TuneSettings.verify_workers` fresh workers,
-one after another (`execution.evaluate.evaluate_independently`: the spread between processes is as large
-as a small gain, and one worker's interval leaves it out). Only if the median of their intervals'
-lower ends clears the noise band is the result accepted; otherwise the task ends "no significant
-gain". The trials and the result land in the warehouse under the task id, so finishing a task
+one after another (`execution.evaluate.evaluate_independently`: the spread between processes is
+as large as a small gain, and one worker's interval leaves it out). Only if the median of their
+intervals' lower ends clears the noise band is the result accepted; otherwise the task ends "no
+significant gain". The trials and the result land in the warehouse under the task id, so finishing a task
 twice adds nothing. The home may be local or a URL (`storage.home.Home`): every file is named by
 its place under it.
 """

@@ -30,6 +30,7 @@ from execution.worker import Worker, WorkerFailure, WorkerPool
 from tuner.search import Against, Build
 from tuner.trial import Trial
 
+
 @dataclass(frozen=True)
 class Span:
     """One job of a search's worker: what (compile | measure), which process on which cores,
