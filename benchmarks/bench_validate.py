@@ -7,7 +7,7 @@ under this interpreter's jaxlib, where every entry is re-validated. It prints, p
 median measured speedup under each compiler and the decisions taken, then the seconds per
 measured entry.
 
-    python benchmarks/bench_validate.py [--reps 3] [--old 0.10.0] [--max-seconds 2] [--json]
+    python benchmarks/bench_validate.py [--reps 3] [--old 0.10.0] [--max-seconds 2] [--workers 3] [--json]
 """
 
 from __future__ import annotations
@@ -79,10 +79,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--old", default="0.10.0", help="the second jaxlib version")
     parser.add_argument("--max-seconds", type=float, default=2.0)
+    parser.add_argument("--workers", type=int, default=ValidateSettings.workers,
+                        help="fresh workers per entry (their median decides)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     old_python = build_venv(cached_venv_dir(args.old), args.old)
-    settings = ValidateSettings(measure=dataclasses.replace(MEASURE_SETTINGS, max_seconds=args.max_seconds))
+    settings = ValidateSettings(measure=dataclasses.replace(MEASURE_SETTINGS, max_seconds=args.max_seconds),
+                                workers=args.workers)
     speedups: dict[tuple[str, str], list[float]] = defaultdict(list)
     outcomes: dict[tuple[str, str], Counter] = defaultdict(Counter)
     per_entry: dict[str, list[float]] = defaultdict(list)
@@ -106,9 +109,10 @@ def main() -> None:
         for v in versions}} for name, _, label, _ in CASES]
     seconds = {v: statistics.median(s) for v, s in per_entry.items()}
     if args.json:
-        print(json.dumps({"entries": rows, "seconds_per_entry": seconds, "reps": args.reps}))
+        print(json.dumps({"entries": rows, "seconds_per_entry": seconds, "reps": args.reps,
+                          "workers": args.workers}))
         return
-    print(f"{args.reps} repetitions; median speedup of the stored config and the validator's decisions")
+    print(f"{args.reps} repetitions, {args.workers} workers per entry; median speedup of the stored config and the validator's decisions")
     print(f"{'graph':<18} {'config':<22} " + "  ".join(f"{v:<32}" for v in versions))
     for row in rows:
         cells = "  ".join(f"{row[v]['median_speedup']:>6.2f}x {_decisions(row[v]['decisions']):<24}"

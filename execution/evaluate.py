@@ -5,10 +5,11 @@ compiles both configs, skips the timing when the candidate compiles to the very 
 runs both on the same deterministic inputs, checks the candidate's numerics against the default,
 and measures the speedup with paired interleaved timing. Both compile the module as prepared for
 measurement (`execution.session.measurable_module`: no buffer aliasing, no tuple-shaped
-parameters). `evaluate_independently` runs it in several fresh workers and takes the median: one
-worker's interval covers the noise within its process, not the spread from one process to the
-next (two processes measure the same pair of programs a percent or more apart), which is as
-large as the gains a tuner accepts.
+parameters). `evaluate_independently` runs it in several fresh workers and takes the median
+(`in_fresh_workers`, which the tuner's comparisons and the validator use too): one worker's
+interval covers the noise within its process, not the spread from one process to the next (two
+processes measure the same pair of programs a percent or more apart, and now and then one runs
+a library's kernels 20% slow), which is as large as the gains a tuner accepts.
 
 An evaluation that produces no measurement says why as data (`EvaluationResult.failure`, one of
 the kinds below) and as a message (`error`). When the default fails (it does not compile or
@@ -19,9 +20,10 @@ XLA's own emitters instead of a library.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from execution import session
 from execution.compile import CompileError
@@ -136,18 +138,30 @@ def evaluate(
 def evaluate_independently(module: HloModule, candidate: CompilerConfig, workers: int,
                            default: CompilerConfig | None = None,
                            settings: MeasureSettings | None = None, timeout: float = 600.0,
-                           seed: int = 0) -> EvaluationResult:
-    """`evaluate` in `workers` fresh workers, one after another (seeds `seed`, `seed + 1`, ...),
-    as one result (`median_of`). The first failure, or a candidate that compiles to the
-    default's program, is the answer: nothing more is run."""
+                           seed: int = 0, python: str | None = None) -> EvaluationResult:
+    """`evaluate` in `workers` fresh workers under the interpreter `python` (default: this one),
+    seeds `seed`, `seed + 1`, ..., as one result (`in_fresh_workers`)."""
+    settings = settings or MeasureSettings()
+    return in_fresh_workers(
+        lambda worker, index: evaluate(module, candidate, default, settings, worker, timeout,
+                                       seed + index),
+        workers, settings.noise_band, functools.partial(Worker, python=python))
+
+
+def in_fresh_workers(job: Callable[[Worker, int], EvaluationResult], workers: int,
+                     noise_band: float, new_worker: Callable[[], Worker] = Worker
+                     ) -> EvaluationResult:
+    """`job(worker, index)` for index 0 .. `workers` - 1, each in a fresh worker from
+    `new_worker()`, one after another, as one result (`median_of`). The first failure, or a
+    candidate that compiles to the default's program, is the answer: nothing more is run."""
     results = []
     for index in range(workers):
-        with Worker() as worker:
-            result = evaluate(module, candidate, default, settings, worker, timeout, seed + index)
+        with new_worker() as worker:
+            result = job(worker, index)
         if result.error is not None or result.identical_program:
             return result
         results.append(result)
-    return median_of(results, (settings or MeasureSettings()).noise_band)
+    return median_of(results, noise_band)
 
 
 def median_of(results: list[EvaluationResult], noise_band: float) -> EvaluationResult:

@@ -41,7 +41,8 @@ class NightlySettings:
     tune_evals: int = 24  # per graph
     tune_minutes: float = 20.0  # for the whole stage
     validate_minutes: float = 10.0
-    verify_workers: int | None = None  # per tuned winner (None: the tuner's default)
+    # Fresh workers per tuned winner and per validated entry (None: the tuner's default).
+    verify_workers: int | None = None
     # Entries measured more recently on the validator's compiler are not measured again.
     revalidate_after: datetime.timedelta = datetime.timedelta(days=1)
     beam_args: tuple[str, ...] = ()
@@ -173,9 +174,10 @@ def _deliver(home: Home, settings: NightlySettings, progress: bool) -> dict[str,
 def _validate(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
     from validator.validate import ValidateSettings, validate
 
-    return validate(home, settings=ValidateSettings(budget_minutes=settings.validate_minutes,
-                                                    revalidate_after=settings.revalidate_after),
-                    progress=progress).to_json()
+    run = ValidateSettings(budget_minutes=settings.validate_minutes,
+                           revalidate_after=settings.revalidate_after,
+                           workers=settings.verify_workers or ValidateSettings.workers)
+    return validate(home, settings=run, progress=progress).to_json()
 
 
 def _savings(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:

@@ -148,7 +148,8 @@ def test_a_worker_count_below_one_is_bad_input(tmp_path):
     module.write_text("HloModule m\n\nENTRY e {\n  ROOT p = f32[4] parameter(0)\n}\n")
     for args, named in ((["evaluate", str(module), "--workers", "0"], "--workers 0"),
                         (["tune", str(module), "--verify-workers", "0"], "--verify-workers 0"),
-                        (["nightly", "--verify-workers", "-1"], "--verify-workers -1")):
+                        (["nightly", "--verify-workers", "-1"], "--verify-workers -1"),
+                        (["validate", "--once", "--workers", "0"], "--workers 0")):
         done = fdo(tmp_path / "home", *args)
         assert done.returncode == 2 and named in done.stderr, done.stderr
         assert "Traceback" not in done.stderr

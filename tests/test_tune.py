@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import statistics
@@ -183,6 +184,11 @@ def test_a_comparison_of_two_candidates_runs_in_fresh_workers(tmp_path):
         screened_in = {s.pid for s in evaluator.timeline if s.kind == "measure"}
         over_slow = evaluator.measure(1, {}, default_build, quick, against=(slow, slow_build))
         compared_in = [s.pid for s in evaluator.timeline if s.kind == "measure"][1:]
+        # A baseline that does not load fails the comparison, and the search can go on.
+        broken = dataclasses.replace(slow_build, artifact=b"not an executable")
+        unloadable = evaluator.measure(2, {}, default_build, quick, against=(slow, broken))
+        assert evaluator.measure(3, slow, slow_build, quick).outcome == "measured"
+    assert unloadable.outcome == "failed" and unloadable.error.startswith("error: "), unloadable
     assert alone.baseline is None and alone.ci_high < 1.0
     assert over_slow.baseline == slow and over_slow.ci_low > 1.0 and over_slow.numerics_ok
     # The comparison ran in three fresh workers, none of them the search's execute worker.

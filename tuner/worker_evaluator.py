@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 from execution import session
 from execution.cores import CorePlan, plan_cores
-from execution.evaluate import (FRESH_WORKERS, DefaultFails, EvaluationResult, median_of,
+from execution.evaluate import (DEFAULT_FAILS, FRESH_WORKERS, WORKER_FAILS, DefaultFails,
+                                EvaluationResult, failed_result, in_fresh_workers,
                                 prepare_default)
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
@@ -129,28 +130,32 @@ class WorkerEvaluator:
                  against: Against, settings: MeasureSettings) -> Trial:
         """`config` timed against `against`'s program, paired, in `fresh_workers` fresh workers
         on the execute cores, one after another, each loading both as compiled: the median of
-        their speedups over the baseline. One process is not enough: two processes rank two
-        programs a percent or two apart differently (recommender-s: +1.3% in the search's
-        execute worker, -1% in fresh ones)."""
+        their speedups over the baseline (`in_fresh_workers`). One process is not enough: two
+        processes rank two programs a percent or two apart differently (recommender-s: +1.3% in
+        the search's execute worker, -1% in fresh ones)."""
         baseline, base = against
-        results = []
-        for offset in range(self.fresh_workers):
+
+        def compare(worker: Worker, offset: int) -> EvaluationResult:
             try:
-                with Worker(cores=self.plan.execute) as worker:
-                    measured = worker.call(
-                        session.compare_serialized, timeout=300, module_proto=self.module_proto,
-                        seed=self.seed + offset, baseline=base.artifact, baseline_config=baseline,
-                        executable=build.artifact, config=config, settings=settings)
+                measured = worker.call(
+                    session.compare_serialized, timeout=300, module_proto=self.module_proto,
+                    seed=self.seed + offset, baseline=base.artifact, baseline_config=baseline,
+                    executable=build.artifact, config=config, settings=settings)
             except WorkerFailure as failure:
-                measured = {"error": f"{failure.kind}: {failure.reason}"}
-            if "error" in measured:
-                return Trial(index, config, "failed", build.program, baseline=baseline,
-                             compile_seconds=build.compile_seconds, error=measured["error"])
+                return failed_result(WORKER_FAILS[failure.kind],
+                                     f"{failure.kind}: {failure.reason}")
+            if "error" in measured:  # the baseline fails to run
+                return failed_result(DEFAULT_FAILS, measured["error"])
             self.timeline.append(Span("measure", *measured.pop("span")))
-            results.append(EvaluationResult(
-                **measured, identical_program=False, compile_seconds=build.compile_seconds,
-                default_compile_seconds=base.compile_seconds))
-        result = median_of(results, settings.noise_band)
+            return EvaluationResult(**measured, identical_program=False,
+                                    compile_seconds=build.compile_seconds,
+                                    default_compile_seconds=base.compile_seconds)
+
+        result = in_fresh_workers(compare, self.fresh_workers, settings.noise_band,
+                                  lambda: Worker(cores=self.plan.execute))
+        if result.error is not None:
+            return Trial(index, config, "failed", build.program, baseline=baseline,
+                         compile_seconds=build.compile_seconds, error=result.error)
         return Trial(index, config, "measured", build.program, result.speedup, result.ci_low,
                      result.ci_high, result.numerics_ok, build.compile_seconds, baseline=baseline)
 

@@ -110,6 +110,9 @@ def measured_outcome(result: EvaluationResult, same_compiler: bool, compiler_ver
         bad = [c["detail"] for c in result.numerics if not c.get("ok")]
         return "invalidated", f"numerics off {where}: {'; '.join(bad[:2]) or 'outputs differ'}"
     figure = f"{result.speedup:.3f}x [{result.ci_low:.3f}, {result.ci_high:.3f}]"
+    if len(result.speedups) > 1:
+        figure += (f", the median of {len(result.speedups)} workers "
+                   f"({', '.join(f'{s:.3f}x' for s in result.speedups)})")
     if same_compiler:
         if result.ci_high < 1.0 + noise_band:
             return "invalidated", f"no longer faster {where}: {figure}"

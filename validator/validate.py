@@ -5,10 +5,12 @@ A run, under one toolchain (validator.toolchains; default: the running interpret
    entries, entries the fleet reported fallbacks for, and entries that cannot be measured here
    (validator.decisions has the rules). The rest are queued by priority: most fleet hits first
    (validator.signals), then least recently measured.
-2. Re-measures queued entries one by one, within the time budget, with the tuner's evaluator in
-   a sandboxed worker running under the toolchain: the entry's graph (unoptimized HLO from the
-   blob store) compiled with its config against the defaults, paired timing and numeric check.
-   What the budget does not reach is deferred to the next run.
+2. Re-measures queued entries one by one, within the time budget, as the tuner verifies a
+   winner: the entry's graph (unoptimized HLO from the blob store) compiled with its config
+   against the defaults, paired timing and numeric check, in `workers` fresh sandboxed workers
+   running under the toolchain, decided on their median (one process now and then runs a
+   library's kernels 20% slow: one worker's verdict would remove good configs). What the
+   budget does not reach is deferred to the next run.
 3. Publishes one new store version with every decision applied to the entries live at that
    moment (Store.update retries when deliver, an import or the service published meanwhile).
 4. Writes one `validations` audit row per decision.
@@ -32,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from delivery.store import DEFAULT_TTL, Store
-from execution.evaluate import CANDIDATE_FAILS, DEFAULT_FAILS, DefaultFails, evaluate, prepare_default
+from execution.evaluate import (CANDIDATE_FAILS, DEFAULT_FAILS, FRESH_WORKERS, DefaultFails,
+                                evaluate_independently, prepare_default)
 from execution.flags import FlagError, from_json
 from execution.measure import MeasureSettings
 from execution.worker import Worker, WorkerFailure
@@ -62,8 +65,9 @@ class ValidateSettings:
     # goes to the stale ones (entries on another compiler are checked however fresh).
     revalidate_after: datetime.timedelta = datetime.timedelta(days=1)
     measure: MeasureSettings = MEASURE_SETTINGS
-    timeout: float = 600.0  # per measurement, in the worker
+    timeout: float = 600.0  # per measurement, in each worker
     seed: int = 0
+    workers: int = FRESH_WORKERS  # fresh workers per entry, decided on their median
 
 
 @dataclass
@@ -121,7 +125,6 @@ def _measure_queue(queue: list[Queued], planner: Planner, run: Run, settings: Va
     from ingest.progress import progress_bar
 
     started = time.monotonic()
-    worker = Worker(python=planner.chain.python)
     bar = progress_bar(total=len(queue), desc=f"validate on {planner.chain.compiler_version}",
                        unit="entry", enabled=progress)
     try:
@@ -129,15 +132,14 @@ def _measure_queue(queue: list[Queued], planner: Planner, run: Run, settings: Va
         for done, queued in enumerate(queue):
             if time.monotonic() - started > budget:
                 return len(queue) - done
-            run.record(_measure(queued, planner, worker, settings))
+            run.record(_measure(queued, planner, settings))
             bar.update()
     finally:
         bar.close()
-        worker.close()
     return 0
 
 
-def _measure(queued: Queued, planner: Planner, worker: Worker, settings: ValidateSettings) -> Decision:
+def _measure(queued: Queued, planner: Planner, settings: ValidateSettings) -> Decision:
     """Re-measure one entry's config against the defaults and decide."""
     chain, entry = planner.chain, queued.entry
     cv = chain.compiler_version
@@ -155,8 +157,9 @@ def _measure(queued: Queued, planner: Planner, worker: Worker, settings: Validat
         module = from_text(BlobStore(planner.home).get_text(queued.blob), source=queued.blob)
     except HloLoadError as exc:
         return decide("unmeasured", str(exc), rules.NONE)
-    result = evaluate(module, config, settings=settings.measure, worker=worker,
-                      timeout=settings.timeout, seed=settings.seed)
+    result = evaluate_independently(module, config, settings.workers, settings=settings.measure,
+                                    timeout=settings.timeout, seed=settings.seed,
+                                    python=chain.python)
     if result.error is None:
         return queued.measured(result, cv, settings.measure.noise_band,
                                datetime.datetime.now(datetime.UTC), settings.ttl, settings.max_age)
@@ -166,7 +169,8 @@ def _measure(queued: Queued, planner: Planner, worker: Worker, settings: Validat
         return decide("invalidated", f"{result.error} on {cv}", invalidated)
     # The worker crashed, ran out of memory or time: blame the config only if the defaults run.
     try:
-        prepare_default(worker, module.proto, settings.seed, settings.timeout)
+        with Worker(python=chain.python) as worker:
+            prepare_default(worker, module.proto, settings.seed, settings.timeout)
     except (DefaultFails, WorkerFailure) as failure:
         return decide("unmeasured", f"its graph fails on {cv} with the defaults too: {failure}", rules.NONE)
     return decide("invalidated", f"{result.error} with this config on {cv}; the defaults run", invalidated)

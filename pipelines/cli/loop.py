@@ -32,8 +32,8 @@ def add_nightly(sub: Subcommands) -> None:
     p.add_argument("--validate-minutes", type=float, default=10.0, metavar="MINUTES",
                    help="budget of the validator")
     p.add_argument("--verify-workers", type=int, default=None, metavar="N",
-                   help="fresh workers that compare finalists and verify each tuned winner "
-                   "(default: the tuner's, 3)")
+                   help="fresh workers that compare finalists, verify each tuned winner and "
+                   "re-measure each validated entry (default: the tuner's, 3)")
     p.add_argument("--force", action="store_true", help="run every stage again for a finished date")
     p.add_argument("--json", action="store_true", help="print each stage's status and counts as JSON")
     p.set_defaults(run=cmd_nightly, takes_beam_args=True, home_url=True)

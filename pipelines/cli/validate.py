@@ -81,7 +81,10 @@ def add_validate(sub: Subcommands) -> None:
     p.add_argument("--toolchain", metavar="NAME",
                    help="the compiler to validate on (fdo toolchain; default: this interpreter)")
     p.add_argument("--max-seconds", type=float, default=10.0, metavar="SECONDS",
-                   help="timing budget per entry")
+                   help="timing budget per entry, in each worker")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="fresh workers that measure each entry, one after another; the entry is "
+                        "decided on their median (default: 3)")
     p.add_argument("--ttl-days", type=float, default=30.0, metavar="DAYS",
                    help="the fresh lease of a kept or re-keyed entry")
     p.add_argument("--max-age-days", type=float, default=180.0, metavar="DAYS",
@@ -108,8 +111,11 @@ def cmd_validate(args: argparse.Namespace, home: Home) -> int:
         return _validation_report(home, args.json)
     if not args.once:
         return _validate_forever(home, args)
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers {args.workers}: at least one is needed")
     settings = ValidateSettings(
-        budget_minutes=args.budget_minutes, ttl=datetime.timedelta(days=args.ttl_days),
+        workers=args.workers or ValidateSettings.workers, budget_minutes=args.budget_minutes,
+        ttl=datetime.timedelta(days=args.ttl_days),
         max_age=datetime.timedelta(days=args.max_age_days),
         revalidate_after=datetime.timedelta(hours=args.revalidate_after_hours),
         measure=dataclasses.replace(MEASURE_SETTINGS, max_seconds=args.max_seconds))
