@@ -233,7 +233,7 @@ def test_rekeyed_and_invalidated_under_a_real_second_jaxlib(tmp_path, old_toolch
     carries = entry(*ingest_graph(home, "narrow_sum"), NO_YNN_REDUCE, source="t-carries")
     lost = entry(*ingest_graph(home, "narrow_sum_b"), NO_YNN_REDUCE, source="t-lost")
     publish(home, [carries, lost])
-    report = fdo_json(home, "validate", "--once", "--toolchain", "old", "--max-seconds", "2")
+    report = fdo_json(home, "validate", "--once", "--toolchain", "old", "--max-seconds", "2", "--workers", "1")
     assert (report["rekeyed"], report["invalidated"], report["compiler_version"]) == (1, 1, f"jaxlib-{OLD_JAX}")
     after = live(home)
     old_env = dataclasses.replace(current_environment(), compiler_version=f"jaxlib-{OLD_JAX}")
@@ -280,7 +280,7 @@ def test_validate_and_deliver_at_the_same_time_lose_nothing(tmp_path):
     rows.append(entry("1" * 32, fast[1], NO_YNN_REDUCE, days_old=40, expires_in_days=-1))
     publish(home, rows)
     validating = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "--home", str(home), "validate",
-                                   "--once", "--json", "--max-seconds", "4"],
+                                   "--once", "--json", "--max-seconds", "4", "--workers", "1"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     delivered, versions, batch = [], [], 0
     while validating.poll() is None and batch < 8:  # deliver batch after batch while it validates
