@@ -138,30 +138,39 @@ def evaluate(
 def evaluate_independently(module: HloModule, candidate: CompilerConfig, workers: int,
                            default: CompilerConfig | None = None,
                            settings: MeasureSettings | None = None, timeout: float = 600.0,
-                           seed: int = 0, python: str | None = None) -> EvaluationResult:
+                           seed: int = 0, python: str | None = None,
+                           settled: Callable[[EvaluationResult], bool] | None = None,
+                           most: int = 0) -> EvaluationResult:
     """`evaluate` in `workers` fresh workers under the interpreter `python` (default: this one),
-    seeds `seed`, `seed + 1`, ..., as one result (`in_fresh_workers`)."""
+    seeds `seed`, `seed + 1`, ..., as one result (`in_fresh_workers`, which takes `settled`
+    and `most`)."""
     settings = settings or MeasureSettings()
     return in_fresh_workers(
         lambda worker, index: evaluate(module, candidate, default, settings, worker, timeout,
                                        seed + index),
-        workers, settings.noise_band, functools.partial(Worker, python=python))
+        workers, settings.noise_band, functools.partial(Worker, python=python), settled, most)
 
 
 def in_fresh_workers(job: Callable[[Worker, int], EvaluationResult], workers: int,
-                     noise_band: float, new_worker: Callable[[], Worker] = Worker
-                     ) -> EvaluationResult:
-    """`job(worker, index)` for index 0 .. `workers` - 1, each in a fresh worker from
-    `new_worker()`, one after another, as one result (`median_of`). The first failure, or a
-    candidate that compiles to the default's program, is the answer: nothing more is run."""
-    results = []
-    for index in range(workers):
+                     noise_band: float, new_worker: Callable[[], Worker] = Worker,
+                     settled: Callable[[EvaluationResult], bool] | None = None,
+                     most: int = 0) -> EvaluationResult:
+    """`job(worker, index)` for index 0, 1, ..., each in a fresh worker from `new_worker()`, one
+    after another, as one result (`median_of`): `workers` of them, then, while `settled` says
+    their median is not, one more at a time up to `most`. The first failure, or a candidate
+    that compiles to the default's program, is the answer: nothing more is run."""
+    results: list[EvaluationResult] = []
+    while True:
         with new_worker() as worker:
-            result = job(worker, index)
+            result = job(worker, len(results))
         if result.error is not None or result.identical_program:
             return result
         results.append(result)
-    return median_of(results, noise_band)
+        if len(results) < workers:
+            continue
+        median = median_of(results, noise_band)
+        if settled is None or len(results) >= most or settled(median):
+            return median
 
 
 def median_of(results: list[EvaluationResult], noise_band: float) -> EvaluationResult:

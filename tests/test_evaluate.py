@@ -13,7 +13,8 @@ import pytest
 
 from execution.compile import (CompileError, backend_extra_options, check_options,
                                compile_options, compiler_defaults)
-from execution.evaluate import EvaluationResult, evaluate, evaluate_independently, median_of
+from execution.evaluate import (EvaluationResult, evaluate, evaluate_independently,
+                                in_fresh_workers, median_of)
 from execution.flags import FLAGS, FlagError, is_default, parse_assignment, to_xla
 from execution.inputs import make_inputs, parameter_specs
 from execution.measure import MeasureSettings, measure_pair, median_interval
@@ -23,6 +24,7 @@ from hlo.module import from_lowered, from_text
 from pipelines.cli import main
 from tests import worker_tasks
 from tuner.space import graph_space
+from validator import decisions as validator_rules
 from workloads import zoo
 
 QUICK = MeasureSettings(max_seconds=4, max_pairs=120)
@@ -87,6 +89,29 @@ def test_the_median_of_workers_is_significant_only_where_most_of_them_are() -> N
     wrong = median_of([_measured(1.05, 1.03), _measured(1.06, 1.04, numerics_ok=False),
                        _measured(1.06, 1.04)], 0.01)
     assert wrong.numerics_ok is False
+
+
+def test_more_fresh_workers_run_only_while_the_median_is_unsettled() -> None:
+    # Scripted figures, one per worker in turn (the job never starts its worker's process):
+    # two slow processes of three, then three that measure the gain.
+    figures = [1.03, 0.80, 0.82, 1.03, 1.02, 1.04, 1.03]
+    ran: list[int] = []
+
+    def job(worker, index: int) -> EvaluationResult:
+        ran.append(index)
+        return _measured(figures[index], figures[index] - 0.02)
+
+    def firm(median: EvaluationResult) -> bool:  # the validator's: a removal nobody disputes
+        return validator_rules.settled(median, same_compiler=True, noise_band=0.01)
+
+    # Unsettled after three (the median 0.82 would remove what one worker measured at 1.03):
+    # one more at a time until the median holds the gain, at five.
+    result = in_fresh_workers(job, 3, 0.01, settled=firm, most=7)
+    assert ran == [0, 1, 2, 3, 4] and result.speedup == 1.02 and len(result.speedups) == 5
+    ran.clear()  # never more than `most`, settled or not
+    assert len(in_fresh_workers(job, 3, 0.01, settled=lambda _: False, most=4).speedups) == 4
+    ran.clear()  # without a rule, exactly `workers`
+    assert in_fresh_workers(job, 3, 0.01, most=7).speedup == 0.82 and ran == [0, 1, 2]
 
 
 def test_config_that_changes_nothing_is_not_run(worker) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from delivery.deliver import deliver
 from delivery.store import Store
+from execution.evaluate import EvaluationResult, median_of
 from hlo.environment import current_environment, store_key
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_lowered
@@ -168,6 +169,24 @@ def test_every_outcome_after_real_measurement(validated):
     assert rekeyed["ci_low"] > 1.01, rekeyed
     # Without symbols it cannot be measured: left as it is.
     assert after[keys["no_symbols"]] == rows["no_symbols"]
+
+
+def test_a_removal_one_worker_disputes_is_not_settled():
+    def median(*speedups: float) -> EvaluationResult:
+        return median_of([EvaluationResult(
+            speedup=s, ci_low=s - 0.02, ci_high=s + 0.02, significant=s > 1.03, numerics_ok=True,
+            identical_program=False, compile_seconds=0.1, default_compile_seconds=0.1,
+            default_seconds=0.01, candidate_seconds=0.01 / s) for s in speedups], 0.01)
+
+    # Two slow processes of three would remove a config the third measured faster.
+    disputed = median(1.03, 0.80, 0.82)
+    assert rules.measured_outcome(disputed, True, "c", 0.01)[0] == "invalidated"
+    assert not rules.settled(disputed, same_compiler=True, noise_band=0.01)
+    # Settled: a removal every worker agrees with, a keep, or nothing to remove (on another
+    # compiler a failed re-key leaves the old entry as it is).
+    assert rules.settled(median(0.95, 0.80, 0.82), same_compiler=True, noise_band=0.01)
+    assert rules.settled(median(1.03, 1.02, 0.80), same_compiler=True, noise_band=0.01)
+    assert rules.settled(disputed, same_compiler=False, noise_band=0.01)
 
 
 def test_one_audit_row_per_decision_in_priority_order(validated):

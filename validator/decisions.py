@@ -8,7 +8,8 @@ Rules (CATWILD 3.4), for an entry checked under a toolchain's compiler:
 - measured on the entry's own compiler: invalidated if the candidate no longer compiles,
   crashes, compiles to the very program the defaults give (no gain left), fails the numeric
   check, or if the interval's upper end is under 1 + noise band (the data rule out a gain
-  worth having). Otherwise kept: speedup and interval replaced by the new measurement, expiry
+  worth having; where one of the workers measured it faster, only once more workers agree:
+  `settled`). Otherwise kept: speedup and interval replaced by the new measurement, expiry
   refreshed to min(now + ttl, origin + max_age). An inconclusive interval keeps the entry: it
   passed a strict verification once, and only evidence against it removes it.
 - measured on another compiler (the entry's environment but for the compiler version):
@@ -120,6 +121,16 @@ def measured_outcome(result: EvaluationResult, same_compiler: bool, compiler_ver
     if result.ci_low > 1.0 + noise_band:
         return "rekeyed", f"faster {where} too: {figure}"
     return "invalidated", f"not shown faster {where}: {figure}; not re-keyed"
+
+
+def settled(result: EvaluationResult, same_compiler: bool, noise_band: float) -> bool:
+    """Whether the median of several workers' measurements decides an entry firmly: not when it
+    would remove an entry that one of the workers measured faster than 1 + `noise_band` (now
+    and then a process runs a library's kernels 20% slow: the median outvotes one such worker
+    of three, not two, so more workers measure it; `ValidateSettings.most_workers`)."""
+    if not same_compiler or result.identical_program or not result.numerics_ok:
+        return True
+    return result.ci_high >= 1.0 + noise_band or max(result.speedups) <= 1.0 + noise_band
 
 
 def apply(decisions: list[Decision], live: pa.Table) -> tuple[pa.Table, list[str]]:

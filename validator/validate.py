@@ -9,7 +9,8 @@ A run, under one toolchain (validator.toolchains; default: the running interpret
    winner: the entry's graph (unoptimized HLO from the blob store) compiled with its config
    against the defaults, paired timing and numeric check, in `workers` fresh sandboxed workers
    running under the toolchain, decided on their median (one process now and then runs a
-   library's kernels 20% slow: one worker's verdict would remove good configs). What the
+   library's kernels 20% slow: one worker's verdict would remove good configs); a removal
+   that one of them contradicts takes more workers first, up to `most_workers`. What the
    budget does not reach is deferred to the next run.
 3. Publishes one new store version with every decision applied to the entries live at that
    moment (Store.update retries when deliver, an import or the service published meanwhile).
@@ -68,6 +69,10 @@ class ValidateSettings:
     timeout: float = 600.0  # per measurement, in each worker
     seed: int = 0
     workers: int = FRESH_WORKERS  # fresh workers per entry, decided on their median
+    # More, one at a time, while the median would remove an entry a worker measured faster
+    # (`validator.decisions.settled`): where one process in five is slow, two of three are slow
+    # one time in ten, four of seven about one time in thirty.
+    most_workers: int = 7
 
 
 @dataclass
@@ -157,11 +162,13 @@ def _measure(queued: Queued, planner: Planner, settings: ValidateSettings) -> De
         module = from_text(BlobStore(planner.home).get_text(queued.blob), source=queued.blob)
     except HloLoadError as exc:
         return decide("unmeasured", str(exc), rules.NONE)
-    result = evaluate_independently(module, config, settings.workers, settings=settings.measure,
-                                    timeout=settings.timeout, seed=settings.seed,
-                                    python=chain.python)
+    band = settings.measure.noise_band
+    result = evaluate_independently(
+        module, config, settings.workers, settings=settings.measure, timeout=settings.timeout,
+        seed=settings.seed, python=chain.python, most=settings.most_workers,
+        settled=lambda median: rules.settled(median, queued.same_compiler, band))
     if result.error is None:
-        return queued.measured(result, cv, settings.measure.noise_band,
+        return queued.measured(result, cv, band,
                                datetime.datetime.now(datetime.UTC), settings.ttl, settings.max_age)
     if result.failure == DEFAULT_FAILS:
         return decide("unmeasured", f"its graph fails on {cv}: {result.error}", rules.NONE)
