@@ -11,6 +11,10 @@ from storage.home import Home
 _LEVEL = 9
 
 
+class BlobError(ValueError):
+    """A stored blob that cannot be read back (corrupt or truncated); the message names it."""
+
+
 class BlobStore:
     """`<home>/blobs/hlo/<2 hex>/<fingerprint>.hlo.zst`; blob names are paths relative to `blobs/`."""
 
@@ -32,8 +36,11 @@ class BlobStore:
         return name
 
     def get_text(self, name: str) -> str:
-        """The text stored under blob `name`."""
-        return zstandard.ZstdDecompressor().decompress(self.home.read_bytes(self._location(name))).decode()
+        """The text stored under blob `name`; BlobError when it does not decompress to text."""
+        try:
+            return zstandard.ZstdDecompressor().decompress(self.home.read_bytes(self._location(name))).decode()
+        except (zstandard.ZstdError, UnicodeDecodeError) as exc:
+            raise BlobError(f"blob {name} is corrupt: {exc}") from None
 
     def exists(self, name: str) -> bool:
         """Whether blob `name` is stored."""

@@ -24,6 +24,7 @@ from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_lowered
 from ingest.symbols import ingest_symbols
 from ingest.tables import HITS
+from storage.blobs import BlobStore
 from storage.home import Home
 from storage.journal import read_records
 from storage.store import ENTRIES
@@ -348,6 +349,21 @@ def test_a_publish_that_loses_the_race_is_redone_on_the_new_live_entries(tmp_pat
     version = Store(home).update(change, "validate test")
     assert calls == [1, 2] and version == 3
     assert set(live(home)) == {store_key(f"{7:032x}", "e" * 32)}
+
+
+def test_a_corrupt_hlo_blob_leaves_its_entry_unmeasured_and_the_run_goes_on(tmp_path):
+    home = tmp_path / "home"
+    corrupt = entry(*ingest_graph(home, "narrow_sum"), NO_YNN_REDUCE, source="t-corrupt")
+    expired = entry("1" * 32, corrupt["env_key"], NO_YNN_REDUCE, days_old=40, expires_in_days=-1)
+    publish(home, [corrupt, expired])
+    blob = home / "blobs" / BlobStore.name(corrupt["fingerprint"])
+    blob.write_bytes(b"not zstd")
+    report = fdo_json(home, "validate", "--once", "--workers", "1")
+    assert (report["unmeasured"], report["expired"]) == (1, 1), report
+    audit = {r["key"]: r for r in Warehouse(home).read(VALIDATIONS).to_pylist()}
+    assert BlobStore.name(corrupt["fingerprint"]) in audit[corrupt["key"]]["reason"]
+    assert "corrupt" in audit[corrupt["key"]]["reason"]
+    assert corrupt["key"] in live(home) and expired["key"] not in live(home)
 
 
 def test_kill_9_mid_run_then_resume_redoes_nothing(tmp_path):

@@ -41,7 +41,7 @@ from execution.flags import FlagError, from_json
 from execution.measure import MeasureSettings
 from execution.worker import Worker, WorkerFailure
 from hlo.module import HloLoadError, from_text
-from storage.blobs import BlobStore
+from storage.blobs import BlobError, BlobStore
 from storage.home import Home
 from storage.warehouse import Warehouse
 from validator import decisions as rules
@@ -160,7 +160,7 @@ def _measure(queued: Queued, planner: Planner, settings: ValidateSettings) -> De
         return decide("invalidated", f"its config is no longer accepted: {exc}", invalidated)
     try:
         module = from_text(BlobStore(planner.home).get_text(queued.blob), source=queued.blob)
-    except HloLoadError as exc:
+    except (BlobError, HloLoadError) as exc:
         return decide("unmeasured", str(exc), rules.NONE)
     band = settings.measure.noise_band
     result = evaluate_independently(
