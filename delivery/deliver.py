@@ -28,7 +28,8 @@ import pyarrow.parquet as pq
 from delivery.store import DEFAULT_TTL, Store, merge_entries
 from hlo.environment import store_key
 from ranking.beam_io import ReadPartitions, partition_files, pipeline_options
-from storage.home import Home, atomic_write, temporary_name
+from storage.home import Home, temporary_name
+from storage.homes import atomic_write, open_home
 from storage.store import ENTRIES
 from tuner.tables import TUNING_RESULTS
 
@@ -96,7 +97,7 @@ def build_deliver_pipeline(pipeline: beam.Pipeline, files: list[str], staged: st
 def deliver(home: Home, beam_args: Iterable[str] = ()) -> int | None:
     """Publish the accepted results not yet live in `home`; returns the new version (None:
     no change). The pipeline stages them under `<home>/delivery`, which its workers see."""
-    home = Home.of(home)
+    home = open_home(home)
     files = partition_files(home, TUNING_RESULTS, None, None)
     if not files:
         return None

@@ -54,7 +54,7 @@ from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_proto_bytes, from_stablehlo
 from hlo.errors import first_line
 from ingest.hits import spool_path, to_line
-from storage.home import Home, atomic_write
+from storage.homes import atomic_write, open_home
 
 log = logging.getLogger("fleet_fdo.hook")
 SPOOL_SYMBOLS = Path("spool") / "symbols"
@@ -228,7 +228,7 @@ class Hook:
         try:
             stem = f"module_{plan.fingerprint[:8]}.{plan.module_name}"
             environment = self._environment or current_environment()
-            with Home.of(target.parent).staged_directory(target, durable=False) as staging:
+            with open_home(target.parent).staged_directory(target, durable=False) as staging:
                 (staging / f"{stem}.before_optimizations.txt").write_text(plan.unoptimized_text)
                 if optimized is not None:
                     (staging / f"{stem}.after_optimizations.txt").write_text(optimized)

@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 
 from execution.flags import FlagError, from_json, to_json
 from storage.home import Home
+from storage.homes import open_home
 from storage.store import ENTRIES, current_version
 
 DEFAULT_TTL = datetime.timedelta(days=30)
@@ -84,7 +85,7 @@ class Store:
     """The store under `<home>/store`."""
 
     def __init__(self, home: Home | Path | str) -> None:
-        self.home = Home.of(home)
+        self.home = open_home(home)
         self.root = self.home.location("store")
 
     def current(self) -> int | None:

@@ -29,6 +29,7 @@ from ingest.inputs import INPUT_ERRORS, reason
 from ingest.quarantine import Quarantine, Quarantined, name_of
 from ingest.tables import HITS
 from storage.home import Home, process_alive
+from storage.homes import open_home
 from storage.warehouse import Warehouse, split_rows
 
 SPOOL_DIR = Path("spool") / "hits"
@@ -67,7 +68,7 @@ class HitReport:
 
 def ingest_hits(home: Home, now: float | None = None) -> HitReport:
     """Land every finished spool file of `home` (local or a URL) in the `hits` table."""
-    home = Home.of(home)
+    home = open_home(home)
     warehouse, quarantine = Warehouse(home), Quarantine(home)
     report = HitReport()
     for location in spool_files(home):
@@ -93,7 +94,7 @@ def ingest_hits(home: Home, now: float | None = None) -> HitReport:
 
 def read_hits(home: Home) -> pa.Table:
     """Every hit record of `home` (local or a URL): landed ones and those still in the spool."""
-    home = Home.of(home)
+    home = open_home(home)
     landed = Warehouse(home).read(HITS)
     spooled = []
     for location in spool_files(home):

@@ -39,6 +39,7 @@ from ingest.rowids import SeenRows
 from ingest.sidecars import JOB_FILE, Job, nearest_file, read_environment_file, read_job_file
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
 from storage.home import Home
+from storage.homes import open_home
 from storage.warehouse import TableSchema, Warehouse, split_rows
 
 TRACE_SUFFIX = ".xplane.pb"
@@ -95,7 +96,7 @@ def ingest_profiles(paths: Iterable[Path], home: Home, progress: bool = False) -
     inputs and rows go to quarantine."""
     from ingest.progress import progress_bar
 
-    home = Home.of(home)
+    home = open_home(home)
     warehouse = Warehouse(home)
     warehouse.remove_temporaries()
     roots = [Path(p) for p in paths]

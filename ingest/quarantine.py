@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from hlo.errors import first_line
 from storage.home import Home
+from storage.homes import open_home
 
 # Of an input's name inside a quarantine file's name: file systems allow 255 bytes, and the
 # digest and suffixes (`.bad-rows.parquet.reason.json`) come on top.
@@ -67,7 +68,7 @@ class Quarantine:
     """The quarantine directory under `home` (local or a URL)."""
 
     def __init__(self, home: Home | Path | str) -> None:
-        self.home = Home.of(home)
+        self.home = open_home(home)
 
     def put_file(self, source: Path, reason: str) -> Quarantined:
         """Copy `source` (a local file) into quarantine with `reason`; the original is left in

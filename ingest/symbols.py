@@ -30,6 +30,7 @@ from ingest.sidecars import Capture, nearest_file, read_environment_file
 from ingest.tables import GRAPHS, OPS
 from storage.blobs import BlobStore
 from storage.home import Home
+from storage.homes import open_home
 from storage.warehouse import TableSchema, Warehouse, split_rows
 
 _UNOPTIMIZED = "before_optimizations"
@@ -86,7 +87,7 @@ def ingest_symbols(paths: Iterable[Path], home: Home, progress: bool = False) ->
     quarantine."""
     from ingest.progress import progress_bar
 
-    home = Home.of(home)
+    home = open_home(home)
     paths = [Path(p) for p in paths]
     warehouse, blobs, quarantine = Warehouse(home), BlobStore(home), Quarantine(home)
     warehouse.remove_temporaries()

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from pipelines import stages
 from pipelines.tables import RUNS
 from storage.home import Home
+from storage.homes import open_home
 from storage.warehouse import Warehouse
 
 STAGES = ("ingest", "rank", "tune", "deliver", "validate", "savings")
@@ -80,7 +81,7 @@ class NightlyReport:
 def run_nightly(home: Home, settings: NightlySettings, progress: bool = False) -> NightlyReport:
     """Run the stages of `settings.date` not yet done, in order, on `home` (local or a URL);
     stops at the first failure."""
-    home = Home.of(home)
+    home = open_home(home)
     report = NightlyReport(settings.date.isoformat())
     with home.lock(home.location("pipelines", "nightly.lock"), "nightly run", wait=False):
         ledger = _ledger(home, settings.date)

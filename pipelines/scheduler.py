@@ -29,6 +29,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from storage.home import Home
+from storage.homes import open_home
 
 log = logging.getLogger("fleet_fdo.scheduler")
 NIGHTLY_JOB = "nightly"
@@ -62,10 +63,10 @@ def parse_cron(text: str) -> CronTrigger:
 def run_scheduler(home: Home, settings: SchedulerSettings, stop: threading.Event | None = None) -> int:
     """Run the daemon on `home` (a local one) until SIGTERM/SIGINT (or `stop`); returns the
     exit code."""
-    home = Home.of(home).local("fdo scheduler")
+    home = open_home(home).local("fdo scheduler")
     trigger = parse_cron(settings.cron)
     stop = stop or threading.Event()
-    with Home.of(home).lock(home / "pipelines" / "scheduler.lock", "fdo scheduler", wait=False):
+    with open_home(home).lock(home / "pipelines" / "scheduler.lock", "fdo scheduler", wait=False):
         scheduler = BackgroundScheduler(
             jobstores={"default": SQLAlchemyJobStore(url=f"sqlite:///{home / 'pipelines' / 'scheduler.sqlite'}")},
             job_defaults={"coalesce": True, "max_instances": 1,

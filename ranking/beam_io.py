@@ -32,6 +32,7 @@ from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineResult, PipelineRunner
 
 from storage.home import Home
+from storage.homes import open_home
 from storage.warehouse import PARTITION, TableSchema, Warehouse, partition_of
 
 # Beam's in-process runner, in multi-process mode: nothing to download or start.
@@ -129,7 +130,7 @@ def plan_reads(sources: list[Source]) -> ReadPlan:
     units, rows = [], 0
     for index, source in enumerate(sources):
         for path in source.files:
-            with Home.of(path).open(path) as handle:
+            with open_home(path).open(path) as handle:
                 metadata = pq.ParquetFile(handle).metadata
             units.extend((index, path, group) for group in range(metadata.num_row_groups))
             rows += metadata.num_rows
@@ -172,7 +173,7 @@ def _read_unit(unit: tuple[int, str | None, int], sources: list[Source]) -> tupl
         empty = source.empty.empty_table()
         return source.tag, source.prepare(empty.append_column(PARTITION, pa.array([], pa.date32())))
     stored = [c for c in source.columns if c != PARTITION]
-    with Home.of(path).open(path) as handle:
+    with open_home(path).open(path) as handle:
         # Dictionary-encoded strings: read without decoding, hashed as small integers.
         table = pq.ParquetFile(handle, read_dictionary=stored).read_row_group(
             group, columns=stored, use_threads=False)

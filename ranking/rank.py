@@ -30,6 +30,7 @@ from ranking.beam_io import (ArrowSum, ReadPlan, ReadTables, Source, TaggedSums,
                              pipeline_options, plan_reads)
 from ranking.tables import CANDIDATES, COVERAGE
 from storage.home import Home
+from storage.homes import open_home
 from storage.store import live_entries
 from storage.warehouse import TableSchema, Warehouse
 
@@ -110,7 +111,7 @@ def build_rank_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: Home,
 def rank(home: Home, settings: RankSettings, beam_args: Iterable[str] = ()) -> tuple[pa.Table, pa.Table]:
     """Run the ranking pipeline; returns the date's (candidates, coverage) as written.
     `home` may be a URL on any of Beam's file systems (gs://, s3://, ...)."""
-    home = Home.of(home)
+    home = open_home(home)
     home.reach(pipeline_options(beam_args))
     reads = rank_reads(home, settings)
     with beam.Pipeline(options=pipeline_options(beam_args, reads.rows)) as pipeline:

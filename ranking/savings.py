@@ -21,6 +21,7 @@ from ingest.tables import GRAPH_RUNS, OP_RUNS
 from ranking.beam_io import ArrowSum, ReadPlan, ReadTables, Source, partition_files, pipeline_options, plan_reads
 from ranking.tables import SAVINGS
 from storage.home import Home
+from storage.homes import open_home
 from storage.store import live_entries
 from storage.warehouse import Warehouse
 
@@ -56,7 +57,7 @@ def savings(home: Home, first: datetime.date, last: datetime.date,
             beam_args: Iterable[str] = ()) -> pa.Table:
     """Run the savings pipeline over [first, last]; returns the rows it wrote.
     `home` may be a URL on any of Beam's file systems (gs://, s3://, ...)."""
-    home = Home.of(home)
+    home = open_home(home)
     home.reach(pipeline_options(beam_args))
     entries = live_entries(home)
     validator_keys = entries.filter(pc.equal(entries.column("provenance"), "validator")).column("key")

@@ -7,6 +7,7 @@ from pathlib import Path
 import zstandard
 
 from storage.home import Home
+from storage.homes import open_home
 
 _LEVEL = 9
 
@@ -19,7 +20,7 @@ class BlobStore:
     """`<home>/blobs/hlo/<2 hex>/<fingerprint>.hlo.zst`; blob names are paths relative to `blobs/`."""
 
     def __init__(self, home: Home | str | Path) -> None:
-        self.home = Home.of(home)
+        self.home = open_home(home)
         self.root = self.home.location("blobs")
 
     @staticmethod

@@ -1,7 +1,7 @@
 """The data root of every stage: a `Home`, on a local path or on any URL scheme Beam serves.
 
 One interface, two implementations (`storage.local.LocalHome`, `storage.url.UrlHome`), chosen
-by `Home.of(root)`. Stages name files by their place under the home (`"warehouse"`,
+by `storage.homes.open_home(root)`. Stages name files by their place under the home (`"warehouse"`,
 `"store/CURRENT"`) and never build paths themselves; `location(...)` gives the full name, a
 `Path` on a local home and a URL string on a URL home.
 
@@ -63,17 +63,6 @@ class Home(abc.ABC):
     """The data root: warehouse tables, blobs, the config store, journals, runs."""
 
     root: str
-
-    @staticmethod
-    def of(root: "Home | str | Path") -> "Home":
-        """The home at `root`: a local path, or a URL (gs://, s3://, ...) served by Beam."""
-        if isinstance(root, Home):
-            return root
-        if "://" in str(root):
-            from storage.url import UrlHome  # Beam only for URL homes: the hook reads without it
-            return UrlHome(str(root))
-        from storage.local import LocalHome
-        return LocalHome(root)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.root!r})"
@@ -189,11 +178,6 @@ def writer_gone(name: str) -> bool:
     unknown)."""
     pid = name.rsplit(TMP_MARK, 1)[-1].split("-", 1)[0]
     return not (pid.isdigit() and process_alive(int(pid)))
-
-
-def atomic_write(location: Any, data: bytes | str | Callable[[IO[bytes]], None], durable: bool = True) -> None:
-    """`Home.atomic_write` for a file outside any home (a spool, a cache, a marker)."""
-    Home.of(str(location)).atomic_write(location, data, durable)
 
 
 def process_alive(pid: int) -> bool:

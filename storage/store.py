@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage.home import Home
+from storage.homes import open_home
 
 STORE_ENTRY_COLUMNS = pa.schema([
     pa.field("key", pa.string()),  # the store key: hlo.environment.store_key(fingerprint, env_key)
@@ -41,7 +42,7 @@ ENTRIES = pa.schema(list(STORE_ENTRY_COLUMNS) + [
 def current_version(home: Home | str | Path) -> int | None:
     """The live store version, or None when nothing is published; ValueError when CURRENT
     holds anything but a version number."""
-    home = Home.of(home)
+    home = open_home(home)
     current = home.location("store", "CURRENT")
     if not home.exists(current):
         return None
@@ -53,7 +54,7 @@ def current_version(home: Home | str | Path) -> int | None:
 
 def live_entries(home: Home | str | Path, now: datetime.datetime | None = None) -> pa.Table:
     """The live version's unexpired entries (STORE_ENTRY_COLUMNS); empty when there is no store."""
-    home = Home.of(home)
+    home = open_home(home)
     version = current_version(home)
     if version is None:
         return STORE_ENTRY_COLUMNS.empty_table()

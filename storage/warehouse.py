@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage.home import TMP_MARK, Home, Pending
+from storage.homes import open_home
 
 PARTITION = "dt"
 ROW_GROUP_ROWS = 1 << 17  # Beam's multi-process runner stalls on much larger elements
@@ -123,7 +124,7 @@ class Warehouse:
     """The tables under `<home>/warehouse`, on any `Home`."""
 
     def __init__(self, home: Home | str | Path) -> None:
-        self.home = Home.of(home)
+        self.home = open_home(home)
         self.root = self.home.location("warehouse")
 
     def table_dir(self, table: TableSchema) -> Any:

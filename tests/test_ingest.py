@@ -28,7 +28,7 @@ from ingest.hits import SPOOL_DIR, STALE_SECONDS, ingest_hits, read_hits, to_lin
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
 from pipelines.cli import main
 from storage.blobs import BlobStore
-from storage.home import Home
+from storage.homes import open_home
 from storage.warehouse import SchemaError, Warehouse, read_checked
 from tests.serving import fdo
 from tests.url_home import UrlFileSystem, url_of
@@ -256,7 +256,7 @@ def test_ingest_on_a_url_home_lands_what_it_lands_on_a_local_home(dump_dir, tmp_
     for name in ("/warehouse/graphs/", "/warehouse/_ingested/", "/blobs/hlo/", "/quarantine/",
                  "/spool/hits/"):
         assert any(name in path for path in UrlFileSystem.used), name
-    url = Home.of(url_of(tmp_path / "url"))
+    url = open_home(url_of(tmp_path / "url"))
     quarantined = {kind: sorted(Path(q["source"]).name for q in reports["url", kind]["quarantined"])
                    for kind in ("symbols", "hits", "profiles")}
     assert quarantined == {"symbols": ["module_9999.jit_broken.before_optimizations.txt"],
@@ -276,7 +276,7 @@ def test_a_url_home_takes_a_spool_file_at_once_a_local_home_once_its_writer_is_g
     record = to_line({"at": datetime.datetime.now(datetime.UTC), "job_id": "j", "key": "k" * 32,
                       "fingerprint": "f" * 32, "env_key": "e" * 32, "module_name": "jit_step",
                       "outcome": "miss", "hook_seconds": 0.001, "compile_seconds": 0.5})
-    homes = {"local": Home.of(tmp_path / "local"), "url": Home.of(url_of(tmp_path / "url"))}
+    homes = {"local": open_home(tmp_path / "local"), "url": open_home(url_of(tmp_path / "url"))}
     for name, home in homes.items():
         spool = tmp_path / name / SPOOL_DIR
         spool.mkdir(parents=True)
@@ -296,7 +296,7 @@ def test_a_spool_file_its_writer_makes_again_under_the_same_name_lands_too(tmp_p
                         "fingerprint": "f" * 32, "env_key": "e" * 32, "module_name": "jit_step",
                         "outcome": "miss", "hook_seconds": 0.001, "compile_seconds": 0.5})
 
-    home = Home.of(tmp_path)
+    home = open_home(tmp_path)
     spool = tmp_path / SPOOL_DIR
     spool.mkdir(parents=True)
     live = spool / f"{socket.gethostname()}-{os.getpid()}-1.jsonl"  # this process: alive

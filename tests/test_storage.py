@@ -16,6 +16,7 @@ import pytest
 from ingest.tables import GRAPH_RUNS
 from storage.blobs import BlobStore
 from storage.home import Home, LockHeld
+from storage.homes import open_home
 from storage.journal import append_record, read_records
 from storage.local import LocalHome
 from storage.store import STORE_ENTRY_COLUMNS, current_version, live_entries
@@ -27,7 +28,7 @@ from tests.url_home import UrlFileSystem, url_of
 @pytest.fixture(params=["local", "url"])
 def home(request, tmp_path) -> Home:
     """The same directory as a local home and as a URL home."""
-    return Home.of(tmp_path if request.param == "local" else url_of(tmp_path))
+    return open_home(tmp_path if request.param == "local" else url_of(tmp_path))
 
 
 def _files(tmp_path) -> list[str]:
@@ -35,9 +36,9 @@ def _files(tmp_path) -> list[str]:
 
 
 def test_of_picks_the_implementation_by_root_and_keeps_a_home():
-    assert isinstance(Home.of("/tmp/x"), LocalHome) and isinstance(Home.of("fdotest:///tmp/x"), UrlHome)
-    home = Home.of("/tmp/x")
-    assert Home.of(home) is home and Home.of("/tmp/x") == home and str(home) == "/tmp/x"
+    assert isinstance(open_home("/tmp/x"), LocalHome) and isinstance(open_home("fdotest:///tmp/x"), UrlHome)
+    home = open_home("/tmp/x")
+    assert open_home(home) is home and open_home("/tmp/x") == home and str(home) == "/tmp/x"
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temporary(home, tmp_path):
@@ -120,7 +121,7 @@ def test_the_lock_serializes_and_refuses_when_asked_not_to_wait(home):
 
 
 def _hold(path: str, held, release) -> None:
-    with Home.of(path).lock(os.path.join(path, "p.lock")):
+    with open_home(path).lock(os.path.join(path, "p.lock")):
         held.set()
         release.wait(10)
 
@@ -133,12 +134,12 @@ def test_a_local_lock_holds_across_processes_and_names_the_holder(tmp_path):
     try:
         assert held.wait(30)
         with pytest.raises(LockHeld, match=f"pid {child.pid}"):
-            with Home.of(tmp_path).lock(tmp_path / "p.lock", "holder", wait=False):
+            with open_home(tmp_path).lock(tmp_path / "p.lock", "holder", wait=False):
                 pass
     finally:
         release.set()
         child.join()
-    with Home.of(tmp_path).lock(tmp_path / "p.lock", wait=False):
+    with open_home(tmp_path).lock(tmp_path / "p.lock", wait=False):
         pass
 
 
@@ -172,7 +173,7 @@ def test_the_warehouse_blobs_and_store_reads_work_on_every_home(home, tmp_path):
 
 def test_a_home_beam_cannot_reach_is_refused_naming_it():
     with pytest.raises(ValueError, match="home nosuch://bucket/fdo: "):
-        Home.of("nosuch://bucket/fdo").reach()
+        open_home("nosuch://bucket/fdo").reach()
 
 
 def test_every_command_refuses_a_home_beam_cannot_reach_in_one_line_naming_it(capsys):
@@ -192,7 +193,7 @@ def test_every_command_refuses_a_home_beam_cannot_reach_in_one_line_naming_it(ca
 def test_stages_that_need_a_local_home_refuse_a_url_home_naming_it(tmp_path):
     from workloads.simulator.run import simulate
 
-    home = Home.of(url_of(tmp_path))
+    home = open_home(url_of(tmp_path))
     stages = {"fdo simulate": lambda: simulate(home, 1, 1)}
     for name, run in stages.items():
         with pytest.raises(ValueError, match=f"{name} needs a local home, not fdotest://"):

@@ -18,7 +18,7 @@ from delivery.deliver import deliver
 from delivery.imports import read_import
 from delivery.store import ConcurrentPublish, Store, StoreError, merge_entries
 from hlo.environment import store_key
-from storage.home import Home
+from storage.homes import open_home
 from storage.store import live_entries
 from storage.warehouse import Warehouse
 from tests.url_home import UrlFileSystem, url_of
@@ -151,7 +151,7 @@ def test_deliver_publishes_the_best_accepted_result_once(tmp_path):
 
 
 def test_the_store_and_deliver_work_on_a_url_home(tmp_path):
-    home = Home.of(url_of(tmp_path / "home"))
+    home = open_home(url_of(tmp_path / "home"))
     in_process = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]  # the scheme is ours
     base = {"dt": datetime.date.today(), "kind": "graph", "env_key": "e" * 32, "numerics_ok": True,
             "compiler_version": "jaxlib-test", "strategy": "evolution", "evaluations": 40, "measured": 12,

@@ -20,7 +20,7 @@ from execution.flags import FLAGS, from_json
 from execution.measure import MeasureSettings
 from execution.worker import Worker
 from hlo.module import from_lowered, from_text
-from storage.home import Home
+from storage.homes import open_home
 from storage.warehouse import Warehouse
 from tests import worker_tasks
 from tests.processes import kill_9_once_journaled, signal_once_journaled
@@ -282,7 +282,7 @@ def test_tune_reports_no_gain_where_there_is_none(tmp_path):
 def test_tune_on_a_url_home_journals_lands_and_resumes_there(tmp_path):
     module = from_text(_write_module(tmp_path / "add.hlo", lambda a, b: a + b, (64,), (64,)).read_text())
     local = tmp_path / "home"
-    home = Home.of(url_of(local))
+    home = open_home(url_of(local))
     short = MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=40, max_seconds=1.0)
     quick = TuneSettings(budget_evals=3, search=short, compare=short, verify=short,
                          verify_workers=1)

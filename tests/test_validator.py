@@ -25,7 +25,7 @@ from hlo.module import from_lowered
 from ingest.symbols import ingest_symbols
 from ingest.tables import HITS
 from storage.blobs import BlobStore
-from storage.home import Home
+from storage.homes import open_home
 from storage.journal import read_records
 from storage.store import ENTRIES
 from storage.warehouse import Warehouse
@@ -396,7 +396,7 @@ def test_validate_on_a_url_home_measures_publishes_and_audits(tmp_path):
     rows = [entry(*fast, NO_YNN_REDUCE, source="t-fast"),
             entry("1" * 32, fast[1], NO_YNN_REDUCE, days_old=40, expires_in_days=-10, source="t-exp"),
             entry("3" * 32, fast[1], NO_YNN_REDUCE, source="t-nosym")]
-    home = Home.of(url_of(local))
+    home = open_home(url_of(local))
     publish(home, rows)
     # The registry record stays in the home; a venv it would install goes to the local cache.
     assert Registry(home).add("this", sys.executable).python == sys.executable
@@ -420,7 +420,7 @@ def test_validate_on_a_url_home_measures_publishes_and_audits(tmp_path):
 
 @pytest.mark.parametrize("url", [False, True], ids=["local", "url"])
 def test_a_run_resumes_the_unfinished_run_of_its_toolchain_and_compiler_only(tmp_path, url):
-    home = Home.of(url_of(tmp_path / "home") if url else tmp_path / "home")
+    home = open_home(url_of(tmp_path / "home") if url else tmp_path / "home")
     chain = Registry(home).get(None)
     finished = Run.open(home, chain)
     home.atomic_write(run_file(home, finished.run_id, "done.json"), "{}")
@@ -447,7 +447,7 @@ def test_a_run_resumes_the_unfinished_run_of_its_toolchain_and_compiler_only(tmp
 
 @pytest.mark.parametrize("url", [False, True], ids=["local", "url"])
 def test_a_run_killed_after_publishing_finds_its_version_by_its_writer(tmp_path, url):
-    home = Home.of(url_of(tmp_path / "home") if url else tmp_path / "home")
+    home = open_home(url_of(tmp_path / "home") if url else tmp_path / "home")
     expired = entry("1" * 32, "e" * 32, NO_YNN_REDUCE, days_old=40, expires_in_days=-1)
     publish(home, [expired, entry("2" * 32, "e" * 32, NO_YNN_REDUCE)])
     manifest = home.location("store", "v1", "manifest.json")  # as written before versions named their writer

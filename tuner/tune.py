@@ -51,6 +51,7 @@ from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule
 from storage.home import Home
+from storage.homes import open_home
 from storage.journal import append_record, read_records
 from storage.warehouse import Warehouse
 from tuner.op_cut import OpCut
@@ -170,7 +171,7 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     """Search `target.space` for `target.module`, verify the best afresh, land the task."""
     from ingest.progress import progress_bar
 
-    home = Home.of(home)
+    home = open_home(home)
     environment = current_environment()
     env_key = env_key or environment.key()
     strategy_name = settings.strategy if settings.schedule else f"{settings.strategy} (plain)"

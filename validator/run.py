@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from delivery.store import Store
 from storage.home import Home, LockHeld
+from storage.homes import open_home
 from storage.journal import append_record, read_records
 from storage.warehouse import Warehouse
 from validator import decisions as rules
@@ -57,7 +58,7 @@ class Run:
     @classmethod
     def open(cls, home: Home, chain: Toolchain) -> "Run":
         """The unfinished run of this toolchain and compiler, or a new one."""
-        home = Home.of(home)
+        home = open_home(home)
         # Two listings, whatever the number of past runs (on an object store, a request each).
         done = {_run_of(location) for location in home.glob("/".join((*_RUNS, "*", "done.json")))}
         for meta in reversed(home.glob("/".join((*_RUNS, "*", "run.json")))):

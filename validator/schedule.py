@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from storage.home import Home
+from storage.homes import open_home
 from validator.run import ValidatorBusy
 from validator.validate import RunReport, ValidateSettings, validate
 
@@ -40,7 +41,7 @@ def run_scheduled_validation(home: str, budget_minutes: float | None,
     """One scheduled run on the home at `home` (a path or a URL); None when another validation
     held the home."""
     try:
-        report = validate(Home.of(home), toolchain, ValidateSettings(budget_minutes=budget_minutes))
+        report = validate(open_home(home), toolchain, ValidateSettings(budget_minutes=budget_minutes))
     except ValidatorBusy as busy:
         log.info("validation skipped: %s", busy)
         return None

@@ -36,6 +36,7 @@ from typing import Any
 from execution.worker import project_root
 from hlo.environment import Environment, environment_from_json
 from storage.home import Home, writer_gone
+from storage.homes import open_home
 
 DEFAULT_NAME = "default"  # the running interpreter; never registered
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -110,7 +111,7 @@ class Registry:
     """The toolchains registered under `<home>/toolchains`."""
 
     def __init__(self, home: Home) -> None:
-        self.home = Home.of(home)
+        self.home = open_home(home)
 
     def add(self, name: str, python: str) -> Toolchain:
         """Probe `python` and register it as `name` (replacing a toolchain of that name)."""
@@ -189,7 +190,7 @@ def build_venv(dest: Path, jax_version: str, standalone: bool = False) -> str:
     for abandoned in dest.parent.glob(f".{dest.name}.tmp-*"):  # left by a build that was killed
         if writer_gone(abandoned.name):
             shutil.rmtree(abandoned, ignore_errors=True)
-    with Home.of(dest.parent).staged_directory(dest, durable=False) as staging:
+    with open_home(dest.parent).staged_directory(dest, durable=False) as staging:
         _install(staging, jax_version, standalone)
     found = probe(python, dest.name).jaxlib
     if found != jax_version:

@@ -43,6 +43,7 @@ from execution.worker import Worker, WorkerFailure
 from hlo.module import HloLoadError, from_text
 from storage.blobs import BlobError, BlobStore
 from storage.home import Home
+from storage.homes import open_home
 from storage.warehouse import Warehouse
 from validator import decisions as rules
 from validator.decisions import Decision
@@ -106,7 +107,7 @@ def validate(home: Home, toolchain: str | None = None,
              settings: ValidateSettings = ValidateSettings(), progress: bool = False,
              now: datetime.datetime | None = None) -> RunReport:
     """Run (or resume) one validation pass over the store of `home` under `toolchain`."""
-    home = Home.of(home)
+    home = open_home(home)
     with exclusive(home):
         chain = Registry(home).get(toolchain)
         run = Run.open(home, chain)

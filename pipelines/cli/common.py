@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable
 
 from pipelines.extras import MissingExtra
 from storage.home import Home
+from storage.homes import open_home
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_QUARANTINED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_DEFAULT_FAILS, EXIT_BROKEN_PIPE = 4, 141
@@ -33,7 +34,7 @@ def resolve_home(given: str | None) -> Home:
     """The data root of every stage: `given` (--home), else `FDO_HOME`, else ~/.fdo; a local
     directory or a URL (gs://, s3://, ...: read and written through Beam's FileSystems)."""
     text = os.environ.get("FDO_HOME", "") if given is None else given
-    return Home.of(text or Path.home() / ".fdo")
+    return open_home(text or Path.home() / ".fdo")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

@@ -18,7 +18,7 @@ from pathlib import Path
 from hlo.fingerprint import fingerprint_module, graph_fingerprint
 from hlo.module import load_file
 from ingest.progress import progress_bar
-from storage.home import Home
+from storage.homes import open_home
 from workloads import zoo
 from workloads.zoo.dump import dump_workload
 
@@ -81,7 +81,7 @@ def _build_graph(workload: zoo.Workload, root: Path) -> None:
         graph = {"name": workload.name, "fingerprint": graph_fingerprint(module),
                  "step_seconds": step_seconds, "op_fingerprints": [fp for fp, _ in top],
                  "op_shares": [round(share, 6) for _, share in top]}
-        with Home.of(root).staged_directory(root / workload.name, durable=False) as final:
+        with open_home(root).staged_directory(root / workload.name, durable=False) as final:
             for path in dump.iterdir():
                 path.rename(final / path.name)
             (final / _GRAPH_FILE).write_text(json.dumps(graph, indent=1) + "\n")

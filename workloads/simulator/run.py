@@ -27,7 +27,8 @@ from ingest.profiles import ingest_profiles
 from ingest.progress import progress_bar
 from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
-from storage.home import Home, atomic_write
+from storage.home import Home
+from storage.homes import atomic_write, open_home
 from storage.store import current_version, live_entries
 from storage.warehouse import ROW_GROUP_ROWS
 from workloads.simulator import fleet
@@ -74,7 +75,7 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
              progress: bool = False, release_every_days: int = 4) -> SimulationReport:
     """Simulate `days` days (ending today unless `start` is given) and ingest them into
     `home` (a local one)."""
-    home = Home.of(home).local("fdo simulate")
+    home = open_home(home).local("fdo simulate")
     start = start or datetime.date.today() - datetime.timedelta(days=days - 1)
     first_day = (start - fleet.EPOCH).days
     if first_day < 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ingest.progress import progress_bar
-from storage.home import Home
+from storage.homes import open_home
 from workloads.zoo import Workload, all_workloads, get
 
 
@@ -22,7 +22,7 @@ def dump_workload(wl: Workload, out_dir: Path) -> Path:
     elsewhere in the process never land in the workload's directory.
     """
     final = out_dir / wl.name
-    with Home.of(out_dir).staged_directory(final, durable=False) as tmp:
+    with open_home(out_dir).staged_directory(final, durable=False) as tmp:
         wl.lower().compile(compiler_options={"xla_dump_to": str(tmp)})
         if not _has_dump(tmp):
             raise RuntimeError(f"XLA wrote no before_optimizations dump for {wl.name} into {tmp}")
