@@ -33,6 +33,7 @@ checks their values.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Union
@@ -395,7 +396,9 @@ def to_json(config: CompilerConfig) -> dict[str, object]:
 
 def from_json(data: object) -> CompilerConfig:
     """A config from its JSON form (as `to_json` writes it and the store holds it): only flags
-    on the allowlist and placements, each value checked by its type. FlagError names the flag."""
+    on the allowlist and placements, each value of its kind's JSON type and in its declared
+    domain (`expected_json`); no value is coerced from another type ("false" is no bool).
+    FlagError names the flag, the value given and what the flag takes."""
     if not isinstance(data, dict):
         raise FlagError("a config must be a JSON object of flag: value")
     config: CompilerConfig = {}
@@ -406,37 +409,57 @@ def from_json(data: object) -> CompilerConfig:
         spec = spec_of(name)
         if spec is None:
             raise FlagError(f"{name}: not on the allowlist of tunable flags")
-        if isinstance(value, list) != (spec.type == "repeated_enum"):
-            raise FlagError(f"{name}: {value!r} is not a {spec.type.replace('_', ' ')} value")
-        if isinstance(value, list) and all(isinstance(item, str) for item in value):
-            text = ",".join(value)
-        elif isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, (int, float, str)):
-            text = str(value)
-        else:
-            raise FlagError(f"{name}: {value!r} is not a flag value")
-        config[name] = check_domain(name, parse_value(name, text))
+        config[name] = _value_from_json(name, spec, value)
     return config
 
 
 MAX_LIST_ITEMS = 32  # a library list longer than this is no config XLA was ever tuned with
 
 
-def check_domain(name: str, value: FlagValue) -> FlagValue:
-    """`value` if it lies in flag `name`'s declared domain (the values a search may set, or
-    the compiler's default); FlagError naming the flag otherwise. XLA checks names, not values:
-    a tiling factor of 0 aborts the process that compiles, a split count of 1e8 hangs it."""
-    spec = spec_of(name)
-    if spec is None or spec.type in ("bool", "placement", "enum"):  # parse_value checked them
-        return value
-    if spec.type == "int" and spec.choices and str(value) not in spec.choices:
-        raise FlagError(f"{name}: {value} is outside its domain ({', '.join(spec.choices)})")
-    if spec.type == "repeated_enum" and len(value) > MAX_LIST_ITEMS:
-        raise FlagError(f"{name}: {len(value)} items, more than {MAX_LIST_ITEMS}")
-    if spec.type in ("float", "string"):
-        raise FlagError(f"{name}: a {spec.type} flag has no declared domain")
-    return value
+def expected_json(spec: FlagSpec) -> str:
+    """What a config's JSON form must give a flag of `spec`, in words: the JSON type of its
+    kind and its declared domain (`choices`: the values a search may set)."""
+    if spec.type == "bool":
+        return "a JSON boolean (true or false)"
+    if spec.type == "int":
+        return f"a JSON integer in its domain ({', '.join(spec.choices)})" if spec.choices else "a JSON integer"
+    if spec.type == "placement":
+        return f"a JSON string naming a backend ({', '.join(spec.choices)})"
+    names = (f"one of {', '.join(spec.choices)}" if spec.choices
+             else 'fusion type names such as "REDUCE" or "INDIVIDUAL_DOT"')
+    if spec.type == "enum":
+        return f"a JSON string, {names}"
+    if spec.type == "repeated_enum":
+        return f"a JSON list of at most {MAX_LIST_ITEMS} enum values ({names}); write [] for none"
+    # float and string: no flag of these kinds declares a domain, so no config may set one.
+    json_type = "number" if spec.type == "float" else "string"
+    return f"settable: a {spec.type} flag (a JSON {json_type}) has no declared domain"
+
+
+def _value_from_json(name: str, spec: FlagSpec, value: object) -> FlagValue:
+    """Flag `name`'s value from its JSON form, if it is of the JSON type and in the domain that
+    `expected_json` says; FlagError `NAME: VALUE is not EXPECTED` otherwise. XLA checks names,
+    not values: a tiling factor of 0 aborts the process that compiles, a split count of 1e8
+    hangs it."""
+    try:
+        if spec.type == "bool" and isinstance(value, bool):
+            return value
+        if spec.type == "int" and type(value) is int and (not spec.choices or str(value) in spec.choices):
+            return value
+        if spec.type in ("enum", "placement") and isinstance(value, str):
+            return parse_value(name, value)
+        if (spec.type == "repeated_enum" and isinstance(value, list) and len(value) <= MAX_LIST_ITEMS
+                and all(isinstance(item, str) for item in value)):
+            return tuple(_enum_name(spec, item) for item in value)
+    except FlagError:
+        pass  # said below, with what the flag takes
+    raise FlagError(f"{name}: {_shown(value)} is not {expected_json(spec)}")
+
+
+def _shown(value: object) -> str:
+    """A value as its config's JSON wrote it, cut short: a message names it, never quotes a file."""
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def config_from_json(data: dict[str, object]) -> CompilerConfig:

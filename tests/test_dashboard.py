@@ -1,6 +1,6 @@
 """The dashboards of `fdo serve`: every /api/ endpoint checked against the tables it reads, with
-and without filters, and the pages (overview, tuner, a graph's) in a real headless Chromium
-against a real server on loopback: full, filtered through their form, and empty.
+and without filters, and the pages (overview, tuner, the graphs, a graph's) in a real headless
+Chromium against a real server on loopback: full, filtered through their form, and empty.
 
 Screenshots of the full pages are kept under tests/artifacts/ (git-ignored).
 """
@@ -242,6 +242,68 @@ def test_filters_narrow_each_endpoint_by_what_its_rows_are(served, dashboard_hom
         / 3600, rel=1e-9)
 
 
+def _check_graph_rows(rows: list[dict], runs: list[dict], entries: dict, names: dict) -> None:
+    """/api/graphs `rows` against the graph `runs` they were drawn from (and the live graph
+    `entries` by key, the module `names` by fingerprint): costliest first, every figure."""
+    seconds: Counter[str] = Counter()
+    per_env: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    for run in runs:
+        seconds[run["fingerprint"]] += run["chip_seconds"]
+        per_env[run["fingerprint"]][run["env_key"]] += run["chip_seconds"]
+    costliest = sorted(seconds.items(), key=lambda item: (-item[1], item[0]))
+    assert [(r["fingerprint"], r["chip_seconds"]) for r in rows] == [
+        (fingerprint, pytest.approx(cost, rel=1e-9)) for fingerprint, cost in costliest]
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    for row in rows:
+        mine = [r for r in runs if r["fingerprint"] == row["fingerprint"]]
+        envs = per_env[row["fingerprint"]]
+        assert row["name"] == names[row["fingerprint"]]
+        assert row["runs"] == len(mine) and row["teams"] == len({r["team"] for r in mine})
+        assert row["environments"] == len(envs) and row["env_key"] == envs.most_common(1)[0][0]
+        assert row["hit_share"] == pytest.approx(
+            sum(r["chip_seconds"] for r in mine if r["config_key"] is not None) / row["chip_seconds"])
+        tuned = [env for env, _ in envs.most_common() if (row["fingerprint"], env) in entries]
+        assert row["tuned"] == bool(tuned) and row["entries"] == len(tuned)
+        # The speedup shown is the entry's in the costliest environment that has one.
+        entry = entries.get((row["fingerprint"], tuned[0])) if tuned else {}
+        assert (row["entry_env_key"], row["speedup"], row["ci_low"], row["ci_high"], row["provenance"]) == (
+            tuned[0] if tuned else None, *(entry.get(k) for k in ("speedup", "ci_low", "ci_high", "provenance")))
+
+
+def test_the_graphs_endpoint_lists_every_graph_by_cost_under_the_filters(served, dashboard_home):
+    warehouse = Warehouse(dashboard_home)
+    runs = warehouse.read(GRAPH_RUNS, ["team", "fingerprint", "env_key", "device_kind", "chip_seconds",
+                                       "config_key"]).to_pylist()
+    names = {r["fingerprint"]: r["module_name"]
+             for r in warehouse.read(GRAPHS, ["fingerprint", "module_name"]).to_pylist()}
+    entries = {(e["fingerprint"], e["env_key"]): e for e in Store(dashboard_home).entries().to_pylist()
+               if e["kind"] == "graph"}
+    rows = _api(served, "graphs")
+    assert len(rows) > 1 and all(r["tuned"] for r in rows)
+    _check_graph_rows(rows, runs, entries, names)
+    assert {r["ci_level"] for r in rows} == {VERIFY_SETTINGS.confidence}
+
+    # A team: the chip-time of its runs alone, ranked anew.
+    team = Counter(r["team"] for r in runs).most_common()[-1][0]
+    theirs = _api(served, "graphs", team=team)
+    _check_graph_rows(theirs, [r for r in runs if r["team"] == team], entries, names)
+    assert theirs and all(r["teams"] == 1 for r in theirs)
+
+    # Each device kind: the environments that have it. Some graph is untuned on one, and on
+    # another its costliest environment has no entry where a cheaper one has.
+    environments = _environments(dashboard_home)
+    seen = []
+    for kind in {env["device_kind"] for env in environments.values()}:
+        envs = {key for key, env in environments.items() if env["device_kind"] == kind}
+        kinds = _api(served, "graphs", device_kind=kind)
+        _check_graph_rows(kinds, [r for r in runs if r["env_key"] in envs or r["device_kind"] == kind],
+                          entries, names)
+        assert all(r["entry_environment"].startswith(f"{kind} x ") for r in kinds if r["tuned"])
+        seen += kinds
+    assert any(not r["tuned"] for r in seen) and any(r["tuned"] and r["entry_env_key"] != r["env_key"] for r in seen)
+    assert _api(served, "graphs", device_kind="no such device") == []
+
+
 def test_bad_filters_are_400_naming_the_parameter(served):
     today = datetime.date.today()
     two_days = _api(served, "savings", days="2")
@@ -259,6 +321,8 @@ def test_bad_filters_are_400_naming_the_parameter(served):
         ("/api/savings", {"graph": "a" * 32}, "graph: /api/savings cannot be narrowed by graph"),
         ("/", {"to": "yesterday"}, "to: 'yesterday' is not a date"),
         ("/graphs/xyz", {}, "fingerprint: 'xyz' is not a fingerprint"),
+        ("/api/graphs", {"days": "0"}, "days: '0' is not a whole number"),
+        ("/graphs", {"device_kind": "TPU\tv5"}, "device_kind: 'TPU\\tv5' holds control characters"),
     ]
     for path, params, message in cases:
         status, text = _error(served, path, **params)
@@ -455,6 +519,42 @@ def test_the_tuner_page_lists_every_trial_and_which_flags_matter(visit, dashboar
     assert values == sorted(values, reverse=True) and cells[len(values):] == [""] * (len(cells) - len(values))
 
 
+@pytest.mark.browser
+def test_the_graphs_page_lists_the_graphs_by_cost_each_linking_to_its_page(visit, served):
+    overview = visit.open("/")
+    team = _api(served, "teams")[0]["team"]  # the costliest team: its graphs ran where entries are
+    visit.page.select_option("select[name=team]", team)
+    visit.submit()
+    shown = visit.follow('nav.pages a[href^="/graphs?"]')  # the index is in every page's nav
+    shot = visit.screenshot("graphs")
+    assert "/graphs?from=" in " ".join(overview["links"])
+    assert urllib.parse.urlsplit(shown["url"]).path == "/graphs"
+    assert shown["grids"].keys() == {card.id for card in PAGES["graphs"].cards()}
+    _all_drawn(shown)
+    grid = shown["grids"]["graphs"]
+    rows = _api(served, "graphs", team=team)
+    assert [cells[0] for cells in grid["cells"]] == [f"{r['name']} · {r['fingerprint'][:8]}" for r in rows]
+    share = grid["headers"].index("share")
+    assert [cells[share] for cells in grid["cells"]] == [f"{r['share']:.1%}" for r in rows]
+    speedup = grid["headers"].index("speedup")
+    assert [cells[speedup] for cells in grid["cells"]] == [
+        f"{r['speedup']:.3f}× [{r['ci_low']:.3f}, {r['ci_high']:.3f}], {100 * r['ci_level']:g}%" if r["tuned"]
+        else "—" for r in rows]
+    assert any(r["tuned"] for r in rows)
+    assert shot.stat().st_size > 20_000
+
+    hours = grid["headers"].index("chip-hours")
+    visit.page.click(f"[data-grid=graphs] th:nth-child({hours + 1})")  # ascending: the cheapest first
+    first = visit.page.inner_text("[data-grid=graphs] tbody tr:first-child td:first-child")
+    assert first == grid["cells"][-1][0]
+    page = visit.follow("[data-grid=graphs] tbody tr:first-child td:first-child a")
+    url = urllib.parse.urlsplit(page["url"])
+    assert url.path == f"/graphs/{rows[-1]['fingerprint']}"
+    assert urllib.parse.parse_qs(url.query)["team"] == [team]  # the filters go along
+    assert visit.page.inner_text("h1 span") == f"{rows[-1]['name']} · {rows[-1]['fingerprint']}"
+    assert {t["y"][0] for t in page["charts"]["graph-teams"]["traces"]} == {team}
+
+
 def test_an_empty_home_says_no_data_yet_and_names_unreadable_data(tmp_path, browser):
     home = tmp_path / "home"
     broken = home / "warehouse" / "validations" / f"dt={datetime.date.today()}" / "run-1.parquet"
@@ -465,7 +565,7 @@ def test_an_empty_home_says_no_data_yet_and_names_unreadable_data(tmp_path, brow
         status, body, _ = call(f"{base}/api/validations")
         assert status == 500 and body["error"]["code"] == "bad_data" and str(broken) in body["error"]["message"]
         tab = Visit(browser, base)
-        pages = {"overview": tab.open("/"), "tuner": tab.open("/tuner")}
+        pages = {"overview": tab.open("/"), "tuner": tab.open("/tuner"), "graphs": tab.open("/graphs")}
         tab.close()
     validations = pages["overview"]["charts"].pop("validations")
     assert validations["state"] == "error" and str(broken) in validations["text"]

@@ -15,7 +15,7 @@ import pytest
 
 from delivery.lookup import RemoteStore, StoreUnavailable
 from execution.compile import compile_options
-from execution.flags import FlagError, from_json
+from execution.flags import FLAGS, FlagError, FlagSpec, from_json
 from hlo.environment import current_environment, xla_flags_options
 from tests.serving import fdo
 from tests.test_hook import NO_YNN, hits, import_configs, run_job
@@ -87,6 +87,44 @@ def test_a_store_that_drips_its_answer_costs_one_deadline_then_backs_off():
 def test_values_outside_a_flags_domain_are_refused_naming_the_flag(config, flag):
     with pytest.raises(FlagError, match=flag):
         from_json(config)
+
+
+YNN_TYPES = 'fusion type names such as "REDUCE" or "INDIVIDUAL_DOT"'
+
+
+@pytest.mark.parametrize("flag, value, said", [
+    ("xla_cpu_use_xnnpack", "false", '"false" is not a JSON boolean (true or false)'),
+    ("xla_cpu_use_xnnpack", 1, "1 is not a JSON boolean (true or false)"),
+    ("xla_cpu_prefer_vector_width", "256", '"256" is not a JSON integer in its domain (128, 256, 512)'),
+    ("xla_cpu_prefer_vector_width", 256.0, "256.0 is not a JSON integer in its domain (128, 256, 512)"),
+    ("xla_cpu_scheduler_type", ["DEFAULT"],
+     '["DEFAULT"] is not a JSON string, one of DEFAULT, MEMORY_OPTIMIZED'),
+    ("xla_cpu_experimental_ynn_fusion_type", "",
+     f'"" is not a JSON list of at most 32 enum values ({YNN_TYPES}); write [] for none'),
+    ("xla_cpu_experimental_ynn_fusion_type", ["REDUCE", "dot;rm"],
+     f'["REDUCE", "dot;rm"] is not a JSON list of at most 32 enum values ({YNN_TYPES}); write [] for none'),
+    ("placement:REDUCE", ["xla"], '["xla"] is not a JSON string naming a backend (xla, ynn, xnn, onednn)'),
+])
+def test_a_refused_value_is_named_with_the_json_type_its_flag_takes(flag, value, said):
+    with pytest.raises(FlagError) as refused:
+        from_json({flag: value})
+    assert str(refused.value) == f"{flag}: {said}"
+
+
+def test_each_kind_takes_its_json_type_and_a_kind_without_a_domain_takes_none(monkeypatch):
+    given = {"xla_cpu_use_xnnpack": False, "xla_cpu_prefer_vector_width": 256,
+             "xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
+             "xla_cpu_experimental_ynn_fusion_type": [], "xla_cpu_experimental_xnn_fusion_type": ["reduce"],
+             "placement:DOT": "XLA"}
+    assert from_json(given) == {**given, "xla_cpu_scheduler_type": "MEMORY_OPTIMIZED",
+                                "xla_cpu_experimental_ynn_fusion_type": (),
+                                "xla_cpu_experimental_xnn_fusion_type": ("REDUCE",), "placement:DOT": "xla"}
+    for kind, value, json_type in (("float", 1.5, "number"), ("string", "fast", "string")):
+        monkeypatch.setitem(FLAGS, "xla_test_flag", FlagSpec("xla_test_flag", kind))
+        with pytest.raises(FlagError) as refused:
+            from_json({"xla_test_flag": value})
+        assert str(refused.value) == (f"xla_test_flag: {json.dumps(value)} is not settable: a {kind} flag "
+                                      f"(a JSON {json_type}) has no declared domain")
 
 
 def test_store_import_refuses_an_out_of_domain_entry_naming_line_and_flag(tmp_path):

@@ -1,7 +1,8 @@
 """The dashboards of `fdo serve`: the overview at `/` (savings, hits, coverage, validator,
 staleness, top keys, store versions), the tuner at `/tuner` (trials, results, which flags
-matter) and a page per graph at `/graphs/{fingerprint}`, each card with its JSON rows under
-`/api/`, all of them filtered by team, device kind, compiler version and dates.
+matter), the graphs by cost at `/graphs` and a page per graph at `/graphs/{fingerprint}`, each
+card with its JSON rows under `/api/`, all of them filtered by team, device kind, compiler
+version and dates.
 
 filters: the query parameters; scope: the filters resolved against the warehouse (and the
 environments' labels); queries: one query per endpoint (the single source of the numbers);

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pipelines.dashboard.figures import level_text
-from pipelines.dashboard.queries import SCREENED_LEVEL, VALIDATED_LEVEL, Row
+from pipelines.dashboard.queries import SCREENED_LEVEL, VALIDATED_LEVEL, VERIFIED_LEVEL, Row
 from tuner.analyze import CONFIDENCE as FLAG_LEVEL
 
 MAX_ROWS = 500  # more are in the JSON: a page of thousands of rows helps nobody
@@ -86,7 +86,8 @@ def _config(row: Row) -> str:
 
 
 def _graph(row: Row) -> str:
-    return f"{row.get('name') or row['kind']} · {row['fingerprint'][:8]}"
+    """"mlp_step · d5ad13b1": the module's name (else the key's kind) and the fingerprint's start."""
+    return f"{row.get('name') or row.get('kind', 'graph')} · {row['fingerprint'][:8]}"
 
 
 def _flag_values(rows: list[Row]) -> list[Row]:
@@ -107,6 +108,7 @@ def _when(timestamp: str | None) -> str:
 
 
 ENVIRONMENT = _text("environment", "environment")
+ENTRY_SPEEDUP = Column("speedup", _entry_speedup, sort=lambda r: r["speedup"], numeric=True)
 DATE = _text("date", "dt")
 
 TRIALS = Grid(
@@ -145,7 +147,7 @@ ENTRIES = Grid(
     "staleness", (
         ENVIRONMENT,
         _text("written by", "provenance"),
-        Column("speedup", _entry_speedup, sort=lambda r: r["speedup"], numeric=True),
+        ENTRY_SPEEDUP,
         _text("compiler", "compiler_version"),
         _time("measured", "measured_at"),
         _numeric("age (days)", "age_days", ".1f"),
@@ -178,3 +180,22 @@ SYMBOLS = Grid(
         _time("last seen", "last_seen"),
         _text("environment key", "env_key"),
     ), "fdo ingest symbols")
+
+GRAPHS = Grid(
+    "graphs", "Graphs", "Every graph that ran in the window, costliest first (chip-hours of all its runs): "
+    "its share of the graphs' chip-time, the share that ran with a tuned config, its live store entries for "
+    "the environments it ran in, and the speedup of the entry in the costliest of them, with the interval "
+    f"its writer measured (tuner: {level_text(VERIFIED_LEVEL)}, validator: {level_text(VALIDATED_LEVEL)}). "
+    "Each links to its page; click a header to sort.",
+    "graphs", (
+        Column("graph", _graph, graph_link=True),
+        _numeric("chip-hours", "chip_hours", ",.2f"),
+        _numeric("share", "share", ".1%"),
+        _numeric("ran tuned", "hit_share", ".1%"),
+        _numeric("runs", "runs", ","),
+        _numeric("teams", "teams", ","),
+        _numeric("environments", "environments", ","),
+        _text("costliest environment", "environment"),
+        _numeric("live entries", "entries", ","),
+        ENTRY_SPEEDUP,
+    ), "fdo ingest profiles")

@@ -3,6 +3,7 @@
 - the overview (`/`): headline figures, savings, hits and coverage, validator and staleness,
   the costliest graphs (each linking to its page) and ops;
 - the tuner (`/tuner`): trials and progress, verified results, which flags matter, every trial;
+- the graphs (`/graphs`): every graph that ran in the window by its cost, each linking to its page;
 - a graph (`/graphs/{fingerprint}`): its cost over time, runs by team, tuning trials and verified
   results, its costliest ops, store entries and the validator's decisions about them.
 """
@@ -99,6 +100,8 @@ TUNER = Page("tuner", "Tuner", (
     ("Every trial", (grids.TRIALS,)),
 ))
 
+GRAPHS = Page("graphs", "Graphs", (("By cost", (grids.GRAPHS,)),))
+
 GRAPH = Page("graph", "Graph", (
     ("Cost", (
         Chart("graph-cost", "Cost over time", "Chip-hours per day of this graph, run with a tuned "
@@ -119,4 +122,4 @@ GRAPH = Page("graph", "Graph", (
     )),
 ))
 
-PAGES = {page.id: page for page in (OVERVIEW, TUNER, GRAPH)}
+PAGES = {page.id: page for page in (OVERVIEW, TUNER, GRAPHS, GRAPH)}

@@ -24,7 +24,7 @@ from storage.home import Home
 
 WINDOW_CHOICES = (7, 30, 90)
 FILTER_LABELS = {"team": "team", "device_kind": "device kind", "compiler_version": "compiler", "graph": "graph"}
-NAV = (("overview", "/", "Overview"), ("tuner", "/tuner", "Tuner"))
+NAV = (("overview", "/", "Overview"), ("tuner", "/tuner", "Tuner"), ("graphs", "/graphs", "Graphs"))
 
 
 @dataclass(frozen=True)

@@ -202,10 +202,51 @@ def top(home: Home, scope: Scope) -> list[Row]:
         left join names n using (kind, fingerprint)
         left join entries e using (kind, fingerprint, env_key)
         where r.rank <= ? order by r.kind, r.rank
-    """, [TOP_KEYS], graph_runs=graph_runs, op_runs=op_runs, names=_names(home),
-        entries=Store(home).entries().select(["key", "kind", "fingerprint", "env_key", "speedup",
-                                              "ci_low", "ci_high", "provenance"]))
+    """, [TOP_KEYS], graph_runs=graph_runs, op_runs=op_runs, names=_names(home), entries=_entries(home))
     return [{**row, "ci_level": ENTRY_LEVELS.get(row["provenance"])} for row in rows]
+
+
+def graphs(home: Home, scope: Scope) -> list[Row]:
+    """Every graph that ran in the window, costliest first: its fleet cost (chip-time of all
+    its runs, opted out of tuning or not) and share of the graphs' chip-time, runs, jobs, teams,
+    environments (`env_key`: the costliest), the share of its chip-time that ran tuned, and its
+    live store entries for the environments it ran in, with the speedup and interval of the
+    entry in its costliest tuned environment (`entry_env_key`, labelled `entry_environment`)."""
+    rows = _query(scope, """
+        with per_env as (
+            select fingerprint, env_key, sum(chip_seconds) as chip_seconds
+            from graph_runs group by fingerprint, env_key
+        ), ranked as (  -- each graph's environments costliest first, those with an entry apart
+            select p.*, e.key, e.speedup, e.ci_low, e.ci_high, e.provenance,
+                   row_number() over (partition by p.fingerprint order by p.chip_seconds desc, p.env_key) as env_rank,
+                   row_number() over (partition by p.fingerprint, e.key is null
+                                      order by p.chip_seconds desc, p.env_key) as entry_rank
+            from per_env p left join entries e
+                on e.kind = 'graph' and e.fingerprint = p.fingerprint and e.env_key = p.env_key
+        ), per_graph as (
+            select fingerprint, count(*) as environments, count(key) as entries,
+                   any_value(env_key) filter (where env_rank = 1) as env_key
+            from ranked group by fingerprint
+        ), runs as (
+            select fingerprint, sum(chip_seconds) as chip_seconds, count(*) as runs,
+                   count(distinct job_id) as jobs, count(distinct team) as teams,
+                   coalesce(sum(chip_seconds) filter (where config_key is not null), 0) as hit_chip_seconds
+            from graph_runs group by fingerprint
+        )
+        select r.fingerprint, n.name, r.chip_seconds, r.chip_seconds / 3600 as chip_hours,
+               r.chip_seconds / sum(r.chip_seconds) over () as share,
+               r.hit_chip_seconds / nullif(r.chip_seconds, 0) as hit_share,
+               r.runs, r.jobs, r.teams, g.environments, g.env_key, g.entries > 0 as tuned, g.entries,
+               t.env_key as entry_env_key, t.speedup, t.ci_low, t.ci_high, t.provenance
+        from runs r join per_graph g using (fingerprint)
+        left join ranked t on t.fingerprint = r.fingerprint and t.key is not null and t.entry_rank = 1
+        left join names n on n.kind = 'graph' and n.fingerprint = r.fingerprint
+        order by r.chip_seconds desc, r.fingerprint
+    """, graph_runs=_read(home, scope, GRAPH_RUNS, ["fingerprint", "env_key", "chip_seconds", "job_id", "team",
+                                                     "config_key"]),
+        names=_names(home), entries=_entries(home))
+    return [{**row, "entry_environment": row["entry_env_key"] and scope.label(row["entry_env_key"]),
+             "ci_level": ENTRY_LEVELS.get(row["provenance"])} for row in rows]
 
 
 def tuner(home: Home, scope: Scope) -> list[Row]:
@@ -279,6 +320,7 @@ QUERIES: dict[str, Query] = {
     "validator-hits": validator_hits,
     "staleness": staleness,
     "top": top,
+    "graphs": graphs,
     "tuner": tuner,
     "tuning-results": tuning_results,
     "flags": flags,
@@ -325,6 +367,12 @@ def _read(home: Home, scope: Scope, table: TableSchema, columns: list[str] | Non
     narrowing = [c for c in scope.columns(table.schema.names) if c not in wanted]
     rows = Warehouse(home).read(table, wanted + narrowing, filter_dt=scope.filters.window.holds)
     return scope.select(rows).select(wanted)
+
+
+def _entries(home: Home) -> pa.Table:
+    """The live store's entries: their keys, speedups with intervals, and who wrote them."""
+    return Store(home).entries().select(["key", "kind", "fingerprint", "env_key", "speedup", "ci_low", "ci_high",
+                                         "provenance"])
 
 
 def _names(home: Home) -> pa.Table:

@@ -1,5 +1,5 @@
-"""The dashboards' FastAPI router: the pages (`/`, `/tuner`, `/graphs/{fingerprint}`), JSON rows
-under `/api/`, Plotly's script.
+"""The dashboards' FastAPI router: the pages (`/`, `/tuner`, `/graphs`, `/graphs/{fingerprint}`),
+JSON rows under `/api/`, Plotly's script.
 
 `fdo serve` mounts it onto the config service's app (delivery.service.create_app), whose
 handler turns ServiceError into the service's JSON errors. Every page and endpoint takes the
@@ -20,7 +20,7 @@ from delivery.service import ServiceError
 from delivery.store import StoreError
 from pipelines.dashboard import queries
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters, parse_fingerprint
-from pipelines.dashboard.layout import GRAPH, OVERVIEW, TUNER, Page
+from pipelines.dashboard.layout import GRAPH, GRAPHS, OVERVIEW, TUNER, Page
 from pipelines.dashboard.page import FILTER_LABELS, PageData, render
 from pipelines.dashboard.queries import NOT_NARROWED, QUERIES, SUMMARY_INPUTS, Query as RowsQuery, Row
 from pipelines.dashboard.scope import Scope
@@ -57,6 +57,10 @@ def dashboard_router(home: Home) -> APIRouter:
     @router.get("/tuner", response_class=HTMLResponse, include_in_schema=False)
     def tuner(filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
         return _render(home, TUNER, "/tuner", "Tuner", _resolve(home, filters.replace(graph=None)))
+
+    @router.get("/graphs", response_class=HTMLResponse, include_in_schema=False)
+    def graph_index(filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
+        return _render(home, GRAPHS, "/graphs", "Graphs", _resolve(home, filters.replace(graph=None)))
 
     @router.get("/graphs/{fingerprint}", response_class=HTMLResponse, include_in_schema=False)
     def graph(fingerprint: str, filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
