@@ -51,7 +51,7 @@ def main() -> None:
     graphs = set()
     for label, cut, env_key in found.tasks:
         result = tune_op(cut, home, settings, env_key=env_key, progress=True)
-        print(f"{label[:44]:<44} {cut.op_class:<12} {result.evaluations + 1:>7} "
+        print(f"{label[:44]:<44} {cut.op_class:<12} {len(result.trials) + 1:>7} "
               f"{_figure(result):>26}  {result.status}")
         graphs.update((g, env_key) for g in graphs_holding(home, [cut.fingerprint], env_key))
     rows = {(g["fingerprint"], g["env_key"]): g for g in Warehouse(home).read(GRAPHS).to_pylist()}

@@ -1,7 +1,9 @@
 """The Parquet warehouse: declared table schemas, atomic partitioned writes, checked reads.
 
 Layout: `<home>/warehouse/<table>/dt=YYYY-MM-DD/<part>.parquet`, readable by DuckDB with
-`read_parquet('<home>/warehouse/<table>/*/*.parquet', hive_partitioning = true)`.
+`read_parquet('<home>/warehouse/<table>/*/*.parquet', hive_partitioning = true,
+union_by_name = true)` (without `union_by_name`, DuckDB takes the first file's columns, and a
+column added since that file was written goes missing).
 
 Two kinds of table:
 - fact tables (graph_runs, op_runs, ...) are append-only. Each write names its part after the
@@ -12,8 +14,10 @@ Two kinds of table:
 The home may be local or a URL (`storage.home.Home`); every file is written with its atomic
 write, so a killed process leaves either the whole file or none of it (plus a temporary file
 that the next writer removes). Every file carries its table name and schema version in its Parquet
-metadata; reads check both and the columns' types. String columns may declare their longest
-value (`bounded_string`); no write lands a longer one.
+metadata; reads check both and the columns' types. A table's schema may grow by nullable columns
+(`added_column`): files of the versions before one was added still read, the column null in
+their rows. String columns may declare their longest value (`bounded_string`); no write lands a
+longer one.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ ROW_GROUP_ROWS = 1 << 17  # Beam's multi-process runner stalls on much larger el
 _TABLE_META = b"fleet_fdo.table"
 _VERSION_META = b"fleet_fdo.schema_version"
 _MAX_CHARS_META = b"fleet_fdo.max_chars"
+_ADDED_META = b"fleet_fdo.added_in"
 
 
 class SchemaError(ValueError):
@@ -48,12 +53,20 @@ def bounded_string(name: str, max_chars: int, nullable: bool = False) -> pa.Fiel
                     metadata={_MAX_CHARS_META: str(max_chars).encode()})
 
 
+def added_column(column: pa.Field, version: int) -> pa.Field:
+    """`column` (nullable), added to its TableSchema at schema `version`: the table's files of
+    earlier versions, which lack it, still read, with nulls in it."""
+    return column.with_metadata({**(column.metadata or {}), _ADDED_META: str(version).encode()})
+
+
 @dataclass(frozen=True)
 class TableSchema:
     """A warehouse table: its name, schema version, columns (with `dt`) and key, if a dimension.
 
-    The bounds that `bounded_string` columns declare move to `max_chars`; the schema keeps no
-    field metadata, so files and tables compare equal whatever bounds are declared.
+    The bounds that `bounded_string` columns declare move to `max_chars`, and the versions that
+    `added_column` columns came in to `added`; the schema keeps no field metadata, so files and
+    tables compare equal whatever is declared. ValueError: an added column that is not nullable,
+    or whose version is not after the first and up to this one.
     """
 
     name: str
@@ -61,13 +74,31 @@ class TableSchema:
     schema: pa.Schema
     key: tuple[str, ...] = ()  # set for dimension tables: one row per key
     max_chars: tuple[tuple[str, int], ...] = field(init=False, default=())
+    added: tuple[tuple[str, int], ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         bounds = tuple((f.name, int(f.metadata[_MAX_CHARS_META])) for f in self.schema
                        if f.metadata and _MAX_CHARS_META in f.metadata)
+        added = tuple((f.name, int(f.metadata[_ADDED_META])) for f in self.schema
+                      if f.metadata and _ADDED_META in f.metadata)
+        for name, version in added:
+            if not self.schema.field(name).nullable or not 1 < version <= self.version:
+                raise ValueError(f"{self.name}: added column {name!r} must be nullable and added "
+                                 f"after version 1, by version {self.version}")
         plain = pa.schema([f.remove_metadata() for f in self.schema], metadata=self.schema.metadata)
         object.__setattr__(self, "schema", plain)  # frozen: set once, here
         object.__setattr__(self, "max_chars", bounds)
+        object.__setattr__(self, "added", added)
+
+    def absent_in(self, version: str) -> set[str] | None:
+        """The columns that files of schema `version` (as their metadata spells it) lack: those
+        added after it. None where this table cannot read files of that version: a newer one,
+        or one older than the version before its first added column (the columns changed
+        otherwise then)."""
+        oldest = min((since for _, since in self.added), default=self.version + 1) - 1
+        if not version.isdigit() or not oldest <= int(version) <= self.version:
+            return None
+        return {name for name, since in self.added if since > int(version)}
 
     @property
     def stored_schema(self) -> pa.Schema:
@@ -311,17 +342,22 @@ def read_checked(source: Any, table: TableSchema, columns: list[str] | None = No
     if meta.get(_TABLE_META) != table.name.encode():
         raise SchemaError(f"{where}: written for table {meta.get(_TABLE_META)!r}, not {table.name!r}")
     version = meta.get(_VERSION_META, b"?").decode()
-    if version != str(table.version):
+    absent = table.absent_in(version)
+    if absent is None:
         raise SchemaError(f"{where}: {table.name} schema version {version}, expected {table.version}")
     for column in table.schema:
-        if column.name == PARTITION:
+        if column.name == PARTITION or column.name in absent:
             continue
         if stored.get_field_index(column.name) < 0 or stored.field(column.name).type != column.type:
             raise SchemaError(f"{where}: column {column.name!r} missing or not {column.type}")
     wanted = columns or table.schema.names
     if hasattr(source, "seek"):
         source.seek(0)
-    data = pq.read_table(source, columns=[c for c in wanted if c != PARTITION], partitioning=None)
+    data = pq.read_table(source, columns=[c for c in wanted if c != PARTITION and c not in absent],
+                         partitioning=None)
+    for name in absent.intersection(wanted):  # added since this file was written
+        data = data.append_column(table.schema.field(name),
+                                  pa.nulls(data.num_rows, table.schema.field(name).type))
     if PARTITION in wanted:
         day = _parse_dt(dt if dt is not None else partition_of(source))
         data = data.append_column(table.schema.field(PARTITION),

@@ -213,7 +213,8 @@ def test_fold_measures_the_op_winner_on_the_whole_graph(tuned_home):
     # Every accepted change, together and alone, evaluated on the whole graph (a change that
     # does not alter this graph's machine code is the default's program: identical, not timed).
     variants = fold_variants([vote])
-    assert [t.config for t in folded.trials] == variants and folded.evaluations == len(variants)
+    assert [t.config for t in folded.trials] == variants
+    assert folded.phases[0].configs == len(variants) >= folded.phases[0].evaluations
     assert all(t.outcome in ("measured", "duplicate", "identical") and t.speedup
                for t in folded.trials)
     assert folded.trials[0].outcome != "identical"  # the op's win changes the graph's code

@@ -2,25 +2,32 @@
 and speedup, no XLA. What the loop does with whatever evaluates: it finds the best of a known
 set, never measures a program twice, times the finalists against each other and each undo
 against the winner (pruning a change that does not matter), builds ahead without proposing a pending config again, and
-resumes from its journal without repeating a trial."""
+resumes from its journal without repeating a trial; it stamps each trial with the time it finished
+and says what each phase spent."""
 
 from __future__ import annotations
 
+import datetime
+import json
 from concurrent.futures import Future
+
+import pytest
 
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from tuner.schedule import Scheduled
-from tuner.search import (UNTIMED_PER_EVALUATION, Against, Build, evaluations, proposals, ready,
-                          run_search, search)
+from tuner.search import (LOOP_PHASES, UNTIMED_PER_EVALUATION, Against, Build, TaskClock,
+                          evaluations, proposals, ready, run_search, search, seconds_to_find,
+                          spending)
 from tuner.space import Param, SearchSpace, config_key
 from tuner.strategies import STRATEGIES
-from tuner.trial import Trial
+from tuner.trial import Phase, Trial
 
 SCREEN = MeasureSettings(max_seconds=1.0)
 COMPARE = MeasureSettings(max_seconds=2.0)
 SPREAD = 0.02  # each screen's interval: speedup x (1 -/+ SPREAD)
 TIGHT = 0.004  # each comparison's: paired against another candidate, to a tight interval
+MEASURE_SECONDS = 10.0  # what each measurement takes on a TableEvaluator's clock
 
 
 class TableEvaluator:
@@ -28,7 +35,8 @@ class TableEvaluator:
     measured again). A config the table does not hold compiles to the default's program; a
     program of None does not compile. A comparison (`against`) is the ratio of the two
     configs' speedups measured again. Records every measurement: the program (a comparison:
-    "program/baseline's program") and the settings."""
+    "program/baseline's program") and the settings. Each measurement takes MEASURE_SECONDS on
+    its clock (`now`); a compile, none."""
 
     default_program = "default"
 
@@ -37,6 +45,10 @@ class TableEvaluator:
         self.table, self.depth = table, depth
         self.measured: list[tuple[str, MeasureSettings]] = []
         self.built: list[CompilerConfig] = []
+        self.seconds = 0.0
+
+    def now(self) -> float:
+        return self.seconds
 
     def build(self, config: CompilerConfig) -> Future[Build]:
         self.built.append(config)
@@ -47,6 +59,7 @@ class TableEvaluator:
 
     def measure(self, index: int, config: CompilerConfig, build: Build,
                 settings: MeasureSettings, against: Against | None = None) -> Trial:
+        self.seconds += MEASURE_SECONDS
         if against is not None:
             baseline, base = against
             self.measured.append((f"{build.program}/{base.program}", settings))
@@ -80,17 +93,23 @@ def listed(configs: list[CompilerConfig]):
 
 def run(evaluator: TableEvaluator, next_config, budget: int, trials: list[Trial] | None = None,
         journal: list[Trial] | None = None) -> tuple[list[Trial], Trial | None]:
-    return run_search(evaluator, next_config, list(trials or []), budget, SCREEN, COMPARE,
-                      lambda: True, (journal if journal is not None else []).append)
+    """`run_search` from `trials` (journaled), on the evaluator's clock."""
+    trials = list(trials or [])
+    return run_search(evaluator, next_config, trials, budget, SCREEN, COMPARE, lambda: True,
+                      (journal if journal is not None else []).append,
+                      clock=TaskClock(trials, now=evaluator.now))
 
 
 # A small space with a known best: a and c each give a gain, together the most; b changes
 # nothing (every config with it compiles to the program without it); c=Y does not compile.
 SPACE = SearchSpace((Param("a", (1, 2)), Param("b", (True,)), Param("c", ("X", "Y"))))
 GAIN = {("a", 1): 1.10, ("a", 2): 1.20, ("c", "X"): 1.05}
+# Levers close enough that the screens cannot tell the best configs apart: they race, and the
+# winner's changes are pruned by comparisons.
+CLOSE = {("a", 1): 1.10, ("a", 2): 1.12, ("c", "X"): 1.01}
 
 
-def _known(config: CompilerConfig) -> tuple[str | None, float, None]:
+def _known(config: CompilerConfig, gains: dict = GAIN) -> tuple[str | None, float, None]:
     if config.get("c") == "Y":
         return None, 0.0, None
     effective = {k: v for k, v in config.items() if k != "b"}
@@ -98,15 +117,15 @@ def _known(config: CompilerConfig) -> tuple[str | None, float, None]:
         return "default", 1.0, None
     speedup = 1.0
     for move in effective.items():
-        speedup *= GAIN[move]
+        speedup *= gains[move]
     return config_key(effective), speedup, None
 
 
-def known_set() -> TableEvaluator:
+def known_set(gains: dict = GAIN) -> TableEvaluator:
     configs = [{}]
     for param in SPACE.params:
         configs = configs + [{**c, param.name: v} for c in configs for v in param.values]
-    return TableEvaluator(table(*((c, *_known(c)) for c in configs)))
+    return TableEvaluator(table(*((c, *_known(c, gains)) for c in configs)))
 
 
 def test_the_schedule_finds_the_best_of_a_known_set_and_drops_the_change_that_does_nothing():
@@ -253,3 +272,100 @@ def test_the_search_stops_when_time_is_up():
     search(evaluator, proposals(STRATEGIES["exhaustive"](SPACE, budget=20)), trials, 20, SCREEN,
            lambda: next(calls), lambda trial: None)
     assert len(trials) == 2
+
+
+def test_each_trial_is_stamped_as_it_finishes_and_the_winner_with_when_it_was_found():
+    # The race of test_the_race_times_each_finalist_...: three screens, then B against A and C
+    # against B; C, screened third, wins.
+    lucky, steady, quiet = {"a": 1}, {"a": 2}, {"c": "X"}
+    evaluator = TableEvaluator(table((lucky, "A", 1.30, 1.10), (steady, "B", 1.27, 1.25),
+                                     (quiet, "C", 1.26, 1.26)))
+    before = datetime.datetime.now(datetime.UTC)
+    trials, best = run(evaluator, listed([lucky, steady, quiet]), budget=3)
+    assert [t.phase for t in trials] == [Phase.SEARCH] * 3 + [Phase.RACE] * 2
+    assert [t.elapsed_seconds for t in trials] == [10.0, 20.0, 30.0, 40.0, 50.0]
+    stamps = [t.finished_at for t in trials]
+    assert before <= stamps[0] and stamps == sorted(stamps)
+    assert all(stamp.utcoffset() == datetime.timedelta(0) for stamp in stamps)
+    # Found when the search screened it, though the race chose it at 50 s.
+    assert best.config == quiet and seconds_to_find(trials, best) == 30.0
+    assert seconds_to_find(trials, None) is None
+    # Each phase from the end of the one before; the last one to when the loop ended.
+    evaluator.seconds += 5.0  # the workers stopping
+    spent = spending(trials, evaluator.now())
+    assert [(p.phase, p.configs, p.evaluations, p.measured, p.compiles, p.seconds)
+            for p in spent] == [(Phase.SEARCH, 3, 3, 3, 3, 30.0), (Phase.RACE, 2, 2, 2, 3, 25.0),
+                                (Phase.PRUNE, 0, 0, 0, 0, 0.0)]
+
+
+def test_the_winner_cut_down_by_pruning_was_found_when_its_program_first_ran():
+    # Undoing b from AB (timed against AB, at 30 s) leaves A: never screened, found then.
+    evaluator = TableEvaluator(table(({"b": 1}, "B", 1.0, None),
+                                     ({"a": 1, "b": 1}, "AB", 1.20, None),
+                                     ({"a": 1}, "A", 1.202, None)))
+    trials, best = run(evaluator, listed([{"b": 1}, {"a": 1, "b": 1}]), budget=2)
+    assert best.phase == Phase.PRUNE and seconds_to_find(trials, best) == 30.0
+    spent = spending(trials, evaluator.now())
+    assert [(p.phase, p.compiles, p.seconds) for p in spent] == [
+        (Phase.SEARCH, 2, 20.0), (Phase.RACE, 0, 0.0), (Phase.PRUNE, 2, 10.0)]
+
+
+def test_the_race_and_the_pruning_compile_each_config_once_between_them():
+    # AC beats AB in the race (AB built for it as the baseline, AC as the challenger); pruning AC
+    # times {c} and {a} (never screened) against it: two more compiles, AC's not again.
+    ab, ac = {"a": 1, "b": 1}, {"a": 1, "c": "X"}
+    evaluator = TableEvaluator(table((ab, "AB", 1.30, 1.25), (ac, "AC", 1.29, 1.27)))
+    trials, best = run(evaluator, listed([ab, ac]), budget=2)
+    assert best.config == ac
+    spent = spending(trials, evaluator.now())
+    assert [(p.phase, p.configs, p.compiles) for p in spent] == [
+        (Phase.SEARCH, 2, 2), (Phase.RACE, 1, 2), (Phase.PRUNE, 2, 2)]
+    assert sum(p.compiles for p in spent) == len(evaluator.built)
+
+
+def test_a_resumed_search_goes_on_from_the_seconds_of_its_last_journaled_trial():
+    configs = [{"a": 1}, {"a": 2}, {"c": "X"}]
+    first = known_set()
+    journal: list[Trial] = []
+    search(first, listed(configs), journal, 2, SCREEN, lambda: True, lambda trial: None,
+           TaskClock(now=first.now))
+    assert [t.elapsed_seconds for t in journal] == [10.0, 20.0]
+    # Resumed in a new process, whose clock starts again: the time between does not count.
+    again = known_set()
+    trials = list(journal)
+    search(again, listed(configs), trials, 3, SCREEN, lambda: True, lambda trial: None,
+           TaskClock(trials, now=again.now))
+    assert [t.elapsed_seconds for t in trials] == [10.0, 20.0, 30.0]
+
+
+@pytest.mark.parametrize("gains", [GAIN, CLOSE], ids=["apart", "close"])
+@pytest.mark.parametrize("depth", [1, 3])
+@pytest.mark.parametrize("budget", [1, 2, 5, 9, 17])
+def test_what_each_phase_spent_adds_up_to_the_loop_and_the_search_keeps_to_its_budget(
+        budget, depth, gains):
+    evaluator = known_set(gains)
+    evaluator.depth = depth
+    strategy = Scheduled(STRATEGIES["evolution"](SPACE, budget=budget, seed=budget), prior={})
+    trials, _ = run(evaluator, proposals(strategy), budget)
+    spent = spending(trials, evaluator.now())
+    assert [p.phase for p in spent] == list(LOOP_PHASES)
+    assert spent[0].evaluations == evaluations([t for t in trials if t.phase == Phase.SEARCH])
+    assert spent[0].evaluations <= budget
+    assert sum(p.configs for p in spent) == len(trials)
+    assert sum(p.evaluations for p in spent) == evaluations(trials)
+    # Every timing the evaluator ran, every compile it started, every second of its clock.
+    assert sum(p.measured for p in spent) == len(evaluator.measured)
+    assert sum(p.compiles for p in spent) == len(evaluator.built)
+    assert sum(p.seconds for p in spent) == evaluator.now()
+
+
+def test_a_trial_reads_back_as_journaled_and_a_journal_line_from_before_stamps_still_reads():
+    trial = Trial(3, {"a": 1}, "measured", "A", 1.2, 1.1, 1.3, True, 0.5, phase=Phase.RACE,
+                  baseline={"c": "X"},
+                  finished_at=datetime.datetime(2026, 11, 27, 3, 19, 1, 615393, datetime.UTC),
+                  elapsed_seconds=57.25)
+    line = json.dumps(trial.to_json())
+    assert json.loads(line)["phase"] == "race" and Trial.from_json(json.loads(line)) == trial
+    old = {k: v for k, v in trial.to_json().items() if k not in ("finished_at", "elapsed_seconds")}
+    read = Trial.from_json(old)
+    assert read.phase is Phase.RACE and read.finished_at is None and read.elapsed_seconds is None

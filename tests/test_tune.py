@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import signal
 import statistics
@@ -10,8 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import jax
 import jax.numpy as jnp
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from execution.compile import compiler_defaults
@@ -21,18 +25,20 @@ from execution.measure import MeasureSettings
 from execution.worker import Worker
 from hlo.module import from_lowered, from_text
 from storage.homes import open_home
-from storage.warehouse import Warehouse
+from storage.warehouse import SchemaError, TableSchema, Warehouse, added_column
 from tests import worker_tasks
 from tests.processes import kill_9_once_journaled, signal_once_journaled
 from tests.url_home import UrlFileSystem, url_of
 from tuner.prior import NO_CHANGE, move_prior
 from tuner.schedule import order_moves
-from tuner.search import search
+from pipelines.cli.tune import _print_tune_result
+from tuner.search import PhaseSpend, search, spending
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.trial import UNTIMED
-from tuner.tune import TuneSettings, tune_module
+from tuner.trial import UNTIMED, Phase, Trial
+from tuner.tune import (TuneResult, TuneSettings, finished_result, land_result, save_result,
+                        tune_module)
 from tuner.worker_evaluator import Span, WorkerEvaluator
 from workloads import zoo
 
@@ -225,6 +231,9 @@ def _set_args(config: dict) -> list[str]:
     return sets
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
     module = _write_module(tmp_path / "nbody.hlo", nbody_step, (64, 3), (64, 3), (64,))
     home = tmp_path / "home"
@@ -239,6 +248,12 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
     assert result.returncode == 0, result.stderr
     tuned = json.loads(result.stdout)
     assert from_json(tuned["config"]) == tuned["config"]  # allowlisted, as the store takes it
+    # What each phase spent adds up to the totals; the search kept to its 6 evaluations.
+    phases = {p["phase"]: p for p in tuned["phases"]}
+    assert list(phases) == ["search", "race", "prune", "verify"]
+    assert phases["search"]["evaluations"] <= 6 and phases["verify"]["configs"] <= 1
+    for total in ("evaluations", "measured"):
+        assert tuned[total] == sum(p[total] for p in phases.values())
     # The schedule tried the known moves first (library placement, XLA's emitters first).
     trials = Warehouse(home).read(TRIALS).to_pylist()
     first = {next(iter(json.loads(t["config"]).items())) for t in trials if t["index"] < 3}
@@ -247,6 +262,7 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
         assert not tuned["accepted"] or tuned["ci_low"] > 1.01
         return
     assert tuned["accepted"] and tuned["numerics_ok"], (tuned, known)
+    assert 0 < tuned["seconds_to_best"] < sum(p["seconds"] for p in phases.values())
     # Verified in fresh workers, each figure kept: the one reported is their median.
     assert len(tuned["speedups"]) == TuneSettings().verify_workers
     assert tuned["speedup"] == statistics.median(tuned["speedups"])
@@ -279,6 +295,8 @@ def test_tune_reports_no_gain_where_there_is_none(tmp_path):
     assert not tuned["accepted"] and tuned["status"] == "no significant gain"
 
 
+@pytest.mark.xla
+@pytest.mark.slow
 def test_tune_on_a_url_home_journals_lands_and_resumes_there(tmp_path):
     module = from_text(_write_module(tmp_path / "add.hlo", lambda a, b: a + b, (64,), (64,)).read_text())
     local = tmp_path / "home"
@@ -290,10 +308,20 @@ def test_tune_on_a_url_home_journals_lands_and_resumes_there(tmp_path):
     result = tune_module(module, home, quick)
     task = local / "tuner" / "tasks" / result.task_id
     journal = (task / "trials.jsonl").read_text().splitlines()
-    assert len(journal) == result.evaluations >= 3 and (task / "result.json").exists()
-    trials = Warehouse(local).read(TRIALS)
+    assert (task / "result.json").exists()
+    # What each phase spent: the search within its budget, the whole adding up to the totals.
+    assert [p.phase for p in result.phases] == list(Phase)
+    assert 1 <= result.phases[0].evaluations <= quick.budget_evals
+    assert len(journal) == sum(p.configs for p in result.phases if p.phase != Phase.VERIFY)
+    assert result.evaluations == sum(p.evaluations for p in result.phases)
+    assert result.measured == sum(p.measured for p in result.phases)
+    assert (result.seconds_to_best is None) == (result.phases[-1].configs == 0)
+    trials = Warehouse(local).read(TRIALS).sort_by("index")
     against_default = [i for i, line in enumerate(journal) if json.loads(line)["baseline"] is None]
-    assert sorted(trials.column("index").to_pylist()) == against_default
+    assert trials.column("index").to_pylist() == against_default
+    for column in ("finished_at", "elapsed_seconds"):  # stamped in the order they finished
+        stamps = trials.column(column).to_pylist()
+        assert None not in stamps and stamps == sorted(stamps)
     assert Warehouse(local).read(TUNING_RESULTS).column("task_id").to_pylist() == [result.task_id]
     places = (f"/tuner/tasks/{result.task_id}/trials.jsonl", "/warehouse/trials/", "/warehouse/tuning_results/")
     for place in places:
@@ -359,3 +387,87 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(tmp_path):
     assert not (journal.parent / "result.json").exists()  # stopped, not finished
     assert all(json.loads(line)["outcome"] for line in kept)  # whole records: the kill test resumes them
 
+
+
+def _stamped_result() -> TuneResult:
+    """A finished task as today's tuner leaves it: three screens (the second, timed 20 s into
+    the search, the best), a race comparison, and the verification."""
+    at = datetime.datetime(2026, 11, 2, 8, 0, tzinfo=datetime.UTC)
+    trials = [Trial(i, config, outcome, program, speedup, speedup * 0.98, speedup * 1.02, True, 0.5,
+                    finished_at=at + datetime.timedelta(seconds=seconds), elapsed_seconds=seconds)
+              for i, (config, outcome, program, speedup, seconds) in enumerate([
+                  ({"a": 1}, "measured", "A", 1.10, 8.0), ({"a": 2}, "measured", "B", 1.30, 20.0),
+                  ({"b": 1}, "identical", "default", 1.0, 21.0)])]
+    trials.append(dataclasses.replace(trials[0], index=3, program="A", speedup=0.9,
+                                      phase=Phase.RACE, baseline={"a": 2}, elapsed_seconds=31.0))
+    phases = [*spending(trials, 33.0), PhaseSpend(Phase.VERIFY, 1, 1, 1, 6, 40.0)]
+    return TuneResult("new", "f" * 32, "e", "accepted", True, {"a": 2}, 1.28, 1.2, 1.3, True,
+                      sum(p.evaluations for p in phases), sum(p.measured for p in phases),
+                      "evolution", "jaxlib-test", trials=trials, phases=phases,
+                      speedups=[1.27, 1.28, 1.3], seconds_to_best=20.0)
+
+
+def test_trials_and_results_landed_before_the_stamps_still_read_beside_new_ones(tmp_path):
+    # Partitions as schema version 1 wrote them: no stamps, no seconds_to_best.
+    stamps = ("finished_at", "elapsed_seconds", "seconds_to_best")
+    old_trials, old_results = (
+        TableSchema(t.name, 1, pa.schema([f for f in t.schema if f.name not in stamps]))
+        for t in (TRIALS, TUNING_RESULTS))
+    warehouse = Warehouse(tmp_path)
+    day = datetime.date(2026, 11, 1)
+    key = {"dt": day, "task_id": "old", "kind": "graph", "fingerprint": "f" * 32, "env_key": "e",
+           "strategy": "evolution", "config": "{}"}
+    warehouse.append(old_trials, pa.Table.from_pylist(
+        [{**key, "trial_id": "t0", "index": 0, "outcome": "measured", "speedup": 1.1}],
+        old_trials.schema), "task-old")
+    warehouse.append(old_results, pa.Table.from_pylist(
+        [{**key, "compiler_version": "jaxlib-test", "accepted": False,
+          "status": "no significant gain", "evaluations": 12, "measured": 9}],
+        old_results.schema), "task-old")
+    new = _stamped_result()
+    land_result(tmp_path, new, on=datetime.date(2026, 11, 2))
+    rows = warehouse.read(TRIALS).sort_by("dt").to_pylist()
+    assert [(r["task_id"], r["finished_at"], r["elapsed_seconds"]) for r in rows] == [
+        ("old", None, None), *(("new", t.finished_at, t.elapsed_seconds)
+                               for t in new.trials if t.baseline is None)]
+    results = warehouse.read(TUNING_RESULTS, ["task_id", "seconds_to_best"]).to_pylist()
+    assert sorted(results, key=lambda r: r["task_id"]) == [
+        {"task_id": "new", "seconds_to_best": 20.0}, {"task_id": "old", "seconds_to_best": None}]
+    # DuckDB reads the files as they are, old and new together, naming columns.
+    minutes = duckdb.sql(f"""
+        select r.task_id, r.seconds_to_best / 60, max(t.elapsed_seconds)
+        from read_parquet('{tmp_path}/warehouse/tuning_results/*/*.parquet',
+                          hive_partitioning = true, union_by_name = true) r
+        join read_parquet('{tmp_path}/warehouse/trials/*/*.parquet',
+                          hive_partitioning = true, union_by_name = true) t using (task_id)
+        group by all order by r.task_id""").fetchall()
+    assert minutes == [("new", 20.0 / 60, 21.0), ("old", None, None)]
+    # A file of a version this code does not know yet is refused, naming it.
+    newer = TableSchema(TRIALS.name, TRIALS.version + 1, TRIALS.schema)
+    warehouse.append(newer, warehouse.read(TRIALS).filter(pc.field("task_id") == "new"),
+                     "task-newer")
+    with pytest.raises(SchemaError, match=f"schema version {TRIALS.version + 1}"):
+        warehouse.read(TRIALS)
+    with pytest.raises(ValueError, match="must be nullable"):
+        TableSchema("t", 2, pa.schema([added_column(pa.field("x", pa.int64(), nullable=False), 2)]))
+
+
+def test_fdo_tune_tells_what_each_phase_spent_and_when_the_winner_was_found(tmp_path, capsys):
+    result = _stamped_result()
+    home = open_home(tmp_path)
+    save_result(home, result)
+    assert finished_result(home, result.task_id) == result  # as `fdo tune` finds it again
+    _print_tune_result("m.hlo", result)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["m.hlo: accepted 1.280x [1.200, 1.300] (workers 1.270x, 1.280x, 1.300x); "
+                         "config a=2",
+                         "  found 0.3 minutes (20 s) into the task"]
+    table = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+    assert table == {"phase": ["configs", "evaluations", "measured", "compiles", "seconds"],
+                     "search": ["3", "2", "2", "3", "21.0"], "race": ["1", "1", "1", "2", "12.0"],
+                     "prune": ["0", "0", "0", "0", "0.0"], "verify": ["1", "1", "1", "6", "40.0"],
+                     "total": ["5", "4", "4", "11", "73.0"]}
+    payload = json.loads(json.dumps(result.to_json()))  # what --json prints
+    assert [p["phase"] for p in payload["phases"]] == ["search", "race", "prune", "verify"]
+    assert sum(p["evaluations"] for p in payload["phases"]) == payload["evaluations"] == 4
+    assert payload["seconds_to_best"] == 20.0 and "trials" not in payload

@@ -16,25 +16,30 @@ recorded screens through this same loop with an evaluator that answers from its 
 (`benchmarks/bench_search_quality.py`), and the unit tests drive it with a table
 (`tests/test_search_loop.py`).
 
-A task's phases (`run_search`): the search proper (`search`: the strategy's proposals until the
-budget), then the finalists' race and the winner's pruning (`tuner.winner`), each a comparison
-of one config against another (`measure` with `against`; the tuner's evaluator runs it in
-fresh workers) and a trial of its phase.
+A task's phases (`run_search`, `tuner.trial.Phase`): the search proper (`search`: the
+strategy's proposals until the budget), then the finalists' race and the winner's pruning
+(`tuner.winner`), each a comparison of one config against another (`measure` with `against`; the
+tuner's evaluator runs it in fresh workers) and a trial of its phase. The budget bounds the search
+alone: the race and the pruning come on top (at most `tuner.winner.FINALISTS` - 1 comparisons,
+and at most one per change of the winner but the last). Each trial is stamped as it finishes with
+the time and the seconds into its task (`TaskClock`); `spending` says what each phase spent.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
+import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Protocol, Sequence
 
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from tuner.space import config_key
 from tuner.strategies import Strategy, TrialRecord, propose
-from tuner.trial import Trial
+from tuner.trial import Phase, Trial
 from tuner.winner import best_trial, prune, race
 
 # Free (untimed) trials a search may make per evaluation of its budget, at most.
@@ -58,6 +63,46 @@ class Build:
 
 # A config and what it compiled to: the baseline of a comparison (`Evaluator.measure`).
 Against = tuple[CompilerConfig, Build]
+# The phases of the loop, in the order they run (the verification follows: `tuner.tune`).
+LOOP_PHASES = (Phase.SEARCH, Phase.RACE, Phase.PRUNE)
+
+
+class TaskClock:
+    """Seconds into a task (its search, race and pruning), which each trial is stamped with
+    (`stamp`): since this run of the task began, plus the seconds its `journaled` trials had
+    reached (a task cut short and resumed goes on from its last trial: the time between the kill
+    and the rerun does not count). `now` is the time source, in seconds."""
+
+    def __init__(self, journaled: Sequence[Trial] = (),
+                 now: Callable[[], float] = time.monotonic) -> None:
+        self.now = now
+        self.started = now() - max((t.elapsed_seconds or 0.0 for t in journaled), default=0.0)
+
+    def __call__(self) -> float:
+        """Seconds into the task now."""
+        return self.now() - self.started
+
+    def stamp(self, trial: Trial) -> Trial:
+        """`trial`, finished now."""
+        return replace(trial, finished_at=datetime.datetime.now(datetime.UTC),
+                       elapsed_seconds=self())
+
+
+@dataclass(frozen=True)
+class PhaseSpend:
+    """What one phase of a task spent. `configs`: configs evaluated (the verification: the one
+    verified). `evaluations`: those that cost a timing, measured or failed (a config whose
+    program was known costs a compile and none): the unit of `--budget-evals`, which bounds the
+    search's. `measured`: timings that gave a result. A comparison or the verification is one
+    timing, however many fresh workers it takes. `compiles`: compiles started. `seconds`: wall
+    time, from the end of the phase before."""
+
+    phase: Phase
+    configs: int
+    evaluations: int
+    measured: int
+    compiles: int
+    seconds: float
 
 
 class Evaluator(Protocol):
@@ -110,11 +155,13 @@ def most_trials(budget: int) -> int:
 
 def search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budget: int,
            settings: MeasureSettings, in_time: Callable[[], bool],
-           record: Callable[[Trial], None]) -> None:
+           record: Callable[[Trial], None], clock: TaskClock | None = None) -> None:
     """Evaluate configs from `next_config(trials, pending)` until `budget` evaluations (see
     `evaluations`; a config being built counts as one until it turns out free), `in_time()`
-    says stop, or it has none left; each new trial is `record`ed, then appended to `trials`.
-    While one candidate is measured, up to `evaluator.depth - 1` more are built."""
+    says stop, or it has none left; each new trial is stamped by `clock` (default: one from
+    `trials`), `record`ed, then appended to `trials`. While one candidate is measured, up to
+    `evaluator.depth - 1` more are built."""
+    clock = TaskClock(trials) if clock is None else clock
     queue: deque[tuple[CompilerConfig, Future[Build]]] = deque()  # building, in proposal order
     spent = evaluations(trials)
     while in_time():
@@ -127,7 +174,8 @@ def search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budg
         if not queue:
             return
         config, building = queue.popleft()
-        trial = finish(evaluator, len(trials), config, building.result(), trials, settings)
+        trial = clock.stamp(finish(evaluator, len(trials), config, building.result(), trials,
+                                   settings))
         record(trial)
         trials.append(trial)
         spent += trial.timed
@@ -158,16 +206,18 @@ def finish(evaluator: Evaluator, index: int, config: CompilerConfig, build: Buil
 def run_search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budget: int,
                settings: MeasureSettings, compare_settings: MeasureSettings,
                in_time: Callable[[], bool], record: Callable[[Trial], None],
-               listed: bool = False) -> tuple[list[Trial], Trial | None]:
+               listed: bool = False, clock: TaskClock | None = None
+               ) -> tuple[list[Trial], Trial | None]:
     """A task's search from its journaled `trials` (a resumed task repeats none): the search
     phase to `budget`, then, where the best screen is a significant gain and the configs are
     no fixed list (`listed`), the finalists' race and the winner's pruning, each a comparison
     of one config against another measured with `compare_settings`; otherwise the best screen
-    as measured. Returns every trial, search phase first, and the winner (None: nothing beat
-    the default)."""
-    searched = [t for t in trials if t.phase == "search"]
-    search(evaluator, next_config, searched, budget, settings, in_time, record)
-    trials = searched + [t for t in trials if t.phase != "search"]
+    as measured. Every new trial is stamped by `clock` (default: one from `trials`). Returns
+    every trial, search phase first, and the winner (None: nothing beat the default)."""
+    clock = TaskClock(trials) if clock is None else clock
+    searched = [t for t in trials if t.phase == Phase.SEARCH]
+    search(evaluator, next_config, searched, budget, settings, in_time, record, clock)
+    trials = searched + [t for t in trials if t.phase != Phase.SEARCH]
     leader = best_trial(searched)
     if listed or leader is None or leader.low <= math.log1p(settings.noise_band):
         # A fixed list is measured as it is; a search whose best screen is no significant gain
@@ -183,10 +233,49 @@ def run_search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], 
 
     def compare(index: int, config: CompilerConfig, baseline: CompilerConfig) -> Trial:
         building, base = build(config), build(baseline)
-        return finish_against(evaluator, index, config, building.result(),
-                              (baseline, base.result()), compare_settings)
+        return clock.stamp(finish_against(evaluator, index, config, building.result(),
+                                          (baseline, base.result()), compare_settings))
 
     return trials, prune(compare, trials, record, race(compare, trials, record))
+
+
+def seconds_to_find(trials: list[Trial], best: Trial | None) -> float | None:
+    """Seconds into the task when the program of `best` (the winner of `run_search`) was
+    first run: the earliest of `trials` that compiled to it. That is the search's screen where
+    it had one, though a race or a pruning's comparison chose it later. None: no winner, or
+    trials journaled before they were stamped."""
+    if best is None:
+        return None
+    found = [t.elapsed_seconds for t in trials
+             if t.program == best.program and t.elapsed_seconds is not None]
+    return min(found, default=None)
+
+
+def spending(trials: list[Trial], ended: float) -> list[PhaseSpend]:
+    """What the search, the race and the pruning of a task (`run_search`'s `trials`, stamped)
+    spent, in that order. A phase's seconds run from the end of the one before (the search's
+    from the clock's zero) to its last trial; those of the last phase that made a trial, to
+    `ended` (when the loop ended, on the trials' clock: a search that made none spent it all).
+    Compiles: one per search trial; in the race and the pruning, one per config compared or
+    compared against, each config once for both (as `run_search` builds them; a resumed task
+    counted as if it ran through)."""
+    last = next((p for p in reversed(LOOP_PHASES) if any(t.phase == p for t in trials)),
+                Phase.SEARCH)
+    spent, start, built = [], 0.0, set()
+    for phase in LOOP_PHASES:
+        made = [t for t in trials if t.phase == phase]
+        if phase == Phase.SEARCH:
+            compiles = len(made)
+        else:
+            new = {config_key(c) for t in made for c in (t.config, t.baseline)} - built
+            compiles, built = len(new), built | new
+        end = ended if phase == last else max((t.elapsed_seconds or 0.0 for t in made),
+                                                default=start)
+        spent.append(PhaseSpend(phase, len(made), evaluations(made),
+                                sum(t.outcome == "measured" for t in made), compiles,
+                                max(end - start, 0.0)))
+        start = max(start, end)
+    return spent
 
 
 def finish_against(evaluator: Evaluator, index: int, config: CompilerConfig, build: Build,

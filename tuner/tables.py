@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from storage.warehouse import TableSchema
+from storage.warehouse import TableSchema, added_column
 
 TRIALS = TableSchema(
     name="trials",
-    version=1,
+    version=2,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("trial_id", pa.string(), nullable=False),  # hash(task, index): idempotent
@@ -27,12 +27,19 @@ TRIALS = TableSchema(
         pa.field("numerics_ok", pa.bool_(), nullable=True),
         pa.field("compile_seconds", pa.float64(), nullable=True),
         pa.field("error", pa.string(), nullable=True),
+        # When the trial finished, and how many seconds into its task (the clock of
+        # `tuner.search.TaskClock`: a resumed task's goes on from its last trial). Null in
+        # trials landed before version 2.
+        added_column(pa.field("finished_at", pa.timestamp("us", tz="UTC"), nullable=True), 2),
+        added_column(pa.field("elapsed_seconds", pa.float64(), nullable=True), 2),
     ]),
 )
 
+# Version 2: `evaluations` and `measured` count every phase in the budget's unit (a config timed
+# or failed; see `tuner.search.PhaseSpend`); version 1 counted every config tried, free ones too.
 TUNING_RESULTS = TableSchema(
     name="tuning_results",
-    version=1,
+    version=2,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("task_id", pa.string(), nullable=False),
@@ -48,7 +55,11 @@ TUNING_RESULTS = TableSchema(
         pa.field("accepted", pa.bool_(), nullable=False),
         pa.field("status", pa.string(), nullable=False),  # accepted | no significant gain | ...
         pa.field("strategy", pa.string(), nullable=False),
-        pa.field("evaluations", pa.int64(), nullable=False),
-        pa.field("measured", pa.int64(), nullable=False),  # trials actually timed (after dedupe)
+        pa.field("evaluations", pa.int64(), nullable=False),  # configs timed or failed, every phase
+        pa.field("measured", pa.int64(), nullable=False),  # those timed to a result
+        # Seconds into the task when the config verified was found (the `elapsed_seconds` of
+        # the first trial that ran its program); null when nothing beat the default, or landed
+        # before version 2.
+        added_column(pa.field("seconds_to_best", pa.float64(), nullable=True), 2),
     ]),
 )

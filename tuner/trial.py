@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import datetime
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
 
-from execution.flags import CompilerConfig
+from execution.flags import CompilerConfig, config_from_json
 from tuner.strategies import FAILED, TrialRecord
 
 # Outcomes of a config whose program the search knew already: compiled, not timed.
 UNTIMED = ("identical", "duplicate")
 
 
+class Phase(StrEnum):
+    """What a task spends its time on, in this order: the search proper (`tuner.search`), the
+    finalists' race (a finalist against the best so far) and the winner's pruning (the winner
+    without one change, against the winner; both `tuner.winner`), and the winner's verification
+    in fresh workers (`tuner.tune`: it makes no trial)."""
+
+    SEARCH = "search"
+    RACE = "race"
+    PRUNE = "prune"
+    VERIFY = "verify"
+
+
 @dataclass
 class Trial:
-    """One evaluated config of a search."""
+    """One evaluated config of a search. The journal and `result.json` hold it as `to_json`."""
 
     index: int
     config: CompilerConfig
@@ -26,12 +41,14 @@ class Trial:
     numerics_ok: bool | None = None
     compile_seconds: float | None = None
     error: str | None = None
-    # search | race (a finalist against the best so far) | prune (the winner without one
-    # change, against the winner): see tuner.winner
-    phase: str = "search"
+    phase: Phase = Phase.SEARCH  # search, race or prune
     # What it was timed against: None for the default; a race or prune trial's speedup is over
     # this config's program instead.
     baseline: CompilerConfig | None = None
+    # When it finished (UTC), and how many seconds into its task (`tuner.search.TaskClock`);
+    # None in a journal written before trials were stamped.
+    finished_at: datetime.datetime | None = None
+    elapsed_seconds: float | None = None
 
     @property
     def fitness(self) -> float:
@@ -63,3 +80,19 @@ class Trial:
     def record(self) -> TrialRecord:
         """What a strategy learns from it."""
         return TrialRecord(self.config, self.fitness, self.low, self.timed)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict: every field, the time in ISO 8601."""
+        finished = self.finished_at.isoformat() if self.finished_at is not None else None
+        return {**asdict(self), "finished_at": finished}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Trial":
+        """The trial `to_json` wrote (or a journal line written before a field was added)."""
+        decoded: dict[str, Any] = {name: config_from_json(data[name])
+                                   for name in ("config", "baseline") if data.get(name) is not None}
+        if "phase" in data:
+            decoded["phase"] = Phase(data["phase"])
+        if data.get("finished_at") is not None:
+            decoded["finished_at"] = datetime.datetime.fromisoformat(data["finished_at"])
+        return cls(**{**data, **decoded})

@@ -27,6 +27,11 @@ intervals' lower ends clears the noise band is the result accepted; otherwise th
 significant gain". The trials and the result land in the warehouse under the task id, so finishing a task
 twice adds nothing. The home may be local or a URL (`storage.home.Home`): every file is named by
 its place under it.
+
+What a task spent is told per phase (`TuneResult.phases`: search, race, prune, verify; see
+`tuner.search.PhaseSpend`); `--budget-evals` bounds the search's evaluations alone. Each trial
+carries when it finished and the seconds into its task (`tuner.search.TaskClock`), and the result
+the seconds into the task at which the config it verified was found (`seconds_to_best`).
 """
 
 from __future__ import annotations
@@ -57,11 +62,12 @@ from storage.warehouse import Warehouse
 from tuner.op_cut import OpCut
 from tuner.prior import move_prior
 from tuner.schedule import Scheduled
-from tuner.search import evaluations, proposals, run_search
+from tuner.search import (PhaseSpend, TaskClock, evaluations, proposals, run_search,
+                          seconds_to_find, spending)
 from tuner.space import SearchSpace, accepted_flags, config_key, graph_space, op_space
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.trial import Trial
+from tuner.trial import Phase, Trial
 from tuner.worker_evaluator import WorkerEvaluator
 
 T = TypeVar("T")
@@ -111,8 +117,8 @@ class TuneResult:
     ci_low: float | None
     ci_high: float | None
     numerics_ok: bool | None
-    evaluations: int  # configs tried, every phase (timed or not: see `measured`)
-    measured: int
+    evaluations: int  # configs timed or failed, in every phase (the sum over `phases`)
+    measured: int  # those timed to a result, in every phase (the sum over `phases`)
     strategy: str
     compiler_version: str
     kind: str = "graph"  # graph | op
@@ -120,6 +126,12 @@ class TuneResult:
     trials: list[Trial] = field(default_factory=list)
     failure: Failure | None = None  # why nothing could be measured: "default_fails"
     speedups: list[float] = field(default_factory=list)  # each verification worker's
+    # What each phase spent, search first, verify last (none in a result of a task landed
+    # before phases were told).
+    phases: list[PhaseSpend] = field(default_factory=list)
+    # Seconds into the task when the config verified was found: the first trial that ran its
+    # program (`tuner.search.seconds_to_find`). None: no config to verify.
+    seconds_to_best: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (without the trials)."""
@@ -183,17 +195,18 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
         land_result(home, finished)
         return finished
     journal = task_file(home, task_id, "trials.jsonl")
-    trials = [_with_config(Trial, data) for data in read_records(home, journal)]
+    trials = [Trial.from_json(data) for data in read_records(home, journal)]
     started = time.monotonic()
+    clock = TaskClock(trials)
     bar = progress_bar(total=settings.budget_evals,
-                       initial=evaluations([t for t in trials if t.phase == "search"]),
+                       initial=evaluations([t for t in trials if t.phase == Phase.SEARCH]),
                        desc=f"tune {target.label}", unit="eval", enabled=progress)
     def in_time() -> bool:
         return not settings.budget_minutes or time.monotonic() - started < 60 * settings.budget_minutes
 
     def record(trial: Trial) -> None:
-        append_record(home, journal, asdict(trial))
-        if trial.phase == "search":
+        append_record(home, journal, trial.to_json())
+        if trial.phase == Phase.SEARCH:
             bar.update(int(trial.timed))
         else:  # the budget is spent: say what the minute or two after it goes to
             bar.set_postfix_str(f"choosing the winner ({trial.phase})")
@@ -209,13 +222,14 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
                              settings.verify_workers) as evaluator:
             trials, best = run_search(evaluator, next_config, trials, settings.budget_evals,
                                       settings.search, settings.compare, in_time, record,
-                                      listed=bool(target.configs))
+                                      listed=bool(target.configs), clock=clock)
     except DefaultFails as failed:  # nothing to measure against: the task ends here
         default_fails = str(failed)
+    searched = spending(trials, clock())  # the workers stopped: the search's last phase ends
     if best is not None:
         bar.set_postfix_str(f"verifying in {settings.verify_workers} fresh workers")
     result = _verify(target, trials, best, settings, task_id, env_key,
-                     environment.compiler_version, default_fails)
+                     environment.compiler_version, searched, default_fails)
     bar.close()
     save_result(home, result)
     land_result(home, result)
@@ -256,8 +270,9 @@ def task_file(home: Home, task_id: str, name: str) -> Any:
 
 def save_result(home: Home, result: TuneResult) -> None:
     """Write a finished task's result and trials, atomically: the task is then done."""
+    trials = [t.to_json() for t in result.trials]
     home.atomic_write(task_file(home, result.task_id, "result.json"),
-                      json.dumps({**result.to_json(), "trials": [asdict(t) for t in result.trials]}) + "\n")
+                      json.dumps({**result.to_json(), "trials": trials}) + "\n")
 
 
 def finished_result(home: Home, task_id: str) -> TuneResult | None:
@@ -267,25 +282,30 @@ def finished_result(home: Home, task_id: str) -> TuneResult | None:
 
 
 def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, settings: TuneSettings,
-            task_id: str, env_key: str, compiler_version: str,
+            task_id: str, env_key: str, compiler_version: str, searched: list[PhaseSpend],
             default_fails: str | None = None) -> TuneResult:
     """Re-measure the `best` trial in fresh workers; accept it only if it holds up. A task whose
     default failed (`default_fails` says why) ends "default fails", as does one whose default
-    fails in the verification."""
+    fails in the verification. `searched`: what the phases before the verification spent."""
+    started = time.monotonic()
+    check: EvaluationResult | None = None
+    if default_fails is None and best is not None:
+        check = evaluate_independently(target.module, best.config, settings.verify_workers,
+                                       settings=settings.verify, seed=settings.seed + 1)
+    phases = [*searched, _verification_spent(check, time.monotonic() - started)]
     base = dict(task_id=task_id, fingerprint=target.fingerprint, env_key=env_key,
-                evaluations=len(trials), measured=sum(t.outcome == "measured" for t in trials),
+                evaluations=sum(p.evaluations for p in phases),
+                measured=sum(p.measured for p in phases), phases=phases,
+                seconds_to_best=seconds_to_find(trials, best),
                 strategy=settings.strategy, compiler_version=compiler_version, kind=target.kind,
                 sources=list(target.sources), trials=trials)
     if default_fails is not None:
         return TuneResult(status=f"default fails: {default_fails}", accepted=False, config={},
                           speedup=None, ci_low=None, ci_high=None, numerics_ok=None,
                           failure=DEFAULT_FAILS, **base)
-    if best is None:
+    if check is None:  # nothing beat the default: nothing to verify
         return TuneResult(status="no significant gain", accepted=False, config={}, speedup=None,
                           ci_low=None, ci_high=None, numerics_ok=None, **base)
-    check: EvaluationResult = evaluate_independently(
-        target.module, best.config, settings.verify_workers, settings=settings.verify,
-        seed=settings.seed + 1)
     if check.failure == DEFAULT_FAILS:  # its error says "default fails: <reason>"
         return TuneResult(status=check.error, accepted=False,
                           config=best.config, speedup=None, ci_low=None, ci_high=None,
@@ -301,6 +321,17 @@ def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, setting
                       speedups=check.speedups, **base)
 
 
+def _verification_spent(check: EvaluationResult | None, seconds: float) -> PhaseSpend:
+    """What the verification spent: nothing where none ran (`check` None); else one config, one
+    evaluation, measured where it gave a figure, compiled twice (the default and the config) in
+    each fresh worker that gave one, or in the one whose failure ended it (`in_fresh_workers`
+    keeps no more: workers before it go uncounted)."""
+    if check is None:
+        return PhaseSpend(Phase.VERIFY, 0, 0, 0, 0, seconds)
+    measured = check.error is None and not check.identical_program
+    return PhaseSpend(Phase.VERIFY, 1, 1, int(measured), 2 * (len(check.speedups) or 1), seconds)
+
+
 def land_result(home: Home, result: TuneResult, on: datetime.date | None = None) -> None:
     """The task's trials and result into the warehouse, named by the task: idempotent. They
     land under the day `on` (default today: the day the task finished). The `trials` table
@@ -312,7 +343,8 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
              "env_key": result.env_key, "strategy": result.strategy, "index": t.index,
              "config": config_key(t.config), "program": t.program, "outcome": t.outcome,
              "speedup": t.speedup, "ci_low": t.ci_low, "ci_high": t.ci_high,
-             "numerics_ok": t.numerics_ok, "compile_seconds": t.compile_seconds, "error": t.error}
+             "numerics_ok": t.numerics_ok, "compile_seconds": t.compile_seconds, "error": t.error,
+             "finished_at": t.finished_at, "elapsed_seconds": t.elapsed_seconds}
             for t in result.trials if t.baseline is None]
     warehouse = Warehouse(home)
     warehouse.append(TRIALS, pa.Table.from_pylist(rows, TRIALS.schema), f"task-{result.task_id}")
@@ -324,16 +356,12 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
 
 
 def _result_from_json(data: dict[str, Any]) -> TuneResult:
-    result = _with_config(TuneResult, {**data, "trials": []})
-    result.trials = [_with_config(Trial, t) for t in data.get("trials", [])]
-    return result
-
-
-def _with_config(cls: type[T], data: dict[str, Any]) -> T:
-    """A Trial or TuneResult from its JSON form: every field as written, the configs decoded."""
-    decoded = {name: config_from_json(data[name]) for name in ("config", "baseline")
-               if data.get(name) is not None}
-    return cls(**{**data, **decoded})
+    """A TuneResult as `save_result` wrote it (or before a field was added): every field as
+    written, the config, trials and phases decoded."""
+    return TuneResult(**{**data, "config": config_from_json(data["config"]),
+                         "trials": [Trial.from_json(t) for t in data.get("trials", [])],
+                         "phases": [PhaseSpend(**{**p, "phase": Phase(p["phase"])})
+                                    for p in data.get("phases", [])]})
 
 
 def task_digest(*parts: object) -> str:

@@ -31,7 +31,7 @@ from typing import Callable
 
 from execution.flags import CompilerConfig
 from tuner.strategies import FAILED
-from tuner.trial import Trial
+from tuner.trial import Phase, Trial
 
 # (index, config, baseline) -> the trial of `config` timed against `baseline` (its speedup over
 # the baseline's program).
@@ -62,12 +62,13 @@ def race(compare: Compare, trials: list[Trial], record: Callable[[Trial], None])
     screened, unless the next finalist, timed against it by `compare`, is faster, and so on;
     returns the winner's search trial. Race trials are `record`ed and appended to `trials`;
     those already there (a resumed task) are reused."""
-    contenders = finalists([t for t in trials if t.phase == "search"])
+    contenders = finalists([t for t in trials if t.phase == Phase.SEARCH])
     if not contenders:
         return None
     winner = contenders[0]
     for challenger in contenders[1:]:
-        if _compared(compare, trials, record, "race", challenger.config, winner.config).fitness > 0:
+        timed = _compared(compare, trials, record, Phase.RACE, challenger.config, winner.config)
+        if timed.fitness > 0:
             winner = challenger
     return winner
 
@@ -93,7 +94,7 @@ def prune(compare: Compare, trials: list[Trial], record: Callable[[Trial], None]
         config = {k: v for k, v in best.config.items() if k != name}
         if _clearly_slower(_screen(trials, config), _screen(trials, best.config)):
             continue  # the screens alone show the change matters
-        undone = _compared(compare, trials, record, "prune", config, best.config)
+        undone = _compared(compare, trials, record, Phase.PRUNE, config, best.config)
         if undone.program == best.program:
             best = replace(best, config=config)
         elif undone.fitness >= 0:  # correct, and no slower
@@ -103,7 +104,7 @@ def prune(compare: Compare, trials: list[Trial], record: Callable[[Trial], None]
 
 def _screen(trials: list[Trial], config: CompilerConfig) -> Trial | None:
     """The search's screen of exactly `config` against the default, if it has one."""
-    return next((t for t in trials if t.phase == "search" and t.config == config
+    return next((t for t in trials if t.phase == Phase.SEARCH and t.config == config
                  and t.fitness != FAILED), None)
 
 
@@ -113,7 +114,7 @@ def _clearly_slower(undone: Trial | None, best: Trial | None) -> bool:
 
 
 def _compared(compare: Compare, trials: list[Trial], record: Callable[[Trial], None],
-              phase: str, config: CompilerConfig, baseline: CompilerConfig) -> Trial:
+              phase: Phase, config: CompilerConfig, baseline: CompilerConfig) -> Trial:
     """`config` timed against `baseline`: the trial among `trials` (of any phase: the race's,
     or a resumed task's), or a new one of `phase`, `record`ed and appended."""
     known = next((t for t in trials if t.config == config and t.baseline == baseline), None)

@@ -170,11 +170,14 @@ def add_tune(sub: Subcommands) -> None:
                    "winners into graph-level configs measured on each whole graph")
     p.add_argument("--top", type=int, default=5, metavar="K", help="without files: how many candidates")
     p.add_argument("--budget-evals", type=int, default=None, metavar="N",
-                   help=f"evaluations per task: configs timed (one that compiles to a program "
-                   f"already known is free) (default: {graph.budget_evals} for graphs, the whole "
+                   help=f"evaluations of each task's search: configs timed or failed (one that "
+                   f"compiles to a program already known is free); the finalists' race, the "
+                   f"winner's pruning and its verification come on top, and the output says "
+                   f"what each phase spent (default: {graph.budget_evals} for graphs, the whole "
                    "space for ops)")
     p.add_argument("--budget-minutes", type=float, default=None, metavar="MINUTES",
-                   help="time budget per task (default: none, --budget-evals alone)")
+                   help="time budget of each task's search; the phases after it come on top "
+                   "(default: none, --budget-evals alone)")
     p.add_argument("--strategy", default=None, choices=sorted(STRATEGIES),
                    help="the search's last phase, after the default's one-move neighbours (by "
                    f"prior) and their combinations (default: {graph.strategy} for graphs, {op.strategy} "
@@ -278,12 +281,24 @@ def _tune_settings(args: argparse.Namespace) -> Any:
 
 
 def _print_tune_result(label: str, r: Any) -> None:
+    """A task's result: its verdict, when its config was found, and what each phase spent (a
+    result landed before phases were told has none), with their total."""
     interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else ""
     speed = f"{r.speedup:.3f}x {interval}" if r.speedup is not None else ""
     if len(r.speedups) > 1:  # the verification's workers, each on its own
         speed += f" (workers {_speedups(r.speedups)})"
-    print(f"{label}: {r.status} {speed} after {r.evaluations} configs "
-          f"({r.measured} timed); config {config_text(r.to_json()['config'])}")
+    print(f"{label}: {r.status} {speed}; config {config_text(r.to_json()['config'])}")
+    if r.seconds_to_best is not None:
+        print(f"  found {r.seconds_to_best / 60:.1f} minutes ({r.seconds_to_best:.0f} s) into "
+              "the task")
+    if r.phases:
+        rows = [(str(p.phase), str(p.configs), str(p.evaluations), str(p.measured),
+                 str(p.compiles), f"{p.seconds:.1f}") for p in r.phases]
+        total = ("total", str(sum(p.configs for p in r.phases)), str(r.evaluations),
+                 str(r.measured), str(sum(p.compiles for p in r.phases)),
+                 f"{sum(p.seconds for p in r.phases):.1f}")
+        print_table(("phase", "configs", "evaluations", "measured", "compiles", "seconds"),
+                    [*rows, total], "<>>>>>", indent="  ")
 
 
 def add_analyze(sub: Subcommands) -> None:
