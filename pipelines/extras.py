@@ -31,7 +31,7 @@ class MissingExtra(Exception):
     """A command needs an extra that is not installed."""
 
 
-def _require(extra: str) -> None:
+def require(extra: str) -> None:
     """MissingExtra, naming the extra and how to install it, unless all its modules are here."""
     missing = [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
     if missing:
@@ -44,7 +44,7 @@ def needs(extra: str) -> Callable[[Callable[P, int]], Callable[P, int]]:
     def decorate(command: Callable[P, int]) -> Callable[P, int]:
         @functools.wraps(command)
         def checked(*args: P.args, **kwargs: P.kwargs) -> int:
-            _require(extra)
+            require(extra)
             return command(*args, **kwargs)
         return checked
     return decorate

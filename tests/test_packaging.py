@@ -274,6 +274,10 @@ def test_every_command_of_the_base_install_runs_there(base, tmp_path):
 
     # workloads list: the zoo, as this checkout has it.
     assert [w["name"] for w in fdo_as_json("workloads", "list")] == [w.name for w in zoo.all_workloads()]
+    # A URL home is reached through Beam's file systems: without Beam, one line naming the extra.
+    url = run_venv(base, "fdo", "--home", "gs://bucket/fdo", "store", "versions")
+    assert url.returncode == 2 and "Traceback" not in url.stderr, url.stderr
+    assert "URL home needs the pipeline extra" in url.stderr and "fleet-fdo[pipeline]" in url.stderr
 
 
 @pytest.mark.parametrize("command, extra", [

@@ -176,6 +176,8 @@ def test_tunable_candidates_are_this_machines_with_their_hlo(fleet_home, ranked)
     _, candidates, _ = ranked
     tasks = tunable_candidates(fleet_home, top=10)
     assert tasks
+    assert [label for label, _, _ in tunable_candidates(fleet_home, top=1)] == [tasks[0][0]]
+    assert tunable_candidates(fleet_home, top=0) == []  # none asked: none, not all
     here = current_environment()
     graphs = {(g["fingerprint"], g["env_key"]): g for g in Warehouse(fleet_home).read(GRAPHS).to_pylist()}
     ranked_keys = {(c["fingerprint"], c["env_key"]) for c in candidates.to_pylist() if c["kind"] == "graph"}

@@ -51,16 +51,16 @@ def tunable_candidates(home: Home, top: int, untried: bool = False) -> list[tupl
     graphs = _graphs_here(home)
     tried = _tried(home, "graph") if untried else set()
     blobs = BlobStore(home)
-    tasks = []
+    tasks: list[tuple[str, HloModule, str]] = []
     for candidate in latest_candidates(home, "graph").to_pylist():
+        if len(tasks) >= top:  # before the first too: a `top` of 0 takes none
+            break
         graph = graphs.get((candidate["fingerprint"], candidate["env_key"]))
         if graph is None or (candidate["fingerprint"], candidate["env_key"]) in tried:
             continue
         module = from_text(blobs.get_text(graph["hlo_blob"]), source=graph["hlo_blob"])
         tasks.append((f"#{candidate['rank']} {graph['module_name']} {candidate['fingerprint'][:8]}",
                       module, candidate["env_key"]))
-        if len(tasks) == top:
-            break
     return tasks
 
 
@@ -75,6 +75,8 @@ def tunable_op_candidates(home: Home, top: int, untried: bool = False) -> OpCand
     blobs = BlobStore(home)
     found = OpCandidates()
     for candidate in latest_candidates(home, "op").to_pylist():
+        if len(found.tasks) >= top:  # before the first too: a `top` of 0 takes none
+            break
         key = (candidate["fingerprint"], candidate["env_key"])
         if key in tried:
             continue
@@ -95,8 +97,6 @@ def tunable_op_candidates(home: Home, top: int, untried: bool = False) -> OpCand
                                  "fingerprints differently now (compiler or hash changed)")
             continue
         found.tasks.append((f"{label} ({cut.kind}, {cut.op_class})", cut, candidate["env_key"]))
-        if len(found.tasks) == top:
-            break
     return found
 
 

@@ -19,6 +19,7 @@ import tempfile
 from pipelines.cli import ingest, loop, rank, store, tune, validate
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, HelpFormatter, Handler, closing_stdout,
                                   epilog, guarded, resolve_home)
+from pipelines.extras import MissingExtra
 from storage.home import Home
 
 __all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "build_parser", "main"]
@@ -70,7 +71,11 @@ def _main(argv: list[str] | None) -> int:
     if extra and not getattr(args, "takes_beam_args", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.beam_args = extra
-    home = resolve_home(args.home)
+    try:
+        home = resolve_home(args.home)
+    except MissingExtra as exc:
+        print(f"fdo {args.command}: a URL home {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     home_use = getattr(args, "home_use", "write")
     takes_url = getattr(args, "home_url", False)
     # A URL home is checked only where it is taken: the others refuse it below (Home.local).

@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from pipelines.extras import MissingExtra
+from pipelines.extras import MissingExtra, require
 from storage.home import Home
 from storage.homes import open_home
 
@@ -34,6 +34,8 @@ def resolve_home(given: str | None) -> Home:
     """The data root of every stage: `given` (--home), else `FDO_HOME`, else ~/.fdo; a local
     directory or a URL (gs://, s3://, ...: read and written through Beam's FileSystems)."""
     text = os.environ.get("FDO_HOME", "") if given is None else given
+    if "://" in text:  # reached through Beam's file systems: without Beam, one line, not a traceback
+        require("pipeline")
     return open_home(text or Path.home() / ".fdo")
 
 
