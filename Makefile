@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # Writes to $FDO_HOME if set, else ./.fdo-demo (never to the default data root, ~/.fdo).
+# `make demo DAYS=4`: the longer story, a night of the loop after each simulated day.
 demo: $(STAMP)
-	$(BIN)/python -m pipelines.demo
+	$(BIN)/python -m pipelines.demo $(if $(DAYS),--days $(DAYS))
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

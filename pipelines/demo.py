@@ -1,9 +1,10 @@
 """`make demo`: the whole loop on a simulated fleet, one nightly run per day.
 
 Each simulated day the fleet runs its jobs, picking up the configs the store holds that day
-(so savings appear once something is delivered), and hands over its dumps and profiles; then
-the nightly loop runs for that date: ingest, rank, tune the top graphs within a small budget,
-deliver, validate and account the savings. The fleet's compiler changes under it (a release
+(so savings appear once something is delivered), and hands its dumps and profile drops over to
+the home's inbox; then the nightly loop runs for that date: ingest (which lands the inbox),
+rank, tune the top graph within a small budget, deliver, validate and account the savings.
+Two days by default: the first night delivers, the second day's fleet runs tuned. The fleet's compiler changes under it (a release
 every few days, adopted gradually), as a real fleet's does. Part of the fleet runs on this
 machine's environment (the simulator's "here" jobs), so the validator re-measures their
 configs every night for real: kept while the gain holds, invalidated when it is gone. The
@@ -15,12 +16,13 @@ to the default data root, ~/.fdo). Run it with `make demo` or `python -m pipelin
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,7 @@ class OwnerConfig:
 class DemoSettings:
     """The demo fleet and the loop's budgets: sized to finish in a few minutes on a laptop."""
 
-    days: int = 4
+    days: int = 2  # the first night tunes and delivers, the second day's fleet runs tuned
     jobs: int = 2000
     # The fleet's mix is drawn from the seed; other seeds run the same loop on other mixes.
     # Library routing is where XLA's CPU backend has headroom, and which routing wins depends
@@ -64,10 +66,13 @@ class DemoSettings:
     # A compiler release every week: one lands during the demo and is adopted gradually, so
     # some tuned keys go out of use mid-demo, as in a real fleet.
     release_every_days: int = 7
-    top: int = 2  # graphs per night; each night takes the best-ranked ones not tried yet
-    top_ops: int = 2
-    tune_evals: int = 12
-    tune_minutes: float = 2.5
+    # A graph per night, the best-ranked one not tried yet. A task's race, pruning and
+    # verification in fresh workers come after its search's share of the budget, so the stage
+    # takes a minute or two; op-level tuning (`fdo tune --kind op`) would not fit in the nights.
+    top: int = 1
+    top_ops: int = 0
+    tune_evals: int = 8
+    tune_minutes: float = 0.5
     validate_minutes: float = 0.75
     # A demo's days pass in minutes: the validator re-measures every entry it can each night,
     # where a real one leaves entries measured in the last day alone.
@@ -91,8 +96,10 @@ def run_demo(home: Path, settings: DemoSettings = DemoSettings()) -> int:
         date = first + datetime.timedelta(days=offset)
         day = simulate(home, days=1, jobs=settings.jobs, seed=settings.seed, start=date,
                        workloads=list(settings.workloads), tuned=store_lookup(home), progress=True,
-                       release_every_days=settings.release_every_days)
-        print(f"{date}: the fleet ran {day.graph_runs:,} graph runs, {day.chip_hours:,.0f} chip-hours")
+                       release_every_days=settings.release_every_days, inbox=home / "inbox" / "fleet")
+        print(f"{date}: the fleet ran {day.chip_hours:,.0f} chip-hours and handed over "
+              f"{day.graph_runs:,} graph runs, {day.op_runs:,} op runs and {day.symbol_modules} new "
+              f"dumps to the inbox")
         if offset == 0:
             version = import_owner_config(home, settings.imported)
             print(f"  team {settings.imported.team} imports its own config for {settings.imported.workload} "
@@ -175,9 +182,15 @@ def demo_home() -> Path:
     return Path(os.environ.get("FDO_HOME") or ".fdo-demo").absolute()
 
 
-def main() -> int:
-    """Entry point of `make demo`."""
-    return run_demo(demo_home())
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `make demo` (`make demo DAYS=4`: the longer story)."""
+    parser = argparse.ArgumentParser(prog="python -m pipelines.demo", description=__doc__.split("\n")[0])
+    parser.add_argument("--days", type=int, default=DemoSettings.days, metavar="N",
+                        help=f"simulated days, the nightly loop after each (default: {DemoSettings.days})")
+    args = parser.parse_args(argv)
+    if args.days < 1:
+        parser.error(f"--days {args.days}: at least one day")
+    return run_demo(demo_home(), replace(DemoSettings(), days=args.days))
 
 
 if __name__ == "__main__":

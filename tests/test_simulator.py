@@ -8,11 +8,14 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from hlo.environment import Environment
 from ingest.quarantine import file_digest
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
+from storage.homes import open_home
 from storage.warehouse import Warehouse
 from workloads.simulator import fleet
 from workloads.simulator.catalog import build_catalog
@@ -73,6 +76,28 @@ def test_same_seed_same_fleet_and_rerun_adds_nothing(simulated, tmp_path):
         assert file_digest(drop) == file_digest(original)
     again = simulate(home, days=6, jobs=4000, seed=7, start=START, workloads=WORKLOADS)
     assert (again.graph_runs, again.op_runs, again.symbol_modules) == (0, 0, 0)
+
+
+def test_a_fleet_given_an_inbox_hands_over_there_and_the_nightly_ingest_lands_it(simulated, tmp_path):
+    from pipelines.nightly import NightlySettings, _ingest
+
+    home, _ = simulated
+    other = tmp_path / "other"
+    shutil.copytree(home / "simulator", other / "simulator")  # reuse the compiled catalog
+    inbox = other / "inbox" / "fleet"
+    report = simulate(other, days=2, jobs=4000, seed=7, start=START, workloads=WORKLOADS, inbox=inbox)
+    assert report.inbox == str(inbox) and report.graph_runs > 0 and report.symbol_modules > 0
+    assert not (other / "warehouse").exists()  # handed over, nothing ingested yet
+    # What the nightly ingest stage lands from the home's inbox is what the fleet handed over,
+    # the same rows as a direct ingestion of those days.
+    counts = _ingest(open_home(other), NightlySettings(date=START), progress=False)
+    assert (counts["graph_runs"], counts["op_runs"], counts["quarantined"]) == (report.graph_runs, report.op_runs, 0)
+    assert counts["modules"] == report.symbol_modules
+    landed, direct = Warehouse(other).read(GRAPH_RUNS), Warehouse(home).read(GRAPH_RUNS)
+    first_two = [str(START), str(START + datetime.timedelta(days=1))]
+    direct = direct.filter(pc.is_in(pc.cast(direct.column("dt"), pa.string()), pa.array(first_two)))
+    assert sorted(landed.column("chip_seconds").to_pylist()) == sorted(direct.column("chip_seconds").to_pylist())
+    assert _ingest(open_home(other), NightlySettings(date=START), progress=False)["graph_runs"] == 0
 
 
 def test_opt_out_share_and_heavy_tail_at_scale():

@@ -5,8 +5,9 @@ Per day the fleet writes what a real one would give us, under `<home>/fleet/`:
   `fdo-environment.json`, for each graph first run in an environment that day;
 - `profiles/<dt>/fleet-*.graph_runs.parquet` and `*.op_runs.parquet`: the day's profile drops.
 Then both go through `ingest_symbols` and `ingest_profiles`, the same path as real input.
-Files are written atomically and named by seed and size, so a rerun writes the same bytes
-and ingestion skips them.
+Given an inbox instead, the fleet writes the same files there and ingests nothing: the nightly
+run's ingest stage lands them, as it lands a real fleet's. Files are written atomically and
+named by seed and size, so a rerun writes the same bytes and ingestion skips them.
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ class SimulationReport:
     size_class_shares: dict[str, float] = field(default_factory=dict)
     opted_out_share: float = 0.0
     long_tail: dict[str, float] = field(default_factory=dict)
-    graph_runs: int = 0
+    graph_runs: int = 0  # rows ingested (with an inbox: rows handed over, ingested later)
     op_runs: int = 0
-    symbol_modules: int = 0
+    symbol_modules: int = 0  # modules ingested (with an inbox: dumps handed over)
+    inbox: str | None = None  # where the fleet's files wait for ingestion (None: ingested)
     quarantined: list[Quarantined] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -72,9 +74,10 @@ def store_lookup(home: Path) -> fleet.TunedLookup | None:
 def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.date | None = None,
              workloads: list[str] | None = None, scales: tuple[int, ...] = SCALES,
              op_sample: float = 1.0, tuned: fleet.TunedLookup | None = None,
-             progress: bool = False, release_every_days: int = 4) -> SimulationReport:
+             progress: bool = False, release_every_days: int = 4,
+             inbox: Path | None = None) -> SimulationReport:
     """Simulate `days` days (ending today unless `start` is given) and ingest them into
-    `home` (a local one)."""
+    `home` (a local one); with an `inbox`, hand them over there for a later ingest instead."""
     home = open_home(home).local("fdo simulate")
     start = start or datetime.date.today() - datetime.timedelta(days=days - 1)
     first_day = (start - fleet.EPOCH).days
@@ -88,26 +91,31 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
     fingerprints = [g.fingerprint for g in catalog]
     step_seconds = np.array([g.step_seconds for g in catalog])
     totals = _Totals(len(catalog))
-    report = SimulationReport(graphs=len(catalog))
+    report = SimulationReport(graphs=len(catalog), inbox=str(inbox) if inbox else None)
     for day in progress_bar(range(first_day, first_day + days), desc="fleet days", unit="day",
                             enabled=progress):
         rows = fleet.simulate_day(population, spec, day, step_seconds, here)
         rows, hits = fleet.apply_hits(rows, fingerprints, tuned)
         dt = (fleet.EPOCH + datetime.timedelta(days=day)).isoformat()
-        drop_dir = home / "fleet" / "profiles" / dt
+        fleet_dir = inbox or home / "fleet"
+        drop_dir = fleet_dir / "profiles" / dt
         name = f"fleet-s{seed}-j{jobs}-{dt}"
-        _write_drop(drop_dir / f"{name}.graph_runs.parquet",
-                    fleet.graph_run_batches(rows, hits, population, day, fingerprints))
-        _write_drop(drop_dir / f"{name}.op_runs.parquet", fleet.op_run_batches(
+        graph_runs = _write_drop(drop_dir / f"{name}.graph_runs.parquet",
+                                 fleet.graph_run_batches(rows, hits, population, day, fingerprints))
+        op_runs = _write_drop(drop_dir / f"{name}.op_runs.parquet", fleet.op_run_batches(
             rows, population, spec, day, fingerprints,
             [g.op_fingerprints for g in catalog], [g.op_shares for g in catalog]))
-        dumps = _hand_over_dumps(home / "fleet" / "dumps", rows, catalog, day)
-        symbols = ingest_symbols(dumps, home) if dumps else None
-        profiles = ingest_profiles([drop_dir], home)
-        report.symbol_modules += symbols.modules if symbols else 0
-        report.graph_runs += profiles.graph_runs
-        report.op_runs += profiles.op_runs
-        report.quarantined += (symbols.quarantined if symbols else []) + profiles.quarantined
+        dumps = _hand_over_dumps(fleet_dir / "dumps", rows, catalog, day)
+        if inbox is None:
+            symbols = ingest_symbols(dumps, home) if dumps else None
+            profiles = ingest_profiles([drop_dir], home)
+            graph_runs, op_runs = profiles.graph_runs, profiles.op_runs
+            report.symbol_modules += symbols.modules if symbols else 0
+            report.quarantined += (symbols.quarantined if symbols else []) + profiles.quarantined
+        else:
+            report.symbol_modules += len(dumps)
+        report.graph_runs += graph_runs
+        report.op_runs += op_runs
         report.days.append(totals.add_day(dt, rows, population))
     totals.finish(report)
     return report
@@ -155,21 +163,26 @@ class _Totals:
                             "chip_time_share": self.tail_chip_seconds / total}
 
 
-def _write_drop(path: Path, batches) -> None:
+def _write_drop(path: Path, batches) -> int:
+    """Write the drop unless it exists; the rows written."""
     if path.exists():
-        return
+        return 0
     batches = iter(batches)
     first = next(batches, None)
     if first is None:
-        return
+        return 0
+    written = 0
 
     def write(handle) -> None:
+        nonlocal written
         writer = pq.ParquetWriter(handle, first.schema)
         for batch in itertools.chain([first], batches):
             writer.write_table(batch, row_group_size=ROW_GROUP_ROWS)
+            written += batch.num_rows
         writer.close()
 
     atomic_write(path, write, durable=False)
+    return written
 
 
 def _hand_over_dumps(root: Path, rows: fleet.DayRows, catalog: list[CatalogGraph], day: int) -> list[Path]:
