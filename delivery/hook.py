@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, StoreUnavailable
 from delivery.sandbox import SandboxCheck
-from execution.compile import apply_config
+from execution.compile import apply_config, job_build_options
 from execution.flags import CompilerConfig, FlagError, from_json
 from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, store_key
 from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
@@ -187,10 +187,12 @@ class Hook:
         return plan
 
     def _environment_for(self, compile_options: Any) -> Environment:
-        """The process's environment, plus the compiler options the job set for this compile."""
+        """The process's environment, plus the compiler options the job set for this compile
+        (its overrides, and the effort level it asked of XLA: `job_build_options`)."""
         if self._environment is None:
             self._environment = current_environment()
-        job_options = {str(name): str(value) for name, value in compile_options.env_option_overrides}
+        job_options = {**{str(name): str(value) for name, value in compile_options.env_option_overrides},
+                       **job_build_options(compile_options)}
         if not job_options:
             return self._environment
         # The machine and XLA_FLAGS do not change between compiles: only the compile's options.

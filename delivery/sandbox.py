@@ -4,7 +4,7 @@ A flag's value can be inside its declared domain and still abort XLA (a CHECK fa
 SIGABRT: no fallback inside the job can catch it) or hang its compile. Whatever wrote the store
 entry, the tuner, the validator, an import or someone with write access to the store's files,
 the hook trusts it only once this machine has compiled that very module with that very config
-in a `execution.worker` process (address-space limit, timeout) and seen it succeed. The verdict is
+in a `execution.worker` process (memory limit, timeout) and seen it succeed. The verdict is
 kept under `<home>/hook/checked/` (a file per key and config), so a machine pays for a check
 once per entry, not once per job: one worker start and one compile, a second or two.
 """
@@ -44,7 +44,7 @@ class SandboxCheck:
         stablehlo, options, device_count = job()
         with self._lock:
             if self._worker is None:
-                self._worker = Worker()
+                self._worker = Worker(one_gpu=False)  # a job's compile may span its GPUs
             try:
                 self._worker.call(compile_check, timeout=CHECK_TIMEOUT,
                                   stablehlo=stablehlo, options=options, device_count=device_count)

@@ -27,8 +27,8 @@ from typing import Any
 
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
-from execution.flags import (FLAGS, FUSION_TYPE_PREFIX, PLACEMENT_PREFIX, CompilerConfig,
-                             FlagSpec, to_xla)
+from execution.flags import (BUILD_OPTIONS, FLAGS, FUSION_TYPE_PREFIX, LIBRARY_FLAGS,
+                             PLACEMENT_PREFIX, CompilerConfig, FlagSpec, enum_of_number, to_xla)
 from hlo.environment import xla_flags_options
 from hlo.proto import build_messages
 
@@ -40,6 +40,7 @@ _OPTION_FLAGS = sorted((spec for spec in FLAGS.values() if spec.field is not Non
 _KNOWN_FUSION_TYPES = {1: "DOT", 2: "ELTWISE", 3: "REDUCE", 4: "INDIVIDUAL_DOT",
                        5: "INDIVIDUAL_CONVOLUTION"}
 _BACKEND_EXTRA_FIELD = 500  # DebugOptions.xla_backend_extra_options, map<string, string>
+_UNSET_BUILD_OPTION = 0  # an effort level's UNKNOWN (jax.CompilerEffortLevel): JAX's default
 
 
 def _field(spec: FlagSpec) -> tuple[str, int, int, int, None]:
@@ -108,9 +109,10 @@ def compile_options(config: CompilerConfig) -> Any:
 def apply_config(options: Any, config: CompilerConfig) -> Any:
     """A copy of jaxlib CompileOptions `options` with `config` applied through both channels.
 
-    A flag the job set itself (an override of these options, a backend extra entry, or a flag
-    of its XLA_FLAGS) keeps its value: it is part of the environment a config was tuned for,
-    and a stored config never overrides it.
+    A flag the job set itself (an override of these options, a backend extra entry, a flag
+    of its XLA_FLAGS, or a build option off JAX's UNKNOWN, see `job_build_options`) keeps its
+    value: it is part of the environment a config was tuned for, and a stored config never
+    overrides it. CompileError names a build option this jaxlib's options do not have.
     """
     from jax._src.lib import xla_client
 
@@ -120,6 +122,12 @@ def apply_config(options: Any, config: CompilerConfig) -> Any:
     own = {name for name, _ in tuned.env_option_overrides} | set(xla_flags_options())
     tuned.env_option_overrides = list(tuned.env_option_overrides) + [
         (name, value) for name, value in settings.overrides.items() if name not in own]
+    build = tuned.executable_build_options
+    for name, number in settings.build.items():
+        if not hasattr(build, name):
+            raise CompileError(f"{name}: this jaxlib's compile options have no such build option")
+        if getattr(build, name) == _UNSET_BUILD_OPTION:
+            setattr(build, name, number)
     if not settings.backend_extra:
         return tuned
     raw = tuned.SerializeAsString()
@@ -130,6 +138,15 @@ def apply_config(options: Any, config: CompilerConfig) -> Any:
         if name not in own_extra and name not in own:
             entries.add(key=name, value=value)
     return xla_client.CompileOptions.ParseFromString(raw + fragment.SerializeToString())
+
+
+def job_build_options(options: Any) -> dict[str, str]:
+    """The declared build options that jaxlib CompileOptions `options` set off JAX's UNKNOWN
+    (by the job's `jax_optimization_level` or `compiler_options`), by name, as the table's enum
+    names: the job's own, part of its environment's key like its XLA flags."""
+    build = options.executable_build_options
+    return {name: enum_of_number(spec, getattr(build, name)) for name, spec in BUILD_OPTIONS.items()
+            if getattr(build, name, _UNSET_BUILD_OPTION) != _UNSET_BUILD_OPTION}
 
 
 def backend_extra_options(options: Any) -> dict[str, str]:
@@ -230,8 +247,7 @@ def _compiler_defaults() -> tuple[tuple[str, Any], ...]:
     plain = compiler.get_compile_options(num_replicas=1, num_partitions=1)
     options = _COMPILE_OPTIONS.FromString(plain.SerializeAsString())
     debug = options.executable_build_options.debug_options
-    listed = {n for spec in _OPTION_FLAGS if spec.type == "repeated_enum"
-              for n in getattr(debug, spec.name)}
+    listed = {n for name in LIBRARY_FLAGS.values() for n in getattr(debug, name)}
     # The compiler hook reads these too: the binary is scanned only for a type jaxlib 0.10.2
     # did not have, so a job's start-up pays for no scan of jaxlib.
     types = (_KNOWN_FUSION_TYPES if listed <= set(_KNOWN_FUSION_TYPES)
@@ -239,11 +255,16 @@ def _compiler_defaults() -> tuple[tuple[str, Any], ...]:
     defaults = []
     for spec in _OPTION_FLAGS:
         value = getattr(debug, spec.name)
-        if spec.type == "repeated_enum":
+        if spec.library:
             value = tuple(types.get(number, str(number)) for number in value)
+        elif spec.type == "repeated_enum":
+            value = tuple(enum_of_number(spec, number) for number in value)
         elif spec.numbers:
-            value = dict(zip(spec.numbers, spec.choices)).get(value, str(value))
+            value = enum_of_number(spec, value)
         defaults.append((spec.name, value))
+    build = plain.executable_build_options
+    defaults += [(name, enum_of_number(spec, getattr(build, name)))
+                 for name, spec in BUILD_OPTIONS.items() if hasattr(build, name)]
     return tuple(defaults) + tuple((spec.name, spec.absent) for spec in FLAGS.values()
                                    if spec.channel == "backend_extra")
 

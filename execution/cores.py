@@ -18,6 +18,12 @@ cores: a config's gain can depend on it (docs/bench_search_quality.md: a 1.17x m
 with two threads is no gain with one). The split costs the measurement a quarter of the cores,
 so it is made only on a machine of at least `MIN_CORES_TO_SPLIT`; on a smaller one, compiles
 and measurements take turns on every core.
+
+On a GPU the split is never made: the device, not the cores, is what a compile would share.
+XLA:GPU's compile autotunes GEMMs and fusions by timing candidate kernels on the GPU, so a compile
+beside a measurement would slow the measured program and time the autotuner's candidates on a
+busy GPU (picking other kernels than the job's compile on a quiet one would). Compiles and
+measurements take turns on the one GPU their workers own (execution.worker).
 """
 
 from __future__ import annotations
@@ -49,15 +55,16 @@ def available_cores() -> frozenset[int]:
     return frozenset(os.sched_getaffinity(0))
 
 
-def plan_cores(compile_workers: int | None = None,
-               cores: frozenset[int] | None = None) -> CorePlan:
+def plan_cores(compile_workers: int | None = None, cores: frozenset[int] | None = None,
+               platform: str | None = None) -> CorePlan:
     """Split `cores` (default: the available ones): a quarter, at least one, for compiles,
-    the rest for measurements; under `MIN_CORES_TO_SPLIT` cores, all of them for both, taking
-    turns. `compile_workers` defaults to one per compile core."""
+    the rest for measurements; under `MIN_CORES_TO_SPLIT` cores, or on a `platform` other than
+    the CPU (default: JAX's default backend's), all of them for both, taking turns.
+    `compile_workers` defaults to one per compile core."""
     ordered = sorted(cores if cores is not None else available_cores())
     if not ordered:
         raise ValueError("no cores to run on")
-    if len(ordered) < MIN_CORES_TO_SPLIT:
+    if len(ordered) < MIN_CORES_TO_SPLIT or (platform or _default_platform()) != "cpu":
         return CorePlan(frozenset(ordered), frozenset(ordered), compile_workers or 1)
     n_compile = max(1, len(ordered) // 4)
     compile_cores = frozenset(ordered[-n_compile:])
@@ -65,12 +72,16 @@ def plan_cores(compile_workers: int | None = None,
                     compile_workers or len(compile_cores))
 
 
+def _default_platform() -> str:
+    """The platform of JAX's default backend in this process ("cpu", "gpu", ...)."""
+    import jax
+
+    return jax.default_backend()
+
+
 def start_backend_on(cores: frozenset[int]) -> None:
     """Start this process's JAX backend as if it ran on `cores` (see the module docstring)."""
     pin(cores)
-    # A compile worker runs nothing: on a GPU it must not take the device memory that JAX
-    # preallocates by default, which the execute worker needs.
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import jax
 
     jax.devices()

@@ -24,11 +24,22 @@ sits in two lists, and a type the table does not know stays where the compiler p
 mutation of such a config moves one fusion type to another backend. (The list flags themselves
 may still be set, by `--set` or an old stored entry; moves apply on top of them.)
 
+A third channel, `build_option`, is a field of the compile options' ExecutableBuildOptions
+rather than of DebugOptions: XLA's effort level (`optimization_level`, JAX's `jax.CompilerEffortLevel`:
+O0 to O3; the one effort knob jaxlib 0.11.2 still has, `exec_time_optimization_effort` being
+gone there). JAX leaves it UNKNOWN (the compiler decides), so a value there is the job's own.
+
+Each flag belongs to one platform (`FlagSpec.platform`: "cpu" for XLA:CPU, "gpu" for XLA:GPU, as
+JAX names a CUDA or ROCm device's platform), and a search of a graph takes its environment's
+platform's flags only (tuner.space). A flag that acts only across devices (collective combining
+and pipelining) says so in `min_devices`: a graph compiled for one device never searches it.
+
 The table below is the single source of truth for the flags this project knows: their types,
 domains, channel, cold-start rank, and where the installed compiler's default of each is read
-(an option flag's DebugOptions field; a backend extra flag's meaning when absent). Flags not in
-the table may still be set through `option` when the installed XLA knows them; XLA parses and
-checks their values.
+(an option flag's DebugOptions field; a backend extra flag's meaning when absent; a build
+option's attribute). Flags not in the table may still be set through `option` when the installed
+XLA knows them; XLA parses and checks their values. No flag that names a file, a directory or a
+cache is ever in the table or applied (`check_name`).
 """
 
 from __future__ import annotations
@@ -56,14 +67,28 @@ class FlagSpec:
     type: str  # "bool" | "int" | "float" | "enum" | "repeated_enum" | "string" | "placement"
     choices: tuple[str, ...] = ()  # enum values, short names (without `enum_prefix`)
     enum_prefix: str = ""  # XLA's proto enum prefix, e.g. "LIBRARY_FUSION_TYPE_"
-    channel: str = "option"  # "option" | "backend_extra" | "placement" (see `to_xla`)
+    channel: str = "option"  # "option" | "backend_extra" | "placement" | "build_option" (`to_xla`)
     codegen: bool = False  # changes generated code without changing the optimized HLO
-    platform: str = "cpu"
+    # Changes the program where its key (execution.session.program_key: the optimized HLO's
+    # fingerprint, which leaves the schedule out, and the kernels' machine code) cannot see it:
+    # the schedule, or what the runtime does (command buffers). Its value joins the key, or a
+    # search would take its programs for the default's and never time them.
+    unseen: bool = False
+    platform: str = "cpu"  # "cpu" | "gpu": the XLA backend it acts on (module docstring)
     library: str = ""  # a library routing list: the backend it sends its fusion types to
     # Cold-start order of a search's one-move neighbourhood (tuner.schedule), lower first: what
     # moved speed most often in our measurements (FIELD-NOTES, docs/) before what rarely does;
-    # flags that are reliably slower come last, and are still tried.
+    # flags that are reliably slower come last, and are still tried. A GPU flag's rank is a
+    # prior from XLA's documentation, not a measurement yet: replace it by what docs/gpu.md's
+    # device runs measure.
     rank: int = 5
+    # The fewest devices a compile must span for the flag to act at all (collectives): a graph
+    # compiled for fewer never searches it (tuner.space.graph_space).
+    min_devices: int = 1
+    # A repeated enum searched as whole lists (XLA:GPU's command buffer types): the lists a search
+    # may set, besides the compiler's default one. Library routing lists are searched as
+    # placements instead, and declare none.
+    lists: tuple[tuple[str, ...], ...] = ()
     # Where the installed compiler's default is read (execution.compile.compiler_defaults): the
     # flag's field number in xla.DebugOptions (xla/xla.proto), read off jaxlib 0.10.2 by setting
     # each flag through XLA_FLAGS and seeing which field of the serialized debug options changed
@@ -125,6 +150,60 @@ FLAGS: dict[str, FlagSpec] = {
         # dot op space searchable.
         FlagSpec("xla_llvm_dot_tiling_factor", "int", ("4", "16"),
                  channel="backend_extra", codegen=True, rank=6, absent=8),
+        # XLA:GPU. Fields read off the DebugOptions descriptor compiled into jaxlib 0.10.2 and
+        # 0.11.2 (the same numbers in both), defaults off their compile options (docs/gpu.md);
+        # ranks are priors (see `rank`). Triton GEMM fusions against cuBLAS/cuBLASLt: which library runs a
+        # dot is GPU's routing lever, as library placement is CPU's.
+        FlagSpec("xla_gpu_enable_triton_gemm", "bool", platform="gpu", rank=1, field=188),
+        FlagSpec("xla_gpu_triton_gemm_any", "bool", platform="gpu", rank=2, field=190),
+        FlagSpec("xla_gpu_enable_cublaslt", "bool", platform="gpu", rank=2, field=166),
+        # Command buffers (CUDA graphs) save a launch per kernel, the lever of graphs of many
+        # small kernels: none at all, or fusions alone, against the default types (FUSION, CUBLAS,
+        # CUBLASLT, CUDNN, CUSTOM_CALL, CONDITIONAL, DYNAMIC_SLICE_FUSION on both jaxlibs).
+        FlagSpec("xla_gpu_enable_command_buffer", "repeated_enum",
+                 ("FUSION", "CUBLAS", "CUDNN", "COLLECTIVES", "CONDITIONAL", "WHILE", "CUSTOM_CALL",
+                  "CUBLASLT", "DYNAMIC_SLICE_FUSION", "CONVOLUTION"),
+                 platform="gpu", rank=2, field=258, numbers=(1, 2, 3, 4, 5, 6, 7, 8, 9, 11),
+                 unseen=True, lists=((), ("FUSION",), ("FUSION", "CUBLAS", "CUBLASLT", "CUDNN", "CUSTOM_CALL",
+                                          "CONDITIONAL", "DYNAMIC_SLICE_FUSION", "WHILE"))),
+        FlagSpec("xla_gpu_graph_min_graph_size", "int", ("1", "2", "20"), platform="gpu", rank=3,
+                 field=208, unseen=True),  # default 5
+        FlagSpec("xla_gpu_enable_dynamic_slice_fusion", "bool", platform="gpu", rank=3, field=105),
+        FlagSpec("xla_gpu_enable_latency_hiding_scheduler", "bool", platform="gpu", rank=3,
+                 field=186, unseen=True),
+        FlagSpec("xla_gpu_cudnn_gemm_fusion_level", "int", ("1", "2", "3"), platform="gpu",
+                 rank=3, field=285),  # default 0: no dot fusion goes to cuDNN
+        FlagSpec("xla_gpu_enable_cudnn_layer_norm", "bool", platform="gpu", rank=4, field=262),
+        FlagSpec("xla_gpu_enable_while_loop_double_buffering", "bool", platform="gpu", rank=4,
+                 field=248),
+        FlagSpec("xla_gpu_enable_fast_min_max", "bool", platform="gpu", codegen=True, rank=4,
+                 field=100),
+        # More Triton tile configs autotuned per GEMM fusion: a slower compile, perhaps a faster
+        # kernel.
+        FlagSpec("xla_gpu_exhaustive_tiling_search", "bool", platform="gpu", rank=4, field=219),
+        # Level 0: no autotuning, XLA's heuristic picks each GEMM's algorithm and tiles. Levels
+        # 1 to 4 (the default) time the same candidates and differ in the checks they make.
+        FlagSpec("xla_gpu_autotune_level", "int", ("0",), platform="gpu", rank=6, field=123),
+        FlagSpec("optimization_level", "enum", ("O0", "O1", "O2", "O3"), channel="build_option",
+                 platform="gpu", rank=5, numbers=(9, 19, 29, 39)),
+        # Across devices only (min_devices): collective combining thresholds (int64 fields, read
+        # as int32: the same varint below 2**31, where the 30 MiB defaults are) and pipelining,
+        # as jaxlib 0.11.2 (an enum per collective) and 0.10.2 (a bool per collective) name it;
+        # the installed compiler accepts one of the two (tuner.space.accepted_flags).
+        *(FlagSpec(f"xla_gpu_{collective}_combine_threshold_bytes", "int",
+                   ("8388608", "134217728", "536870912"), platform="gpu", rank=3, min_devices=2,
+                   field=field)
+          for collective, field in (("all_reduce", 157), ("all_gather", 212),
+                                    ("reduce_scatter", 213))),
+        *(FlagSpec(f"xla_gpu_pipeline_{collective}", "enum", ("OFF", "ON"),
+                   "COLLECTIVE_PIPELINING_MODE_", platform="gpu", rank=4, min_devices=2,
+                   field=field, numbers=(1, 2))
+          for collective, field in (("all_gather", 517), ("all_reduce", 518),
+                                    ("reduce_scatter", 519))),
+        *(FlagSpec(f"xla_gpu_enable_pipelined_{collective}", "bool", platform="gpu", rank=4,
+                   min_devices=2, field=field)
+          for collective, field in (("all_reduce", 217), ("all_gather", 227),
+                                    ("reduce_scatter", 231))),
     )
 }
 
@@ -137,7 +216,14 @@ LIBRARY_FLAGS: dict[str, str] = {spec.library: spec.name for spec in FLAGS.value
 PLACEMENT = FlagSpec("placement", "placement", (XLA_BACKEND, *LIBRARY_FLAGS), channel="placement",
                      rank=0)
 BACKEND_RANK_OFFSETS = {XLA_BACKEND: 0, "ynn": 1, "xnn": 4, "onednn": 5}
+# The build options a config may set (channel "build_option"), by name.
+BUILD_OPTIONS: dict[str, FlagSpec] = {name: spec for name, spec in FLAGS.items()
+                                      if spec.channel == "build_option"}
 _FUSION_TYPE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+# Names of flags that load something besides those of hlo.environment.SIDE_EFFECT_FLAG_PARTS
+# (`xla_gpu_load_autotune_results_from` reads a file): never applied. Left out of that list, which
+# also decides which of a job's XLA_FLAGS join its environment's key, so no key changes.
+_LOADS_PARTS = ("_from",)
 
 
 
@@ -221,10 +307,13 @@ def check_name(name: str) -> None:
         if not _FUSION_TYPE.fullmatch(fusion_type):
             raise FlagError(f"{name}: not a fusion type (upper-case letters, digits and '_')")
         return
+    if name in BUILD_OPTIONS:
+        return
     if not name.startswith("xla_"):
-        raise FlagError(f"{name}: not an XLA compiler flag (they start with 'xla_') "
-                        f"nor a placement ('{PLACEMENT_PREFIX}<FUSION_TYPE>')")
-    if any(part in name for part in SIDE_EFFECT_FLAG_PARTS):
+        raise FlagError(f"{name}: not an XLA compiler flag (they start with 'xla_'), a placement "
+                        f"('{PLACEMENT_PREFIX}<FUSION_TYPE>') nor a build option "
+                        f"({', '.join(BUILD_OPTIONS)})")
+    if any(part in name for part in SIDE_EFFECT_FLAG_PARTS + _LOADS_PARTS):
         raise FlagError(f"{name}: flags that write or read files or caches are never applied")
 
 
@@ -300,6 +389,7 @@ class XlaSettings:
 
     overrides: dict[str, bool | int | float | str]  # compile-option overrides (DebugOptions)
     backend_extra: dict[str, str]  # entries of the `xla_backend_extra_options` map
+    build: dict[str, int]  # ExecutableBuildOptions fields, an enum as its number
 
 
 def to_xla(config: CompilerConfig, defaults: CompilerConfig | None = None) -> XlaSettings:
@@ -309,21 +399,31 @@ def to_xla(config: CompilerConfig, defaults: CompilerConfig | None = None) -> Xl
     Overrides: bools and numbers stay typed (XLA's override parser rejects the string 'false'
     for a bool); enums and repeated enums become XLA's full names as text. Backend extra
     entries: text as XLA's backend parses it; a false bool is no entry (see the module
-    docstring). A name the table does not declare goes to the overrides, where XLA checks it.
+    docstring). Build options: an enum's number. A name the table does not declare goes to the
+    overrides, where XLA checks it.
     """
     overrides: dict[str, bool | int | float | str] = {}
     backend_extra: dict[str, str] = {}
+    build: dict[str, int] = {}
     for name, value in sorted(as_flags(config, defaults or {}).items()):
         check_name(name)
         spec = FLAGS.get(name)
         if spec is not None and spec.channel == "backend_extra":
             if value is not False:
                 backend_extra[name] = _to_text(spec, value)
+        elif spec is not None and spec.channel == "build_option":
+            build[name] = dict(zip(spec.choices, spec.numbers))[str(value)]
         elif isinstance(value, (bool, int, float)):
             overrides[name] = value
         else:
             overrides[name] = _to_text(spec, value)
-    return XlaSettings(overrides, backend_extra)
+    return XlaSettings(overrides, backend_extra, build)
+
+
+def enum_of_number(spec: FlagSpec, number: int) -> str:
+    """The name of the value of enum flag `spec` that compile options hold as `number`; the
+    number as text for one the table does not name."""
+    return dict(zip(spec.numbers, spec.choices)).get(number, str(number))
 
 
 def _to_text(spec: FlagSpec | None, value: FlagValue) -> str:
@@ -387,6 +487,13 @@ def codegen_values(config: CompilerConfig) -> tuple[tuple[str, FlagValue], ...]:
         for name, value in sorted(config.items())
         if spec_of(name) is None or spec_of(name).codegen  # undeclared: it may affect codegen
     )
+
+
+def unseen_values(config: CompilerConfig) -> tuple[tuple[str, FlagValue], ...]:
+    """The config's flags that change the program where neither its optimized HLO's
+    fingerprint nor its machine code shows it (`FlagSpec.unseen`)."""
+    return tuple((name, value) for name, value in sorted(config.items())
+                 if spec_of(name) is not None and spec_of(name).unseen)
 
 
 def to_json(config: CompilerConfig) -> dict[str, object]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from execution.compile import (CompileError, compile_module, compile_options,
                                compiler_defaults, elf_objects, object_code)
-from execution.flags import CompilerConfig, codegen_values, without_defaults
+from execution.flags import CompilerConfig, codegen_values, unseen_values, without_defaults
 from execution.measure import MeasureSettings, Runner, measure_pair
 from execution.tuple_parameters import flatten_tuple_parameters
 from hlo.fingerprint import graph_fingerprint
@@ -36,15 +36,20 @@ _STATE: dict[str, Any] = {}
 
 def program_key(optimized_proto: bytes, code: tuple[bytes, ...], config: CompilerConfig) -> str:
     """What a candidate runs: the optimized module, and its machine `code` where the backend
-    shows it (CPU: the ELF objects), so a flag that changes nothing is seen to; elsewhere the
-    codegen-level flags that differ from the compiler's defaults stand in for the code."""
+    shows it (CPU: the ELF objects; a GPU's kernels, where its executable holds them as ELF), so
+    a flag that changes nothing is seen to; elsewhere the codegen-level flags that differ from
+    the compiler's defaults stand in for the code. The flags that change what neither shows
+    (GPU command buffers, the schedule: `FlagSpec.unseen`) join it by value."""
     fingerprint = graph_fingerprint(HloModule(optimized_proto, "", "optimized"))
+    changed = without_defaults(config, compiler_defaults())
+    unseen = unseen_values(changed)
+    suffix = f":{unseen!r}" if unseen else ""
     if code:
         digest = hashlib.blake2b(digest_size=16)
         for obj in code:
             digest.update(b"%d:" % len(obj) + obj)
-        return f"{fingerprint}:code-{digest.hexdigest()}"
-    return f"{fingerprint}:{codegen_values(without_defaults(config, compiler_defaults()))!r}"
+        return f"{fingerprint}:code-{digest.hexdigest()}{suffix}"
+    return f"{fingerprint}:{codegen_values(changed)!r}{suffix}"
 
 
 class RunError(RuntimeError):
@@ -85,11 +90,15 @@ def compare_serialized(module_proto: bytes, seed: int, baseline: bytes,
 
 
 def _keep(module_proto: bytes, seed: int, executable: Any) -> None:
-    """Run `executable` once on the module's inputs for `seed` and keep it as what the next
-    candidates are measured against; raises RunError when it fails to run."""
+    """Run `executable` twice on the module's inputs for `seed` and keep it as what the next
+    candidates are measured against, with its outputs and how far its two runs' outputs differ
+    (the `spread` of execution.numerics); raises RunError when it fails to run."""
+    from execution.numerics import compare_outputs
+
     arguments = _arguments(module_proto, seed)
     outputs = run_once(executable, arguments)
-    _STATE.update(arguments=arguments, outputs=outputs,
+    spread = [check.max_error for check in compare_outputs(outputs, run_once(executable, arguments))]
+    _STATE.update(arguments=arguments, outputs=outputs, spread=spread,
                   runner=timed_runner(executable, arguments))
 
 
@@ -154,7 +163,7 @@ def measure_serialized(executable: bytes, config: CompilerConfig,
     started = time.monotonic()
     loaded = _loaded(executable, config)
     arguments = _STATE["arguments"]
-    checks = compare_outputs(_STATE["outputs"], run_once(loaded, arguments))
+    checks = compare_outputs(_STATE["outputs"], run_once(loaded, arguments), _STATE["spread"])
     measurement = measure_pair(_STATE["runner"], timed_runner(loaded, arguments), settings)
     return {**asdict(measurement), "numerics_ok": all_ok(checks),
             "numerics": [asdict(check) for check in checks],

@@ -1,10 +1,20 @@
 """Sandboxed worker processes for compiles and runs.
 
 XLA can segfault, abort, run out of memory or hang on an odd config. Each job therefore runs in
-a worker subprocess with an address-space limit and a wall-clock timeout; whatever happens there
-comes back as a `WorkerFailure` with its kind (`Fault`) and reason and never takes the caller
-down. A dead or timed-out worker is replaced; a live one is reused, because starting JAX costs
-seconds.
+a worker subprocess with a memory limit and a wall-clock timeout; whatever happens there comes
+back as a `WorkerFailure` with its kind (`Fault`) and reason and never takes the caller down. A
+dead or timed-out worker is replaced; a live one is reused, because starting JAX costs seconds.
+
+The memory limit is on the data segment (RLIMIT_DATA: the private writable memory the process
+maps, which every allocation of a job is), not on the address space: a CUDA process reserves
+host address space of about twice its GPU's memory when it starts, memory it never writes, so no
+useful address-space limit lets a GPU worker start.
+
+On a GPU machine each worker owns one GPU (`CUDA_VISIBLE_DEVICES`: the first its caller sees)
+and takes its memory as it needs it rather than the three quarters JAX preallocates: compile
+workers and the measuring worker share that GPU (execution.cores: they take turns). The hook's
+sandbox is the exception (`one_gpu=False`): it compiles a job's module for as many devices as
+the job does.
 
 A job is a module-level function, passed as itself (`worker.call(session.prepare, ...)`): the
 worker imports it by its module and qualified name, so only its arguments and result cross the
@@ -29,7 +39,7 @@ import threading
 import traceback
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterator, Literal, TypeVar
+from typing import Any, Callable, Iterator, Literal, Mapping, TypeVar
 
 from execution.cores import parse_cores, pin, start_backend_on
 
@@ -39,7 +49,8 @@ DEFAULT_TIMEOUT = 300.0
 # JAX's 64-bit types on: with JAX's default, `jax.device_put` makes an f64 or s64 input f32 or
 # s32, and XLA refuses it for an f64 or s64 parameter. A worker's jobs make every array from an
 # explicit dtype (the module's parameter types), so nothing there leans on the 32-bit default.
-_ENVIRONMENT = {"JAX_ENABLE_X64": "1"}
+# Every worker takes GPU memory as it needs it (a CPU backend ignores the variable).
+_ENVIRONMENT = {"JAX_ENABLE_X64": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 # How a job failed in its worker: ERROR, the job raised (our code or its arguments; the worker
 # lives on); CRASH, OOM, TIMEOUT, the worker died or was killed running it (`WorkerFailure.died`).
@@ -73,7 +84,7 @@ def _serve(connection: Any, memory_limit: int, cores: frozenset[int] | None,
         start_backend_on(backend_cores)
     pin(cores)  # before any job imports JAX, which sizes its thread pool by the cores it may use
     if memory_limit > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        resource.setrlimit(resource.RLIMIT_DATA, (memory_limit, memory_limit))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a worker stops
     while True:
         try:
@@ -101,11 +112,12 @@ class Worker:
 
     def __init__(self, memory_limit: int = DEFAULT_MEMORY_LIMIT, python: str | None = None,
                  cores: frozenset[int] | None = None,
-                 backend_cores: frozenset[int] | None = None) -> None:
+                 backend_cores: frozenset[int] | None = None, one_gpu: bool = True) -> None:
         self._memory_limit = memory_limit
         self._python = python or sys.executable  # the interpreter (and so the jaxlib) it runs
         self._cores = cores  # the cores it is pinned to (None: those of its caller)
         self._backend_cores = backend_cores  # the cores its JAX backend starts on (see cores)
+        self._one_gpu = one_gpu  # see the module docstring
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Connection | None = None
 
@@ -153,7 +165,7 @@ class Worker:
                  str(self._memory_limit), _core_list(self._cores),
                  _core_list(self._backend_cores)],
                 pass_fds=(child.fileno(),),
-                env={**os.environ, **_ENVIRONMENT,
+                env={**os.environ, **_ENVIRONMENT, **(one_gpu(os.environ) if self._one_gpu else {}),
                      "PYTHONPATH": project_root() + os.pathsep + os.environ.get("PYTHONPATH", "")},
             )
         except OSError as exc:
@@ -193,6 +205,14 @@ def _importable(function: Callable[..., Any]) -> tuple[str, str]:
         raise TypeError(f"a worker job is a module-level function of an importable module, "
                         f"not {function!r}")
     return module_name, qualified_name
+
+
+def one_gpu(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables that give a worker of a caller with environment `environ` one GPU: the
+    first its caller sees (CUDA's numbering, or the caller's own list), none where the caller
+    sees none."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES", "0")
+    return {"CUDA_VISIBLE_DEVICES": visible.split(",")[0].strip()}
 
 
 def _core_list(cores: frozenset[int] | None) -> str:

@@ -3,6 +3,13 @@
 A tuned config is only valid for the platform, device kind, device count and compiler it was
 measured on (CATWILD 3.4): the store key is hash(fingerprint, environment), and entries keep the
 two apart so the validator can re-key an entry when only the compiler changed.
+
+A CPU's device kind names its architecture and the ISA features that change code generation
+(`cpu_device_kind`). A GPU's (`gpu_environment`, from what JAX reports of the devices:
+`GpuDescription`) names the device as JAX does and its compute capability, and its compiler
+version names the whole stack that compiles for it: jaxlib and the CUDA (or ROCm) plugin
+distributions, whose PJRT plugin holds XLA:GPU itself. The four fields are the ones every
+table and the validator already compare, so a CPU environment's key is what it always was.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -100,6 +108,9 @@ def current_environment(job_options: dict[str, str] | None = None) -> Environmen
 
     devices = jax.devices()
     device = devices[0]
+    options = dict(sorted({**xla_flags_options(), **(job_options or {})}.items()))
+    if device.platform == GPU_PLATFORM:
+        return gpu_environment(describe_gpu(devices), options)
     device_kind = device.device_kind
     if device.platform == "cpu":
         device_kind = cpu_device_kind()
@@ -108,8 +119,68 @@ def current_environment(job_options: dict[str, str] | None = None) -> Environmen
         device_kind=device_kind,
         device_count=len(devices),
         compiler_version=f"jaxlib-{jaxlib.__version__}",
-        job_options=dict(sorted({**xla_flags_options(), **(job_options or {})}.items())),
+        job_options=options,
     )
+
+
+# The platform JAX reports for a CUDA or ROCm device (`jax.Device.platform`; its client names
+# the runtime, "cuda" or "rocm", which the plugin distributions in the compiler version tell).
+GPU_PLATFORM = "gpu"
+# The distributions that bring XLA:GPU to jaxlib: jax-cuda13-pjrt (the PJRT plugin, XLA:GPU
+# itself), jax-cuda13-plugin (jaxlib's GPU kernels), and their ROCm and other CUDA counterparts.
+_GPU_STACK = re.compile(r"jax[-_](cuda|rocm)\d*[-_](pjrt|plugin)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class GpuDescription:
+    """What JAX reports of a process's GPUs: everything the environment of a GPU graph is built
+    from (`gpu_environment`), so a described machine keys as the real one does."""
+
+    device_kind: str  # `jax.Device.device_kind`, e.g. "NVIDIA H100 80GB HBM3"
+    compute_capability: str  # `jax.Device.compute_capability`: "9.0" on CUDA, "gfx942" on ROCm
+    device_count: int
+    jaxlib_version: str
+    # The GPU plugin distributions installed, (name, version), e.g. ("jax-cuda13-pjrt", "0.11.2").
+    plugins: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        if self.device_count < 1:
+            raise ValueError("a GPU description needs at least one device")
+        if not self.device_kind or not self.compute_capability or not self.jaxlib_version:
+            raise ValueError("a GPU description names the device kind, its compute capability "
+                             "and the jaxlib version")
+
+
+def gpu_environment(description: GpuDescription,
+                    job_options: dict[str, str] | None = None) -> Environment:
+    """The environment of a GPU graph: device kind `<kind> (compute capability <cc>)`, compiler
+    version `jaxlib-<version>` then `+<plugin>-<version>` per GPU plugin distribution, sorted
+    (code compiled for one capability or by one stack is not another's), and the job's own
+    compiler options as on CPU."""
+    stack = "".join(f"+{name}-{version}" for name, version in sorted(description.plugins))
+    return Environment(
+        platform=GPU_PLATFORM,
+        device_kind=f"{description.device_kind} (compute capability {description.compute_capability})",
+        device_count=description.device_count,
+        compiler_version=f"jaxlib-{description.jaxlib_version}{stack}",
+        job_options=dict(sorted((job_options or {}).items())),
+    )
+
+
+def describe_gpu(devices: list) -> GpuDescription:
+    """What JAX reports of `devices` (one process's GPUs) and of the installed GPU plugins."""
+    import importlib.metadata
+
+    import jaxlib
+
+    device = devices[0]
+    plugins = {(dist.metadata["Name"].lower().replace("_", "-"), dist.version)
+               for dist in importlib.metadata.distributions()
+               if _GPU_STACK.fullmatch(dist.metadata["Name"] or "")}
+    return GpuDescription(device_kind=device.device_kind,
+                          compute_capability=str(getattr(device, "compute_capability", "unknown")),
+                          device_count=len(devices), jaxlib_version=jaxlib.__version__,
+                          plugins=tuple(sorted(plugins)))
 
 
 def cpu_device_kind() -> str:

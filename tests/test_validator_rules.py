@@ -13,7 +13,7 @@ import pytest
 
 from delivery.store import Store
 from execution.evaluate import EvaluationResult
-from hlo.environment import Environment, store_key
+from hlo.environment import Environment, GpuDescription, gpu_environment, store_key
 from ingest.tables import GRAPHS, HITS
 from storage.blobs import BlobStore
 from storage.store import ENTRIES
@@ -346,6 +346,18 @@ def test_what_cannot_be_measured_here_is_left_unmeasured_with_why(home):
     assert "no symbols" in reasons["no symbols"] and "TPU v5p" in reasons["another machine"]
     assert "environment is unknown" in reasons["unknown environment"]
     assert (queue, skipped) == ([], 0)
+
+
+def test_a_gpu_entry_is_left_unmeasured_on_a_cpu_machine_saying_where_it_runs(home):
+    h100 = gpu_environment(GpuDescription("NVIDIA H100 80GB HBM3", "9.0", 1, "0.11.2",
+                                          (("jax-cuda13-pjrt", "0.11.2"),)))
+    home.graph(1, h100)
+    row = entry(1, h100, config=json.dumps({"xla_gpu_enable_triton_gemm": False}))
+    free, queue, skipped = home.plan(row)
+    decision = free[row["key"]]
+    assert (decision.outcome, decision.change, queue, skipped) == ("unmeasured", rules.NONE, [], 0)
+    assert decision.reason == ("measured for gpu NVIDIA H100 80GB HBM3 (compute capability 9.0) x1; "
+                               "toolchain default runs on cpu test-cpu x1")
 
 
 def test_an_unmeasured_entry_is_audited_once_per_compiler_and_reason(home):

@@ -26,3 +26,15 @@ def cores_and_machine_code(module_proto: bytes) -> tuple[list[int], tuple[bytes,
     from execution.compile import compile_module, object_code
 
     return sorted(os.sched_getaffinity(0)), object_code(compile_module(module_proto, {}).executable)
+
+
+def device_view() -> dict[str, object]:
+    """What this worker's JAX runs on, the GPU variables it was given, and its memory limit."""
+    import resource
+
+    import jax
+
+    return {"platform": jax.default_backend(), "devices": len(jax.devices()),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+            "data_limit": resource.getrlimit(resource.RLIMIT_DATA)[0]}

@@ -11,9 +11,11 @@ it may move to (XLA's own emitters and each library whose list flag the compiler
 default backend left out. So the search's most valuable moves on CPU, one fusion type to
 another backend, are single mutations, not one subset among 32 of a list.
 
-Graph level: every such param and flag (`graph_space`). Op level (`op_space`): the knobs that
-act on one class of kernel (`OP_KNOBS`): the placement of its fusion types and its codegen
-flags, small enough to search exhaustively.
+Graph level: every such param and flag (`graph_space`). A graph's platform picks the flags: a
+GPU graph (environment platform "gpu") gets XLA:GPU's flags and no placements (which library
+runs a dot is a flag there: Triton GEMM fusions against cuBLAS), a CPU graph the CPU space. Op
+level (`op_space`, CPU): the knobs that act on one class of kernel (`OP_KNOBS`): the placement of
+its fusion types and its codegen flags, small enough to search exhaustively.
 
 What "accepted" means differs per channel. A compile-option override is checked by XLA, so a
 flag is accepted when a compile with it succeeds. A backend extra option is never checked (XLA
@@ -69,7 +71,7 @@ def config_key(config: CompilerConfig) -> str:
 
 def values_of(spec: FlagSpec) -> tuple[FlagValue, ...]:
     """The values a search may give a flag (library lists: none, they are searched as
-    placements, see `placement_params`)."""
+    placements, see `placement_params`; other repeated enums: their declared `lists`)."""
     if spec.type == "bool":
         # A backend extra bool acts by its presence: false is the absent default (execution.flags).
         return (True,) if spec.channel == "backend_extra" else (True, False)
@@ -77,6 +79,8 @@ def values_of(spec: FlagSpec) -> tuple[FlagValue, ...]:
         return tuple(int(c) for c in spec.choices)
     if spec.type in ("enum", "placement"):
         return spec.choices
+    if spec.type == "repeated_enum":
+        return spec.lists
     return ()
 
 
@@ -105,19 +109,22 @@ def known_fusion_types(defaults: CompilerConfig) -> tuple[str, ...]:
 
 def graph_space(platform: str = "cpu", accepted: frozenset[str] | None = None,
                 defaults: CompilerConfig | None = None,
-                fusion_types: Iterable[str] | None = None) -> SearchSpace:
-    """The graph-level space of `platform`: the placement of each fusion type (`fusion_types`,
-    the compiler's own by default), then the table's flags with a finite domain, limited to
-    `accepted` (the names the installed compiler takes; see `accepted_flags`) when given, each
-    without its value in the compiler's `defaults` (see execution.compile.compiler_defaults): that
-    is the config without the flag, and would only be measured again as another program."""
+                fusion_types: Iterable[str] | None = None, device_count: int = 1) -> SearchSpace:
+    """The graph-level space of `platform` (an environment's: "cpu" or "gpu"): on CPU the
+    placement of each fusion type (`fusion_types`, the compiler's own by default), then the
+    table's flags of the platform with a finite domain, limited to `accepted` (the names the
+    installed compiler takes; see `accepted_flags`) when given, each without its value in the
+    compiler's `defaults` (see execution.compile.compiler_defaults): that is the config without
+    the flag, and would only be measured again as another program. A flag that acts only across
+    more devices than `device_count` (`FlagSpec.min_devices`) is left out: the tuner compiles
+    and measures every graph on one device."""
     defaults = defaults or {}
     params: list[Param] = []
     if platform == "cpu":
         types = known_fusion_types(defaults) if fusion_types is None else tuple(fusion_types)
         params += placement_params(types, accepted, defaults)
     for spec in FLAGS.values():
-        if spec.platform != platform or spec.library:
+        if spec.platform != platform or spec.library or spec.min_devices > device_count:
             continue
         if accepted is not None and spec.name not in accepted:
             continue
@@ -176,13 +183,15 @@ def op_space(op_class: str, accepted: frozenset[str] | None = None,
 @functools.lru_cache(maxsize=None)
 def accepted_flags(platform: str = "cpu") -> frozenset[str]:
     """The table's flags of `platform` that the installed compiler accepts per executable:
-    overrides it compiles with, backend extra options it is seen to act on (see the module
-    docstring). Probed once per process."""
+    overrides and build options it compiles with, backend extra options it is seen to act on
+    (see the module docstring). Probed once per process, on its default device: the GPU flags
+    of a CPU-only jaxlib are probed too (a DebugOptions field is there whatever the platform,
+    so the installed compiler's DebugOptions decides)."""
     from execution.compile import CompileError, check_options
 
     accepted = set()
     for spec in FLAGS.values():
-        if spec.platform != platform or spec.channel != "option":
+        if spec.platform != platform or spec.channel not in ("option", "build_option"):
             continue
         # A library list is probed empty (every type to XLA's emitters), a valid value of it.
         probe = () if spec.library else next(iter(values_of(spec)), None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import sys
 import tempfile
 
@@ -25,6 +26,8 @@ from storage.home import Home
 __all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "build_parser", "main"]
 
 HOME_OPTION = "--home"
+# The commands whose process starts JAX beside the workers that measure (see `_main`).
+MEASURING_COMMANDS = frozenset({"evaluate", "tune", "validate", "nightly"})
 # fdo's own options, before the subcommand. After it, Beam commands would take them for Beam's.
 GLOBAL_OPTIONS = (HOME_OPTION,)
 # Each command's parser, added by its group's module, in the order `fdo --help` lists them: the
@@ -84,6 +87,12 @@ def _main(argv: list[str] | None) -> int:
     if problem:
         print(f"fdo {args.command}: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.command in MEASURING_COMMANDS:
+        # These compile probes and read the compiler's defaults in this process, on the device
+        # their workers measure on: it must leave the GPU's memory to them rather than take the
+        # three quarters JAX preallocates (execution.worker). Not for `fdo run`: a job keeps
+        # its own allocator settings.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     run: Handler = args.run
     # A command that works on any home (it sets home_url) gets the home as it is; the others
     # take a local one, and a URL home is refused by name (Home.local).

@@ -5,6 +5,11 @@ table and ``build(size) -> (fn, args)``, where ``args`` are ``jax.ShapeDtypeStru
 pytrees. Parameters, optimizer state and integer inputs (ids, labels, positions) are
 all arguments of ``fn``, so lowering needs no concrete data and the HLO carries no
 large constants.
+
+Three families have a third size, ``g``, where a GPU is busy (milliseconds a step on an H100,
+where ``s`` and ``m`` take microseconds): a transformer train step, a CNN, and a KV-cache decode
+step with library and fusion headroom. They are ``gpu_workloads()``, apart from the zoo's
+listing (``all_workloads``), which the CPU's tuner, benchmarks and demo run through.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ _FAMILIES = {
     "two_tower": two_tower,
 }
 SIZES = ("s", "m")
+GPU_SIZE = "g"
 
 
 @dataclass(frozen=True)
@@ -50,10 +56,12 @@ class Workload:
         return jax.jit(fn).lower(*args)
 
 
-def _make_registry() -> dict[str, Workload]:
+def _make_registry(sizes: tuple[str, ...]) -> dict[str, Workload]:
     registry = {}
     for family, module in _FAMILIES.items():
-        for size in SIZES:
+        for size in sizes:
+            if size not in module.SIZES:
+                continue
             name = f"{family}-{size}"
             registry[name] = Workload(
                 name=name,
@@ -65,12 +73,19 @@ def _make_registry() -> dict[str, Workload]:
     return registry
 
 
-_REGISTRY = _make_registry()
+_REGISTRY = _make_registry(SIZES)
+_GPU_REGISTRY = _make_registry((GPU_SIZE,))
 
 
 def all_workloads() -> list[Workload]:
     """All workloads, families in registry order, "s" before "m"."""
     return list(_REGISTRY.values())
+
+
+def gpu_workloads() -> list[Workload]:
+    """The GPU-sized workloads (size "g"), families in registry order: a transformer train
+    step, a CNN train step, a KV-cache decode step."""
+    return list(_GPU_REGISTRY.values())
 
 
 def variant(name: str, scale: int) -> Workload:

@@ -42,6 +42,10 @@ class Config:
 SIZES = {
     "s": Config(vocab=256, n_heads=4, head_dim=16, n_layers=2, d_ff=256, max_len=128, batch=4),
     "m": Config(vocab=1024, n_heads=8, head_dim=32, n_layers=4, d_ff=1024, max_len=256, batch=8),
+    # A GPU's size (zoo.gpu_workloads): 268 MB of bf16 cache per tensor, read and updated in
+    # place a step; skinny GEMMs (16 rows) and many small kernels: library and fusion headroom
+    # (Triton against cuBLAS, dynamic-slice fusion, command buffers).
+    "g": Config(vocab=8192, n_heads=16, head_dim=64, n_layers=8, d_ff=4096, max_len=1024, batch=16),
 }
 
 

@@ -25,6 +25,8 @@ Config = _nn.ImageConfig
 SIZES = {
     "s": Config(image=16, channels=(8, 16, 32), batch=8),
     "m": Config(image=32, channels=(16, 32, 64), batch=16),
+    # A GPU's size (zoo.gpu_workloads): about 0.1 TFLOP a step, forward and backward.
+    "g": Config(image=64, channels=(64, 128, 256), batch=128),
 }
 
 

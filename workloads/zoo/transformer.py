@@ -33,6 +33,8 @@ class Config:
 SIZES = {
     "s": Config(vocab=256, d_model=64, n_heads=4, n_layers=2, d_ff=256, seq=32, batch=4),
     "m": Config(vocab=1024, d_model=128, n_heads=4, n_layers=3, d_ff=512, seq=64, batch=4),
+    # A GPU's size (zoo.gpu_workloads): 21M parameters, 8,192 tokens a step, about a TFLOP.
+    "g": Config(vocab=8192, d_model=512, n_heads=8, n_layers=4, d_ff=2048, seq=256, batch=32),
 }
 
 
