@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test quick bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m pipelines.demo $(if $(DAYS),--days $(DAYS))
 
+# Two test files at a time (a file's tests share its fixtures), the longest first as
+# tests/conftest.py orders them; what CI runs.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+
+# The pure-logic tests: no XLA compile, no process started, no browser, none slow.
+quick: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not (slow or xla or subprocess or browser)"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_hook.py

@@ -551,6 +551,9 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=7.0, help="the part's time (its searches share it)")
     parser.add_argument("--dry-run", action="store_true",
                         help="the small workloads and budgets, on whatever backend JAX has here")
+    parser.add_argument("--workloads", metavar="NAMES",
+                        help="comma-separated zoo workloads instead of the plan's three (part 1 checks "
+                             "each; parts 2, 4 and 5 tune the first, second and third)")
     parser.add_argument("--hook-job", metavar="WORKLOAD", help=argparse.SUPPRESS)  # part 3's program
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
@@ -562,6 +565,12 @@ def main() -> None:
     if args.part is None or args.out is None:
         parser.error("--part and --out are needed")
     plan = DRY_PLAN if args.dry_run else GPU_PLAN
+    if args.workloads:
+        plan = dataclasses.replace(plan, workloads=tuple(args.workloads.split(",")))
+    tuned = {2: 0, 4: 1, 5: 2}.get(args.part, 0)
+    if tuned >= len(plan.workloads):
+        parser.error(f"part {args.part} tunes workload {tuned + 1} of the plan; --workloads gives "
+                     f"{len(plan.workloads)}")
     state = State(args.state)
     started = time.monotonic()
     PARTS[args.part](plan, state, args.minutes)

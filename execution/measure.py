@@ -22,6 +22,7 @@ coverage is exact for any continuous distribution, and the union bound covers th
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -70,6 +71,28 @@ class Measurement:
     stop_reason: str
 
 
+TIME_SCALE_VARIABLE = "FDO_MEASURE_SCALE"
+TIME_SCALE_RANGE = (0.05, 20.0)
+
+
+def time_scale() -> float:
+    """The factor on every measurement's time budget (`MeasureSettings.max_seconds`), from
+    $FDO_MEASURE_SCALE (default 1): below 1 a quicker, wider look (the test suite runs at 0.5),
+    above 1 a longer one on a noisy machine. ValueError naming the variable when it is not a
+    number in TIME_SCALE_RANGE."""
+    text = os.environ.get(TIME_SCALE_VARIABLE, "").strip()
+    if not text:
+        return 1.0
+    try:
+        scale = float(text)
+    except ValueError:
+        scale = math.nan
+    low, high = TIME_SCALE_RANGE
+    if not low <= scale <= high:  # a NaN fails too
+        raise ValueError(f"{TIME_SCALE_VARIABLE}={text!r}: not a number from {low} to {high}")
+    return scale
+
+
 def median_interval(log_ratios: np.ndarray, confidence: float) -> tuple[float, float, float]:
     """Median of the per-pair ratios and its distribution-free interval, as ratios.
 
@@ -102,8 +125,10 @@ def early_decision(log_ratios: np.ndarray, settings: MeasureSettings) -> str | N
 
 
 def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSettings) -> Measurement:
-    """Time default vs candidate interleaved until the speedup's interval settles."""
+    """Time default vs candidate interleaved until the speedup's interval settles, or for
+    `settings.max_seconds` times `time_scale()`."""
     started = time.perf_counter()
+    limit = settings.max_seconds * time_scale()
     _warm_up(run_default, run_candidate, settings.warmup_runs)
     repeats = _repeats_per_sample(run_default, run_candidate, settings.min_sample_seconds)
     default_times: list[float] = []
@@ -137,7 +162,7 @@ def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSe
                 and n >= 2 * settings.min_pairs:
             stop_reason = "clearly no gain"
             break
-        if time.perf_counter() - started > settings.max_seconds:
+        if time.perf_counter() - started > limit:
             stop_reason = "time budget"
             break
     speedup, low, high = _interval(default_times, candidate_times, settings)

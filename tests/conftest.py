@@ -8,6 +8,12 @@ import shutil
 import pytest
 from playwright.sync_api import sync_playwright
 
+from execution.measure import TIME_SCALE_VARIABLE
+
+# Every measurement of the suite, in this process and the workers and commands it starts, takes
+# half its time budget: the tests' programs and effects are small or large, never subtle.
+os.environ.setdefault(TIME_SCALE_VARIABLE, "0.5")
+
 
 @pytest.fixture(scope="module")
 def browser():
@@ -23,3 +29,13 @@ def browser():
         browser = playwright.chromium.launch(executable_path=chromium, headless=True)
         yield browser
         browser.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first, each file's tests in their order: `make test` runs two files at a
+    time (xdist's loadfile), and a long file taken last would run alone at the end. Length is
+    guessed from the marks: a file of slow tests only, then the most slow tests."""
+    tests: dict[object, list[bool]] = {}
+    for item in items:
+        tests.setdefault(item.path, []).append(item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: (not all(tests[item.path]), -sum(tests[item.path])))  # stable

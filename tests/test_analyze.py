@@ -61,6 +61,8 @@ def tuned_home(tmp_path_factory) -> Path:
     return home
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_analysis_ranks_flags_by_their_measured_effect(tuned_home):
     rows = Warehouse(tuned_home).read(TRIALS).to_pylist()
     searched = [r for r in rows if r["index"] < len(WARM_START)]
@@ -100,6 +102,8 @@ def test_analysis_ranks_flags_by_their_measured_effect(tuned_home):
         {flag: 1 for config in accepted for flag in config}
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_prints_the_top_flags_as_text_and_json(tuned_home):
     result = fdo(tuned_home, "analyze", "flags", "--json", "--top", "2")
     assert result.returncode == 0, result.stderr
@@ -113,6 +117,7 @@ def test_cli_prints_the_top_flags_as_text_and_json(tuned_home):
     assert all(f.flag in text.stdout for f in expected.flags)
 
 
+@pytest.mark.subprocess
 def test_empty_warehouse_says_so(tmp_path):
     result = fdo(tmp_path / "empty", "analyze", "flags")
     assert result.returncode == 1

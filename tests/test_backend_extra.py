@@ -30,6 +30,7 @@ def _code_and_outputs(module, config) -> tuple[tuple[bytes, ...], list[np.ndarra
     return object_code(executable), [np.asarray(o) for o in executable.execute(arguments)]
 
 
+@pytest.mark.xla
 def test_each_executable_gets_its_own_backend_extra_options(mlp):
     # Interleaved in one process: a process-wide setting would leak into the later compiles.
     default, default_out = _code_and_outputs(mlp, {})
@@ -55,6 +56,7 @@ def test_entries_the_options_set_already_stay_as_they_are():
     assert backend_extra_options(compile_options({})) == {}  # applying copied, never changed
 
 
+@pytest.mark.xla
 def test_spaces_keep_the_backend_extra_options_the_compiler_acts_on(monkeypatch):
     declared = {name for name, spec in FLAGS.items() if spec.channel == "backend_extra"}
     accepted = accepted_flags("cpu")

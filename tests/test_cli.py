@@ -98,6 +98,7 @@ def test_each_command_is_defined_beside_its_handler_in_a_group_module():
     assert set(defined_by.values()) == groups - {"pipelines.cli.__main__", "pipelines.cli.common"}
 
 
+@pytest.mark.subprocess
 def test_version_is_the_installed_distributions():
     done = subprocess.run([sys.executable, "-m", "pipelines.cli", "--version"],
                           capture_output=True, text=True, timeout=120)
@@ -107,6 +108,7 @@ def test_version_is_the_installed_distributions():
 
 @pytest.mark.parametrize("unbuffered", ["1", ""])  # a failed print, or a failed flush at the end
 @pytest.mark.parametrize("argv", [["workloads", "list", "--json"], ["workloads", "list"]])
+@pytest.mark.subprocess
 def test_output_into_a_pipe_whose_reader_is_gone_ends_quietly(argv, unbuffered):
     environment = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
     read_end, write_end = os.pipe()
@@ -119,6 +121,7 @@ def test_output_into_a_pipe_whose_reader_is_gone_ends_quietly(argv, unbuffered):
     assert (done.returncode, done.stderr) == (EXIT_BROKEN_PIPE, "")
 
 
+@pytest.mark.subprocess
 def test_lists_print_as_aligned_tables(tmp_path):
     listed = fdo(tmp_path / "home", "workloads", "list")
     header, *rows = listed.stdout.splitlines()
@@ -129,6 +132,7 @@ def test_lists_print_as_aligned_tables(tmp_path):
     assert all(row[column - 2:column] == "  " and row[column] != " " for row in rows)
 
 
+@pytest.mark.subprocess
 def test_store_versions_says_so_when_the_store_is_empty(tmp_path):
     done = fdo(tmp_path / "home", "store", "versions")
     assert (done.returncode, done.stdout) == (0, "store is empty: no versions\n")
@@ -136,6 +140,7 @@ def test_store_versions_says_so_when_the_store_is_empty(tmp_path):
     assert listed == {"current": None, "versions": [], "damaged": {}}
 
 
+@pytest.mark.subprocess
 def test_a_store_action_missing_or_given_a_bad_argument_is_bad_input(tmp_path):
     for args, named in ((["show"], "KEY"), (["diff", "1"], "two versions"), (["rollback", "x"], "'x'")):
         done = fdo(tmp_path / "home", "store", *args)
@@ -143,6 +148,7 @@ def test_a_store_action_missing_or_given_a_bad_argument_is_bad_input(tmp_path):
         assert named in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.subprocess
 def test_a_worker_count_below_one_is_bad_input(tmp_path):
     module = tmp_path / "m.hlo"
     module.write_text("HloModule m\n\nENTRY e {\n  ROOT p = f32[4] parameter(0)\n}\n")
@@ -169,6 +175,7 @@ def test_progress_bar_is_drawn_on_a_terminal_only(monkeypatch):
     os.close(controller)
 
 
+@pytest.mark.subprocess
 def test_cli_draws_no_progress_into_a_pipe_but_does_on_a_terminal(tmp_path):
     drops = tmp_path / "drops"
     drops.mkdir()

@@ -69,6 +69,8 @@ def _saved_hours(table: pa.Table) -> float:
     return (pc.sum(table.column("chip_seconds_saved")).as_py() or 0.0) / 3600
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_every_endpoint_answers_rows(served):
     status, index, _ = call(f"{served}/api")
     assert status == 200
@@ -80,6 +82,8 @@ def test_every_endpoint_answers_rows(served):
     assert drawn == set(QUERIES)  # every endpoint is drawn on some page
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_savings_and_hits_match_the_warehouse(served, dashboard_home):
     warehouse = Warehouse(dashboard_home)
     table = warehouse.read(SAVINGS)
@@ -119,6 +123,8 @@ def test_savings_and_hits_match_the_warehouse(served, dashboard_home):
     assert all(0 <= r["validator_share"] <= 1 for r in shares)
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_store_tuner_and_validator_views_match_their_sources(served, dashboard_home):
     store = Store(dashboard_home)
     entries = {e["key"]: e for e in store.entries().to_pylist()}
@@ -174,6 +180,8 @@ def test_store_tuner_and_validator_views_match_their_sources(served, dashboard_h
     assert [r["version"] for r in versions if r["live"]] == [store.current()]
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_environments_are_named_by_device_and_compiler(served, dashboard_home):
     environments = _environments(dashboard_home)
     rows = _api(served, "top") + _api(served, "tuner") + _api(served, "staleness") + _api(served, "decisions")
@@ -187,6 +195,8 @@ def test_environments_are_named_by_device_and_compiler(served, dashboard_home):
     assert {r["environment"] for r in rows if r["env_key"] not in environments} == {"env bbbbbb"}
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_the_flag_analysis_is_the_tuners(served, dashboard_home):
     ours = _api(served, "flags")
     theirs = analyze_flags(dashboard_home).to_json()["flags"]  # every trial lies in the default window
@@ -196,6 +206,8 @@ def test_the_flag_analysis_is_the_tuners(served, dashboard_home):
         assert [v["value"] for v in row["values"]] == [v["value"] for v in flag["values"]]
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_filters_narrow_each_endpoint_by_what_its_rows_are(served, dashboard_home):
     warehouse = Warehouse(dashboard_home)
     savings = warehouse.read(SAVINGS)
@@ -270,6 +282,8 @@ def _check_graph_rows(rows: list[dict], runs: list[dict], entries: dict, names: 
             tuned[0] if tuned else None, *(entry.get(k) for k in ("speedup", "ci_low", "ci_high", "provenance")))
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_the_graphs_endpoint_lists_every_graph_by_cost_under_the_filters(served, dashboard_home):
     warehouse = Warehouse(dashboard_home)
     runs = warehouse.read(GRAPH_RUNS, ["team", "fingerprint", "env_key", "device_kind", "chip_seconds",
@@ -304,6 +318,8 @@ def test_the_graphs_endpoint_lists_every_graph_by_cost_under_the_filters(served,
     assert _api(served, "graphs", device_kind="no such device") == []
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_bad_filters_are_400_naming_the_parameter(served):
     today = datetime.date.today()
     two_days = _api(served, "savings", days="2")
@@ -404,6 +420,9 @@ def _all_drawn(shown: dict) -> None:
         assert grid["state"] == "ready" and grid["cells"], grid_id
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
+@pytest.mark.browser
 def test_the_overview_draws_every_card_over_every_day_of_the_window(visit):
     shown = visit.open("/")
     shot = visit.screenshot("dashboard")
@@ -422,6 +441,10 @@ def test_the_overview_draws_every_card_over_every_day_of_the_window(visit):
     assert shot.stat().st_size > 50_000
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
+@pytest.mark.browser
 def test_filters_change_what_the_cards_show_and_stay_in_every_link(visit, dashboard_home):
     everyone = visit.open("/")
     savings = Warehouse(dashboard_home).read(SAVINGS)
@@ -469,6 +492,10 @@ def test_filters_change_what_the_cards_show_and_stay_in_every_link(visit, dashbo
     assert all(len(t["x"]) == 2 for t in two_days["charts"]["savings-by-kind"]["traces"])
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
+@pytest.mark.browser
 def test_a_graph_page_shows_its_cost_teams_trials_entries_and_decisions(visit, served, dashboard_home):
     overview = visit.open("/")
     link = next(link for link in overview["links"] if link.startswith("/graphs/"))
@@ -495,6 +522,9 @@ def test_a_graph_page_shows_its_cost_teams_trials_entries_and_decisions(visit, s
     assert cost == pytest.approx(sum(r["chip_hours"] for r in _api(served, "teams", graph=fingerprint)), rel=1e-9)
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
+@pytest.mark.browser
 def test_the_tuner_page_lists_every_trial_and_which_flags_matter(visit, dashboard_home):
     shown = visit.open("/tuner")
     visit.screenshot("tuner")
@@ -520,6 +550,9 @@ def test_the_tuner_page_lists_every_trial_and_which_flags_matter(visit, dashboar
 
 
 @pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_the_graphs_page_lists_the_graphs_by_cost_each_linking_to_its_page(visit, served):
     overview = visit.open("/")
     team = _api(served, "teams")[0]["team"]  # the costliest team: its graphs ran where entries are
@@ -555,6 +588,9 @@ def test_the_graphs_page_lists_the_graphs_by_cost_each_linking_to_its_page(visit
     assert {t["y"][0] for t in page["charts"]["graph-teams"]["traces"]} == {team}
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.browser
 def test_an_empty_home_says_no_data_yet_and_names_unreadable_data(tmp_path, browser):
     home = tmp_path / "home"
     broken = home / "warehouse" / "validations" / f"dt={datetime.date.today()}" / "run-1.parquet"

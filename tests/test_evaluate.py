@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
+import time
 from dataclasses import replace
 
 import jax
@@ -17,7 +19,7 @@ from execution.evaluate import (EvaluationResult, evaluate, evaluate_independent
                                 in_fresh_workers, median_of)
 from execution.flags import FLAGS, FlagError, is_default, parse_assignment, to_xla
 from execution.inputs import make_inputs, parameter_specs
-from execution.measure import MeasureSettings, measure_pair, median_interval
+from execution.measure import TIME_SCALE_VARIABLE, MeasureSettings, measure_pair, median_interval, time_scale
 from execution.numerics import all_ok, compare_outputs
 from execution.worker import Worker, WorkerFailure
 from hlo.module import from_lowered, from_text
@@ -37,6 +39,7 @@ def worker():
     w.close()
 
 
+@pytest.mark.subprocess
 def test_aa_interval_contains_one(worker) -> None:
     module = from_lowered(zoo.get("mlp-s").lower())
     result = evaluate(module, {}, settings=QUICK, worker=worker)
@@ -48,6 +51,7 @@ def test_aa_interval_contains_one(worker) -> None:
     assert not result.significant
 
 
+@pytest.mark.subprocess
 def test_known_bad_config_is_measured_slower(worker) -> None:
     module = from_lowered(zoo.get("unet-s").lower())
     result = evaluate(module, {"xla_backend_optimization_level": 0}, settings=QUICK, worker=worker)
@@ -55,6 +59,8 @@ def test_known_bad_config_is_measured_slower(worker) -> None:
     assert result.ci_high < 1.0
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_independent_workers_give_their_median_and_each_figure() -> None:
     module = from_lowered(zoo.get("unet-s").lower())
     quick = MeasureSettings(max_seconds=2, max_pairs=60)
@@ -114,12 +120,14 @@ def test_more_fresh_workers_run_only_while_the_median_is_unsettled() -> None:
     assert in_fresh_workers(job, 3, 0.01, most=7).speedup == 0.82 and ran == [0, 1, 2]
 
 
+@pytest.mark.subprocess
 def test_config_that_changes_nothing_is_not_run(worker) -> None:
     module = from_lowered(zoo.get("gnn-s").lower())
     result = evaluate(module, {"xla_cpu_copy_insertion_use_region_analysis": False}, worker=worker)
     assert result.identical_program and result.pairs == 0
 
 
+@pytest.mark.subprocess
 def test_codegen_flags_at_their_defaults_compile_the_default_program(worker) -> None:
     module = from_lowered(zoo.get("mlp-s").lower())
     defaults = compiler_defaults()
@@ -143,6 +151,7 @@ def test_compiler_defaults_agree_with_jaxlib_and_leave_the_graph_space() -> None
         map(len, (p.values for p in graph_space("cpu").params)))
 
 
+@pytest.mark.xla
 def test_overrides_are_typed_and_backend_extra_options_are_map_entries() -> None:
     options = compile_options({"xla_cpu_use_xnnpack": False, "xla_cpu_prefer_vector_width": 512,
                                "xla_cpu_disable_loop_unrolling": True,
@@ -161,6 +170,7 @@ def test_overrides_are_typed_and_backend_extra_options_are_map_entries() -> None
         check_options({"xla_force_enable_experimental_llvm_ir_gemm": True})
 
 
+@pytest.mark.xla
 def test_unknown_flag_is_rejected_by_name() -> None:
     with pytest.raises(CompileError, match="xla_no_such_flag"):
         check_options({"xla_no_such_flag": "1"})
@@ -199,6 +209,7 @@ def test_index_parameters_get_valid_ranges(name: str, low: int, high) -> None:
             assert array.min() >= 0 and array.max() < spec.high
 
 
+@pytest.mark.xla
 def test_gather_index_bound_is_the_table_size() -> None:
     def f(table, ids):
         return jnp.take(table, ids, axis=0).sum()
@@ -251,6 +262,24 @@ def test_a_comparison_runs_past_no_gain_until_its_interval_is_tight() -> None:
     assert tight.ci_low <= 1 / 1.01 <= tight.ci_high
 
 
+def test_the_time_budget_is_scaled_by_the_environment_and_a_bad_scale_is_named(monkeypatch) -> None:
+    # A candidate equal to the default, never tight: only the time budget ends its measurement.
+    settings = MeasureSettings(warmup_runs=1, max_pairs=10**9, target_half_width=1e-9, max_seconds=0.4,
+                               stop_when_no_gain=False)
+    spent = {}
+    for scale in ("0.5", "2"):
+        monkeypatch.setenv(TIME_SCALE_VARIABLE, scale)
+        started = time.perf_counter()
+        assert measure_pair(_noisy_runner(1e-4, 1), _noisy_runner(1e-4, 2), settings).stop_reason == "time budget"
+        spent[scale] = time.perf_counter() - started
+    assert spent["0.5"] < 0.4 < 0.8 <= spent["2"]
+    for bad in ("fast", "0", "-1", "nan", "1e9"):
+        monkeypatch.setenv(TIME_SCALE_VARIABLE, bad)
+        with pytest.raises(ValueError, match=f"{TIME_SCALE_VARIABLE}='{re.escape(bad)}': not a number"):
+            time_scale()
+
+
+@pytest.mark.subprocess
 def test_sandbox_survives_crash_timeout_and_oom() -> None:
     w = Worker(memory_limit=2 * 1024**3)
     try:
@@ -278,6 +307,7 @@ def test_cli_fingerprint_json(tmp_path, capsys) -> None:
     assert capsys.readouterr().out.strip() == payload["fingerprint"]
 
 
+@pytest.mark.xla
 def test_cli_evaluate_rejects_unknown_flag(tmp_path, capsys) -> None:
     path = tmp_path / "m.hlo"
     path.write_text(from_text("HloModule m\nENTRY e {\n  ROOT p = f32[2]{0} parameter(0)\n}\n").to_text())
@@ -285,6 +315,8 @@ def test_cli_evaluate_rejects_unknown_flag(tmp_path, capsys) -> None:
     assert "xla_no_such_flag" in capsys.readouterr().err
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_cli_evaluate_sets_a_backend_extra_option(tmp_path, capsys) -> None:
     path = tmp_path / "m.hlo"
     path.write_text(zoo.get("gnn-s").lower().as_text(dialect="hlo"))

@@ -106,6 +106,7 @@ def test_unused_parameters_in_any_order() -> None:
 
 
 @pytest.mark.parametrize("name", ["transformer-s", "rnn-s", "recommender-s", "attention_kv-s"])
+@pytest.mark.xla
 def test_dump_and_jax_agree_on_zoo_modules(name: str, tmp_path) -> None:
     lowered = zoo.get(name).lower()
     lowered.compile(compiler_options={"xla_dump_to": str(tmp_path)})
@@ -121,6 +122,7 @@ def test_zoo_fingerprints_are_distinct() -> None:
     assert len(fingerprints) == len(zoo.all_workloads())
 
 
+@pytest.mark.xla
 def test_small_constant_values_count_large_ones_hash_by_shape() -> None:
     def module(values: np.ndarray):
         return from_lowered(jax.jit(lambda x: x * values).lower(jnp.ones(values.shape[0])))
@@ -131,6 +133,7 @@ def test_small_constant_values_count_large_ones_hash_by_shape() -> None:
     assert graph_fingerprint(module(large)) == graph_fingerprint(module(large + 1))
 
 
+@pytest.mark.xla
 def test_proto_forms_and_ops_of_optimized_module(tmp_path) -> None:
     lowered = zoo.get("cnn-s").lower()
     compiled = lowered.compile()
@@ -146,6 +149,7 @@ def test_proto_forms_and_ops_of_optimized_module(tmp_path) -> None:
     assert graph_fingerprint(from_text(optimized.to_string())) == result.fingerprint
 
 
+@pytest.mark.xla
 def test_same_kernel_in_two_graphs_has_one_op_fingerprint() -> None:
     def optimized(fn, *args):
         executable = jax.jit(fn).lower(*args).compile().runtime_executable()

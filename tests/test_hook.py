@@ -73,6 +73,7 @@ def assert_same_numbers(a: dict, b: dict) -> None:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-4, err_msg=name)
 
 
+@pytest.mark.subprocess
 def test_default_run_looks_up_every_compile(baseline):
     home, output, records = baseline
     assert output["ynn"] is True
@@ -83,6 +84,8 @@ def test_default_run_looks_up_every_compile(baseline):
     assert len(layer_keys) >= 3  # plain, vmapped and sharded layer are three programs
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_imported_config_reaches_the_compiler_for_jit_grad_vmap_and_sharded(baseline, tmp_path):
     home, default_output, default_records = baseline
     tuned = tmp_path / "home"
@@ -107,6 +110,8 @@ def test_imported_config_reaches_the_compiler_for_jit_grad_vmap_and_sharded(base
     assert {r["outcome"] for r in hits(tuned, "rolled-back")} == {"miss"}
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_persistent_cache_never_hands_back_an_executable_with_other_flags(baseline, tmp_path):
     home, default_output, default_records = baseline
     tuned = tmp_path / "home"
@@ -123,6 +128,8 @@ def test_persistent_cache_never_hands_back_an_executable_with_other_flags(baseli
     assert run_job(tuned, env=cache)[0]["ynn"] is True
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_backend_extra_option_reaches_the_compiler_and_the_cache_keeps_it_apart(baseline, tmp_path):
     home, default_output, default_records = baseline
     tuned = tmp_path / "home"
@@ -152,6 +159,7 @@ def test_a_backend_extra_option_reaches_the_compiler_and_the_cache_keeps_it_apar
     assert set(jax_cache.iterdir()) == both  # both runs were served from the cache
 
 
+@pytest.mark.subprocess
 def test_a_backend_extra_option_off_the_allowlist_is_refused(baseline, tmp_path):
     home, default_output, default_records = baseline
     tuned = tmp_path / "home"
@@ -173,6 +181,8 @@ def test_a_backend_extra_option_off_the_allowlist_is_refused(baseline, tmp_path)
     assert "not on the allowlist" in refused_hits[0]["reason"]
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_config_that_fails_to_compile_is_refused_in_the_sandbox_or_falls_back(baseline, tmp_path):
     home, default_output, default_records = baseline
     tuned = tmp_path / "home"
@@ -199,6 +209,7 @@ def test_a_config_that_fails_to_compile_is_refused_in_the_sandbox_or_falls_back(
     assert "fallback" in stderr or "tuned compile failed" in stderr
 
 
+@pytest.mark.subprocess
 def test_a_dump_path_never_arrives_from_the_store(baseline, tmp_path):
     home, default_output, default_records = baseline
     tuned = tmp_path / "home"
@@ -222,6 +233,7 @@ def test_a_dump_path_never_arrives_from_the_store(baseline, tmp_path):
     assert "xla_dump_to" in refused_hits[0]["reason"]
 
 
+@pytest.mark.subprocess
 def test_corrupt_store_leaves_the_job_running_with_defaults(baseline, tmp_path):
     home, default_output, default_records = baseline
     tuned = tmp_path / "home"
@@ -239,6 +251,8 @@ def test_corrupt_store_leaves_the_job_running_with_defaults(baseline, tmp_path):
     assert "checksum" in records[0]["reason"] and "checksum" in stderr
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_remote_store_applies_configs_and_an_unreachable_or_silent_one_does_not_break_the_job(
         baseline, tmp_path):
     home, default_output, default_records = baseline
@@ -275,6 +289,8 @@ def test_remote_store_applies_configs_and_an_unreachable_or_silent_one_does_not_
     assert len(backed_off) == len(records) - 1 >= 1
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_hits_land_once_and_a_profile_of_a_tuned_job_carries_its_hit(baseline, tmp_path):
     home, default_output, default_records = baseline
     tuned = tmp_path / "home"
@@ -355,6 +371,7 @@ def test_embedded_snapshot_is_read_once_and_can_be_pinned(tmp_path):
     assert EmbeddedStore(tmp_path, version=first).lookup(key).version == first
 
 
+@pytest.mark.subprocess
 def test_remote_lookups_are_cached_hits_and_misses_alike(tmp_path):
     from delivery.lookup import RemoteStore
 
@@ -375,6 +392,7 @@ def test_remote_lookups_are_cached_hits_and_misses_alike(tmp_path):
     assert metrics == {("hit", 1), ("miss", 1)}  # three asks each, two served from the cache
 
 
+@pytest.mark.subprocess
 def test_the_hook_keys_a_module_by_the_fingerprint_of_its_xla_dump(tmp_path):
     """The hook and symbol ingestion must meet on one fingerprint: the hook's, taken from the
     StableHLO JAX hands the compiler, equals `fdo fingerprint` of XLA's own dump of the module."""

@@ -127,6 +127,7 @@ def test_each_kind_takes_its_json_type_and_a_kind_without_a_domain_takes_none(mo
                                       f"(a JSON {json_type}) has no declared domain")
 
 
+@pytest.mark.subprocess
 def test_store_import_refuses_an_out_of_domain_entry_naming_line_and_flag(tmp_path):
     good = {"fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph", "speedup": 1.2,
             "config": {"xla_cpu_prefer_vector_width": 512}}
@@ -157,6 +158,8 @@ def test_a_config_never_overrides_a_flag_the_job_set_in_xla_flags(monkeypatch):
     assert dict(options.env_option_overrides) == {"xla_cpu_enable_fast_math": True}
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_hooked_job_with_its_own_xla_flags_gets_its_own_key_and_keeps_its_flags(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -208,6 +211,7 @@ def _forge_version(home: Path, records: list[dict], config: dict) -> None:
     (home / "store" / "CURRENT").write_text(f"{version}\n")
 
 
+@pytest.mark.subprocess
 def test_a_forged_entry_that_would_abort_xla_leaves_the_job_on_defaults(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -224,7 +228,7 @@ def test_a_forged_entry_that_would_abort_xla_leaves_the_job_on_defaults(tmp_path
 
 
 FUZZ_JOB = str(Path(__file__).with_name("fuzz_job.py"))
-FUZZ_PROGRAMS = 120
+FUZZ_PROGRAMS = 80
 
 
 def _fuzz_configs(space, rng, count: int) -> list[dict]:
@@ -248,6 +252,8 @@ def _fuzz_configs(space, rng, count: int) -> list[dict]:
     return configs
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_fuzz_random_configs_from_the_declared_domains_never_break_a_job(tmp_path):
     import random
     import sys

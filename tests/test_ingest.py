@@ -62,6 +62,8 @@ def _table_snapshot(home: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.parquet"))}
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_dump_lands_under_the_fingerprint_fdo_gives(dump_dir, tmp_path):
     home = tmp_path / "home"
     corrupt = dump_dir / "module_9999.jit_broken.before_optimizations.txt"
@@ -100,6 +102,8 @@ def test_dump_lands_under_the_fingerprint_fdo_gives(dump_dir, tmp_path):
     assert _table_snapshot(home) == before
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_trace_time_matches_the_measured_job_time(dump_dir, tmp_path):
     home = tmp_path / "home"
     assert fdo(home, "ingest", "symbols", str(dump_dir)).returncode == 0
@@ -129,6 +133,7 @@ def test_trace_time_matches_the_measured_job_time(dump_dir, tmp_path):
     assert Warehouse(home).read(GRAPH_RUNS).num_rows == len(runs)
 
 
+@pytest.mark.subprocess
 def test_corrupt_trace_is_quarantined(tmp_path):
     trace = tmp_path / "host.xplane.pb"
     trace.write_bytes(os.urandom(4096))
@@ -153,6 +158,7 @@ def _drop_rows(n: int, seed: int = 0) -> dict:
     }
 
 
+@pytest.mark.subprocess
 def test_drop_bad_rows_and_bad_files_are_quarantined_good_rows_land(tmp_path):
     drops = tmp_path / "drops"
     drops.mkdir()
@@ -238,6 +244,7 @@ def _home_files(root: Path) -> dict[str, object]:
     return files
 
 
+@pytest.mark.xla
 def test_ingest_on_a_url_home_lands_what_it_lands_on_a_local_home(dump_dir, tmp_path, capsys):
     inputs, spool_text = _url_home_inputs(dump_dir, tmp_path / "inputs")
     dump, trace, drops = (str(p) for p in inputs)
@@ -308,6 +315,8 @@ def test_a_spool_file_its_writer_makes_again_under_the_same_name_lands_too(tmp_p
     assert sorted(read_hits(home).column("job_id").to_pylist()) == ["first", "second"]
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_kill_9_mid_ingest_then_rerun_equals_one_clean_run(tmp_path):
     drop = tmp_path / "big.graph_runs.parquet"
     pq.write_table(pa.table(_drop_rows(2_000_000, seed=1)), drop, row_group_size=100_000)
@@ -339,6 +348,7 @@ def test_files_of_another_schema_version_are_refused(tmp_path):
         read_checked(path, OP_RUNS)
 
 
+@pytest.mark.subprocess
 def test_the_ingest_stage_and_the_hlo_model_import_without_jax():
     # jax is imported where a module is compiled or lowered, never by loading these packages:
     # the workload zoo, which needs it, lives in `workloads`.

@@ -134,6 +134,8 @@ def unprivileged() -> Iterator[Unprivileged]:
 # Inputs that cannot be read
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_unreadable_files_and_directories_are_quarantined_and_the_others_land(unprivileged, module_files):
     inbox = unprivileged.root / "inbox"
     inbox.mkdir()
@@ -174,6 +176,8 @@ def test_unreadable_files_and_directories_are_quarantined_and_the_others_land(un
 # Names
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_240_character_and_undecodable_names_are_ingested_or_quarantined(tmp_path, module_files):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
@@ -214,6 +218,8 @@ def test_240_character_and_undecodable_names_are_ingested_or_quarantined(tmp_pat
 # Truncated and corrupt files among good ones
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_truncated_traces_and_modules_among_good_ones(tmp_path, trace, module_files):
     inbox = tmp_path / "inbox"
     for job in ("good", "truncated", "garbage"):
@@ -249,6 +255,7 @@ def test_truncated_traces_and_modules_among_good_ones(tmp_path, trace, module_fi
 # Bad values: only their rows are quarantined
 
 
+@pytest.mark.subprocess
 def test_a_1e400_and_a_10000_character_job_id_quarantine_their_rows_only(tmp_path):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
@@ -295,6 +302,8 @@ def test_a_1e400_and_a_10000_character_job_id_quarantine_their_rows_only(tmp_pat
                           "team over 128 characters"]
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_a_module_name_or_a_traced_job_id_over_its_bound_quarantines_it(tmp_path, trace, module_files):
     dump = tmp_path / "dump"
     dump.mkdir()
@@ -322,6 +331,7 @@ def test_a_module_name_or_a_traced_job_id_over_its_bound_quarantines_it(tmp_path
     assert all("job_id over 256 characters" in q["reason"] for q in report["quarantined"])
 
 
+@pytest.mark.subprocess
 def test_hit_records_with_bad_values_and_unreadable_spool_files(unprivileged):
     home = unprivileged.root / "home"
     spool = home / SPOOL_DIR
@@ -388,6 +398,8 @@ def _one_line(result: subprocess.CompletedProcess, *named: str) -> str:
     return message
 
 
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_bad_inputs_of_the_command_line_are_exit_2_and_one_line(tmp_path, module_files):
     home = tmp_path / "home"
     directory = tmp_path / "a-directory"
@@ -406,6 +418,7 @@ def test_bad_inputs_of_the_command_line_are_exit_2_and_one_line(tmp_path, module
     assert fdo(not_a_directory, "fingerprint", str(module_files["text"])).returncode == 0
 
 
+@pytest.mark.subprocess
 def test_an_unwritable_home_is_exit_2_and_one_line(unprivileged):
     if os.geteuid() == 0:  # nobody may not write a directory root owns
         home = Path(tempfile.mkdtemp(dir=unprivileged.root))
@@ -420,6 +433,7 @@ def test_an_unwritable_home_is_exit_2_and_one_line(unprivileged):
     _one_line(unprivileged.run(home / "below", "ingest", "profiles", str(inbox)), str(home / "below"))
 
 
+@pytest.mark.subprocess
 def test_home_after_a_beam_subcommand_is_refused_and_beam_options_still_pass(tmp_path):
     fleet, other = tmp_path / "fleet", tmp_path / "other"
     beam = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]

@@ -24,6 +24,7 @@ from tests.drop_rows import drop_row, ingest_report, write_jsonl
 from tests.serving import fdo
 
 
+@pytest.mark.subprocess
 def test_rows_sent_again_in_any_drop_are_counted_once(tmp_path):
     rng = np.random.default_rng(3)
     rows = [drop_row(int(i), seconds=float(s)) for i, s in zip(rng.integers(1, 400, 1000), rng.uniform(0, 3600, 1000))]

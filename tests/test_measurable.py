@@ -127,6 +127,8 @@ def _x64_module(path: Path, source: str) -> Path:
     return path
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_f64_and_s64_parameters_are_measured_and_an_a_a_check_is_no_gain(tmp_path) -> None:
     path = _x64_module(tmp_path / "nbody.hlo", NBODY)
     dtypes = [spec.dtype for spec in parameter_specs(from_text(path.read_text()))]
@@ -144,6 +146,7 @@ def test_f64_and_s64_parameters_are_measured_and_an_a_a_check_is_no_gain(tmp_pat
 
 
 @pytest.mark.parametrize("text", [TUPLE_READ, TUPLE_WHOLE], ids=["read", "whole"])
+@pytest.mark.subprocess
 def test_nested_tuple_parameters_are_flattened_and_measured(text: str, worker) -> None:
     module = from_text(text)
     flat = HloModule(measurable_module(module.proto), module.name, "flat")
@@ -167,6 +170,8 @@ def test_tuple_leaves_keep_their_own_index_bounds() -> None:
 @pytest.mark.parametrize("text,reason", [(CUSOLVER_GETRF, "does not compile: "),
                                          (WRONG_TYPE_GETRF, "fails to run: ")],
                          ids=["compile", "run"])
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_fdo_evaluate_says_the_default_fails_and_exits_4(text: str, reason: str,
                                                         tmp_path) -> None:
     path = tmp_path / "module.hlo"
@@ -185,6 +190,7 @@ def test_fdo_evaluate_says_the_default_fails_and_exits_4(text: str, reason: str,
 
 
 @pytest.mark.parametrize("text", [CUSOLVER_GETRF, WRONG_TYPE_GETRF], ids=["compile", "run"])
+@pytest.mark.subprocess
 def test_fdo_tune_ends_a_task_whose_default_fails(text: str, tmp_path) -> None:
     path = tmp_path / "module.hlo"
     path.write_text(text)
@@ -198,6 +204,7 @@ def test_fdo_tune_ends_a_task_whose_default_fails(text: str, tmp_path) -> None:
     assert landed["status"] == tuned["status"]
 
 
+@pytest.mark.subprocess
 def test_a_candidate_that_runs_where_the_default_fails_is_checked_against_the_reference(
         worker) -> None:
     # No module was found that XLA CPU refuses with its own defaults but runs with another

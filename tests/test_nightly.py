@@ -45,6 +45,9 @@ def wait_for(condition, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_a_nightly_run_killed_mid_stage_finishes_without_duplicates(fleet_home):
     home = fleet_home
     command = [sys.executable, "-m", "pipelines.cli", "--home", str(home), "nightly",
@@ -84,6 +87,9 @@ def test_a_nightly_run_killed_mid_stage_finishes_without_duplicates(fleet_home):
     assert ledger_rows(home, DATE).num_rows == len(ledger)
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_a_nightly_run_on_a_url_home_runs_every_stage_there(fleet_home, tmp_path, capsys):
     """The whole loop on an `fdotest://` home, its inputs the simulated fleet's local files."""
     from pipelines.cli import main
@@ -104,6 +110,8 @@ def test_a_nightly_run_on_a_url_home_runs_every_stage_there(fleet_home, tmp_path
         assert any(place in path for path in UrlFileSystem.used), place
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_the_scheduler_runs_nightly_on_its_cron_and_survives_restarts(tmp_path):
     home = tmp_path / "home"
     fired = home / "pipelines" / "scheduler-runs.jsonl"

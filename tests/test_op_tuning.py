@@ -52,6 +52,7 @@ def _optimized(name: str) -> HloModule:
 
 
 @pytest.mark.parametrize("name", ["cnn-s", "rnn-s"])  # rnn-s: kernels inside a while body
+@pytest.mark.xla
 def test_every_kernel_of_a_zoo_module_cuts_compiles_and_runs(name):
     from jax._src.lib import hlo
 
@@ -80,6 +81,7 @@ def test_every_kernel_of_a_zoo_module_cuts_compiles_and_runs(name):
     assert cut_op(optimized, one.name) == one
 
 
+@pytest.mark.xla
 def test_op_space_is_small_allowlisted_and_relative_to_the_default():
     defaults = compiler_defaults()
     accepted = accepted_flags("cpu")
@@ -171,6 +173,9 @@ def tuned_home(tmp_path_factory):
     return home, graph, cut, tune_op(cut, home, QUICK, env_key=env_key)
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_op_search_on_a_real_convolution_covers_its_space(tuned_home):
     home, graph, cut, result = tuned_home
     assert cut.op_class == "convolution"
@@ -199,6 +204,9 @@ def test_op_search_on_a_real_convolution_covers_its_space(tuned_home):
     assert Warehouse(home).read(TRIALS).num_rows == len(trials)
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_fold_measures_the_op_winner_on_the_whole_graph(tuned_home):
     home, graph, cut, op_result = tuned_home
     [vote] = graph_votes(home, graph["fingerprint"], graph["env_key"])
@@ -233,6 +241,7 @@ def test_fold_measures_the_op_winner_on_the_whole_graph(tuned_home):
     assert Warehouse(home).read(TUNING_RESULTS).num_rows == 2
 
 
+@pytest.mark.subprocess
 def test_cli_tune_op_takes_ops_from_the_ranking_only(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--home", str(tmp_path),
                              "tune", "--kind", "op", "some.hlo"], capture_output=True, text=True)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+
 REPO = Path(__file__).resolve().parents[1]
 # What the quickstart reaches from the repository root: the venv, the example and `make venv`.
 CHECKOUT = (".venv", "examples", "Makefile", "pyproject.toml")

@@ -77,6 +77,9 @@ def ranked(fleet_home):
     return settings, *rank(fleet_home, settings)
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_beam_ranking_equals_the_duckdb_reference(fleet_home, ranked):
     settings, candidates, coverage = ranked
     ref_candidates, ref_coverage = reference_rank(fleet_home, settings, live_entries(fleet_home))
@@ -94,6 +97,9 @@ def test_beam_ranking_equals_the_duckdb_reference(fleet_home, ranked):
         assert row["share"] == pytest.approx(theirs["share"], rel=1e-9, abs=1e-15)
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_candidates_agree_with_the_raw_profiles(fleet_home, ranked):
     settings, candidates, coverage = ranked
     runs = Warehouse(fleet_home).read(GRAPH_RUNS)
@@ -117,6 +123,9 @@ def test_candidates_agree_with_the_raw_profiles(fleet_home, ranked):
         assert by[(kind, "candidate")]["keys"] == 5
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_beam_savings_equal_the_reference_and_the_definition(fleet_home):
     rows = savings(fleet_home, START, LAST)
     validator_keys = [e["key"] for e in live_entries(fleet_home).to_pylist() if e["provenance"] == "validator"]
@@ -145,6 +154,7 @@ def test_standard_beam_options_reach_the_pipeline():
         "ranking.beam_io.InProcessRunner", "multi_processing")
 
 
+@pytest.mark.subprocess
 def test_the_default_runner_tries_no_download(tmp_path, monkeypatch, caplog):
     # DirectRunner tries Prism first: a download from GitHub, and a beam-temp dir left in the
     # temp dir when it fails (this machine reaches no GitHub). Ours goes to the FnApiRunner.
@@ -157,6 +167,9 @@ def test_the_default_runner_tries_no_download(tmp_path, monkeypatch, caplog):
     assert "prism" not in caplog.text.lower()
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_cli_passes_beam_flags_and_refuses_them_elsewhere(fleet_home):
     from pipelines.cli import build_parser
 
@@ -167,6 +180,9 @@ def test_cli_passes_beam_flags_and_refuses_them_elsewhere(fleet_home):
     assert refused.returncode == 2 and "unrecognized arguments: --runner=Foo" in refused.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_tunable_candidates_are_this_machines_with_their_hlo(fleet_home, ranked):
     from hlo.environment import current_environment
     from hlo.fingerprint import graph_fingerprint
@@ -187,6 +203,9 @@ def test_tunable_candidates_are_this_machines_with_their_hlo(fleet_home, ranked)
         assert graphs[key]["device_kind"] == here.device_kind
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_a_home_given_as_a_url_is_read_and_written_through_beam_file_systems(fleet_home, ranked):
     settings, candidates, coverage = ranked
     url = f"fdotest://{fleet_home}"

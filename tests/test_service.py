@@ -48,6 +48,7 @@ def _imports(*entries: dict) -> bytes:
     return json.dumps({"entries": list(entries)}).encode()
 
 
+@pytest.mark.subprocess
 def test_reads_and_writes_through_a_real_server(server):
     assert call(f"{server}/v1/health")[1] == {"status": "ok", "version": None, "entries": 0, "store": "ok"}
     status, body, _ = call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False})))
@@ -121,6 +122,7 @@ def _samples(base: str, accept: str | None = None) -> dict[Sample, float]:
             for family in families for sample in family.samples}
 
 
+@pytest.mark.subprocess
 def test_metrics_count_the_requests_made(server):
     """/metrics in Prometheus' text format: look-ups, hits, misses, refusals and look-up latency
     move by exactly the requests made; the gauges give the version served and its age."""
@@ -162,6 +164,7 @@ def test_metrics_count_the_requests_made(server):
     assert openmetrics[("fdo_service_lookups_total", (("outcome", "hit"), ("route", "key")))] == 3
 
 
+@pytest.mark.subprocess
 def test_openapi_shows_a_model_for_every_request_body(server):
     """/openapi.json: every POST that takes a body declares its model, a config is an object in
     requests and answers, and every write needs the bearer token."""
@@ -192,6 +195,8 @@ def test_openapi_shows_a_model_for_every_request_body(server):
     assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
 
 
+@pytest.mark.subprocess
+@pytest.mark.browser
 def test_api_docs_render_with_every_other_host_blocked(server, browser):
     """/docs (Swagger UI) and /redoc load their scripts and styles from the service itself: in
     Chromium, with every request to another host aborted, both list the endpoints. Swagger UI
@@ -263,6 +268,8 @@ def _accepted_result(task_id: str, fingerprint: str) -> dict:
             "measured": 12}
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_lookups_answer_while_writes_wait_on_the_store_lock_or_run_beam(tmp_path):
     """A write holds no look-up: an import waits on the store's flock, held by this test
     process, with a deliver queued behind it; once the lock is let go, the deliver runs Beam and
@@ -332,6 +339,7 @@ def _post_chunked(base: str, path: str, total: int, token: str | None = None) ->
         return response.status, json.loads(response.read()), sent
 
 
+@pytest.mark.subprocess
 def test_a_chunked_body_far_over_the_limit_is_refused_unread(tmp_path):
     """A chunked body declares no length: the server counts it as it streams in, answers 413
     once past the limit and reads no further, so its memory never holds the body."""
@@ -353,6 +361,8 @@ def _is_error(status: int, body: object, code: str | None = None) -> bool:
             and isinstance(body["error"]["message"], str) and (code is None or body["error"]["code"] == code))
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_every_error_is_json_in_one_shape(tmp_path):
     """The framework's own errors (404, 405, 422, 500) as well as the service's (400, 401, 403,
     413, 503): {"error": {"code", "message"}}, each caused for real."""
@@ -402,6 +412,7 @@ def _health_once(server: str, wanted: str, timeout: float = 30) -> dict:
         time.sleep(0.1)
 
 
+@pytest.mark.subprocess
 def test_the_last_good_snapshot_is_served_while_the_store_is_broken(tmp_path):
     """A corrupt CURRENT, a deleted live version, a live version failing its checksum: look-ups
     go on from the last good snapshot, health says why, and a rollback repairs each."""
@@ -429,6 +440,7 @@ def test_the_last_good_snapshot_is_served_while_the_store_is_broken(tmp_path):
         assert _lookup(server, key)[1]["version"] == 4
 
 
+@pytest.mark.subprocess
 def test_the_service_and_its_dashboards_work_on_a_url_home(tmp_path):
     """`fdo serve --home fdotest://...`: its writer process reaches the URL home too (a Home
     brings its file system's module along), and look-ups see each write."""

@@ -33,6 +33,8 @@ def simulated(tmp_path_factory) -> tuple[Path, object]:
     return home, report
 
 
+@pytest.mark.slow
+@pytest.mark.xla
 def test_fleet_looks_like_catwilds(simulated):
     _, report = simulated
     assert report.graphs == 4  # two programs at two shapes
@@ -48,6 +50,8 @@ def test_fleet_looks_like_catwilds(simulated):
     assert any(len(day) >= 2 and max(day.values()) < 0.95 for day in versions)
 
 
+@pytest.mark.slow
+@pytest.mark.xla
 def test_everything_the_fleet_handed_over_landed(simulated):
     home, report = simulated
     warehouse = Warehouse(home)
@@ -66,10 +70,17 @@ def test_everything_the_fleet_handed_over_landed(simulated):
     assert total / 3600 == pytest.approx(sum(day["chip_hours"] for day in report.days), rel=1e-9)
 
 
+def _with_catalog_of(home: Path, other: Path) -> Path:
+    """A new home `other` with `home`'s compiled catalog: its programs are not compiled again."""
+    shutil.copytree(home / "simulator", other / "simulator")
+    return other
+
+
+@pytest.mark.slow
+@pytest.mark.xla
 def test_same_seed_same_fleet_and_rerun_adds_nothing(simulated, tmp_path):
     home, _ = simulated
-    other = tmp_path / "other"
-    shutil.copytree(home / "simulator", other / "simulator")  # reuse the compiled catalog
+    other = _with_catalog_of(home, tmp_path / "other")
     simulate(other, days=2, jobs=4000, seed=7, start=START, workloads=WORKLOADS)
     for drop in sorted((other / "fleet" / "profiles").rglob("*.parquet")):
         original = home / drop.relative_to(other)
@@ -78,12 +89,13 @@ def test_same_seed_same_fleet_and_rerun_adds_nothing(simulated, tmp_path):
     assert (again.graph_runs, again.op_runs, again.symbol_modules) == (0, 0, 0)
 
 
+@pytest.mark.slow
+@pytest.mark.xla
 def test_a_fleet_given_an_inbox_hands_over_there_and_the_nightly_ingest_lands_it(simulated, tmp_path):
     from pipelines.nightly import NightlySettings, _ingest
 
     home, _ = simulated
-    other = tmp_path / "other"
-    shutil.copytree(home / "simulator", other / "simulator")  # reuse the compiled catalog
+    other = _with_catalog_of(home, tmp_path / "other")
     inbox = other / "inbox" / "fleet"
     report = simulate(other, days=2, jobs=4000, seed=7, start=START, workloads=WORKLOADS, inbox=inbox)
     assert report.inbox == str(inbox) and report.graph_runs > 0 and report.symbol_modules > 0
@@ -129,6 +141,7 @@ def test_tuned_graphs_run_faster_and_record_the_hit():
     assert np.isnan(hits.speedup[~chosen]).all()
 
 
+@pytest.mark.xla
 def test_the_demos_team_config_lands_in_the_store_as_an_import_does(tmp_path):
     from delivery.store import Store
     from hlo.environment import current_environment

@@ -126,6 +126,7 @@ def _hold(path: str, held, release) -> None:
         release.wait(10)
 
 
+@pytest.mark.subprocess
 def test_a_local_lock_holds_across_processes_and_names_the_holder(tmp_path):
     context = multiprocessing.get_context("spawn")
     held, release = context.Event(), context.Event()

@@ -40,6 +40,7 @@ def _write(path: Path, entries: list[dict]) -> Path:
     return path
 
 
+@pytest.mark.subprocess
 def test_import_show_diff_rollback(tmp_path):
     home = tmp_path / "home"
     first = _write(tmp_path / "a.jsonl", [_entry(1, {"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"})])
@@ -80,6 +81,7 @@ def test_import_show_diff_rollback(tmp_path):
     assert copied.equals(store.entries().select(["key", "config", "speedup", "expires_at"]))
 
 
+@pytest.mark.subprocess
 def test_non_allowlisted_flags_never_enter(tmp_path):
     home = tmp_path / "home"
     for config in ({"xla_dump_to": "/tmp/x"}, {"xla_cpu_not_a_flag": True},
@@ -91,6 +93,7 @@ def test_non_allowlisted_flags_never_enter(tmp_path):
         read_import(_write(tmp_path / "short.jsonl", [{"fingerprint": "abc"}]))
 
 
+@pytest.mark.subprocess
 def test_a_corrupt_version_is_detected(tmp_path):
     home = tmp_path / "home"
     fdo(home, "store", "import", str(_write(tmp_path / "a.jsonl", [_entry(1, {"xla_cpu_use_xnnpack": False})])))
@@ -102,6 +105,7 @@ def test_a_corrupt_version_is_detected(tmp_path):
         Store(home).entries()
 
 
+@pytest.mark.subprocess
 def test_stale_publish_is_refused_and_concurrent_writers_lose_nothing(tmp_path):
     home = tmp_path / "home"
     store = Store(home)
@@ -119,6 +123,7 @@ def test_stale_publish_is_refused_and_concurrent_writers_lose_nothing(tmp_path):
     assert keys == {store_key(f"{i:032x}", "e" * 32) for i in range(7)}
 
 
+@pytest.mark.subprocess
 def test_deliver_publishes_the_best_accepted_result_once(tmp_path):
     home = tmp_path / "home"
     today = datetime.date.today()
@@ -179,6 +184,7 @@ def _import(store: Store, path: Path) -> int | None:
     return store.update(lambda live: merge_entries(live, new), f"import {path.name}")
 
 
+@pytest.mark.subprocess
 def test_a_stray_or_half_written_version_is_skipped_and_reported(tmp_path):
     home = tmp_path / "home"
     store = Store(home)
@@ -203,6 +209,7 @@ def test_a_stray_or_half_written_version_is_skipped_and_reported(tmp_path):
     assert set(store.problems()) == {"v2", "v3"}
 
 
+@pytest.mark.subprocess
 def test_a_corrupt_current_stops_imports_until_a_rollback(tmp_path):
     home = tmp_path / "home"
     store = Store(home)
@@ -260,6 +267,7 @@ def test_rollbacks_racing_other_writers_all_land(tmp_path):
     assert [m.parent for m in store.versions()] == [None, *range(1, 17)]
 
 
+@pytest.mark.subprocess
 def test_bad_inputs_of_store_and_serve_are_one_line_and_exit_2(tmp_path):
     home = tmp_path / "home"
     not_a_dir = tmp_path / "file"

@@ -137,6 +137,8 @@ def _search_timeline(module_path: Path, plan) -> tuple[list, list[Span]]:
 
 
 @pytest.mark.skipif(len(available_cores()) < 2, reason="one core: nothing to split")
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_compiles_run_in_their_pool_beside_measurements_on_other_cores(tmp_path):
     module = _write_module(tmp_path / "conv.hlo", conv_net, (4, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
     cores = sorted(available_cores())  # split as on a machine of MIN_CORES_TO_SPLIT or more
@@ -154,6 +156,7 @@ def test_compiles_run_in_their_pool_beside_measurements_on_other_cores(tmp_path)
 
 
 @pytest.mark.skipif(len(available_cores()) < 2, reason="one core: one parallelism")
+@pytest.mark.subprocess
 def test_a_compile_worker_compiles_for_the_execute_cores_parallelism():
     module = from_lowered(zoo.get("mlp-s").lower())  # compiles to other code on 1 and 2 cores
     both, one = frozenset(sorted(available_cores())[:2]), frozenset(sorted(available_cores())[1:2])
@@ -166,6 +169,8 @@ def test_a_compile_worker_compiles_for_the_execute_cores_parallelism():
     assert cores == sorted(one) and code_moved == code_both
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_on_one_core_compiles_and_measurements_take_turns(tmp_path):
     module = _write_module(tmp_path / "conv.hlo", conv_net, (4, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
     core = min(available_cores())
@@ -177,6 +182,8 @@ def test_on_one_core_compiles_and_measurements_take_turns(tmp_path):
     assert not any(_overlaps(c, m) for c in compiles for m in measures)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_comparison_of_two_candidates_runs_in_fresh_workers(tmp_path):
     # The race and pruning compare two configs directly (`against`): here the default against
     # a config far slower (no backend optimization), and the other way round.
@@ -239,7 +246,7 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
     home = tmp_path / "home"
     known = {}
     for move in KNOWN_MOVES:
-        run = fdo(home, "evaluate", str(module), "--set", move, "--max-seconds", "8", "--json")
+        run = fdo(home, "evaluate", str(module), "--set", move, "--max-seconds", "3", "--json")
         assert run.returncode == 0, run.stderr
         known[move] = json.loads(run.stdout)
     best_move, best = max(known.items(), key=lambda item: item[1]["speedup"])
@@ -275,7 +282,7 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
     # An independent evaluation of the returned config, as the tuner verifies (the median of
     # fresh workers), agrees that it is faster.
     check = json.loads(fdo(home, "evaluate", str(module), *_set_args(tuned["config"]),
-                           "--workers", "3", "--max-seconds", "8", "--json").stdout)
+                           "--workers", "3", "--max-seconds", "3", "--json").stdout)
     assert check["significant"] and check["numerics_ok"] and len(check["speedups"]) == 3
     results = Warehouse(home).read(TUNING_RESULTS).to_pylist()
     assert [r["status"] for r in results] == ["accepted"]
@@ -286,6 +293,8 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
     assert prior[("placement:INDIVIDUAL_CONVOLUTION", "xla")] == NO_CHANGE  # no convolution here
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tune_reports_no_gain_where_there_is_none(tmp_path):
     module = _write_module(tmp_path / "add.hlo", lambda a, b: a + b, (64,), (64,))
     result = fdo(tmp_path / "home", "tune", str(module), "--budget-evals", "5",
@@ -297,6 +306,7 @@ def test_tune_reports_no_gain_where_there_is_none(tmp_path):
 
 @pytest.mark.xla
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_tune_on_a_url_home_journals_lands_and_resumes_there(tmp_path):
     module = from_text(_write_module(tmp_path / "add.hlo", lambda a, b: a + b, (64,), (64,)).read_text())
     local = tmp_path / "home"
@@ -338,6 +348,8 @@ def test_tune_on_a_url_home_journals_lands_and_resumes_there(tmp_path):
     assert not [p for p in local.rglob("*") if ".tmp-" in p.name]
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_kill_9_mid_search_then_rerun_loses_and_duplicates_nothing(tmp_path):
     module = _write_module(tmp_path / "conv.hlo", conv_net, (8, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
     home = tmp_path / "home"
@@ -374,6 +386,8 @@ def test_kill_9_mid_search_then_rerun_loses_and_duplicates_nothing(tmp_path):
     assert Warehouse(home).read(TUNING_RESULTS).num_rows == 1
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(tmp_path):
     module = _write_module(tmp_path / "conv.hlo", conv_net, (8, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
     home = tmp_path / "home"

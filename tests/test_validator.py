@@ -142,6 +142,8 @@ def validated(tmp_path_factory):
     return {"home": home, "rows": rows, "keys": keys, "before": before, "report": report}
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_every_outcome_after_real_measurement(validated):
     home, rows, keys, report = validated["home"], validated["rows"], validated["keys"], validated["report"]
     assert {k: report[k] for k in ("kept", "rekeyed", "invalidated", "expired", "unmeasured")} == {
@@ -190,6 +192,8 @@ def test_a_removal_one_worker_disputes_is_not_settled():
     assert rules.settled(disputed, same_compiler=False, noise_band=0.01)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_one_audit_row_per_decision_in_priority_order(validated):
     keys, report = validated["keys"], validated["report"]
     audit = Warehouse(validated["home"]).read(VALIDATIONS).sort_by("validated_at").to_pylist()
@@ -207,6 +211,8 @@ def test_one_audit_row_per_decision_in_priority_order(validated):
     assert measured == [keys["kept"], keys["slower"], keys["other_compiler"]]
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_second_run_skips_what_is_fresh_or_decided(validated):
     home = validated["home"]
     again = fdo_json(home, "validate", "--once", "--max-seconds", "2")
@@ -217,6 +223,8 @@ def test_a_second_run_skips_what_is_fresh_or_decided(validated):
     assert Warehouse(home).read(VALIDATIONS).num_rows == 7  # the repeated 'unmeasured' is not re-audited
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_report_tables(validated):
     home, keys = validated["home"], validated["keys"]
     version = validated["report"]["version"]
@@ -244,6 +252,8 @@ def old_toolchain():
         pytest.skip(f"the package index is unreachable, cannot install jaxlib {OLD_JAX}: {exc}")
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_rekeyed_and_invalidated_under_a_real_second_jaxlib(tmp_path, old_toolchain):
     home = tmp_path / "home"
     added = fdo_json(home, "toolchain", "add", "old", old_toolchain)
@@ -269,6 +279,7 @@ def test_rekeyed_and_invalidated_under_a_real_second_jaxlib(tmp_path, old_toolch
     assert fdo_json(home, "validate", "--once", "--toolchain", "old")["skipped"] == 3
 
 
+@pytest.mark.subprocess
 def test_bad_toolchains_are_refused_by_name(tmp_path):
     home = tmp_path / "home"
     missing = fdo(home, "toolchain", "add", "gone", str(tmp_path / "no-python"))
@@ -288,6 +299,8 @@ def _accepted(i: int, env_key: str) -> dict:
             "strategy": "evolution", "evaluations": 10, "measured": 5}
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_validate_and_deliver_at_the_same_time_lose_nothing(tmp_path):
     home = tmp_path / "home"
     fast, slow = ingest_graph(home, "narrow_sum"), ingest_graph(home, "row_sq_sum")
@@ -326,6 +339,7 @@ def test_validate_and_deliver_at_the_same_time_lose_nothing(tmp_path):
     assert rows[1]["key"] not in live(home)
 
 
+@pytest.mark.subprocess
 def test_a_publish_that_loses_the_race_is_redone_on_the_new_live_entries(tmp_path):
     home = tmp_path / "home"
     old = entry("a" * 32, "e" * 32, NO_YNN_REDUCE, source="t-a")
@@ -351,6 +365,7 @@ def test_a_publish_that_loses_the_race_is_redone_on_the_new_live_entries(tmp_pat
     assert set(live(home)) == {store_key(f"{7:032x}", "e" * 32)}
 
 
+@pytest.mark.subprocess
 def test_a_corrupt_hlo_blob_leaves_its_entry_unmeasured_and_the_run_goes_on(tmp_path):
     home = tmp_path / "home"
     corrupt = entry(*ingest_graph(home, "narrow_sum"), NO_YNN_REDUCE, source="t-corrupt")
@@ -366,6 +381,8 @@ def test_a_corrupt_hlo_blob_leaves_its_entry_unmeasured_and_the_run_goes_on(tmp_
     assert corrupt["key"] in live(home) and expired["key"] not in live(home)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_kill_9_mid_run_then_resume_redoes_nothing(tmp_path):
     home = tmp_path / "home"
     names = ["narrow_sum", "narrow_sum_b", "row_sq_sum", "column_sum"]
@@ -390,6 +407,8 @@ def test_kill_9_mid_run_then_resume_redoes_nothing(tmp_path):
     assert Warehouse(home).read(VALIDATIONS).num_rows == 4
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_validate_on_a_url_home_measures_publishes_and_audits(tmp_path):
     local = tmp_path / "home"
     fast = ingest_graph(local, "narrow_sum")  # ingest wants a local home: the URL reaches the same files

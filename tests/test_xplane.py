@@ -69,11 +69,13 @@ def module(profiled: Profiled) -> ModuleTime:
     return modules[0]
 
 
+@pytest.mark.xla
 def test_counts_every_execution_in_the_trace(module: ModuleTime) -> None:
     assert module.executions == CALLS
     assert module.program_id is not None
 
 
+@pytest.mark.xla
 def test_module_time_matches_the_wall_time_of_the_calls(profiled: Profiled,
                                                          module: ModuleTime) -> None:
     ratio = module.seconds / profiled.wall_seconds
@@ -83,6 +85,7 @@ def test_module_time_matches_the_wall_time_of_the_calls(profiled: Profiled,
     assert 0.6 <= ratio <= 1.1
 
 
+@pytest.mark.xla
 def test_op_time_adds_up_within_the_module(module: ModuleTime) -> None:
     op_seconds = sum(op.seconds for op in module.ops)
     assert 0 < op_seconds <= module.seconds * 1.01
@@ -91,6 +94,7 @@ def test_op_time_adds_up_within_the_module(module: ModuleTime) -> None:
     assert seconds == sorted(seconds, reverse=True)
 
 
+@pytest.mark.xla
 def test_trace_carries_the_optimized_module_of_the_executable(profiled: Profiled,
                                                                module: ModuleTime) -> None:
     assert module.optimized_hlo is not None
@@ -104,6 +108,7 @@ def test_trace_carries_the_optimized_module_of_the_executable(profiled: Profiled
     }
 
 
+@pytest.mark.xla
 def test_truncated_trace_is_an_error_naming_the_file(profiled: Profiled, tmp_path: Path) -> None:
     data = profiled.trace.read_bytes()
     truncated = tmp_path / "truncated.xplane.pb"
@@ -122,6 +127,7 @@ def test_random_bytes_are_an_error_naming_the_file(tmp_path: Path) -> None:
         read_trace(noise)
 
 
+@pytest.mark.xla
 def test_trace_without_xla_activity_is_an_error(profiled: Profiled, tmp_path: Path) -> None:
     with jax.profiler.trace(str(tmp_path)):
         sum(range(10_000))
@@ -130,6 +136,7 @@ def test_trace_without_xla_activity_is_an_error(profiled: Profiled, tmp_path: Pa
         read_trace(trace)
 
 
+@pytest.mark.xla
 def test_missing_empty_and_oversized_files(profiled: Profiled, tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="absent.xplane.pb: cannot read"):
         read_trace(tmp_path / "absent.xplane.pb")

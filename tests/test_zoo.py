@@ -45,6 +45,7 @@ def test_get() -> None:
 
 
 @pytest.mark.parametrize("wl", SMALL, ids=lambda wl: wl.name)
+@pytest.mark.xla
 def test_small_workload_compiles_and_runs_finite(wl: zoo.Workload) -> None:
     _, args = wl.build()
     assert all(isinstance(a, jax.ShapeDtypeStruct) for a in jax.tree.leaves(args))
@@ -64,6 +65,7 @@ def _module_ids(d: Path) -> set[str]:
     return {m.group(1) for f in d.iterdir() if (m := re.match(r"module_(\d+)\.", f.name))}
 
 
+@pytest.mark.xla
 def test_dump_workloads(tmp_path: Path) -> None:
     names = ["mlp-s", "gnn-s"]
     dirs = dump_workloads(tmp_path, names)
