@@ -21,7 +21,7 @@ import pytest
 
 from ingest.progress import progress_bar
 import pipelines.cli
-from pipelines.cli import COMMANDS, EXIT_BROKEN_PIPE, build_parser
+from pipelines.cli import COMMANDS, EXIT_BROKEN_PIPE, build_parser, main
 from serving import fdo
 
 FLAG_ACTIONS = (argparse._StoreTrueAction, argparse._HelpAction, argparse._VersionAction)
@@ -159,6 +159,15 @@ def test_a_worker_count_below_one_is_bad_input(tmp_path):
         done = fdo(tmp_path / "home", *args)
         assert done.returncode == 2 and named in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_bad_measure_scale_is_bad_input_before_any_work(tmp_path, monkeypatch, capsys):
+    module = tmp_path / "m.hlo"
+    module.write_text("HloModule m\n\nENTRY e {\n  ROOT p = f32[4] parameter(0)\n}\n")
+    monkeypatch.setenv("FDO_MEASURE_SCALE", "fast")
+    assert main(["--home", str(tmp_path / "home"), "evaluate", str(module)]) == 2
+    assert "fdo evaluate: FDO_MEASURE_SCALE='fast': not a number" in capsys.readouterr().err
+    assert not (tmp_path / "home").exists()  # refused before the home was touched
 
 
 def test_progress_bar_is_drawn_on_a_terminal_only(monkeypatch):

@@ -93,6 +93,12 @@ def _main(argv: list[str] | None) -> int:
         # three quarters JAX preallocates (execution.worker). Not for `fdo run`: a job keeps
         # its own allocator settings.
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        from execution.measure import time_scale
+        try:  # once, here: a bad value would otherwise fail every measurement in the workers
+            time_scale()
+        except ValueError as exc:
+            print(f"fdo {args.command}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     run: Handler = args.run
     # A command that works on any home (it sets home_url) gets the home as it is; the others
     # take a local one, and a URL home is refused by name (Home.local).
