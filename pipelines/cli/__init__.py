@@ -12,10 +12,13 @@ quietly, as a command killed by SIGPIPE is reported by the shell (128 + 13).
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.metadata
 import os
 import sys
 import tempfile
+import threading
+from typing import NoReturn
 
 from pipelines.cli import ingest, loop, rank, store, tune, validate
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, HelpFormatter, Handler, closing_stdout,
@@ -23,7 +26,7 @@ from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, HelpFormatte
 from pipelines.extras import MissingExtra
 from storage.home import Home
 
-__all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "build_parser", "main"]
+__all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "build_parser", "console", "main"]
 
 HOME_OPTION = "--home"
 # The commands whose process starts JAX beside the workers that measure (see `_main`).
@@ -56,8 +59,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `fdo` console script."""
+    """Run one `fdo` command in this process; its exit code."""
     return closing_stdout(lambda: _main(argv))
+
+
+def console() -> NoReturn:
+    """The `fdo` console script: `main()`, then the exit Python makes (its threads joined, its exit
+    handlers run, stdout and stderr flushed), less the C++ static destructors after it. There,
+    now and then, a native thread pool still running (Arrow's: apache/arrow#34314) aborts the
+    process, "terminate called without an active exception", exit 134 after the command's work
+    was done and printed."""
+    code = main()
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()  # noqa: SLF001 -- what Python's own exit runs; os._exit skips it
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):  # a reader gone, a stream closed: nothing to lose
+            pass
+    os._exit(code)
 
 
 def _main(argv: list[str] | None) -> int:

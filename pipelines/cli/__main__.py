@@ -1,9 +1,7 @@
 """`python -m pipelines.cli`: `fdo` without its console script (the scheduler's child runs,
 the tests)."""
 
-import sys
-
-from pipelines.cli import main
+from pipelines.cli import console
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
