@@ -3,7 +3,8 @@ bodies against them, and /openapi.json (so the docs pages) shows every one.
 
 Strict models: a value of the wrong type is refused, never converted (a version of true or
 "3", a key that is a number). A served entry's fields come from the store's own declaration
-(delivery.store.ENTRIES), its config a JSON object.
+(delivery.store.ENTRIES), its configs JSON objects, its holdout_share the effective one (the
+entry's, else its version's), and beside them its version's relaxed_numerics_teams.
 """
 
 from __future__ import annotations
@@ -66,15 +67,17 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _python_type(field: pa.Field) -> Any:
-    if field.name == "config":
+    if field.name in ("config", "relaxed_config"):
         return dict[str, Any] | None
     if pa.types.is_timestamp(field.type):
         return datetime.datetime | None
     return {pa.string(): str, pa.float64(): float}[field.type] | None
 
 
-StoredEntry = create_model("StoredEntry", __doc__="A store entry: the columns of its version's entries.parquet.",
-                           **{field.name: (_python_type(field), ...) for field in ENTRIES})
+StoredEntry = create_model("StoredEntry", __doc__="A store entry: the columns of its version's "
+                           "entries.parquet, and its version's teams whose jobs take its relaxed config.",
+                           **{field.name: (_python_type(field), ...) for field in ENTRIES},
+                           relaxed_numerics_teams=(list[str], ...))
 
 
 class Lookup(BaseModel):

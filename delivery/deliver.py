@@ -10,6 +10,11 @@ entry's `source`, in no version yet), so an entry the validator has since invali
 or let expire, or that a rollback removed, is not brought back by its old result. Nothing new,
 no new version.
 
+An entry carries its result's opt-in config that relaxes numerics (`relaxed_config`,
+`relaxed_speedup`: `tuner.tune.RelaxedOption`), which the hook applies only for jobs that opted
+in; a result landed before tuning_results had them (version 3) reads as having none. A result
+whose strict config was not accepted delivers nothing, its opt-in neither.
+
 Only graph-kind results become entries: a compiler config applies to a whole compile, so an op
 result reaches users folded into the graph-level configs of the graphs that hold the op
 (`tuner.fold`, results with strategy 'fold-ops'), which are graph results like any other.
@@ -27,15 +32,15 @@ import pyarrow.parquet as pq
 
 from delivery.store import DEFAULT_TTL, Store, merge_entries
 from hlo.environment import store_key
-from ranking.beam_io import ReadPartitions, partition_files, pipeline_options
+from ranking.beam_io import ReadTables, Source, partition_files, pipeline_options, plan_reads
 from storage.home import Home, temporary_name
 from storage.homes import atomic_write, open_home
-from storage.store import ENTRIES
+from storage.store import ENTRIES, conform_entries
 from tuner.tables import TUNING_RESULTS
 
 NOISE_BAND = 0.01
 _COLUMNS = ["task_id", "kind", "fingerprint", "env_key", "config", "speedup", "ci_low", "ci_high",
-            "numerics_ok", "compiler_version", "accepted"]
+            "numerics_ok", "compiler_version", "accepted", "relaxed_config", "relaxed_speedup"]
 
 
 class BestPerKey(beam.CombineFn):
@@ -65,7 +70,8 @@ def best_per_key(entries: pa.Table) -> pa.Table:
 
 
 def accepted_as_entries(results: pa.Table, ttl: datetime.timedelta = DEFAULT_TTL) -> pa.Table:
-    """The accepted rows of a `tuning_results` table (with `dt`) as store entries."""
+    """The accepted rows of a `tuning_results` table (with `dt`) as store entries, each with
+    its opt-in config (null where the result has none)."""
     keep = pc.and_(pc.and_(pc.equal(results.column("kind"), "graph"), results.column("accepted")),
                    pc.and_(pc.fill_null(results.column("numerics_ok"), False),
                            pc.greater(pc.fill_null(results.column("ci_low"), 0.0), 1 + NOISE_BAND)))
@@ -82,14 +88,23 @@ def accepted_as_entries(results: pa.Table, ttl: datetime.timedelta = DEFAULT_TTL
         "config": rows.column("config"), "ci_low": rows.column("ci_low"),
         "ci_high": rows.column("ci_high"), "compiler_version": rows.column("compiler_version"),
         "measured_at": measured, "source": rows.column("task_id"),
+        # The version's holdout share.
+        "holdout_share": pa.nulls(rows.num_rows, pa.float64()),
+        "relaxed_config": rows.column("relaxed_config"),
+        "relaxed_speedup": rows.column("relaxed_speedup"),
     }).cast(ENTRIES)
 
 
 def build_deliver_pipeline(pipeline: beam.Pipeline, files: list[str], staged: str) -> None:
     """Add to `pipeline`: read `files` of tuning_results, best accepted entry per key, staged
     as Parquet at `staged`."""
+    # With the columns' schema, a file landed before the opt-in's columns (tuning_results
+    # version 3) reads with them null.
+    results = Source("tuning_results", files, _COLUMNS, lambda t: accepted_as_entries(_plain(t)),
+                     empty=pa.schema([TUNING_RESULTS.schema.field(c) for c in _COLUMNS]))
     (pipeline
-     | "Read tuning_results" >> ReadPartitions(files, _COLUMNS, lambda t: accepted_as_entries(_plain(t)))
+     | "Read tuning_results" >> ReadTables(plan_reads([results]))
+     | "Tables" >> beam.Values()
      | "Best per key" >> beam.CombineGlobally(BestPerKey())
      | "Stage" >> beam.Map(_stage, staged))
 
@@ -106,7 +121,7 @@ def deliver(home: Home, beam_args: Iterable[str] = ()) -> int | None:
         with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
             build_deliver_pipeline(pipeline, files, str(staged))
         with home.open(staged) as source:
-            new = pq.read_table(source).cast(ENTRIES)
+            new = conform_entries(pq.read_table(source))
     finally:
         home.delete([staged])
     store = Store(home)

@@ -5,14 +5,25 @@ environment (JAX loads `delivery.jax_plugin` when it starts its backends), or by
 program under `fdo run -- python prog.py`. Settings come from the arguments, else from
 `FDO_HOME` (data root, default ~/.fdo), `FDO_STORE_URL` (ask the config service instead of
 the embedded store), `FDO_STORE_VERSION` (pin an embedded version), `FDO_STORE_TIMEOUT`
-(seconds), `FDO_SPOOL_HLO=1` (spool modules for symbol ingestion) and `FDO_JOB_ID`.
+(seconds), `FDO_SPOOL_HLO=1` (spool modules for symbol ingestion), `FDO_JOB_ID`, `FDO_TEAM`
+(the job's team, which a store version may opt in to relaxed numerics), `FDO_HOLDOUT` (force
+the holdout share, 0 to 1), `FDO_OPT_OUT=1` (no holdout arm for this job) and
+`FDO_RELAXED_NUMERICS=1` (take entries' relaxed-numerics configs).
 
 JAX lowers a jitted function to StableHLO and hands it to `jax._src.compiler.
 compile_or_get_cached`; the hook wraps that function. Per compile it:
 1. fingerprints the module exactly as symbol ingestion fingerprints a dump of it, and keys it
    with the process's environment (plus any compiler options the job set itself);
 2. looks the key up (delivery.lookup) and re-checks the entry's config against the allowlist
-   and each flag's declared domain;
+   and each flag's declared domain: its relaxed-numerics config (`relaxed_config`, expected
+   speedup `relaxed_speedup`) where it has one and the job opted in, itself or by its team
+   (`HookSettings.takes_relaxed`), else its strict one;
+   then decides the arm: with the share of the settings' forced holdout, else none for a job
+   that opted out, else the entry's (`Found.holdout_share`), `ingest.hits.holdout_arm` of
+   (job id, key) sends the job's compiles of this key to the holdout arm, which compiles with
+   the job's own options, skips steps 3 to 5 and records outcome 'holdout' with the entry's
+   key, version, (strict) speedup and the default executable's optimized fingerprint (so the
+   job's profile joins it: realized savings compare the two arms);
 3. has this machine compiled the module with the config in a sandboxed worker before
    (delivery.sandbox; once per entry and machine)? A config that aborts or hangs XLA there is
    refused, and the job compiles with its own options;
@@ -23,8 +34,8 @@ compile_or_get_cached`; the hook wraps that function. Per compile it:
    map included, so it can never hand back an executable built with other flags;
 5. if the tuned compile fails, compiles again with the job's own options and records why;
 6. appends a hit record to its spool (ingest.hits): outcome, key, store version, expected
-   speedup, and for a tuned executable the fingerprint of its optimized module, which is how a
-   profile of the job finds the hit.
+   speedup, and for a tuned or held-out executable the fingerprint of its optimized module,
+   which is how a profile of the job finds the hit.
 Whatever goes wrong in the hook itself (store missing, corrupt, unreachable, slow; a module it
 cannot fingerprint) ends in the job's own compile and a warning, never in a failed job.
 """
@@ -53,7 +64,7 @@ from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_proto_bytes, from_stablehlo
 from hlo.errors import first_line
-from ingest.hits import spool_path, to_line
+from ingest.hits import holdout_arm, spool_path, to_line
 from storage.homes import atomic_write, open_home
 
 log = logging.getLogger("fleet_fdo.hook")
@@ -76,6 +87,10 @@ class HookSettings:
     timeout: float = 0.25
     spool_hlo: bool = False
     job_id: str = ""
+    team: str = ""  # the job's team: it takes relaxed configs where an entry's version lists it
+    holdout: float | None = None  # a forced holdout share, 0 to 1; None: the entries' shares
+    opt_out: bool = False  # the job takes no part in the holdout arm (unless one is forced)
+    relaxed_numerics: bool = False  # the job takes entries' relaxed-numerics configs
 
     @classmethod
     def from_environment(cls) -> "HookSettings":
@@ -85,8 +100,21 @@ class HookSettings:
         return cls(home=home, url=env.get("FDO_STORE_URL") or None,
                    version=_int_var("FDO_STORE_VERSION"),
                    timeout=_float_var("FDO_STORE_TIMEOUT", 0.25),
-                   spool_hlo=env.get("FDO_SPOOL_HLO", "") not in ("", "0", "false"),
-                   job_id=env.get("FDO_JOB_ID", ""))
+                   spool_hlo=_flag_var("FDO_SPOOL_HLO"), job_id=env.get("FDO_JOB_ID", ""),
+                   team=env.get("FDO_TEAM", ""), holdout=_share_var("FDO_HOLDOUT"),
+                   opt_out=_flag_var("FDO_OPT_OUT"), relaxed_numerics=_flag_var("FDO_RELAXED_NUMERICS"))
+
+    def holdout_share(self, found: Found) -> float:
+        """The share of jobs held out to the defaults for `found`'s key: the forced one, else
+        none for a job that opted out, else the entry's."""
+        if self.holdout is not None:
+            return self.holdout
+        return 0.0 if self.opt_out else found.holdout_share
+
+    def takes_relaxed(self, found: Found) -> bool:
+        """Whether the job takes `found`'s relaxed-numerics config, where it has one: the job
+        opted in itself, or its team is one the entry's version lists. Neither by default."""
+        return self.relaxed_numerics or self.team in found.relaxed_numerics_teams
 
 
 @dataclass
@@ -100,7 +128,9 @@ class _Plan:
     module_name: str = ""
     unoptimized_text: str | None = None
     found: Found | None = None
-    config: CompilerConfig | None = None  # the entry's, checked against the allowlist
+    config: CompilerConfig | None = None  # to apply: the entry's, checked against the allowlist
+    config_text: str | None = None  # the entry's config (strict or relaxed) that `config` is
+    expected_speedup: float | None = None  # of `config_text`
     outcome: str = "miss"
     reason: str | None = None
 
@@ -147,8 +177,10 @@ class Hook:
         compile_seconds = time.perf_counter() - started - hook_seconds
         if plan.fingerprint:
             extra_started = time.perf_counter()
-            if plan.outcome == "applied":
-                optimized_fingerprint = self._memo.optimized(plan.digest, plan.found, executable)
+            if plan.outcome in ("applied", "holdout"):
+                optimized_fingerprint = self._memo.optimized(
+                    plan.digest, plan.env_key, plan.config_text if plan.outcome == "applied" else None,
+                    executable)
             if self.settings.spool_hlo and not self._spooled(plan.fingerprint):
                 self._spool_symbols(plan, None if plan.outcome == "applied"
                                     else _optimized_text(executable))
@@ -179,11 +211,26 @@ class Hook:
             return plan
         if plan.found is None:
             return plan
+        return self._decide(plan)
+
+    def _decide(self, plan: _Plan) -> _Plan:
+        """`plan`, whose look-up found an entry, with the entry's config to apply (its relaxed
+        one where it has one and the job takes it), or refused, or sent to the holdout arm."""
+        assert plan.found is not None
+        entry = plan.found.entry
+        relaxed = entry.get("relaxed_config") is not None and self.settings.takes_relaxed(plan.found)
+        plan.config_text = entry["relaxed_config"] if relaxed else entry["config"]
+        plan.expected_speedup = entry.get("relaxed_speedup") if relaxed else entry.get("speedup")
         try:
-            plan.config = from_json(json.loads(plan.found.entry["config"]))
+            plan.config = from_json(json.loads(plan.config_text))
         except (FlagError, json.JSONDecodeError, TypeError) as exc:
             plan.outcome, plan.reason = "refused", f"config refused: {exc}"
             self._warn(f"entry {plan.key}: {plan.reason}", f"refused {plan.key}")
+            return plan
+        if holdout_arm(self.job_id, plan.key, self.settings.holdout_share(plan.found)):
+            # The arm compares the defaults with the entry as it stands: its own speedup.
+            plan.config, plan.outcome = None, "holdout"
+            plan.expected_speedup = entry.get("speedup")
         return plan
 
     def _environment_for(self, compile_options: Any) -> Environment:
@@ -209,8 +256,8 @@ class Hook:
             "module_name": plan.module_name, "outcome": plan.outcome,
             "kind": entry.get("kind"),
             "config_version": plan.found.version if plan.found is not None else None,
-            "expected_speedup": entry.get("speedup") if plan.outcome == "applied" else None,
-            "config": entry.get("config") if applied else None,
+            "expected_speedup": plan.expected_speedup if plan.outcome in ("applied", "holdout") else None,
+            "config": plan.config_text if applied else None,
             "optimized_fingerprint": optimized_fingerprint, "reason": plan.reason,
             "hook_seconds": hook_seconds, "compile_seconds": compile_seconds,
         }
@@ -287,10 +334,11 @@ class FingerprintMemo:
         self._remember(digest, fingerprint)
         return digest, fingerprint, module
 
-    def optimized(self, digest: str, found: Found | None, executable: Any) -> str | None:
-        """The fingerprint of the optimized module a tuned compile produced."""
-        config = found.entry["config"] if found is not None else ""
-        key = hashlib.blake2b(f"{digest}/{config}".encode(), digest_size=16).hexdigest()
+    def optimized(self, digest: str, env_key: str, config: str | None, executable: Any) -> str | None:
+        """The fingerprint of the optimized module a compile of `digest` in `env_key` produced,
+        with `config` (its JSON text) or, None, with the job's own options (a holdout)."""
+        compiled_with = "defaults" if config is None else config  # a config's text is an object
+        key = hashlib.blake2b(f"{digest}/{env_key}/{compiled_with}".encode(), digest_size=16).hexdigest()
         known = self._recall(key)
         if known is not None:
             return known
@@ -343,20 +391,27 @@ def _device_count(devices: Any) -> int:
 
 def install(home: Path | str | None = None, url: str | None = None, version: int | None = None,
             timeout: float | None = None, spool_hlo: bool | None = None,
-            job_id: str | None = None) -> Hook:
+            job_id: str | None = None, team: str | None = None, holdout: float | None = None,
+            opt_out: bool | None = None, relaxed_numerics: bool | None = None) -> Hook:
     """Route every JAX compile of this process through the hook; returns it. Arguments left
     out come from the FDO_* environment variables. Installing again replaces the settings."""
     global _installed
     from jax._src import compiler
 
     base = HookSettings.from_environment()
+    if holdout is not None and not 0 <= holdout <= 1:
+        raise ValueError(f"holdout={holdout!r}: must be a share from 0 to 1")
     settings = HookSettings(
         home=Path(home) if home is not None else base.home,
         url=url if url is not None else base.url,
         version=version if version is not None else base.version,
         timeout=timeout if timeout is not None else base.timeout,
         spool_hlo=spool_hlo if spool_hlo is not None else base.spool_hlo,
-        job_id=job_id if job_id is not None else base.job_id)
+        job_id=job_id if job_id is not None else base.job_id,
+        team=team if team is not None else base.team,
+        holdout=holdout if holdout is not None else base.holdout,
+        opt_out=opt_out if opt_out is not None else base.opt_out,
+        relaxed_numerics=relaxed_numerics if relaxed_numerics is not None else base.relaxed_numerics)
     hook = Hook(settings)
     with _install_lock:
         original = getattr(compiler.compile_or_get_cached, "__wrapped__",
@@ -423,6 +478,23 @@ def _int_var(name: str) -> int | None:
     if not raw.isdigit():
         raise ValueError(f"{name}={raw!r}: must be a non-negative integer")
     return int(raw)
+
+
+def _flag_var(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0", "false")
+
+
+def _share_var(name: str) -> float | None:
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: must be a number from 0 to 1") from None
+    if not 0 <= value <= 1:  # NaN too
+        raise ValueError(f"{name}={raw!r}: must be a share from 0 to 1")
+    return value
 
 
 def _float_var(name: str, default: float) -> float:

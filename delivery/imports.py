@@ -22,7 +22,7 @@ from delivery.store import DEFAULT_TTL, Store, StoreError, merge_entries
 from execution.flags import FlagError, from_json, to_json
 from hlo.environment import store_key
 from storage.home import Home
-from storage.store import ENTRIES
+from storage.store import ENTRIES, MAX_HOLDOUT_SHARE, check_holdout_share
 
 MAX_IMPORT_BYTES = 16 << 20
 Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
@@ -42,6 +42,21 @@ class ImportEntry(BaseModel):
     speedup: float = Field(gt=0, le=100, allow_inf_nan=False, description="the speedup a hit is expected to give")
     expires_at: AwareDatetime | None = Field(None, description=f"ISO 8601 with a time zone; default: "
                                                                f"{DEFAULT_TTL.days} days after the import")
+    holdout_share: float | None = Field(None, ge=0, le=MAX_HOLDOUT_SHARE,
+                                        description="the share of jobs the compiler hook sends to the "
+                                                    "defaults for this entry; default: the version's")
+
+    @field_validator("holdout_share", mode="before")
+    @classmethod
+    def _share(cls, value: Any) -> Any:
+        """The share as given, or an error naming the value (pydantic's own messages do not)."""
+        if value is None:
+            return value
+        try:
+            return check_holdout_share(value, "holdout_share")
+        except ValueError:
+            raise PydanticCustomError("holdout_share", "{value} refused: must be a number from 0 to {most}",
+                                      {"value": repr(value), "most": MAX_HOLDOUT_SHARE}) from None
 
     @field_validator("config")
     @classmethod
@@ -104,4 +119,5 @@ def _row(entry: ImportEntry, source: str, now: datetime.datetime) -> dict[str, A
             "env_key": entry.env_key, "kind": entry.kind, "speedup": entry.speedup,
             "expires_at": entry.expires_at or now + DEFAULT_TTL, "provenance": "import",
             "config": json.dumps(entry.config, sort_keys=True), "ci_low": None, "ci_high": None,
-            "compiler_version": None, "measured_at": now, "source": source}
+            "compiler_version": None, "measured_at": now, "source": source,
+            "holdout_share": entry.holdout_share, "relaxed_config": None, "relaxed_speedup": None}

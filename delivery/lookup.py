@@ -4,6 +4,11 @@ Both answer `lookup(key)` with a `Found` (the entry and the store version that s
 None, and raise `StoreUnavailable` when the store cannot answer (missing, corrupt, unreachable,
 slow); the hook then compiles with the defaults. Neither ever raises anything else.
 
+Each `Found` carries its version's policies as they apply to the entry (delivery.hook): the
+effective holdout share, the entry's own, else its version's (the manifest's; the default for a
+version or a service answer from before shares), and the teams whose jobs take its relaxed-
+numerics config (none for a version or a service answer from before them).
+
 - `EmbeddedStore` reads one version (pinned, or the live one at first use) once per process.
 - `RemoteStore` asks `GET /v1/configs/{key}` with a short deadline (connect and every read
   together), caches answers (hits and
@@ -25,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from delivery.store import Manifest, Store, check_relaxed_numerics_teams
+from storage.store import DEFAULT_HOLDOUT_SHARE, check_holdout_share
+
 MAX_RESPONSE_BYTES = 1 << 20
 _ENTRY_FIELDS = {"key": str, "fingerprint": str, "env_key": str, "kind": str, "config": dict,
                  "speedup": float}
@@ -37,10 +45,12 @@ class StoreUnavailable(Exception):
 @dataclass(frozen=True)
 class Found:
     """A live entry for a key and the store version that holds it. The entry is a row of the
-    store (delivery.store.ENTRIES) whichever source answered: its config the JSON text."""
+    store (delivery.store.ENTRIES) whichever source answered: its configs the JSON text."""
 
     version: int
     entry: dict[str, Any]
+    holdout_share: float = DEFAULT_HOLDOUT_SHARE  # the entry's, else its version's
+    relaxed_numerics_teams: tuple[str, ...] = ()  # its version's (Manifest.relaxed_numerics_teams)
 
 
 class ConfigSource(Protocol):
@@ -57,18 +67,19 @@ class EmbeddedStore:
     def __init__(self, home: Path, version: int | None = None) -> None:
         self.home, self.pinned = Path(home), version
         self._lock = threading.Lock()
-        self._loaded: tuple[int, dict[str, dict[str, Any]]] | None = None
+        self._loaded: tuple[Manifest, dict[str, dict[str, Any]]] | None = None
         self._failure: str | None = None
 
     def lookup(self, key: str) -> Found | None:
         """The entry for `key` in the snapshot."""
-        version, entries = self._snapshot()
+        manifest, entries = self._snapshot()
         entry = entries.get(key)
         if entry is None or _expired(entry):
             return None
-        return Found(version, entry)
+        share = manifest.holdout_share if entry.get("holdout_share") is None else entry["holdout_share"]
+        return Found(manifest.version, entry, share, tuple(manifest.relaxed_numerics_teams))
 
-    def _snapshot(self) -> tuple[int, dict[str, dict[str, Any]]]:
+    def _snapshot(self) -> tuple[Manifest, dict[str, dict[str, Any]]]:
         with self._lock:
             if self._loaded is None and self._failure is None:
                 try:
@@ -80,15 +91,13 @@ class EmbeddedStore:
             assert self._loaded is not None
             return self._loaded
 
-    def _read(self) -> tuple[int, dict[str, dict[str, Any]]]:
-        from delivery.store import Store
-
+    def _read(self) -> tuple[Manifest, dict[str, dict[str, Any]]]:
         store = Store(self.home)
         version = self.pinned if self.pinned is not None else store.current()
         if version is None:
             raise StoreUnavailable(f"no store published under {self.home}")
         rows = store.entries(version).to_pylist()
-        return version, {row["key"]: row for row in rows}
+        return store.manifest(version), {row["key"]: row for row in rows}
 
 
 class RemoteStore:
@@ -201,15 +210,28 @@ def _parse_answer(body: bytes) -> Found | None:
             value = entry[name] = float(value)
         if not isinstance(value, type_):
             return None
-    # The service sends the config as an object; the store's text of it, as the store writes it.
+    # The service sends the configs as objects; the store's text of them, as the store writes it.
     entry["config"] = json.dumps(entry["config"], sort_keys=True)
+    relaxed = entry.get("relaxed_config")
+    if relaxed is not None:
+        if not isinstance(relaxed, dict):
+            return None
+        entry["relaxed_config"] = json.dumps(relaxed, sort_keys=True)
+    # The service serves the version's policies on the entry: the effective share and the
+    # version's teams; one from before them serves none. The teams are no column of the entry.
+    share, teams = entry.get("holdout_share"), entry.pop("relaxed_numerics_teams", None)
+    try:
+        share = check_holdout_share(DEFAULT_HOLDOUT_SHARE if share is None else share, "holdout_share")
+        teams = check_relaxed_numerics_teams([] if teams is None else teams, "relaxed_numerics_teams")
+    except ValueError:  # StoreError too
+        return None
     if entry.get("expires_at") is not None:
         try:
             expires = datetime.datetime.fromisoformat(entry["expires_at"])
         except (TypeError, ValueError):
             return None
         entry["expires_at"] = expires if expires.tzinfo else expires.replace(tzinfo=datetime.UTC)
-    return Found(version, entry)
+    return Found(version, entry, share, tuple(teams))
 
 
 def _expired(entry: dict[str, Any]) -> bool:

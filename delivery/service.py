@@ -368,9 +368,17 @@ def _render(home: Home) -> Rendering:
     if version is None:
         return None, None, {}
     rows = store.entries(version).to_pylist()
-    published = datetime.datetime.fromisoformat(store.manifest(version).created)
-    return version, published, {row["key"]: json.dumps(entry_json(row), separators=(",", ":")).encode()
-                                for row in rows}
+    manifest = store.manifest(version)
+    published = datetime.datetime.fromisoformat(manifest.created)
+    # A served entry carries its version's policies as they apply to it (delivery.lookup.Found):
+    # its effective holdout share and the version's relaxed-numerics teams; a client reads them
+    # off the entry and never needs the version's manifest.
+    return version, published, {
+        row["key"]: json.dumps(entry_json({**row, "holdout_share": manifest.holdout_share
+                                           if row["holdout_share"] is None else row["holdout_share"],
+                                           "relaxed_numerics_teams": manifest.relaxed_numerics_teams}),
+                               separators=(",", ":")).encode()
+        for row in rows}
 
 
 def _import(home: Home, body: bytes) -> dict[str, Any]:

@@ -4,8 +4,11 @@ Layout under `<home>/store/`:
   v<N>/entries.parquet   one row per entry (storage.store.ENTRIES, declared with the
                          store's read path that every stage shares)
   v<N>/manifest.json     version, parent, created, checksum of entries.parquet, counts by kind,
-                         compiler versions, what made it (deliver, import, rollback, ...) and
-                         who wrote it (`writer`, for a writer to find its own versions)
+                         compiler versions, what made it (deliver, import, rollback, ...),
+                         who wrote it (`writer`, for a writer to find its own versions) and
+                         its policies for the hook: the holdout share of its entries that
+                         set none (`holdout_share`) and the teams whose jobs take relaxed-
+                         numerics configs (`relaxed_numerics_teams`)
   CURRENT                the live version number
   LAST_VERSION           the highest version number ever handed out
 
@@ -18,8 +21,11 @@ check below catches one that builds on a version another has since replaced). It
 optimistic: the caller says which version it built on, and a publish that finds CURRENT moved
 on meanwhile is refused (ConcurrentPublish), so two writers never silently drop each other's
 entries; `update` and `rollback` retry on the new live version. Rollback publishes a new
-version with an older version's entries, so history only grows. Every config is checked
-against the flag allowlist on the way in (`execution.flags.from_json`).
+version with an older version's entries, so history only grows. A version's policies are
+carried forward by every publish until one is set again (`set_holdout_share`,
+`set_relaxed_numerics_teams`). Every config is checked against the flag allowlist on the way in
+(`execution.flags.from_json`), the relaxed config too, every holdout share against its range
+(`storage.store.check_holdout_share`) and every team list (`check_relaxed_numerics_teams`).
 
 The store heals around what a crash or a careless hand leaves. A version number is never
 reused: the next one is past every `v<N>` name on disk (complete or not), CURRENT and
@@ -39,22 +45,24 @@ import json
 import random
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from execution.flags import FlagError, from_json, to_json
+from ingest.tables import TEAM
 from storage.home import Home
 from storage.homes import open_home
-from storage.store import ENTRIES, current_version
+from storage.store import DEFAULT_HOLDOUT_SHARE, ENTRIES, check_holdout_share, conform_entries, current_version
 
 DEFAULT_TTL = datetime.timedelta(days=30)
 _VERSION_NAME = re.compile(r"\.?v([0-9]+)(?:\.tmp-.*)?")  # v<N>, and .v<N>.tmp-* while staged
 LAST_VERSION = "LAST_VERSION"
+_CONFIG_COLUMNS = ("config", "relaxed_config")  # JSON text in the store, objects in JSON output
 
 
 class StoreError(ValueError):
@@ -79,6 +87,13 @@ class Manifest:
     # For programs: who wrote it, set by a writer that must find its own version again (a
     # validator run: "validator/<run id>"); None for the others and in versions made before it.
     writer: str | None = None
+    # Its policies (_POLICIES), which hold for all its entries: a publish keeps its parent's
+    # unless given another; versions made before one read as its default. The share of jobs
+    # held out to the defaults for an entry that sets none (see delivery.hook):
+    holdout_share: float = DEFAULT_HOLDOUT_SHARE
+    # The teams whose jobs take entries' relaxed-numerics configs, beside the jobs that opted
+    # in themselves (see delivery.hook); sorted, no repeats:
+    relaxed_numerics_teams: list[str] = field(default_factory=list)
 
 
 class Store:
@@ -154,7 +169,7 @@ class Store:
             return ENTRIES.empty_table()
         _, data = self.read_version(version)
         try:
-            return pq.read_table(pa.BufferReader(data)).cast(ENTRIES)
+            return conform_entries(pq.read_table(pa.BufferReader(data)))
         except (pa.ArrowException, ValueError) as exc:  # matches its checksum, yet no table of entries
             raise StoreError(f"store version {version}: entries.parquet unusable: {exc}") from None
 
@@ -172,12 +187,24 @@ class Store:
                                  "delivered cannot be told") from None
         return found - {None}
 
-    def publish(self, entries: pa.Table, parent: int | None, reason: str, writer: str | None = None) -> int:
+    def publish(self, entries: pa.Table, parent: int | None, reason: str, writer: str | None = None,
+                holdout_share: float | None = None,
+                relaxed_numerics_teams: Sequence[str] | None = None) -> int:
         """Publish `entries` as the next version, built on `parent`, made for `reason` by
-        `writer` (see Manifest); returns the new version."""
-        entries = _sorted(entries.select(ENTRIES.names).cast(ENTRIES))
-        for row in entries.select(["key", "config"]).to_pylist():
-            _check_config(row["config"], f"entry {row['key']}")
+        `writer`, with the policies `holdout_share` and `relaxed_numerics_teams` (see Manifest;
+        None: the parent's); returns the new version. StoreError names an entry whose config,
+        relaxed config or holdout share is refused, or a refused policy."""
+        entries = _sorted(conform_entries(entries))
+        for row in entries.select(["key", "config", "relaxed_config", "holdout_share"]).to_pylist():
+            where = f"entry {row['key']}"
+            _check_config(row["config"], where)
+            if row["relaxed_config"] is not None:
+                _check_config(row["relaxed_config"], f"{where} (relaxed config)")
+            if row["holdout_share"] is not None:
+                _check_share(row["holdout_share"], where)
+        given = {"holdout_share": holdout_share, "relaxed_numerics_teams": relaxed_numerics_teams}
+        policies = {name: _POLICIES[name](value, "the version") for name, value in given.items()
+                    if value is not None}
         with self._lock():
             self.home.remove_temporaries("store/.v*.tmp-*")  # staged by a publish a kill cut short
             live = self._current_or_none()
@@ -195,7 +222,7 @@ class Store:
                 created=datetime.datetime.now(datetime.UTC).isoformat(), checksum=_checksum(data),
                 counts={kind: kinds.count(kind) for kind in sorted(set(kinds))},
                 compiler_versions=sorted(set(entries.column("compiler_version").to_pylist()) - {None}),
-                reason=reason, writer=writer)
+                reason=reason, writer=writer, **{**self._policies_of(live), **policies})
             with self.home.staged_directory(self.home.location("store", f"v{version}")) as staging:
                 (staging / "entries.parquet").write_bytes(data)
                 (staging / "manifest.json").write_text(json.dumps(manifest.__dict__, indent=1) + "\n")
@@ -204,8 +231,9 @@ class Store:
 
     def update(self, change: Callable[[pa.Table], pa.Table], reason: str, retries: int = 20,
                writer: str | None = None) -> int | None:
-        """Apply `change` to the live entries and publish (as `writer`, see Manifest), retrying
-        when another writer got in first; returns the new version, or None when nothing changed."""
+        """Apply `change` to the live entries and publish (as `writer`, see Manifest, keeping the
+        live version's policies), retrying when another writer got in first; returns the
+        new version, or None when nothing changed."""
         def build() -> tuple[int | None, pa.Table | None]:
             parent = self.current()
             try:
@@ -214,7 +242,7 @@ class Store:
                 raise StoreError(f"the live version is unusable ({exc}): roll back to a good "
                                  "version (fdo store rollback N) first") from None
             after = change(before)
-            if parent is not None and _sorted(after.cast(ENTRIES)).equals(_sorted(before)):
+            if parent is not None and _sorted(conform_entries(after)).equals(_sorted(before)):
                 return parent, None
             return parent, after
 
@@ -229,10 +257,42 @@ class Store:
         assert published is not None  # a rollback always publishes
         return published
 
+    def set_holdout_share(self, share: float, retries: int = 20) -> int | None:
+        """Publish the live entries as a new version whose entries that set no share of their
+        own hold `share` of their jobs out (`fdo store holdout-share`); returns the new version,
+        None when the live version has that share already. StoreError: a refused share, or
+        nothing published yet."""
+        share = _check_share(share, "the version")
+        return self._set_policy("holdout_share", share, f"holdout share {share}", retries)
+
+    def set_relaxed_numerics_teams(self, teams: Sequence[str], retries: int = 20) -> int | None:
+        """Publish the live entries as a new version whose relaxed-numerics configs also go to
+        the jobs of `teams` (none: only to jobs that opted in themselves; `fdo store
+        relaxed-teams`); returns the new version, None when the live version names those teams
+        already. StoreError: a refused list (see check_relaxed_numerics_teams), or nothing
+        published yet."""
+        teams = check_relaxed_numerics_teams(teams, "the version")
+        return self._set_policy("relaxed_numerics_teams", teams,
+                                f"relaxed-numerics teams {', '.join(teams) or 'none'}", retries)
+
+    def _set_policy(self, name: str, value: Any, reason: str, retries: int) -> int | None:
+        """Publish the live entries as a new version, for `reason`, whose policy `name` (see
+        Manifest) is `value`, checked; None when the live version's is that already."""
+        def build() -> tuple[int | None, pa.Table | None]:
+            parent = self.current()
+            if parent is None:
+                raise StoreError(f"no store version to set {reason} on: publish one first")
+            if getattr(self.manifest(parent), name) == value:
+                return parent, None
+            return parent, self.entries(parent)
+
+        return self._publish_retrying(build, reason, retries, **{name: value})
+
     def _publish_retrying(self, build: Callable[[], tuple[int | None, pa.Table | None]], reason: str,
-                          retries: int, writer: str | None = None) -> int | None:
+                          retries: int, writer: str | None = None, **policies: Any) -> int | None:
         """Publish what `build` makes on the live version it read (None: nothing to publish),
-        again on the new live version each time another writer got in first."""
+        with `policies` (publish's keywords), again on the new live version each time another
+        writer got in first."""
         for attempt in range(retries):
             if attempt:  # writers that collided must not collide again in lockstep
                 time.sleep(random.uniform(0.0, 0.05))
@@ -240,7 +300,7 @@ class Store:
             if entries is None:
                 return None
             try:
-                return self.publish(entries, parent, reason, writer)
+                return self.publish(entries, parent, reason, writer, **policies)
             except ConcurrentPublish:
                 continue
         raise ConcurrentPublish(f"gave up after {retries} concurrent publishes")
@@ -252,6 +312,17 @@ class Store:
         except StoreError:
             return None
 
+    def _policies_of(self, version: int | None) -> dict[str, Any]:
+        """The policies of `version`'s manifest by name; none, so the defaults, without one (none
+        yet, or the manifest unreadable: a rollback repairing the store must still publish)."""
+        if version is None:
+            return {}
+        try:
+            manifest = self.manifest(version)
+        except StoreError:
+            return {}
+        return {name: getattr(manifest, name) for name in _POLICIES}
+
     def _version_names(self) -> list[str]:
         """`v<N>` of every version directory, complete or not."""
         return [name for name, is_dir in self.home.children(self.root) if is_dir and re.fullmatch(r"v[0-9]+", name)]
@@ -262,6 +333,8 @@ class Store:
             raise StoreError(f"store {name} is incomplete: no manifest.json (a writer that crashed?)")
         try:
             manifest = Manifest(**json.loads(self.home.read_bytes(path)))
+            for policy, check in _POLICIES.items():
+                check(getattr(manifest, policy), "manifest.json")
         except (OSError, ValueError, TypeError) as exc:
             raise StoreError(f"store {name}: manifest.json unreadable: {exc}") from None
         if f"v{manifest.version}" != name:
@@ -290,14 +363,15 @@ class Store:
 
 def merge_entries(current: pa.Table, new: pa.Table) -> pa.Table:
     """`current` with the rows of `new` replacing those of the same key."""
-    new = new.select(ENTRIES.names).cast(ENTRIES)
+    new = conform_entries(new)
     kept = current.filter(pc.invert(pc.is_in(current.column("key"), value_set=new.column("key"))))
-    return pa.concat_tables([kept.cast(ENTRIES), new])
+    return pa.concat_tables([conform_entries(kept), new])
 
 
 def entry_json(row: dict[str, Any]) -> dict[str, Any]:
-    """An entry (a row of ENTRIES) as JSON shows it: times in ISO 8601, the config an object."""
-    return {k: json.loads(v) if k == "config" else v.isoformat() if hasattr(v, "isoformat") else v
+    """An entry (a row of ENTRIES) as JSON shows it: times in ISO 8601, the configs objects."""
+    return {k: json.loads(v) if k in _CONFIG_COLUMNS and v is not None
+            else v.isoformat() if hasattr(v, "isoformat") else v
             for k, v in row.items()}
 
 
@@ -307,6 +381,34 @@ def _check_config(text: str, where: str) -> str:
         return json.dumps(to_json(from_json(json.loads(text))), sort_keys=True)
     except (FlagError, json.JSONDecodeError, TypeError) as exc:
         raise StoreError(f"{where}: config refused: {exc}") from None
+
+
+def check_relaxed_numerics_teams(value: Any, where: str) -> list[str]:
+    """`value` as a version's relaxed-numerics teams: a list of team names, each a non-empty
+    string of at most ingest.tables.TEAM characters (as the warehouse keeps a team), returned
+    sorted without repeats; StoreError naming `where` and the refused value otherwise (a string
+    is no list)."""
+    if not isinstance(value, (list, tuple)):
+        raise StoreError(f"{where}: relaxed-numerics teams {value!r} refused: must be a list of "
+                         "team names")
+    for team in value:
+        if not (isinstance(team, str) and 0 < len(team) <= TEAM):
+            raise StoreError(f"{where}: relaxed-numerics team {team!r} refused: must be a "
+                             f"non-empty string of at most {TEAM} characters")
+    return sorted(set(value))
+
+
+def _check_share(value: Any, where: str) -> float:
+    """`check_holdout_share`, its refusal a StoreError."""
+    try:
+        return check_holdout_share(value, where)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
+
+
+# A version's policies (Manifest fields) and what checks each, on the way in and when read.
+_POLICIES: dict[str, Callable[[Any, str], Any]] = {
+    "holdout_share": _check_share, "relaxed_numerics_teams": check_relaxed_numerics_teams}
 
 
 def _sorted(entries: pa.Table) -> pa.Table:

@@ -35,10 +35,12 @@ platform's flags only (tuner.space). A flag that acts only across devices (colle
 and pipelining) says so in `min_devices`: a graph compiled for one device never searches it.
 
 The table below is the single source of truth for the flags this project knows: their types,
-domains, channel, cold-start rank, and where the installed compiler's default of each is read
+domains, channel, cold-start rank, where the installed compiler's default of each is read
 (an option flag's DebugOptions field; a backend extra flag's meaning when absent; a build
-option's attribute). Flags not in the table may still be set through `option` when the installed
-XLA knows them; XLA parses and checks their values. No flag that names a file, a directory or a
+option's attribute), and which of their values relax IEEE semantics (`FlagSpec.relaxing`,
+`relaxes_numerics`: a config holding one is delivered only to jobs that opted in). Flags not in
+the table may still be set through `option` when the installed XLA knows them; XLA parses and
+checks their values. No flag that names a file, a directory or a
 cache is ever in the table or applied (`check_name`).
 """
 
@@ -101,6 +103,17 @@ class FlagSpec:
     numbers: tuple[int, ...] = ()  # an enum field's numbers, in the order of `choices`
     # A backend extra flag's default: what no entry in the map means (see `to_xla`).
     absent: FlagValue | None = None
+    # The values that relax IEEE semantics (NaN and infinity handling, signed zeros,
+    # reassociation, approximate division and functions): a program compiled with one may
+    # compute other numbers than the default's, which a one-step numeric check cannot bound
+    # over a training run. Empty: no value does. A tuned config holding one is delivered only
+    # to jobs that opted in (`relaxes_numerics`; docs/tuner.md).
+    relaxing: tuple[FlagValue, ...] = ()
+
+    @property
+    def relaxes_numerics(self) -> bool:
+        """Whether some value of the flag relaxes IEEE semantics (`relaxing`)."""
+        return bool(self.relaxing)
 
 
 FUSION_TYPE_PREFIX = "LIBRARY_FUSION_TYPE_"
@@ -129,8 +142,16 @@ FLAGS: dict[str, FlagSpec] = {
         FlagSpec("xla_cpu_copy_insertion_use_region_analysis", "bool", rank=1, field=337),
         FlagSpec("xla_cpu_use_xnnpack", "bool", rank=3, field=359),
         FlagSpec("xla_cpu_use_fusion_emitters", "bool", rank=3, field=376),
-        FlagSpec("xla_cpu_enable_fast_math", "bool", codegen=True, rank=2, field=99),
-        FlagSpec("xla_cpu_enable_fast_min_max", "bool", codegen=True, rank=4),
+        # Fast math lets LLVM reassociate, contract, and assume no NaN, infinity or signed zero;
+        # each honor flag takes one of those assumptions back, and acts with fast math on
+        # (XLA:CPU's fast-math flags): false relaxes, whatever fast math is set to, so that a
+        # config relaxes by its own values alone. Fast min/max ignores NaN operands.
+        FlagSpec("xla_cpu_enable_fast_math", "bool", codegen=True, rank=2, field=99,
+                 relaxing=(True,)),
+        FlagSpec("xla_cpu_enable_fast_min_max", "bool", codegen=True, rank=4, relaxing=(True,)),
+        *(FlagSpec(f"xla_cpu_fast_math_honor_{what}", "bool", codegen=True, rank=7, field=field,
+                   relaxing=(False,))
+          for what, field in (("nans", 120), ("infs", 121), ("division", 126), ("functions", 129))),
         FlagSpec("xla_cpu_prefer_vector_width", "int", ("128", "256", "512"), codegen=True,
                  rank=2, field=308),
         FlagSpec("xla_cpu_max_isa", "enum", ("SSE4_2", "AVX", "AVX2", "AVX512"), codegen=True,
@@ -177,7 +198,7 @@ FLAGS: dict[str, FlagSpec] = {
         FlagSpec("xla_gpu_enable_while_loop_double_buffering", "bool", platform="gpu", rank=4,
                  field=248),
         FlagSpec("xla_gpu_enable_fast_min_max", "bool", platform="gpu", codegen=True, rank=4,
-                 field=100),
+                 field=100, relaxing=(True,)),
         # More Triton tile configs autotuned per GEMM fusion: a slower compile, perhaps a faster
         # kernel.
         FlagSpec("xla_gpu_exhaustive_tiling_search", "bool", platform="gpu", rank=4, field=219),
@@ -478,6 +499,14 @@ def on_top_of(config: CompilerConfig, baseline: CompilerConfig,
             return None
         change[name] = next(iter(backends), XLA_BACKEND)
     return change
+
+
+def relaxes_numerics(config: CompilerConfig) -> list[str]:
+    """The flags of `config` set to a value that relaxes IEEE semantics (`FlagSpec.relaxing`),
+    sorted; empty for a config that keeps them. A flag the table does not declare is not
+    counted: no search proposes one, and the hook applies no such flag from the store."""
+    return sorted(name for name, value in config.items()
+                  if (spec := spec_of(name)) is not None and value in spec.relaxing)
 
 
 def codegen_values(config: CompilerConfig) -> tuple[tuple[str, FlagValue], ...]:

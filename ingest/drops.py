@@ -13,7 +13,9 @@ graph_runs drop
   executions    int, >= 0
   seconds       float: wall seconds the job spent in this graph that day (<= 86,400)
   optional: compiler_version, opted_out (bool, default false), and the hit metadata of an
-  applied config: config_key, config_version, expected_speedup (null when none was applied)
+  applied config: config_key, config_version, expected_speedup (null when none was applied),
+  holdout (bool: true for a run of the entry's holdout arm, with the defaults; it needs a
+  config_key; default null)
 
 op_runs drop
   dt, job_id, team, env_key   as above
@@ -103,7 +105,7 @@ GRAPH_RUNS_DROP = DropFormat(
                         ("chips", pa.int64()), ("executions", pa.int64()), ("seconds", pa.float64())]),
     optional=pa.schema([("compiler_version", _STRING), ("opted_out", pa.bool_()),
                         ("config_key", _STRING), ("config_version", pa.int64()),
-                        ("expected_speedup", pa.float64())]),
+                        ("expected_speedup", pa.float64()), ("holdout", pa.bool_())]),
 )
 
 OP_RUNS_DROP = DropFormat(
@@ -177,7 +179,9 @@ def _checks(batch: pa.Table, fmt: DropFormat) -> list[tuple[str, pa.ChunkedArray
                    _or_null(speedup, pc.and_(pc.greater(speedup, 0.0), pc.less_equal(speedup, MAX_SPEEDUP)))))
     if fmt is GRAPH_RUNS_DROP:
         chips, seconds = batch.column("chips"), batch.column("seconds")
+        holdout = pc.fill_null(batch.column("holdout"), False)
         checks += [
+            ("holdout without a config_key", pc.or_(pc.invert(holdout), pc.is_valid(config_key))),
             (f"chips outside 1 .. {MAX_CHIPS}",
              _or_null(chips, pc.and_(pc.greater_equal(chips, 1), pc.less_equal(chips, MAX_CHIPS)))),
             ("executions negative", _or_null(batch.column("executions"), pc.greater_equal(batch.column("executions"), 0))),
@@ -204,14 +208,14 @@ def _to_warehouse(good: pa.Table, fmt: DropFormat) -> pa.Table:
 
 
 def _typed(table: pa.Table, fmt: DropFormat, notes: list[str | None] | None = None) -> DropBatch:
-    """All drop columns present (optional ones null or false when absent), in declared types.
+    """All drop columns present (optional ones null when absent, opted_out false), in declared types.
     A value that does not convert becomes null and notes its row, as does a date that does not
     parse; `notes` are earlier ones to keep."""
     notes = notes or [None] * table.num_rows
     columns = []
     for field in fmt.columns:
         if field.name not in table.column_names:
-            fill = pa.scalar(False) if field.type == pa.bool_() else pa.scalar(None, field.type)
+            fill = pa.scalar(False) if field.name == "opted_out" else pa.scalar(None, field.type)
             columns.append(pa.repeat(fill, table.num_rows).cast(field.type))
             continue
         values = table.column(field.name)

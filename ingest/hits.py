@@ -9,6 +9,9 @@ nothing, and a file its writer makes again under the same name after a day's pau
 quarantines bad lines with the reason, then removes the file. A spool file that cannot be read
 is quarantined (and left in place) and the others land.
 `read_hits` shows landed and still-spooled records together, for `fdo hits`.
+
+`holdout_arm` is the rule that sends a job's compiles of a key to the holdout arm (outcome
+'holdout'): here, where the hook and the fleet simulator both reach it.
 """
 
 from __future__ import annotations
@@ -33,9 +36,18 @@ from storage.homes import open_home
 from storage.warehouse import Warehouse, split_rows
 
 SPOOL_DIR = Path("spool") / "hits"
-OUTCOMES = ("applied", "miss", "fallback", "refused", "error")
+OUTCOMES = ("applied", "holdout", "miss", "fallback", "refused", "error")
 STALE_SECONDS = 86400.0
 MAX_LINE_BYTES = 1 << 16
+
+
+def holdout_arm(job_id: str, key: str, share: float) -> bool:
+    """Whether job `job_id` runs store key `key` with the compiler's defaults (the holdout arm)
+    rather than the entry's config, when a `share` of jobs (0 to 1) is held out. Deterministic:
+    every compile of a key in a job, and every run of a job under the same id, takes the same
+    arm; over job ids a key's holdout arm holds `share` of them, independently per key."""
+    digest = hashlib.blake2b(f"{job_id}\0{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < share
 
 
 def spool_path(home: Path, started: float | None = None) -> Path:

@@ -16,7 +16,10 @@ likewise, else the running machine's. A traced module is keyed by the
 graph whose optimized module it is (from `graphs`); without symbols, by its own fingerprint.
 A module the compiler hook compiled with a tuned config is found through the hook's hit record
 (ingest.hits), which gives its graph, environment, config key, store version and expected
-speedup: the hit metadata savings accounting reads.
+speedup: the hit metadata savings accounting reads (`holdout` false). A module of the holdout
+arm (compiled with the defaults although the store had an entry) is found likewise through
+its 'holdout' hit, of the same job only: its optimized module is the default one, which other
+jobs run without a hit. Its row names the entry and has `holdout` true; other rows null.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ class _Run:
     quarantine: Quarantine
     roots: list[Path]
     report: ProfileReport
-    applied_hits: Callable[[], pa.Table]
+    served_hits: Callable[[], pa.Table]
     seen: dict[str, SeenRows]  # by table name
 
     def land(self, table: TableSchema, rows: pa.Table, part: str) -> int:
@@ -101,7 +104,7 @@ def ingest_profiles(paths: Iterable[Path], home: Home, progress: bool = False) -
     warehouse.remove_temporaries()
     roots = [Path(p) for p in paths]
     run = _Run(warehouse, Quarantine(home), roots, ProfileReport(),
-               functools.cache(lambda: _applied_hits(home)),  # read once, if a trace needs it
+               functools.cache(lambda: _served_hits(home)),  # read once, if a trace needs it
                {t.name: SeenRows(warehouse, t) for t in (GRAPH_RUNS, OP_RUNS)})
     inputs, unlisted = find_profiles(roots)
     run.report.quarantined += [Quarantined(str(u.path), u.reason, "") for u in unlisted]
@@ -175,7 +178,7 @@ def _ingest_trace(path: Path, digest: str, run: _Run) -> None:
     env_key = environment.key()
     dt = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC).date()
     graph_of = _graphs_by_optimized_fingerprint(run.warehouse, env_key)
-    hit_of = _hits_by_optimized_fingerprint(run.applied_hits(), job.job_id)
+    hit_of = _hits_by_optimized_fingerprint(run.served_hits(), job.job_id)
     graph_rows, op_rows = [], []
     for module in modules:
         hit = hit_of.get(module.optimized_fingerprint or "", {})
@@ -191,6 +194,7 @@ def _ingest_trace(path: Path, digest: str, run: _Run) -> None:
             "executions": module.executions, "chip_seconds": job.chips * module.seconds,
             "opted_out": job.opted_out, "config_key": hit.get("key"),
             "config_version": hit.get("config_version"), "expected_speedup": hit.get("expected_speedup"),
+            "holdout": hit["outcome"] == "holdout" if hit else None,
         })
         op_rows += [{
             "dt": dt, "job_id": job.job_id, "team": job.team, "op_fingerprint": op.op_fingerprint,
@@ -220,22 +224,27 @@ def _graphs_by_optimized_fingerprint(warehouse: Warehouse, env_key: str) -> dict
                     graphs.column("fingerprint").to_pylist()))
 
 
-def _applied_hits(home: Home) -> pa.Table:
-    """The hook's tuned compiles whose optimized module it fingerprinted."""
+def _served_hits(home: Home) -> pa.Table:
+    """The hook's compiles of keys with an entry, tuned or held out, whose optimized module it
+    fingerprinted."""
     from ingest.hits import read_hits
 
     hits = read_hits(home)
-    return hits.filter(pc.and_(pc.equal(hits.column("outcome"), "applied"),
+    return hits.filter(pc.and_(pc.is_in(hits.column("outcome"), value_set=pa.array(["applied", "holdout"])),
                                pc.is_valid(hits.column("optimized_fingerprint"))))
 
 
-def _hits_by_optimized_fingerprint(applied: pa.Table, job_id: str) -> dict[str, dict]:
-    """The hook's tuned compiles by optimized module: a traced module that is one of them ran
-    with that config (CATWILD's hit metadata). The hook knew the job's environment, so its
-    record keys the run. The job's own compile wins over another job's, later over earlier."""
+def _hits_by_optimized_fingerprint(served: pa.Table, job_id: str) -> dict[str, dict]:
+    """The hook's tuned and held-out compiles by optimized module: a traced module that is one
+    of them ran with that config (CATWILD's hit metadata), or with the defaults in that entry's
+    holdout arm. The hook knew the job's environment, so its record keys the run. A tuned
+    compile of another job counts too (its optimized module is the config's), a holdout only of
+    this job (its optimized module is the default, which any job without a hit runs). The
+    job's own compile wins over another job's, later over earlier."""
     found: dict[str, dict] = {}
-    for row in sorted(applied.to_pylist(), key=lambda r: (r["job_id"] == job_id, r["at"])):
-        found[row["optimized_fingerprint"]] = row
+    for row in sorted(served.to_pylist(), key=lambda r: (r["job_id"] == job_id, r["at"])):
+        if row["outcome"] == "applied" or row["job_id"] == job_id:
+            found[row["optimized_fingerprint"]] = row
     return found
 
 

@@ -2,7 +2,9 @@
 
 - `fdo-environment.json`: an Environment (see hlo.environment) and, optionally,
   `captured_at` (ISO 8601): when the module was compiled, if not the files' modification time.
-- `fdo-job.json` (beside traces): `job_id`, `team`, `chips`, optional `opted_out`.
+- `fdo-job.json` (beside traces): `job_id`, `team`, `chips`, optional `opted_out` (no part in
+  the holdout arm) and `relaxed_numerics` (take relaxed-numerics configs; both false when
+  absent). `fdo run --job-file` reads it too, to set the hook's settings for the job.
 The nearest such file at or above an input, within the path the user named, applies to it.
 """
 
@@ -37,6 +39,7 @@ class Job:
     team: str
     chips: int
     opted_out: bool
+    relaxed_numerics: bool = False
 
 
 def nearest_file(path: Path, roots: list[Path], name: str) -> Path | None:
@@ -66,12 +69,14 @@ def read_job_file(path: Path) -> Job:
     """Parse a job file; ValueError naming the file and the problem."""
     data = _read_json(path)
     job = Job(job_id=data.get("job_id"), team=data.get("team", "unknown"),
-              chips=data.get("chips", 1), opted_out=data.get("opted_out", False))
+              chips=data.get("chips", 1), opted_out=data.get("opted_out", False),
+              relaxed_numerics=data.get("relaxed_numerics", False))
     if not (isinstance(job.job_id, str) and job.job_id and isinstance(job.team, str)
             and isinstance(job.chips, int) and not isinstance(job.chips, bool)
-            and 1 <= job.chips <= MAX_CHIPS and isinstance(job.opted_out, bool)):
+            and 1 <= job.chips <= MAX_CHIPS and isinstance(job.opted_out, bool)
+            and isinstance(job.relaxed_numerics, bool)):
         raise ValueError(f"{path}: bad job file: needs job_id (non-empty string), team (string), "
-                         f"chips (1..{MAX_CHIPS}), opted_out (bool)")
+                         f"chips (1..{MAX_CHIPS}), opted_out (bool), relaxed_numerics (bool)")
     return job
 
 

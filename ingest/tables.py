@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from storage.warehouse import TableSchema
+from storage.warehouse import TableSchema, added_column
 from storage.warehouse import bounded_string as _string
 
 
@@ -72,9 +72,12 @@ OPS = TableSchema(
     ]),
 )
 
+# Version 2 added `holdout`: true for a run of the holdout arm (compiled with the defaults
+# although the store had an entry for it; config_key, config_version and expected_speedup name
+# that entry), false or null for a tuned run (config_key set) or an untuned one (null).
 GRAPH_RUNS = TableSchema(
     name="graph_runs",
-    version=1,
+    version=2,
     schema=pa.schema([
         _field("dt", pa.date32()),
         _string("job_id", JOB_ID),
@@ -90,6 +93,7 @@ GRAPH_RUNS = TableSchema(
         _string("config_key", HEX_KEY, nullable=True),
         _field("config_version", pa.int64(), nullable=True),
         _field("expected_speedup", pa.float64(), nullable=True),
+        added_column(_field("holdout", pa.bool_(), nullable=True), 2),
     ]),
 )
 
@@ -124,8 +128,9 @@ HITS = TableSchema(
         _string("fingerprint", HEX_KEY),
         _string("env_key", HEX_KEY),
         _string("module_name", MODULE_NAME),
-        # 'applied' (tuned config compiled), 'miss' (no entry), 'fallback' (tuned compile failed,
-        # default used), 'refused' (entry's config not allowlisted), 'error' (store unusable)
+        # 'applied' (tuned config compiled), 'holdout' (an entry, but this job is in its holdout
+        # arm: default compile), 'miss' (no entry), 'fallback' (tuned compile failed, default
+        # used), 'refused' (entry's config not allowlisted), 'error' (store unusable)
         _string("outcome", OUTCOME),
         _string("kind", OP_KIND, nullable=True),
         _field("config_version", pa.int64(), nullable=True),  # store version that served it

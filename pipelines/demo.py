@@ -8,6 +8,9 @@ Two days by default: the first night delivers, the second day's fleet runs tuned
 every few days, adopted gradually), as a real fleet's does. Part of the fleet runs on this
 machine's environment (the simulator's "here" jobs), so the validator re-measures their
 configs every night for real: kept while the gain holds, invalidated when it is gone. The
+fleet holds a share of each key's jobs out to the defaults, so its profiles tell what a config
+really did (realized savings: docs/realized.md); the first config the tuner delivers slows the
+simulated fleet down although it won here, and the validator's fleet guard removes it. The
 summary at the end comes from the warehouse and the store, the same tables the dashboards read.
 
 Data goes to `$FDO_HOME` when it is set, else to `.fdo-demo` in the current directory (never
@@ -30,13 +33,14 @@ import pyarrow.compute as pc
 
 from delivery.imports import import_file
 from delivery.store import Store
-from hlo.environment import current_environment
+from hlo.environment import current_environment, store_key
 from pipelines.nightly import NightlySettings, run_nightly
+from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
 from validator.tables import OUTCOMES, VALIDATIONS
-from workloads.simulator.catalog import build_catalog
+from workloads.simulator.catalog import CatalogGraph, build_catalog
 from workloads.simulator.run import simulate, store_lookup
 
 
@@ -48,6 +52,7 @@ class OwnerConfig:
     workload: str
     config: dict[str, Any]
     claimed_speedup: float
+    fleet_speedup: float  # what it really does in the simulated fleet: about what it measures here
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,14 @@ class DemoSettings:
     # A team's hand-set config, imported on the first day as owners import configs they
     # validated themselves (CATWILD 5.2): optimization level 0 for its CNN on this machine,
     # which slows it down on this compiler (about 0.7x), so the validator has one to remove.
-    imported: OwnerConfig = OwnerConfig("vision", "cnn-s", {"xla_backend_optimization_level": 0}, 1.2)
+    imported: OwnerConfig = OwnerConfig("vision", "cnn-s", {"xla_backend_optimization_level": 0}, 1.2, 0.7)
+    # The share of each key's jobs held out to the defaults. A real fleet's 5% decides a key in
+    # a day at tens of thousands of jobs (docs/realized.md); the demo's 2,000 need more.
+    holdout_share: float = 0.2
+    # The fleet's true speedup under the first config the tuner delivers: it won on this
+    # machine and slows the fleet down (as a config tuned on one input can), so the validator's
+    # fleet guard (realized interval wholly below 1) has one to remove.
+    fleet_regression: float = 0.8
 
 
 def run_demo(home: Path, settings: DemoSettings = DemoSettings()) -> int:
@@ -92,19 +104,32 @@ def run_demo(home: Path, settings: DemoSettings = DemoSettings()) -> int:
     print(f"fleet-fdo demo: {settings.days} days of a simulated fleet ({settings.jobs} jobs running "
           f"{', '.join(settings.workloads)}), the nightly loop after each; data root {home}\n")
     failed = False
+    owned = (owned_key(home, settings.imported), settings.imported.fleet_speedup)
+    slowed: tuple[tuple[str, float], ...] = ()  # the tuner's first entry, once delivered
     for offset in range(settings.days):
         date = first + datetime.timedelta(days=offset)
+        injected = () if slowed else tuple(
+            (key, settings.fleet_regression) for key in first_tuned(home, settings.imported)[:1])
+        slowed += injected
         day = simulate(home, days=1, jobs=settings.jobs, seed=settings.seed, start=date,
                        workloads=list(settings.workloads), tuned=store_lookup(home), progress=True,
-                       release_every_days=settings.release_every_days, inbox=home / "inbox" / "fleet")
+                       release_every_days=settings.release_every_days, inbox=home / "inbox" / "fleet",
+                       regressions=(owned, *slowed))
+        truth = day.days[0]
         print(f"{date}: the fleet ran {day.chip_hours:,.0f} chip-hours and handed over "
               f"{day.graph_runs:,} graph runs, {day.op_runs:,} op runs and {day.symbol_modules} new "
-              f"dumps to the inbox")
+              f"dumps to the inbox; its tuned runs really saved {truth['true_chip_hours_saved']:,.1f} "
+              f"chip-hours (the simulator's truth, which the loop never sees)")
+        for key, speedup in injected:
+            print(f"  the tuner's {key[:12]} won on this machine; in the fleet it runs at {speedup}x")
         if offset == 0:
             version = import_owner_config(home, settings.imported)
             print(f"  team {settings.imported.team} imports its own config for {settings.imported.workload} "
                   f"here, {json.dumps(settings.imported.config)} claimed "
                   f"{settings.imported.claimed_speedup}x: store version {version}")
+            version = Store(home).set_holdout_share(settings.holdout_share)
+            print(f"  the fleet holds {settings.holdout_share:.0%} of each key's jobs out to the "
+                  f"defaults: store version {version}")
         report = run_nightly(home, NightlySettings(
             date=date, top=settings.top, top_ops=settings.top_ops, tune_evals=settings.tune_evals,
             tune_minutes=settings.tune_minutes, validate_minutes=settings.validate_minutes,
@@ -120,7 +145,7 @@ def run_demo(home: Path, settings: DemoSettings = DemoSettings()) -> int:
 def import_owner_config(home: Path, owned: OwnerConfig) -> int | None:
     """Import `owned` into the store as `fdo store import` does, keyed to the workload's graph in
     this machine's environment; returns the new store version."""
-    graph = build_catalog(home / "simulator" / "catalog", [owned.workload], scales=(1,))[0]
+    graph = owned_graph(home, owned)
     path = home / "imports" / f"{owned.team}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"fingerprint": graph.fingerprint, "env_key": current_environment().key(),
@@ -128,6 +153,25 @@ def import_owner_config(home: Path, owned: OwnerConfig) -> int | None:
                                 "speedup": owned.claimed_speedup}) + "\n")
     version, _ = import_file(home, path)
     return version
+
+
+def owned_graph(home: Path, owned: OwnerConfig) -> CatalogGraph:
+    """The catalog graph of the workload a team owns a config for."""
+    return build_catalog(home / "simulator" / "catalog", [owned.workload], scales=(1,))[0]
+
+
+def owned_key(home: Path, owned: OwnerConfig) -> str:
+    """The store key of a team's config on this machine."""
+    return store_key(owned_graph(home, owned).fingerprint, current_environment().key())
+
+
+def first_tuned(home: Path, owned: OwnerConfig) -> list[str]:
+    """The keys of the live store's graph entries other than the team's `owned` one, in order."""
+    store = Store(home)
+    if store.current() is None:
+        return []
+    return sorted(e["key"] for e in store.entries().to_pylist()
+                  if e["kind"] == "graph" and e["key"] != owned_key(home, owned))
 
 
 def print_summary(home: Path, first: datetime.date) -> None:
@@ -160,6 +204,18 @@ def print_summary(home: Path, first: datetime.date) -> None:
               f"{row['hit_chip_seconds_sum'] / 3600:,.0f} chip-hours that ran tuned")
     total = (pc.sum(saved.column("chip_seconds_saved")).as_py() or 0.0) / 3600
     print(f"chip-hours saved in all: {total:,.1f}")
+    last = datetime.date.today()
+    realized = read_realized(home, first, last)
+    print("realized in the fleet (holdout arm against tuned arm, 99% interval over jobs):")
+    for r in realized:
+        figure = (f"{r.speedup:.3f}x [{r.interval.low:.3f}, {r.interval.high:.3f}]" if r.decided
+                  else f"undecided ({r.undecided})")
+        verdict = ": regressed in the fleet" if r.regressed else ""
+        print(f"  {r.key[:12]} v{r.config_version}: expected {r.expected_speedup:.3f}x, realized {figure} "
+              f"over {r.holdout.jobs} holdout / {r.tuned.jobs} tuned jobs{verdict}")
+    booked = realized_savings(read_runs(home, first, last), realized).total
+    print(f"booked {booked.booked / 3600:,.1f} chip-hours on the tuned runs; on the entries the fleet "
+          f"decided, booked {booked.booked_decided / 3600:,.1f}, realized {booked.realized / 3600:,.1f}")
     fdo = [*fdo_command(), "--home", str(home)]
     print(f"\ndata written to {home}; to look around:")
     for args, what in ((["serve"], "the dashboards, then open http://127.0.0.1:8470/"),

@@ -174,9 +174,23 @@ def _read_unit(unit: tuple[int, str | None, int], sources: list[Source]) -> tupl
         return source.tag, source.prepare(empty.append_column(PARTITION, pa.array([], pa.date32())))
     stored = [c for c in source.columns if c != PARTITION]
     with open_home(path).open(path) as handle:
+        # Only the columns the file has: pyarrow refuses to open it with a dictionary column
+        # it lacks.
+        names = set(pq.read_schema(handle).names)
+        present = [c for c in stored if c in names]
+        if hasattr(handle, "seek"):  # a file, not a local path
+            handle.seek(0)
         # Dictionary-encoded strings: read without decoding, hashed as small integers.
-        table = pq.ParquetFile(handle, read_dictionary=stored).read_row_group(
-            group, columns=stored, use_threads=False)
+        parquet = pq.ParquetFile(handle, read_dictionary=present)
+        table = parquet.read_row_group(group, columns=present, use_threads=False)
+    if len(present) < len(stored) and source.empty is not None:
+        # A file written before a column was added (storage.warehouse.added_column): null there.
+        for name in stored:
+            if name not in present:
+                table = table.append_column(name, pa.nulls(table.num_rows, source.empty.field(name).type))
+        table = table.select(stored)
+    elif len(present) < len(stored):
+        raise KeyError(f"{path}: no column {sorted(set(stored) - set(present))}")
     dt = pa.scalar(_dt_of(path), pa.date32())
     return source.tag, source.prepare(table.append_column(PARTITION, pa.repeat(dt, table.num_rows)))
 

@@ -102,7 +102,9 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
                       validator_keys: list[str]) -> pa.Table:
     """Savings rows by SQL: the same columns the Beam savings pipeline writes."""
     parts = []
-    for kind, runs in (("graph", "graph_runs"), ("op", "op_runs")):
+    # Runs of a holdout arm name their entry but ran with the defaults: no hit (graph runs only).
+    for kind, runs, tuned in (("graph", "graph_runs", "and not coalesce(holdout, false)"),
+                              ("op", "op_runs", "")):
         if _has(home, runs):
             parts.append(f"""
                 select dt, '{kind}' as kind, team, env_key, config_version,
@@ -110,7 +112,7 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
                        sum(chip_seconds) as hit_chip_seconds,
                        sum(chip_seconds * (coalesce(expected_speedup, 1) - 1)) as chip_seconds_saved
                 from {_scan(home, runs)}
-                where dt between $first and $last and config_key is not null
+                where dt between $first and $last and config_key is not null {tuned}
                 group by all""")
     if not parts:
         return pa.table({})

@@ -2,7 +2,8 @@
 
 A run that applied a tuned config records its key, store version and expected speedup; it used
 `chip_seconds`, so without the config it would have used chip_seconds x speedup, and the saving
-is chip_seconds x (speedup - 1) (CATWILD 4.3.1). Summed per day, kind (graph or op config),
+is chip_seconds x (speedup - 1) (CATWILD 4.3.1). A run of an entry's holdout arm names the
+entry too, but ran with the defaults: it saved nothing and is no hit here. Summed per day, kind (graph or op config),
 team, environment, config version, and whether the entry was last written by the validator, as
 an Apache Beam pipeline; the days of the range are replaced in the `savings` table.
 """
@@ -29,6 +30,7 @@ _KEYS = ["dt", "kind", "team", "env_key", "config_version", "validator_updated"]
 _VALUES = ["hit_chip_seconds", "chip_seconds_saved"]
 _SUMMED = pa.schema([SAVINGS.schema.field(name) for name in _KEYS + _VALUES])
 _COLUMNS = ["team", "env_key", "chip_seconds", "config_key", "config_version", "expected_speedup"]
+_KIND_COLUMNS = {"graph": [*_COLUMNS, "holdout"], "op": _COLUMNS}  # op runs have no holdout arm
 _TOTAL = ArrowSum(_KEYS, _VALUES, _SUMMED)
 
 
@@ -36,9 +38,9 @@ def savings_reads(home: Home, first: datetime.date, last: datetime.date,
                   validator_keys: list[str]) -> ReadPlan:
     """What the savings read: both kinds' runs of [first, last], their hits summed where read."""
     return plan_reads([
-        Source(kind, partition_files(home, table, first, last), _COLUMNS,
+        Source(kind, partition_files(home, table, first, last), _KIND_COLUMNS[kind],
                functools.partial(_hit_sums, kind=kind, validator_keys=validator_keys),
-               empty=pa.schema([table.schema.field(c) for c in _COLUMNS]))
+               empty=pa.schema([table.schema.field(c) for c in _KIND_COLUMNS[kind]]))
         for kind, table in (("graph", GRAPH_RUNS), ("op", OP_RUNS))])
 
 
@@ -69,8 +71,12 @@ def savings(home: Home, first: datetime.date, last: datetime.date,
 
 
 def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
-    """The runs that applied a tuned config, with their hit and saved chip-seconds."""
-    hits = runs.filter(pc.is_valid(runs.column("config_key")))
+    """The runs that applied a tuned config, with their hit and saved chip-seconds: those with
+    a config key, but for runs of the holdout arm (`holdout` true, where runs have the column)."""
+    tuned = pc.is_valid(runs.column("config_key"))
+    if "holdout" in runs.column_names:
+        tuned = pc.and_(tuned, pc.invert(pc.fill_null(runs.column("holdout"), False)))
+    hits = runs.filter(tuned)
     speedup = hits.column("expected_speedup")
     used = hits.column("chip_seconds")
     return pa.table({

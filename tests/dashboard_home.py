@@ -6,7 +6,9 @@ and savings, deliver and import, the tuner's landing (tuner.tune.land_result) an
 validator's plan, decisions and run (validator.plan, validator.run), and hit ingestion. What
 would cost minutes here is the measuring: the tuner's trials and the validator's measurements
 are the stages' own result objects (tuner.trial.Trial, execution.evaluate.EvaluationResult)
-with figures set here, and the hook's records are spooled as the hook writes them.
+with figures set here, and the hook's records are spooled as the hook writes them. One entry's
+holdout arm is written here as graph_runs rows (HOLDOUT_PART): jobs of the defaults, HOLDOUT_SLOWDOWN
+times slower per execution than the entry's tuned jobs, so that its realized speedup is clear.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import datetime
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from delivery.deliver import deliver
@@ -23,7 +26,7 @@ from delivery.store import Store
 from execution.evaluate import EvaluationResult
 from hlo.environment import current_environment, store_key
 from ingest.hits import STALE_SECONDS, ingest_hits, spool_path, to_line
-from ingest.tables import GRAPHS
+from ingest.tables import GRAPH_RUNS, GRAPHS
 from ranking.rank import RankSettings, rank
 from ranking.savings import savings
 from storage.warehouse import Warehouse
@@ -43,8 +46,13 @@ JOBS = 300
 SEED = 3
 TASKS = 8  # the best-ranked graph keys of the day before tuning; the last shows no gain
 TRIALS_PER_TASK = 8
+TRIAL_SECONDS = 30.0  # each trial's time on the task's clock: the tuner's share of the loop's cost
 CONFIGS = ({"xla_cpu_use_xnnpack": False}, {"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"})
 VALIDATE = ValidateSettings(workers=1)  # the dashboard shows decisions, not how they are measured
+MEASURE_SECONDS = 40.0  # each validator measurement's time: the validator's share of the loop's cost
+HOLDOUT_PART = "dashboard-holdout"
+HOLDOUT_JOBS = 6  # per day: enough for a realized speedup (ranking.realized.MIN_JOBS is 5)
+HOLDOUT_SLOWDOWN = 1.25
 
 
 def build_home(home: Path, today: datetime.date | None = None) -> Path:
@@ -70,6 +78,7 @@ def build_home(home: Path, today: datetime.date | None = None) -> Path:
     _validate(home, _at(day[3], 12))
     simulate(home, days=2, jobs=JOBS, seed=SEED, start=day[3], workloads=WORKLOADS, tuned=store_lookup(home))
     _hook(home, day[4], applied=store_key(*next(k for k in keys if k[1] == here)), fallback=None)
+    _holdout(home, store_key(*next(k for k in keys if k[1] == here)), day[3:])
     _import_op_entry(home)  # today, measured now (import stamps it so)
     rank(home, RankSettings(date=today, window_days=5, top_k=5), BEAM_ARGS)
     savings(home, day[0], today, BEAM_ARGS)
@@ -94,6 +103,7 @@ def _tuned(home: Path, task: int, key: tuple[str, str], accepted: bool) -> TuneR
         trials.append(Trial(index, config, outcome, program=f"program-{task}-{index}", speedup=figure,
                             ci_low=figure and figure - 0.03, ci_high=figure and figure + 0.03,
                             numerics_ok=outcome == "measured", compile_seconds=0.4,
+                            elapsed_seconds=TRIAL_SECONDS * (index + 1),
                             error="compile failed" if outcome == "failed" else None))
     return TuneResult(
         task_id=task_digest("graph", fingerprint, env_key, "evolution", task), fingerprint=fingerprint,
@@ -118,17 +128,20 @@ def _import_op_entry(home: Path) -> None:
 
 def _validate(home: Path, now: datetime.datetime) -> None:
     """One validation run at `now` as `fdo validate` makes it, under this interpreter's
-    toolchain; each entry it queues measures 1.1x [1.06, 1.14] again."""
+    toolchain; each entry it queues measures 1.1x [1.06, 1.14] again, MEASURE_SECONDS after the
+    last."""
     chain = Registry(home).get(None)
     run = Run.open(home, chain)
     planner = Planner(home, chain, now, VALIDATE.max_age, VALIDATE.revalidate_after)
     free, queue, _ = planner.plan(decided=set())
     for decision in free:
         run.record(decision)
-    for queued in queue:
+    for n, queued in enumerate(queue):
         found = EvaluationResult(speedup=1.1, ci_low=1.06, ci_high=1.14, significant=True, numerics_ok=True,
                                  identical_program=False, compile_seconds=0.3, default_compile_seconds=0.3)
-        run.record(queued.measured(found, chain.compiler_version, VALIDATE.measure.noise_band, now,
+        # Each measurement ends MEASURE_SECONDS after the one before: the run's measuring time.
+        ended = now + datetime.timedelta(seconds=MEASURE_SECONDS * (n + 1))
+        run.record(queued.measured(found, chain.compiler_version, VALIDATE.measure.noise_band, ended,
                                    VALIDATE.ttl, VALIDATE.max_age))
     run.publish(Store(home))
     run.land(Warehouse(home))
@@ -157,3 +170,29 @@ def _hook(home: Path, dt: datetime.date, applied: str, fallback: str | None) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(map(to_line, records)))
     ingest_hits(home, now=time.time() + STALE_SECONDS + 1)  # its writer is done
+
+
+def holdout_key(home: Path) -> str:
+    """The store key of the entry whose holdout arm the home has (`_holdout`)."""
+    warehouse = Warehouse(home)
+    part = warehouse.parts_of(GRAPH_RUNS, HOLDOUT_PART)[0]
+    return warehouse.read_file(part, GRAPH_RUNS, ["config_key"]).column("config_key")[0].as_py()
+
+
+def _holdout(home: Path, key: str, days: list[datetime.date]) -> None:
+    """The holdout arm of entry `key` on `days`: per day, HOLDOUT_JOBS jobs of their own, each
+    like one of the entry's tuned jobs that day (the first by job id) but HOLDOUT_SLOWDOWN times
+    slower per execution, as a run of the defaults would be."""
+    runs = Warehouse(home).read(GRAPH_RUNS)
+    tuned = runs.filter(pc.and_(pc.and_(pc.equal(runs.column("config_key"), key),
+                                        pc.invert(pc.fill_null(runs.column("holdout"), False))),
+                                pc.is_in(runs.column("dt"), pa.array(days, pa.date32()))))
+    rows = []
+    for dt in days:
+        mine = sorted((r for r in tuned.to_pylist() if r["dt"] == dt), key=lambda r: r["job_id"])
+        like = list({r["job_id"]: r for r in mine}.values())[:HOLDOUT_JOBS]
+        if len(like) < HOLDOUT_JOBS:
+            raise AssertionError(f"{len(like)} tuned jobs of {key} on {dt}: too few to copy a holdout arm from")
+        rows += [{**r, "job_id": f"holdout-{n}-{r['job_id']}", "holdout": True,
+                  "chip_seconds": r["chip_seconds"] * HOLDOUT_SLOWDOWN} for n, r in enumerate(like)]
+    Warehouse(home).append(GRAPH_RUNS, pa.Table.from_pylist(rows, schema=GRAPH_RUNS.schema), HOLDOUT_PART)

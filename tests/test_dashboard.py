@@ -1,6 +1,7 @@
 """The dashboards of `fdo serve`: every /api/ endpoint checked against the tables it reads, with
-and without filters, and the pages (overview, tuner, the graphs, a graph's) in a real headless
-Chromium against a real server on loopback: full, filtered through their form, and empty.
+and without filters, and the pages (overview, tuner, the graphs, a graph's, a store entry's) in a
+real headless Chromium against a real server on loopback: full, filtered through their form, and
+empty. The realized figures are checked against ranking.realized over the same graph runs.
 
 Screenshots of the full pages are kept under tests/artifacts/ (git-ignored).
 """
@@ -20,10 +21,12 @@ from playwright.sync_api import Page
 from delivery.store import Store
 from ingest.tables import GRAPH_RUNS, GRAPHS
 from pipelines.dashboard.layout import PAGES
-from pipelines.dashboard.queries import QUERIES
+from pipelines.dashboard.queries import QUERIES, REALIZED_LEVEL
+from ranking.cost import loop_cost, return_on_cost
+from ranking.realized import Realized, realized_savings, realized_speedups
 from ranking.tables import SAVINGS
 from storage.warehouse import Warehouse
-from tests.dashboard_home import TASKS, build_home
+from tests.dashboard_home import TASKS, build_home, holdout_key
 from tests.serving import call, running_server
 from tuner.analyze import analyze_flags
 from tuner.tables import TRIALS
@@ -33,6 +36,11 @@ from validator.validate import MEASURE_SETTINGS
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 DEFAULT_DAYS = 30
+# ranking.realized's bootstrap draws jobs by their index after Arrow's group_by, whose order
+# varies from call to call when Arrow runs it on several threads: the same rows then give
+# intervals that differ in the fourth digit. The server and these tests use one Arrow thread
+# until ranking.realized orders the jobs itself.
+ONE_ARROW_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +50,7 @@ def dashboard_home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def served(dashboard_home):
-    with running_server(dashboard_home) as base:
+    with running_server(dashboard_home, ONE_ARROW_THREAD) as base:
         yield base
 
 
@@ -63,6 +71,27 @@ def _environments(home: Path) -> dict[str, dict]:
     """env_key -> what the symbols say of it (the graphs table), read here without the dashboards."""
     graphs = Warehouse(home).read(GRAPHS, ["env_key", "device_kind", "device_count", "compiler_version"])
     return {row["env_key"]: row for row in graphs.to_pylist()}
+
+
+def _entry_runs(home: Path, key: str | None = None) -> pa.Table:
+    """The graph runs that named a store entry (`key`, else any): both arms of its holdout."""
+    runs = Warehouse(home).read(GRAPH_RUNS)
+    named = runs.filter(pc.is_valid(runs.column("config_key")))
+    return named if key is None else named.filter(pc.equal(named.column("config_key"), key))
+
+
+def _realized(runs: pa.Table) -> list[Realized]:
+    """ranking.realized's speedups of `runs` as the server computes them (on one Arrow thread)."""
+    threads = pa.cpu_count()
+    pa.set_cpu_count(1)
+    try:
+        return realized_speedups(runs, confidence=REALIZED_LEVEL)
+    finally:
+        pa.set_cpu_count(threads)
+
+
+def _on(runs: pa.Table, day: str) -> pa.Table:
+    return runs.filter(pc.equal(runs.column("dt"), pa.scalar(datetime.date.fromisoformat(day))))
 
 
 def _saved_hours(table: pa.Table) -> float:
@@ -103,11 +132,13 @@ def test_savings_and_hits_match_the_warehouse(served, dashboard_home):
         mine = table.filter(pc.equal(table.column("config_version"), version))
         assert seconds == pytest.approx(pc.sum(mine.column("chip_seconds_saved")).as_py(), rel=1e-9)
 
-    runs = warehouse.read(GRAPH_RUNS, ["dt", "chip_seconds", "config_key"])
+    runs = warehouse.read(GRAPH_RUNS, ["dt", "chip_seconds", "config_key", "holdout"])
     hits = {r["dt"]: r for r in _api(served, "hits") if r["source"] == "profiles" and r["kind"] == "graph"}
     for dt, row in hits.items():
         day = runs.filter(pc.equal(runs.column("dt"), pa.scalar(datetime.date.fromisoformat(dt))))
-        tuned = day.filter(pc.is_valid(day.column("config_key")))
+        # A holdout run of an entry ran the defaults: a run of the key, not a tuned one.
+        tuned = day.filter(pc.and_(pc.is_valid(day.column("config_key")),
+                                   pc.invert(pc.fill_null(day.column("holdout"), False))))
         assert row["runs"] == day.num_rows and row["hit_runs"] == tuned.num_rows
         tuned_seconds = pc.sum(tuned.column("chip_seconds")).as_py() or 0.0
         assert row["hit_chip_hours"] == pytest.approx(tuned_seconds / 3600)
@@ -273,7 +304,8 @@ def _check_graph_rows(rows: list[dict], runs: list[dict], entries: dict, names: 
         assert row["runs"] == len(mine) and row["teams"] == len({r["team"] for r in mine})
         assert row["environments"] == len(envs) and row["env_key"] == envs.most_common(1)[0][0]
         assert row["hit_share"] == pytest.approx(
-            sum(r["chip_seconds"] for r in mine if r["config_key"] is not None) / row["chip_seconds"])
+            sum(r["chip_seconds"] for r in mine if r["config_key"] is not None and not r["holdout"])
+            / row["chip_seconds"])
         tuned = [env for env, _ in envs.most_common() if (row["fingerprint"], env) in entries]
         assert row["tuned"] == bool(tuned) and row["entries"] == len(tuned)
         # The speedup shown is the entry's in the costliest environment that has one.
@@ -287,7 +319,7 @@ def _check_graph_rows(rows: list[dict], runs: list[dict], entries: dict, names: 
 def test_the_graphs_endpoint_lists_every_graph_by_cost_under_the_filters(served, dashboard_home):
     warehouse = Warehouse(dashboard_home)
     runs = warehouse.read(GRAPH_RUNS, ["team", "fingerprint", "env_key", "device_kind", "chip_seconds",
-                                       "config_key"]).to_pylist()
+                                       "config_key", "holdout"]).to_pylist()
     names = {r["fingerprint"]: r["module_name"]
              for r in warehouse.read(GRAPHS, ["fingerprint", "module_name"]).to_pylist()}
     entries = {(e["fingerprint"], e["env_key"]): e for e in Store(dashboard_home).entries().to_pylist()
@@ -320,6 +352,59 @@ def test_the_graphs_endpoint_lists_every_graph_by_cost_under_the_filters(served,
 
 @pytest.mark.xla
 @pytest.mark.subprocess
+def test_realized_speedups_savings_and_cost_match_ranking_on_the_same_runs(served, dashboard_home):
+    runs = _entry_runs(dashboard_home)
+    found = {(f.key, f.config_version): f for f in _realized(runs)}
+    rows = _api(served, "realized")
+    assert {(r["key"], r["config_version"]) for r in rows} == found.keys()
+    for row in rows:
+        entry = found[row["key"], row["config_version"]]
+        assert row["expected_speedup"] == entry.expected_speedup and row["decided"] == entry.decided
+        assert row["undecided"] == (entry.undecided and entry.undecided.value)
+        assert [row[f"{arm}_{n}"] for arm in ("tuned", "holdout") for n in ("jobs", "runs")] == [
+            entry.tuned.jobs, entry.tuned.runs, entry.holdout.jobs, entry.holdout.runs]
+        if entry.decided:
+            assert row["speedup"] == pytest.approx(entry.speedup, rel=1e-9)
+            assert [row["ci_low"], row["ci_high"]] == pytest.approx([entry.interval.low, entry.interval.high],
+                                                                    rel=1e-9)
+    key = holdout_key(dashboard_home)
+    clear = [r for r in rows if r["key"] == key and r["decided"]]
+    assert clear and all(r["ci_low"] > 1 for r in clear)  # the holdout written by the test home
+    assert any(not r["decided"] for r in rows)  # entries whose holdout arm is too small yet
+    assert {r["key"] for r in _api(served, "realized", entry=key)} == {key}
+
+    breakdown = realized_savings(runs, found.values())
+    savings = _api(served, "realized-savings")
+    for name, parts, label in (("total", [breakdown.total], None), ("team", breakdown.by_team, "team"),
+                               ("version", breakdown.by_version, "config_version")):
+        shown = [r for r in savings if r["slice"] == name]
+        assert len(shown) == len(parts) and (label is None or [r[label] for r in shown] == [
+            getattr(part, label) for part in parts])
+        for row, part in zip(shown, parts):
+            assert row["booked_chip_hours"] == pytest.approx(part.booked / 3600, rel=1e-9)
+            assert row["booked_decided_chip_hours"] == pytest.approx(part.booked_decided / 3600, rel=1e-9)
+            assert row["realized_chip_hours"] == pytest.approx(part.realized / 3600, rel=1e-9)
+            assert (row["decided_entries"], row["undecided_entries"]) == (part.decided, part.undecided)
+            if part.interval is not None:
+                assert [row["realized_low"], row["realized_high"]] == pytest.approx(
+                    [part.interval.low / 3600, part.interval.high / 3600], rel=1e-9)
+    assert breakdown.total.decided >= 1 and breakdown.total.undecided >= 1
+
+    today = datetime.date.today()
+    warehouse = Warehouse(dashboard_home)
+    cost = loop_cost(warehouse.read(TRIALS, ["dt", "task_id", "elapsed_seconds"]),
+                     warehouse.read(VALIDATIONS, ["dt", "run_id", "validated_at"]), found.values(),
+                     today - datetime.timedelta(days=DEFAULT_DAYS - 1), today)
+    [shown] = _api(served, "loop-cost")
+    assert [shown[f"{part}_chip_hours"] for part in ("tuning", "validation", "holdout")] == pytest.approx(
+        [cost.tuning / 3600, cost.validation / 3600, cost.holdout / 3600], rel=1e-9)
+    assert cost.tuning > 0 and cost.validation > 0 and cost.holdout > 0
+    assert shown["return_on_cost"] == pytest.approx(return_on_cost(breakdown.total.realized, cost), rel=1e-9)
+    assert _api(served, "summary")[0]["return_on_cost"] == pytest.approx(shown["return_on_cost"], rel=1e-9)
+
+
+@pytest.mark.xla
+@pytest.mark.subprocess
 def test_bad_filters_are_400_naming_the_parameter(served):
     today = datetime.date.today()
     two_days = _api(served, "savings", days="2")
@@ -337,6 +422,10 @@ def test_bad_filters_are_400_naming_the_parameter(served):
         ("/api/savings", {"graph": "a" * 32}, "graph: /api/savings cannot be narrowed by graph"),
         ("/", {"to": "yesterday"}, "to: 'yesterday' is not a date"),
         ("/graphs/xyz", {}, "fingerprint: 'xyz' is not a fingerprint"),
+        ("/entries/xyz", {}, "key: 'xyz' is not a store key"),
+        ("/api/realized", {"entry": "xyz"}, "entry: 'xyz' is not a store key"),
+        ("/api/savings", {"entry": "a" * 32}, "entry: /api/savings cannot be narrowed by store entry"),
+        ("/api/tuner", {"entry": "a" * 32}, "entry: /api/tuner cannot be narrowed by store entry"),
         ("/api/graphs", {"days": "0"}, "days: '0' is not a whole number"),
         ("/graphs", {"device_kind": "TPU\tv5"}, "device_kind: 'TPU\\tv5' holds control characters"),
     ]
@@ -345,6 +434,8 @@ def test_bad_filters_are_400_naming_the_parameter(served):
         assert status == 400 and message in text, (path, params, text)
     status, text = _error(served, f"/graphs/{'0' * 32}")
     assert status == 404 and f"graph {'0' * 32}: no symbols" in text
+    status, text = _error(served, f"/entries/{'0' * 32}")
+    assert status == 404 and f"store entry {'0' * 32}: not live, and no runs" in text
 
 
 class Visit:
@@ -380,7 +471,8 @@ class Visit:
         self.page.wait_for_selector("body[data-ready=true]", timeout=60_000)
         charts = self.page.eval_on_selector_all(".chart", """els => els.map(e => ({
             id: e.dataset.chart, state: e.dataset.state, points: Number(e.dataset.points || 0), text: e.innerText,
-            traces: (e.data || []).map(t => ({name: t.name, x: t.x, y: t.y, customdata: t.customdata})),
+            traces: (e.data || []).map(t => ({name: t.name, x: t.x, y: t.y, customdata: t.customdata,
+                                              error_y: t.error_y ? [t.error_y.arrayminus, t.error_y.array] : null})),
             xtitle: e.layout && e.layout.xaxis && e.layout.xaxis.title ? e.layout.xaxis.title.text : null}))""")
         grids = self.page.eval_on_selector_all(".rows", """els => els.map(e => ({
             id: e.dataset.grid, state: e.dataset.state, text: e.innerText,
@@ -392,6 +484,7 @@ class Visit:
         return {"url": self.page.url, "fleet_wide": fleet_wide,
                 "charts": {c["id"]: c for c in charts}, "grids": {g["id"]: g for g in grids},
                 "tiles": self.page.eval_on_selector_all(".tile .value", "els => els.map(e => e.innerText)"),
+                "tile_notes": self.page.eval_on_selector_all(".tile .sub", "els => els.map(e => e.innerText)"),
                 "links": self.page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")}
 
     def screenshot(self, name: str) -> Path:
@@ -426,7 +519,7 @@ def _all_drawn(shown: dict) -> None:
 def test_the_overview_draws_every_card_over_every_day_of_the_window(visit):
     shown = visit.open("/")
     shot = visit.screenshot("dashboard")
-    assert shown["charts"].keys() == {card.id for card in PAGES["overview"].cards()}
+    assert shown["charts"].keys() | shown["grids"].keys() == {card.id for card in PAGES["overview"].cards()}
     _all_drawn(shown)
     assert "—" not in shown["tiles"] and float(shown["tiles"][0].replace(",", "")) > 0
     today = datetime.date.today()
@@ -459,7 +552,7 @@ def test_filters_change_what_the_cards_show_and_stay_in_every_link(visit, dashbo
     assert query["team"] == [team] and "device_kind" not in query  # unchosen filters stay out of the URL
     assert shown["tiles"][0] == f"{_saved_hours(mine):,.0f}" != everyone["tiles"][0]
     assert [t["y"] for t in shown["charts"]["savings-by-team"]["traces"]] == [[team]]
-    assert shown["tiles"][4] != everyone["tiles"][4]  # the tuning tasks of the team's keys
+    assert shown["tiles"][6] != everyone["tiles"][6]  # the tuning tasks of the team's keys
     kept = [link for link in shown["links"] if link != "/api"]
     without = [link for link in kept if f"team={urllib.parse.quote_plus(team)}" not in link]
     # Every link keeps the team, but "clear filters" and the rows of the fleet-wide cards.
@@ -520,6 +613,75 @@ def test_a_graph_page_shows_its_cost_teams_trials_entries_and_decisions(visit, s
     assert "99.9% interval" in shown["charts"]["tuning-results"]["xtitle"]
     cost = sum(sum(trace["y"]) for trace in shown["charts"]["graph-cost"]["traces"])
     assert cost == pytest.approx(sum(r["chip_hours"] for r in _api(served, "teams", graph=fingerprint)), rel=1e-9)
+
+
+@pytest.mark.xla
+@pytest.mark.subprocess
+@pytest.mark.browser
+def test_an_entry_page_shows_expected_against_realized_and_the_overview_both(visit, dashboard_home):
+    key = holdout_key(dashboard_home)
+    runs = _entry_runs(dashboard_home)
+    found = _realized(runs)
+    breakdown = realized_savings(runs, found)
+    total = breakdown.total
+
+    # The overview: realized beside booked, in the tiles and per team.
+    overview = visit.open("/")
+    assert overview["tiles"][1] == f"{total.realized / 3600:,.0f}"
+    note = overview["tile_notes"][1]
+    assert f"booked {total.booked_decided / 3600:,.0f} on {total.decided} entr" in note
+    assert f"{total.undecided} undecided" in note
+    assert note.startswith(f"[{total.interval.low / 3600:,.0f}, {total.interval.high / 3600:,.0f}], 99%; ")
+    booked, realized = overview["charts"]["realized-by-team"]["traces"]
+    assert booked["x"] == realized["x"] == [t.team for t in breakdown.by_team]
+    assert booked["y"] == pytest.approx([t.booked_decided / 3600 for t in breakdown.by_team], rel=1e-9)
+    assert realized["y"] == pytest.approx([t.realized / 3600 for t in breakdown.by_team], rel=1e-9)
+    assert overview["tiles"][2].endswith("×")  # the return on cost
+
+    # The entry's page, from the overview's list of entries.
+    page = visit.follow(f'[data-grid=realized] a[href^="/entries/{key}?"]')
+    visit.screenshot("entry")
+    assert urllib.parse.urlsplit(page["url"]).path == f"/entries/{key}"
+    assert page["charts"].keys() | page["grids"].keys() == {card.id for card in PAGES["entry"].cards()}
+    _all_drawn(page)
+    grid = page["grids"]["realized"]
+    column = {header: n for n, header in enumerate(grid["headers"])}
+    cells = {row[column["version"]]: row for row in grid["cells"]}
+    mine = [f for f in found if f.key == key]
+    assert cells.keys() == {str(f.config_version) for f in mine}
+    decided = [f for f in mine if f.decided]
+    assert decided and all(f.interval.low > 1 for f in decided)  # a clear realized speedup
+    for entry in mine:
+        row = cells[str(entry.config_version)]
+        assert [row[column[c]] for c in ("tuned jobs", "tuned runs", "holdout jobs", "holdout runs")] == [
+            f"{n:,}" for n in (entry.tuned.jobs, entry.tuned.runs, entry.holdout.jobs, entry.holdout.runs)]
+        if not entry.decided:
+            assert row[column["realized"]] == "—" and row[column["verdict"]] == f"undecided: {entry.undecided}"
+            continue
+        assert row[column["realized"]] == (f"{entry.speedup:.3f}× [{entry.interval.low:.3f}, "
+                                           f"{entry.interval.high:.3f}]")
+        assert row[column["verdict"]] == "realized"
+
+    # Expected against realized over time: per day, that day's runs alone.
+    traces = {t["name"].split(",")[0]: t for t in page["charts"]["realized-days"]["traces"]}
+    mine_runs = _entry_runs(dashboard_home, key)
+    for version in {f.config_version for f in decided}:
+        days = [(day, f) for day in sorted({str(d) for d in mine_runs.column("dt").to_pylist()})
+                for f in _realized(_on(mine_runs, day))
+                if f.config_version == version and f.decided]
+        realized = traces[f"v{version} realized"]
+        assert realized["x"] == [day for day, _ in days] and days
+        assert realized["y"] == pytest.approx([f.speedup for _, f in days], rel=1e-9)
+        below, above = realized["error_y"]
+        assert [y - b for y, b in zip(realized["y"], below)] == pytest.approx(
+            [f.interval.low for _, f in days], rel=1e-9)
+        assert [y + a for y, a in zip(realized["y"], above)] == pytest.approx(
+            [f.interval.high for _, f in days], rel=1e-9)
+        expected = {y for y in traces[f"v{version} expected"]["y"] if y is not None}
+        assert expected == {f.expected_speedup for f in mine if f.config_version == version}
+
+    decisions = [r for r in Warehouse(dashboard_home).read(VALIDATIONS).to_pylist() if r["key"] == key]
+    assert len(page["grids"]["decisions"]["cells"]) == len(decisions) > 0
 
 
 @pytest.mark.xla
@@ -603,8 +765,9 @@ def test_an_empty_home_says_no_data_yet_and_names_unreadable_data(tmp_path, brow
         tab = Visit(browser, base)
         pages = {"overview": tab.open("/"), "tuner": tab.open("/tuner"), "graphs": tab.open("/graphs")}
         tab.close()
-    validations = pages["overview"]["charts"].pop("validations")
-    assert validations["state"] == "error" and str(broken) in validations["text"]
+    for chart_id in ("validations", "loop-cost"):  # the loop's cost counts the validator's time
+        unreadable = pages["overview"]["charts"].pop(chart_id)
+        assert unreadable["state"] == "error" and str(broken) in unreadable["text"], chart_id
     for shown in pages.values():
         for card_id, card in [*shown["charts"].items(), *shown["grids"].items()]:
             assert card["state"] == "empty" and "No data yet" in card["text"], card_id

@@ -260,7 +260,9 @@ def test_remote_store_applies_configs_and_an_unreachable_or_silent_one_does_not_
     shutil.copytree(home, tuned)
     import_configs(tuned, default_records, NO_YNN)
     with running_server(tuned) as url:
-        output, _ = run_job(tuned, "--store-url", url, "--job-id", "remote")
+        # A generous timeout: this part is about applying, and a loaded machine answers slowly.
+        output, _ = run_job(tuned, "--store-url", url, "--job-id", "remote",
+                            env={"FDO_STORE_TIMEOUT": "20"})
     assert output["ynn"] is False
     assert_same_numbers(output, default_output)
     records = hits(tuned, "remote")

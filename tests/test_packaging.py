@@ -355,7 +355,7 @@ def test_every_command_of_the_pipeline_extra_runs_in_its_install(pipeline, tmp_p
     # savings: the fleet's next day, whose jobs in this machine's environment apply the config.
     fdo_as_json("simulate", "--days", "1", "--jobs", "100", "--start", next_day.isoformat(),
                 "--workloads", "nbody-s")
-    saved = fdo_as_json("savings", "--from", FLEET_DAY.isoformat(), "--to", next_day.isoformat())
+    saved = fdo_as_json("savings", "--from", FLEET_DAY.isoformat(), "--to", next_day.isoformat())["rows"]
     assert saved and all(r["config_version"] == 2 and r["chip_seconds_saved"] > 0 for r in saved)
     assert {(r["dt"], r["env_key"]) for r in saved} == {(next_day.isoformat(), tuned["env_key"])}
 

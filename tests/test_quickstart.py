@@ -54,6 +54,6 @@ def test_the_readme_quickstart_gets_a_hit_and_a_savings_row(tmp_path):
     hits = fdo_json(home, "hits", "--job", "quickstart-2")["records"]
     applied = [h for h in hits if h["outcome"] == "applied"]
     assert [h["module_name"] for h in applied] == ["jit_step"] and applied[0]["expected_speedup"] > 1.01
-    rows = fdo_json(home, "savings")
+    rows = fdo_json(home, "savings")["rows"]
     assert [(r["team"], r["config_version"]) for r in rows] == [("me", 1)]
     assert rows[0]["chip_seconds_saved"] > 0

@@ -93,11 +93,14 @@ def listed(configs: list[CompilerConfig]):
 
 def run(evaluator: TableEvaluator, next_config, budget: int, trials: list[Trial] | None = None,
         journal: list[Trial] | None = None) -> tuple[list[Trial], Trial | None]:
-    """`run_search` from `trials` (journaled), on the evaluator's clock."""
+    """`run_search` from `trials` (journaled), on the evaluator's clock: every trial and the
+    winner (these flags relax no numerics: no opt-in beside it)."""
     trials = list(trials or [])
-    return run_search(evaluator, next_config, trials, budget, SCREEN, COMPARE, lambda: True,
-                      (journal if journal is not None else []).append,
-                      clock=TaskClock(trials, now=evaluator.now))
+    trials, winners = run_search(evaluator, next_config, trials, budget, SCREEN, COMPARE,
+                                 lambda: True, (journal if journal is not None else []).append,
+                                 clock=TaskClock(trials, now=evaluator.now))
+    assert winners.relaxed is None
+    return trials, winners.strict
 
 
 # A small space with a known best: a and c each give a gain, together the most; b changes
@@ -209,9 +212,9 @@ def test_a_search_without_a_significant_screen_makes_no_comparison():
 def test_a_fixed_list_is_evaluated_in_order_and_its_best_wins_as_measured():
     configs = [{"c": "X"}, {"a": 2}, {"a": 1}]
     evaluator = known_set()
-    trials, best = run_search(evaluator, listed(configs), [], 10, SCREEN, COMPARE, lambda: True,
-                              lambda trial: None, listed=True)
-    assert [t.config for t in trials] == configs and best.config == {"a": 2}
+    trials, winners = run_search(evaluator, listed(configs), [], 10, SCREEN, COMPARE,
+                                 lambda: True, lambda trial: None, listed=True)
+    assert [t.config for t in trials] == configs and winners.strict.config == {"a": 2}
     assert [settings for _, settings in evaluator.measured] == [SCREEN] * 3  # no race, no prune
 
 

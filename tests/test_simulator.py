@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import shutil
@@ -12,14 +13,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from hlo.environment import Environment
+from hlo.environment import Environment, store_key
+from ingest.hits import holdout_arm
 from ingest.quarantine import file_digest
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
 from storage.homes import open_home
+from storage.store import DEFAULT_HOLDOUT_SHARE
+from ranking.realized import realized_speedups
 from storage.warehouse import Warehouse
 from workloads.simulator import fleet
 from workloads.simulator.catalog import build_catalog
-from workloads.simulator.run import simulate
+from workloads.simulator.run import simulate, store_lookup
 
 WORKLOADS = ["mlp-s", "gnn-s"]
 START = datetime.date(2026, 3, 1)
@@ -122,23 +126,130 @@ def test_opt_out_share_and_heavy_tail_at_scale():
     assert by_graph[:5].sum() / by_graph.sum() > 0.5
 
 
-def test_tuned_graphs_run_faster_and_record_the_hit():
+def _day(spec: fleet.FleetSpec, day: int = 11, n_graphs: int = 4):
+    """A simulated day of `spec`'s fleet on synthetic graphs: (jobs, rows, fingerprints)."""
+    jobs = fleet.make_jobs(spec, n_graphs=n_graphs)
+    return jobs, fleet.simulate_day(jobs, spec, day, np.full(n_graphs, 0.01), HERE), [
+        f"{i:032x}" for i in range(n_graphs)]
+
+
+def _everywhere(fingerprints: list[str], speedup: float = 1.25, share: float = 0.05) -> fleet.TunedLookup:
+    """A store with an entry for every (graph, environment), keyed as the store keys them."""
+    return lambda fingerprint, env_key: fleet.Hit(store_key(fingerprint, env_key), 3, speedup, share)
+
+
+def _runs(rows: fleet.DayRows, hits: fleet.Hits, jobs: fleet.Jobs, day: int, fingerprints: list[str]) -> pa.Table:
+    """The day's drop rows as graph_runs rows (chip_seconds added, as ingestion does)."""
+    drop = pa.concat_tables(fleet.graph_run_batches(rows, hits, jobs, day, fingerprints))
+    return drop.append_column("chip_seconds", pc.multiply(pc.cast(drop.column("chips"), pa.float64()),
+                                                          drop.column("seconds")))
+
+
+def test_tuned_graphs_run_at_their_true_effect_and_holdouts_at_the_defaults():
     spec = fleet.FleetSpec(jobs=5000, seed=1)
-    jobs = fleet.make_jobs(spec, n_graphs=4)
-    rows = fleet.simulate_day(jobs, spec, 11, np.full(4, 0.01), HERE)
-    fingerprints = [f"{i:032x}" for i in range(4)]
+    jobs, rows, fingerprints = _day(spec)
     tuned_env = rows.environments[0].key()
+    key = store_key(fingerprints[2], tuned_env)
 
     def lookup(fingerprint: str, env_key: str) -> fleet.Hit | None:
-        return fleet.Hit("k" * 32, 3, 1.25) if (fingerprint, env_key) == (fingerprints[2], tuned_env) else None
+        return fleet.Hit(key, 3, 1.25, 0.2) if (fingerprint, env_key) == (fingerprints[2], tuned_env) else None
 
-    sped, hits = fleet.apply_hits(rows, fingerprints, lookup)
+    sped, hits = fleet.apply_hits(rows, fingerprints, lookup, spec)
     chosen = (rows.graph == 2) & (rows.env == 0)
-    assert chosen.any()
-    np.testing.assert_allclose(sped.seconds[chosen], rows.seconds[chosen] / 1.25)
-    np.testing.assert_array_equal(sped.seconds[~chosen], rows.seconds[~chosen])
+    tuned, held = hits.tuned(), hits.held_out()
+    assert tuned.any() and held.any() and not (tuned & held).any()
+    np.testing.assert_array_equal(tuned | held, chosen)
+    true = fleet.true_speedup(spec, fleet.Hit(key, 3, 1.25))
+    assert true != 1.25 and true == pytest.approx(1.25, rel=0.1)  # close to expected, not equal
+    assert set(hits.true_speedup[chosen]) == {true}
+    np.testing.assert_allclose(sped.seconds[tuned], rows.seconds[tuned] / true)
+    np.testing.assert_array_equal(sped.seconds[~tuned], rows.seconds[~tuned])
+    # Both arms carry the entry (key, version, expected speedup); the rows never carry the truth.
     assert set(hits.version[chosen]) == {3} and set(hits.version[~chosen]) == {None}
-    assert np.isnan(hits.speedup[~chosen]).all()
+    assert set(hits.speedup[chosen]) == {1.25} and np.isnan(hits.speedup[~chosen]).all()
+    assert set(hits.holdout[~chosen]) == {None}
+    runs = _runs(sped, hits, jobs, 11, fingerprints)
+    assert runs.column("holdout").to_pylist() == hits.holdout.tolist()
+    assert "true_speedup" not in runs.column_names
+    truth = fleet.day_truth(sped, hits, jobs)
+    chip_seconds = jobs.chips[rows.job] * sped.seconds
+    assert truth.effects == {key: true}
+    assert truth.saved == pytest.approx(chip_seconds[tuned].sum() * (true - 1))
+    assert truth.forgone == pytest.approx(chip_seconds[held].sum() * (true - 1))
+
+
+def test_the_holdout_arm_takes_about_its_share_of_jobs_by_the_hooks_rule():
+    spec = fleet.FleetSpec(jobs=20_000, seed=2)
+    jobs, rows, fingerprints = _day(spec)
+    _, hits = fleet.apply_hits(rows, fingerprints, _everywhere(fingerprints, share=0.1), spec)
+    # Per key: a job running two graphs is in one arm of each.
+    pairs = set(zip(rows.job.tolist(), hits.key.tolist()))
+    held = set(zip(rows.job[hits.held_out()].tolist(), hits.key[hits.held_out()].tolist()))
+    assert len(held) / len(pairs) == pytest.approx(0.1, abs=0.015)
+    # The arm is the hook's: a job's arm for a key is holdout_arm of its id and the key.
+    for row in np.flatnonzero(hits.key != None)[:200]:  # noqa: E711
+        assert hits.holdout[row] == holdout_arm(fleet.job_id(int(rows.job[row])), hits.key[row], 0.1)
+
+
+def test_an_injected_regression_shows_in_the_rows_as_realized_below_one():
+    base = fleet.FleetSpec(jobs=20_000, seed=3)
+    jobs, rows, fingerprints = _day(base)
+    # The key most jobs hit, slowed to 0.9 though the store expects 1.25.
+    _, plain = fleet.apply_hits(rows, fingerprints, _everywhere(fingerprints, share=0.1), base)
+    keys, counts = np.unique(plain.key.astype(str), return_counts=True)
+    worst = str(keys[np.argmax(counts)])
+    spec = dataclasses.replace(base, regressions=((worst, 0.9),))
+    sped, hits = fleet.apply_hits(rows, fingerprints, _everywhere(fingerprints, share=0.1), spec)
+    # A job slowed past the end of its day does fewer executions, at the same pace.
+    assert sped.seconds.max() <= fleet.DAY_SECONDS and (sped.seconds == fleet.DAY_SECONDS).any()
+    full = hits.tuned() & (hits.key == worst) & (rows.seconds > 0.9 * fleet.DAY_SECONDS)
+    assert full.any() and (sped.executions[full] < rows.executions[full]).all()
+    np.testing.assert_allclose(sped.seconds[full] / sped.executions[full],
+                               rows.seconds[full] / rows.executions[full] / 0.9, rtol=1e-3)
+    realized = {r.key: r for r in realized_speedups(_runs(sped, hits, jobs, 11, fingerprints), resamples=500)}
+    assert realized[worst].expected_speedup == 1.25
+    assert realized[worst].speedup == pytest.approx(0.9, abs=0.05)
+    assert realized[worst].regressed
+    decided = [r for key, r in realized.items() if key != worst and r.decided]
+    assert decided and not any(r.regressed for r in decided)
+
+
+def test_same_seed_same_arms_effects_and_paces():
+    spec = fleet.FleetSpec(jobs=5000, seed=4, regressions=(("0" * 32, 0.8),))
+
+    def day(spec: fleet.FleetSpec) -> tuple[fleet.DayRows, fleet.Hits]:
+        _, rows, fingerprints = _day(spec)
+        return fleet.apply_hits(rows, fingerprints, _everywhere(fingerprints), spec)
+
+    (a, hits_a), (b, hits_b) = day(spec), day(spec)
+    np.testing.assert_array_equal(a.seconds, b.seconds)
+    np.testing.assert_array_equal(a.executions, b.executions)
+    np.testing.assert_array_equal(hits_a.holdout, hits_b.holdout)
+    np.testing.assert_array_equal(hits_a.true_speedup, hits_b.true_speedup)
+    other, hits_other = day(dataclasses.replace(spec, seed=5))
+    assert not np.array_equal(np.unique(hits_a.true_speedup), np.unique(hits_other.true_speedup))
+    assert fleet.true_speedup(spec, fleet.Hit("0" * 32, 1, 1.3)) == 0.8
+    assert fleet.make_jobs(spec, 4).pace.std() == pytest.approx(spec.job_sigma, rel=0.1)
+
+
+def test_the_store_lookup_gives_each_entry_its_holdout_share_as_the_hook_takes_it(tmp_path):
+    from delivery.store import Store
+    from storage.store import ENTRIES
+
+    now = datetime.datetime.now(datetime.UTC)
+    rows = [{"key": store_key(f"{i:032x}", "e" * 32), "fingerprint": f"{i:032x}", "env_key": "e" * 32,
+             "kind": "graph", "speedup": 1.2, "expires_at": now + datetime.timedelta(days=30),
+             "provenance": "tuner", "config": "{}", "ci_low": 1.1, "ci_high": 1.3, "compiler_version": "x",
+             "measured_at": now, "source": "test", "holdout_share": share}
+            for i, share in enumerate([None, 0.3])]
+    store = Store(tmp_path)
+    store.publish(pa.Table.from_pylist(rows, ENTRIES), None, "test")
+    lookup = store_lookup(tmp_path)
+    assert [lookup(f"{i:032x}", "e" * 32).holdout_share for i in range(2)] == [DEFAULT_HOLDOUT_SHARE, 0.3]
+    store.set_holdout_share(0.1)  # the version's share, for entries that set none
+    lookup = store_lookup(tmp_path)
+    assert [lookup(f"{i:032x}", "e" * 32).holdout_share for i in range(2)] == [0.1, 0.3]
+    assert lookup("f" * 32, "e" * 32) is None
 
 
 @pytest.mark.xla

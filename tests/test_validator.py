@@ -86,7 +86,8 @@ def entry(fingerprint: str, env_key: str, config: dict, days_old: float = 3, exp
             "kind": "graph", "speedup": 2.0, "expires_at": now + datetime.timedelta(days=expires_in_days),
             "provenance": "tuner", "config": json.dumps(config, sort_keys=True), "ci_low": 1.8,
             "ci_high": 2.2, "compiler_version": compiler_version or current_environment().compiler_version,
-            "measured_at": measured, "source": source}
+            "measured_at": measured, "source": source,
+            "holdout_share": None, "relaxed_config": None, "relaxed_speedup": None}
 
 
 def publish(home: Path, rows: list[dict]) -> int:

@@ -47,7 +47,8 @@ def entry(n: int, env: Environment = HERE, days_old: float = 3, expires_in: floa
     return {"key": store_key(fp(n), env.key()), "fingerprint": fp(n), "env_key": env.key(), "kind": kind,
             "speedup": 1.5, "expires_at": NOW + expires_in * DAY, "provenance": provenance,
             "config": config, "ci_low": 1.3, "ci_high": 1.7, "compiler_version": env.compiler_version,
-            "measured_at": measured, "source": f"task-{n}"}
+            "measured_at": measured, "source": f"task-{n}", "holdout_share": None, "relaxed_config": None,
+            "relaxed_speedup": None}
 
 
 def result(speedup: float = 1.5, ci_low: float = 1.3, ci_high: float = 1.7, numerics_ok: bool = True,

@@ -21,8 +21,10 @@ strategy's proposals until the budget), then the finalists' race and the winner'
 (`tuner.winner`), each a comparison of one config against another (`measure` with `against`; the
 tuner's evaluator runs it in fresh workers) and a trial of its phase. The budget bounds the search
 alone: the race and the pruning come on top (at most `tuner.winner.FINALISTS` - 1 comparisons,
-and at most one per change of the winner but the last). Each trial is stamped as it finishes with
-the time and the seconds into its task (`TaskClock`); `spending` says what each phase spent.
+and at most one per change of the winner but the last; twice that where the winner relaxes
+numerics and the strict configs race again: `tuner.winner.Winners`). Each trial is stamped as
+it finishes with the time and the seconds into its task (`TaskClock`); `spending` says what each
+phase spent.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from execution.measure import MeasureSettings
 from tuner.space import config_key
 from tuner.strategies import Strategy, TrialRecord, propose
 from tuner.trial import Phase, Trial
-from tuner.winner import best_trial, prune, race
+from tuner.winner import Winners, best_trial, prune, race, split_winners, strict
 
 # Free (untimed) trials a search may make per evaluation of its budget, at most.
 UNTIMED_PER_EVALUATION = 2
@@ -207,13 +209,15 @@ def run_search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], 
                settings: MeasureSettings, compare_settings: MeasureSettings,
                in_time: Callable[[], bool], record: Callable[[Trial], None],
                listed: bool = False, clock: TaskClock | None = None
-               ) -> tuple[list[Trial], Trial | None]:
+               ) -> tuple[list[Trial], Winners]:
     """A task's search from its journaled `trials` (a resumed task repeats none): the search
     phase to `budget`, then, where the best screen is a significant gain and the configs are
     no fixed list (`listed`), the finalists' race and the winner's pruning, each a comparison
     of one config against another measured with `compare_settings`; otherwise the best screen
-    as measured. Every new trial is stamped by `clock` (default: one from `trials`). Returns
-    every trial, search phase first, and the winner (None: nothing beat the default)."""
+    as measured. Where that winner relaxes numerics, the strict winner is chosen the same way
+    among the strict configs alone (`tuner.winner.Winners`). Every new trial is stamped by
+    `clock` (default: one from `trials`). Returns every trial, search phase first, and the
+    winners."""
     clock = TaskClock(trials) if clock is None else clock
     searched = [t for t in trials if t.phase == Phase.SEARCH]
     search(evaluator, next_config, searched, budget, settings, in_time, record, clock)
@@ -222,7 +226,8 @@ def run_search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], 
     if listed or leader is None or leader.low <= math.log1p(settings.noise_band):
         # A fixed list is measured as it is; a search whose best screen is no significant gain
         # leaves it to the verification to say so, without comparisons.
-        return trials, leader
+        return trials, split_winners(
+            leader, lambda: best_trial([t for t in searched if strict(t.config)]))
     builds: dict[str, Future[Build]] = {}  # the winner is a baseline again and again
 
     def build(config: CompilerConfig) -> Future[Build]:
@@ -236,7 +241,10 @@ def run_search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], 
         return clock.stamp(finish_against(evaluator, index, config, building.result(),
                                           (baseline, base.result()), compare_settings))
 
-    return trials, prune(compare, trials, record, race(compare, trials, record))
+    def winner(admits: Callable[[CompilerConfig], bool]) -> Trial | None:
+        return prune(compare, trials, record, race(compare, trials, record, admits))
+
+    return trials, split_winners(winner(lambda config: True), lambda: winner(strict))
 
 
 def seconds_to_find(trials: list[Trial], best: Trial | None) -> float | None:

@@ -37,9 +37,10 @@ TRIALS = TableSchema(
 
 # Version 2: `evaluations` and `measured` count every phase in the budget's unit (a config timed
 # or failed; see `tuner.search.PhaseSpend`); version 1 counted every config tried, free ones too.
+# Version 3: the opt-in config that relaxes numerics (`tuner.tune.RelaxedOption`).
 TUNING_RESULTS = TableSchema(
     name="tuning_results",
-    version=2,
+    version=3,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("task_id", pa.string(), nullable=False),
@@ -61,5 +62,13 @@ TUNING_RESULTS = TableSchema(
         # the first trial that ran its program); null when nothing beat the default, or landed
         # before version 2.
         added_column(pa.field("seconds_to_best", pa.float64(), nullable=True), 2),
+        # The opt-in config (JSON) whose flags relax numerics (execution.flags.relaxes_numerics),
+        # its verified speedup and interval: where the best config found relaxed numerics and
+        # verified faster than `config`, which relaxes nothing. Null otherwise, or landed
+        # before version 3.
+        added_column(pa.field("relaxed_config", pa.string(), nullable=True), 3),
+        added_column(pa.field("relaxed_speedup", pa.float64(), nullable=True), 3),
+        added_column(pa.field("relaxed_ci_low", pa.float64(), nullable=True), 3),
+        added_column(pa.field("relaxed_ci_high", pa.float64(), nullable=True), 3),
     ]),
 )

@@ -28,6 +28,12 @@ significant gain". The trials and the result land in the warehouse under the tas
 twice adds nothing. The home may be local or a URL (`storage.home.Home`): every file is named by
 its place under it.
 
+Numerics-relaxing flags are opt-in (`execution.flags.relaxes_numerics`, docs/tuner.md): the
+search measures them like any flag, but the config a task delivers by default relaxes nothing.
+Where the best config found relaxes numerics, the best strict one is chosen too
+(`tuner.winner.Winners`) and both are verified, one after the other; the relaxed one becomes the
+result's opt-in (`TuneResult.relaxed`) where it holds up and verifies faster than the strict one.
+
 What a task spent is told per phase (`TuneResult.phases`: search, race, prune, verify; see
 `tuner.search.PhaseSpend`); `--budget-evals` bounds the search's evaluations alone. Each trial
 carries when it finished and the seconds into its task (`tuner.search.TaskClock`), and the result
@@ -68,6 +74,7 @@ from tuner.space import SearchSpace, accepted_flags, config_key, graph_space, op
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.trial import Phase, Trial
+from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
 
 T = TypeVar("T")
@@ -103,6 +110,19 @@ class TuneSettings:
     verify_workers: int = FRESH_WORKERS
 
 
+@dataclass(frozen=True)
+class RelaxedOption:
+    """A config that relaxes numerics (`execution.flags.relaxes_numerics`), verified a
+    significant gain with numerics ok, and a larger one than the task's strict config where that
+    was accepted: what a job that opts in to relaxed numerics would gain. Its verification's
+    speedup over the default and interval, as a result's."""
+
+    config: CompilerConfig
+    speedup: float
+    ci_low: float
+    ci_high: float
+
+
 @dataclass
 class TuneResult:
     """How a task ended."""
@@ -132,12 +152,17 @@ class TuneResult:
     # Seconds into the task when the config verified was found: the first trial that ran its
     # program (`tuner.search.seconds_to_find`). None: no config to verify.
     seconds_to_best: float | None = None
+    # The opt-in config that relaxes numerics, where the best config found did and it held up
+    # in its verification (`RelaxedOption`); None otherwise. `config` relaxes nothing.
+    relaxed: RelaxedOption | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (without the trials)."""
         data = asdict(self)
         data.pop("trials")
         data["config"] = json.loads(config_key(self.config))
+        if self.relaxed is not None:
+            data["relaxed"]["config"] = json.loads(config_key(self.relaxed.config))
         return data
 
 
@@ -216,19 +241,19 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     else:
         next_config = proposals(_strategy(target, home, settings, prior))
     plan = plan_cores(settings.compile_workers, settings.cores)
-    default_fails, best = None, None
+    default_fails, winners = None, Winners(None)
     try:
         with WorkerEvaluator(target.module.proto, settings.seed, plan,
                              settings.verify_workers) as evaluator:
-            trials, best = run_search(evaluator, next_config, trials, settings.budget_evals,
-                                      settings.search, settings.compare, in_time, record,
-                                      listed=bool(target.configs), clock=clock)
+            trials, winners = run_search(evaluator, next_config, trials, settings.budget_evals,
+                                         settings.search, settings.compare, in_time, record,
+                                         listed=bool(target.configs), clock=clock)
     except DefaultFails as failed:  # nothing to measure against: the task ends here
         default_fails = str(failed)
     searched = spending(trials, clock())  # the workers stopped: the search's last phase ends
-    if best is not None:
+    if winners.strict is not None or winners.relaxed is not None:
         bar.set_postfix_str(f"verifying in {settings.verify_workers} fresh workers")
-    result = _verify(target, trials, best, settings, task_id, env_key,
+    result = _verify(target, trials, winners, settings, task_id, env_key,
                      environment.compiler_version, searched, default_fails)
     bar.close()
     save_result(home, result)
@@ -281,24 +306,30 @@ def finished_result(home: Home, task_id: str) -> TuneResult | None:
     return _result_from_json(json.loads(home.read_bytes(done))) if home.exists(done) else None
 
 
-def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, settings: TuneSettings,
+def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings: TuneSettings,
             task_id: str, env_key: str, compiler_version: str, searched: list[PhaseSpend],
             default_fails: str | None = None) -> TuneResult:
-    """Re-measure the `best` trial in fresh workers; accept it only if it holds up. A task whose
-    default failed (`default_fails` says why) ends "default fails", as does one whose default
-    fails in the verification. `searched`: what the phases before the verification spent."""
+    """Re-measure the strict winner in fresh workers; accept it only if it holds up. Where the
+    search's best config relaxes numerics (`winners.relaxed`), verify it too, after the strict
+    one: the result's opt-in (`_relaxed_option`). A task whose default failed (`default_fails`
+    says why) ends "default fails", as does one whose default fails in the verification.
+    `searched`: what the phases before the verification spent."""
     started = time.monotonic()
-    check: EvaluationResult | None = None
-    if default_fails is None and best is not None:
-        check = evaluate_independently(target.module, best.config, settings.verify_workers,
-                                       settings=settings.verify, seed=settings.seed + 1)
-    phases = [*searched, _verification_spent(check, time.monotonic() - started)]
+    best = winners.strict
+    check, relaxed_check = None, None
+    if default_fails is None:
+        check = _check(target, best, settings)
+        if check is None or check.failure != DEFAULT_FAILS:
+            relaxed_check = _check(target, winners.relaxed, settings)
+    done = [c for c in (check, relaxed_check) if c is not None]
+    phases = [*searched, _verification_spent(done, time.monotonic() - started)]
     base = dict(task_id=task_id, fingerprint=target.fingerprint, env_key=env_key,
                 evaluations=sum(p.evaluations for p in phases),
                 measured=sum(p.measured for p in phases), phases=phases,
                 seconds_to_best=seconds_to_find(trials, best),
                 strategy=settings.strategy, compiler_version=compiler_version, kind=target.kind,
-                sources=list(target.sources), trials=trials)
+                sources=list(target.sources), trials=trials,
+                relaxed=_relaxed_option(winners.relaxed, relaxed_check, check))
     if default_fails is not None:
         return TuneResult(status=f"default fails: {default_fails}", accepted=False, config={},
                           speedup=None, ci_low=None, ci_high=None, numerics_ok=None,
@@ -321,15 +352,39 @@ def _verify(target: TuneTarget, trials: list[Trial], best: Trial | None, setting
                       speedups=check.speedups, **base)
 
 
-def _verification_spent(check: EvaluationResult | None, seconds: float) -> PhaseSpend:
-    """What the verification spent: nothing where none ran (`check` None); else one config, one
-    evaluation, measured where it gave a figure, compiled twice (the default and the config) in
-    each fresh worker that gave one, or in the one whose failure ended it (`in_fresh_workers`
-    keeps no more: workers before it go uncounted)."""
-    if check is None:
-        return PhaseSpend(Phase.VERIFY, 0, 0, 0, 0, seconds)
-    measured = check.error is None and not check.identical_program
-    return PhaseSpend(Phase.VERIFY, 1, 1, int(measured), 2 * (len(check.speedups) or 1), seconds)
+def _check(target: TuneTarget, winner: Trial | None,
+           settings: TuneSettings) -> EvaluationResult | None:
+    """`winner`'s config re-measured in `settings.verify_workers` fresh workers (None: no
+    winner, nothing to verify)."""
+    if winner is None:
+        return None
+    return evaluate_independently(target.module, winner.config, settings.verify_workers,
+                                  settings=settings.verify, seed=settings.seed + 1)
+
+
+def _relaxed_option(relaxed: Trial | None, check: EvaluationResult | None,
+                    strict: EvaluationResult | None) -> RelaxedOption | None:
+    """The opt-in config: `relaxed`'s where its verification (`check`) holds up as a strict
+    winner's must (a significant gain, numerics ok) and gains more than the `strict` winner's
+    verification, where that holds up; None otherwise (an opt-in that gains nothing more is
+    no option)."""
+    if relaxed is None or check is None or check.error or not (check.significant and check.numerics_ok):
+        return None
+    if (strict is not None and not strict.error and strict.significant and strict.numerics_ok
+            and check.speedup <= strict.speedup):
+        return None
+    return RelaxedOption(relaxed.config, check.speedup, check.ci_low, check.ci_high)
+
+
+def _verification_spent(checks: list[EvaluationResult], seconds: float) -> PhaseSpend:
+    """What the verification spent: one config and one evaluation per check (the strict
+    winner's, and the relaxed one's where there is one; none where nothing was verified), each
+    measured where it gave a figure, compiled twice (the default and the config) in each fresh
+    worker that gave one, or in the one whose failure ended it (`in_fresh_workers` keeps no
+    more: workers before it go uncounted)."""
+    measured = sum(check.error is None and not check.identical_program for check in checks)
+    compiles = sum(2 * (len(check.speedups) or 1) for check in checks)
+    return PhaseSpend(Phase.VERIFY, len(checks), len(checks), measured, compiles, seconds)
 
 
 def land_result(home: Home, result: TuneResult, on: datetime.date | None = None) -> None:
@@ -351,14 +406,21 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
     summary = {k: v for k, v in result.to_json().items()
                if k in TUNING_RESULTS.schema.names}
     summary.update(dt=today, config=config_key(result.config))
+    if result.relaxed is not None:  # the columns are null without it
+        summary.update(relaxed_config=config_key(result.relaxed.config),
+                       relaxed_speedup=result.relaxed.speedup, relaxed_ci_low=result.relaxed.ci_low,
+                       relaxed_ci_high=result.relaxed.ci_high)
     warehouse.append(TUNING_RESULTS, pa.Table.from_pylist([summary], TUNING_RESULTS.schema),
                      f"task-{result.task_id}")
 
 
 def _result_from_json(data: dict[str, Any]) -> TuneResult:
     """A TuneResult as `save_result` wrote it (or before a field was added): every field as
-    written, the config, trials and phases decoded."""
+    written, the config, trials, phases and opt-in decoded."""
+    relaxed = data.get("relaxed")
     return TuneResult(**{**data, "config": config_from_json(data["config"]),
+                         "relaxed": (RelaxedOption(**{**relaxed, "config": config_from_json(relaxed["config"])})
+                                     if relaxed is not None else None),
                          "trials": [Trial.from_json(t) for t in data.get("trials", [])],
                          "phases": [PhaseSpend(**{**p, "phase": Phase(p["phase"])})
                                     for p in data.get("phases", [])]})

@@ -21,15 +21,20 @@ how a 40-evaluation search once pruned a 1.2% change out of a 2.8% win).
 Each comparison is a journaled trial of its phase (`race`, `prune`) that names its `baseline`,
 so a resumed task does not repeat it; a comparison made in the race is not made again in the
 pruning.
+
+Numerics-relaxing flags are opt-in (`execution.flags.relaxes_numerics`): where the winner sets
+one, a second race and pruning among the strict finalists alone (those that relax nothing)
+choose the config delivered by default, and the winner is kept beside it as the opt-in one
+(`Winners`). Pruning a strict config leaves it strict: undoing a change relaxes nothing.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
-from execution.flags import CompilerConfig
+from execution.flags import CompilerConfig, relaxes_numerics
 from tuner.strategies import FAILED
 from tuner.trial import Phase, Trial
 
@@ -37,6 +42,30 @@ from tuner.trial import Phase, Trial
 # the baseline's program).
 Compare = Callable[[int, CompilerConfig, CompilerConfig], Trial]
 FINALISTS = 3  # at most this many programs race for the win
+
+
+@dataclass(frozen=True)
+class Winners:
+    """What a search chose, each the trial that chose it (None: nothing of its kind beat the
+    default). `strict`: the best config that relaxes no numerics, delivered by default.
+    `relaxed`: the best config overall where it relaxes numerics (None where the best relaxes
+    nothing: it is then `strict`), offered to jobs that opt in."""
+
+    strict: Trial | None
+    relaxed: Trial | None = None
+
+
+def strict(config: CompilerConfig) -> bool:
+    """Whether `config` relaxes no numerics: the configs delivered by default."""
+    return not relaxes_numerics(config)
+
+
+def split_winners(best: Trial | None, best_strict: Callable[[], Trial | None]) -> Winners:
+    """`best` as the winner where it is strict; else the opt-in one, beside the strict winner
+    that `best_strict()` chooses (called only then)."""
+    if best is None or strict(best.config):
+        return Winners(best)
+    return Winners(best_strict(), best)
 
 
 def best_trial(trials: list[Trial]) -> Trial | None:
@@ -57,12 +86,13 @@ def finalists(trials: list[Trial], count: int = FINALISTS) -> list[Trial]:
     return [t for t in measured if t is best or t.high >= best.low][:count]
 
 
-def race(compare: Compare, trials: list[Trial], record: Callable[[Trial], None]) -> Trial | None:
-    """The fastest finalist of the search trials (None: none beat the default): the best
-    screened, unless the next finalist, timed against it by `compare`, is faster, and so on;
-    returns the winner's search trial. Race trials are `record`ed and appended to `trials`;
-    those already there (a resumed task) are reused."""
-    contenders = finalists([t for t in trials if t.phase == Phase.SEARCH])
+def race(compare: Compare, trials: list[Trial], record: Callable[[Trial], None],
+         admits: Callable[[CompilerConfig], bool] = lambda config: True) -> Trial | None:
+    """The fastest finalist of the search trials whose config `admits` takes (None: none beat
+    the default): the best screened, unless the next finalist, timed against it by `compare`,
+    is faster, and so on; returns the winner's search trial. Race trials are `record`ed and
+    appended to `trials`; those already there (a resumed task) are reused."""
+    contenders = finalists([t for t in trials if t.phase == Phase.SEARCH and admits(t.config)])
     if not contenders:
         return None
     winner = contenders[0]

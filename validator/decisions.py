@@ -4,7 +4,13 @@ Rules (CATWILD 3.4), for an entry checked under a toolchain's compiler:
 - expired: now is past its `expires_at`, or past its absolute lifetime (`max_age` since its
   config was first measured, however often it was re-validated): whatever it would measure.
 - invalidated without measuring: the fleet reported fallbacks for it (the tuned compile failed
-  and the hook compiled with the defaults) after it was last measured.
+  and the hook compiled with the defaults) after it was last measured; or it regressed in the
+  fleet: its realized speedup's interval (ranking.realized, holdout arm against tuned arm)
+  lies wholly below 1. With the two-sided 99% interval the upper bound is one-sided at 99.5%:
+  a config of no effect at all is removed so in nominally 0.5% of checks (docs/validator.md).
+- flagged in the fleet: decided there, but its realized interval's upper end is under
+  1 + (expected - 1) / 2 (it delivers less than half the promised gain): re-measured in this
+  run even if it was measured recently, and decided by that measurement.
 - measured on the entry's own compiler: invalidated if the candidate no longer compiles,
   crashes, compiles to the very program the defaults give (no gain left), fails the numeric
   check, or if the interval's upper end is under 1 + noise band (the data rule out a gain
@@ -35,12 +41,16 @@ from typing import Any
 import pyarrow as pa
 
 from execution.evaluate import EvaluationResult
+from ranking.realized import Realized
 from storage.store import ENTRIES
 
 # How a decision changes the store.
 REFRESH, REMOVE, ADD, NONE = "refresh", "remove", "add", "none"
 # How applying it went.
 APPLIED, STALE = "applied", "stale"
+# What the audit row carries of the fleet's figures: Decision fields and columns alike.
+_FLEET_COLUMNS = ("fleet_speedup", "fleet_ci_low", "fleet_ci_high", "fleet_tuned_jobs",
+                  "fleet_tuned_runs", "fleet_holdout_jobs", "fleet_holdout_runs")
 
 
 @dataclass
@@ -72,6 +82,14 @@ class Decision:
     ci_high: float | None = None
     numerics_ok: bool | None = None
     audited: bool = True  # False: an 'unmeasured' the audit trail already holds, not written again
+    # The fleet's figures of the entry (`fleet_figures`), where it had runs of it.
+    fleet_speedup: float | None = None
+    fleet_ci_low: float | None = None
+    fleet_ci_high: float | None = None
+    fleet_tuned_jobs: int | None = None
+    fleet_tuned_runs: int | None = None
+    fleet_holdout_jobs: int | None = None
+    fleet_holdout_runs: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The journal's form."""
@@ -99,6 +117,32 @@ def expired_reason(entry: dict[str, Any], origin: datetime.datetime, now: dateti
         return (f"past its absolute lifetime of {max_age.days} days since first measured "
                 f"({origin:%Y-%m-%d})")
     return None
+
+
+def fleet_figures(realized: Realized | None) -> dict[str, Any]:
+    """The Decision fields that record the fleet's figures of an entry; none without runs."""
+    if realized is None:
+        return {}
+    return {"fleet_speedup": realized.speedup,
+            "fleet_ci_low": realized.interval.low if realized.interval else None,
+            "fleet_ci_high": realized.interval.high if realized.interval else None,
+            "fleet_tuned_jobs": realized.tuned.jobs, "fleet_tuned_runs": realized.tuned.runs,
+            "fleet_holdout_jobs": realized.holdout.jobs, "fleet_holdout_runs": realized.holdout.runs}
+
+
+def short_of_expected(realized: Realized) -> bool:
+    """Whether the fleet rules out half the promised gain: decided, and the interval's upper
+    end under 1 + (expected - 1) / 2."""
+    return (realized.interval is not None
+            and realized.interval.high < 1.0 + (realized.expected_speedup - 1.0) / 2)
+
+
+def fleet_summary(realized: Realized) -> str:
+    """The fleet's figures of an entry, for a decision's reason."""
+    return (f"{realized.speedup:.3f}x [{realized.interval.low:.3f}, {realized.interval.high:.3f}] "
+            f"against {realized.expected_speedup:.3f}x expected (v{realized.config_version}; "
+            f"tuned {realized.tuned.jobs} jobs, {realized.tuned.runs} runs; "
+            f"holdout {realized.holdout.jobs} jobs, {realized.holdout.runs} runs)")
 
 
 def measured_outcome(result: EvaluationResult, same_compiler: bool, compiler_version: str,
@@ -206,7 +250,8 @@ def audit_row(decision: Decision, run_id: str, store_version: int | None, status
             "speedup": decision.speedup, "ci_low": decision.ci_low, "ci_high": decision.ci_high,
             "numerics_ok": decision.numerics_ok, "fleet_hits": decision.fleet_hits,
             "age_days": decision.age_days, "store_version": store_version,
-            "config": decision.config, "origin_at": _time(decision.origin_at)}
+            "config": decision.config, "origin_at": _time(decision.origin_at),
+            **{name: getattr(decision, name) for name in _FLEET_COLUMNS}}
 
 
 def config_matches(recorded: str | None, config: str) -> bool:

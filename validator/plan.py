@@ -2,10 +2,12 @@
 in which order (the rules are validator.decisions; the signals validator.signals).
 
 Per live entry, first match wins: expired; reported failing in the fleet (fallbacks since it was
-last measured); not measurable here (an op-level config, no symbols, an unknown environment,
-another machine): 'unmeasured'; on the toolchain's compiler and measured recently: skipped;
-on another compiler but re-keyed or decided for this one already: skipped; else measured, most
-fleet hits first, then least recently measured.
+last measured); regressed in the fleet (its realized interval wholly below 1); not measurable
+here (an op-level config, no symbols, an unknown environment, another machine): 'unmeasured';
+on the toolchain's compiler and measured recently: skipped, unless the fleet flagged it (its
+realized speedup far short of the expected one); on another compiler but re-keyed or decided
+for this one already: skipped; else measured, most fleet hits first, then least recently
+measured. Every decision carries the fleet's figures of its entry where there are some.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from storage.home import Home
 from storage.warehouse import Warehouse
 from validator import decisions as rules
 from validator.decisions import Decision
-from validator.signals import History, fallbacks, fleet_hits
+from validator.signals import FLEET_WINDOW, History, fallbacks, fleet_hits, fleet_realized
 from validator.toolchains import Registry, Toolchain
 
 _ENV_FIELDS = ("platform", "device_kind", "device_count", "compiler_version")
@@ -50,6 +52,7 @@ class Queued:
     new_env_key: str | None
     origin: datetime.datetime
     priority: tuple
+    flagged: str | None = None  # why the fleet flagged it, leading each decision's reason
 
     @property
     def invalidates(self) -> str:
@@ -70,6 +73,8 @@ class Queued:
             extra["expires_at"] = rules.expiry(now, self.origin, ttl, max_age).isoformat()
         if outcome == "rekeyed":
             extra.update(new_key=self.new_key, new_env_key=self.new_env_key)
+        if self.flagged:
+            reason = f"{self.flagged}; {reason}"
         return Decision(**{**self.base, "decided_at": now.isoformat()}, outcome=outcome,
                         reason=reason, change=change, **extra)
 
@@ -86,7 +91,8 @@ class Planner:
     """Everything a run knows before measuring: the live entries and what the warehouse says."""
 
     def __init__(self, home: Home, chain: Toolchain, now: datetime.datetime,
-                 max_age: datetime.timedelta, revalidate_after: datetime.timedelta) -> None:
+                 max_age: datetime.timedelta, revalidate_after: datetime.timedelta,
+                 fleet_window: datetime.timedelta = FLEET_WINDOW) -> None:
         self.home, self.chain, self.now = home, chain, now
         self.max_age, self.revalidate_after = max_age, revalidate_after
         self.here = chain.env()
@@ -103,6 +109,9 @@ class Planner:
         self.hits = fleet_hits(home, now)
         self.fallbacks = fallbacks(home)
         self.history = History(home)
+        self.fleet = fleet_realized(home, now, {
+            e["key"]: self.history.origin(e["key"], e["provenance"], e["measured_at"]) for e in self.entries},
+            fleet_window)
 
     def plan(self, decided: set[str]) -> tuple[list[Decision], list[Queued], int]:
         """(decisions made without measuring, entries to measure by priority, entries skipped)."""
@@ -114,7 +123,8 @@ class Planner:
             if entry["key"] in decided:
                 continue
             origin = self.history.origin(entry["key"], entry["provenance"], entry["measured_at"])
-            base = self._base(entry, origin)
+            fleet = self.fleet.get(entry["key"])
+            base = {**self._base(entry, origin), **rules.fleet_figures(fleet)}
             expired = rules.expired_reason(entry, origin, self.now, self.max_age)
             if expired:
                 free.append(Decision(**base, outcome="expired", reason=expired, change=rules.REMOVE))
@@ -126,7 +136,15 @@ class Planner:
                           f"last measured (fell back to the defaults): {failed[-1].reason}")
                 free.append(Decision(**base, outcome="invalidated", reason=reason, change=rules.REMOVE))
                 continue
-            queued = self._queued(entry, base, origin, live_keys)
+            if fleet is not None and fleet.regressed:
+                free.append(Decision(**base, outcome="invalidated", change=rules.REMOVE,
+                                     reason=f"regressed in the fleet: {rules.fleet_summary(fleet)}"))
+                continue
+            flagged = None
+            if fleet is not None and rules.short_of_expected(fleet):
+                flagged = ("flagged in the fleet, far short of its expected gain: "
+                           + rules.fleet_summary(fleet))
+            queued = self._queued(entry, base, origin, live_keys, flagged)
             if isinstance(queued, str):
                 known = self.history.decided(entry["key"], "unmeasured", self.chain.compiler_version,
                                              entry["measured_at"], queued)
@@ -139,8 +157,9 @@ class Planner:
         return free, sorted(queue, key=lambda q: q.priority), skipped
 
     def _queued(self, entry: dict[str, Any], base: dict[str, Any], origin: datetime.datetime,
-                live_keys: set[str]) -> Queued | str | None:
-        """What to measure for `entry`; a reason why it cannot be measured; None: nothing to do."""
+                live_keys: set[str], flagged: str | None) -> Queued | str | None:
+        """What to measure for `entry`; a reason why it cannot be measured; None: nothing to do.
+        An entry the fleet `flagged` is measured on its own compiler however recently it was."""
         if entry["kind"] != "graph":
             return "op-level configs cannot be re-measured yet"
         blob = self.blobs.get(entry["fingerprint"])
@@ -157,9 +176,9 @@ class Planner:
                     f"x{self.here.device_count}")
         priority = (-self.hits.get(entry["key"], 0), entry["measured_at"], entry["key"])
         if env.compiler_version == self.chain.compiler_version:
-            if self.now - entry["measured_at"] < self.revalidate_after:
+            if self.now - entry["measured_at"] < self.revalidate_after and not flagged:
                 return None
-            return Queued(entry, base, blob, True, None, None, origin, priority)
+            return Queued(entry, base, blob, True, None, None, origin, priority, flagged)
         if Environment(*env).key() != entry["env_key"]:
             return "its environment has job options the warehouse does not record: cannot re-key it"
         new_env_key = self.here.key()

@@ -5,6 +5,9 @@
   `op_runs` rows whose `config_key` is the entry's), over a recent window.
 - Fallbacks: `hits` rows with outcome 'fallback', where the tuned compile failed in the fleet
   and the hook compiled with the defaults (CATWILD 3.4): a cause of invalidation.
+- Fleet figures: the realized speedup of each entry's config in the fleet (ranking.realized:
+  its holdout arm against its tuned arm, an interval over jobs) over a recent window, from the
+  runs of the store versions that served the entry's current config.
 - History: the `validations` audit trail, for an entry's first measurement (its lifetime runs
   from there, whatever re-validations refreshed since) and for decisions that need not be made
   twice under one compiler.
@@ -16,14 +19,18 @@ import datetime
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
+from delivery.store import Store
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
+from ranking.realized import Realized, read_runs, realized_speedups
 from storage.home import Home
 from storage.warehouse import Warehouse
 from validator.tables import VALIDATIONS
 
 HIT_WINDOW = datetime.timedelta(days=30)
+FLEET_WINDOW = datetime.timedelta(days=7)
 
 
 def fleet_hits(home: Home, now: datetime.datetime, window: datetime.timedelta = HIT_WINDOW) -> Counter:
@@ -35,14 +42,44 @@ def fleet_hits(home: Home, now: datetime.datetime, window: datetime.timedelta = 
     warehouse = Warehouse(home)
     counts: Counter = Counter()
     for table, column, hit in ((HITS, "key", lambda rows: pc.equal(rows.column("outcome"), "applied")),
-                               (GRAPH_RUNS, "config_key", lambda rows: pc.is_valid(rows.column("config_key"))),
+                               (GRAPH_RUNS, "config_key", _tuned_run),
                                (OP_RUNS, "config_key", lambda rows: pc.is_valid(rows.column("config_key")))):
-        columns = [column, "outcome"] if table is HITS else [column]
+        columns = {HITS: [column, "outcome"], GRAPH_RUNS: [column, "holdout"]}.get(table, [column])
         for rows in warehouse.read_files(table, columns, filter_dt=lambda dt: dt >= since):
             per_key = rows.filter(hit(rows)).group_by(column).aggregate([(column, "count")])
             counts.update(dict(zip(per_key.column(column).to_pylist(),
                                    per_key.column(f"{column}_count").to_pylist())))
     return counts
+
+
+def _tuned_run(rows: pa.Table) -> pa.Array:
+    """Graph runs that ran the entry's config (a holdout run ran the defaults: no hit)."""
+    return pc.and_(pc.is_valid(rows.column("config_key")),
+                   pc.invert(pc.fill_null(rows.column("holdout"), False)))
+
+
+def fleet_realized(home: Home, now: datetime.datetime, origins: dict[str, datetime.datetime],
+                   window: datetime.timedelta = FLEET_WINDOW) -> dict[str, Realized]:
+    """The realized speedup of each key in `origins` (key -> when its current config was first
+    measured) over the `window` of days up to `now`'s.
+
+    Only the runs of store versions published at or after the origin count: earlier versions
+    may have held another config under the key. Those versions all served the current config,
+    so their runs are pooled (more jobs per arm) and named by the newest of them."""
+    created = [(m.version, datetime.datetime.fromisoformat(m.created)) for m in Store(home).versions()]
+    first_version = {key: next((version for version, at in created if at >= origin), None)
+                     for key, origin in origins.items()}
+    eligible = pa.table({"config_key": pa.array(list(first_version), pa.string()),
+                         "first_version": pa.array(list(first_version.values()), pa.int64())})
+    runs = read_runs(home, (now - window).date(), now.date())
+    runs = runs.join(eligible.filter(pc.is_valid(eligible.column("first_version"))), "config_key",
+                     join_type="inner")
+    runs = runs.filter(pc.greater_equal(runs.column("config_version"), runs.column("first_version")))
+    newest = runs.group_by("config_key").aggregate([("config_version", "max")])
+    runs = runs.drop_columns(["config_version", "first_version"]).join(newest, "config_key",
+                                                                      join_type="inner")
+    runs = runs.rename_columns({"config_version_max": "config_version"})
+    return {r.key: r for r in realized_speedups(runs)}
 
 
 @dataclass(frozen=True)

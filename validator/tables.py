@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from storage.warehouse import TableSchema
+from storage.warehouse import TableSchema, added_column
 
 # 'unmeasured': the entry could not be measured here (no symbols, an op-level config, another
 # machine, ...); it is left as it is until it expires. The other four change the store.
 OUTCOMES = ("kept", "rekeyed", "invalidated", "expired", "unmeasured")
 
+# Version 3 added the fleet's figures of the entry (ranking.realized, over the window before the
+# run: validator.signals.FLEET_WINDOW) where it had any: the realized speedup (holdout over tuned
+# seconds per execution), its interval over jobs, and each arm's jobs and runs. Null where the
+# fleet had no runs of it, in rows landed before version 3, and where it was undecided (the
+# figures then hold only the arms).
 VALIDATIONS = TableSchema(
     name="validations",
-    version=2,
+    version=3,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("run_id", pa.string(), nullable=False),
@@ -37,5 +42,13 @@ VALIDATIONS = TableSchema(
         # When the config was first measured (by the tuner, or at import): the entry's absolute
         # lifetime runs from here, carried through every keep and re-key (null: not recorded).
         pa.field("origin_at", pa.timestamp("us", tz="UTC"), nullable=True),
+        *(added_column(column, 3) for column in (
+            pa.field("fleet_speedup", pa.float64(), nullable=True),
+            pa.field("fleet_ci_low", pa.float64(), nullable=True),
+            pa.field("fleet_ci_high", pa.float64(), nullable=True),
+            pa.field("fleet_tuned_jobs", pa.int64(), nullable=True),
+            pa.field("fleet_tuned_runs", pa.int64(), nullable=True),
+            pa.field("fleet_holdout_jobs", pa.int64(), nullable=True),
+            pa.field("fleet_holdout_runs", pa.int64(), nullable=True))),
     ]),
 )

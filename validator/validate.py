@@ -2,9 +2,11 @@
 
 A run, under one toolchain (validator.toolchains; default: the running interpreter):
 1. Plans over the live entries. Decisions that need no measurement come first: expired
-   entries, entries the fleet reported fallbacks for, and entries that cannot be measured here
-   (validator.decisions has the rules). The rest are queued by priority: most fleet hits first
-   (validator.signals), then least recently measured.
+   entries, entries the fleet reported fallbacks for, entries that regressed in the fleet over
+   the last `fleet_window` (their realized interval wholly below 1), and entries that cannot be
+   measured here (validator.decisions has the rules). The rest are queued by priority: most
+   fleet hits first (validator.signals), then least recently measured; an entry whose realized
+   speedup falls far short of its expected one is queued even if measured recently.
 2. Re-measures queued entries one by one, within the time budget, as the tuner verifies a
    winner: the entry's graph (unoptimized HLO from the blob store) compiled with its config
    against the defaults, paired timing and numeric check, in `workers` fresh sandboxed workers
@@ -49,6 +51,7 @@ from validator import decisions as rules
 from validator.decisions import Decision
 from validator.plan import Planner, Queued
 from validator.run import Run, exclusive
+from validator.signals import FLEET_WINDOW
 from validator.tables import OUTCOMES
 from validator.toolchains import Registry
 
@@ -66,6 +69,9 @@ class ValidateSettings:
     # Entries measured more recently on the same compiler are not measured again: the budget
     # goes to the stale ones (entries on another compiler are checked however fresh).
     revalidate_after: datetime.timedelta = datetime.timedelta(days=1)
+    # The days of fleet profiles whose realized speedups guard the entries (and flag the ones far
+    # short of their expected gain for measuring now).
+    fleet_window: datetime.timedelta = FLEET_WINDOW
     measure: MeasureSettings = MEASURE_SETTINGS
     timeout: float = 600.0  # per measurement, in each worker
     seed: int = 0
@@ -114,7 +120,7 @@ def validate(home: Home, toolchain: str | None = None,
         skipped = deferred = 0
         if run.published is None:
             planner = Planner(home, chain, now or datetime.datetime.now(datetime.UTC),
-                              settings.max_age, settings.revalidate_after)
+                              settings.max_age, settings.revalidate_after, settings.fleet_window)
             free, queue, skipped = planner.plan(decided={d.key for d in run.decisions})
             for decision in free:
                 run.record(decision)

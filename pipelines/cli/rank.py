@@ -66,27 +66,47 @@ def print_ranking(candidates: Any, coverage: Any) -> None:
 
 def add_savings(sub: Subcommands) -> None:
     """`fdo savings`."""
-    p = add_command(sub, "savings", "chip-seconds saved by tuned configs (Beam)",
+    p = add_command(sub, "savings", "chip-seconds saved by tuned configs: booked (Beam) and realized",
                     ["fdo savings", "fdo savings --from 2025-01-01 --to 2025-01-31 --json"], BEAM_NOTE)
     p.add_argument("--from", dest="from_", metavar="DATE",
                    help="first date, YYYY-MM-DD (default: 29 days before --to, 30 days in all)")
     p.add_argument("--to", metavar="DATE", help="last date, YYYY-MM-DD (default: today)")
-    p.add_argument("--json", action="store_true", help="print the savings rows as JSON")
+    p.add_argument("--json", action="store_true",
+                   help='print {"rows": booked savings rows, "entries": realized speedups, '
+                        '"totals", "teams", "versions": booked and realized savings, "cost": the loop\'s}')
     p.set_defaults(run=cmd_savings, takes_beam_args=True, home_url=True)
 
 
 @needs("pipeline")
 def cmd_savings(args: argparse.Namespace, home: Home) -> int:
-    """Compute the chip-time tuned configs saved per day, kind, team and store version."""
+    """Book the chip-time tuned configs saved per day, kind, team and store version (Beam);
+    then what they realized in the fleet (holdout arm against tuned arm) and the loop's cost."""
     import datetime
 
+    from ranking.cost import loop_cost, return_on_cost
+    from ranking.realized import read_runs, realized_savings, realized_speedups
     from ranking.savings import savings
+    from storage.warehouse import Warehouse
+    from tuner.tables import TRIALS
+    from validator.tables import VALIDATIONS
 
     last = datetime.date.fromisoformat(args.to) if args.to else datetime.date.today()
     first = datetime.date.fromisoformat(args.from_) if args.from_ else last - datetime.timedelta(days=29)
     rows = savings(home, first, last, args.beam_args)
+    runs = read_runs(home, first, last)
+    realized = realized_speedups(runs)
+    split = realized_savings(runs, realized)
+    warehouse, last_day = Warehouse(home), last.isoformat()
+    days = {(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)}
+    cost = loop_cost(warehouse.read(TRIALS, ["dt", "task_id", "elapsed_seconds"], lambda dt: dt <= last_day),
+                     warehouse.read(VALIDATIONS, ["dt", "run_id", "validated_at"], days.__contains__),
+                     realized, first, last)
+    ratio = return_on_cost(split.total.realized, cost)
     if args.json:
-        print_json(json_rows(rows))
+        print_json({"rows": json_rows(rows), "entries": [r.to_json() for r in realized],
+                    "totals": split.total.to_json(), "teams": [s.to_json() for s in split.by_team],
+                    "versions": [s.to_json() for s in split.by_version],
+                    "cost": {**cost.to_json(), "return_on_cost": ratio}})
         return EXIT_OK
     saved = sum(r["chip_seconds_saved"] for r in rows.to_pylist())
     print(f"savings {first} .. {last}: {_chip_time(saved)} saved in {rows.num_rows} rows")
@@ -98,9 +118,43 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
                     "<<<<<>", indent="  ")
     else:
         print("  no hits on tuned configs in these days")
+    print_realized(realized, split)
+    print(f"loop cost: {_chip_time(cost.total)} ({_chip_time(cost.per_day)} a day): tuning "
+          f"{_chip_time(cost.tuning)}, validation {_chip_time(cost.validation)}, holdout "
+          f"{_chip_time(cost.holdout)} forgone; return on cost: "
+          + (f"{ratio:,.2f}x" if ratio is not None else "none spent"))
     return EXIT_OK
+
+
+def print_realized(realized: Any, split: Any) -> None:
+    """Booked against realized savings per team, per store version and in total, then each
+    entry's realized speedup (or why it has none)."""
+    print("realized in the fleet (holdout arm against tuned; booked on the same tuned runs):")
+    if not realized:
+        print("  no tuned runs in these days")
+        return
+    slices = ([(f"team {s.team}", s) for s in split.by_team]
+              + [(f"v{s.config_version}", s) for s in split.by_version] + [("total", split.total)])
+    scale, unit = _chip_unit([abs(v) for _, s in slices for v in (s.booked, s.realized)])
+    print_table(("slice", f"booked ({unit})", "on decided entries", "realized", "interval", "decided", "undecided"),
+                [(name, f"{s.booked / scale:,.1f}", f"{s.booked_decided / scale:,.1f}",
+                  f"{s.realized / scale:,.1f}",
+                  f"[{s.interval.low / scale:,.1f}, {s.interval.high / scale:,.1f}]" if s.interval else "-",
+                  str(s.decided), str(s.undecided)) for name, s in slices],
+                "<>>>>>>", indent="  ")
+    print_table(("key", "version", "expected", "realized", "tuned jobs/runs", "holdout jobs/runs"),
+                [(r.key[:12], f"v{r.config_version}", f"{r.expected_speedup:.3f}x",
+                  f"{r.speedup:.3f}x [{r.interval.low:.3f}, {r.interval.high:.3f}]" if r.decided
+                  else f"undecided: {r.undecided}",
+                  f"{r.tuned.jobs}/{r.tuned.runs}", f"{r.holdout.jobs}/{r.holdout.runs}") for r in realized],
+                "<<><>>", indent="  ")
+
+
+def _chip_unit(seconds: list[float]) -> tuple[float, str]:
+    """One unit for a table of chip-times: hours, or seconds while all are under a tenth of one."""
+    return (3600.0, "chip-hours") if max(seconds, default=0.0) >= 360 else (1.0, "chip-seconds")
 
 
 def _chip_time(seconds: float) -> str:
     """Chip-time in hours, or in seconds below a tenth of an hour (one job's savings)."""
-    return f"{seconds / 3600:,.1f} chip-hours" if seconds >= 360 else f"{seconds:,.1f} chip-seconds"
+    return f"{seconds / 3600:,.1f} chip-hours" if abs(seconds) >= 360 else f"{seconds:,.1f} chip-seconds"

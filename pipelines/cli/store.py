@@ -46,23 +46,31 @@ def add_store(sub: Subcommands) -> None:
     p = add_command(sub, "store", "the versioned config store",
                     ["fdo store versions", "fdo store show 0123456789abcdef0123456789abcdef",
                      "fdo store diff 3 4", "fdo store rollback 3", "fdo store export 4",
-                     "fdo store import entries.jsonl"],
+                     "fdo store import entries.jsonl", "fdo store holdout-share 0.02",
+                     "fdo store relaxed-teams search,ads", 'fdo store relaxed-teams ""'],
                     "export prints JSON lines, one entry a line, whatever --json says.")
-    p.add_argument("action", choices=["versions", "show", "diff", "rollback", "export", "import"],
+    p.add_argument("action", choices=["versions", "show", "diff", "rollback", "export", "import",
+                                      "holdout-share", "relaxed-teams"],
                    help="versions: every version, * the live one, ! a damaged one; show: the live "
                    "entries of a key; diff: what B changes against A; rollback: publish an old "
-                   "version's entries again; export: a version's entries; import: add entries")
+                   "version's entries again; export: a version's entries; import: add entries; "
+                   "holdout-share: publish the live entries with the share of jobs held out to "
+                   "the defaults for entries that set none; relaxed-teams: publish the live "
+                   "entries with the teams whose jobs take their relaxed-numerics configs")
     p.add_argument("arg", nargs="?", metavar="ARG", help="show: KEY or fingerprint; diff: version A; "
                    "rollback: version N; export: version (default: the live one); import: "
-                   "JSON-lines FILE")
+                   "JSON-lines FILE; holdout-share: SHARE, 0 to 0.5; relaxed-teams: TEAM[,TEAM...], "
+                   '"" for none')
     p.add_argument("arg2", nargs="?", metavar="B", help="diff: version B (default: none, which only "
                    "the other actions accept)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
-    p.set_defaults(run=cmd_store, home_use="read", home_url=True)  # rollback and import write
+    # rollback, import, holdout-share and relaxed-teams write
+    p.set_defaults(run=cmd_store, home_use="read", home_url=True)
 
 
 def cmd_store(args: argparse.Namespace, home: Home) -> int:
-    """Run one action on the store: list, show, diff, roll back, export or import."""
+    """Run one action on the store: list, show, diff, roll back, export, import or set a policy
+    (the holdout share, the relaxed-numerics teams)."""
     from delivery.imports import import_file
     from delivery.store import Store, entry_json
 
@@ -86,6 +94,18 @@ def cmd_store(args: argparse.Namespace, home: Home) -> int:
         for row in store.entries(_version(args.arg) if args.arg else None).to_pylist():
             print(json.dumps(entry_json(row), sort_keys=True))
         return EXIT_OK
+    if args.action == "holdout-share":
+        try:
+            share = float(args.arg)
+        except ValueError:
+            raise ValueError(f"holdout-share: {args.arg!r} is not a number") from None
+        _print_policy(store.set_holdout_share(share), f"holdout share {share}", args.json)
+        return EXIT_OK
+    if args.action == "relaxed-teams":
+        teams = [team.strip() for team in args.arg.split(",")] if args.arg else []
+        _print_policy(store.set_relaxed_numerics_teams(teams),
+                      f"relaxed-numerics teams {', '.join(teams) or 'none'}", args.json)
+        return EXIT_OK
     version, imported = import_file(home, Path(args.arg))
     print(json.dumps({"version": version, "imported": imported}) if args.json
           else f"imported {imported} entries: store version {version}")
@@ -94,7 +114,17 @@ def cmd_store(args: argparse.Namespace, home: Home) -> int:
 
 # What each `fdo store` action needs after it (the others take nothing, or have a default).
 _STORE_ARGUMENTS = {"show": "a KEY or fingerprint", "diff": "two versions: A B",
-                    "rollback": "the version N to roll back to", "import": "a JSON-lines FILE"}
+                    "rollback": "the version N to roll back to", "import": "a JSON-lines FILE",
+                    "holdout-share": "the SHARE, 0 to 0.5",
+                    "relaxed-teams": 'TEAM[,TEAM...], or "" for none'}
+
+
+def _print_policy(version: int | None, policy: str, as_json: bool) -> None:
+    """What setting a version's `policy` ("holdout share 0.1") published: `version`, None when
+    the live version had it already."""
+    print(json.dumps({"version": version}) if as_json
+          else f"published v{version}: {policy}" if version is not None
+          else f"the live version has {policy} already")
 
 
 def _version(text: str) -> int:
@@ -246,14 +276,28 @@ def add_run(sub: Subcommands) -> None:
     """`fdo run`."""
     p = add_command(sub, "run", "run a program with the compiler hook on (FDO_HOOK=1)",
                     ["fdo run -- python train.py --steps 100",
-                     "fdo run --store-url http://fdo.internal:8470 --job-id train-7 -- python train.py"])
+                     "fdo run --store-url http://fdo.internal:8470 --job-id train-7 -- python train.py",
+                     "fdo run --job-file fdo-job.json -- python train.py"])
     p.add_argument("--store-url", metavar="URL",
                    help="ask this config service (default: the store under --home)")
     p.add_argument("--store-version", type=int, metavar="N", help="pin this store version "
                    "(default: the live one)")
     p.add_argument("--job-id", metavar="ID", help="the job's id in hit records (default: host-pid)")
+    p.add_argument("--job-file", metavar="PATH",
+                   help="the job's fdo-job.json (docs/ingest.md): its job_id (unless --job-id), "
+                   "team (FDO_TEAM: the store's relaxed-numerics teams may name it), "
+                   "relaxed_numerics (as --relaxed-numerics) and opted_out (as --opt-out) "
+                   "(default: none, the options alone)")
     p.add_argument("--spool-hlo", action="store_true",
                    help="spool each module's HLO under HOME/spool/symbols for fdo ingest symbols")
+    p.add_argument("--holdout", type=float, metavar="SHARE",
+                   help="force the holdout share, 0 to 1 (FDO_HOLDOUT): 1 sends every key of the "
+                   "job to the compiler's defaults, 0 none (default: each entry's share in the store)")
+    p.add_argument("--opt-out", action="store_true",
+                   help="take no part in the holdout arm: always the tuned config (FDO_OPT_OUT=1)")
+    p.add_argument("--relaxed-numerics", action="store_true",
+                   help="take an entry's relaxed-numerics config where it has one "
+                   "(FDO_RELAXED_NUMERICS=1)")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM ...",
                    help="the program and its arguments, after --")
     p.set_defaults(run=cmd_run)
@@ -261,19 +305,33 @@ def add_run(sub: Subcommands) -> None:
 
 def cmd_run(args: argparse.Namespace, home: Path) -> int:
     """Replace this process with the program, the hook on and pointed at `home` (the hook runs
-    inside the program, so the home reaches it through its environment: FDO_HOME)."""
+    inside the program, so the home reaches it through its environment: FDO_HOME) and set by
+    the options and the --job-file; a job file it cannot take is a ValueError or OSError naming
+    it (ingest.sidecars.read_job_file)."""
+    from ingest.sidecars import read_job_file
+
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not command:
         print("fdo run: give the program to run after --, e.g. fdo run -- python train.py",
               file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.holdout is not None and not 0 <= args.holdout <= 1:  # NaN too
+        print(f"fdo run: --holdout {args.holdout}: must be a share from 0 to 1", file=sys.stderr)
+        return EXIT_BAD_INPUT
     env = dict(os.environ, FDO_HOOK="1", FDO_HOME=str(home))
+    if args.job_file:  # the options below add to it, and --job-id replaces its job_id
+        job = read_job_file(Path(args.job_file))
+        env.update(FDO_JOB_ID=job.job_id, FDO_TEAM=job.team)
+        env.update({name: "1" for name, on in (("FDO_OPT_OUT", job.opted_out),
+                                               ("FDO_RELAXED_NUMERICS", job.relaxed_numerics)) if on})
     for name, value in (("FDO_STORE_URL", args.store_url), ("FDO_STORE_VERSION", args.store_version),
-                        ("FDO_JOB_ID", args.job_id)):
+                        ("FDO_JOB_ID", args.job_id), ("FDO_HOLDOUT", args.holdout)):
         if value is not None:
             env[name] = str(value)
-    if args.spool_hlo:
-        env["FDO_SPOOL_HLO"] = "1"
+    for name, on in (("FDO_SPOOL_HLO", args.spool_hlo), ("FDO_OPT_OUT", args.opt_out),
+                     ("FDO_RELAXED_NUMERICS", args.relaxed_numerics)):
+        if on:
+            env[name] = "1"
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:

@@ -281,13 +281,22 @@ def _tune_settings(args: argparse.Namespace) -> Any:
 
 
 def _print_tune_result(label: str, r: Any) -> None:
-    """A task's result: its verdict, when its config was found, and what each phase spent (a
-    result landed before phases were told has none), with their total."""
+    """A task's result: its verdict, the opt-in config that relaxes numerics and what it would
+    gain where there is one, when its config was found, and what each phase spent (a result
+    landed before phases were told has none), with their total."""
+    from execution.flags import relaxes_numerics
+
     interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else ""
     speed = f"{r.speedup:.3f}x {interval}" if r.speedup is not None else ""
     if len(r.speedups) > 1:  # the verification's workers, each on its own
         speed += f" (workers {_speedups(r.speedups)})"
     print(f"{label}: {r.status} {speed}; config {config_text(r.to_json()['config'])}")
+    if r.relaxed is not None:
+        relaxed = r.relaxed
+        print(f"  opt-in, relaxes numerics ({', '.join(relaxes_numerics(relaxed.config))}): "
+              f"{relaxed.speedup:.3f}x [{relaxed.ci_low:.3f}, {relaxed.ci_high:.3f}]; "
+              f"config {config_text(r.to_json()['relaxed']['config'])} "
+              "(for jobs run with FDO_RELAXED_NUMERICS=1)")
     if r.seconds_to_best is not None:
         print(f"  found {r.seconds_to_best / 60:.1f} minutes ({r.seconds_to_best:.0f} s) into "
               "the task")

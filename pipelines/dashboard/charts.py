@@ -18,9 +18,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from pipelines.dashboard.figures import (
-    BLUE, CATEGORY_COLORS, CATEGORY_LABELS, DARK_GREY, GREEN, GREY, HEIGHT, KIND_COLORS, LIGHT_BLUE,
+    BLUE, CATEGORY_COLORS, CATEGORY_LABELS, DARK_GREY, GREEN, GREY, HEIGHT, KIND_COLORS, LIGHT_BLUE, ORANGE,
     OUTCOME_COLORS, PROVENANCE_COLORS, TEAM_COLORS, bargap, base_layout, count_axis, count_by, day_layout,
-    elide, interval_name, interval_trace, percent, percent_axis, present, speedup_range, stacked_days,
+    elide, error_bars, interval_name, interval_trace, percent, percent_axis, present, speedup_range, stacked_days,
     sum_by, version_text)
 from pipelines.dashboard.filters import Window
 from pipelines.dashboard.queries import Row
@@ -86,6 +86,92 @@ def savings_by_version(rows: list[Row], window: Window) -> go.Figure | None:
             barmode="stack")
     fig.update_xaxes(type="category")
     fig.update_layout(bargap=bargap(len(versions)))
+    return fig
+
+
+def realized_by_team(rows: list[Row], window: Window) -> go.Figure | None:
+    """Per team, chip-hours saved booked and realized, on the entries with a realized speedup."""
+    teams = [r for r in rows if r["slice"] == "team"]
+    return _booked_and_realized(teams, [r["team"] for r in teams])
+
+
+def realized_by_version(rows: list[Row], window: Window) -> go.Figure | None:
+    """Per store version, chip-hours saved booked and realized, on the entries with a realized
+    speedup."""
+    versions = [r for r in rows if r["slice"] == "version"]
+    return _booked_and_realized(versions, [version_text(r["config_version"]) for r in versions])
+
+
+def _booked_and_realized(rows: list[Row], labels: list[str]) -> go.Figure | None:
+    """Bars of booked and realized chip-hours saved per label, the realized ones with their
+    interval; the undecided entries (booked only) named in the hover."""
+    if not rows:
+        return None
+    fig = go.Figure()
+    undecided = [[r["undecided_entries"], r["booked_chip_hours"] - r["booked_decided_chip_hours"]] for r in rows]
+    fig.add_bar(x=labels, y=[r["booked_decided_chip_hours"] for r in rows], name="booked (expected speedup)",
+                marker_color=LIGHT_BLUE, customdata=undecided,
+                hovertemplate="%{x}: %{y:,.1f} chip-hours booked<br>and %{customdata[1]:,.1f} on "
+                              "%{customdata[0]} undecided entries<extra></extra>")
+    fig.add_bar(x=labels, y=[r["realized_chip_hours"] for r in rows],
+                name=f"realized (fleet holdout), {interval_name(rows)}", marker_color=GREEN,
+                error_y={**error_bars(rows, "realized_chip_hours", "realized_low", "realized_high"),
+                         "color": DARK_GREY},
+                customdata=[[r["realized_low"], r["realized_high"], r["decided_entries"]] for r in rows],
+                hovertemplate="%{x}: %{y:,.1f} chip-hours realized [%{customdata[0]:,.1f}, %{customdata[1]:,.1f}]"
+                              " on %{customdata[2]} entries<extra></extra>")
+    base_layout(fig, yaxis_title="chip-hours saved", barmode="group")
+    fig.update_xaxes(type="category")
+    fig.update_layout(bargap=bargap(len(rows)))
+    return fig
+
+
+def realized_over_time(rows: list[Row], window: Window) -> go.Figure | None:
+    """Per day, the speedup realized in the fleet that day with its interval (markers with error
+    bars; an undecided day has none) and the speedup expected (a line), per store version."""
+    if not rows:
+        return None
+    decided = [r for r in rows if r["speedup"] is not None]
+    days = window.days()
+    fig = go.Figure()
+    for n, version in enumerate(sorted({r["config_version"] for r in rows})):
+        mine = {r["dt"]: r for r in rows if r["config_version"] == version}
+        color = TEAM_COLORS[n % len(TEAM_COLORS)]
+        shown = [r for r in decided if r["config_version"] == version]
+        fig.add_scatter(**interval_trace(shown, [r["dt"] for r in shown], across="y"),
+                        name=f"{version_text(version)} realized, {interval_name(rows)}",
+                        marker={"color": color, "size": 9},
+                        customdata=[[r["holdout_jobs"], r["tuned_jobs"]] for r in shown],
+                        hovertemplate="%{x|%b %d}: %{y:.3f}× (%{customdata[0]} holdout jobs, %{customdata[1]} tuned)"
+                                      "<extra></extra>")
+        fig.add_scatter(x=days, y=[mine[d]["expected_speedup"] if d in mine else None for d in days],
+                        mode="lines+markers", connectgaps=True, name=f"{version_text(version)} expected",
+                        line={"color": color, "dash": "dot", "width": 2}, marker={"color": color, "size": 5},
+                        hovertemplate="%{x|%b %d}: %{y:.3f}× expected<extra></extra>")
+    fig.add_hline(y=1, line={"color": GREY, "dash": "dash", "width": 1})
+    day_layout(fig, window, "speedup (×)", barmode="group")
+    fig.update_yaxes(rangemode="normal", range=speedup_range(decided + [
+        {"speedup": r["expected_speedup"], "ci_low": None, "ci_high": None} for r in rows]), ticksuffix="×")
+    return fig
+
+
+def loop_return(rows: list[Row], window: Window) -> go.Figure | None:
+    """The loop's cost in the window, stacked by what spent it, against the savings realized;
+    the return on cost (their ratio) in the axis title."""
+    if not rows or not (rows[0]["cost_chip_hours"] or rows[0]["realized_chip_hours"]):
+        return None
+    row = rows[0]
+    fig = go.Figure()
+    for part, color, label in (("tuning", BLUE, "tuning"), ("validation", GREEN, "validation"),
+                               ("holdout", ORANGE, "holdout arms' forgone savings")):
+        fig.add_bar(y=["loop cost"], x=[row[f"{part}_chip_hours"]], orientation="h", name=label, marker_color=color,
+                    hovertemplate="%{x:,.2f} chip-hours<extra>" + label + "</extra>")
+    fig.add_bar(y=["realized savings"], x=[row["realized_chip_hours"]], orientation="h", name="realized savings",
+                marker_color=DARK_GREY, hovertemplate="%{x:,.1f} chip-hours<extra>realized</extra>")
+    ratio = row["return_on_cost"]
+    base_layout(fig, xaxis_title="chip-hours in the window; return on cost "
+                + ("—" if ratio is None else f"{ratio:,.1f}×"), barmode="stack")
+    fig.update_layout(bargap=bargap(2))
     return fig
 
 
@@ -302,9 +388,7 @@ def flag_importance(rows: list[Row], window: Window) -> go.Figure | None:
         return None
     fig = go.Figure(go.Bar(
         x=[r["importance"] for r in scored], y=[r["flag"] for r in scored], orientation="h", marker_color=BLUE,
-        error_x={"type": "data", "symmetric": False, "thickness": 1.5, "width": 4, "color": DARK_GREY,
-                 "array": [r["high"] - r["importance"] for r in scored],
-                 "arrayminus": [r["importance"] - r["low"] for r in scored]},
+        error_x={**error_bars(scored, "importance", "low", "high"), "color": DARK_GREY},
         customdata=[[r["trials"], r["failed"], r["winners"]] for r in scored],
         hovertemplate="%{y}: %{x:.4f} (%{customdata[0]} trials, %{customdata[1]} failed, "
                       "%{customdata[2]} winners)<extra></extra>"))

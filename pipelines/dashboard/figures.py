@@ -50,13 +50,19 @@ def speedup_range(rows: list[Row]) -> list[float]:
     return [low - pad, high + pad]
 
 
-def interval_trace(rows: list[Row], labels: list[str]) -> dict:
-    """Markers at each speedup with asymmetric error bars to its interval (none when unknown)."""
-    return {"x": [r["speedup"] for r in rows], "y": labels, "mode": "markers", "type": "scatter",
-            "error_x": {"type": "data", "symmetric": False, "thickness": 1.5, "width": 4,
-                        "array": [(r["ci_high"] - r["speedup"]) if r["ci_high"] is not None else 0 for r in rows],
-                        "arrayminus": [(r["speedup"] - r["ci_low"]) if r["ci_low"] is not None else 0
-                                       for r in rows]}}
+def interval_trace(rows: list[Row], labels: list[str], across: str = "x") -> dict:
+    """Markers at each speedup with asymmetric error bars to its interval (none when unknown),
+    the speedups along axis `across` ("x": one row per label up the y axis, "y": over x)."""
+    along = "y" if across == "x" else "x"
+    return {across: [r["speedup"] for r in rows], along: labels, "mode": "markers", "type": "scatter",
+            f"error_{across}": error_bars(rows, "speedup", "ci_low", "ci_high")}
+
+
+def error_bars(rows: list[Row], value: str, low: str, high: str) -> dict:
+    """Asymmetric error bars from each row's `value` to its `low` and `high` (none when unknown)."""
+    return {"type": "data", "symmetric": False, "thickness": 1.5, "width": 4,
+            "array": [(r[high] - r[value]) if r[high] is not None else 0 for r in rows],
+            "arrayminus": [(r[value] - r[low]) if r[low] is not None else 0 for r in rows]}
 
 
 def elide(text: str, limit: int = ENVIRONMENT_CHARS) -> str:

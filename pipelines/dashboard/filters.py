@@ -4,8 +4,9 @@ back into every link, so that a page's URL says all it shows.
 
 Parameters: `from` and `to` (YYYY-MM-DD, both included) or `days` (ending at `to`, default
 today; the default window is the last DEFAULT_DAYS days), `team`, `device_kind`,
-`compiler_version` (exact values, as the warehouse holds them; empty means any) and `graph` (a
-graph fingerprint: the graph pages). A bad value is a FilterError naming the parameter.
+`compiler_version` (exact values, as the warehouse holds them; empty means any), `graph` (a
+graph fingerprint: the graph pages) and `entry` (a store key: the entry pages). A bad value is a
+FilterError naming the parameter.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ DEFAULT_DAYS = 30
 MAX_DAYS = 366
 # The filters besides the window, each with the longest value its warehouse column holds.
 NARROWING = {"team": TEAM, "device_kind": DEVICE_KIND, "compiler_version": COMPILER_VERSION}
-_FINGERPRINT = re.compile(r"[0-9a-f]{32}")
+# The filters that choose what a page is about (a graph's, an entry's page): the links to other
+# pages leave them out.
+PAGE_FILTERS = frozenset({"graph", "entry"})
+_KEY = re.compile(r"[0-9a-f]{32}")
 
 
 class FilterError(ValueError):
@@ -61,10 +65,11 @@ class Filters:
     device_kind: str | None = None
     compiler_version: str | None = None
     graph: str | None = None  # a graph fingerprint
+    entry: str | None = None  # a store key
 
     def given(self) -> set[str]:
         """The names of the filters set, besides the window."""
-        return {name for name in (*NARROWING, "graph") if getattr(self, name) is not None}
+        return {name for name in (*NARROWING, *PAGE_FILTERS) if getattr(self, name) is not None}
 
     def params(self, leave_out: frozenset[str] = frozenset()) -> dict[str, str]:
         """The query parameters that ask for these filters, less those named in `leave_out`."""
@@ -83,12 +88,14 @@ class Filters:
 
 def parse_filters(first: str | None = None, last: str | None = None, days: str | None = None,
                   team: str | None = None, device_kind: str | None = None,
-                  compiler_version: str | None = None, graph: str | None = None) -> Filters:
+                  compiler_version: str | None = None, graph: str | None = None,
+                  entry: str | None = None) -> Filters:
     """The filters that query parameters ask for; FilterError naming a bad one."""
     narrowing = {name: _bounded(name, value, NARROWING[name])
                  for name, value in (("team", team), ("device_kind", device_kind),
                                      ("compiler_version", compiler_version))}
-    return Filters(parse_window(first, last, days), **narrowing, graph=parse_fingerprint("graph", graph))
+    return Filters(parse_window(first, last, days), **narrowing, graph=parse_fingerprint("graph", graph),
+                   entry=parse_fingerprint("entry", entry, "store key"))
 
 
 def parse_window(first: str | None, last: str | None, days: str | None) -> Window:
@@ -105,12 +112,13 @@ def parse_window(first: str | None, last: str | None, days: str | None) -> Windo
     return window
 
 
-def parse_fingerprint(name: str, text: str | None) -> str | None:
-    """A graph fingerprint (32 lowercase hex digits), or None for an empty one."""
+def parse_fingerprint(name: str, text: str | None, what: str = "fingerprint") -> str | None:
+    """A graph fingerprint or store key (`what`: 32 lowercase hex digits), or None for an
+    empty one."""
     if not text:
         return None
-    if not _FINGERPRINT.fullmatch(text):
-        raise FilterError(f"{name}: {text[:40]!r} is not a fingerprint (32 hex digits)")
+    if not _KEY.fullmatch(text):
+        raise FilterError(f"{name}: {text[:40]!r} is not a {what} (32 hex digits)")
     return text
 
 

@@ -2,7 +2,8 @@
 the rows of one query, a column per field, sortable in the browser by a click on its header.
 
 A grid names the endpoint (query) it lists, how its rows are picked from the endpoint's, and its
-columns: the text shown, the value it sorts by, and whether the cell links to a graph's page.
+columns: the text shown, the value it sorts by, and whether the cell links to a graph's page or
+to a store entry's.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pipelines.dashboard.figures import level_text
-from pipelines.dashboard.queries import SCREENED_LEVEL, VALIDATED_LEVEL, VERIFIED_LEVEL, Row
+from pipelines.dashboard.queries import REALIZED_LEVEL, SCREENED_LEVEL, VALIDATED_LEVEL, VERIFIED_LEVEL, Row
 from tuner.analyze import CONFIDENCE as FLAG_LEVEL
 
 MAX_ROWS = 500  # more are in the JSON: a page of thousands of rows helps nobody
@@ -28,6 +29,7 @@ class Column:
     sort: Callable[[Row], float | str | None] | None = None  # default: the text
     numeric: bool = False  # right-aligned, sorted as numbers
     graph_link: bool = False  # the cell links to the page of the row's graph
+    entry_link: bool = False  # the cell links to the page of the row's store entry (`key`)
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,13 @@ def _effect(row: Row) -> str:
     return f"{row['speedup']:.3f}× [{math.exp(row['low']):.3f}, {math.exp(row['high']):.3f}]"
 
 
+def _verdict(row: Row) -> str:
+    """What the fleet's holdout says of an entry: a regression, a realized speedup, or why not yet."""
+    if row["regressed"]:
+        return "regressed in the fleet"
+    return "realized" if row["decided"] else f"undecided: {row['undecided']}"
+
+
 def _when(timestamp: str | None) -> str:
     """An ISO timestamp to the minute, as "2026-11-22 06:00"."""
     return "—" if timestamp is None else timestamp[:16].replace("T", " ")
@@ -142,7 +151,7 @@ FLAG_VALUES = Grid(
     ), "fdo tune", pick=_flag_values)
 
 ENTRIES = Grid(
-    "entries", "Store entries", "The live store's entries for this graph: the config, its speedup "
+    "entries", "Store entries", "The live store's entries of this graph or entry: the config, its speedup "
     "with the interval its writer measured (tuner: verification, validator: re-measurement), age and expiry",
     "staleness", (
         ENVIRONMENT,
@@ -153,7 +162,7 @@ ENTRIES = Grid(
         _numeric("age (days)", "age_days", ".1f"),
         _numeric("expires in (days)", "expires_in_days", ".1f"),
         Column("config", _config),
-        _text("key", "key"),
+        Column("key", lambda r: r["key"], entry_link=True),
     ), "fdo deliver")
 
 DECISIONS = Grid(
@@ -199,3 +208,21 @@ GRAPHS = Grid(
         _numeric("live entries", "entries", ","),
         ENTRY_SPEEDUP,
     ), "fdo ingest profiles")
+
+REALIZED = Grid(
+    "realized", "Realized per entry", "Each store entry (key and version) that ran in the window: the speedup "
+    "expected of it and the one realized in the fleet, holdout arm (defaults) against tuned arm, with its "
+    f"{level_text(REALIZED_LEVEL)} interval over jobs; each arm's jobs and runs. Each links to its page.",
+    "realized", (
+        Column("entry", _graph, entry_link=True),
+        ENVIRONMENT,
+        _numeric("version", "config_version", "d"),
+        _numeric("expected", "expected_speedup", ".3f"),
+        Column("realized", _speedup, sort=lambda r: r["speedup"], numeric=True),
+        Column("verdict", _verdict),
+        _numeric("tuned jobs", "tuned_jobs", ","),
+        _numeric("tuned runs", "tuned_runs", ","),
+        _numeric("holdout jobs", "holdout_jobs", ","),
+        _numeric("holdout runs", "holdout_runs", ","),
+        _numeric("tuned chip-hours", "tuned_chip_hours", ",.2f"),
+    ), "fdo ingest profiles (holdout runs)")

@@ -1,11 +1,15 @@
 """The dashboards' pages: which cards (charts and grids) each shows, in sections.
 
-- the overview (`/`): headline figures, savings, hits and coverage, validator and staleness,
-  the costliest graphs (each linking to its page) and ops;
+- the overview (`/`): headline figures, savings booked and realized (per team and version), the
+  return on the loop's cost, the entries' realized speedups (each linking to its page), hits and
+  coverage, validator and staleness, the costliest graphs (each linking to its page) and ops;
 - the tuner (`/tuner`): trials and progress, verified results, which flags matter, every trial;
 - the graphs (`/graphs`): every graph that ran in the window by its cost, each linking to its page;
 - a graph (`/graphs/{fingerprint}`): its cost over time, runs by team, tuning trials and verified
-  results, its costliest ops, store entries and the validator's decisions about them.
+  results, its costliest ops, store entries (each linking to its page), their realized speedups
+  and the validator's decisions about them;
+- a store entry (`/entries/{key}`): the speedup expected of it against the one realized in the
+  fleet, per day, its holdout's arms, the live entry and the validator's decisions about it.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from pipelines.dashboard import charts, grids
 from pipelines.dashboard.charts import Chart
 from pipelines.dashboard.figures import level_text
 from pipelines.dashboard.grids import Grid
-from pipelines.dashboard.queries import SUMMARY_INPUTS, VERIFIED_LEVEL
+from pipelines.dashboard.queries import REALIZED_LEVEL, SUMMARY_INPUTS, VERIFIED_LEVEL
 from tuner.analyze import CONFIDENCE as FLAG_LEVEL
 
 Card = Chart | Grid
 VERIFIED = level_text(VERIFIED_LEVEL)
+REALIZED = level_text(REALIZED_LEVEL)
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,17 @@ OVERVIEW = Page("overview", "Overview", (
               "savings", charts.savings_by_team, "fdo savings"),
         Chart("savings-by-version", "Savings per config version", "Chip-hours saved in the window, by the "
               "config store version that served the hits", "savings", charts.savings_by_version, "fdo savings"),
+        Chart("realized-by-team", "Booked and realized, per team", "Chip-hours saved in the window by the "
+              "entries whose holdout realized a speedup: booked at the expected speedup, realized at the fleet's, "
+              f"with its {REALIZED} interval; undecided entries are in the hover", "realized-savings",
+              charts.realized_by_team, "fdo ingest profiles (holdout runs)"),
+        Chart("realized-by-version", "Booked and realized, per config version", "The same, by the config "
+              "store version that served the runs", "realized-savings", charts.realized_by_version,
+              "fdo ingest profiles (holdout runs)"),
+        Chart("loop-cost", "Return on cost", "The loop's own cost in the window (the tuner's and the validator's "
+              "measuring time, a machine counted as one chip, and the savings its holdout arms forwent) against "
+              "the savings realized", "loop-cost", charts.loop_return, "fdo tune, fdo validate and holdout runs"),
+        grids.REALIZED,
     )),
     ("Hits and coverage", (
         Chart("hits", "Config hits and hit rate", "Chip-hours that ran with a tuned config (bars) "
@@ -118,8 +134,23 @@ GRAPH = Page("graph", "Graph", (
     )),
     ("Store and validator", (
         grids.ENTRIES,
+        grids.REALIZED,
         grids.DECISIONS,
     )),
 ))
 
-PAGES = {page.id: page for page in (OVERVIEW, TUNER, GRAPHS, GRAPH)}
+ENTRY = Page("entry", "Store entry", (
+    ("Expected and realized", (
+        Chart("realized-days", "Expected and realized speedup", "Per day, the speedup realized in the fleet "
+              f"(holdout arm against tuned arm) with its {REALIZED} interval over that day's jobs, and the "
+              "speedup expected of the entry (dotted), per store version", "realized-days",
+              charts.realized_over_time, "fdo ingest profiles (holdout runs)", wide=True),
+        grids.REALIZED,
+    )),
+    ("Store and validator", (
+        grids.ENTRIES,
+        grids.DECISIONS,
+    )),
+))
+
+PAGES = {page.id: page for page in (OVERVIEW, TUNER, GRAPHS, GRAPH, ENTRY)}

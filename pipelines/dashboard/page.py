@@ -15,15 +15,17 @@ from dataclasses import dataclass
 import plotly.io as pio
 
 from pipelines.dashboard.charts import Chart
-from pipelines.dashboard.filters import Filters, Window
+from pipelines.dashboard.figures import level_text
+from pipelines.dashboard.filters import PAGE_FILTERS, Filters, Window
 from pipelines.dashboard.grids import MAX_ROWS, Column, Grid
 from pipelines.dashboard.layout import Card, Page
-from pipelines.dashboard.queries import NOT_NARROWED, Row
+from pipelines.dashboard.queries import NOT_NARROWED, REALIZED_LEVEL, Row
 from pipelines.dashboard.scope import Scope
 from storage.home import Home
 
 WINDOW_CHOICES = (7, 30, 90)
-FILTER_LABELS = {"team": "team", "device_kind": "device kind", "compiler_version": "compiler", "graph": "graph"}
+FILTER_LABELS = {"team": "team", "device_kind": "device kind", "compiler_version": "compiler", "graph": "graph",
+                 "entry": "store entry"}
 NAV = (("overview", "/", "Overview"), ("tuner", "/tuner", "Tuner"), ("graphs", "/graphs", "Graphs"))
 
 
@@ -58,8 +60,13 @@ def render(data: PageData) -> str:
 
 
 def graph_path(fingerprint: str, filters: Filters) -> str:
-    """The URL of a graph's page under `filters` (less any other graph)."""
-    return f"/graphs/{fingerprint}?{filters.query(frozenset({'graph'}))}"
+    """The URL of a graph's page under `filters` (less any other graph or entry)."""
+    return f"/graphs/{fingerprint}?{filters.query(PAGE_FILTERS)}"
+
+
+def entry_path(key: str, filters: Filters) -> str:
+    """The URL of a store entry's page under `filters` (less any other graph or entry)."""
+    return f"/entries/{key}?{filters.query(PAGE_FILTERS)}"
 
 
 def _section(title: str, cards: tuple[Card, ...], data: PageData) -> str:
@@ -129,13 +136,15 @@ def _cell(column: Column, row: Row, filters: Filters) -> str:
     text = html.escape(column.text(row))
     if column.graph_link and row.get("kind", "graph") == "graph":
         text = f'<a href="{html.escape(graph_path(row["fingerprint"], filters))}">{text}</a>'
+    elif column.entry_link:
+        text = f'<a href="{html.escape(entry_path(row["key"], filters))}">{text}</a>'
     sort = column.sort(row) if column.sort else None
     attribute = "" if column.sort is None else f' data-sort="{"" if sort is None else html.escape(str(sort))}"'
     return f'<td{" class=num" if column.numeric else ""}{attribute}>{text}</td>'
 
 
 def _nav(data: PageData) -> str:
-    query = data.filters.query(frozenset({"graph"}))
+    query = data.filters.query(PAGE_FILTERS)
     links = "".join(f'<a class="{"on" if page == data.page.id else ""}" href="{path}?{html.escape(query)}">'
                     f"{label}</a>" for page, path, label in NAV)
     return f'{links}<a href="/api">API</a>'
@@ -153,9 +162,9 @@ def _form(data: PageData) -> str:
     days = (window.last - window.first).days + 1
     quick = " ".join(
         f'<a class="{"on" if n == days else ""}" href="{html.escape(data.path)}?'
-        f'{html.escape(filters.replace(window=Window.last_days(n, window.last)).query(frozenset({"graph"})))}">{n} d</a>'
+        f'{html.escape(filters.replace(window=Window.last_days(n, window.last)).query(PAGE_FILTERS))}">{n} d</a>'
         for n in WINDOW_CHOICES)
-    clear = f"{data.path}?{filters.replace(team=None, device_kind=None, compiler_version=None).query(frozenset({'graph'}))}"
+    clear = f"{data.path}?{filters.replace(team=None, device_kind=None, compiler_version=None).query(PAGE_FILTERS)}"
     return f"""
 <form class="filters" method="get" action="{html.escape(data.path)}">
   <label>from <input type="date" name="from" value="{window.first}"></label>
@@ -182,9 +191,14 @@ def _tiles(data: PageData) -> str:
     summary = data.summary or {}
     narrowed = bool(data.filters.given())
     live = summary.get("live_version")
-    tuner = f"/tuner?{data.filters.query(frozenset({'graph'}))}"
+    tuner = f"/tuner?{data.filters.query(PAGE_FILTERS)}"
     tiles = (
-        ("Chip-hours saved", number(summary.get("chip_hours_saved"), ",.0f"), "in the window, by tuned configs", None),
+        ("Chip-hours saved", number(summary.get("chip_hours_saved"), ",.0f"), "booked, in the window, by tuned configs",
+         None),
+        ("Chip-hours realized", number(summary.get("realized_chip_hours"), ",.0f"), _realized_note(summary), None),
+        ("Return on cost", "—" if summary.get("return_on_cost") is None else f"{summary['return_on_cost']:,.1f}×",
+         f"realized chip-hours saved per chip-hour the loop spent ({number(summary.get('cost_chip_hours'), ',.1f')})",
+         None),
         ("Graph hit rate", number(summary.get("hit_rate"), ".1%"),
          f"of graph chip-time ran tuned on {summary.get('hit_rate_dt') or '—'}", None),
         ("Tuned coverage", number(summary.get("tuned_share"), ".1%"),
@@ -199,6 +213,17 @@ def _tiles(data: PageData) -> str:
         f'<div class="value">{html.escape(value)}</div><div class="sub">'
         + (f'<a href="{html.escape(link)}">{html.escape(sub)}</a>' if link else html.escape(sub)) + "</div></div>"
         for label, value, sub, link in tiles)
+
+
+def _realized_note(summary: Row) -> str:
+    """The realized savings' interval and the booked savings of the same (decided) entries; the
+    undecided entries counted apart."""
+    undecided = f"; {summary['undecided_entries']} undecided" if summary.get("undecided_entries") else ""
+    if summary.get("realized_low") is None:
+        return "no entry's holdout is decided yet" + undecided
+    return (f"[{summary['realized_low']:,.0f}, {summary['realized_high']:,.0f}], {level_text(REALIZED_LEVEL)}; "
+            f"booked {summary['booked_decided_chip_hours']:,.0f} on "
+            f"{_count(summary['decided_entries'], 'entry', 'entries')}{undecided}")
 
 
 def _count(n: int, one: str, many: str) -> str:
@@ -262,7 +287,7 @@ form.filters a.clear { color: var(--muted); }
 .quick a { color: var(--muted); text-decoration: none; margin-left: 4px; padding: 3px 9px;
            border: 1px solid var(--line); border-radius: 6px; background: #fff; }
 main { padding: 20px 28px 40px; max-width: 1480px; margin: 0 auto; }
-.tiles { display: grid; grid-template-columns: repeat(6, minmax(0, 1fr)); gap: 14px; }
+.tiles { display: grid; grid-template-columns: repeat(4, minmax(0, 1fr)); gap: 14px; }
 .tile { background: #fff; border: 1px solid var(--line); border-radius: 10px; padding: 14px 16px; }
 .tile .label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: 0.04em; }
 .tile .value { font-size: 26px; font-weight: 650; margin: 4px 0 2px; font-variant-numeric: tabular-nums; }
@@ -296,7 +321,7 @@ table.sortable td.num, table.sortable th[data-numeric] { text-align: right; whit
                 text-align: center; padding: 0 24px; }
 .chart[data-state=error] .empty, .rows[data-state=error] .empty { color: #b42318; border-color: #f4c7c3; background: #fffafa; }
 @media (max-width: 1100px) { .grid { grid-template-columns: 1fr; }
-                             .tiles { grid-template-columns: repeat(3, minmax(0, 1fr)); } }
+                             .tiles { grid-template-columns: repeat(2, minmax(0, 1fr)); } }
 """
 
 # Draws every chart and makes the grids sortable, then marks the page done (the browser tests

@@ -8,6 +8,9 @@ partitions, narrowed by the scope, then summed with DuckDB; a table nobody has w
 as no rows. Chip-time is in chip-hours (chip-seconds / 3600), shares and rates are fractions in
 [0, 1]. A row with an `env_key` also has its `environment` label, and a row with an interval its
 `ci_level`: the confidence its measurement was taken at.
+
+Booked savings use the tuner's expected speedup; realized ones the speedup the fleet showed
+between the two arms of each entry's holdout (ranking.realized, over the same graph runs).
 """
 
 from __future__ import annotations
@@ -17,10 +20,15 @@ from typing import Any, Callable
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from delivery.store import Store
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, OPS
 from pipelines.dashboard.scope import Scope
+from ranking.cost import loop_cost as ranking_loop_cost
+from ranking.cost import return_on_cost
+from ranking.realized import RUN_COLUMNS, Realized, RealizedSavings, realized_speedups
+from ranking.realized import realized_savings as ranking_realized_savings
 from ranking.tables import COVERAGE, SAVINGS
 from storage.home import Home
 from storage.warehouse import TableSchema, Warehouse
@@ -42,7 +50,13 @@ VERIFIED_LEVEL = VERIFY_SETTINGS.confidence
 SCREENED_LEVEL = SEARCH_SETTINGS.confidence
 VALIDATED_LEVEL = MEASURE_SETTINGS.confidence
 ENTRY_LEVELS = {"tuner": VERIFIED_LEVEL, "validator": VALIDATED_LEVEL}
+REALIZED_LEVEL = 0.99  # the confidence of the realized speedups' intervals over jobs
 
+
+
+# A graph run that ran with a tuned config: keyed, and not of its entry's holdout arm (those ran
+# the defaults: they count as runs of the key, never as tuned chip-time).
+TUNED = "(config_key is not null and not coalesce(holdout, false))"
 
 def savings(home: Home, scope: Scope) -> list[Row]:
     """Chip-time saved per day, config kind, team and config version (the store version that
@@ -62,15 +76,15 @@ def hits(home: Home, scope: Scope) -> list[Row]:
     that applied a config). `hit_rate` is the hit share of chip-time for profiles and of
     compiles for the hook."""
     runs = ["dt", "chip_seconds", "config_key"]
-    return _query(scope, """
+    return _query(scope, f"""
         with runs as (
-            select dt, 'graph' as kind, chip_seconds, config_key from graph_runs
+            select dt, 'graph' as kind, chip_seconds, {TUNED} as tuned from graph_runs
             union all
-            select dt, 'op' as kind, chip_seconds, config_key from op_runs
+            select dt, 'op' as kind, chip_seconds, config_key is not null from op_runs
         ), profiles as (
-            select dt, kind, count(*) as runs, count(config_key) as hit_runs,
+            select dt, kind, count(*) as runs, count(*) filter (where tuned) as hit_runs,
                    sum(chip_seconds) / 3600 as chip_hours,
-                   coalesce(sum(chip_seconds) filter (where config_key is not null), 0) / 3600
+                   coalesce(sum(chip_seconds) filter (where tuned), 0) / 3600
                        as hit_chip_hours
             from runs group by dt, kind
         ), hook as (
@@ -83,21 +97,22 @@ def hits(home: Home, scope: Scope) -> list[Row]:
         union all
         select dt, 'hook', 'graph', runs, hit_runs, null, null, hit_runs / runs from hook
         order by source desc, kind, dt
-    """, graph_runs=_read(home, scope, GRAPH_RUNS, runs), op_runs=_read(home, scope, OP_RUNS, runs),
+    """, graph_runs=_read(home, scope, GRAPH_RUNS, runs + ["holdout"]),
+        op_runs=_read(home, scope, OP_RUNS, runs),
         hook_hits=_read(home, scope, HITS, ["dt", "outcome"]))
 
 
 def teams(home: Home, scope: Scope) -> list[Row]:
     """Graph runs per team: runs, jobs, chip-time, and the chip-time that ran tuned or was
     opted out of tuning."""
-    return _query(scope, """
+    return _query(scope, f"""
         select team, count(*) as runs, count(distinct job_id) as jobs,
                sum(chip_seconds) / 3600 as chip_hours,
-               coalesce(sum(chip_seconds) filter (where config_key is not null), 0) / 3600 as hit_chip_hours,
+               coalesce(sum(chip_seconds) filter (where {TUNED}), 0) / 3600 as hit_chip_hours,
                coalesce(sum(chip_seconds) filter (where opted_out), 0) / 3600 as opted_out_chip_hours
         from graph_runs group by team order by chip_hours desc, team
     """, graph_runs=_read(home, scope, GRAPH_RUNS, ["team", "job_id", "chip_seconds", "config_key",
-                                                     "opted_out"]))
+                                                     "holdout", "opted_out"]))
 
 
 def coverage(home: Home, scope: Scope) -> list[Row]:
@@ -174,20 +189,20 @@ def top(home: Home, scope: Scope) -> list[Row]:
     tuning), with the live store entry's speedup and interval where one is tuned, and the
     chip-time its hits saved."""
     graph_runs = _read(home, scope, GRAPH_RUNS, ["fingerprint", "env_key", "chip_seconds", "opted_out",
-                                                 "config_key", "expected_speedup"])
+                                                 "config_key", "expected_speedup", "holdout"])
     op_runs = _read(home, scope, OP_RUNS, ["op_fingerprint", "env_key", "chip_seconds", "opted_out",
                                            "config_key", "expected_speedup"])
-    rows = _query(scope, """
+    rows = _query(scope, f"""
         with runs as (
-            select 'graph' as kind, fingerprint, env_key, chip_seconds, config_key, expected_speedup
+            select 'graph' as kind, fingerprint, env_key, chip_seconds, {TUNED} as tuned, expected_speedup
             from graph_runs where not opted_out
             union all
-            select 'op', op_fingerprint, env_key, chip_seconds, config_key, expected_speedup
+            select 'op', op_fingerprint, env_key, chip_seconds, config_key is not null, expected_speedup
             from op_runs where not opted_out
         ), per_key as (
             select kind, fingerprint, env_key, sum(chip_seconds) as chip_seconds,
                    coalesce(sum(chip_seconds * (expected_speedup - 1))
-                            filter (where config_key is not null), 0) as saved
+                            filter (where tuned), 0) as saved
             from runs group by kind, fingerprint, env_key
         ), ranked as (
             select *, chip_seconds / sum(chip_seconds) over (partition by kind) as share,
@@ -212,7 +227,7 @@ def graphs(home: Home, scope: Scope) -> list[Row]:
     environments (`env_key`: the costliest), the share of its chip-time that ran tuned, and its
     live store entries for the environments it ran in, with the speedup and interval of the
     entry in its costliest tuned environment (`entry_env_key`, labelled `entry_environment`)."""
-    rows = _query(scope, """
+    rows = _query(scope, f"""
         with per_env as (
             select fingerprint, env_key, sum(chip_seconds) as chip_seconds
             from graph_runs group by fingerprint, env_key
@@ -230,7 +245,7 @@ def graphs(home: Home, scope: Scope) -> list[Row]:
         ), runs as (
             select fingerprint, sum(chip_seconds) as chip_seconds, count(*) as runs,
                    count(distinct job_id) as jobs, count(distinct team) as teams,
-                   coalesce(sum(chip_seconds) filter (where config_key is not null), 0) as hit_chip_seconds
+                   coalesce(sum(chip_seconds) filter (where {TUNED}), 0) as hit_chip_seconds
             from graph_runs group by fingerprint
         )
         select r.fingerprint, n.name, r.chip_seconds, r.chip_seconds / 3600 as chip_hours,
@@ -243,10 +258,61 @@ def graphs(home: Home, scope: Scope) -> list[Row]:
         left join names n on n.kind = 'graph' and n.fingerprint = r.fingerprint
         order by r.chip_seconds desc, r.fingerprint
     """, graph_runs=_read(home, scope, GRAPH_RUNS, ["fingerprint", "env_key", "chip_seconds", "job_id", "team",
-                                                     "config_key"]),
+                                                     "config_key", "holdout"]),
         names=_names(home), entries=_entries(home))
     return [{**row, "entry_environment": row["entry_env_key"] and scope.label(row["entry_env_key"]),
              "ci_level": ENTRY_LEVELS.get(row["provenance"])} for row in rows]
+
+
+def realized(home: Home, scope: Scope) -> list[Row]:
+    """Each store entry (key and store version) whose runs the window holds: the speedup
+    expected of it and the one realized in the fleet (holdout arm against tuned arm) with its
+    interval over jobs, whether that is decided and a regression (or why it is undecided), and
+    each arm's jobs, runs and chip-hours; costliest tuned arm first."""
+    return _realized_rows(_holdout_runs(home, scope), _graph_names(home), scope)
+
+
+def realized_days(home: Home, scope: Scope) -> list[Row]:
+    """`realized` per day of the window (`dt`): each entry's realized speedup over that day's
+    runs alone, beside the one expected."""
+    runs, names = _holdout_runs(home, scope), _graph_names(home)
+    days = runs.column("dt")
+    return [{"dt": day, **row} for day in scope.filters.window.days()
+            for row in _realized_rows(runs.filter(pc.equal(days, pa.scalar(datetime.date.fromisoformat(day)))),
+                                      names, scope)]
+
+
+def realized_savings(home: Home, scope: Scope) -> list[Row]:
+    """Booked beside realized chip-time saved (ranking.realized.realized_savings) by the
+    window's tuned runs of store entries: one row for all of them (`slice`
+    'total'), one per team and one per store version. Realized is at each entry's fleet-wide
+    realized speedup, with its interval (the sums of the entries' bounds), over the decided
+    entries; `booked_decided_chip_hours` is the booked figure of those same entries; undecided
+    entries are counted, booked only."""
+    runs = _holdout_runs(home, scope)
+    breakdown = ranking_realized_savings(runs, realized_speedups(runs, confidence=REALIZED_LEVEL))
+    return [_savings_row(name, part) for name, parts in (("total", [breakdown.total]), ("team", breakdown.by_team),
+                                                          ("version", breakdown.by_version))
+            for part in parts]
+
+
+def loop_cost(home: Home, scope: Scope) -> list[Row]:
+    """The loop's own cost in the window (ranking.cost: the tuner's task time, the validator's
+    measuring time, and the savings the holdout arms forwent), in chip-hours, beside the
+    realized savings, and their ratio: the return on cost (null when nothing was spent). One
+    row. The tuner's time counts from each task's clock before the window, so its trials are
+    read from before the window too."""
+    last = scope.filters.window.last.isoformat()
+    trials = _read(home, scope, TRIALS, ["dt", "task_id", "elapsed_seconds"], holds=lambda dt: dt <= last)
+    runs = _holdout_runs(home, scope)
+    found = realized_speedups(runs, confidence=REALIZED_LEVEL)
+    cost = ranking_loop_cost(trials, _read(home, scope, VALIDATIONS, ["dt", "run_id", "validated_at"]), found,
+                             scope.filters.window.first, scope.filters.window.last)
+    saved = ranking_realized_savings(runs, found).total.realized
+    return [{"days": cost.days, "tuning_chip_hours": cost.tuning / 3600,
+             "validation_chip_hours": cost.validation / 3600, "holdout_chip_hours": cost.holdout / 3600,
+             "cost_chip_hours": cost.total / 3600, "realized_chip_hours": saved / 3600,
+             "return_on_cost": return_on_cost(saved, cost)}]
 
 
 def tuner(home: Home, scope: Scope) -> list[Row]:
@@ -321,6 +387,10 @@ QUERIES: dict[str, Query] = {
     "staleness": staleness,
     "top": top,
     "graphs": graphs,
+    "realized": realized,
+    "realized-days": realized_days,
+    "realized-savings": realized_savings,
+    "loop-cost": loop_cost,
     "tuner": tuner,
     "tuning-results": tuning_results,
     "flags": flags,
@@ -330,10 +400,11 @@ QUERIES: dict[str, Query] = {
 # The filters a query's tables cannot be narrowed by (no such column, see scope.py): an
 # endpoint refuses them rather than answer for more than was asked.
 NOT_NARROWED: dict[str, frozenset[str]] = {
-    "savings": frozenset({"graph"}),
-    "validator-hits": frozenset({"graph"}),
-    "coverage": frozenset({"team", "device_kind", "compiler_version", "graph"}),
-    "store": frozenset({"team", "device_kind", "compiler_version", "graph"}),
+    "savings": frozenset({"graph", "entry"}),
+    "validator-hits": frozenset({"graph", "entry"}),
+    "coverage": frozenset({"team", "device_kind", "compiler_version", "graph", "entry"}),
+    "store": frozenset({"team", "device_kind", "compiler_version", "graph", "entry"}),
+    **{name: frozenset({"entry"}) for name in ("tuner", "tuning-results", "flags", "symbols", "loop-cost")},
 }
 
 
@@ -355,24 +426,80 @@ def summary(rows: dict[str, list[Row]]) -> Row:
         "tasks": len(rows["tuning-results"]),
         "tasks_accepted": sum(1 for r in rows["tuning-results"] if r["accepted"]),
         "validations": sum(r["entries"] for r in rows["validations"]),
+        **{key: total[key] for total in rows["realized-savings"] if total["slice"] == "total"
+           for key in ("booked_decided_chip_hours", "realized_chip_hours", "realized_low", "realized_high",
+                       "decided_entries", "undecided_entries")},
+        "regressed_entries": sum(r["regressed"] for r in rows["realized"]),
+        "return_on_cost": rows["loop-cost"][0]["return_on_cost"] if rows["loop-cost"] else None,
+        "cost_chip_hours": rows["loop-cost"][0]["cost_chip_hours"] if rows["loop-cost"] else None,
     }
 
 
-SUMMARY_INPUTS = ("savings", "hits", "coverage", "store", "tuning-results", "validations")
+SUMMARY_INPUTS = ("savings", "hits", "coverage", "store", "tuning-results", "validations", "realized",
+                  "realized-savings", "loop-cost")
 
 
-def _read(home: Home, scope: Scope, table: TableSchema, columns: list[str] | None = None) -> pa.Table:
-    """The window's rows of `table` that the scope selects, with `columns` (default: all)."""
+def _read(home: Home, scope: Scope, table: TableSchema, columns: list[str] | None = None,
+          holds: Callable[[str], bool] | None = None) -> pa.Table:
+    """The window's rows (those of the partitions that `holds`, when given) of `table` that the
+    scope selects, with `columns` (default: all)."""
     wanted = columns or table.schema.names
     narrowing = [c for c in scope.columns(table.schema.names) if c not in wanted]
-    rows = Warehouse(home).read(table, wanted + narrowing, filter_dt=scope.filters.window.holds)
+    rows = Warehouse(home).read(table, wanted + narrowing, filter_dt=holds or scope.filters.window.holds)
     return scope.select(rows).select(wanted)
+
+
+def _holdout_runs(home: Home, scope: Scope) -> pa.Table:
+    """The window's graph runs that named a store entry (either arm of its holdout)."""
+    runs = _read(home, scope, GRAPH_RUNS, [*RUN_COLUMNS, "fingerprint", "env_key"])
+    return runs.filter(pc.is_valid(runs.column("config_key")))
+
+
+def _realized_rows(runs: pa.Table, names: dict[str, str], scope: Scope) -> list[Row]:
+    """The rows of `realized` over `runs`, each entry with its graph (named by `names`) and
+    environment."""
+    where = {row["config_key"]: row for row in runs.select(["config_key", "fingerprint", "env_key"]).to_pylist()}
+    rows = [_realized_row(found, where[found.key], names, scope)
+            for found in realized_speedups(runs, confidence=REALIZED_LEVEL)]
+    return sorted(rows, key=lambda r: (-r["tuned_chip_hours"], r["key"], r["config_version"]))
+
+
+def _realized_row(found: Realized, where: Row, names: dict[str, str], scope: Scope) -> Row:
+    """One entry's row; an expected speedup that no run stated (NaN) is null."""
+    interval = found.interval
+    row = {
+        "key": found.key, "config_version": found.config_version, "kind": found.kind,
+        "fingerprint": where["fingerprint"], "name": names.get(where["fingerprint"]),
+        "env_key": where["env_key"], "environment": scope.label(where["env_key"]),
+        "expected_speedup": found.expected_speedup, "speedup": found.speedup,
+        "ci_low": interval and interval.low, "ci_high": interval and interval.high, "ci_level": REALIZED_LEVEL,
+        "decided": found.decided, "regressed": found.regressed,
+        "undecided": found.undecided and found.undecided.value,
+        **{f"{name}_{field}": value for name, arm in (("tuned", found.tuned), ("holdout", found.holdout))
+           for field, value in (("jobs", arm.jobs), ("runs", arm.runs),
+                                ("chip_hours", arm.chip_seconds / 3600))},
+    }
+    return {name: _json_value(value) for name, value in row.items()}
+
+
+def _savings_row(name: str, part: RealizedSavings) -> Row:
+    interval = part.interval
+    return {"slice": name, "team": part.team, "config_version": part.config_version,
+            "tuned_chip_hours": part.tuned_chip_seconds / 3600, "booked_chip_hours": part.booked / 3600,
+            "booked_decided_chip_hours": part.booked_decided / 3600, "realized_chip_hours": part.realized / 3600,
+            "realized_low": interval and interval.low / 3600, "realized_high": interval and interval.high / 3600,
+            "ci_level": REALIZED_LEVEL, "decided_entries": part.decided, "undecided_entries": part.undecided}
 
 
 def _entries(home: Home) -> pa.Table:
     """The live store's entries: their keys, speedups with intervals, and who wrote them."""
     return Store(home).entries().select(["key", "kind", "fingerprint", "env_key", "speedup", "ci_low", "ci_high",
                                          "provenance"])
+
+
+def _graph_names(home: Home) -> dict[str, str]:
+    """Each graph's name (its module), by fingerprint."""
+    return {row["fingerprint"]: row["name"] for row in _names(home).to_pylist() if row["kind"] == "graph"}
 
 
 def _names(home: Home) -> pa.Table:

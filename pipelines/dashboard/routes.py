@@ -1,10 +1,10 @@
-"""The dashboards' FastAPI router: the pages (`/`, `/tuner`, `/graphs`, `/graphs/{fingerprint}`),
-JSON rows under `/api/`, Plotly's script.
+"""The dashboards' FastAPI router: the pages (`/`, `/tuner`, `/graphs`, `/graphs/{fingerprint}`,
+`/entries/{key}`), JSON rows under `/api/`, Plotly's script.
 
 `fdo serve` mounts it onto the config service's app (delivery.service.create_app), whose
 handler turns ServiceError into the service's JSON errors. Every page and endpoint takes the
 filters of filters.py as query parameters (`from`, `to`, `days`, `team`, `device_kind`,
-`compiler_version`, and on the endpoints `graph`); a bad one is a 400 naming it, and so is a
+`compiler_version`, and on the endpoints `graph` and `entry`); a bad one is a 400 naming it, and so is a
 filter that an endpoint's data cannot be narrowed by (queries.NOT_NARROWED).
 """
 
@@ -20,7 +20,7 @@ from delivery.service import ServiceError
 from delivery.store import StoreError
 from pipelines.dashboard import queries
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters, parse_fingerprint
-from pipelines.dashboard.layout import GRAPH, GRAPHS, OVERVIEW, TUNER, Page
+from pipelines.dashboard.layout import ENTRY, GRAPH, GRAPHS, OVERVIEW, TUNER, Page
 from pipelines.dashboard.page import FILTER_LABELS, PageData, render
 from pipelines.dashboard.queries import NOT_NARROWED, QUERIES, SUMMARY_INPUTS, Query as RowsQuery, Row
 from pipelines.dashboard.scope import Scope
@@ -38,10 +38,11 @@ def filter_parameters(
         team: str | None = Query(None, description="one team (exact)"),
         device_kind: str | None = Query(None, description="one device kind (exact)"),
         compiler_version: str | None = Query(None, description="one compiler version (exact)"),
-        graph: str | None = Query(None, description="one graph fingerprint (32 hex digits)")) -> Filters:
+        graph: str | None = Query(None, description="one graph fingerprint (32 hex digits)"),
+        entry: str | None = Query(None, description="one store entry's key (32 hex digits)")) -> Filters:
     """The filters of a request; ServiceError 400 naming a bad parameter."""
     try:
-        return parse_filters(from_, to, days, team, device_kind, compiler_version, graph)
+        return parse_filters(from_, to, days, team, device_kind, compiler_version, graph, entry)
     except FilterError as exc:
         raise ServiceError(400, "bad_request", str(exc)) from None
 
@@ -52,23 +53,20 @@ def dashboard_router(home: Home) -> APIRouter:
 
     @router.get("/", response_class=HTMLResponse, include_in_schema=False)
     def overview(filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
-        return _render(home, OVERVIEW, "/", "Overview", _resolve(home, filters.replace(graph=None)))
+        return _render(home, OVERVIEW, "/", "Overview", _resolve(home, filters.replace(graph=None, entry=None)))
 
     @router.get("/tuner", response_class=HTMLResponse, include_in_schema=False)
     def tuner(filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
-        return _render(home, TUNER, "/tuner", "Tuner", _resolve(home, filters.replace(graph=None)))
+        return _render(home, TUNER, "/tuner", "Tuner", _resolve(home, filters.replace(graph=None, entry=None)))
 
     @router.get("/graphs", response_class=HTMLResponse, include_in_schema=False)
     def graph_index(filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
-        return _render(home, GRAPHS, "/graphs", "Graphs", _resolve(home, filters.replace(graph=None)))
+        return _render(home, GRAPHS, "/graphs", "Graphs", _resolve(home, filters.replace(graph=None, entry=None)))
 
     @router.get("/graphs/{fingerprint}", response_class=HTMLResponse, include_in_schema=False)
     def graph(fingerprint: str, filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
-        try:
-            chosen = parse_fingerprint("fingerprint", fingerprint)
-        except FilterError as exc:
-            raise ServiceError(400, "bad_request", str(exc)) from None
-        scope = _resolve(home, filters.replace(graph=chosen))
+        chosen = _path_key("fingerprint", fingerprint, "fingerprint")
+        scope = _resolve(home, filters.replace(graph=chosen, entry=None))
         rows, errors = _run(home, scope, GRAPH.endpoints())
         names = [r["module_name"] for r in rows["symbols"]]
         if not errors and not names and not rows["hits"]:
@@ -77,6 +75,21 @@ def dashboard_router(home: Home) -> APIRouter:
                                                  f"to {window.last} under these filters")
         heading = f"{names[0] if names else 'graph'} · {chosen}"
         return HTMLResponse(render(PageData(GRAPH, f"/graphs/{chosen}", heading, home, scope, rows, errors, None,
+                                            PLOTLY_PATH)))
+
+    @router.get("/entries/{key}", response_class=HTMLResponse, include_in_schema=False)
+    def entry(key: str, filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
+        chosen = _path_key("key", key, "store key")
+        scope = _resolve(home, filters.replace(graph=None, entry=chosen))
+        rows, errors = _run(home, scope, ENTRY.endpoints())
+        found = rows["realized"] + rows["staleness"] + rows["decisions"]
+        if not errors and not found:
+            window = scope.filters.window
+            raise ServiceError(404, "not_found", f"store entry {chosen}: not live, and no runs or validator "
+                                                 f"decisions from {window.first} to {window.last} under these filters")
+        named = next((row for row in found if row.get("name")), None)
+        heading = f"{named['name'] if named else 'store entry'} · {chosen}"
+        return HTMLResponse(render(PageData(ENTRY, f"/entries/{chosen}", heading, home, scope, rows, errors, None,
                                             PLOTLY_PATH)))
 
     @router.get("/api")
@@ -108,6 +121,14 @@ def _render(home: Home, page: Page, path: str, heading: str, scope: Scope) -> HT
     rows, errors = _run(home, scope, page.endpoints())
     summary = queries.summary(rows) if page.tiles else None
     return HTMLResponse(render(PageData(page, path, heading, home, scope, rows, errors, summary, PLOTLY_PATH)))
+
+
+def _path_key(name: str, text: str, what: str) -> str:
+    """A fingerprint or store key from the URL's path; ServiceError 400 naming a bad one."""
+    try:
+        return parse_fingerprint(name, text, what)
+    except FilterError as exc:
+        raise ServiceError(400, "bad_request", str(exc)) from None
 
 
 def _run(home: Home, scope: Scope, endpoints: list[str]) -> tuple[dict[str, list[Row]], dict[str, str]]:

@@ -10,7 +10,8 @@ would read the same (they differ in options such as XLA_FLAGS).
 A table is narrowed by the columns it has: the window by its `dt` partitions (when read); the
 team by `team`, or, for tables of keys (tuner, store, validator, hook), to the keys (fingerprint,
 environment) that the team's jobs ran in the window; device kind and compiler version by
-`env_key`; the graph by `fingerprint` (`graph_fingerprint` for the op runs: the graph's ops).
+`env_key`; the graph by `fingerprint` (`graph_fingerprint` for the op runs: the graph's ops);
+the store entry by `config_key` (the runs that named it: both arms of its holdout) or `key`.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ class Scope:
             values = [table.column(column) for column in columns]
             if rule == "graph":
                 conditions.append(pc.equal(values[0], self.filters.graph))
+            elif rule == "entry":
+                conditions.append(pc.equal(values[0], self.filters.entry))
             elif rule == "team":
                 conditions.append(pc.equal(values[0], self.filters.team))
             elif rule == "team_keys":
@@ -111,6 +114,9 @@ class Scope:
         graph = next((c for c in ("fingerprint", "graph_fingerprint") if c in names), None)
         if filters.graph is not None and graph is not None:
             rules.append(("graph", (graph,)))
+        entry = next((c for c in ("config_key", "key") if c in names), None)
+        if filters.entry is not None and entry is not None:
+            rules.append(("entry", (entry,)))
         if filters.team is not None and "team" in names:
             rules.append(("team", ("team",)))
         elif filters.team is not None and {"fingerprint", "env_key"} <= names:

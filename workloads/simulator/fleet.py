@@ -10,8 +10,13 @@
   day-by-day runs agree); each job adopts a release after its own lag of 0-6 days. Jobs on the
   "here" device kind run this machine's environment instead, its compiler included, so the
   tuner and the validator can measure what they run.
-- Jobs whose graph has a tuned config (a `TunedLookup` answers) run faster by its speedup and
-  record the hit metadata.
+- Jobs differ: each runs its graphs at its own pace (a per-job factor on seconds per
+  execution), as jobs on different hosts and input pipelines do.
+- Jobs whose graph has a tuned config (a `TunedLookup` answers) record the hit metadata. A
+  deterministic share of jobs per key (the hook's rule, `ingest.hits.holdout_arm`) is the
+  entry's holdout arm and runs the defaults; the others run faster by the entry's true effect
+  (`true_speedup`), which is not the speedup the tuner expected: the fleet's truth, kept per
+  row in `Hits` so benchmarks can score what the loop infers from the rows.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import numpy as np
 import pyarrow as pa
 
 from hlo.environment import Environment
+from ingest.hits import holdout_arm
+from storage.store import DEFAULT_HOLDOUT_SHARE
 
 EPOCH = datetime.date(2026, 1, 1)
 TEAMS = ("llm-pretrain", "llm-serving", "ads", "search", "recsys", "vision", "speech",
@@ -47,6 +54,7 @@ DEVICE_KINDS = (("cpu", "here", 0.15), ("cpu", "local", 0.1), ("tpu", "TPU v5 li
                 ("tpu", "TPU v5p", 0.2), ("gpu", "NVIDIA H100 80GB HBM3", 0.2))
 HERE_KIND = next(i for i, (_, name, _) in enumerate(DEVICE_KINDS) if name == "here")
 LAG_DAYS = 7
+DAY_SECONDS = 86_400.0
 ROW_CHUNK = 1 << 20
 
 
@@ -60,6 +68,14 @@ class FleetSpec:
     opt_out_share: float = 0.2
     zipf_exponent: float = 1.2
     op_sample: float = 1.0  # share of job-days profiled at op level (op time scaled up by 1/it)
+    # The sigma of each job's lognormal pace factor on seconds per execution.
+    job_sigma: float = 0.05
+    # An entry's true effect is its expected speedup times a per-entry lognormal factor of this
+    # sigma: the tuning machine measures close to what the fleet gets, not exactly it...
+    effect_sigma: float = 0.02
+    # ...except for these (config key, true speedup) pairs: injected regressions, configs that
+    # won where they were tuned and slow the fleet down.
+    regressions: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -68,7 +84,8 @@ class Hit:
 
     config_key: str
     config_version: int
-    speedup: float
+    speedup: float  # the expected one, as the store entry says
+    holdout_share: float = DEFAULT_HOLDOUT_SHARE  # of jobs that run the defaults for this key
 
 
 # (graph fingerprint, env_key) -> the tuned config applied to it, if any
@@ -90,6 +107,7 @@ class Jobs:
     graph_split: np.ndarray  # (jobs, 3) share of the job's time per graph
     opted_out: np.ndarray
     lag: np.ndarray  # (jobs,) base adoption lag in days
+    pace: np.ndarray  # factor on seconds per execution: how much slower than the catalog's
 
 
 def make_jobs(spec: FleetSpec, n_graphs: int) -> Jobs:
@@ -125,8 +143,10 @@ def make_jobs(spec: FleetSpec, n_graphs: int) -> Jobs:
     split /= split.sum(axis=1, keepdims=True)
     opted_out = _opt_outs(rng, chips * hours * duty, spec.opt_out_share)
     lag = rng.integers(0, LAG_DAYS, size=n, dtype=np.int8)
+    # A stream of its own, so the knob changes no other draw.
+    pace = np.exp(np.random.default_rng([spec.seed, 4]).normal(0.0, spec.job_sigma, n)).astype(np.float32)
     return Jobs(team, size_class, chips, kind, long_running, duty, hours, graphs, split,
-                opted_out, lag)
+                opted_out, lag, pace)
 
 
 def _draw(uniforms: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -155,7 +175,7 @@ class DayRows:
     job: np.ndarray
     graph: np.ndarray
     env: np.ndarray  # index into `environments`
-    seconds: np.ndarray  # wall seconds in this graph (after any tuned speedup)
+    seconds: np.ndarray  # wall seconds in this graph (after any tuned config's true effect)
     executions: np.ndarray
     environments: list[Environment]
 
@@ -172,7 +192,7 @@ def simulate_day(jobs: Jobs, spec: FleetSpec, day: int, step_seconds: np.ndarray
     graph = jobs.graphs[alive][slots]
     split = jobs.graph_split[alive][slots]
     daily = jobs.hours[job] * 3600.0 * rng.uniform(0.7, 1.0, size=len(job))
-    seconds = np.minimum(daily * split, 86_400.0)
+    seconds = np.minimum(daily * split, DAY_SECONDS)
     releases = release_days(day, spec.release_every_days)
     release = np.full(len(job), releases[0])
     for release_day in releases:  # the newest release each job has adopted by now
@@ -192,23 +212,51 @@ def simulate_day(jobs: Jobs, spec: FleetSpec, day: int, step_seconds: np.ndarray
             platform=platform, device_kind=here.device_kind if kind_name == "local" else kind_name,
             device_count=(combo >> 20) & 0xFFFFF,
             compiler_version=compiler_version(here.compiler_version, releases[0] + (combo & 0xFFFFF))))
-    executions = np.maximum(1, (seconds / step_seconds[graph]).astype(np.int64))
+    executions = np.maximum(1, (seconds / (step_seconds[graph] * jobs.pace[job])).astype(np.int64))
     return DayRows(job, graph, env.reshape(-1), seconds, executions, environments)
 
 
 @dataclass(frozen=True)
 class Hits:
-    """Per row of a DayRows: the applied config's key, version and speedup (None / NaN: none)."""
+    """Per row of a DayRows: the store entry its compile found (key, version, expected speedup;
+    None / NaN: none), its arm (`holdout` True: ran the defaults, False: ran the config, None:
+    no entry) and the entry's true effect (NaN: none), which the rows' consumers never see."""
 
     key: np.ndarray
     version: np.ndarray
     speedup: np.ndarray
+    holdout: np.ndarray
+    true_speedup: np.ndarray
+
+    def tuned(self) -> np.ndarray:
+        """Which rows ran a tuned config."""
+        return self.holdout == False  # noqa: E712 (elementwise over objects, None stays out)
+
+    def held_out(self) -> np.ndarray:
+        """Which rows ran the defaults as an entry's holdout arm."""
+        return self.holdout == True  # noqa: E712
 
 
-def apply_hits(rows: DayRows, fingerprints: list[str], tuned: TunedLookup | None) -> tuple[DayRows, Hits]:
-    """The day's rows with tuned graphs sped up, and the hit metadata per row."""
+def true_speedup(spec: FleetSpec, hit: Hit) -> float:
+    """The speedup the fleet really gets from `hit`'s entry: the injected one when its key is
+    in `spec.regressions`, else the expected speedup times a lognormal factor (sigma
+    `spec.effect_sigma`) drawn from the seed and the key, so every day and run agree."""
+    regressed = dict(spec.regressions)
+    if hit.config_key in regressed:
+        return regressed[hit.config_key]
+    digest = hashlib.blake2b(hit.config_key.encode(), digest_size=8).digest()
+    rng = np.random.default_rng([spec.seed, 5, int.from_bytes(digest, "big")])
+    return hit.speedup * float(np.exp(rng.normal(0.0, spec.effect_sigma)))
+
+
+def apply_hits(rows: DayRows, fingerprints: list[str], tuned: TunedLookup | None,
+               spec: FleetSpec) -> tuple[DayRows, Hits]:
+    """The day's rows with each hit's tuned arm sped up by the entry's true effect and its
+    holdout arm at default speed, and the hit metadata per row. A job does the same executions
+    either way; one slowed past the end of the day does the share that fits in it."""
     n = len(rows.job)
-    hits = Hits(np.full(n, None, dtype=object), np.full(n, None, dtype=object), np.full(n, np.nan))
+    hits = Hits(np.full(n, None, dtype=object), np.full(n, None, dtype=object), np.full(n, np.nan),
+                np.full(n, None, dtype=object), np.full(n, np.nan))
     if tuned is None or n == 0:
         return rows, hits
     env_keys = [e.key() for e in rows.environments]
@@ -216,11 +264,40 @@ def apply_hits(rows: DayRows, fingerprints: list[str], tuned: TunedLookup | None
     for index, (g, e) in enumerate(pairs):
         hit = tuned(fingerprints[g], env_keys[e])
         if hit is not None:
-            members = inverse == index
+            members = np.flatnonzero(inverse == index)
             hits.key[members], hits.version[members] = hit.config_key, hit.config_version
             hits.speedup[members] = hit.speedup
-    seconds = rows.seconds / np.where(np.isnan(hits.speedup), 1.0, hits.speedup)
-    return dataclasses.replace(rows, seconds=seconds), hits
+            hits.holdout[members] = _holdout_arms(rows.job[members], hit)
+            hits.true_speedup[members] = true_speedup(spec, hit)
+    seconds = rows.seconds / np.where(hits.tuned(), hits.true_speedup, 1.0)
+    fits = np.minimum(1.0, DAY_SECONDS / seconds)
+    executions = np.maximum(1, (rows.executions * fits).astype(np.int64))
+    return dataclasses.replace(rows, seconds=seconds * fits, executions=executions), hits
+
+
+def _holdout_arms(job: np.ndarray, hit: Hit) -> list[bool]:
+    """Per row, whether its job is in the holdout arm of `hit`'s key (one hash per job)."""
+    unique, inverse = np.unique(job, return_inverse=True)
+    arms = np.array([holdout_arm(job_id(j), hit.config_key, hit.holdout_share) for j in unique.tolist()])
+    return arms[inverse.reshape(-1)].tolist()
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What the store's entries really did for the fleet on one day, in chip-seconds: what a
+    perfect realized-savings estimate finds, and what the holdout arm cost."""
+
+    saved: float  # tuned runs' chip-seconds x (true speedup - 1)
+    forgone: float  # holdout runs' chip-seconds x (true speedup - 1): savings the holdout gave up
+    effects: dict[str, float]  # config key -> its true speedup, for the keys hit that day
+
+
+def day_truth(rows: DayRows, hits: Hits, jobs: Jobs) -> Truth:
+    """The truth of a day's rows after `apply_hits`."""
+    gain = jobs.chips[rows.job] * rows.seconds * (np.nan_to_num(hits.true_speedup, nan=1.0) - 1.0)
+    hit = ~np.isnan(hits.true_speedup)
+    return Truth(saved=float(gain[hits.tuned()].sum()), forgone=float(gain[hits.held_out()].sum()),
+                 effects=dict(zip(hits.key[hit].tolist(), hits.true_speedup[hit].tolist())))
 
 
 def graph_env_pairs(rows: DayRows) -> tuple[list[tuple[int, int]], np.ndarray]:
@@ -255,6 +332,7 @@ def graph_run_batches(rows: DayRows, hits: Hits, jobs: Jobs, day: int,
             "config_key": pa.array(hit_key[part], pa.string()),
             "config_version": pa.array(hit_version[part], pa.int64()),
             "expected_speedup": pa.array(hit_speedup[part], pa.float64(), from_pandas=True),
+            "holdout": pa.array(hits.holdout[part], pa.bool_()),
         })
 
 
@@ -321,7 +399,13 @@ def _labels(indices: np.ndarray, names: list[str]) -> pa.Array:
                                           pa.array(names, pa.string())).cast(pa.string())
 
 
+def job_id(job: int) -> str:
+    """The id a job's rows carry (the hook's holdout rule hashes it)."""
+    return f"job-{job:07d}"
+
+
 def _job_ids(job: np.ndarray) -> pa.Array:
+    """`job_id` of each index, vectorized."""
     import pyarrow.compute as pc
 
     digits = pc.utf8_lpad(pa.array(job, pa.int64()).cast(pa.string()), 7, "0")

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hlo.environment import ENVIRONMENT_FILE, current_environment
@@ -30,7 +31,7 @@ from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
 from storage.home import Home
 from storage.homes import atomic_write, open_home
-from storage.store import current_version, live_entries
+from storage.store import DEFAULT_HOLDOUT_SHARE, current_version, live_entries
 from storage.warehouse import ROW_GROUP_ROWS
 from workloads.simulator import fleet
 from workloads.simulator.catalog import SCALES, CatalogGraph, build_catalog
@@ -49,6 +50,9 @@ class SimulationReport:
     size_class_shares: dict[str, float] = field(default_factory=dict)
     opted_out_share: float = 0.0
     long_tail: dict[str, float] = field(default_factory=dict)
+    # The fleet's truth, which its rows never carry: each hit key's true speedup, and per day
+    # (in `days`) the chip-hours its tuned runs really saved and those its holdout arm forwent.
+    true_speedups: dict[str, float] = field(default_factory=dict)
     graph_runs: int = 0  # rows ingested (with an inbox: rows handed over, ingested later)
     op_runs: int = 0
     symbol_modules: int = 0  # modules ingested (with an inbox: dumps handed over)
@@ -61,23 +65,45 @@ class SimulationReport:
 
 
 def store_lookup(home: Path) -> fleet.TunedLookup | None:
-    """The live config store's graph entries as the fleet's jobs find them (None: no store)."""
+    """The live config store's graph entries as the fleet's jobs find them, each with its
+    holdout share (None: no store)."""
     version = current_version(home)
     if version is None:
         return None
     entries = live_entries(home).to_pylist()
-    hits = {(e["fingerprint"], e["env_key"]): fleet.Hit(e["key"], version, e["speedup"])
+    shares = _holdout_shares(home, version)
+    hits = {(e["fingerprint"], e["env_key"]): fleet.Hit(e["key"], version, e["speedup"], shares[e["key"]])
             for e in entries if e["kind"] == "graph"}
     return lambda fingerprint, env_key: hits.get((fingerprint, env_key))
+
+
+def _holdout_shares(home: Path, version: int) -> dict[str, float]:
+    """Each entry's effective holdout share in store version `version`, as the hook takes it
+    (delivery.lookup): the entry's own, else the version manifest's, else DEFAULT_HOLDOUT_SHARE
+    (versions made before shares existed, or a bare version without its manifest). Read here, not through delivery, which the
+    simulator may not import."""
+    store = open_home(home)
+    manifest_path = store.location("store", f"v{version}", "manifest.json")
+    manifest = json.loads(store.read_bytes(manifest_path)) if store.exists(manifest_path) else {}
+    default = manifest.get("holdout_share", DEFAULT_HOLDOUT_SHARE)
+    data = store.read_bytes(store.location("store", f"v{version}", "entries.parquet"))
+    entries = pq.read_table(pa.BufferReader(data))
+    keys = entries.column("key").to_pylist()
+    shares = (entries.column("holdout_share").to_pylist() if "holdout_share" in entries.column_names
+              else [None] * len(keys))
+    return {key: default if share is None else share for key, share in zip(keys, shares)}
 
 
 def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.date | None = None,
              workloads: list[str] | None = None, scales: tuple[int, ...] = SCALES,
              op_sample: float = 1.0, tuned: fleet.TunedLookup | None = None,
              progress: bool = False, release_every_days: int = 4,
-             inbox: Path | None = None) -> SimulationReport:
+             inbox: Path | None = None,
+             regressions: tuple[tuple[str, float], ...] = ()) -> SimulationReport:
     """Simulate `days` days (ending today unless `start` is given) and ingest them into
-    `home` (a local one); with an `inbox`, hand them over there for a later ingest instead."""
+    `home` (a local one); with an `inbox`, hand them over there for a later ingest instead.
+    `regressions` are (config key, true speedup) pairs: entries that slow the fleet down
+    (`fleet.FleetSpec.regressions`)."""
     home = open_home(home).local("fdo simulate")
     start = start or datetime.date.today() - datetime.timedelta(days=days - 1)
     first_day = (start - fleet.EPOCH).days
@@ -85,7 +111,7 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
         raise ValueError(f"--start must be on or after {fleet.EPOCH}")
     catalog = build_catalog(home / "simulator" / "catalog", workloads, scales, progress)
     spec = fleet.FleetSpec(jobs=jobs, seed=seed, op_sample=op_sample,
-                           release_every_days=release_every_days)
+                           release_every_days=release_every_days, regressions=regressions)
     population = fleet.make_jobs(spec, len(catalog))
     here = current_environment()
     fingerprints = [g.fingerprint for g in catalog]
@@ -95,7 +121,7 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
     for day in progress_bar(range(first_day, first_day + days), desc="fleet days", unit="day",
                             enabled=progress):
         rows = fleet.simulate_day(population, spec, day, step_seconds, here)
-        rows, hits = fleet.apply_hits(rows, fingerprints, tuned)
+        rows, hits = fleet.apply_hits(rows, fingerprints, tuned, spec)
         dt = (fleet.EPOCH + datetime.timedelta(days=day)).isoformat()
         fleet_dir = inbox or home / "fleet"
         drop_dir = fleet_dir / "profiles" / dt
@@ -116,7 +142,11 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
             report.symbol_modules += len(dumps)
         report.graph_runs += graph_runs
         report.op_runs += op_runs
-        report.days.append(totals.add_day(dt, rows, population))
+        truth = fleet.day_truth(rows, hits, population)
+        report.true_speedups.update(truth.effects)
+        report.days.append({**totals.add_day(dt, rows, population),
+                            "true_chip_hours_saved": truth.saved / CHIP_HOUR,
+                            "holdout_chip_hours_forgone": truth.forgone / CHIP_HOUR})
     totals.finish(report)
     return report
 
