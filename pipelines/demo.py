@@ -76,8 +76,8 @@ class DemoSettings:
     # takes a minute or two; op-level tuning (`fdo tune --kind op`) would not fit in the nights.
     top: int = 1
     top_ops: int = 0
-    tune_evals: int = 8
-    tune_minutes: float = 0.5
+    tune_evals: int = 6
+    tune_minutes: float = 0.4
     validate_minutes: float = 0.75
     # A demo's days pass in minutes: the validator re-measures every entry it can each night,
     # where a real one leaves entries measured in the last day alone.
