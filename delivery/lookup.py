@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from delivery.store import Manifest, Store, check_relaxed_numerics_teams
+from delivery.store import Manifest, Store, check_relaxed_numerics_teams, relaxed_speedup_ok
 from storage.store import DEFAULT_HOLDOUT_SHARE, check_holdout_share
 
 MAX_RESPONSE_BYTES = 1 << 20
@@ -214,7 +214,7 @@ def _parse_answer(body: bytes) -> Found | None:
     entry["config"] = json.dumps(entry["config"], sort_keys=True)
     relaxed = entry.get("relaxed_config")
     if relaxed is not None:
-        if not isinstance(relaxed, dict):
+        if not isinstance(relaxed, dict) or not relaxed_speedup_ok(entry.get("relaxed_speedup")):
             return None
         entry["relaxed_config"] = json.dumps(relaxed, sort_keys=True)
     # The service serves the version's policies on the entry: the effective share and the

@@ -42,6 +42,7 @@ import contextlib
 import datetime
 import hashlib
 import json
+import math
 import random
 import re
 import time
@@ -195,11 +196,15 @@ class Store:
         None: the parent's); returns the new version. StoreError names an entry whose config,
         relaxed config or holdout share is refused, or a refused policy."""
         entries = _sorted(conform_entries(entries))
-        for row in entries.select(["key", "config", "relaxed_config", "holdout_share"]).to_pylist():
+        for row in entries.select(["key", "config", "relaxed_config", "relaxed_speedup",
+                                   "holdout_share"]).to_pylist():
             where = f"entry {row['key']}"
             _check_config(row["config"], where)
             if row["relaxed_config"] is not None:
                 _check_config(row["relaxed_config"], f"{where} (relaxed config)")
+                if not relaxed_speedup_ok(row["relaxed_speedup"]):
+                    raise StoreError(f"{where}: relaxed speedup {row['relaxed_speedup']!r} refused: a "
+                                     "relaxed config needs the positive speedup it was measured at")
             if row["holdout_share"] is not None:
                 _check_share(row["holdout_share"], where)
         given = {"holdout_share": holdout_share, "relaxed_numerics_teams": relaxed_numerics_teams}
@@ -373,6 +378,12 @@ def entry_json(row: dict[str, Any]) -> dict[str, Any]:
     return {k: json.loads(v) if k in _CONFIG_COLUMNS and v is not None
             else v.isoformat() if hasattr(v, "isoformat") else v
             for k, v in row.items()}
+
+
+def relaxed_speedup_ok(value: Any) -> bool:
+    """Whether `value` can be a relaxed config's speedup: a finite positive number (no bool)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
 
 
 def _check_config(text: str, where: str) -> str:

@@ -159,3 +159,25 @@ def test_fdo_run_sets_the_job_from_its_job_file_and_refuses_a_bad_one_naming_it(
         assert result.stderr.count("\n") == 1, result.stderr
     missing = fdo(tmp_path, "run", "--job-file", str(tmp_path / "none.json"), "--", sys.executable, "-c", "")
     assert missing.returncode == 2 and missing.stderr.startswith(f"fdo run: {tmp_path / 'none.json'}: ")
+
+
+def test_a_relaxed_config_without_its_speedup_is_refused_by_the_store_and_from_a_service(tmp_path):
+    from delivery.lookup import _parse_answer
+
+    store = published(tmp_path)
+    live = store.entries()
+    for bad in (None, 0.0, -1.0, float("nan"), float("inf")):
+        rows = live.set_column(live.schema.get_field_index("relaxed_speedup"), "relaxed_speedup",
+                               pa.array([bad], pa.float64()))
+        with pytest.raises(StoreError, match=f"entry {KEY}: relaxed speedup {bad!r} refused"):
+            store.publish(rows, store.current(), "bad relaxed speedup")
+    assert store.current() == 1
+
+    entry = {"key": KEY, "fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph",
+             "config": STRICT, "speedup": 1.25, "relaxed_config": RELAXED}
+    def answer(**fields: Any) -> Found | None:
+        return _parse_answer(json.dumps({"version": 3, "entry": {**entry, **fields}}).encode())
+    # A service that sends a relaxed config must send a number with it; else no answer at all.
+    for bad in ({}, {"relaxed_speedup": "fast"}, {"relaxed_speedup": True}, {"relaxed_speedup": -2}):
+        assert answer(**bad) is None, bad
+    assert answer(relaxed_speedup=2).entry["relaxed_speedup"] == 2
