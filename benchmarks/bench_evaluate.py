@@ -45,9 +45,10 @@ def aa_false_positives(modules: list[tuple[str, Any]], pairs: int, settings: Mea
                 failed += 1
                 continue
             claimed_gain += result.significant
-            excluded_one += not (result.ci_low <= 1.0 <= result.ci_high)
-            half_widths.append((result.ci_high - result.ci_low) / 2.0)
-            rows.append((name, result.speedup, result.ci_low, result.ci_high, result.pairs))
+            interval = result.speedup
+            excluded_one += not (interval.low <= 1.0 <= interval.high)
+            half_widths.append((interval.high - interval.low) / 2.0)
+            rows.append((name, interval.estimate, interval.low, interval.high, result.pairs))
     done = pairs - failed
     return {
         "pairs": pairs,

@@ -32,7 +32,7 @@ from workloads.simulator.run import simulate
 def _figure(result: TuneResult) -> str:
     if result.speedup is None:
         return f"{'-':>24}"
-    return f"{result.speedup:6.3f}x [{result.ci_low:.3f}, {result.ci_high:.3f}]"
+    return f"{result.speedup.estimate:6.3f}x [{result.speedup.low:.3f}, {result.speedup.high:.3f}]"
 
 
 def main() -> None:
@@ -63,7 +63,7 @@ def main() -> None:
             continue
         module = from_text(BlobStore(home).get_text(rows[graph, env_key]["hlo_blob"]))
         check = evaluate(module, fold.config, settings=VERIFY_SETTINGS, seed=7)
-        again = (f"{check.speedup:6.3f}x [{check.ci_low:.3f}, {check.ci_high:.3f}]"
+        again = (f"{check.speedup.estimate:6.3f}x [{check.speedup.low:.3f}, {check.speedup.high:.3f}]"
                  if check.speedup is not None else check.error)
         print(f"{rows[graph, env_key]['module_name'][:22]:<22} {graph[:10]} {len(fold.sources):>4} "
               f"{_figure(fold):>26} {again:>26}  {fold.config}")

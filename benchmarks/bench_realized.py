@@ -154,8 +154,8 @@ def honest(jobs: int, days: int, window: int, share: float, settings: dict, prog
     return Honest(
         jobs=jobs, entries=len(realized), decided=len(decided),
         true_saved=sum(d.truth.saved for d in history) / HOUR, true_saved_decided=true_decided / HOUR,
-        realized=savings.realized / HOUR,
-        realized_interval=(savings.interval.low / HOUR, savings.interval.high / HOUR) if savings.interval else None,
+        realized=savings.realized.estimate / HOUR,
+        realized_interval=(savings.realized.low / HOUR, savings.realized.high / HOUR) if savings.decided else None,
         booked_decided=savings.booked_decided / HOUR,
         holdout_forgone=sum(d.truth.forgone for d in history) / HOUR, nightly_checks=checks,
         below_one=len(below), caught=len(flagged_keys & below), false_invalidations=len(flagged_keys - below),
@@ -185,8 +185,9 @@ def regression(jobs: int, true_speedup: float, days: int, share: float, settings
             break
     return Regression(
         jobs=jobs, true_speedup=true_speedup, expected_speedup=EXPECTED[graph],
-        detected_day=len(history) if found.regressed else None, speedup=found.speedup,
-        interval=(found.interval.low, found.interval.high) if found.interval else None,
+        detected_day=len(history) if found.regressed else None,
+        speedup=found.speedup and found.speedup.estimate,
+        interval=(found.speedup.low, found.speedup.high) if found.speedup else None,
         holdout_jobs=found.holdout.jobs, tuned_jobs=found.tuned.jobs)
 
 

@@ -27,13 +27,14 @@ import time
 from execution.compile import compiler_defaults
 from execution.cores import CorePlan, available_cores, plan_cores
 from execution.flags import CompilerConfig
+from execution.session import Span
 from hlo.module import from_lowered
 from tuner.search import search
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import random_config
 from tuner.trial import Trial
 from tuner.tune import SEARCH_SETTINGS
-from tuner.worker_evaluator import Span, WorkerEvaluator
+from tuner.worker_evaluator import WorkerEvaluator
 from workloads import zoo
 
 
@@ -99,9 +100,10 @@ def main() -> None:
                 hidden[name].append(hidden_share(timeline))
                 done = [t for t in trials if t.outcome == "measured"]
                 measured[name] = len(done)
-                widths[name] += [(t.ci_high - t.ci_low) / 2 / t.speedup for t in done]
+                widths[name] += [(t.speedup.high - t.speedup.low) / 2 / t.speedup.estimate
+                                 for t in done]
                 for t in done:
-                    speedups[name].setdefault(config_key(t.config), []).append(t.speedup)
+                    speedups[name].setdefault(config_key(t.config), []).append(t.speedup.estimate)
         for name in plans:
             wall = statistics.median(walls[name])
             print(f"{graph:<8} {name:<6} {wall:>7.1f} {3600 * len(configs) / wall:>8.0f} "

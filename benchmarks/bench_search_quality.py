@@ -71,13 +71,14 @@ from execution.flags import CompilerConfig, config_from_json, on_top_of, to_json
 from execution.measure import MeasureSettings
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
+from hlo.interval import Interval
 from hlo.module import HloModule, from_lowered
 from storage.homes import atomic_write
 from tuner.schedule import neighbourhood
 from tuner.search import Against, Build, Propose, most_trials, proposals, ready, run_one, search
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord
-from tuner.trial import Trial
+from tuner.trial import Outcome, Trial
 from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, TuneSettings, tune_module
 from tuner.worker_evaluator import WorkerEvaluator
 from workloads import zoo
@@ -159,8 +160,10 @@ class Bench:
             started = time.perf_counter()
             trial = run_one(self.evaluator, len(self.trials), config, self.trials, SEARCH_SETTINGS)
             self.trials.append(trial)
-            self.cache.screens[key] = Screen(trial.speedup, trial.ci_low, trial.outcome,
-                                             trial.program, time.perf_counter() - started)
+            speedup = trial.speedup
+            self.cache.screens[key] = Screen(speedup and speedup.estimate, speedup and speedup.low,
+                                             trial.outcome, trial.program,
+                                             time.perf_counter() - started)
             self.cache.save()
         return self.cache.screens[key]
 
@@ -222,8 +225,9 @@ class Bench:
         if key not in self.cache.verified:
             result = check()
             ok = result.speedup is not None and result.numerics_ok
-            self.cache.verified[key] = [result.speedup if ok else 0.0, result.ci_low or 0.0,
-                                        result.ci_high or 0.0]
+            self.cache.verified[key] = ([result.speedup.estimate if ok else 0.0, result.speedup.low,
+                                         result.speedup.high] if result.speedup is not None
+                                        else [0.0, 0.0, 0.0])
             self.cache.save()
         return self.cache.verified[key]
 
@@ -260,10 +264,13 @@ class Replay:
             raise ValueError("a replay holds screens against the default only: it runs no race")
         screen: Screen = build.artifact
         if screen.outcome == "failed":
-            return Trial(index, config, "failed", screen.program, error="failed when screened")
+            return Trial(index, config, Outcome.FAILED, screen.program,
+                         error="failed when screened")
         # A screen keeps no numeric check: a screened config counts as correct, as it did when
-        # the replay read the screens itself.
-        return Trial(index, config, "measured", screen.program, screen.speedup, screen.ci_low,
+        # the replay read the screens itself. Nor its interval's upper end: the estimate stands
+        # in (only a race reads it, and a replay runs none).
+        return Trial(index, config, Outcome.MEASURED, screen.program,
+                     speedup=Interval(screen.speedup, screen.ci_low, screen.speedup),
                      numerics_ok=True)
 
 

@@ -101,7 +101,7 @@ def main() -> None:
                 seconds = time.perf_counter() - started
                 per_entry[report.compiler_version].append(seconds / max(len(measured), 1))
                 for d in measured:
-                    speedups[(names[d.key], report.compiler_version)].append(d.speedup or 1.0)
+                    speedups[(names[d.key], report.compiler_version)].append(d.speedup.estimate if d.speedup else 1.0)
                     outcomes[(names[d.key], report.compiler_version)][d.outcome] += 1
     versions = sorted({v for _, v in speedups})
     rows = [{"graph": name, "config": label, **{

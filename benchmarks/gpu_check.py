@@ -24,6 +24,15 @@ tuning task cut short resumes from its journal. docs/gpu.md says how a device se
    tuned executable against the default one in interleaved rounds (their speedup against the
    verified one); then the validator measures that entry, and a slower single move's entry,
    on this machine: kept and invalidated.
+6, 7. kernels WORKLOAD (the first, second workload): XLA's own autotuner run exhaustively over
+   the step's GEMM and convolution fusions in a cache directory of the tuner's (its results
+   dumped, the names of the files it wrote compared with `FusionResult.cache_file_name`); the
+   costliest fusions' results published as a store entry; hooked compiles with and without
+   them, each in a fresh process (XLA keeps results in memory too): their compile times, what
+   the hook recorded (delivered, taken, autotuned) and XLA's cache log lines; the graph with
+   the delivered results measured against the default one as configs are (fresh processes,
+   interleaved pairs, 99% interval); and the same results labelled as another GPU's and another
+   XLA version's, which XLA must not take.
 
 --dry-run runs the same code on whatever backend JAX has here (the CPU) with the small zoo
 sizes and budgets of seconds, so the script is tested where there is no GPU
@@ -65,10 +74,11 @@ from execution.flags import FLAGS, to_json  # noqa: E402
 from execution.measure import MeasureSettings  # noqa: E402
 from hlo.environment import GPU_PLATFORM, current_environment, describe_gpu, store_key  # noqa: E402
 from hlo.fingerprint import graph_fingerprint  # noqa: E402
+from hlo.interval import columns  # noqa: E402
 from hlo.module import HloModule, from_lowered, load_file  # noqa: E402
 from pipelines import stages  # noqa: E402
 from tuner.schedule import neighbourhood, order_moves  # noqa: E402
-from tuner.space import accepted_flags, graph_space  # noqa: E402
+from tuner.space import Kind, accepted_flags, graph_space  # noqa: E402
 from tuner.trial import Phase  # noqa: E402
 from tuner.tune import VERIFY_SETTINGS, TuneResult, TuneSettings, TuneTarget, run_task  # noqa: E402
 from workloads import zoo  # noqa: E402
@@ -97,10 +107,20 @@ class Plan:
     # Part 3 without a verified gain delivers the best screened move (the dry run: its code
     # path is tested whether or not a CPU's seconds of tuning find a gain).
     deliver_unverified: bool = False
+    kernels: int = 8  # parts 6, 7: the costliest fusions whose offline results are delivered
+    compile_repeats: int = 3  # hooked compiles with and without them, each in a fresh process
+    # Parts 6, 7 deliver results made here where XLA wrote none (the dry run: XLA:CPU autotunes
+    # nothing, and the store, the hook and the measurement are tested all the same).
+    synthetic_results: bool = False
+    # Searches end at `budget_evals` or at their share of the part's minutes, whichever comes
+    # first; the dry run's at their evaluations alone (a loaded CI machine's seconds of search
+    # can end before the first evaluation, and leave part 3 nothing to deliver).
+    timed_searches: bool = True
 
     def tune_settings(self, budget_evals: int, minutes: float) -> TuneSettings:
-        """A task's settings within `minutes` of search."""
-        return TuneSettings(budget_evals=budget_evals, budget_minutes=minutes,
+        """A task's settings within `budget_evals` evaluations and (`timed_searches`)
+        `minutes` of search."""
+        return TuneSettings(budget_evals=budget_evals, budget_minutes=minutes if self.timed_searches else None,
                             verify=self.verify, verify_workers=self.workers)
 
 
@@ -108,9 +128,10 @@ GPU_PLAN = Plan(workloads=tuple(w.name for w in zoo.gpu_workloads()), aa_seconds
                 confirm_seconds=10.0, oracle_moves=None, budget_evals=40, workers=3,
                 verify=VERIFY_SETTINGS, hook_rounds=20, round_seconds=0.25)
 DRY_PLAN = Plan(workloads=tuple(name.replace(f"-{zoo.GPU_SIZE}", "-s") for name in GPU_PLAN.workloads),
-                aa_seconds=1.0, confirm_seconds=1.0, oracle_moves=3, budget_evals=3, workers=1,
+                aa_seconds=1.0, confirm_seconds=1.0, oracle_moves=2, budget_evals=2, workers=1,
                 verify=dataclasses.replace(VERIFY_SETTINGS, min_pairs=10, max_seconds=1.0),
-                hook_rounds=4, round_seconds=0.05, deliver_unverified=True)
+                hook_rounds=4, round_seconds=0.05, deliver_unverified=True, kernels=4, compile_repeats=1,
+                synthetic_results=True, timed_searches=False)
 
 
 class State:
@@ -239,15 +260,16 @@ def across_processes(module_proto: bytes, plan: Plan) -> dict[str, Any]:
             kept = executor.call(session.prepare, timeout=900, module_proto=module_proto)
             built = compiler.call(session.compile_serialized, timeout=900, module_proto=module_proto,
                                   config={})
-            if "error" in kept or "error" in built:
-                return {"error": kept.get("error") or built.get("error")}
-            found = executor.call(session.measure_serialized, timeout=900, executable=built["executable"],
+            if kept.error is not None or built.error is not None:
+                return {"error": kept.error or built.error}
+            found = executor.call(session.measure_serialized, timeout=900, executable=built.executable,
                                   config={}, settings=settings)
     except WorkerFailure as failure:
         return {"error": str(failure)}
-    return {"same_program": kept["program"] == built["program"], "speedup": found["speedup"],
-            "ci_low": found["ci_low"], "ci_high": found["ci_high"], "numerics_ok": found["numerics_ok"],
-            "numerics": _checks(found["numerics"])}
+    if found.error is not None:
+        return {"error": found.error}
+    return {"same_program": kept.program == built.program, **columns(found.measurement.speedup),
+            "numerics_ok": found.numerics_ok, "numerics": _checks(found.numerics)}
 
 
 def run_gpu_tests() -> dict[str, Any]:
@@ -271,15 +293,15 @@ def part_tune(plan: Plan, state: State, minutes: float, name: str) -> None:
     singles = tuple({move[0]: move[1]} for move in order_moves(neighbourhood(space))[:plan.oracle_moves])
     # The search gets 2/5 of the part, the oracle as long (it screens every move), the
     # verifications and the confirmation the rest.
-    oracle = run_task(TuneTarget(module, graph_fingerprint(module), "graph", space, f"{name} oracle",
+    oracle = run_task(TuneTarget(module, graph_fingerprint(module), Kind.GRAPH, space, f"{name} oracle",
                                  configs=singles),
                       state.home(f"{name}-oracle"), plan.tune_settings(len(singles), 0.3 * minutes))
     tuned = stages.tune_graphs(state.home(f"{name}-tune"), [(name, module, None)],
-                               plan.tune_settings(plan.budget_evals, 0.3 * minutes))[0]
+                               plan.tune_settings(plan.budget_evals, 0.3 * minutes))[0].result
     figures = {"moves": len(singles), "budget_evals": plan.budget_evals, "oracle": _result(oracle),
                "tuned": _result(tuned),
-               "screens": [{"config": to_json(t.config), "outcome": t.outcome, "speedup": t.speedup,
-                            "ci_low": t.ci_low, "ci_high": t.ci_high, "numerics_ok": t.numerics_ok,
+               "screens": [{"config": to_json(t.config), "outcome": t.outcome, **columns(t.speedup),
+                            "numerics_ok": t.numerics_ok,
                             "compile_seconds": t.compile_seconds, "error": t.error}
                            for t in oracle.trials if t.baseline is None and t.phase == Phase.SEARCH],
                "share_of_oracle": gain_share(tuned, oracle)}
@@ -299,10 +321,10 @@ def _result(result: TuneResult) -> dict[str, Any]:
 def gain_share(tuned: TuneResult, oracle: TuneResult) -> float | None:
     """The tuner's verified gain as a share of the oracle's, in log speedup (1: the oracle's
     gain, 0: none; a slower or rejected find counts 0); None where the oracle found none."""
-    if not oracle.accepted or not oracle.speedup or oracle.speedup <= 1.0:
+    if not oracle.accepted or not oracle.speedup or oracle.speedup.estimate <= 1.0:
         return None
-    found = tuned.speedup if tuned.accepted and tuned.speedup else 1.0
-    return max(0.0, math.log(found) / math.log(oracle.speedup))
+    found = tuned.speedup.estimate if tuned.accepted and tuned.speedup else 1.0
+    return max(0.0, math.log(found) / math.log(oracle.speedup.estimate))
 
 
 # --- part 3 -----------------------------------------------------------------------------------
@@ -381,15 +403,16 @@ def validate_entries(plan: Plan, state: State, name: str, module: HloModule, win
 
 
 def entry(fingerprint: str, env_key: str, compiler_version: str, claim: dict[str, Any], source: str,
-          measured_at: datetime.datetime | None = None) -> dict[str, Any]:
-    """A store entry of `claim` (a task's config, speedup and interval), as deliver writes one."""
+          measured_at: datetime.datetime | None = None, autotune_results: str | None = None) -> dict[str, Any]:
+    """A store entry of `claim` (a task's config, speedup and interval), as deliver writes one,
+    with `autotune_results` (XLA's text of them) where given."""
     measured_at = measured_at or datetime.datetime.now(datetime.UTC)
     return {"key": store_key(fingerprint, env_key), "fingerprint": fingerprint, "env_key": env_key,
             "kind": "graph", "speedup": claim["speedup"],
             "expires_at": measured_at + datetime.timedelta(days=30), "provenance": "tuner",
             "config": json.dumps(claim["config"], sort_keys=True), "ci_low": claim["ci_low"],
             "ci_high": claim["ci_high"], "compiler_version": compiler_version, "measured_at": measured_at,
-            "source": source}
+            "source": source, "autotune_results": autotune_results}
 
 
 def publish(home: Path, rows: list[dict[str, Any]]) -> None:
@@ -417,7 +440,6 @@ def hook_job(name: str, home: Path, rounds: int, round_seconds: float) -> dict[s
     compiled without it: each timed against the other in `rounds` interleaved rounds (the
     order alternating), their median ratio the tuned executable's speedup."""
     import jax
-    import numpy as np
 
     from delivery import hook
 
@@ -427,31 +449,256 @@ def hook_job(name: str, home: Path, rounds: int, round_seconds: float) -> dict[s
     hook.uninstall()
     # Another function object: JAX would hand back the tuned executable for the same one.
     plain = jax.jit(lambda *args: fn(*args)).lower(*abstract).compile()
-    rng = np.random.default_rng(0)
-    # Small integers index every table of the three workloads (tokens, labels, a cache position).
-    args = jax.tree.map(lambda s: jax.device_put(
-        rng.integers(0, 8, s.shape).astype(s.dtype) if np.issubdtype(s.dtype, np.integer)
-        else (0.02 * rng.standard_normal(s.shape)).astype(s.dtype)), abstract)
-
-    def timed(executable: Callable[..., Any], steps: int) -> float:
-        started = time.perf_counter()
-        for _ in range(steps):
-            jax.block_until_ready(executable(*args))
-        return time.perf_counter() - started
-
+    args = _arguments(abstract)
     for executable in (tuned, plain):  # warm
-        timed(executable, 2)
-    steps = max(1, math.ceil(round_seconds / timed(plain, 1)))
+        _timed(executable, args, 2)
+    steps = max(1, math.ceil(round_seconds / _timed(plain, args, 1)))
     ratios, times = [], {"tuned": [], "plain": []}
     for index in range(rounds):
         order = ("tuned", "plain") if index % 2 == 0 else ("plain", "tuned")
-        took = {side: timed(tuned if side == "tuned" else plain, steps) for side in order}
+        took = {side: _timed(tuned if side == "tuned" else plain, args, steps) for side in order}
         ratios.append(took["plain"] / took["tuned"])
         for side in took:
             times[side].append(took[side] / steps)
     return {"speedup": statistics.median(ratios), "low": min(ratios), "high": max(ratios), "rounds": rounds,
             "steps": steps, "tuned_seconds": statistics.median(times["tuned"]),
             "plain_seconds": statistics.median(times["plain"])}
+
+
+def _arguments(abstract: Any) -> Any:
+    """Inputs of a zoo workload's step for its abstract arguments, on the device (seed 0)."""
+    import jax
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    # Small integers index every table of the three workloads (tokens, labels, a cache position).
+    return jax.tree.map(lambda s: jax.device_put(
+        rng.integers(0, 8, s.shape).astype(s.dtype) if np.issubdtype(s.dtype, np.integer)
+        else (0.02 * rng.standard_normal(s.shape)).astype(s.dtype)), abstract)
+
+
+def _timed(executable: Callable[..., Any], args: Any, steps: int) -> float:
+    """Seconds `steps` runs of `executable` on `args` take, each waited for."""
+    import jax
+
+    started = time.perf_counter()
+    for _ in range(steps):
+        jax.block_until_ready(executable(*args))
+    return time.perf_counter() - started
+
+
+# --- parts 6, 7 ---------------------------------------------------------------------------------
+# XLA keeps the autotune results of a process in memory and looks there before the per-fusion
+# cache directory: every compile whose autotuning is observed runs in a process of its own, and
+# the executables are measured, serialized, in another.
+
+KERNEL_JOB = "gpu-check-kernels"
+# XLA:GPU's log lines about its autotune caches (their modules at log level 1), counted per
+# compile: evidence, beside the files, of which fusions were found and which autotuned.
+XLA_CACHE_LINES = ("File-based autotune cache hit", "In-memory autotune cache hit", "Autotune cache miss",
+                   "Writing autotune result to file")
+_XLA_CACHE_LOGGING = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_MAX_VLOG_LEVEL": "1"}
+
+
+def part_kernels(plan: Plan, state: State, minutes: float, name: str) -> None:
+    """Workload `name`'s GEMM and convolution fusions tuned offline by XLA's own autotuner
+    (exhaustive tiling, in a directory of the tuner's), the costliest delivered through the store
+    to hooked compiles: the graph measured with them against XLA's default autotuning, the
+    hooked compile time with and without them, what XLA took, and results made for another GPU
+    and another XLA version falling back."""
+    from execution.autotune_results import parse_results
+
+    deadline = time.monotonic() + 60 * minutes
+    work = state.home(f"{name}-kernels", fresh=True)
+    tuned = _kernel_child({"mode": "tune", "workload": name, "directory": str(work / "tuner-cache"),
+                           "dump": str(work / "autotune_results.textproto")}, deadline)
+    figures: dict[str, Any] = {"workload": name, "tune": {k: v for k, v in tuned.items() if k != "results"}}
+    if plan.synthetic_results:
+        # XLA:CPU autotunes nothing: the dry run delivers results made here, to test the path.
+        tuned["results"] = _synthetic_results(state.module(name))
+        figures["results_source"] = "synthetic (dry run: XLA:CPU autotunes nothing)"
+    if not tuned.get("results"):
+        state.record(f"kernels:{name}", {**figures, "skipped": "XLA wrote no autotune results"})
+        return
+    every = parse_results(tuned["results"])
+    chosen = every.select(plan.kernels)
+    figures["results"] = {"autotuned_fusions": len(every.fusions), "delivered": len(chosen.fusions),
+                          "kinds": sorted({f.kind for f in chosen.fusions}), "device": chosen.fusions[0].device,
+                          "key_version": chosen.fusions[0].version,
+                          "run_time_us": [round(f.run_time_seconds * 1e6, 1) for f in chosen.fusions]}
+    # Another GPU's and another XLA's results for the same fusions: XLA's keys differ.
+    foreign = {"another GPU": chosen.for_device(chosen.fusions[0].device + " (another GPU)",
+                                                chosen.fusions[0].version),
+               "another XLA version": chosen.for_device(chosen.fusions[0].device, chosen.fusions[0].version + 1)}
+    module = load_file(state.module(name))
+    environment = current_environment()
+    fingerprint, env_key = graph_fingerprint(module), environment.key()
+    homes: dict[str, Path] = {}
+    for label, results in {"delivered": chosen, **foreign}.items():
+        homes[label] = state.home(f"{name}-kernels-{label.replace(' ', '-')}", fresh=True)
+        publish(homes[label], [entry(fingerprint, env_key, environment.compiler_version,
+                                     {"config": {}, "speedup": 1.0, "ci_low": None, "ci_high": None},
+                                     f"gpu-check kernels {label}", autotune_results=results.to_text())])
+    compiles: dict[str, list[dict[str, Any]]] = {"without": [], "delivered": []}
+    skipped = {"skipped": "out of the part's time"}
+
+    def compile_arm(arm: str, executable: Path | None) -> None:
+        if time.monotonic() < deadline:
+            compiles[arm].append(_kernel_child({
+                "mode": "compile", "workload": name, "home": str(homes["delivered"]),
+                "holdout": 1.0 if arm == "without" else 0.0,  # the holdout arm: the job's own compile
+                "executable": str(executable) if executable else None}, deadline))
+
+    # What matters most first: a compile of each arm, the measurement, the foreign results; then
+    # the rest of the compiles, alternating arms, as load drifts.
+    for arm in compiles:
+        compile_arm(arm, work / f"{arm}.executable")
+    if all(runs and "error" not in runs[0] for runs in compiles.values()):
+        figures["measured"] = [
+            _kernel_child({"mode": "measure", "workload": name, "default": str(work / "without.executable"),
+                           "candidate": str(work / "delivered.executable"),
+                           "max_seconds": plan.verify.max_seconds, "min_pairs": plan.verify.min_pairs}, deadline)
+            if time.monotonic() < deadline else skipped for _ in range(plan.workers)]
+        speedups = [m["speedup"] for m in figures["measured"] if "speedup" in m]
+        figures["speedup"] = statistics.median(speedups) if speedups else None
+    figures["foreign"] = {label: _kernel_child({"mode": "compile", "workload": name, "home": str(homes[label]),
+                                                "holdout": 0.0, "executable": None}, deadline)
+                          if time.monotonic() < deadline else skipped for label in foreign}
+    for _ in range(plan.compile_repeats - 1):
+        for arm in compiles:
+            compile_arm(arm, None)
+    figures["compiles"] = {arm: _compile_figures(runs) for arm, runs in compiles.items()}
+    state.record(f"kernels:{name}", figures)
+
+
+def _compile_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median compile time of `runs` (each a hooked compile in a fresh process) and what
+    the hook and XLA said of each."""
+    timed = [r["compile_seconds"] for r in runs if "compile_seconds" in r]
+    return {"median_seconds": statistics.median(timed) if timed else None, "seconds": timed,
+            "hits": [{k: r.get(k) for k in ("outcome", "reason", "xla_log", "error")} for r in runs]}
+
+
+def _synthetic_results(module_path: Path) -> str:
+    """Autotune results for the dry run: one per dot of the module's text, as XLA's dump lays
+    them out, for a device and key version of the dry run's own."""
+    from execution.autotune_results import parse_results
+
+    dots = [line.strip() for line in module_path.read_text().splitlines()
+            if " dot(" in line or " convolution(" in line][:8]
+    entries = "".join(
+        f'results {{ device: "dry run" hlo: {json.dumps(dot)} version: 1 '
+        f'result {{ run_time {{ nanos: {1000 * (i + 1)} }} triton {{ block_m: 32 block_n: 32 block_k: 32 '
+        f'split_k: 1 num_stages: 1 num_warps: 4 num_ctas: 1 }} }} }}\n' for i, dot in enumerate(dots))
+    return parse_results(f"version: 3\n{entries}").to_text()
+
+
+def _kernel_child(spec: dict[str, Any], deadline: float) -> dict[str, Any]:
+    """`kernel_job(spec)` in a fresh process, with XLA's autotune cache logging on, given until
+    `deadline` (time.monotonic(); a minute at least): its JSON answer, and how often each of
+    XLA_CACHE_LINES appeared in its log."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--kernel-job", json.dumps(spec)]
+    seconds = max(60.0, deadline - time.monotonic())
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=seconds,
+                              env={**os.environ, **_XLA_CACHE_LOGGING})
+    except subprocess.TimeoutExpired:
+        return {"error": f"{spec['mode']} ran past the part's time ({seconds:.0f} s)"}
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        return {"exit": done.returncode, "error": done.stderr.strip()[-2000:]}
+    return {**answer, "xla_log": {line: done.stderr.count(line) for line in XLA_CACHE_LINES}}
+
+
+def kernel_job(spec: dict[str, Any]) -> dict[str, Any]:
+    """One step of parts 6 and 7, in this process (`_kernel_child`), by `spec["mode"]`; the
+    workload is `spec["workload"]`:
+    - tune: compile the workload's step with XLA's exhaustive tiling search, its per-fusion
+      cache in `directory` and its results dumped to `dump`: the results, the files XLA wrote,
+      and whether their names are those `FusionResult.cache_file_name` gives;
+    - compile: compile it under the compiler hook in `home` (holdout share `holdout`), timed;
+      the hook's record of it; the executable serialized to `executable` (unless None);
+    - measure: the `candidate` executable against the `default` one, as the tuner measures a
+      config (execution.measure.measure_pair), and their outputs' largest difference."""
+    import pickle
+
+    import jax
+    from jax.experimental import serialize_executable
+
+    fn, abstract = _workload(spec["workload"]).build()
+    if spec["mode"] == "tune":
+        return _tune_kernels(fn, abstract, Path(spec["directory"]), Path(spec["dump"]))
+    if spec["mode"] == "compile":
+        from delivery import hook
+
+        home = Path(spec["home"])
+        job = f"{KERNEL_JOB}-{os.getpid()}"
+        hook.install(home=home, job_id=job, holdout=spec["holdout"])
+        lowered = jax.jit(fn).lower(*abstract)
+        started = time.perf_counter()
+        compiled = lowered.compile()
+        seconds = time.perf_counter() - started
+        hook.uninstall()
+        if spec["executable"]:
+            Path(spec["executable"]).write_bytes(pickle.dumps(serialize_executable.serialize(compiled)))
+        records = [json.loads(line) for path in (home / "spool" / "hits").glob("*.jsonl")
+                   for line in path.read_text().splitlines()]
+        mine = [r for r in records if r["job_id"] == job and r["outcome"] != "miss"]
+        last = mine[-1] if mine else {}
+        return {"compile_seconds": seconds, "outcome": last.get("outcome"), "reason": last.get("reason"),
+                "hook_compile_seconds": last.get("compile_seconds")}
+    import numpy as np
+
+    from execution.measure import MeasureSettings, measure_pair
+
+    default, candidate = (serialize_executable.deserialize_and_load(*pickle.loads(Path(spec[side]).read_bytes()))
+                          for side in ("default", "candidate"))
+    args = _arguments(abstract)
+    found = measure_pair(lambda steps: _timed(default, args, steps), lambda steps: _timed(candidate, args, steps),
+                         MeasureSettings(max_seconds=spec["max_seconds"], min_pairs=spec["min_pairs"],
+                                         stop_when_no_gain=False))
+    differences = [float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+                   for a, b in zip(jax.tree.leaves(default(*args)), jax.tree.leaves(candidate(*args)))]
+    return {"speedup": found.speedup.estimate, "ci_low": found.speedup.low, "ci_high": found.speedup.high,
+            "pairs": found.pairs, "default_seconds": found.default_seconds,
+            "candidate_seconds": found.candidate_seconds, "max_difference": max(differences, default=0.0)}
+
+
+def _tune_kernels(fn: Callable[..., Any], abstract: Any, directory: Path, dump: Path) -> dict[str, Any]:
+    """XLA's own autotuner, exhaustive, over the step's fusions (see `kernel_job`)."""
+    import jax
+
+    from execution.autotune_results import ResultsError, parse_results, read_result_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    lowered = jax.jit(fn).lower(*abstract)
+    started = time.perf_counter()
+    # Path options of the tuner's own, on its own compile: never in a config (flags.check_name).
+    lowered.compile(compiler_options={"xla_gpu_exhaustive_tiling_search": True,
+                                      "xla_gpu_per_fusion_autotune_cache_dir": str(directory),
+                                      "xla_gpu_dump_autotune_results_to": str(dump)})
+    figures: dict[str, Any] = {"compile_seconds": time.perf_counter() - started}
+    written = sorted(path.name for path in directory.iterdir())
+    readable = 0
+    for path in directory.iterdir():
+        try:
+            read_result_file(path)
+            readable += 1
+        except ResultsError:
+            pass
+    figures.update({"files_written": len(written), "files_read_as_autotune_result": readable,
+                    "first_file": (directory / written[0]).read_text()[:400] if written else None,
+                    "dumped": dump.exists()})
+    if dump.exists():
+        text = dump.read_text()
+        try:
+            results = parse_results(text, max_results=len(text))  # XLA's own dump: every fusion
+        except ResultsError as exc:
+            return {**figures, "error": f"XLA's dump refused: {exc}", "dump_head": text[:400]}
+        names = {f.cache_file_name() for f in results.fusions}
+        figures.update({"results": text, "names_match": len(names & set(written)), "names": len(names)})
+    return figures
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -529,7 +776,48 @@ def report(results: dict[str, Any]) -> str:
         lines.append("")
     for label, decisions in (results.get("validate") or {}).items():
         lines += [f"Validator, {label}: " + "; ".join(f"{d['outcome']} ({d['reason']})" for d in decisions), ""]
+    kernels = {k.split(":", 1)[1]: v for k, v in results.items() if k.startswith("kernels:")}
+    for name, k in kernels.items():
+        lines += [f"## Offline autotune results delivered: {name}", ""] + _kernel_lines(k) + [""]
     return "\n".join(lines)
+
+
+def _kernel_lines(k: dict[str, Any]) -> list[str]:
+    """Parts 6 and 7's figures of one workload, as markdown lines."""
+    tune = k["tune"]
+    lines = [f"Exhaustive autotuning compile {_seconds(tune.get('compile_seconds'))}: XLA wrote "
+             f"{tune.get('files_written')} files ({tune.get('files_read_as_autotune_result')} read as "
+             f"xla.AutotuneResult), {tune.get('names_match', 0)} of {tune.get('names', 0)} named as "
+             f"`cache_file_name` names them; results dumped: {tune.get('dumped')}." + (
+                 f" {k['results_source']}." if "results_source" in k else "")]
+    if "skipped" in k:
+        return lines + [k["skipped"], f"First file XLA wrote: `{tune.get('first_file')}`"]
+    r = k["results"]
+    lines.append(f"Delivered the {r['delivered']} costliest of {r['autotuned_fusions']} fusions ({', '.join(r['kinds'])}; "
+                 f"autotuner run times {r['run_time_us']} us), device `{r['device']}`, key version {r['key_version']}.")
+    lines += ["", "| compile (hooked, fresh process) | median s | each s | hook's record | XLA's cache log |",
+              "|---|---:|---|---|---|"]
+    for arm, c in k["compiles"].items():
+        hits = "; ".join(f"{h['outcome']}: {h['reason']}" if not h.get("error") else h["error"][:100]
+                         for h in c["hits"])
+        logs = "; ".join(json.dumps(h.get("xla_log")) for h in c["hits"][:1])
+        lines.append(f"| {arm} results | {_seconds(c['median_seconds'])} | {c['seconds']} | {hits} | {logs} |")
+    for label, f in k["foreign"].items():
+        lines.append(f"| results of {label} | {_seconds(f.get('compile_seconds'))} | | "
+                     f"{f.get('outcome')}: {f.get('reason') or (f.get('error') or f.get('skipped', ''))[:100]} | "
+                     f"{json.dumps(f.get('xla_log'))} |")
+    lines.append("")
+    for m in k.get("measured", []):
+        lines.append(f"Measured in a fresh process: {m['speedup']:.3f}x [{m['ci_low']:.3f}, {m['ci_high']:.3f}] "
+                     f"({m['pairs']} pairs; outputs differ by at most {m['max_difference']:.2e})"
+                     if "speedup" in m else f"Not measured: {(m.get('error') or m.get('skipped', ''))[:200]}")
+    if k.get("speedup") is not None:
+        lines.append(f"Median of {len(k['measured'])}: {k['speedup']:.3f}x.")
+    return lines
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
 
 
 def _speed(result: dict[str, Any]) -> str:
@@ -558,7 +846,11 @@ def main() -> None:
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--round-seconds", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--kernel-job", metavar="JSON", help=argparse.SUPPRESS)  # a step of parts 6, 7
     args = parser.parse_args()
+    if args.kernel_job:
+        print(json.dumps(kernel_job(json.loads(args.kernel_job))))
+        return
     if args.hook_job:
         print(json.dumps(hook_job(args.hook_job, args.home, args.rounds, args.round_seconds)))
         return
@@ -567,7 +859,7 @@ def main() -> None:
     plan = DRY_PLAN if args.dry_run else GPU_PLAN
     if args.workloads:
         plan = dataclasses.replace(plan, workloads=tuple(args.workloads.split(",")))
-    tuned = {2: 0, 4: 1, 5: 2}.get(args.part, 0)
+    tuned = {2: 0, 4: 1, 5: 2, 6: 0, 7: 1}.get(args.part, 0)
     if tuned >= len(plan.workloads):
         parser.error(f"part {args.part} tunes workload {tuned + 1} of the plan; --workloads gives "
                      f"{len(plan.workloads)}")
@@ -589,6 +881,8 @@ PARTS: dict[int, Callable[[Plan, State, float], None]] = {
     3: part_deliver,
     4: lambda plan, state, minutes: part_tune(plan, state, minutes, plan.workloads[1]),
     5: lambda plan, state, minutes: part_tune(plan, state, minutes, plan.workloads[2]),
+    6: lambda plan, state, minutes: part_kernels(plan, state, minutes, plan.workloads[0]),
+    7: lambda plan, state, minutes: part_kernels(plan, state, minutes, plan.workloads[1]),
 }
 
 if __name__ == "__main__":

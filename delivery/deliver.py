@@ -92,6 +92,7 @@ def accepted_as_entries(results: pa.Table, ttl: datetime.timedelta = DEFAULT_TTL
         "holdout_share": pa.nulls(rows.num_rows, pa.float64()),
         "relaxed_config": rows.column("relaxed_config"),
         "relaxed_speedup": rows.column("relaxed_speedup"),
+        "autotune_results": pa.nulls(rows.num_rows, pa.string()),  # the tuner's are graph flags
     }).cast(ENTRIES)
 
 

@@ -32,6 +32,14 @@ compile_or_get_cached`; the hook wraps that function. Per compile it:
    options' `xla_backend_extra_options` map, both for this executable only; a flag the job set
    itself stays the job's. JAX's persistent compilation cache keys on the serialized options,
    map included, so it can never hand back an executable built with other flags;
+   an entry's XLA:GPU per-fusion autotune results (execution.autotune_results), checked as
+   XLA's own protos in step 2 (a refused one refuses the entry), are written into a directory
+   the hook creates for this compile alone under `$FDO_HOME/cache/autotune/` (never a path
+   from the store), XLA is pointed at it for this executable only, and the directory is
+   removed afterwards; the hit's reason says how many were delivered, how many XLA took and
+   how many fusions it autotuned itself. Not on a platform that does not autotune (the CPU),
+   nor to a compile that names a per-fusion cache directory of its own (JAX's persistent
+   cache does): the reason says so;
 5. if the tuned compile fails, compiles again with the job's own options and records why;
 6. appends a hit record to its spool (ingest.hits): outcome, key, store version, expected
    speedup, and for a tuned or held-out executable the fingerprint of its optimized module,
@@ -42,6 +50,7 @@ cannot fingerprint) ends in the job's own compile and a warning, never in a fail
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import hashlib
@@ -57,9 +66,10 @@ from typing import Any, Callable
 
 from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, StoreUnavailable
 from delivery.sandbox import SandboxCheck
+from execution.autotune_results import AutotuneResults, Delivery, ResultsError, job_sets_cache_dir, parse_results
 from execution.compile import apply_config, job_build_options
 from execution.flags import CompilerConfig, FlagError, from_json
-from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, store_key
+from hlo.environment import ENVIRONMENT_FILE, GPU_PLATFORM, Environment, current_environment, store_key
 from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_proto_bytes, from_stablehlo
@@ -71,6 +81,7 @@ log = logging.getLogger("fleet_fdo.hook")
 SPOOL_SYMBOLS = Path("spool") / "symbols"
 _HEX = set("0123456789abcdef")
 MEMO_DIR = Path("cache") / "fingerprints"
+AUTOTUNE_DIR = Path("cache") / "autotune"  # each compile's delivered autotune results, while it runs
 MEMO_SCHEME = b"/entry-layouts-default"  # what from_stablehlo does before fingerprinting
 
 _installed: "Hook | None" = None
@@ -131,6 +142,8 @@ class _Plan:
     config: CompilerConfig | None = None  # to apply: the entry's, checked against the allowlist
     config_text: str | None = None  # the entry's config (strict or relaxed) that `config` is
     expected_speedup: float | None = None  # of `config_text`
+    platform: str = ""  # of the compile's environment
+    results: AutotuneResults | None = None  # the entry's autotune results, checked
     outcome: str = "miss"
     reason: str | None = None
 
@@ -158,16 +171,21 @@ class Hook:
         hook_seconds = time.perf_counter() - started
         optimized_fingerprint = None
         executable = None
-        if plan.config:
+        if plan.config or plan.results is not None:
+            assert plan.config is not None
             try:
                 tuned = apply_config(compile_options, plan.config)
+                # Results alone change no flag: nothing for the sandbox to check.
                 refused = self._sandbox.verdict(plan.key, plan.config, lambda: (
-                    _bytecode(computation), tuned.SerializeAsString(), _device_count(devices)))
+                    _bytecode(computation), tuned.SerializeAsString(), _device_count(devices))
+                ) if plan.config else None
                 if refused:
                     plan.outcome, plan.reason = "refused", refused
                     self._warn(f"entry {plan.key}: {refused}", f"refused {plan.key}")
                 else:
-                    executable = original(backend, computation, devices, tuned, *args, **kwargs)
+                    executable = self._compile_tuned(
+                        plan, lambda options: original(backend, computation, devices, options, *args, **kwargs),
+                        tuned)
                     plan.outcome = "applied"
             except Exception as exc:  # any failure of the tuned compile: the job's own compile decides
                 plan.outcome, plan.reason = "fallback", f"tuned compile failed: {first_line(exc)}"
@@ -179,7 +197,7 @@ class Hook:
             extra_started = time.perf_counter()
             if plan.outcome in ("applied", "holdout"):
                 optimized_fingerprint = self._memo.optimized(
-                    plan.digest, plan.env_key, plan.config_text if plan.outcome == "applied" else None,
+                    plan.digest, plan.env_key, _compiled_with(plan) if plan.outcome == "applied" else None,
                     executable)
             if self.settings.spool_hlo and not self._spooled(plan.fingerprint):
                 self._spool_symbols(plan, None if plan.outcome == "applied"
@@ -187,6 +205,29 @@ class Hook:
             hook_seconds += time.perf_counter() - extra_started
             self._record(plan, optimized_fingerprint, hook_seconds, compile_seconds)
         return executable
+
+    def _compile_tuned(self, plan: _Plan, compile: Callable[[Any], Any], tuned: Any) -> Any:
+        """`compile(tuned)`, with the entry's autotune results delivered to it where XLA
+        autotunes (see the module's step 4); the hit's reason says what became of them."""
+        if plan.results is None:
+            return compile(tuned)
+        if plan.platform != GPU_PLATFORM:
+            plan.reason = f"autotune results not delivered: {plan.platform} compiles do not autotune"
+            return compile(tuned)
+        if job_sets_cache_dir(tuned):
+            plan.reason = "autotune results not delivered: the job names its own per-fusion cache directory"
+            return compile(tuned)
+        parent = self.settings.home / AUTOTUNE_DIR
+        with contextlib.ExitStack() as stack:
+            try:
+                delivery = stack.enter_context(Delivery(plan.results, parent))
+            except OSError as exc:
+                plan.reason = f"autotune results not delivered: cannot write under {parent}: {exc}"
+                self._warn(plan.reason, "autotune dir")
+                return compile(tuned)
+            executable = compile(delivery.options(tuned))
+            plan.reason = delivery.uptake().describe()
+            return executable
 
     def _plan_safely(self, computation: Any, compile_options: Any) -> _Plan:
         try:
@@ -201,7 +242,8 @@ class Hook:
         plan.digest, plan.fingerprint, module = self._memo.fingerprint(computation)
         if self.settings.spool_hlo and not self._spooled(plan.fingerprint):
             plan.unoptimized_text = (module or from_stablehlo(computation)).to_text()
-        plan.env_key = self._environment_for(compile_options).key()
+        environment = self._environment_for(compile_options)
+        plan.env_key, plan.platform = environment.key(), environment.platform
         plan.key = store_key(plan.fingerprint, plan.env_key)
         try:
             plan.found = self.source.lookup(plan.key)
@@ -227,9 +269,16 @@ class Hook:
             plan.outcome, plan.reason = "refused", f"config refused: {exc}"
             self._warn(f"entry {plan.key}: {plan.reason}", f"refused {plan.key}")
             return plan
+        if entry.get("autotune_results") is not None:
+            try:
+                plan.results = parse_results(entry["autotune_results"])
+            except ResultsError as exc:
+                plan.config, plan.outcome, plan.reason = None, "refused", f"entry refused: {exc}"
+                self._warn(f"entry {plan.key}: {plan.reason}", f"refused {plan.key}")
+                return plan
         if holdout_arm(self.job_id, plan.key, self.settings.holdout_share(plan.found)):
             # The arm compares the defaults with the entry as it stands: its own speedup.
-            plan.config, plan.outcome = None, "holdout"
+            plan.config, plan.results, plan.outcome = None, None, "holdout"
             plan.expected_speedup = entry.get("speedup")
         return plan
 
@@ -336,7 +385,8 @@ class FingerprintMemo:
 
     def optimized(self, digest: str, env_key: str, config: str | None, executable: Any) -> str | None:
         """The fingerprint of the optimized module a compile of `digest` in `env_key` produced,
-        with `config` (its JSON text) or, None, with the job's own options (a holdout)."""
+        with `config` (its JSON text, and its autotune results' text where it had them:
+        `_compiled_with`) or, None, with the job's own options (a holdout)."""
         compiled_with = "defaults" if config is None else config  # a config's text is an object
         key = hashlib.blake2b(f"{digest}/{env_key}/{compiled_with}".encode(), digest_size=16).hexdigest()
         known = self._recall(key)
@@ -374,6 +424,14 @@ class FingerprintMemo:
             atomic_write(path, fingerprint, durable=False)
         except OSError:
             pass  # a memo that cannot be written only costs the next process a conversion
+
+
+def _compiled_with(plan: _Plan) -> str | None:
+    """What an applied compile of `plan` was given beside the module: its config's text, and
+    its autotune results' (they change the optimized module's kernel configs)."""
+    if plan.results is None or plan.found is None:
+        return plan.config_text
+    return f"{plan.config_text}\n{plan.found.entry['autotune_results']}"
 
 
 def _bytecode(computation: Any) -> bytes:

@@ -1,7 +1,8 @@
 """Owner-validated configs into the store (CATWILD 5.2): what an import entry is, declared once
 as a pydantic model (`ImportEntry`, which the service's OpenAPI schema shows too), read from a
 JSON-lines file (`fdo store import`) or from the service's `POST /v1/import` body, and made into
-store rows.
+store rows. An entry may carry XLA:GPU per-fusion autotune results (execution.autotune_results),
+checked as XLA's own protos on the way in.
 
 A module apart from delivery.store: the compiler hook's embedded look-ups import the store
 inside users' jobs, and pydantic is no part of those.
@@ -19,6 +20,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstrai
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from delivery.store import DEFAULT_TTL, Store, StoreError, merge_entries
+from execution.autotune_results import MAX_RESULTS, ResultsError, parse_results
 from execution.flags import FlagError, from_json, to_json
 from hlo.environment import store_key
 from storage.home import Home
@@ -45,6 +47,10 @@ class ImportEntry(BaseModel):
     holdout_share: float | None = Field(None, ge=0, le=MAX_HOLDOUT_SHARE,
                                         description="the share of jobs the compiler hook sends to the "
                                                     "defaults for this entry; default: the version's")
+    autotune_results: str | None = Field(None, description="XLA:GPU per-fusion autotune results for the "
+                                                           "graph: an xla.AutotuneResults in XLA's text format "
+                                                           "(what xla_gpu_dump_autotune_results_to writes), known "
+                                                           f"fields only, at most {MAX_RESULTS} results")
 
     @field_validator("holdout_share", mode="before")
     @classmethod
@@ -57,6 +63,17 @@ class ImportEntry(BaseModel):
         except ValueError:
             raise PydanticCustomError("holdout_share", "{value} refused: must be a number from 0 to {most}",
                                       {"value": repr(value), "most": MAX_HOLDOUT_SHARE}) from None
+
+    @field_validator("autotune_results")
+    @classmethod
+    def _results(cls, text: str | None) -> str | None:
+        """The results in their canonical text form, or an error saying what is refused."""
+        if text is None:
+            return text
+        try:
+            return parse_results(text).to_text()
+        except ResultsError as exc:
+            raise PydanticCustomError("autotune_results", "refused: {reason}", {"reason": str(exc)}) from None
 
     @field_validator("config")
     @classmethod
@@ -120,4 +137,5 @@ def _row(entry: ImportEntry, source: str, now: datetime.datetime) -> dict[str, A
             "expires_at": entry.expires_at or now + DEFAULT_TTL, "provenance": "import",
             "config": json.dumps(entry.config, sort_keys=True), "ci_low": None, "ci_high": None,
             "compiler_version": None, "measured_at": now, "source": source,
-            "holdout_share": entry.holdout_share, "relaxed_config": None, "relaxed_speedup": None}
+            "holdout_share": entry.holdout_share, "relaxed_config": None, "relaxed_speedup": None,
+            "autotune_results": entry.autotune_results}

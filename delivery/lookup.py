@@ -217,6 +217,9 @@ def _parse_answer(body: bytes) -> Found | None:
         if not isinstance(relaxed, dict) or not relaxed_speedup_ok(entry.get("relaxed_speedup")):
             return None
         entry["relaxed_config"] = json.dumps(relaxed, sort_keys=True)
+    # Checked as XLA's protos by the hook; here only its type (text, or none).
+    if not isinstance(entry.get("autotune_results"), (str, type(None))):
+        return None
     # The service serves the version's policies on the entry: the effective share and the
     # version's teams; one from before them serves none. The teams are no column of the entry.
     share, teams = entry.get("holdout_share"), entry.pop("relaxed_numerics_teams", None)

@@ -25,7 +25,8 @@ version with an older version's entries, so history only grows. A version's poli
 carried forward by every publish until one is set again (`set_holdout_share`,
 `set_relaxed_numerics_teams`). Every config is checked against the flag allowlist on the way in
 (`execution.flags.from_json`), the relaxed config too, every holdout share against its range
-(`storage.store.check_holdout_share`) and every team list (`check_relaxed_numerics_teams`).
+(`storage.store.check_holdout_share`), every team list (`check_relaxed_numerics_teams`) and
+every entry's autotune results (`check_autotune_results`).
 
 The store heals around what a crash or a careless hand leaves. A version number is never
 reused: the next one is past every `v<N>` name on disk (complete or not), CURRENT and
@@ -54,6 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from execution.autotune_results import ResultsError, parse_results
 from execution.flags import FlagError, from_json, to_json
 from ingest.tables import TEAM
 from storage.home import Home
@@ -194,10 +196,10 @@ class Store:
         """Publish `entries` as the next version, built on `parent`, made for `reason` by
         `writer`, with the policies `holdout_share` and `relaxed_numerics_teams` (see Manifest;
         None: the parent's); returns the new version. StoreError names an entry whose config,
-        relaxed config or holdout share is refused, or a refused policy."""
+        relaxed config, holdout share or autotune results are refused, or a refused policy."""
         entries = _sorted(conform_entries(entries))
         for row in entries.select(["key", "config", "relaxed_config", "relaxed_speedup",
-                                   "holdout_share"]).to_pylist():
+                                   "holdout_share", "autotune_results"]).to_pylist():
             where = f"entry {row['key']}"
             _check_config(row["config"], where)
             if row["relaxed_config"] is not None:
@@ -207,6 +209,8 @@ class Store:
                                      "relaxed config needs the positive speedup it was measured at")
             if row["holdout_share"] is not None:
                 _check_share(row["holdout_share"], where)
+            if row["autotune_results"] is not None:
+                check_autotune_results(row["autotune_results"], where)
         given = {"holdout_share": holdout_share, "relaxed_numerics_teams": relaxed_numerics_teams}
         policies = {name: _POLICIES[name](value, "the version") for name, value in given.items()
                     if value is not None}
@@ -392,6 +396,15 @@ def _check_config(text: str, where: str) -> str:
         return json.dumps(to_json(from_json(json.loads(text))), sort_keys=True)
     except (FlagError, json.JSONDecodeError, TypeError) as exc:
         raise StoreError(f"{where}: config refused: {exc}") from None
+
+
+def check_autotune_results(text: Any, where: str) -> None:
+    """Check `text` as an entry's autotune results (`execution.autotune_results.parse_results`);
+    StoreError naming `where` and the problem when they are refused."""
+    try:
+        parse_results(text)
+    except ResultsError as exc:
+        raise StoreError(f"{where}: {exc}") from None
 
 
 def check_relaxed_numerics_teams(value: Any, where: str) -> list[str]:

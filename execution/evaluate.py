@@ -32,6 +32,7 @@ from execution.measure import MeasureSettings
 from execution.numerics import all_ok, compare_outputs
 from execution.worker import (CRASH, DEFAULT_TIMEOUT, ERROR, OOM, TIMEOUT, Fault, Worker,
                               WorkerFailure)
+from hlo.interval import Interval, columns
 from hlo.module import HloModule
 
 # Why an evaluation produced no measurement. DEFAULT_FAILS: the default config does not compile
@@ -56,11 +57,10 @@ REFERENCE_CONFIG: CompilerConfig = {"xla_cpu_experimental_ynn_fusion_type": (),
 
 @dataclass(frozen=True)
 class EvaluationResult:
-    """The outcome of one default-vs-candidate evaluation."""
+    """The outcome of one default-vs-candidate evaluation: the candidate's speedup over the
+    default with its interval (None: nothing was timed, `error` says why)."""
 
-    speedup: float | None
-    ci_low: float | None
-    ci_high: float | None
+    speedup: Interval | None
     significant: bool
     numerics_ok: bool | None
     identical_program: bool
@@ -78,8 +78,8 @@ class EvaluationResult:
     speedups: list[float] = field(default_factory=list)  # each worker's (evaluate_independently)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return asdict(self)
+        """A JSON-ready dict: every field, the speedup as `speedup`, `ci_low`, `ci_high`."""
+        return {**asdict(self), **columns(self.speedup)}
 
 
 class DefaultFails(RuntimeError):
@@ -100,9 +100,9 @@ def prepare_default(worker: Worker, module_proto: bytes, seed: int,
         if not failure.died:
             raise
         raise DefaultFails(f"{failure.kind}: {failure.reason}") from None
-    if "error" in prepared:
-        raise DefaultFails(prepared["error"])
-    return prepared["program"]
+    if prepared.error is not None:
+        raise DefaultFails(prepared.error)
+    return prepared.program
 
 
 def evaluate(
@@ -118,7 +118,7 @@ def evaluate(
     own_worker = worker is None
     worker = worker or Worker()
     try:
-        payload = worker.call(
+        return worker.call(
             run_evaluation,
             timeout=timeout,
             module_proto=module.proto,
@@ -127,7 +127,6 @@ def evaluate(
             settings=settings or MeasureSettings(),
             seed=seed,
         )
-        return EvaluationResult(**payload)
     except WorkerFailure as failure:
         return failed_result(WORKER_FAILS[failure.kind], f"{failure.kind}: {failure.reason}")
     finally:
@@ -177,28 +176,27 @@ def median_of(results: list[EvaluationResult], noise_band: float) -> EvaluationR
     """Independent measurements of one candidate as one: the median speedup, the medians of the
     intervals' ends (significant when that lower end clears 1 + `noise_band`: most of the
     workers agree), numerics ok only if ok in every one; `speedups` lists each."""
-    def median(name: str) -> float:
-        return statistics.median(getattr(r, name) for r in results)
-
+    median = statistics.median
     worst = min(results, key=lambda r: bool(r.numerics_ok))
-    low = median("ci_low")
-    return replace(worst, speedup=median("speedup"), ci_low=low, ci_high=median("ci_high"),
-                   significant=low > 1.0 + noise_band,
+    speedup = Interval(median(r.speedup.estimate for r in results),
+                       median(r.speedup.low for r in results),
+                       median(r.speedup.high for r in results))
+    return replace(worst, speedup=speedup, significant=speedup.low > 1.0 + noise_band,
                    numerics_ok=all(r.numerics_ok for r in results),
                    pairs=sum(r.pairs for r in results),
-                   default_seconds=median("default_seconds"),
-                   candidate_seconds=median("candidate_seconds"),
+                   default_seconds=median(r.default_seconds for r in results),
+                   candidate_seconds=median(r.candidate_seconds for r in results),
                    stop_reason="; ".join(r.stop_reason for r in results),
-                   speedups=[r.speedup for r in results])
+                   speedups=[r.speedup.estimate for r in results])
 
 
 def failed_result(failure: Failure, error: str,
                   compile_seconds: float | None = None) -> EvaluationResult:
     """The result of an evaluation that could not produce a measurement."""
     return EvaluationResult(
-        speedup=None, ci_low=None, ci_high=None, significant=False, numerics_ok=None,
-        identical_program=False, compile_seconds=compile_seconds, default_compile_seconds=None,
-        error=error, failure=failure,
+        speedup=None, significant=False, numerics_ok=None, identical_program=False,
+        compile_seconds=compile_seconds, default_compile_seconds=None, error=error,
+        failure=failure,
     )
 
 
@@ -208,43 +206,48 @@ def run_evaluation(
     default: CompilerConfig,
     settings: MeasureSettings,
     seed: int,
-) -> dict[str, Any]:
-    """The worker side of `evaluate`; returns the fields of an EvaluationResult."""
+) -> EvaluationResult:
+    """The worker side of `evaluate`."""
     module_proto = session.measurable_module(module_proto)
     config = {**default, **candidate}
     base = session.prepare(module_proto, seed, default)
-    if "error" in base:
-        return asdict(_without_default(module_proto, candidate, default, seed, base["error"]))
+    if base.error is not None:
+        return _without_default(module_proto, candidate, default, seed, base.error)
     tuned = session.compile_serialized(module_proto, config)
-    if "error" in tuned:
-        return asdict(failed_result(CANDIDATE_FAILS, f"candidate config {tuned['error']}"))
-    if tuned["program"] == base["program"] and candidate:  # an empty candidate is an A/A check
-        return asdict(EvaluationResult(
-            speedup=1.0, ci_low=1.0, ci_high=1.0, significant=False, numerics_ok=True,
-            identical_program=True, compile_seconds=tuned["compile_seconds"],
-            default_compile_seconds=base["compile_seconds"],
+    if tuned.error is not None:
+        return failed_result(CANDIDATE_FAILS, f"candidate config {tuned.error}")
+    if tuned.program == base.program and candidate:  # an empty candidate is an A/A check
+        return EvaluationResult(
+            speedup=Interval(1.0, 1.0, 1.0), significant=False, numerics_ok=True,
+            identical_program=True, compile_seconds=tuned.compile_seconds,
+            default_compile_seconds=base.compile_seconds,
             stop_reason="optimized module and codegen flags identical to the default's",
-        ))
-    try:
-        measured = session.measure_serialized(tuned["executable"], config, settings)
-    except session.RunError as exc:
-        return asdict(failed_result(CANDIDATE_FAILS, f"candidate config fails to run: {exc}",
-                                    tuned["compile_seconds"]))
-    return asdict(EvaluationResult(
-        speedup=measured["speedup"],
-        ci_low=measured["ci_low"],
-        ci_high=measured["ci_high"],
-        significant=measured["significant"],
-        numerics_ok=measured["numerics_ok"],
+        )
+    timed = session.measure_serialized(tuned.executable, config, settings)
+    if timed.error is not None:
+        return failed_result(CANDIDATE_FAILS, f"candidate config {timed.error}",
+                             tuned.compile_seconds)
+    return measured_result(timed, tuned.compile_seconds, base.compile_seconds)
+
+
+def measured_result(timed: session.Timed, compile_seconds: float | None,
+                    default_compile_seconds: float | None) -> EvaluationResult:
+    """The result of a candidate timed in a worker (`session.measure_serialized`, no error),
+    compiled in `compile_seconds` and its baseline in `default_compile_seconds`."""
+    measured = timed.measurement
+    return EvaluationResult(
+        speedup=measured.speedup,
+        significant=measured.significant,
+        numerics_ok=timed.numerics_ok,
         identical_program=False,
-        compile_seconds=tuned["compile_seconds"],
-        default_compile_seconds=base["compile_seconds"],
-        pairs=measured["pairs"],
-        default_seconds=measured["default_seconds"],
-        candidate_seconds=measured["candidate_seconds"],
-        stop_reason=measured["stop_reason"],
-        numerics=measured["numerics"],
-    ))
+        compile_seconds=compile_seconds,
+        default_compile_seconds=default_compile_seconds,
+        pairs=measured.pairs,
+        default_seconds=measured.default_seconds,
+        candidate_seconds=measured.candidate_seconds,
+        stop_reason=measured.stop_reason,
+        numerics=timed.numerics,
+    )
 
 
 def _without_default(module_proto: bytes, candidate: CompilerConfig, default: CompilerConfig,

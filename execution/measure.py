@@ -30,6 +30,8 @@ from typing import Callable
 import numpy as np
 from scipy.stats import binom
 
+from hlo.interval import Interval
+
 # Runs the executable `n` times back to back and returns the elapsed seconds.
 Runner = Callable[[int], float]
 
@@ -61,9 +63,7 @@ class MeasureSettings:
 class Measurement:
     """The speedup of the candidate over the default (>1: candidate faster), with its interval."""
 
-    speedup: float
-    ci_low: float
-    ci_high: float
+    speedup: Interval
     pairs: int
     default_seconds: float  # median seconds per execution
     candidate_seconds: float
@@ -93,7 +93,7 @@ def time_scale() -> float:
     return scale
 
 
-def median_interval(log_ratios: np.ndarray, confidence: float) -> tuple[float, float, float]:
+def median_interval(log_ratios: np.ndarray, confidence: float) -> Interval:
     """Median of the per-pair ratios and its distribution-free interval, as ratios.
 
     The interval runs between the order statistics that a Binomial(n, 1/2) count puts around
@@ -107,7 +107,8 @@ def median_interval(log_ratios: np.ndarray, confidence: float) -> tuple[float, f
     k = int(binom.ppf(tail, n, 0.5))  # the smallest k with P(B <= k) >= tail
     k = max(1, k + 1 if binom.cdf(k, n, 0.5) <= tail else k)
     low, high = ordered[k - 1], ordered[n - k]
-    return math.exp(float(np.median(ordered))), math.exp(float(low)), math.exp(float(high))
+    return Interval(math.exp(float(np.median(ordered))), math.exp(float(low)),
+                    math.exp(float(high)))
 
 
 def early_decision(log_ratios: np.ndarray, settings: MeasureSettings) -> str | None:
@@ -116,10 +117,10 @@ def early_decision(log_ratios: np.ndarray, settings: MeasureSettings) -> str | N
     if len(log_ratios) not in settings.early_looks:
         return None
     confidence = 1.0 - settings.early_alpha / len(settings.early_looks)
-    _, low, high = median_interval(np.asarray(log_ratios), confidence)
-    if low > 1.0 + settings.noise_band:
+    interval = median_interval(np.asarray(log_ratios), confidence)
+    if interval.low > 1.0 + settings.noise_band:
         return "decided faster"
-    if high < 1.0:
+    if interval.high < 1.0:
         return "decided slower"
     return None
 
@@ -150,30 +151,30 @@ def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSe
             break
         if n < settings.min_pairs or (n - settings.min_pairs) % settings.batch_pairs:
             continue
-        speedup, low, high = _interval(default_times, candidate_times, settings)
-        tight = (high - low) / 2.0 <= settings.target_half_width * speedup
+        interval = _interval(default_times, candidate_times, settings)
+        half_width = (interval.high - interval.low) / 2.0
+        tight = half_width <= settings.target_half_width * interval.estimate
         # A tight interval across the noise band decides nothing: a small gain needs more pairs.
-        decided = low > 1.0 + settings.noise_band or high < 1.0 + settings.noise_band
+        decided = (interval.low > 1.0 + settings.noise_band
+                   or interval.high < 1.0 + settings.noise_band)
         if tight and decided:
             stop_reason = "interval tight"
             break
         # Not on the first batches: a short burst of load can make a few pairs look one-sided.
-        if settings.stop_when_no_gain and high < 1.0 + settings.noise_band \
+        if settings.stop_when_no_gain and interval.high < 1.0 + settings.noise_band \
                 and n >= 2 * settings.min_pairs:
             stop_reason = "clearly no gain"
             break
         if time.perf_counter() - started > limit:
             stop_reason = "time budget"
             break
-    speedup, low, high = _interval(default_times, candidate_times, settings)
+    speedup = _interval(default_times, candidate_times, settings)
     return Measurement(
         speedup=speedup,
-        ci_low=low,
-        ci_high=high,
         pairs=len(default_times),
         default_seconds=float(np.median(default_times)),
         candidate_seconds=float(np.median(candidate_times)),
-        significant=low > 1.0 + settings.noise_band,
+        significant=speedup.low > 1.0 + settings.noise_band,
         stop_reason=stop_reason,
     )
 
@@ -192,7 +193,7 @@ def _log_ratios(default_times: list[float], candidate_times: list[float]) -> np.
 
 
 def _interval(default_times: list[float], candidate_times: list[float],
-              settings: MeasureSettings) -> tuple[float, float, float]:
+              settings: MeasureSettings) -> Interval:
     return median_interval(_log_ratios(default_times, candidate_times), settings.confidence)
 
 

@@ -2,15 +2,16 @@
 the execute worker against the module compiled once with the defaults.
 
 These functions are the jobs of sandboxed `execution.worker` processes (`worker.call(prepare,
-...)` and so on). Every compile is of the module as measured (`measurable_module`). The
-execute worker keeps the module's state between calls
-(`prepare`), so the default is compiled, run and checked once per search instead of once per
-candidate. A candidate is compiled in a compile worker (`compile_serialized`), which names its
+...)` and so on). Each answers a typed reply (`Prepared`, `Built`, `Timed`) whose `error` is its
+one channel for a failure of the compiler or of a run; an exception from a job is a bug of ours,
+which the worker hands back as a `WorkerFailure`. Every compile is of the module as measured
+(`measurable_module`). The execute worker keeps the module's state between calls (`prepare`),
+so the default is compiled, run and checked once per search instead of once per candidate. A candidate is compiled in a compile worker (`compile_serialized`), which names its
 program (the optimized module's fingerprint plus its machine code, see `program_key`) and hands
 the executable back serialized. The caller measures a program once (`measure_serialized`, in the
 execute worker) and reuses the result for every other config that yields it. A comparison of two
-candidates (`compare_serialized`, in a fresh worker) loads both as compiled, compiling neither
-again.
+candidates (in a fresh worker: `keep_serialized` the baseline, then `measure_serialized`) loads
+both as compiled, compiling neither again.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import asdict
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from execution.compile import (CompileError, compile_module, compile_options,
                                compiler_defaults, elf_objects, object_code)
 from execution.flags import CompilerConfig, codegen_values, unseen_values, without_defaults
-from execution.measure import MeasureSettings, Runner, measure_pair
+from execution.measure import MeasureSettings, Measurement, Runner, measure_pair
 from execution.tuple_parameters import flatten_tuple_parameters
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule
@@ -32,6 +33,55 @@ from hlo.proto import ModuleProto
 from hlo.errors import first_line
 
 _STATE: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class Span:
+    """When and where a job ran: what (compile | measure), which process on which cores, and
+    when (`time.monotonic()`, the same clock in every process of the machine)."""
+
+    kind: Literal["compile", "measure"]
+    pid: int
+    cores: tuple[int, ...]
+    started: float
+    ended: float
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a worker keeps to measure candidates against (`prepare`, `keep_serialized`): its
+    program key and compile time (None for one compiled elsewhere); or why it does not
+    compile or run (`error`, and nothing else set)."""
+
+    program: str | None = None
+    compile_seconds: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Built:
+    """A candidate compiled in a compile worker (`compile_serialized`): its program key,
+    compile time and executable, serialized for the worker that measures it; or why it does
+    not compile (`error`, and nothing else set)."""
+
+    program: str | None = None
+    compile_seconds: float | None = None
+    executable: bytes | None = None
+    span: Span | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A candidate measured against what its worker keeps (`measure_serialized`): the
+    measurement and its numeric checks (`execution.numerics.Check` fields); or why it fails to
+    run (`error`, and nothing else set)."""
+
+    measurement: Measurement | None = None
+    numerics_ok: bool | None = None
+    numerics: list[dict[str, Any]] = field(default_factory=list)
+    span: Span | None = None
+    error: str | None = None
 
 
 def program_key(optimized_proto: bytes, code: tuple[bytes, ...], config: CompilerConfig) -> str:
@@ -56,37 +106,36 @@ class RunError(RuntimeError):
     """XLA failed to run a compiled module (it compiled)."""
 
 
-def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None = None) -> dict[str, Any]:
+def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None = None) -> Prepared:
     """Compile and run the module with `default` (the compiler's defaults unless given); keep
-    it for the candidates that follow. Returns its program key and compile time, or {"error":
-    why} when it does not compile or run."""
+    it for the candidates that follow. Its program key and compile time, or why it does not
+    compile or run."""
     _STATE.clear()  # a default that fails leaves no earlier module's default to measure against
     module_proto = measurable_module(module_proto)
     try:
         base = compile_module(module_proto, default or {})
     except CompileError as exc:
-        return {"error": f"does not compile: {exc}"}
+        return Prepared(error=f"does not compile: {exc}")
     try:
         _keep(module_proto, seed, base.executable)
     except RunError as exc:
-        return {"error": f"fails to run: {exc}"}
+        return Prepared(error=f"fails to run: {exc}")
     key = program_key(base.optimized_proto, object_code(base.executable), default or {})
-    return {"program": key, "compile_seconds": base.compile_seconds}
+    return Prepared(key, base.compile_seconds)
 
 
-def compare_serialized(module_proto: bytes, seed: int, baseline: bytes,
-                       baseline_config: CompilerConfig, executable: bytes, config: CompilerConfig,
-                       settings: MeasureSettings) -> dict[str, Any]:
-    """Time one candidate compiled elsewhere against another (`compile_serialized` both: a
-    comparison of the tuner's winner, in a fresh worker), as `measure_serialized` times it
-    against the default; {"error": why} when the baseline fails to run. Raises RunError when
-    the candidate does."""
+def keep_serialized(module_proto: bytes, seed: int, executable: bytes,
+                    config: CompilerConfig) -> Prepared:
+    """Keep a candidate compiled elsewhere (`compile_serialized`) as what the next candidates
+    are timed against (the baseline of a comparison of the tuner's winner, in a fresh worker),
+    as `prepare` keeps the default; why when it fails to run. No program key: its caller
+    has it."""
     _STATE.clear()
     try:
-        _keep(measurable_module(module_proto), seed, _loaded(baseline, baseline_config))
+        _keep(measurable_module(module_proto), seed, _loaded(executable, config))
     except RunError as exc:
-        return {"error": f"the baseline fails to run: {exc}"}
-    return measure_serialized(executable, config, settings)
+        return Prepared(error=f"fails to run: {exc}")
+    return Prepared()
 
 
 def _keep(module_proto: bytes, seed: int, executable: Any) -> None:
@@ -132,42 +181,42 @@ def _arguments(module_proto: bytes, seed: int) -> list[Any]:
         parameter_specs(HloModule(module_proto, "", "tuning")), seed)]
 
 
-def _span(started: float) -> tuple[int, tuple[int, ...], float, float]:
-    """This process, the cores it runs on, and when a job of it ran (a span of the caller's
-    timeline, see tuner.worker_evaluator.Span)."""
-    return os.getpid(), tuple(sorted(os.sched_getaffinity(0))), started, time.monotonic()
+def _span(kind: Literal["compile", "measure"], started: float) -> Span:
+    """A job of `kind` in this process, on the cores it runs on, from `started` until now."""
+    return Span(kind, os.getpid(), tuple(sorted(os.sched_getaffinity(0))), started,
+                time.monotonic())
 
 
-def compile_serialized(module_proto: bytes, config: CompilerConfig) -> dict[str, Any]:
-    """Compile `config` (in a compile worker); returns its program key and the executable,
-    serialized for the execute worker, or the compile error."""
+def compile_serialized(module_proto: bytes, config: CompilerConfig) -> Built:
+    """Compile `config` (in a compile worker): its program key and the executable, serialized
+    for the execute worker, or the compile error."""
     started = time.monotonic()
     try:
         compiled = compile_module(module_proto, config)
     except CompileError as exc:
-        return {"error": f"does not compile: {exc}"}
+        return Built(error=f"does not compile: {exc}")
     serialized = compiled.executable.serialize()  # once: the key's machine code, and the handover
-    return {"program": program_key(compiled.optimized_proto, elf_objects(serialized), config),
-            "compile_seconds": compiled.compile_seconds,
-            "executable": serialized,
-            "span": _span(started)}
+    return Built(program_key(compiled.optimized_proto, elf_objects(serialized), config),
+                 compiled.compile_seconds, serialized, _span("compile", started))
 
 
 def measure_serialized(executable: bytes, config: CompilerConfig,
-                       settings: MeasureSettings) -> dict[str, Any]:
+                       settings: MeasureSettings) -> Timed:
     """Load a candidate compiled elsewhere (`compile_serialized`), check its numerics and time
-    it against what this worker keeps (the prepared default, or a comparison's baseline);
-    raises RunError when XLA fails to run it."""
+    it against what this worker keeps (the prepared default, or a comparison's baseline); why
+    when XLA fails to run it."""
     from execution.numerics import all_ok, compare_outputs
 
     started = time.monotonic()
     loaded = _loaded(executable, config)
     arguments = _STATE["arguments"]
-    checks = compare_outputs(_STATE["outputs"], run_once(loaded, arguments), _STATE["spread"])
+    try:
+        checks = compare_outputs(_STATE["outputs"], run_once(loaded, arguments), _STATE["spread"])
+    except RunError as exc:
+        return Timed(error=f"fails to run: {exc}")
     measurement = measure_pair(_STATE["runner"], timed_runner(loaded, arguments), settings)
-    return {**asdict(measurement), "numerics_ok": all_ok(checks),
-            "numerics": [asdict(check) for check in checks],
-            "span": _span(started)}
+    return Timed(measurement, all_ok(checks), [asdict(check) for check in checks],
+                 _span("measure", started))
 
 
 def _loaded(executable: bytes, config: CompilerConfig) -> Any:

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from delivery.imports import import_file
 from delivery.store import Store
 from hlo.environment import current_environment, store_key
+from hlo.interval import from_columns
 from pipelines.nightly import NightlySettings, run_nightly
 from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
@@ -188,6 +189,10 @@ def print_summary(home: Path, first: datetime.date) -> None:
         live = "in the store" if (row["fingerprint"], row["env_key"]) in entries else "not delivered"
         print(f"  {row['kind']:<5} {row['fingerprint'][:12]}  {row['status']:<22} {speed:<26} "
               f"{live}  {row['config']}")
+        relaxed = from_columns(row, "relaxed_")
+        if relaxed is not None:  # the search's best config relaxed numerics, and verified faster
+            print(f"        opt-in for jobs that relax numerics: {relaxed.as_speedup()}  "
+                  f"{row['relaxed_config']}")
     versions = store.versions()
     print(f"store: {len(versions)} version(s), live v{store.current()} with {len(entries)} entries; "
           + "; ".join(f"v{m.version} {m.reason}" for m in versions))
@@ -208,14 +213,14 @@ def print_summary(home: Path, first: datetime.date) -> None:
     realized = read_realized(home, first, last)
     print("realized in the fleet (holdout arm against tuned arm, 99% interval over jobs):")
     for r in realized:
-        figure = (f"{r.speedup:.3f}x [{r.interval.low:.3f}, {r.interval.high:.3f}]" if r.decided
+        figure = (r.speedup.as_speedup() if r.decided
                   else f"undecided ({r.undecided})")
         verdict = ": regressed in the fleet" if r.regressed else ""
         print(f"  {r.key[:12]} v{r.config_version}: expected {r.expected_speedup:.3f}x, realized {figure} "
               f"over {r.holdout.jobs} holdout / {r.tuned.jobs} tuned jobs{verdict}")
     booked = realized_savings(read_runs(home, first, last), realized).total
     print(f"booked {booked.booked / 3600:,.1f} chip-hours on the tuned runs; on the entries the fleet "
-          f"decided, booked {booked.booked_decided / 3600:,.1f}, realized {booked.realized / 3600:,.1f}")
+          f"decided, booked {booked.booked_decided / 3600:,.1f}, realized {booked.realized.estimate / 3600:,.1f}")
     fdo = [*fdo_command(), "--home", str(home)]
     print(f"\ndata written to {home}; to look around:")
     for args, what in ((["serve"], "the dashboards, then open http://127.0.0.1:8470/"),

@@ -2,8 +2,9 @@
 
 `pip install fleet-fdo` is the compiler hook's install: what a training job needs to look up,
 apply and record tuned configs. The loop's stages come with the extras: `pipeline` (ingest,
-ranking and savings on Beam, tuning, deliver, the validator) and `service` (the config
-service, its dashboards and the scheduler, which run the pipeline's stages too). A command
+ranking and savings on Beam, tuning, deliver, the validator), `service` (the config
+service, its dashboards and the scheduler, which run the pipeline's stages too) and `cluster`
+(tuning and validation as tasks on a Ray cluster: `--cluster`, `fdo cluster`). A command
 that needs an extra says so with `needs`, and fails with one line naming the extra to install
 before it starts, rather than with a traceback halfway through.
 """
@@ -22,6 +23,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "pipeline": PIPELINE_MODULES,
     "service": (*PIPELINE_MODULES, "fastapi", "anyio", "uvicorn", "prometheus_client",
                 "fastapi_offline", "apscheduler", "sqlalchemy", "plotly"),
+    "cluster": (*PIPELINE_MODULES, "ray"),
 }
 
 P = ParamSpec("P")

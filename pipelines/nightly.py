@@ -14,7 +14,9 @@ import datetime
 import json
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,6 +28,9 @@ from pipelines.tables import RUNS
 from storage.home import Home
 from storage.homes import open_home
 from storage.warehouse import Warehouse
+from tasks.records import TaskOutcome, TaskStatus
+from tasks.runner import LocalRunner, Runner
+from tuner.kinds import KINDS, Kind
 
 STAGES = ("ingest", "rank", "tune", "deliver", "validate", "savings")
 
@@ -50,12 +55,21 @@ class NightlySettings:
     force: bool = False  # run every stage again, even for a finished date
 
 
+class StageStatus(StrEnum):
+    """How a stage of a run ended, as the `runs` ledger holds it: DONE or FAILED (each
+    attempt's row); SKIPPED, done by an earlier attempt (in the report only: no row)."""
+
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
 @dataclass
 class StageResult:
     """One stage of a run: what it did, or why it failed, or that it was done before."""
 
     stage: str
-    status: str  # 'done', 'failed' or 'skipped' (done by an earlier attempt)
+    status: StageStatus
     seconds: float = 0.0
     counts: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
@@ -71,29 +85,33 @@ class NightlyReport:
     @property
     def ok(self) -> bool:
         """True when every stage is done."""
-        return all(s.status in ("done", "skipped") for s in self.stages) and len(self.stages) == len(STAGES)
+        return (all(s.status in (StageStatus.DONE, StageStatus.SKIPPED) for s in self.stages)
+                and len(self.stages) == len(STAGES))
 
     def to_json(self) -> dict:
         """A JSON-ready dict."""
         return {"date": self.date, "ok": self.ok, "stages": [s.__dict__ for s in self.stages]}
 
 
-def run_nightly(home: Home, settings: NightlySettings, progress: bool = False) -> NightlyReport:
+def run_nightly(home: Home, settings: NightlySettings, progress: bool = False,
+                runner: Runner | None = None) -> NightlyReport:
     """Run the stages of `settings.date` not yet done, in order, on `home` (local or a URL);
-    stops at the first failure."""
+    stops at the first failure. The tuning tasks and the validator's measurements run on
+    `runner` (default: here, one after another; `tasks.runner`)."""
+    runner = runner or LocalRunner()
     home = open_home(home)
     report = NightlyReport(settings.date.isoformat())
     with home.lock(home.location("pipelines", "nightly.lock"), "nightly run", wait=False):
         ledger = _ledger(home, settings.date)
         for stage in STAGES:
             attempts = ledger.get(stage, [])
-            if "done" in attempts and not settings.force:
-                report.stages.append(StageResult(stage, "skipped"))
+            if StageStatus.DONE in attempts and not settings.force:
+                report.stages.append(StageResult(stage, StageStatus.SKIPPED))
                 continue
-            result = _run_stage(stage, home, settings, progress)
+            result = _run_stage(stage, home, settings, progress, runner)
             _record(home, settings.date, result, len(attempts) + 1)
             report.stages.append(result)
-            if result.status == "failed":
+            if result.status == StageStatus.FAILED:
                 break
     return report
 
@@ -106,17 +124,19 @@ def ledger_rows(home: Home, date: datetime.date | None = None) -> pa.Table:
     return runs.sort_by([("dt", "ascending"), ("started_at", "ascending")])
 
 
-def _run_stage(stage: str, home: Home, settings: NightlySettings, progress: bool) -> StageResult:
+def _run_stage(stage: str, home: Home, settings: NightlySettings, progress: bool,
+               runner: Runner) -> StageResult:
     started = time.perf_counter()
     try:
-        counts = _STAGE_FUNCTIONS[stage](home, settings, progress)
+        counts = _STAGE_FUNCTIONS[stage](home, settings, progress, runner)
     except Exception as exc:  # a failed stage is recorded and ends the run; the next run resumes
         error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
-        return StageResult(stage, "failed", time.perf_counter() - started, {}, error)
-    return StageResult(stage, "done", time.perf_counter() - started, counts)
+        return StageResult(stage, StageStatus.FAILED, time.perf_counter() - started, {}, error)
+    return StageResult(stage, StageStatus.DONE, time.perf_counter() - started, counts)
 
 
-def _ingest(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+def _ingest(home: Home, settings: NightlySettings, progress: bool,
+            runner: Runner | None = None) -> dict[str, Any]:
     # Inputs are local files: a URL home has no default inbox, and the hook spools its modules
     # only into a local home.
     local = home.local("the home's inbox") if home.is_local else None
@@ -133,55 +153,68 @@ def _ingest(home: Home, settings: NightlySettings, progress: bool) -> dict[str, 
                                (profiles.quarantined if profiles else []) + hits.quarantined)}
 
 
-def _rank(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+def _rank(home: Home, settings: NightlySettings, progress: bool,
+          runner: Runner | None = None) -> dict[str, Any]:
     from ranking.rank import RankSettings, rank
 
     candidates, _ = rank(home, RankSettings(date=settings.date, window_days=settings.window_days),
                          settings.beam_args)
     kinds = candidates.column("kind").to_pylist()
-    return {"graph_candidates": kinds.count("graph"), "op_candidates": kinds.count("op")}
+    return {"graph_candidates": kinds.count(Kind.GRAPH), "op_candidates": kinds.count(Kind.OP)}
 
 
-def _tune(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
-    from tuner.candidates import tunable_candidates
-    from tuner.fold import tune_ops_and_fold
-
-    deadline = time.monotonic() + 60 * settings.tune_minutes
-    tasks = tunable_candidates(home, settings.top, untried=True)
+def _tune(home: Home, settings: NightlySettings, progress: bool,
+          runner: Runner | None = None) -> dict[str, Any]:
+    deadline = time.time() + 60 * settings.tune_minutes
+    runner = runner or LocalRunner()
+    tasks = KINDS[Kind.GRAPH].candidates(home, settings.top, True, runner.environments()).tasks
     # Graphs get the stage's budget but what the ops need, split evenly; ops get what is left.
-    graphs = stages.tune_settings("graph", budget_evals=settings.tune_evals,
+    graphs = stages.tune_settings(Kind.GRAPH, budget_evals=settings.tune_evals,
                                   verify_workers=settings.verify_workers)
-    results = stages.tune_graphs(home, tasks, graphs, progress, deadline=deadline,
-                                 reserve=1 if settings.top_ops else 0)
+    outcomes = stages.tune_graphs(home, tasks, graphs, progress, deadline=deadline,
+                                  reserve=1 if settings.top_ops else 0, runner=runner)
+    results = [o.result for o in outcomes if o.result is not None]
     counts = {"graphs": len(tasks), "tuned": len(results), "accepted": sum(r.accepted for r in results),
-              "out_of_budget": len(tasks) - len(results)}
-    left = (deadline - time.monotonic()) / 60
+              **_not_tuned(outcomes)}
+    left = (deadline - time.time()) / 60
     if settings.top_ops and left > 0:
-        ops = tune_ops_and_fold(home, settings.top_ops,
-                                stages.tune_settings("op", budget_minutes=left / settings.top_ops,
-                                                     verify_workers=settings.verify_workers),
-                                progress=progress, untried=True)
+        ops = stages.tune_ops(home, settings.top_ops,
+                              stages.tune_settings(Kind.OP, budget_minutes=left / settings.top_ops,
+                                                   verify_workers=settings.verify_workers),
+                              progress=progress, untried=True, runner=runner)
         counts.update(ops=len(ops.results), ops_accepted=sum(r.accepted for r in ops.results),
                       folds=len(ops.folds), folds_accepted=sum(f.accepted for _, f in ops.folds))
     return counts
 
 
-def _deliver(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+def _not_tuned(outcomes: list[TaskOutcome]) -> dict[str, int]:
+    """The graph tasks with no result, by why: the budget left them no time (`out_of_budget`),
+    no node measures their environment (`unroutable`: left for a later night), they failed."""
+    found = Counter(o.status for o in outcomes if o.result is None)
+    return {"out_of_budget": found[TaskStatus.NOT_STARTED], "unroutable": found[TaskStatus.UNROUTABLE],
+            "failed": found[TaskStatus.FAILED]}
+
+
+def _deliver(home: Home, settings: NightlySettings, progress: bool,
+             runner: Runner | None = None) -> dict[str, Any]:
     from delivery.deliver import deliver
 
     return {"version": deliver(home, settings.beam_args)}
 
 
-def _validate(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+def _validate(home: Home, settings: NightlySettings, progress: bool,
+              runner: Runner | None = None) -> dict[str, Any]:
     from validator.validate import ValidateSettings, validate
 
     run = ValidateSettings(budget_minutes=settings.validate_minutes,
                            revalidate_after=settings.revalidate_after,
                            workers=settings.verify_workers or ValidateSettings.workers)
-    return validate(home, settings=run, progress=progress).to_json()
+    return validate(home, settings=run, progress=progress,
+                    measurer=stages.measurer(runner)).to_json()
 
 
-def _savings(home: Home, settings: NightlySettings, progress: bool) -> dict[str, Any]:
+def _savings(home: Home, settings: NightlySettings, progress: bool,
+             runner: Runner | None = None) -> dict[str, Any]:
     from ranking.savings import savings
 
     first = settings.date - datetime.timedelta(days=settings.window_days - 1)
@@ -190,17 +223,19 @@ def _savings(home: Home, settings: NightlySettings, progress: bool) -> dict[str,
             "chip_hours_saved": round((pc.sum(rows.column("chip_seconds_saved")).as_py() or 0.0) / 3600, 3)}
 
 
-_STAGE_FUNCTIONS: dict[str, Callable[[Home, NightlySettings, bool], dict[str, Any]]] = {
+# Each stage's function: (home, settings, progress, runner) -> its counts; the runner runs the
+# tasks of the stages that have some (tune, validate).
+_STAGE_FUNCTIONS: dict[str, Callable[[Home, NightlySettings, bool, Runner], dict[str, Any]]] = {
     "ingest": _ingest, "rank": _rank, "tune": _tune, "deliver": _deliver, "validate": _validate,
     "savings": _savings,
 }
 
 
-def _ledger(home: Home, date: datetime.date) -> dict[str, list[str]]:
+def _ledger(home: Home, date: datetime.date) -> dict[str, list[StageStatus]]:
     """Stage -> statuses of its earlier attempts for `date`."""
-    found: dict[str, list[str]] = {}
+    found: dict[str, list[StageStatus]] = {}
     for row in ledger_rows(home, date).select(["stage", "status"]).to_pylist():
-        found.setdefault(row["stage"], []).append(row["status"])
+        found.setdefault(row["stage"], []).append(StageStatus(row["status"]))
     return found
 
 

@@ -7,32 +7,22 @@ functions: they need the `pipeline` extra, and the CLI imports this module for i
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, replace
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from storage.home import Home
-from tuner.strategies import EvolutionStrategy, ExhaustiveStrategy
+from tuner.kinds import KINDS, Kind
 
 if TYPE_CHECKING:
+    from tasks.records import TaskOutcome
+    from validator.validate import Measurer
+    from tasks.runner import Runner
     from tuner.tune import TuneResult, TuneSettings
 
+CLUSTER_ENV = "FDO_CLUSTER"  # the cluster's address where --cluster is not given
 INGEST_KINDS = ("symbols", "profiles", "hits")
-
-
-@dataclass(frozen=True)
-class TuneDefaults:
-    """What a tuning task of one kind searches unless told otherwise."""
-
-    budget_evals: int
-    strategy: str  # a key of tuner.strategies.STRATEGIES
-
-
-# A graph's search ends in evolution, within a budget; an op's space is small, so it is searched
-# whole (up to the budget), in enumeration order.
-TUNE_DEFAULTS = {"graph": TuneDefaults(40, EvolutionStrategy.name),
-                 "op": TuneDefaults(200, ExhaustiveStrategy.name)}
 
 
 def ingest(home: Home, kind: str, paths: Sequence[Path], progress: bool = False) -> Any:
@@ -49,30 +39,103 @@ def ingest(home: Home, kind: str, paths: Sequence[Path], progress: bool = False)
     return ingest_kind(paths, home, progress)
 
 
-def tune_settings(kind: str, **given: Any) -> TuneSettings:
-    """The settings of a tuning task of `kind` (graph or op): `given`, where a None means the
-    kind's default (TUNE_DEFAULTS) or the tuner's."""
+def tune_settings(kind: Kind, **given: Any) -> TuneSettings:
+    """The settings of a tuning task of `kind`: `given`, where a None means the kind's default
+    (`tuner.kinds.KINDS`) or the tuner's."""
     from tuner.tune import TuneSettings
 
-    defaults = TUNE_DEFAULTS[kind]
+    spec = KINDS[Kind(kind)]
     chosen = {name: value for name, value in given.items() if value is not None}
-    return TuneSettings(**{"budget_evals": defaults.budget_evals, "strategy": defaults.strategy, **chosen})
+    return TuneSettings(**{"budget_evals": spec.budget_evals, "strategy": spec.strategy, **chosen})
+
+
+def cluster_address(given: str | None) -> str | None:
+    """The cluster that runs the tasks: `given` (--cluster), else $FDO_CLUSTER; None: this
+    process. ValueError names an empty address."""
+    address = given if given is not None else os.environ.get(CLUSTER_ENV)
+    if address is not None and not address.strip():
+        source = "--cluster" if given is not None else f"${CLUSTER_ENV}"
+        raise ValueError(f"{source}: empty cluster address (a Ray address such as "
+                         "10.0.0.5:6379, or auto)")
+    return address
+
+
+def open_runner(address: str | None) -> Runner:
+    """The runner of the tasks of `address` (see `cluster_address`): this process's without
+    one; with one, the Ray runner connected to it (MissingExtra without the cluster extra,
+    ConnectionError when nothing answers there)."""
+    from tasks.runner import LocalRunner
+
+    if address is None:
+        return LocalRunner()
+    from pipelines.extras import require
+
+    require("cluster")
+    from tasks.ray_runner import RayRunner
+
+    return RayRunner(address)
 
 
 def tune_graphs(home: Home, tasks: Sequence[tuple[str, Any, str | None]], settings: TuneSettings,
-                progress: bool = False, deadline: float | None = None, reserve: int = 0) -> list[TuneResult]:
-    """Tune each task's (label, HloModule, env_key) module with `settings`, in order; returns their
-    results. With a `deadline` (time.monotonic()), each task gets an even share of the time left,
-    `reserve` more shares kept for what the caller runs next, and a task the deadline leaves no
-    time for is not started: there are fewer results than tasks."""
-    from tuner.tune import overall_progress, tune_module
+                progress: bool = False, deadline: float | None = None, reserve: int = 0,
+                runner: Runner | None = None) -> list[TaskOutcome]:
+    """Tune each task's (label, HloModule, env_key) module with `settings` on `runner` (default:
+    here, in order); an env_key of None is this machine's environment. Returns each task's
+    outcome, in order. With a `deadline` (time.time()), each task's search gets a share of the
+    time left, `reserve` more shares kept for what the caller runs next, and a task the
+    deadline leaves no time for is not started (`tasks.runner.Runner`)."""
+    from hlo.environment import current_environment
+    from tasks.records import TuneTask
+    from tasks.runner import Deadline, LocalRunner, run_all
+    from tuner.tune import graph_subject
 
-    results = []
-    for index, (_, module, env_key) in enumerate(overall_progress(tasks, "tune graphs", progress)):
-        if deadline is not None:
-            left = (deadline - time.monotonic()) / 60
-            if left <= 0:
-                break
-            settings = replace(settings, budget_minutes=left / (len(tasks) - index + reserve))
-        results.append(tune_module(module, home, settings, env_key=env_key, progress=progress))
-    return results
+    here = current_environment().key()
+    records = [TuneTask.of(Kind.GRAPH, label, graph_subject(module), env_key or here, settings)
+               for label, module, env_key in tasks]
+    return run_all(runner or LocalRunner(), records, home,
+                   Deadline(deadline, reserve) if deadline is not None else None, progress,
+                   "tune graphs")
+
+
+@dataclass
+class OpRound:
+    """One round of op tuning: the ops tuned, then the graphs their results were folded into."""
+
+    skipped: list[str]
+    tasks: list[tuple[str, Any, str]]  # (label, cut op, env_key)
+    outcomes: list[TaskOutcome]
+    folds: list[tuple[str, TuneResult]] = field(default_factory=list)  # (graph, folded result)
+
+    @property
+    def results(self) -> list[TuneResult]:
+        """The results of the op tasks that ran to one."""
+        return [o.result for o in self.outcomes if o.result is not None]
+
+
+def tune_ops(home: Home, top: int, settings: TuneSettings, fold: bool = True,
+             progress: bool = False, untried: bool = False,
+             runner: Runner | None = None) -> OpRound:
+    """Tune the `top` ranked ops that `runner`'s machines can measure on it (default: this
+    machine, in order), then fold the results into each graph that holds one of them, here
+    (`tuner.fold.fold_tuned`). `untried`: skip ops this compiler has a result for."""
+    from tasks.records import TuneTask
+    from tasks.runner import LocalRunner, run_all
+    from tuner.fold import fold_tuned
+    from tuner.tune import op_subject
+
+    runner = runner or LocalRunner()
+    found = KINDS[Kind.OP].candidates(home, top, untried, runner.environments())
+    records = [TuneTask.of(Kind.OP, label, op_subject(cut), env_key, settings)
+               for label, cut, env_key in found.tasks]
+    outcomes = run_all(runner, records, home, progress=progress, label="tune ops")
+    done = [(o.result.fingerprint, o.result.env_key) for o in outcomes if o.result is not None]
+    folds = fold_tuned(home, done, settings) if fold else []
+    return OpRound(list(found.skipped), list(found.tasks), outcomes, folds)
+
+
+def measurer(runner: Runner | None) -> Measurer | None:
+    """How the validator measures its queue on `runner`: None (its own default, here in order)
+    without one or for the local runner, each entry a task for a cluster's."""
+    from tasks.runner import LocalRunner, measuring
+
+    return None if runner is None or isinstance(runner, LocalRunner) else measuring(runner)

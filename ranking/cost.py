@@ -65,7 +65,7 @@ def loop_cost(trials: pa.Table, validations: pa.Table, realized: Iterable[Realiz
     the window's entries."""
     return LoopCost(days=(last - first).days + 1, tuning=tuning_seconds(trials, first),
                     validation=validation_seconds(validations),
-                    holdout=sum(r.holdout.chip_seconds * (1.0 - 1.0 / r.speedup)
+                    holdout=sum(r.holdout.chip_seconds * (1.0 - 1.0 / r.speedup.estimate)
                                 for r in realized if r.decided and r.team is None))
 
 

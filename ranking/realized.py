@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hlo.interval import Interval, columns
 from ingest.tables import GRAPH_RUNS
 from storage.home import Home
 from storage.warehouse import Warehouse
@@ -51,14 +52,6 @@ _CHUNK_DRAWS = 1 << 22
 # (benchmarks/bench_realized.py), none with 5.
 MIN_JOBS = 5
 _MAX_LOG_HALF_WIDTH = 20.0  # e^20: wider than any speedup can be
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A closed interval of a statistic."""
-
-    low: float
-    high: float
 
 
 @dataclass(frozen=True)
@@ -83,15 +76,15 @@ class Undecided(StrEnum):
 
 @dataclass(frozen=True)
 class Realized:
-    """An entry's speedup in the fleet: holdout over tuned seconds per execution."""
+    """An entry's speedup in the fleet: holdout over tuned seconds per execution, with its
+    interval (None: undecided, `undecided` says why)."""
 
     key: str
     config_version: int
     kind: str  # 'graph': graph_runs carry the holdout arm
     team: str | None  # None: all teams
     expected_speedup: float  # what the store promised (the tuner's or validator's measurement)
-    speedup: float | None
-    interval: Interval | None
+    speedup: Interval | None
     tuned: Arm
     holdout: Arm
     undecided: Undecided | None
@@ -104,15 +97,13 @@ class Realized:
     @property
     def regressed(self) -> bool:
         """Whether the whole interval lies below 1: the config slows the fleet down."""
-        return self.interval is not None and self.interval.high < 1.0
+        return self.speedup is not None and self.speedup.high < 1.0
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready; the realized figures null where undecided, with the reason."""
         return {"key": self.key, "config_version": self.config_version, "kind": self.kind,
                 "team": self.team, "expected_speedup": self.expected_speedup,
-                "realized_speedup": self.speedup,
-                "realized_ci_low": self.interval.low if self.interval else None,
-                "realized_ci_high": self.interval.high if self.interval else None,
+                **columns(self.speedup, prefix="realized_"),
                 "undecided_reason": self.undecided.value if self.undecided else None,
                 **{f"{name}_{field}": getattr(arm, field)
                    for name, arm in (("tuned", self.tuned), ("holdout", self.holdout))
@@ -129,18 +120,20 @@ class RealizedSavings:
     tuned_chip_seconds: float
     booked: float  # every tuned run of the slice x (expected - 1)
     booked_decided: float  # the same over the entries with a realized speedup: compare with `realized`
-    realized: float  # tuned runs of decided entries x (realized - 1)
-    interval: Interval | None  # None: no decided entry in the slice
+    # Tuned runs of decided entries x (realized - 1), its bounds those of each entry's speedup
+    # summed; 0 and [0, 0] where no entry of the slice is decided (`decided` is 0).
+    realized: Interval
     decided: int  # entries with a realized speedup
     undecided: int
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready, in chip-seconds."""
+        """JSON-ready, in chip-seconds; the realized interval's bounds null where no entry is
+        decided."""
+        bounds = self.realized if self.decided else None
         return {"team": self.team, "config_version": self.config_version,
                 "tuned_chip_seconds": self.tuned_chip_seconds, "booked": self.booked,
-                "booked_decided": self.booked_decided, "realized": self.realized,
-                "realized_ci_low": self.interval.low if self.interval else None,
-                "realized_ci_high": self.interval.high if self.interval else None,
+                "booked_decided": self.booked_decided, "realized": self.realized.estimate,
+                "realized_ci_low": bounds and bounds.low, "realized_ci_high": bounds and bounds.high,
                 "decided": self.decided, "undecided": self.undecided}
 
 
@@ -205,15 +198,16 @@ def realized_savings(runs: pa.Table, realized: Iterable[Realized]) -> SavingsBre
         chosen = [c for c in cells if team in (None, c.team) and version in (None, c.entry[1])]
         decided = [c for c in chosen if c.realized is not None]
         entries, decided_entries = {c.entry for c in chosen}, {c.entry for c in decided}
-        interval = None
-        if decided:
-            interval = Interval(sum(c.chip_seconds * (c.realized.interval.low - 1.0) for c in decided),
-                                sum(c.chip_seconds * (c.realized.interval.high - 1.0) for c in decided))
+
+        def saved(bound: str) -> float:
+            return sum((c.chip_seconds * (getattr(c.realized.speedup, bound) - 1.0) for c in decided),
+                       0.0)
+
         return RealizedSavings(
             team=team, config_version=version, tuned_chip_seconds=sum(c.chip_seconds for c in chosen),
             booked=sum(c.booked for c in chosen), booked_decided=sum(c.booked for c in decided),
-            realized=sum(c.chip_seconds * (c.realized.speedup - 1.0) for c in decided),
-            interval=interval, decided=len(decided_entries), undecided=len(entries - decided_entries))
+            realized=Interval(saved("estimate"), saved("low"), saved("high")),
+            decided=len(decided_entries), undecided=len(entries - decided_entries))
 
     return SavingsBreakdown(
         total=slice_of(None, None),
@@ -296,18 +290,18 @@ def _realize(key: str, version: int, team: str | None, expected: float, arms: di
         reason = Undecided.NO_EXECUTIONS
     else:
         reason = None
-    speedup = interval = None
+    speedup = None
     if reason is None:
-        speedup = holdout.seconds_per_execution / tuned.seconds_per_execution
         rng = np.random.default_rng([seed, zlib.crc32(f"{key}/{version}/{team}".encode())])
-        interval = _interval(speedup, arms[True], arms[False], confidence, resamples, rng)
+        speedup = _interval(holdout.seconds_per_execution / tuned.seconds_per_execution,
+                            arms[True], arms[False], confidence, resamples, rng)
     return Realized(key=key, config_version=version, kind="graph", team=team, expected_speedup=expected,
-                    speedup=speedup, interval=interval, tuned=tuned, holdout=holdout, undecided=reason)
+                    speedup=speedup, tuned=tuned, holdout=holdout, undecided=reason)
 
 
 def _interval(speedup: float, holdout: dict[str, np.ndarray], tuned: dict[str, np.ndarray],
               confidence: float, resamples: int, rng: np.random.Generator) -> Interval:
-    """The speedup's symmetric studentized (bootstrap-t) interval, on the log scale.
+    """`speedup` with its symmetric studentized (bootstrap-t) interval, on the log scale.
 
     Each resample draws each arm's jobs with replacement, and its log speedup is studentized by
     its own standard error (`_log_rates`); the `confidence` quantile of |t| times the
@@ -318,7 +312,7 @@ def _interval(speedup: float, holdout: dict[str, np.ndarray], tuned: dict[str, n
     se = np.sqrt(sum(_log_rates(arm, np.arange(len(arm["seconds_sum"]))[None, :])[1][0]
                      for arm in (holdout, tuned)))
     if se == 0.0:
-        return Interval(speedup, speedup)  # every job of each arm ran at one rate: nothing to resample
+        return Interval(speedup, speedup, speedup)  # every job of each arm ran at one rate: nothing to resample
     n_holdout, n_tuned = len(holdout["seconds_sum"]), len(tuned["seconds_sum"])
     per_chunk = max(1, _CHUNK_DRAWS // max(n_holdout, n_tuned))
     studentized = []
@@ -333,7 +327,7 @@ def _interval(speedup: float, holdout: dict[str, np.ndarray], tuned: dict[str, n
     t = t[~np.isnan(t)]
     # Bounded, so that a resampling with next to no spread gives a wide but finite interval.
     half = min(float(np.quantile(np.abs(t), confidence)) * se, _MAX_LOG_HALF_WIDTH)
-    return Interval(float(np.exp(log_speedup - half)), float(np.exp(log_speedup + half)))
+    return Interval(speedup, float(np.exp(log_speedup - half)), float(np.exp(log_speedup + half)))
 
 
 def _log_rates(jobs: dict[str, np.ndarray], draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

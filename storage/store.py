@@ -48,8 +48,11 @@ ENTRIES = pa.schema(list(STORE_ENTRY_COLUMNS) + [
     # speedup, delivered only to jobs and teams that opted in; null where the tuner found none.
     pa.field("relaxed_config", pa.string()),
     pa.field("relaxed_speedup", pa.float64()),
+    # XLA:GPU per-fusion autotune results for the entry's graph, an xla.AutotuneResults in XLA's
+    # text format (execution.autotune_results); null where the entry carries none.
+    pa.field("autotune_results", pa.string()),
 ])
-ADDED_ENTRY_COLUMNS = frozenset({"holdout_share", "relaxed_config", "relaxed_speedup"})
+ADDED_ENTRY_COLUMNS = frozenset({"holdout_share", "relaxed_config", "relaxed_speedup", "autotune_results"})
 # The share of jobs a key's holdout arm takes when neither the entry nor its version's manifest
 # says (versions made before shares existed), and the most any may say: the holdout arm is a
 # measurement, never the fleet's main way to run a tuned program.

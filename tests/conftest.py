@@ -11,8 +11,8 @@ from playwright.sync_api import sync_playwright
 from execution.measure import TIME_SCALE_VARIABLE
 
 # Every measurement of the suite, in this process and the workers and commands it starts, takes
-# half its time budget: the tests' programs and effects are small or large, never subtle.
-os.environ.setdefault(TIME_SCALE_VARIABLE, "0.5")
+# 0.4 of its time budget: the tests' programs and effects are small or large, never subtle.
+os.environ.setdefault(TIME_SCALE_VARIABLE, "0.4")
 # No compile of the suite's hooked jobs goes to a holdout arm unless its test asks for one
 # (fdo run --holdout): which keys a job id holds out hangs on the machine's environment key.
 os.environ.setdefault("FDO_HOLDOUT", "0")

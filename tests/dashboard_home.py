@@ -25,13 +25,14 @@ from delivery.imports import import_file
 from delivery.store import Store
 from execution.evaluate import EvaluationResult
 from hlo.environment import current_environment, store_key
+from hlo.interval import Interval
 from ingest.hits import STALE_SECONDS, ingest_hits, spool_path, to_line
 from ingest.tables import GRAPH_RUNS, GRAPHS
 from ranking.rank import RankSettings, rank
 from ranking.savings import savings
 from storage.warehouse import Warehouse
 from tuner.candidates import latest_candidates
-from tuner.trial import Trial
+from tuner.trial import Outcome, Trial
 from tuner.tune import TuneResult, land_result, task_digest
 from validator.plan import Planner
 from validator.run import Run
@@ -98,18 +99,20 @@ def _tuned(home: Path, task: int, key: tuple[str, str], accepted: bool) -> TuneR
     config = CONFIGS[task % len(CONFIGS)]
     trials = []
     for index in range(TRIALS_PER_TASK):
-        outcome = ("failed", "identical", "duplicate")[index] if index < 3 and task == 1 else "measured"
-        figure = 1 + (speedup - 1) * (index + 1) / TRIALS_PER_TASK if outcome == "measured" else None
-        trials.append(Trial(index, config, outcome, program=f"program-{task}-{index}", speedup=figure,
-                            ci_low=figure and figure - 0.03, ci_high=figure and figure + 0.03,
-                            numerics_ok=outcome == "measured", compile_seconds=0.4,
+        outcome = ((Outcome.FAILED, Outcome.IDENTICAL, Outcome.DUPLICATE)[index]
+                   if index < 3 and task == 1 else Outcome.MEASURED)
+        figure = 1 + (speedup - 1) * (index + 1) / TRIALS_PER_TASK
+        trials.append(Trial(index, config, outcome, program=f"program-{task}-{index}",
+                            speedup=(Interval(figure, figure - 0.03, figure + 0.03)
+                                     if outcome == Outcome.MEASURED else None),
+                            numerics_ok=outcome == Outcome.MEASURED, compile_seconds=0.4,
                             elapsed_seconds=TRIAL_SECONDS * (index + 1),
-                            error="compile failed" if outcome == "failed" else None))
+                            error="compile failed" if outcome == Outcome.FAILED else None))
     return TuneResult(
         task_id=task_digest("graph", fingerprint, env_key, "evolution", task), fingerprint=fingerprint,
         env_key=env_key, status="accepted" if accepted else "no significant gain", accepted=accepted,
-        config=config, speedup=speedup, ci_low=speedup - 0.05, ci_high=speedup + 0.05, numerics_ok=True,
-        evaluations=len(trials), measured=sum(t.outcome == "measured" for t in trials),
+        config=config, speedup=Interval(speedup, speedup - 0.05, speedup + 0.05), numerics_ok=True,
+        evaluations=len(trials), measured=sum(t.outcome == Outcome.MEASURED for t in trials),
         strategy="evolution", compiler_version=_compiler(home, env_key), trials=trials)
 
 
@@ -137,7 +140,7 @@ def _validate(home: Path, now: datetime.datetime) -> None:
     for decision in free:
         run.record(decision)
     for n, queued in enumerate(queue):
-        found = EvaluationResult(speedup=1.1, ci_low=1.06, ci_high=1.14, significant=True, numerics_ok=True,
+        found = EvaluationResult(speedup=Interval(1.1, 1.06, 1.14), significant=True, numerics_ok=True,
                                  identical_program=False, compile_seconds=0.3, default_compile_seconds=0.3)
         # Each measurement ends MEASURE_SECONDS after the one before: the run's measuring time.
         ended = now + datetime.timedelta(seconds=MEASURE_SECONDS * (n + 1))

@@ -364,9 +364,8 @@ def test_realized_speedups_savings_and_cost_match_ranking_on_the_same_runs(serve
         assert [row[f"{arm}_{n}"] for arm in ("tuned", "holdout") for n in ("jobs", "runs")] == [
             entry.tuned.jobs, entry.tuned.runs, entry.holdout.jobs, entry.holdout.runs]
         if entry.decided:
-            assert row["speedup"] == pytest.approx(entry.speedup, rel=1e-9)
-            assert [row["ci_low"], row["ci_high"]] == pytest.approx([entry.interval.low, entry.interval.high],
-                                                                    rel=1e-9)
+            assert [row["speedup"], row["ci_low"], row["ci_high"]] == pytest.approx(
+                [entry.speedup.estimate, entry.speedup.low, entry.speedup.high], rel=1e-9)
     key = holdout_key(dashboard_home)
     clear = [r for r in rows if r["key"] == key and r["decided"]]
     assert clear and all(r["ci_low"] > 1 for r in clear)  # the holdout written by the test home
@@ -383,11 +382,11 @@ def test_realized_speedups_savings_and_cost_match_ranking_on_the_same_runs(serve
         for row, part in zip(shown, parts):
             assert row["booked_chip_hours"] == pytest.approx(part.booked / 3600, rel=1e-9)
             assert row["booked_decided_chip_hours"] == pytest.approx(part.booked_decided / 3600, rel=1e-9)
-            assert row["realized_chip_hours"] == pytest.approx(part.realized / 3600, rel=1e-9)
+            assert row["realized_chip_hours"] == pytest.approx(part.realized.estimate / 3600, rel=1e-9)
             assert (row["decided_entries"], row["undecided_entries"]) == (part.decided, part.undecided)
-            if part.interval is not None:
+            if part.decided:
                 assert [row["realized_low"], row["realized_high"]] == pytest.approx(
-                    [part.interval.low / 3600, part.interval.high / 3600], rel=1e-9)
+                    [part.realized.low / 3600, part.realized.high / 3600], rel=1e-9)
     assert breakdown.total.decided >= 1 and breakdown.total.undecided >= 1
 
     today = datetime.date.today()
@@ -399,7 +398,8 @@ def test_realized_speedups_savings_and_cost_match_ranking_on_the_same_runs(serve
     assert [shown[f"{part}_chip_hours"] for part in ("tuning", "validation", "holdout")] == pytest.approx(
         [cost.tuning / 3600, cost.validation / 3600, cost.holdout / 3600], rel=1e-9)
     assert cost.tuning > 0 and cost.validation > 0 and cost.holdout > 0
-    assert shown["return_on_cost"] == pytest.approx(return_on_cost(breakdown.total.realized, cost), rel=1e-9)
+    assert shown["return_on_cost"] == pytest.approx(return_on_cost(breakdown.total.realized.estimate, cost),
+                                                    rel=1e-9)
     assert _api(served, "summary")[0]["return_on_cost"] == pytest.approx(shown["return_on_cost"], rel=1e-9)
 
 
@@ -627,15 +627,15 @@ def test_an_entry_page_shows_expected_against_realized_and_the_overview_both(vis
 
     # The overview: realized beside booked, in the tiles and per team.
     overview = visit.open("/")
-    assert overview["tiles"][1] == f"{total.realized / 3600:,.0f}"
+    assert overview["tiles"][1] == f"{total.realized.estimate / 3600:,.0f}"
     note = overview["tile_notes"][1]
     assert f"booked {total.booked_decided / 3600:,.0f} on {total.decided} entr" in note
     assert f"{total.undecided} undecided" in note
-    assert note.startswith(f"[{total.interval.low / 3600:,.0f}, {total.interval.high / 3600:,.0f}], 99%; ")
+    assert note.startswith(f"[{total.realized.low / 3600:,.0f}, {total.realized.high / 3600:,.0f}], 99%; ")
     booked, realized = overview["charts"]["realized-by-team"]["traces"]
     assert booked["x"] == realized["x"] == [t.team for t in breakdown.by_team]
     assert booked["y"] == pytest.approx([t.booked_decided / 3600 for t in breakdown.by_team], rel=1e-9)
-    assert realized["y"] == pytest.approx([t.realized / 3600 for t in breakdown.by_team], rel=1e-9)
+    assert realized["y"] == pytest.approx([t.realized.estimate / 3600 for t in breakdown.by_team], rel=1e-9)
     assert overview["tiles"][2].endswith("×")  # the return on cost
 
     # The entry's page, from the overview's list of entries.
@@ -650,7 +650,7 @@ def test_an_entry_page_shows_expected_against_realized_and_the_overview_both(vis
     mine = [f for f in found if f.key == key]
     assert cells.keys() == {str(f.config_version) for f in mine}
     decided = [f for f in mine if f.decided]
-    assert decided and all(f.interval.low > 1 for f in decided)  # a clear realized speedup
+    assert decided and all(f.speedup.low > 1 for f in decided)  # a clear realized speedup
     for entry in mine:
         row = cells[str(entry.config_version)]
         assert [row[column[c]] for c in ("tuned jobs", "tuned runs", "holdout jobs", "holdout runs")] == [
@@ -658,8 +658,8 @@ def test_an_entry_page_shows_expected_against_realized_and_the_overview_both(vis
         if not entry.decided:
             assert row[column["realized"]] == "—" and row[column["verdict"]] == f"undecided: {entry.undecided}"
             continue
-        assert row[column["realized"]] == (f"{entry.speedup:.3f}× [{entry.interval.low:.3f}, "
-                                           f"{entry.interval.high:.3f}]")
+        assert row[column["realized"]] == (f"{entry.speedup.estimate:.3f}× [{entry.speedup.low:.3f}, "
+                                           f"{entry.speedup.high:.3f}]")
         assert row[column["verdict"]] == "realized"
 
     # Expected against realized over time: per day, that day's runs alone.
@@ -671,12 +671,12 @@ def test_an_entry_page_shows_expected_against_realized_and_the_overview_both(vis
                 if f.config_version == version and f.decided]
         realized = traces[f"v{version} realized"]
         assert realized["x"] == [day for day, _ in days] and days
-        assert realized["y"] == pytest.approx([f.speedup for _, f in days], rel=1e-9)
+        assert realized["y"] == pytest.approx([f.speedup.estimate for _, f in days], rel=1e-9)
         below, above = realized["error_y"]
         assert [y - b for y, b in zip(realized["y"], below)] == pytest.approx(
-            [f.interval.low for _, f in days], rel=1e-9)
+            [f.speedup.low for _, f in days], rel=1e-9)
         assert [y + a for y, a in zip(realized["y"], above)] == pytest.approx(
-            [f.interval.high for _, f in days], rel=1e-9)
+            [f.speedup.high for _, f in days], rel=1e-9)
         expected = {y for y in traces[f"v{version} expected"]["y"] if y is not None}
         assert expected == {f.expected_speedup for f in mine if f.config_version == version}
 

@@ -22,6 +22,7 @@ from execution.inputs import make_inputs, parameter_specs
 from execution.measure import TIME_SCALE_VARIABLE, MeasureSettings, measure_pair, median_interval, time_scale
 from execution.numerics import all_ok, compare_outputs
 from execution.worker import Worker, WorkerFailure
+from hlo.interval import Interval
 from hlo.module import from_lowered, from_text
 from pipelines.cli import main
 from tests import worker_tasks
@@ -47,7 +48,8 @@ def test_aa_interval_contains_one(worker) -> None:
     assert not result.identical_program and result.pairs >= QUICK.min_pairs
     # Two compiles of one program can differ by a hair in speed (code placement): the interval
     # reaches 1 within the noise band that every gain must clear (seen: [0.956, 0.998]).
-    assert result.ci_low <= 1.0 + QUICK.noise_band and result.ci_high >= 1.0 - QUICK.noise_band
+    assert result.speedup.low <= 1.0 + QUICK.noise_band
+    assert result.speedup.high >= 1.0 - QUICK.noise_band
     assert not result.significant
 
 
@@ -56,7 +58,7 @@ def test_known_bad_config_is_measured_slower(worker) -> None:
     module = from_lowered(zoo.get("unet-s").lower())
     result = evaluate(module, {"xla_backend_optimization_level": 0}, settings=QUICK, worker=worker)
     assert result.error is None and result.numerics_ok
-    assert result.ci_high < 1.0
+    assert result.speedup.high < 1.0
 
 
 @pytest.mark.slow
@@ -67,8 +69,9 @@ def test_independent_workers_give_their_median_and_each_figure() -> None:
     result = evaluate_independently(module, {"xla_backend_optimization_level": 0}, 3,
                                     settings=quick)
     assert result.error is None and result.numerics_ok
-    assert len(result.speedups) == 3 and result.speedup == statistics.median(result.speedups)
-    assert result.ci_high < 1.0 and result.pairs >= 3 * quick.min_pairs
+    assert len(result.speedups) == 3
+    assert result.speedup.estimate == statistics.median(result.speedups)
+    assert result.speedup.high < 1.0 and result.pairs >= 3 * quick.min_pairs
     # A program equal to the default's is the answer of the first worker: nothing more runs.
     same = evaluate_independently(from_lowered(zoo.get("gnn-s").lower()),
                                   {"xla_cpu_copy_insertion_use_region_analysis": False}, 3)
@@ -76,7 +79,7 @@ def test_independent_workers_give_their_median_and_each_figure() -> None:
 
 
 def _measured(speedup: float, low: float, numerics_ok: bool = True) -> EvaluationResult:
-    return EvaluationResult(speedup=speedup, ci_low=low, ci_high=speedup * 1.02,
+    return EvaluationResult(speedup=Interval(speedup, low, speedup * 1.02),
                             significant=low > 1.01, numerics_ok=numerics_ok,
                             identical_program=False, compile_seconds=0.1,
                             default_compile_seconds=0.1, pairs=40, default_seconds=0.01,
@@ -86,15 +89,22 @@ def _measured(speedup: float, low: float, numerics_ok: bool = True) -> Evaluatio
 def test_the_median_of_workers_is_significant_only_where_most_of_them_are() -> None:
     # One lucky worker (its own interval clear of the band) does not make a gain.
     lucky = median_of([_measured(1.05, 1.03), _measured(1.01, 0.99), _measured(1.00, 0.98)], 0.01)
-    assert not lucky.significant and lucky.speedup == 1.01 and lucky.ci_low == 0.99
+    assert not lucky.significant and lucky.speedup.estimate == 1.01 and lucky.speedup.low == 0.99
     # One unlucky worker does not take away a gain the other two measure.
     held = median_of([_measured(1.05, 1.03), _measured(1.01, 0.99), _measured(1.06, 1.04)], 0.01)
-    assert held.significant and held.speedup == 1.05 and held.speedups == [1.05, 1.01, 1.06]
+    assert held.significant and held.speedup.estimate == 1.05
+    assert held.speedups == [1.05, 1.01, 1.06]
     assert held.pairs == 120 and held.numerics_ok
     # Numerics wrong in any worker are wrong.
     wrong = median_of([_measured(1.05, 1.03), _measured(1.06, 1.04, numerics_ok=False),
                        _measured(1.06, 1.04)], 0.01)
     assert wrong.numerics_ok is False
+
+
+def test_a_result_in_json_keeps_the_keys_results_were_written_with() -> None:
+    data = json.loads(json.dumps(_measured(1.05, 1.03).to_json()))
+    assert (data["speedup"], data["ci_low"], data["ci_high"]) == (1.05, 1.03, 1.05 * 1.02)
+    assert data["failure"] is None and data["pairs"] == 40
 
 
 def test_more_fresh_workers_run_only_while_the_median_is_unsettled() -> None:
@@ -113,11 +123,11 @@ def test_more_fresh_workers_run_only_while_the_median_is_unsettled() -> None:
     # Unsettled after three (the median 0.82 would remove what one worker measured at 1.03):
     # one more at a time until the median holds the gain, at five.
     result = in_fresh_workers(job, 3, 0.01, settled=firm, most=7)
-    assert ran == [0, 1, 2, 3, 4] and result.speedup == 1.02 and len(result.speedups) == 5
+    assert ran == [0, 1, 2, 3, 4] and result.speedup.estimate == 1.02 and len(result.speedups) == 5
     ran.clear()  # never more than `most`, settled or not
     assert len(in_fresh_workers(job, 3, 0.01, settled=lambda _: False, most=4).speedups) == 4
     ran.clear()  # without a rule, exactly `workers`
-    assert in_fresh_workers(job, 3, 0.01, most=7).speedup == 0.82 and ran == [0, 1, 2]
+    assert in_fresh_workers(job, 3, 0.01, most=7).speedup.estimate == 0.82 and ran == [0, 1, 2]
 
 
 @pytest.mark.subprocess
@@ -237,8 +247,8 @@ def test_median_interval_covers_the_truth_as_often_as_it_claims(pairs: int) -> N
     covered = 0
     for _ in range(trials):  # heavy-tailed noise, like a shared machine's
         logs = np.log(1.1) + 0.05 * rng.standard_t(2, size=pairs)
-        _, low, high = median_interval(logs, 0.95)
-        covered += low <= 1.1 <= high
+        interval = median_interval(logs, 0.95)
+        covered += interval.low <= 1.1 <= interval.high
     assert 0.94 <= covered / trials <= 0.995
 
 
@@ -258,8 +268,9 @@ def test_a_comparison_runs_past_no_gain_until_its_interval_is_tight() -> None:
                          replace(settings, stop_when_no_gain=False))
     assert quick.stop_reason == "clearly no gain" and tight.stop_reason == "interval tight"
     assert tight.pairs > quick.pairs
-    assert (tight.ci_high - tight.ci_low) / 2 <= 0.004 * tight.speedup
-    assert tight.ci_low <= 1 / 1.01 <= tight.ci_high
+    interval = tight.speedup
+    assert (interval.high - interval.low) / 2 <= 0.004 * interval.estimate
+    assert interval.low <= 1 / 1.01 <= interval.high
 
 
 def test_the_time_budget_is_scaled_by_the_environment_and_a_bad_scale_is_named(monkeypatch) -> None:

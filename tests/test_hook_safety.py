@@ -228,7 +228,9 @@ def test_a_forged_entry_that_would_abort_xla_leaves_the_job_on_defaults(tmp_path
 
 
 FUZZ_JOB = str(Path(__file__).with_name("fuzz_job.py"))
-FUZZ_PROGRAMS = 80
+# Enough programs to try every value of every declared param once (`_fuzz_configs` asserts so),
+# then random combinations.
+FUZZ_PROGRAMS = 32
 
 
 def _fuzz_configs(space, rng, count: int) -> list[dict]:

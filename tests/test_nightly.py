@@ -13,10 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from pipelines.nightly import STAGES, ledger_rows
+from pipelines.nightly import STAGES, NightlySettings, StageStatus, ledger_rows, run_nightly
+from pipelines.tables import RUNS
 from ranking.tables import CANDIDATES
 from storage.warehouse import Warehouse
 from tests.serving import fdo
@@ -43,6 +45,21 @@ def wait_for(condition, timeout: float, what: str) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_ledger_written_before_statuses_were_an_enum_still_reads(tmp_path):
+    # Rows as the ledger has always held them: the statuses as plain strings, a failed attempt
+    # then a done one for the first stage.
+    started = datetime.datetime(2026, 5, 3, 2, tzinfo=datetime.UTC)
+    rows = [{"dt": DATE, "stage": stage, "attempt": attempt, "status": status,
+             "started_at": started, "seconds": 1.0, "counts": "{}", "error": None}
+            for stage, attempt, status in [(STAGES[0], 1, "failed"), *((s, 2 if s == STAGES[0] else 1, "done")
+                                                                       for s in STAGES)]]
+    Warehouse(tmp_path).append(RUNS, pa.Table.from_pylist(rows, RUNS.schema), "before")
+    report = run_nightly(tmp_path, NightlySettings(DATE))
+    assert report.ok and [s.status for s in report.stages] == [StageStatus.SKIPPED] * len(STAGES)
+    assert {s["status"] for s in json.loads(json.dumps(report.to_json()))["stages"]} == {"skipped"}
+    assert ledger_rows(tmp_path, DATE).num_rows == len(rows)  # a skipped stage writes no row
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from execution.evaluate import EvaluationResult
 from execution.flags import FLAGS, relaxes_numerics
 from execution.measure import MeasureSettings
 from hlo.fingerprint import graph_fingerprint
+from hlo.interval import Interval
 from hlo.module import from_lowered
 from pipelines.cli.tune import _print_tune_result
 from storage.homes import open_home
@@ -28,7 +29,7 @@ from tests.test_search_loop import COMPARE, SCREEN, TableEvaluator, listed, tabl
 from tuner.search import TaskClock, run_search
 from tuner.space import SearchSpace, config_key
 from tuner.tables import TUNING_RESULTS
-from tuner.trial import Phase, Trial
+from tuner.trial import Outcome, Phase, Trial
 from tuner.tune import (RelaxedOption, TuneResult, TuneSettings, TuneTarget, _relaxed_option,
                         finished_result, land_result, run_task, save_result)
 from tuner.winner import best_trial
@@ -110,17 +111,18 @@ def test_a_fixed_list_whose_best_relaxes_numerics_keeps_the_best_strict_screen()
 # --- the verification's verdict -----------------------------------------------------------------
 
 def _check(speedup: float, significant: bool = True, numerics_ok: bool = True) -> EvaluationResult:
-    return EvaluationResult(speedup=speedup, ci_low=speedup - 0.02, ci_high=speedup + 0.02,
+    return EvaluationResult(speedup=Interval(speedup, speedup - 0.02, speedup + 0.02),
                             significant=significant, numerics_ok=numerics_ok,
                             identical_program=False, compile_seconds=0.1,
                             default_compile_seconds=0.1)
 
 
 def test_the_opt_in_is_offered_only_where_it_holds_up_and_gains_more():
-    relaxed = Trial(3, {FAST_MATH: True}, "measured", "F", 1.3, 1.28, 1.32, True)
+    relaxed = Trial(3, {FAST_MATH: True}, Outcome.MEASURED, "F", speedup=Interval(1.3, 1.28, 1.32),
+                    numerics_ok=True)
     check = _check(1.30)
     option = _relaxed_option(relaxed, check, _check(1.10))
-    assert option == RelaxedOption({FAST_MATH: True}, check.speedup, check.ci_low, check.ci_high)
+    assert option == RelaxedOption({FAST_MATH: True}, check.speedup)
     assert _relaxed_option(relaxed, _check(1.30), None) == option  # nothing strict to deliver
     assert _relaxed_option(relaxed, _check(1.30), _check(1.10, significant=False)) == option
     assert _relaxed_option(relaxed, _check(1.08), _check(1.10)) is None  # gains nothing more
@@ -131,9 +133,9 @@ def test_the_opt_in_is_offered_only_where_it_holds_up_and_gains_more():
 
 def _result_with_opt_in() -> TuneResult:
     return TuneResult("relaxed-task", "f" * 32, "e" * 32, "accepted", True,
-                      {"placement:DOT": "xla"}, 1.10, 1.08, 1.12, True, 5, 5, "evolution",
+                      {"placement:DOT": "xla"}, Interval(1.10, 1.08, 1.12), True, 5, 5, "evolution",
                       "jaxlib-test", relaxed=RelaxedOption({FAST_MATH: True, "placement:DOT": "xla"},
-                                                           1.40, 1.37, 1.43))
+                                                           Interval(1.40, 1.37, 1.43)))
 
 
 def test_the_opt_in_is_saved_landed_and_told(tmp_path, capsys):
@@ -147,6 +149,7 @@ def test_the_opt_in_is_saved_landed_and_told(tmp_path, capsys):
     assert (row["relaxed_speedup"], row["relaxed_ci_low"], row["relaxed_ci_high"]) == (1.40, 1.37, 1.43)
     assert json.loads(row["config"]) == {"placement:DOT": "xla"}
     payload = json.loads(json.dumps(result.to_json()))  # what `fdo tune --json` prints
+    assert (payload["speedup"], payload["ci_low"], payload["ci_high"]) == (1.10, 1.08, 1.12)
     assert payload["relaxed"] == {"config": {FAST_MATH: True, "placement:DOT": "xla"},
                                   "speedup": 1.40, "ci_low": 1.37, "ci_high": 1.43}
     _print_tune_result("m.hlo", result)
@@ -222,8 +225,8 @@ def test_a_tuning_run_over_fast_math_delivers_a_strict_config_and_offers_the_rel
         assert row["relaxed_config"] is None
         return
     assert result.relaxed.config == leader.config and relaxes_numerics(result.relaxed.config)
-    assert result.relaxed.ci_low > 1.0
+    assert result.relaxed.speedup.low > 1.0
     if result.accepted:
-        assert result.relaxed.speedup > result.speedup
+        assert result.relaxed.speedup.estimate > result.speedup.estimate
     assert row["relaxed_config"] == config_key(result.relaxed.config)
-    assert row["relaxed_speedup"] == result.relaxed.speedup
+    assert row["relaxed_speedup"] == result.relaxed.speedup.estimate

@@ -188,7 +188,7 @@ def test_op_search_on_a_real_convolution_covers_its_space(tuned_home):
     assert {json.dumps(t.config, sort_keys=True) for t in searched} == every
     assert result.measured >= 1 and all(t.outcome != "failed" for t in result.trials)
     # At least the default: a change is kept only if its fresh interval clears the noise band.
-    assert result.accepted == (result.ci_low is not None and result.ci_low > 1.01
+    assert result.accepted == (result.speedup is not None and result.speedup.low > 1.01
                                and bool(result.numerics_ok))
     if not result.accepted:
         assert result.status == "no significant gain"
@@ -223,11 +223,11 @@ def test_fold_measures_the_op_winner_on_the_whole_graph(tuned_home):
     variants = fold_variants([vote])
     assert [t.config for t in folded.trials] == variants
     assert folded.phases[0].configs == len(variants) >= folded.phases[0].evaluations
-    assert all(t.outcome in ("measured", "duplicate", "identical") and t.speedup
+    assert all(t.outcome in ("measured", "duplicate", "identical") and t.speedup.estimate
                for t in folded.trials)
     assert folded.trials[0].outcome != "identical"  # the op's win changes the graph's code
     assert folded.config in variants + [{}]
-    assert folded.accepted == (folded.ci_low is not None and folded.ci_low > 1.01
+    assert folded.accepted == (folded.speedup is not None and folded.speedup.low > 1.01
                                and bool(folded.numerics_ok))
     graph_rows = [r for r in Warehouse(home).read(TUNING_RESULTS).to_pylist() if r["kind"] == "graph"]
     assert [(r["strategy"], r["fingerprint"], r["accepted"]) for r in graph_rows] == [

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "fleet-fdo"
 # What the issue found a job paying for: none of it may come with the base install.
 HEAVY = ("apache-beam", "duckdb", "fastapi", "uvicorn", "apscheduler", "plotly", "sqlalchemy",
-         "tqdm", "zstandard")
+         "tqdm", "zstandard", "ray")
 # The hook's, and pydantic for `fdo store import` (a hooked job never imports it).
 BASE_DEPENDENCIES = ("jax", "jaxlib", "numpy", "protobuf", "pyarrow", "scipy", "pydantic")
 INSTALL_SECONDS = 900  # a cold pip cache downloads jaxlib, scipy and pyarrow

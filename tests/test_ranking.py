@@ -201,6 +201,16 @@ def test_tunable_candidates_are_this_machines_with_their_hlo(fleet_home, ranked)
         key = (graph_fingerprint(module), env_key)
         assert key in ranked_keys
         assert graphs[key]["device_kind"] == here.device_kind
+    # A cluster's: the candidates of the environments its nodes offer, whatever this machine is
+    # (here: a GPU's and a TPU's), best-ranked first.
+    foreign = {graphs[key]["env_key"] for key in ranked_keys if graphs[key]["platform"] != here.platform}
+    assert foreign
+    offered = frozenset(sorted(foreign)[:2])
+    on_nodes = tunable_candidates(fleet_home, top=100, environments=offered)
+    assert on_nodes and {env_key for _, _, env_key in on_nodes} <= offered
+    best = [(c["fingerprint"], c["env_key"]) for c in candidates.to_pylist()
+            if c["kind"] == "graph" and c["env_key"] in offered and (c["fingerprint"], c["env_key"]) in graphs]
+    assert [(graph_fingerprint(m), e) for _, m, e in on_nodes] == best
 
 
 @pytest.mark.slow

@@ -15,7 +15,8 @@ import pytest
 from ingest.tables import GRAPH_RUNS
 from pipelines.cli import main
 from ranking.cost import LoopCost, loop_cost, return_on_cost
-from ranking.realized import (Arm, Interval, Realized, Undecided, read_realized, realized_savings,
+from hlo.interval import Interval
+from ranking.realized import (Arm, Realized, Undecided, read_realized, realized_savings,
                               realized_speedups)
 from storage.warehouse import Warehouse
 from tests.test_validator_rules import DAY, HERE, NOW, Home, entry, result
@@ -63,9 +64,10 @@ def one(runs: pa.Table, **settings) -> Realized:
 def same(a: list[Realized], b: list[Realized]) -> bool:
     """The same entries and figures, but for the last bits of sums taken in another order."""
     def figures(r: Realized) -> tuple:
-        return (r.speedup, r.interval.low, r.interval.high, r.tuned.chip_seconds, r.holdout.chip_seconds)
-    return ([dataclasses.replace(r, speedup=None, interval=None, tuned=None, holdout=None) for r in a]
-            == [dataclasses.replace(r, speedup=None, interval=None, tuned=None, holdout=None) for r in b]
+        return (r.speedup.estimate, r.speedup.low, r.speedup.high, r.tuned.chip_seconds,
+                r.holdout.chip_seconds)
+    return ([dataclasses.replace(r, speedup=None, tuned=None, holdout=None) for r in a]
+            == [dataclasses.replace(r, speedup=None, tuned=None, holdout=None) for r in b]
             and all(figures(x) == pytest.approx(figures(y), rel=1e-12) for x, y in zip(a, b)))
 
 
@@ -87,9 +89,10 @@ def test_the_speedup_is_holdout_over_tuned_seconds_per_execution_of_the_summed_j
     assert found.holdout == Arm(jobs=3, runs=3, executions=250, chip_seconds=42.0, seconds_per_execution=0.12)
     assert (found.key, found.config_version, found.kind, found.team, found.expected_speedup) == (
         KEY, 4, "graph", None, 1.3)
-    assert found.speedup == pytest.approx(1.2) and found.decided and not found.regressed
+    assert found.speedup.estimate == pytest.approx(1.2) and found.decided and not found.regressed
     # Every job of each arm ran at one rate: no spread to resample.
-    assert found.interval == Interval(found.speedup, found.speedup)
+    estimate = found.speedup.estimate
+    assert found.speedup == Interval(estimate, estimate, estimate)
     json.dumps(found.to_json())
 
 
@@ -101,7 +104,7 @@ def test_an_arm_with_too_few_jobs_leaves_the_entry_undecided():
         assert found.undecided == reason and (found.speedup is None) == (reason is not None)
     assert one(fleet(0, 1.2, tuned_jobs=2, holdout_jobs=5)).undecided == Undecided.TOO_FEW_TUNED_JOBS
     no_holdout = one(fleet(0, 1.2, holdout_jobs=0))
-    assert (no_holdout.undecided, no_holdout.interval, no_holdout.holdout.runs) == (Undecided.NO_HOLDOUT_RUNS, None, 0)
+    assert (no_holdout.undecided, no_holdout.speedup, no_holdout.holdout.runs) == (Undecided.NO_HOLDOUT_RUNS, None, 0)
     assert not no_holdout.decided and not no_holdout.regressed
     assert no_holdout.to_json()["realized_ci_low"] is None
     assert no_holdout.to_json()["undecided_reason"] == "no holdout runs"
@@ -121,8 +124,8 @@ def test_the_interval_resamples_jobs_not_runs_and_is_deterministic():
     split = realized_speedups(pa.Table.from_pylist(half * 2, GRAPH_RUNS.schema), seed=7)
     for whole, parts in zip(found, split):
         assert parts.tuned.runs == 2 * whole.tuned.runs and parts.tuned.jobs == whole.tuned.jobs
-        assert parts.interval.low == pytest.approx(whole.interval.low, rel=1e-2)
-        assert parts.interval.high == pytest.approx(whole.interval.high, rel=1e-2)
+        assert parts.speedup.low == pytest.approx(whole.speedup.low, rel=1e-2)
+        assert parts.speedup.high == pytest.approx(whole.speedup.high, rel=1e-2)
 
 
 def test_resamples_in_chunks_give_the_same_interval_but_for_the_draws(monkeypatch):
@@ -130,9 +133,9 @@ def test_resamples_in_chunks_give_the_same_interval_but_for_the_draws(monkeypatc
     whole = one(runs)
     monkeypatch.setattr("ranking.realized._CHUNK_DRAWS", 500)  # 8 resamples a chunk
     chunked = one(runs)
-    assert chunked.speedup == whole.speedup
-    assert chunked.interval.low == pytest.approx(whole.interval.low, rel=0.02)
-    assert chunked.interval.high == pytest.approx(whole.interval.high, rel=0.02)
+    assert chunked.speedup.estimate == whole.speedup.estimate
+    assert chunked.speedup.low == pytest.approx(whole.speedup.low, rel=0.02)
+    assert chunked.speedup.high == pytest.approx(whole.speedup.high, rel=0.02)
 
 
 def test_per_team_when_asked():
@@ -146,7 +149,7 @@ def test_a_true_gain_is_never_invalidated_and_is_covered_about_99_percent_of_the
     for seed in range(200):
         found = one(fleet(seed, 1.2), seed=seed)
         regressed += found.regressed
-        covered += found.interval.low <= 1.2 <= found.interval.high
+        covered += found.speedup.low <= 1.2 <= found.speedup.high
     assert regressed == 0
     assert covered / 200 >= 0.96  # measured 0.98 to 0.99 (docs/ranking.md)
 
@@ -156,7 +159,7 @@ def test_no_effect_at_all_is_invalidated_in_at_most_1_5_percent_of_checks():
     for seed in range(400):
         found = one(fleet(seed, 1.0), seed=seed)
         alarms += found.regressed
-        covered += found.interval.low <= 1.0 <= found.interval.high
+        covered += found.speedup.low <= 1.0 <= found.speedup.high
     assert alarms / 400 <= 0.015  # the one-sided 99.5% bound: 0.5% in theory (docs/validator.md)
     assert covered / 400 >= 0.97
 
@@ -180,16 +183,18 @@ def test_realized_savings_beside_booked_per_team_version_and_total():
     assert total.tuned_chip_seconds == pytest.approx(used[KEY] + used[OTHER])
     assert total.booked == pytest.approx(used[KEY] * 0.3 + used[OTHER] * 0.2)
     assert total.booked_decided == pytest.approx(used[KEY] * 0.3)
-    assert total.realized == pytest.approx(used[KEY] * (decided[KEY].speedup - 1))
-    assert total.interval == Interval(pytest.approx(used[KEY] * (decided[KEY].interval.low - 1)),
-                                      pytest.approx(used[KEY] * (decided[KEY].interval.high - 1)))
+    assert total.realized == Interval(pytest.approx(used[KEY] * (decided[KEY].speedup.estimate - 1)),
+                                      pytest.approx(used[KEY] * (decided[KEY].speedup.low - 1)),
+                                      pytest.approx(used[KEY] * (decided[KEY].speedup.high - 1)))
     assert (total.decided, total.undecided) == (1, 1)
     assert [s.team for s in split.by_team] == ["team-0", "team-1", "team-2"]
-    assert sum(s.realized for s in split.by_team) == pytest.approx(total.realized)
+    assert sum(s.realized.estimate for s in split.by_team) == pytest.approx(total.realized.estimate)
     assert sum(s.booked for s in split.by_team) == pytest.approx(total.booked)
-    assert [(s.config_version, s.decided, s.undecided, s.interval is None) for s in split.by_version] == [
-        (1, 1, 0, False), (2, 0, 1, True)]
-    assert split.by_version[1].realized == 0.0 and split.by_version[1].booked == pytest.approx(used[OTHER] * 0.2)
+    assert [(s.config_version, s.decided, s.undecided) for s in split.by_version] == [(1, 1, 0), (2, 0, 1)]
+    undecided = split.by_version[1].to_json()  # no bounds where nothing is decided
+    assert (undecided["realized_ci_low"], undecided["realized_ci_high"]) == (None, None)
+    assert split.by_version[1].realized == Interval(0.0, 0.0, 0.0)
+    assert split.by_version[1].booked == pytest.approx(used[OTHER] * 0.2)
 
 
 def test_read_realized_reads_the_window_from_real_parquet(tmp_path):
@@ -216,7 +221,7 @@ def test_the_loop_cost_and_its_return():
     found = realized_speedups(fleet(8, 1.25))
     [entry_] = found
     cost = loop_cost(trials, validations, found, FIRST, FIRST + 3 * day)
-    forgone = entry_.holdout.chip_seconds * (1 - 1 / entry_.speedup)
+    forgone = entry_.holdout.chip_seconds * (1 - 1 / entry_.speedup.estimate)
     assert cost == LoopCost(days=4, tuning=300.0 + 30.0, validation=20.0, holdout=pytest.approx(forgone))
     assert cost.total == pytest.approx(350.0 + forgone) and cost.per_day == pytest.approx(cost.total / 4)
     assert return_on_cost(1000.0, cost) == pytest.approx(1000.0 / cost.total)
@@ -246,7 +251,8 @@ def test_an_entry_that_regressed_in_the_fleet_is_invalidated_with_its_figures(ho
     assert decision.reason.startswith("regressed in the fleet: 0.8")
     assert f"tuned 80 jobs, {decision.fleet_tuned_runs} runs" in decision.reason
     assert f"holdout {decision.fleet_holdout_jobs} jobs, {decision.fleet_holdout_runs} runs" in decision.reason
-    assert decision.fleet_ci_high < 1.0 and decision.fleet_speedup == pytest.approx(0.85, abs=0.05)
+    assert decision.fleet_speedup.high < 1.0
+    assert decision.fleet_speedup.estimate == pytest.approx(0.85, abs=0.05)
     assert decision.fleet_tuned_jobs == 80 and decision.fleet_holdout_jobs >= 19  # a job may miss the week
     assert decision.fleet_tuned_runs > 80 and decision.fleet_holdout_runs > 19
     # Measured half a day ago: the fine and the undecided entries wait; the flagged one is measured now.
@@ -256,13 +262,14 @@ def test_an_entry_that_regressed_in_the_fleet_is_invalidated_with_its_figures(ho
     kept = measure.measured(result(speedup=1.4, ci_low=1.3, ci_high=1.5), HERE.compiler_version, 0.01,
                             NOW, 30 * DAY, 180 * DAY)
     assert kept.outcome == "kept" and kept.reason.startswith("flagged in the fleet, far short")
-    assert kept.fleet_speedup == pytest.approx(1.05, abs=0.05)
+    assert kept.fleet_speedup.estimate == pytest.approx(1.05, abs=0.05)
     # The audit row carries the figures.
     row = rules.audit_row(decision, "run-1", 2, rules.APPLIED)
     audited = pa.Table.from_pylist([row], VALIDATIONS.schema)
     assert audited.column("fleet_holdout_jobs").to_pylist() == [decision.fleet_holdout_jobs]
     Warehouse(home.path).append(VALIDATIONS, audited, "run-1")
-    assert Warehouse(home.path).read(VALIDATIONS).column("fleet_ci_high").to_pylist() == [decision.fleet_ci_high]
+    assert Warehouse(home.path).read(VALIDATIONS).column("fleet_ci_high").to_pylist() == [
+        decision.fleet_speedup.high]
 
 
 def test_the_guard_counts_only_versions_that_served_the_current_config(home):

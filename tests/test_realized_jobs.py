@@ -67,4 +67,4 @@ def test_both_arms_of_a_real_job_give_a_realized_speedup_that_agrees_with_evalua
     assert realized.decided and realized.expected_speedup == evaluated["speedup"]
     # The fleet's figure and the tuning machine's agree: their intervals overlap.
     low, high = evaluated["ci_low"], evaluated["ci_high"]
-    assert realized.interval.low <= high and low <= realized.interval.high, (realized, evaluated)
+    assert realized.speedup.low <= high and low <= realized.speedup.high, (realized, evaluated)

@@ -14,10 +14,12 @@ from hypothesis import given, settings, strategies as st
 from execution.flags import (LIBRARY_FLAGS, FlagError, as_flags, as_placement, from_json,
                              is_default, on_top_of, parse_assignment, routing, to_xla)
 from execution.measure import MeasureSettings, early_decision
+from hlo.interval import Interval
 from tuner.schedule import Scheduled, cold_rank, neighbourhood, order_moves
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
-from tuner.trial import Trial
+from tuner.search import SAME_PROGRAM
+from tuner.trial import Outcome, Trial
 from tuner.winner import finalists, prune, race
 
 YNN, XNN, ONEDNN = (LIBRARY_FLAGS[b] for b in ("ynn", "xnn", "onednn"))
@@ -264,8 +266,8 @@ def test_the_schedule_waits_for_results_it_needs_and_never_proposes_twice():
 
 
 def _trial(index: int, config: dict, speedup: float, program: str, spread: float = 0.03) -> Trial:
-    return Trial(index, config, "measured", program, speedup, speedup - spread, speedup + spread,
-                 True)
+    return Trial(index, config, Outcome.MEASURED, program,
+                 speedup=Interval(speedup, speedup - spread, speedup + spread), numerics_ok=True)
 
 
 def test_pruning_keeps_only_the_changes_that_matter():
@@ -281,8 +283,8 @@ def test_pruning_keeps_only_the_changes_that_matter():
     def compare(index: int, config: dict, baseline: dict) -> Trial:
         runs.append((config, baseline))
         ratio = truth[programs[config_key(config)]] / truth[programs[config_key(baseline)]]
-        return Trial(index, config, "measured", programs[config_key(config)], ratio,
-                     ratio - 0.004, ratio + 0.004, True)
+        return Trial(index, config, Outcome.MEASURED, programs[config_key(config)],
+                     speedup=Interval(ratio, ratio - 0.004, ratio + 0.004), numerics_ok=True)
 
     recorded: list[Trial] = []
     best = prune(compare, trials, recorded.append, trials[3])
@@ -303,9 +305,9 @@ def test_pruning_keeps_only_the_changes_that_matter():
 def test_pruning_drops_a_change_that_leaves_the_program_as_it_is_without_timing():
     trials = [_trial(0, {"a": 2}, 1.5, "A"), _trial(1, {"b": True}, 1.0, "B"),
               _trial(2, {"a": 2, "b": True}, 1.55, "A")]
-    best = prune(lambda index, config, baseline: Trial(index, config, "identical", "A", 1.0, 1.0,
-                                                       1.0, True), trials, lambda t: None,
-                 trials[2])
+    best = prune(lambda index, config, baseline: Trial(index, config, Outcome.IDENTICAL, "A",
+                                                       speedup=SAME_PROGRAM, numerics_ok=True),
+                 trials, lambda t: None, trials[2])
     assert best.config == {"a": 2}
 
 
@@ -313,7 +315,8 @@ def test_the_finalists_race_and_the_fastest_against_the_one_ahead_wins():
     trials = [_trial(0, {"a": 2}, 1.30, "A"), _trial(1, {"c": "X"}, 1.26, "C"),
               _trial(2, {"d": True}, 1.10, "D", spread=0.02),  # clearly behind: no finalist
               _trial(3, {"a": 2, "d": True}, 1.28, "AD"), _trial(4, {"b": True}, 1.35, "B", spread=0.08),
-              Trial(5, {"a": 1}, "duplicate", "A", 1.30, 1.27, 1.33, True)]
+              Trial(5, {"a": 1}, Outcome.DUPLICATE, "A", speedup=Interval(1.30, 1.27, 1.33),
+                    numerics_ok=True)]
     assert [t.program for t in finalists(trials)] == ["B", "A", "AD"]
     afresh = {"B": 1.21, "A": 1.29, "AD": 1.27}  # B's screen was its luck
     recorded: list[Trial] = []

@@ -15,13 +15,14 @@ import pytest
 
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
+from hlo.interval import Interval
 from tuner.schedule import Scheduled
 from tuner.search import (LOOP_PHASES, UNTIMED_PER_EVALUATION, Against, Build, TaskClock,
                           evaluations, proposals, ready, run_search, search, seconds_to_find,
                           spending)
 from tuner.space import Param, SearchSpace, config_key
 from tuner.strategies import STRATEGIES
-from tuner.trial import Phase, Trial
+from tuner.trial import Outcome, Phase, Trial
 
 SCREEN = MeasureSettings(max_seconds=1.0)
 COMPARE = MeasureSettings(max_seconds=2.0)
@@ -64,14 +65,16 @@ class TableEvaluator:
             baseline, base = against
             self.measured.append((f"{build.program}/{base.program}", settings))
             ratio = self.again(config) / self.again(baseline)
-            return Trial(index, config, "measured", build.program, ratio, ratio * (1 - TIGHT),
-                         ratio * (1 + TIGHT), True, 0.5, baseline=baseline)
+            return Trial(index, config, Outcome.MEASURED, build.program,
+                         speedup=Interval(ratio, ratio * (1 - TIGHT), ratio * (1 + TIGHT)),
+                         numerics_ok=True, compile_seconds=0.5, baseline=baseline)
         _, screened, again = self.table[config_key(config)]
         times = sum(program == build.program for program, _ in self.measured)
         self.measured.append((build.program, settings))
         speedup = screened if times == 0 or again is None else again
-        return Trial(index, config, "measured", build.program, speedup,
-                     speedup * (1 - SPREAD), speedup * (1 + SPREAD), True, 0.5)
+        return Trial(index, config, Outcome.MEASURED, build.program,
+                     speedup=Interval(speedup, speedup * (1 - SPREAD), speedup * (1 + SPREAD)),
+                     numerics_ok=True, compile_seconds=0.5)
 
     def again(self, config: CompilerConfig) -> float:
         """The config's speedup measured again (its screen's where the table has none)."""
@@ -136,7 +139,7 @@ def test_the_schedule_finds_the_best_of_a_known_set_and_drops_the_change_that_do
     strategy = Scheduled(STRATEGIES["evolution"](SPACE, budget=12, seed=0), prior={})
     trials, best = run(evaluator, proposals(strategy), budget=12)
     assert best is not None and best.config == {"a": 2, "c": "X"}
-    assert abs(best.speedup - 1.20 * 1.05) < 1e-9
+    assert abs(best.speedup.estimate - 1.20 * 1.05) < 1e-9
     # Every config that does not compile failed, and none was measured.
     failed = [t for t in trials if t.config.get("c") == "Y"]
     assert failed and all(t.outcome == "failed" for t in failed)
@@ -155,7 +158,7 @@ def test_the_search_never_measures_a_program_twice():
         if trial.outcome == "duplicate":  # b set too: the program measured without it
             assert trial.speedup == by_program[trial.program].speedup
         if trial.outcome == "identical":
-            assert trial.config == {"b": True} and trial.speedup == 1.0
+            assert trial.config == {"b": True} and trial.speedup.estimate == 1.0
     assert {t.outcome for t in trials} == {"measured", "duplicate", "identical", "failed"}
 
 
@@ -166,7 +169,7 @@ def test_the_race_times_each_finalist_against_the_one_ahead_and_the_fastest_wins
                                      (quiet, "C", 1.26, 1.26)))
     journal: list[Trial] = []
     trials, best = run(evaluator, listed([lucky, steady, quiet]), budget=3, journal=journal)
-    assert best.config == quiet and best.phase == "search" and best.speedup == 1.26
+    assert best.config == quiet and best.phase == "search" and best.speedup.estimate == 1.26
     assert [(t.phase, t.baseline) for t in journal] == [("search", None)] * 3 + [
         ("race", lucky), ("race", steady)]
     # Each program screened once; then B against A, and C against B, the winner so far.
@@ -363,12 +366,30 @@ def test_what_each_phase_spent_adds_up_to_the_loop_and_the_search_keeps_to_its_b
 
 
 def test_a_trial_reads_back_as_journaled_and_a_journal_line_from_before_stamps_still_reads():
-    trial = Trial(3, {"a": 1}, "measured", "A", 1.2, 1.1, 1.3, True, 0.5, phase=Phase.RACE,
-                  baseline={"c": "X"},
+    trial = Trial(3, {"a": 1}, Outcome.MEASURED, "A", speedup=Interval(1.2, 1.1, 1.3),
+                  numerics_ok=True, compile_seconds=0.5, phase=Phase.RACE, baseline={"c": "X"},
                   finished_at=datetime.datetime(2026, 11, 27, 3, 19, 1, 615393, datetime.UTC),
                   elapsed_seconds=57.25)
     line = json.dumps(trial.to_json())
-    assert json.loads(line)["phase"] == "race" and Trial.from_json(json.loads(line)) == trial
+    written = json.loads(line)
+    assert (written["phase"], written["outcome"]) == ("race", "measured")
+    assert (written["speedup"], written["ci_low"], written["ci_high"]) == (1.2, 1.1, 1.3)
+    assert Trial.from_json(written) == trial
     old = {k: v for k, v in trial.to_json().items() if k not in ("finished_at", "elapsed_seconds")}
     read = Trial.from_json(old)
     assert read.phase is Phase.RACE and read.finished_at is None and read.elapsed_seconds is None
+
+
+def test_a_journal_line_written_before_intervals_and_outcomes_were_records_still_reads():
+    line = ('{"index": 4, "config": {"a": 2}, "outcome": "duplicate", "program": "B", '
+            '"speedup": 1.25, "ci_low": 1.2, "ci_high": 1.3, "numerics_ok": true, '
+            '"compile_seconds": 0.5, "error": null, "phase": "search", "baseline": null, '
+            '"finished_at": "2026-11-27T03:19:01+00:00", "elapsed_seconds": 12.5}')
+    failed = ('{"index": 5, "config": {"c": "Y"}, "outcome": "failed", "program": null, '
+              '"speedup": null, "ci_low": null, "ci_high": null, "numerics_ok": null, '
+              '"compile_seconds": null, "error": "does not compile: no", "phase": "search"}')
+    read = Trial.from_json(json.loads(line))
+    assert read.outcome is Outcome.DUPLICATE and read.speedup == Interval(1.25, 1.2, 1.3)
+    assert read.to_json() == json.loads(line)
+    gone = Trial.from_json(json.loads(failed))
+    assert gone.outcome is Outcome.FAILED and gone.speedup is None and gone.timed

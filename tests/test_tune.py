@@ -22,7 +22,9 @@ from execution.compile import compiler_defaults
 from execution.cores import MIN_CORES_TO_SPLIT, CorePlan, available_cores, plan_cores
 from execution.flags import FLAGS, from_json, relaxes_numerics
 from execution.measure import MeasureSettings
+from execution.session import Span
 from execution.worker import Worker
+from hlo.interval import Interval
 from hlo.module import from_lowered, from_text
 from storage.homes import open_home
 from storage.warehouse import SchemaError, TableSchema, Warehouse, added_column
@@ -36,10 +38,10 @@ from tuner.search import PhaseSpend, search, spending
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.trial import UNTIMED, Phase, Trial
+from tuner.trial import UNTIMED, Outcome, Phase, Trial
 from tuner.tune import (TuneResult, TuneSettings, finished_result, land_result, save_result,
-                        tune_module)
-from tuner.worker_evaluator import Span, WorkerEvaluator
+                        task_file, tune_module)
+from tuner.worker_evaluator import WorkerEvaluator
 from workloads import zoo
 
 
@@ -202,8 +204,8 @@ def test_a_comparison_of_two_candidates_runs_in_fresh_workers(tmp_path):
         unloadable = evaluator.measure(2, {}, default_build, quick, against=(slow, broken))
         assert evaluator.measure(3, slow, slow_build, quick).outcome == "measured"
     assert unloadable.outcome == "failed" and unloadable.error.startswith("error: "), unloadable
-    assert alone.baseline is None and alone.ci_high < 1.0
-    assert over_slow.baseline == slow and over_slow.ci_low > 1.0 and over_slow.numerics_ok
+    assert alone.baseline is None and alone.speedup.high < 1.0
+    assert over_slow.baseline == slow and over_slow.speedup.low > 1.0 and over_slow.numerics_ok
     # The comparison ran in three fresh workers, none of them the search's execute worker.
     assert len(set(compared_in)) == 3 and not screened_in & set(compared_in)
 
@@ -244,14 +246,9 @@ def _set_args(config: dict) -> list[str]:
 def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
     module = _write_module(tmp_path / "nbody.hlo", nbody_step, (64, 3), (64, 3), (64,))
     home = tmp_path / "home"
-    known = {}
-    for move in KNOWN_MOVES:
-        run = fdo(home, "evaluate", str(module), "--set", move, "--max-seconds", "3", "--json")
-        assert run.returncode == 0, run.stderr
-        known[move] = json.loads(run.stdout)
-    best_move, best = max(known.items(), key=lambda item: item[1]["speedup"])
-
-    result = fdo(home, "tune", str(module), "--budget-evals", "6", "--json")
+    # Two fresh workers per comparison and verification (the default's three cost the suite a
+    # third more worker starts; the median's logic is the same).
+    result = fdo(home, "tune", str(module), "--budget-evals", "6", "--verify-workers", "2", "--json")
     assert result.returncode == 0, result.stderr
     tuned = json.loads(result.stdout)
     assert from_json(tuned["config"]) == tuned["config"]  # allowlisted, as the store takes it
@@ -267,27 +264,27 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
         assert tuned[total] == sum(p[total] for p in phases.values())
     # The schedule tried the known moves first (library placement, XLA's emitters first).
     trials = Warehouse(home).read(TRIALS).to_pylist()
-    first = {next(iter(json.loads(t["config"]).items())) for t in trials if t["index"] < 3}
-    assert {tuple(m.split("=")) for m in KNOWN_MOVES} == first
-    if not best["significant"]:  # no lever in the set on this CPU: nothing to find
+    # The search's own screens of the known moves, each against the default in the same worker:
+    # the best of the set (a shared machine's load drifts between two processes by more than an
+    # interval is wide, so an evaluation of its own would be a worse yardstick).
+    known = {next(iter(json.loads(t["config"]).items())): t for t in trials if t["index"] < 3}
+    assert {tuple(m.split("=")) for m in KNOWN_MOVES} == set(known)
+    best_move, best = max(known.items(), key=lambda item: item[1]["speedup"] or 0.0)
+    if not (best["ci_low"] or 0.0) > 1.0:  # no lever in the set on this CPU: nothing to find
         assert not tuned["accepted"] or tuned["ci_low"] > 1.01
         return
     assert tuned["accepted"] and tuned["numerics_ok"], (tuned, known)
     assert 0 < tuned["seconds_to_best"] < sum(p["seconds"] for p in phases.values())
     # Verified in fresh workers, each figure kept: the one reported is their median.
-    assert len(tuned["speedups"]) == TuneSettings().verify_workers
+    assert len(tuned["speedups"]) == 2
     assert tuned["speedup"] == statistics.median(tuned["speedups"])
-    # As good as the best of the set (or better: a combination), within the noise: against its
-    # own evaluation, or against its screen in the search itself (a shared machine's load can
-    # drift between two runs by more than an interval is wide).
-    screened = {next(iter(json.loads(t["config"]).items())): t for t in trials if t["index"] < 3}
-    same_run = screened[tuple(best_move.split("="))]["ci_low"] or best["ci_low"]
-    assert tuned["ci_high"] >= min(best["ci_low"], same_run), (tuned, best_move, best, same_run)
-    # An independent evaluation of the returned config, as the tuner verifies (the median of
-    # fresh workers), agrees that it is faster.
+    # As good as the best of the set (or better: a combination), within the noise.
+    assert tuned["ci_high"] >= best["ci_low"], (tuned, best_move, best)
+    # An independent evaluation of the returned config, in a process of its own, agrees that it
+    # is faster (`fdo evaluate --workers N`'s median: tests/test_evaluate.py).
     check = json.loads(fdo(home, "evaluate", str(module), *_set_args(tuned["config"]),
-                           "--workers", "3", "--max-seconds", "3", "--json").stdout)
-    assert check["significant"] and check["numerics_ok"] and len(check["speedups"]) == 3
+                           "--max-seconds", "3", "--json").stdout)
+    assert check["significant"] and check["numerics_ok"]
     results = Warehouse(home).read(TUNING_RESULTS).to_pylist()
     assert [r["status"] for r in results] == ["accepted"]
     # The next graph's search starts with what won here, and leaves what did nothing for last.
@@ -414,16 +411,20 @@ def _stamped_result() -> TuneResult:
     """A finished task as today's tuner leaves it: three screens (the second, timed 20 s into
     the search, the best), a race comparison, and the verification."""
     at = datetime.datetime(2026, 11, 2, 8, 0, tzinfo=datetime.UTC)
-    trials = [Trial(i, config, outcome, program, speedup, speedup * 0.98, speedup * 1.02, True, 0.5,
-                    finished_at=at + datetime.timedelta(seconds=seconds), elapsed_seconds=seconds)
+    trials = [Trial(i, config, outcome, program,
+                    speedup=Interval(speedup, speedup * 0.98, speedup * 1.02), numerics_ok=True,
+                    compile_seconds=0.5, finished_at=at + datetime.timedelta(seconds=seconds),
+                    elapsed_seconds=seconds)
               for i, (config, outcome, program, speedup, seconds) in enumerate([
-                  ({"a": 1}, "measured", "A", 1.10, 8.0), ({"a": 2}, "measured", "B", 1.30, 20.0),
-                  ({"b": 1}, "identical", "default", 1.0, 21.0)])]
-    trials.append(dataclasses.replace(trials[0], index=3, program="A", speedup=0.9,
+                  ({"a": 1}, Outcome.MEASURED, "A", 1.10, 8.0),
+                  ({"a": 2}, Outcome.MEASURED, "B", 1.30, 20.0),
+                  ({"b": 1}, Outcome.IDENTICAL, "default", 1.0, 21.0)])]
+    trials.append(dataclasses.replace(trials[0], index=3, program="A",
+                                      speedup=dataclasses.replace(trials[0].speedup, estimate=0.9),
                                       phase=Phase.RACE, baseline={"a": 2}, elapsed_seconds=31.0))
     phases = [*spending(trials, 33.0), PhaseSpend(Phase.VERIFY, 1, 1, 1, 6, 40.0)]
-    return TuneResult("new", "f" * 32, "e", "accepted", True, {"a": 2}, 1.28, 1.2, 1.3, True,
-                      sum(p.evaluations for p in phases), sum(p.measured for p in phases),
+    return TuneResult("new", "f" * 32, "e", "accepted", True, {"a": 2}, Interval(1.28, 1.2, 1.3),
+                      True, sum(p.evaluations for p in phases), sum(p.measured for p in phases),
                       "evolution", "jaxlib-test", trials=trials, phases=phases,
                       speedups=[1.27, 1.28, 1.3], seconds_to_best=20.0)
 
@@ -492,3 +493,25 @@ def test_fdo_tune_tells_what_each_phase_spent_and_when_the_winner_was_found(tmp_
     assert [p["phase"] for p in payload["phases"]] == ["search", "race", "prune", "verify"]
     assert sum(p["evaluations"] for p in payload["phases"]) == payload["evaluations"] == 4
     assert payload["seconds_to_best"] == 20.0 and "trials" not in payload
+
+
+def test_a_result_written_before_speedups_were_intervals_still_reads(tmp_path):
+    home = open_home(tmp_path)
+    trial = {"index": 0, "config": {"a": 2}, "outcome": "measured", "program": "B", "speedup": 1.3,
+             "ci_low": 1.27, "ci_high": 1.33, "numerics_ok": True, "compile_seconds": 0.5,
+             "error": None}
+    old = {"task_id": "old", "fingerprint": "f" * 32, "env_key": "e", "status": "accepted",
+           "accepted": True, "config": {"a": 2}, "speedup": 1.28, "ci_low": 1.2, "ci_high": 1.3,
+           "numerics_ok": True, "evaluations": 4, "measured": 4, "strategy": "evolution",
+           "compiler_version": "jaxlib-test", "kind": "graph", "sources": [], "failure": None,
+           "speedups": [1.27, 1.28, 1.3],
+           "relaxed": {"config": {"b": 1}, "speedup": 1.4, "ci_low": 1.35, "ci_high": 1.45}}
+    home.atomic_write(task_file(home, "old", "result.json"),
+                      json.dumps({**old, "trials": [trial]}) + "\n")
+    read = finished_result(home, "old")
+    assert read.speedup == Interval(1.28, 1.2, 1.3)
+    assert read.relaxed.speedup == Interval(1.4, 1.35, 1.45)
+    assert read.trials[0].outcome is Outcome.MEASURED
+    assert read.trials[0].speedup == Interval(1.3, 1.27, 1.33)
+    # Written again, the same keys with the same values.
+    assert {k: v for k, v in read.to_json().items() if k in old} == old

@@ -21,6 +21,7 @@ from delivery.store import Store
 from execution.evaluate import EvaluationResult, median_of
 from hlo.environment import current_environment, store_key
 from hlo.fingerprint import graph_fingerprint
+from hlo.interval import Interval
 from hlo.module import from_lowered
 from ingest.symbols import ingest_symbols
 from ingest.tables import HITS
@@ -87,7 +88,7 @@ def entry(fingerprint: str, env_key: str, config: dict, days_old: float = 3, exp
             "provenance": "tuner", "config": json.dumps(config, sort_keys=True), "ci_low": 1.8,
             "ci_high": 2.2, "compiler_version": compiler_version or current_environment().compiler_version,
             "measured_at": measured, "source": source,
-            "holdout_share": None, "relaxed_config": None, "relaxed_speedup": None}
+            "holdout_share": None, "relaxed_config": None, "relaxed_speedup": None, "autotune_results": None}
 
 
 def publish(home: Path, rows: list[dict]) -> int:
@@ -178,7 +179,7 @@ def test_every_outcome_after_real_measurement(validated):
 def test_a_removal_one_worker_disputes_is_not_settled():
     def median(*speedups: float) -> EvaluationResult:
         return median_of([EvaluationResult(
-            speedup=s, ci_low=s - 0.02, ci_high=s + 0.02, significant=s > 1.03, numerics_ok=True,
+            speedup=Interval(s, s - 0.02, s + 0.02), significant=s > 1.03, numerics_ok=True,
             identical_program=False, compile_seconds=0.1, default_compile_seconds=0.1,
             default_seconds=0.01, candidate_seconds=0.01 / s) for s in speedups], 0.01)
 

@@ -14,6 +14,7 @@ import pytest
 from delivery.store import Store
 from execution.evaluate import EvaluationResult
 from hlo.environment import Environment, GpuDescription, gpu_environment, store_key
+from hlo.interval import Interval
 from ingest.tables import GRAPHS, HITS
 from storage.blobs import BlobStore
 from storage.store import ENTRIES
@@ -48,13 +49,13 @@ def entry(n: int, env: Environment = HERE, days_old: float = 3, expires_in: floa
             "speedup": 1.5, "expires_at": NOW + expires_in * DAY, "provenance": provenance,
             "config": config, "ci_low": 1.3, "ci_high": 1.7, "compiler_version": env.compiler_version,
             "measured_at": measured, "source": f"task-{n}", "holdout_share": None, "relaxed_config": None,
-            "relaxed_speedup": None}
+            "relaxed_speedup": None, "autotune_results": None}
 
 
 def result(speedup: float = 1.5, ci_low: float = 1.3, ci_high: float = 1.7, numerics_ok: bool = True,
            identical: bool = False, numerics: list[dict] | None = None) -> EvaluationResult:
     """A completed measurement, as execution.evaluate returns one."""
-    return EvaluationResult(speedup=speedup, ci_low=ci_low, ci_high=ci_high, significant=ci_low > EDGE,
+    return EvaluationResult(speedup=Interval(speedup, ci_low, ci_high), significant=ci_low > EDGE,
                             numerics_ok=numerics_ok, identical_program=identical, compile_seconds=0.1,
                             default_compile_seconds=0.1, numerics=numerics or [])
 
@@ -153,7 +154,7 @@ def test_kept_refreshes_with_the_measured_figures_and_a_capped_lease():
     row = entry(1)
     kept = measured(row, result(1.4, 1.2, 1.6), origin=NOW - 175 * DAY)
     assert (kept.outcome, kept.change) == ("kept", rules.REFRESH)
-    assert (kept.speedup, kept.ci_low, kept.ci_high, kept.numerics_ok) == (1.4, 1.2, 1.6, True)
+    assert (kept.speedup, kept.numerics_ok) == (Interval(1.4, 1.2, 1.6), True)
     assert kept.decided_at == NOW.isoformat() and kept.expires_at == (NOW + 5 * DAY).isoformat()
     assert kept.new_key is None
 
@@ -240,6 +241,23 @@ def test_the_audit_row_says_when_a_decision_was_not_applied():
     assert stale["store_version"] is None and stale["reason"].endswith("not applied: the entry changed meanwhile")
     assert (applied["dt"], applied["validated_at"]) == (NOW.date(), NOW)
     assert pa.Table.from_pylist([applied, stale], VALIDATIONS.schema).num_rows == 2  # the table's shape
+    assert (applied["speedup"], applied["ci_low"], applied["ci_high"]) == (1.4, 1.2, 1.6)
+    assert (applied["fleet_speedup"], applied["fleet_ci_low"], applied["fleet_ci_high"]) == (None,) * 3
+
+
+def test_a_decision_reads_back_as_journaled_and_a_journal_line_from_before_still_reads():
+    kept = dataclasses.replace(measured(entry(1), result(1.4, 1.2, 1.6)),
+                               fleet_speedup=Interval(1.3, 1.1, 1.5), fleet_tuned_jobs=9)
+    written = json.loads(json.dumps(kept.to_json()))
+    assert (written["speedup"], written["ci_low"], written["ci_high"]) == (1.4, 1.2, 1.6)
+    assert (written["fleet_speedup"], written["fleet_ci_low"], written["fleet_ci_high"]) == (1.3, 1.1, 1.5)
+    assert Decision.from_json(written) == kept
+    # A line journaled before the speedups were intervals: the same keys, flat.
+    old = {**{k: v for k, v in written.items()
+              if k not in ("fleet_speedup", "fleet_ci_low", "fleet_ci_high")},
+           "speedup": 1.4, "ci_low": 1.2, "ci_high": 1.6}
+    read = Decision.from_json(old)
+    assert read.speedup == Interval(1.4, 1.2, 1.6) and read.fleet_speedup is None
 
 
 @pytest.mark.parametrize("recorded, matches", [

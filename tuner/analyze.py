@@ -38,6 +38,7 @@ import numpy as np
 from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.trial import Outcome
 
 RIDGE = 0.1
 RESAMPLES = 200
@@ -150,7 +151,7 @@ def analyze_trials(trial_rows: list[dict[str, Any]], result_rows: list[dict[str,
 
 
 def _trial(row: dict[str, Any]) -> _Trial:
-    ok = row["outcome"] != "failed" and row["numerics_ok"] and row["speedup"] and row["speedup"] > 0
+    ok = row["outcome"] != Outcome.FAILED and row["numerics_ok"] and row["speedup"] and row["speedup"] > 0
     return _Trial((row["kind"], row["fingerprint"], row["env_key"]), _values(json.loads(row["config"])),
                   math.log(row["speedup"]) if ok else None)
 

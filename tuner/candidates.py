@@ -1,8 +1,10 @@
-"""Which ranked candidates this machine can tune, with their HLO from the blob store.
+"""Which ranked candidates this machine (or a cluster's nodes) can tune, with their HLO from
+the blob store.
 
 A config is measured on the machine that runs the tuner, so a candidate is tunable here when it
 was ranked for this platform and device kind; the result is keyed to the candidate's own
-environment. A graph candidate brings its unoptimized module. An op candidate brings its kernel
+environment. On a cluster (`environments`: the keys its nodes offer, `tasks.runner.Runner`), a
+candidate is tunable when a node offers its very environment. A graph candidate brings its unoptimized module. An op candidate brings its kernel
 cut out of an optimized graph that holds it (`tuner.op_cut`), found deterministically: among the
 `ops` rows of (op fingerprint, environment), the graph ranking named (the one that spends the
 most on the op) first, then the earliest sighting, by instruction name and blob.
@@ -23,18 +25,20 @@ from storage.blobs import BlobStore
 from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.op_cut import OpCut, OpCutError, cut_op
+from tuner.space import Kind
 from tuner.tables import TUNING_RESULTS
 
 
 @dataclass
-class OpCandidates:
-    """The op candidates to tune, and the ones that could not be cut, with why."""
+class Candidates:
+    """The candidates of one kind to tune, as (label, subject, env_key), the subject an
+    HloModule (graphs) or an OpCut (ops); and the ones that could not be made tasks, with why."""
 
-    tasks: list[tuple[str, OpCut, str]] = field(default_factory=list)  # (label, cut, env_key)
+    tasks: list[tuple[str, HloModule | OpCut, str]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
 
-def latest_candidates(home: Home, kind: str) -> pa.Table:
+def latest_candidates(home: Home, kind: Kind) -> pa.Table:
     """The latest ranking's candidates of `kind`, best first."""
     candidates = Warehouse(home).read(CANDIDATES)
     if candidates.num_rows == 0:
@@ -44,15 +48,16 @@ def latest_candidates(home: Home, kind: str) -> pa.Table:
                                      pc.equal(candidates.column("kind"), kind))).sort_by("rank")
 
 
-def tunable_candidates(home: Home, top: int, untried: bool = False) -> list[tuple[str, HloModule, str]]:
+def tunable_candidates(home: Home, top: int, untried: bool = False,
+                       environments: frozenset[str] | None = None) -> list[tuple[str, HloModule, str]]:
     """(label, module, env_key) of the best-ranked graph candidates of the latest ranking that
-    run on this machine's platform and device kind, at most `top`. `untried`: only those this
-    compiler has no tuning result for yet, so that a nightly run moves down the ranking."""
-    graphs = _graphs_here(home)
-    tried = _tried(home, "graph") if untried else set()
+    can be measured (`_measurable_graphs`), at most `top`. `untried`: only those this compiler
+    has no tuning result for yet, so that a nightly run moves down the ranking."""
+    graphs = _measurable_graphs(home, environments)
+    tried = _tried(home, Kind.GRAPH) if untried else set()
     blobs = BlobStore(home)
     tasks: list[tuple[str, HloModule, str]] = []
-    for candidate in latest_candidates(home, "graph").to_pylist():
+    for candidate in latest_candidates(home, Kind.GRAPH).to_pylist():
         if len(tasks) >= top:  # before the first too: a `top` of 0 takes none
             break
         graph = graphs.get((candidate["fingerprint"], candidate["env_key"]))
@@ -64,17 +69,18 @@ def tunable_candidates(home: Home, top: int, untried: bool = False) -> list[tupl
     return tasks
 
 
-def tunable_op_candidates(home: Home, top: int, untried: bool = False) -> OpCandidates:
-    """The best-ranked op candidates of the latest ranking that run here, cut out of their
-    graphs, at most `top` (`untried`: as for graphs)."""
-    graphs = _graphs_here(home)
-    tried = _tried(home, "op") if untried else set()
+def tunable_op_candidates(home: Home, top: int, untried: bool = False,
+                          environments: frozenset[str] | None = None) -> Candidates:
+    """The best-ranked op candidates of the latest ranking that can be measured, cut out of
+    their graphs, at most `top` (`untried`, `environments`: as for graphs)."""
+    graphs = _measurable_graphs(home, environments)
+    tried = _tried(home, Kind.OP) if untried else set()
     ops: dict[tuple[str, str], list[dict]] = {}
     for row in Warehouse(home).read(OPS).to_pylist():
         ops.setdefault((row["fingerprint"], row["env_key"]), []).append(row)
     blobs = BlobStore(home)
-    found = OpCandidates()
-    for candidate in latest_candidates(home, "op").to_pylist():
+    found = Candidates()
+    for candidate in latest_candidates(home, Kind.OP).to_pylist():
         if len(found.tasks) >= top:  # before the first too: a `top` of 0 takes none
             break
         key = (candidate["fingerprint"], candidate["env_key"])
@@ -100,7 +106,7 @@ def tunable_op_candidates(home: Home, top: int, untried: bool = False) -> OpCand
     return found
 
 
-def _tried(home: Home, kind: str) -> set[tuple[str, str]]:
+def _tried(home: Home, kind: Kind) -> set[tuple[str, str]]:
     """(fingerprint, env_key) of the `kind` results this compiler has measured already."""
     version = current_environment().compiler_version
     results = Warehouse(home).read(TUNING_RESULTS, ["kind", "fingerprint", "env_key", "compiler_version"])
@@ -108,8 +114,10 @@ def _tried(home: Home, kind: str) -> set[tuple[str, str]]:
             if r["kind"] == kind and r["compiler_version"] == version}
 
 
-def _graphs_here(home: Home) -> dict[tuple[str, str], dict]:
-    """The `graphs` rows, by (fingerprint, env_key), of this machine's platform and device kind."""
+def _measurable_graphs(home: Home, environments: frozenset[str] | None) -> dict[tuple[str, str], dict]:
+    """The `graphs` rows, by (fingerprint, env_key), of the environments whose keys are
+    `environments`; None: of this machine's platform and device kind."""
     here = current_environment()
     return {(g["fingerprint"], g["env_key"]): g for g in Warehouse(home).read(GRAPHS).to_pylist()
-            if (g["platform"], g["device_kind"]) == (here.platform, here.device_kind)}
+            if (g["env_key"] in environments if environments is not None
+                else (g["platform"], g["device_kind"]) == (here.platform, here.device_kind))}

@@ -22,7 +22,7 @@ YNNPACK, the whole step 1.37x). The configs measured (`fold_variants`), in this 
   or for the default if its search found no gain; per knob the most chip-time wins, a tie goes
   to a change an accepted op asked for.
 Ops fold into the graphs that spend fleet time on them, most chip-time first
-(`tune_ops_and_fold`).
+(`fold_tuned`).
 """
 
 from __future__ import annotations
@@ -44,9 +44,10 @@ from storage.blobs import BlobStore
 from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.op_cut import cut_ops
+from tuner.kinds import Kind, TuneTarget
 from tuner.space import OP_KNOBS, SearchSpace
 from tuner.tables import TUNING_RESULTS
-from tuner.tune import TuneResult, TuneSettings, TuneTarget, run_task
+from tuner.tune import TuneResult, TuneSettings, run_task
 
 STRATEGY = "fold-ops"
 
@@ -121,43 +122,24 @@ def fold_graph(home: Home, graph: str, env_key: str,
     module = from_text(BlobStore(home).get_text(row["hlo_blob"]), source=row["hlo_blob"])
     if graph_fingerprint(module) != graph:
         raise ValueError(f"{row['hlo_blob']}: does not fingerprint as graph {graph}")
-    target = TuneTarget(module, graph, "graph", SearchSpace(()), f"fold {row['module_name']}",
+    target = TuneTarget(module, graph, Kind.GRAPH, SearchSpace(()), f"fold {row['module_name']}",
                         tuple(variants), tuple(sorted(v.task_id for v in votes if v.config)))
     return run_task(target, home, replace(settings, budget_evals=len(variants), budget_minutes=None,
                                           strategy=STRATEGY), env_key)
 
 
-@dataclass
-class OpRound:
-    """One round of op tuning: the ops tuned, then the graphs their results were folded into."""
-
-    skipped: list[str]
-    tasks: list[tuple[str, object, str]]  # (label, cut op, env_key)
-    results: list[TuneResult]
-    folds: list[tuple[str, TuneResult]]  # (graph fingerprint, folded result)
-
-
-def tune_ops_and_fold(home: Home, top: int, settings: TuneSettings, fold: bool = True,
-                      progress: bool = False, untried: bool = False) -> OpRound:
-    """Tune the `top` ranked ops this machine can measure, then fold the results into each graph
-    that holds one of them (CPU has no per-op channel: this is how op results reach users).
-    `untried`: skip ops this compiler has a result for (see tunable_candidates)."""
-    from tuner.candidates import tunable_op_candidates
-    from tuner.tune import overall_progress, tune_op
-
-    found = tunable_op_candidates(home, top, untried)
-    results = [tune_op(cut, home, settings, env_key=env_key, progress=progress)
-               for _, cut, env_key in overall_progress(found.tasks, "tune ops", progress)]
-    folds: list[tuple[str, TuneResult]] = []
-    if fold:
-        by_env: dict[str, list[str]] = defaultdict(list)
-        for _, cut, env_key in found.tasks:
-            by_env[env_key].append(cut.fingerprint)
-        graphs = [(graph, env_key) for env_key, ops in sorted(by_env.items())
-                  for graph in graphs_holding(home, ops, env_key)]
-        folds = [(graph, folded) for graph, env_key in graphs
-                 if (folded := fold_graph(home, graph, env_key, settings)) is not None]
-    return OpRound(list(found.skipped), list(found.tasks), results, folds)
+def fold_tuned(home: Home, ops: Iterable[tuple[str, str]],
+               settings: TuneSettings) -> list[tuple[str, TuneResult]]:
+    """Fold the results of the tuned `ops` ((op fingerprint, env_key)) into each graph that holds
+    one of them (CPU has no per-op channel: this is how op results reach users), measured here;
+    returns (graph fingerprint, folded result) per graph whose votes elect a change."""
+    by_env: dict[str, list[str]] = defaultdict(list)
+    for fingerprint, env_key in ops:
+        by_env[env_key].append(fingerprint)
+    graphs = [(graph, env_key) for env_key, held in sorted(by_env.items())
+              for graph in graphs_holding(home, held, env_key)]
+    return [(graph, folded) for graph, env_key in graphs
+            if (folded := fold_graph(home, graph, env_key, settings)) is not None]
 
 
 def graphs_holding(home: Home, op_fingerprints: Iterable[str], env_key: str) -> list[str]:
@@ -204,7 +186,7 @@ def _best_op_results(warehouse: Warehouse, env_key: str, fingerprints: set[str])
     compiler = current_environment().compiler_version
     best: dict[str, dict] = {}
     for row in warehouse.read(TUNING_RESULTS).to_pylist():
-        if (row["kind"] != "op" or row["env_key"] != env_key or row["compiler_version"] != compiler
+        if (row["kind"] != Kind.OP or row["env_key"] != env_key or row["compiler_version"] != compiler
                 or row["fingerprint"] not in fingerprints):
             continue
         rank = (row["accepted"], row["ci_low"] or 0.0, row["dt"], row["task_id"])

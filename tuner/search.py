@@ -39,13 +39,16 @@ from typing import Any, Callable, Protocol, Sequence
 
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
+from hlo.interval import Interval
 from tuner.space import config_key
 from tuner.strategies import Strategy, TrialRecord, propose
-from tuner.trial import Phase, Trial
+from tuner.trial import Outcome, Phase, Trial
 from tuner.winner import Winners, best_trial, prune, race, split_winners, strict
 
 # Free (untimed) trials a search may make per evaluation of its budget, at most.
 UNTIMED_PER_EVALUATION = 2
+# The speedup of a program over itself, known without timing it (an identical trial's).
+SAME_PROGRAM = Interval(1.0, 1.0, 1.0)
 
 # The next config to try, from the trials so far and the configs still pending (built or
 # building, not yet a trial); None when there is none now.
@@ -194,14 +197,16 @@ def finish(evaluator: Evaluator, index: int, config: CompilerConfig, build: Buil
     """The trial of `config` once built: failed, identical to the default, a duplicate of an
     `earlier` measurement of its program, or measured now."""
     if build.error is not None:
-        return Trial(index, config, "failed", error=build.error)
+        return Trial(index, config, Outcome.FAILED, error=build.error)
     program, seconds = build.program, build.compile_seconds
     if program == evaluator.default_program:
-        return Trial(index, config, "identical", program, 1.0, 1.0, 1.0, True, seconds)
-    known = next((t for t in earlier if t.program == program and t.outcome == "measured"), None)
+        return Trial(index, config, Outcome.IDENTICAL, program, speedup=SAME_PROGRAM,
+                     numerics_ok=True, compile_seconds=seconds)
+    known = next((t for t in earlier
+                  if t.program == program and t.outcome == Outcome.MEASURED), None)
     if known is not None:
-        return Trial(index, config, "duplicate", program, known.speedup, known.ci_low,
-                     known.ci_high, known.numerics_ok, seconds)
+        return Trial(index, config, Outcome.DUPLICATE, program, speedup=known.speedup,
+                     numerics_ok=known.numerics_ok, compile_seconds=seconds)
     return evaluator.measure(index, config, build, settings)
 
 
@@ -280,7 +285,7 @@ def spending(trials: list[Trial], ended: float) -> list[PhaseSpend]:
         end = ended if phase == last else max((t.elapsed_seconds or 0.0 for t in made),
                                                 default=start)
         spent.append(PhaseSpend(phase, len(made), evaluations(made),
-                                sum(t.outcome == "measured" for t in made), compiles,
+                                sum(t.outcome == Outcome.MEASURED for t in made), compiles,
                                 max(end - start, 0.0)))
         start = max(start, end)
     return spent
@@ -292,11 +297,12 @@ def finish_against(evaluator: Evaluator, index: int, config: CompilerConfig, bui
     did not compile), identical to the baseline's program (nothing timed), or measured."""
     base_config, base = baseline
     if build.error is not None:
-        return Trial(index, config, "failed", error=build.error, baseline=base_config)
+        return Trial(index, config, Outcome.FAILED, error=build.error, baseline=base_config)
     if base.error is not None:
-        return Trial(index, config, "failed", build.program,
+        return Trial(index, config, Outcome.FAILED, build.program,
                      error=f"the baseline {base.error}", baseline=base_config)
     if build.program == base.program:
-        return Trial(index, config, "identical", build.program, 1.0, 1.0, 1.0, True,
-                     build.compile_seconds, baseline=base_config)
+        return Trial(index, config, Outcome.IDENTICAL, build.program, speedup=SAME_PROGRAM,
+                     numerics_ok=True, compile_seconds=build.compile_seconds,
+                     baseline=base_config)
     return evaluator.measure(index, config, build, settings, against=baseline)

@@ -29,6 +29,7 @@ take about a second together.
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
 from dataclasses import dataclass
@@ -36,6 +37,15 @@ from typing import Iterable
 
 from execution.flags import (FLAGS, LIBRARY_FLAGS, PLACEMENT, XLA_BACKEND, CompilerConfig,
                              FlagSpec, FlagValue, is_default, placement_key, to_json)
+
+
+class Kind(enum.StrEnum):
+    """What a tuning task tunes, and so which space it searches: a whole graph (`graph_space`)
+    or one kernel cut out of it (`op_space`). Its value is the `kind` column of the candidates
+    and tuning results; each kind's facts are registered in `tuner.kinds`."""
+
+    GRAPH = "graph"
+    OP = "op"
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,23 @@ from enum import StrEnum
 from typing import Any
 
 from execution.flags import CompilerConfig, config_from_json
+from hlo.interval import Interval, columns, from_columns
 from tuner.strategies import FAILED, TrialRecord
 
+
+class Outcome(StrEnum):
+    """How a trial's config fared (`tuner.search`): timed to a result (MEASURED); compiled to
+    a program measured before in the search (DUPLICATE) or to the default's (IDENTICAL), so not
+    timed; or it failed to compile or run (FAILED, the trial's `error` says why)."""
+
+    MEASURED = "measured"
+    DUPLICATE = "duplicate"
+    IDENTICAL = "identical"
+    FAILED = "failed"
+
+
 # Outcomes of a config whose program the search knew already: compiled, not timed.
-UNTIMED = ("identical", "duplicate")
+UNTIMED = (Outcome.IDENTICAL, Outcome.DUPLICATE)
 
 
 class Phase(StrEnum):
@@ -29,15 +42,15 @@ class Phase(StrEnum):
 
 @dataclass
 class Trial:
-    """One evaluated config of a search. The journal and `result.json` hold it as `to_json`."""
+    """One evaluated config of a search. The journal and `result.json` hold it as `to_json`.
+    `speedup`: over the default, or over `baseline`'s program where it has one (None: not
+    timed, failed)."""
 
     index: int
     config: CompilerConfig
-    outcome: str  # measured | duplicate | identical | failed
+    outcome: Outcome
     program: str | None = None
-    speedup: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
+    speedup: Interval | None = None
     numerics_ok: bool | None = None
     compile_seconds: float | None = None
     error: str | None = None
@@ -53,23 +66,24 @@ class Trial:
     @property
     def fitness(self) -> float:
         """log(speedup) of a correct trial; FAILED otherwise."""
-        if self.outcome == "failed" or not self.numerics_ok or not self.speedup:
+        if (self.outcome == Outcome.FAILED or not self.numerics_ok or self.speedup is None
+                or not self.speedup.estimate):
             return FAILED
-        return math.log(self.speedup)
+        return math.log(self.speedup.estimate)
 
     @property
     def low(self) -> float:
         """log of the interval's lower end of a correct trial; FAILED otherwise."""
-        if self.fitness == FAILED or not self.ci_low:
+        if self.fitness == FAILED or not self.speedup.low:
             return FAILED
-        return math.log(self.ci_low)
+        return math.log(self.speedup.low)
 
     @property
     def high(self) -> float:
         """log of the interval's upper end of a correct trial; FAILED otherwise."""
-        if self.fitness == FAILED or not self.ci_high:
+        if self.fitness == FAILED or not self.speedup.high:
             return FAILED
-        return math.log(self.ci_high)
+        return math.log(self.speedup.high)
 
     @property
     def timed(self) -> bool:
@@ -82,17 +96,20 @@ class Trial:
         return TrialRecord(self.config, self.fitness, self.low, self.timed)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict: every field, the time in ISO 8601."""
+        """A JSON-ready dict: every field, the speedup as `speedup`, `ci_low`, `ci_high`, the
+        time in ISO 8601."""
         finished = self.finished_at.isoformat() if self.finished_at is not None else None
-        return {**asdict(self), "finished_at": finished}
+        return {**asdict(self), **columns(self.speedup), "finished_at": finished}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Trial":
         """The trial `to_json` wrote (or a journal line written before a field was added)."""
         decoded: dict[str, Any] = {name: config_from_json(data[name])
                                    for name in ("config", "baseline") if data.get(name) is not None}
+        decoded.update(outcome=Outcome(data["outcome"]), speedup=from_columns(data))
         if "phase" in data:
             decoded["phase"] = Phase(data["phase"])
         if data.get("finished_at") is not None:
             decoded["finished_at"] = datetime.datetime.fromisoformat(data["finished_at"])
-        return cls(**{**data, **decoded})
+        written = {k: v for k, v in data.items() if k not in ("ci_low", "ci_high")}
+        return cls(**{**written, **decoded})

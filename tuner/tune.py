@@ -48,7 +48,7 @@ import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterable, TypeVar
+from typing import Any
 
 import pyarrow as pa
 
@@ -60,24 +60,25 @@ from execution.flags import CompilerConfig, config_from_json
 from execution.measure import MeasureSettings
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
+from hlo.interval import Interval, columns, from_columns
 from hlo.module import HloModule
 from storage.home import Home
 from storage.homes import open_home
 from storage.journal import append_record, read_records
 from storage.warehouse import Warehouse
+from tuner.kinds import Kind, Subject, TuneTarget, make_target
 from tuner.op_cut import OpCut
 from tuner.prior import move_prior
 from tuner.schedule import Scheduled
 from tuner.search import (PhaseSpend, TaskClock, evaluations, proposals, run_search,
                           seconds_to_find, spending)
-from tuner.space import SearchSpace, accepted_flags, config_key, graph_space, op_space
+from tuner.space import config_key
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.trial import Phase, Trial
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
 
-T = TypeVar("T")
 # Screens stop as soon as a candidate is clearly faster or slower (execution.measure): a clear
 # candidate of a module that runs for half a second costs seconds, not a minute.
 SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
@@ -115,17 +116,16 @@ class RelaxedOption:
     """A config that relaxes numerics (`execution.flags.relaxes_numerics`), verified a
     significant gain with numerics ok, and a larger one than the task's strict config where that
     was accepted: what a job that opts in to relaxed numerics would gain. Its verification's
-    speedup over the default and interval, as a result's."""
+    speedup over the default, as a result's."""
 
     config: CompilerConfig
-    speedup: float
-    ci_low: float
-    ci_high: float
+    speedup: Interval
 
 
 @dataclass
 class TuneResult:
-    """How a task ended."""
+    """How a task ended: `speedup`, the verification's over the default (None: nothing
+    verified to a figure)."""
 
     task_id: str
     fingerprint: str
@@ -133,15 +133,13 @@ class TuneResult:
     status: str
     accepted: bool
     config: CompilerConfig
-    speedup: float | None
-    ci_low: float | None
-    ci_high: float | None
+    speedup: Interval | None
     numerics_ok: bool | None
     evaluations: int  # configs timed or failed, in every phase (the sum over `phases`)
     measured: int  # those timed to a result, in every phase (the sum over `phases`)
     strategy: str
     compiler_version: str
-    kind: str = "graph"  # graph | op
+    kind: Kind = Kind.GRAPH
     sources: list[str] = field(default_factory=list)  # a folded result's op tasks
     trials: list[Trial] = field(default_factory=list)
     failure: Failure | None = None  # why nothing could be measured: "default_fails"
@@ -157,37 +155,21 @@ class TuneResult:
     relaxed: RelaxedOption | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (without the trials)."""
+        """A JSON-ready dict (without the trials); each speedup as `speedup`, `ci_low`,
+        `ci_high`, the opt-in's within `relaxed`."""
         data = asdict(self)
         data.pop("trials")
-        data["config"] = json.loads(config_key(self.config))
+        data.update(columns(self.speedup), config=json.loads(config_key(self.config)))
         if self.relaxed is not None:
-            data["relaxed"]["config"] = json.loads(config_key(self.relaxed.config))
+            data["relaxed"] = {"config": json.loads(config_key(self.relaxed.config)),
+                               **columns(self.relaxed.speedup)}
         return data
-
-
-@dataclass(frozen=True)
-class TuneTarget:
-    """What a task tunes: the module it compiles, the fingerprint and kind its results are keyed
-    by, and the space it searches."""
-
-    module: HloModule
-    fingerprint: str
-    kind: str  # graph | op
-    space: SearchSpace
-    label: str
-    configs: tuple[CompilerConfig, ...] = ()  # a fixed list to evaluate in order, not a search
-    sources: tuple[str, ...] = ()  # the tasks the target was derived from (a fold's op tasks)
 
 
 def tune_module(module: HloModule, home: Home, settings: TuneSettings, env_key: str | None = None,
                 progress: bool = False, prior: list[TrialRecord] | None = None) -> TuneResult:
     """Tune `module`'s graph-level flags within the budget; resumes the task if interrupted."""
-    platform = current_environment().platform
-    fingerprint = graph_fingerprint(module)
-    space = graph_space(platform, accepted_flags(platform), compiler_defaults())
-    target = TuneTarget(module, fingerprint, "graph", space, module.name or fingerprint[:8])
-    return run_task(target, home, settings, env_key, progress, prior)
+    return tune(Kind.GRAPH, graph_subject(module), home, settings, env_key, progress, prior)
 
 
 def tune_op(cut: OpCut, home: Home, settings: TuneSettings, env_key: str | None = None,
@@ -195,12 +177,26 @@ def tune_op(cut: OpCut, home: Home, settings: TuneSettings, env_key: str | None 
     """Tune one kernel cut out of its graph (`tuner.op_cut`) over its op-level space; the
     result is keyed by the op fingerprint, with kind 'op'. On CPU it reaches users folded into
     a graph-level config (`tuner.fold`)."""
-    platform = current_environment().platform
-    if platform != "cpu":
-        raise ValueError(f"op-level tuning on {platform} is not built (CPU only)")
-    space = op_space(cut.op_class, accepted_flags(platform), compiler_defaults())
-    return run_task(TuneTarget(cut.module, cut.fingerprint, "op", space, cut.name),
-                    home, settings, env_key, progress)
+    return tune(Kind.OP, op_subject(cut), home, settings, env_key, progress)
+
+
+def graph_subject(module: HloModule) -> Subject:
+    """A graph as a task's subject: keyed by its graph fingerprint."""
+    fingerprint = graph_fingerprint(module)
+    return Subject(module, fingerprint, module.name or fingerprint[:8])
+
+
+def op_subject(cut: OpCut) -> Subject:
+    """An op cut out of its graph as a task's subject: keyed by the op fingerprint."""
+    return Subject(cut.module, cut.fingerprint, cut.name, cut.op_class)
+
+
+def tune(kind: Kind, subject: Subject, home: Home, settings: TuneSettings,
+         env_key: str | None = None, progress: bool = False,
+         prior: list[TrialRecord] | None = None) -> TuneResult:
+    """Tune `subject` as a task of `kind` (its space from the kind registry, `tuner.kinds`) on
+    this machine: the one entry point of every task, local or on a cluster node."""
+    return run_task(make_target(kind, subject), home, settings, env_key, progress, prior)
 
 
 def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: str | None = None,
@@ -259,14 +255,6 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     save_result(home, result)
     land_result(home, result)
     return result
-
-
-def overall_progress(tasks: list[T], label: str, progress: bool) -> Iterable[T]:
-    """`tasks` with an overall bar (tasks done of all) above each task's own bar, when `progress`
-    is on and there are several."""
-    from ingest.progress import progress_bar
-
-    return progress_bar(tasks, desc=label, unit="task", enabled=progress and len(tasks) >= 2)
 
 
 def _strategy(target: TuneTarget, home: Home, settings: TuneSettings,
@@ -332,23 +320,19 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
                 relaxed=_relaxed_option(winners.relaxed, relaxed_check, check))
     if default_fails is not None:
         return TuneResult(status=f"default fails: {default_fails}", accepted=False, config={},
-                          speedup=None, ci_low=None, ci_high=None, numerics_ok=None,
-                          failure=DEFAULT_FAILS, **base)
+                          speedup=None, numerics_ok=None, failure=DEFAULT_FAILS, **base)
     if check is None:  # nothing beat the default: nothing to verify
         return TuneResult(status="no significant gain", accepted=False, config={}, speedup=None,
-                          ci_low=None, ci_high=None, numerics_ok=None, **base)
+                          numerics_ok=None, **base)
     if check.failure == DEFAULT_FAILS:  # its error says "default fails: <reason>"
-        return TuneResult(status=check.error, accepted=False,
-                          config=best.config, speedup=None, ci_low=None, ci_high=None,
+        return TuneResult(status=check.error, accepted=False, config=best.config, speedup=None,
                           numerics_ok=None, failure=DEFAULT_FAILS, **base)
     if check.error:
         return TuneResult(status=f"verification failed: {check.error}", accepted=False,
-                          config=best.config, speedup=None, ci_low=None, ci_high=None,
-                          numerics_ok=None, **base)
+                          config=best.config, speedup=None, numerics_ok=None, **base)
     accepted = bool(check.significant and check.numerics_ok)
     return TuneResult(status="accepted" if accepted else "no significant gain", accepted=accepted,
-                      config=best.config, speedup=check.speedup, ci_low=check.ci_low,
-                      ci_high=check.ci_high, numerics_ok=check.numerics_ok,
+                      config=best.config, speedup=check.speedup, numerics_ok=check.numerics_ok,
                       speedups=check.speedups, **base)
 
 
@@ -371,9 +355,9 @@ def _relaxed_option(relaxed: Trial | None, check: EvaluationResult | None,
     if relaxed is None or check is None or check.error or not (check.significant and check.numerics_ok):
         return None
     if (strict is not None and not strict.error and strict.significant and strict.numerics_ok
-            and check.speedup <= strict.speedup):
+            and check.speedup.estimate <= strict.speedup.estimate):
         return None
-    return RelaxedOption(relaxed.config, check.speedup, check.ci_low, check.ci_high)
+    return RelaxedOption(relaxed.config, check.speedup)
 
 
 def _verification_spent(checks: list[EvaluationResult], seconds: float) -> PhaseSpend:
@@ -397,9 +381,8 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
              "task_id": result.task_id, "kind": result.kind, "fingerprint": result.fingerprint,
              "env_key": result.env_key, "strategy": result.strategy, "index": t.index,
              "config": config_key(t.config), "program": t.program, "outcome": t.outcome,
-             "speedup": t.speedup, "ci_low": t.ci_low, "ci_high": t.ci_high,
-             "numerics_ok": t.numerics_ok, "compile_seconds": t.compile_seconds, "error": t.error,
-             "finished_at": t.finished_at, "elapsed_seconds": t.elapsed_seconds}
+             **columns(t.speedup), "numerics_ok": t.numerics_ok,
+             "compile_seconds": t.compile_seconds, "error": t.error, "finished_at": t.finished_at, "elapsed_seconds": t.elapsed_seconds}
             for t in result.trials if t.baseline is None]
     warehouse = Warehouse(home)
     warehouse.append(TRIALS, pa.Table.from_pylist(rows, TRIALS.schema), f"task-{result.task_id}")
@@ -408,8 +391,7 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
     summary.update(dt=today, config=config_key(result.config))
     if result.relaxed is not None:  # the columns are null without it
         summary.update(relaxed_config=config_key(result.relaxed.config),
-                       relaxed_speedup=result.relaxed.speedup, relaxed_ci_low=result.relaxed.ci_low,
-                       relaxed_ci_high=result.relaxed.ci_high)
+                       **columns(result.relaxed.speedup, prefix="relaxed_"))
     warehouse.append(TUNING_RESULTS, pa.Table.from_pylist([summary], TUNING_RESULTS.schema),
                      f"task-{result.task_id}")
 
@@ -418,8 +400,12 @@ def _result_from_json(data: dict[str, Any]) -> TuneResult:
     """A TuneResult as `save_result` wrote it (or before a field was added): every field as
     written, the config, trials, phases and opt-in decoded."""
     relaxed = data.get("relaxed")
-    return TuneResult(**{**data, "config": config_from_json(data["config"]),
-                         "relaxed": (RelaxedOption(**{**relaxed, "config": config_from_json(relaxed["config"])})
+    written = {k: v for k, v in data.items() if k not in ("ci_low", "ci_high")}
+    return TuneResult(**{**written, "config": config_from_json(data["config"]),
+                         "speedup": from_columns(data),
+                         "kind": Kind(data.get("kind", Kind.GRAPH)),
+                         "relaxed": (RelaxedOption(config_from_json(relaxed["config"]),
+                                                   from_columns(relaxed))
                                      if relaxed is not None else None),
                          "trials": [Trial.from_json(t) for t in data.get("trials", [])],
                          "phases": [PhaseSpend(**{**p, "phase": Phase(p["phase"])})

@@ -16,32 +16,19 @@ from __future__ import annotations
 import functools
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from execution import session
 from execution.cores import CorePlan, plan_cores
-from execution.evaluate import (DEFAULT_FAILS, FRESH_WORKERS, WORKER_FAILS, DefaultFails,
-                                EvaluationResult, failed_result, in_fresh_workers,
-                                prepare_default)
+from execution.evaluate import (CANDIDATE_FAILS, DEFAULT_FAILS, FRESH_WORKERS, WORKER_FAILS,
+                                DefaultFails, EvaluationResult, failed_result, in_fresh_workers,
+                                measured_result, prepare_default)
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
-from execution.session import measurable_module
+from execution.session import Span, measurable_module
 from execution.worker import Worker, WorkerFailure, WorkerPool
 from tuner.search import Against, Build
-from tuner.trial import Trial
-
-
-@dataclass(frozen=True)
-class Span:
-    """One job of a search's worker: what (compile | measure), which process on which cores,
-    and when (`time.monotonic()`, the same clock in every process of the machine)."""
-
-    kind: str
-    pid: int
-    cores: tuple[int, ...]
-    started: float
-    ended: float
+from tuner.trial import Outcome, Trial
 
 
 class WorkerEvaluator:
@@ -94,13 +81,12 @@ class WorkerEvaluator:
             compiled = _once_more(lambda: self._compile(config), lambda: self._compile(config))
         except WorkerFailure as failure:
             return Build(error=f"compile {failure.kind}: {failure.reason}")
-        if "error" in compiled:
-            return Build(error=compiled["error"])
-        self.timeline.append(Span("compile", *compiled["span"]))
-        return Build(compiled["program"], compiled["compile_seconds"],
-                     artifact=compiled["executable"])
+        if compiled.error is not None:
+            return Build(error=compiled.error)
+        self.timeline.append(compiled.span)
+        return Build(compiled.program, compiled.compile_seconds, artifact=compiled.executable)
 
-    def _compile(self, config: CompilerConfig) -> dict[str, Any]:
+    def _compile(self, config: CompilerConfig) -> session.Built:
         with self.compilers.worker() as worker:
             return worker.call(session.compile_serialized, module_proto=self.module_proto,
                                config=config)
@@ -114,17 +100,20 @@ class WorkerEvaluator:
         measure = functools.partial(self.executor.call, session.measure_serialized, timeout=300,
                                     executable=build.artifact, config=config, settings=settings)
         try:
-            measured = _once_more(measure, lambda: (self._prepare(), measure())[1])
+            timed = _once_more(measure, lambda: (self._prepare(), measure())[1])
         except WorkerFailure as failure:
             if failure.died:
                 self._prepare()  # the execute worker died with the default in it
-            return Trial(index, config, "failed", build.program,
-                         compile_seconds=build.compile_seconds,
-                         error=f"{failure.kind}: {failure.reason}")
-        self.timeline.append(Span("measure", *measured["span"]))
-        return Trial(index, config, "measured", build.program, measured["speedup"],
-                     measured["ci_low"], measured["ci_high"], measured["numerics_ok"],
-                     build.compile_seconds)
+            error = f"{failure.kind}: {failure.reason}"
+        else:
+            error = timed.error
+        if error is not None:
+            return Trial(index, config, Outcome.FAILED, build.program,
+                         compile_seconds=build.compile_seconds, error=error)
+        self.timeline.append(timed.span)
+        return Trial(index, config, Outcome.MEASURED, build.program,
+                     speedup=timed.measurement.speedup, numerics_ok=timed.numerics_ok,
+                     compile_seconds=build.compile_seconds)
 
     def _compare(self, index: int, config: CompilerConfig, build: Build,
                  against: Against, settings: MeasureSettings) -> Trial:
@@ -137,27 +126,29 @@ class WorkerEvaluator:
 
         def compare(worker: Worker, offset: int) -> EvaluationResult:
             try:
-                measured = worker.call(
-                    session.compare_serialized, timeout=300, module_proto=self.module_proto,
-                    seed=self.seed + offset, baseline=base.artifact, baseline_config=baseline,
-                    executable=build.artifact, config=config, settings=settings)
+                kept = worker.call(session.keep_serialized, timeout=300,
+                                   module_proto=self.module_proto, seed=self.seed + offset,
+                                   executable=base.artifact, config=baseline)
+                if kept.error is not None:
+                    return failed_result(DEFAULT_FAILS, f"the baseline {kept.error}")
+                timed = worker.call(session.measure_serialized, timeout=300,
+                                    executable=build.artifact, config=config, settings=settings)
             except WorkerFailure as failure:
                 return failed_result(WORKER_FAILS[failure.kind],
                                      f"{failure.kind}: {failure.reason}")
-            if "error" in measured:  # the baseline fails to run
-                return failed_result(DEFAULT_FAILS, measured["error"])
-            self.timeline.append(Span("measure", *measured.pop("span")))
-            return EvaluationResult(**measured, identical_program=False,
-                                    compile_seconds=build.compile_seconds,
-                                    default_compile_seconds=base.compile_seconds)
+            if timed.error is not None:
+                return failed_result(CANDIDATE_FAILS, timed.error)
+            self.timeline.append(timed.span)
+            return measured_result(timed, build.compile_seconds, base.compile_seconds)
 
         result = in_fresh_workers(compare, self.fresh_workers, settings.noise_band,
                                   lambda: Worker(cores=self.plan.execute))
         if result.error is not None:
-            return Trial(index, config, "failed", build.program, baseline=baseline,
+            return Trial(index, config, Outcome.FAILED, build.program, baseline=baseline,
                          compile_seconds=build.compile_seconds, error=result.error)
-        return Trial(index, config, "measured", build.program, result.speedup, result.ci_low,
-                     result.ci_high, result.numerics_ok, build.compile_seconds, baseline=baseline)
+        return Trial(index, config, Outcome.MEASURED, build.program, speedup=result.speedup,
+                     numerics_ok=result.numerics_ok, compile_seconds=build.compile_seconds,
+                     baseline=baseline)
 
 
 def _once_more(first: Callable[[], Any], retry: Callable[[], Any]) -> Any:

@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from execution.evaluate import EvaluationResult
+from hlo.interval import Interval, columns, from_columns
 from ranking.realized import Realized
 from storage.store import ENTRIES
 
@@ -48,14 +49,18 @@ from storage.store import ENTRIES
 REFRESH, REMOVE, ADD, NONE = "refresh", "remove", "add", "none"
 # How applying it went.
 APPLIED, STALE = "applied", "stale"
-# What the audit row carries of the fleet's figures: Decision fields and columns alike.
-_FLEET_COLUMNS = ("fleet_speedup", "fleet_ci_low", "fleet_ci_high", "fleet_tuned_jobs",
-                  "fleet_tuned_runs", "fleet_holdout_jobs", "fleet_holdout_runs")
+# What the audit row carries of the fleet's arms: Decision fields and columns alike.
+_FLEET_ARMS = ("fleet_tuned_jobs", "fleet_tuned_runs", "fleet_holdout_jobs", "fleet_holdout_runs")
+# The prefix of the fleet's speedup in the journal and the audit row: fleet_speedup,
+# fleet_ci_low, fleet_ci_high.
+_FLEET = "fleet_"
 
 
 @dataclass
 class Decision:
-    """One entry's outcome in a validation run, as journaled and audited."""
+    """One entry's outcome in a validation run, as journaled and audited. `speedup`: as
+    measured in this run (None: not measured); `fleet_speedup`: the entry's realized speedup
+    in the fleet (`fleet_figures`; None: undecided there, or no runs of it)."""
 
     key: str
     fingerprint: str
@@ -77,29 +82,29 @@ class Decision:
     new_key: str | None = None
     new_env_key: str | None = None
     expires_at: str | None = None  # refreshed expiry (kept, rekeyed)
-    speedup: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
+    speedup: Interval | None = None
     numerics_ok: bool | None = None
     audited: bool = True  # False: an 'unmeasured' the audit trail already holds, not written again
     # The fleet's figures of the entry (`fleet_figures`), where it had runs of it.
-    fleet_speedup: float | None = None
-    fleet_ci_low: float | None = None
-    fleet_ci_high: float | None = None
+    fleet_speedup: Interval | None = None
     fleet_tuned_jobs: int | None = None
     fleet_tuned_runs: int | None = None
     fleet_holdout_jobs: int | None = None
     fleet_holdout_runs: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The journal's form."""
-        return asdict(self)
+        """The journal's form: every field, each speedup as flat keys (`speedup`, `ci_low`,
+        `ci_high`; `fleet_speedup`, `fleet_ci_low`, `fleet_ci_high`)."""
+        return {**asdict(self), **columns(self.speedup),
+                **columns(self.fleet_speedup, prefix=_FLEET)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Decision":
         """Back from the journal."""
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**{**{k: v for k, v in data.items() if k in names},
+                      "speedup": from_columns(data),
+                      "fleet_speedup": from_columns(data, prefix=_FLEET)})
 
 
 def expiry(now: datetime.datetime, origin: datetime.datetime, ttl: datetime.timedelta,
@@ -124,8 +129,6 @@ def fleet_figures(realized: Realized | None) -> dict[str, Any]:
     if realized is None:
         return {}
     return {"fleet_speedup": realized.speedup,
-            "fleet_ci_low": realized.interval.low if realized.interval else None,
-            "fleet_ci_high": realized.interval.high if realized.interval else None,
             "fleet_tuned_jobs": realized.tuned.jobs, "fleet_tuned_runs": realized.tuned.runs,
             "fleet_holdout_jobs": realized.holdout.jobs, "fleet_holdout_runs": realized.holdout.runs}
 
@@ -133,14 +136,14 @@ def fleet_figures(realized: Realized | None) -> dict[str, Any]:
 def short_of_expected(realized: Realized) -> bool:
     """Whether the fleet rules out half the promised gain: decided, and the interval's upper
     end under 1 + (expected - 1) / 2."""
-    return (realized.interval is not None
-            and realized.interval.high < 1.0 + (realized.expected_speedup - 1.0) / 2)
+    return (realized.speedup is not None
+            and realized.speedup.high < 1.0 + (realized.expected_speedup - 1.0) / 2)
 
 
 def fleet_summary(realized: Realized) -> str:
     """The fleet's figures of an entry, for a decision's reason."""
-    return (f"{realized.speedup:.3f}x [{realized.interval.low:.3f}, {realized.interval.high:.3f}] "
-            f"against {realized.expected_speedup:.3f}x expected (v{realized.config_version}; "
+    return (f"{realized.speedup.as_speedup()} against {realized.expected_speedup:.3f}x expected "
+            f"(v{realized.config_version}; "
             f"tuned {realized.tuned.jobs} jobs, {realized.tuned.runs} runs; "
             f"holdout {realized.holdout.jobs} jobs, {realized.holdout.runs} runs)")
 
@@ -154,15 +157,15 @@ def measured_outcome(result: EvaluationResult, same_compiler: bool, compiler_ver
     if not result.numerics_ok:
         bad = [c["detail"] for c in result.numerics if not c.get("ok")]
         return "invalidated", f"numerics off {where}: {'; '.join(bad[:2]) or 'outputs differ'}"
-    figure = f"{result.speedup:.3f}x [{result.ci_low:.3f}, {result.ci_high:.3f}]"
+    figure = result.speedup.as_speedup()
     if len(result.speedups) > 1:
         figure += (f", the median of {len(result.speedups)} workers "
                    f"({', '.join(f'{s:.3f}x' for s in result.speedups)})")
     if same_compiler:
-        if result.ci_high < 1.0 + noise_band:
+        if result.speedup.high < 1.0 + noise_band:
             return "invalidated", f"no longer faster {where}: {figure}"
         return "kept", f"still faster {where}: {figure}"
-    if result.ci_low > 1.0 + noise_band:
+    if result.speedup.low > 1.0 + noise_band:
         return "rekeyed", f"faster {where} too: {figure}"
     return "invalidated", f"not shown faster {where}: {figure}; not re-keyed"
 
@@ -174,7 +177,7 @@ def settled(result: EvaluationResult, same_compiler: bool, noise_band: float) ->
     of three, not two, so more workers measure it; `ValidateSettings.most_workers`)."""
     if not same_compiler or result.identical_program or not result.numerics_ok:
         return True
-    return result.ci_high >= 1.0 + noise_band or max(result.speedups) <= 1.0 + noise_band
+    return result.speedup.high >= 1.0 + noise_band or max(result.speedups) <= 1.0 + noise_band
 
 
 def apply(decisions: list[Decision], live: pa.Table) -> tuple[pa.Table, list[str]]:
@@ -220,8 +223,7 @@ def _apply_one(decision: Decision, rows: dict[str, dict[str, Any]]) -> str:
 
 def refreshed_entry(decision: Decision, entry: dict[str, Any]) -> dict[str, Any]:
     """A kept entry: re-measured now, by the validator."""
-    return {**entry, "provenance": "validator", "speedup": decision.speedup,
-            "ci_low": decision.ci_low, "ci_high": decision.ci_high,
+    return {**entry, "provenance": "validator", **columns(decision.speedup),
             "compiler_version": decision.compiler_version,
             "measured_at": _time(decision.decided_at), "expires_at": _time(decision.expires_at)}
 
@@ -229,10 +231,9 @@ def refreshed_entry(decision: Decision, entry: dict[str, Any]) -> dict[str, Any]
 def new_entry(decision: Decision) -> dict[str, Any]:
     """A re-keyed entry: the same config under the new environment's key."""
     return {"key": decision.new_key, "fingerprint": decision.fingerprint,
-            "env_key": decision.new_env_key, "kind": decision.kind, "speedup": decision.speedup,
+            "env_key": decision.new_env_key, "kind": decision.kind, **columns(decision.speedup),
             "expires_at": _time(decision.expires_at), "provenance": "validator",
-            "config": decision.config, "ci_low": decision.ci_low, "ci_high": decision.ci_high,
-            "compiler_version": decision.compiler_version,
+            "config": decision.config, "compiler_version": decision.compiler_version,
             "measured_at": _time(decision.decided_at), "source": decision.source}
 
 
@@ -247,11 +248,12 @@ def audit_row(decision: Decision, run_id: str, store_version: int | None, status
             "fingerprint": decision.fingerprint, "env_key": decision.env_key, "kind": decision.kind,
             "outcome": decision.outcome, "reason": reason, "new_key": decision.new_key,
             "toolchain": decision.toolchain, "compiler_version": decision.compiler_version,
-            "speedup": decision.speedup, "ci_low": decision.ci_low, "ci_high": decision.ci_high,
-            "numerics_ok": decision.numerics_ok, "fleet_hits": decision.fleet_hits,
+            **columns(decision.speedup), "numerics_ok": decision.numerics_ok,
+            "fleet_hits": decision.fleet_hits,
             "age_days": decision.age_days, "store_version": store_version,
             "config": decision.config, "origin_at": _time(decision.origin_at),
-            **{name: getattr(decision, name) for name in _FLEET_COLUMNS}}
+            **columns(decision.fleet_speedup, prefix=_FLEET),
+            **{name: getattr(decision, name) for name in _FLEET_ARMS}}
 
 
 def config_matches(recorded: str | None, config: str) -> bool:

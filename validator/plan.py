@@ -67,8 +67,7 @@ class Queued:
         fresh expiry when kept or re-keyed, the new key when re-keyed."""
         extra: dict[str, Any] = {}
         if result is not None and result.speedup is not None:
-            extra = {"speedup": result.speedup, "ci_low": result.ci_low, "ci_high": result.ci_high,
-                     "numerics_ok": result.numerics_ok}
+            extra = {"speedup": result.speedup, "numerics_ok": result.numerics_ok}
         if outcome in ("kept", "rekeyed"):
             extra["expires_at"] = rules.expiry(now, self.origin, ttl, max_age).isoformat()
         if outcome == "rekeyed":

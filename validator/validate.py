@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from delivery.store import DEFAULT_TTL, Store
 from execution.evaluate import (CANDIDATE_FAILS, DEFAULT_FAILS, FRESH_WORKERS, DefaultFails,
@@ -53,7 +52,7 @@ from validator.plan import Planner, Queued
 from validator.run import Run, exclusive
 from validator.signals import FLEET_WINDOW
 from validator.tables import OUTCOMES
-from validator.toolchains import Registry
+from validator.toolchains import Registry, Toolchain
 
 MEASURE_SETTINGS = MeasureSettings(confidence=0.99, min_pairs=20, max_seconds=10.0)
 MAX_AGE = datetime.timedelta(days=180)
@@ -109,10 +108,18 @@ class RunReport:
                 "resumed": self.resumed}
 
 
+# Measures queued entries (each as `measure` does) until a deadline (time.time(); None: no
+# deadline) and yields each decision as it comes, in any order; an entry it leaves out (out of
+# time, no machine to measure it) is deferred to the next run. The default measures here, in
+# order (`measure_in_order`); a cluster runner measures on the nodes (`tasks`).
+Measurer = Callable[[list[Queued], Home, Toolchain, ValidateSettings, float | None], Iterable[Decision]]
+
+
 def validate(home: Home, toolchain: str | None = None,
              settings: ValidateSettings = ValidateSettings(), progress: bool = False,
-             now: datetime.datetime | None = None) -> RunReport:
-    """Run (or resume) one validation pass over the store of `home` under `toolchain`."""
+             now: datetime.datetime | None = None, measurer: Measurer | None = None) -> RunReport:
+    """Run (or resume) one validation pass over the store of `home` under `toolchain`; the
+    queued entries are measured by `measurer` (default: here, in order)."""
     home = open_home(home)
     with exclusive(home):
         chain = Registry(home).get(toolchain)
@@ -124,7 +131,8 @@ def validate(home: Home, toolchain: str | None = None,
             free, queue, skipped = planner.plan(decided={d.key for d in run.decisions})
             for decision in free:
                 run.record(decision)
-            deferred = _measure_queue(queue, planner, run, settings, progress)
+            deferred = _measure_queue(queue, planner, run, settings, progress,
+                                      measurer or measure_in_order)
             run.publish(Store(home))
         run.land(Warehouse(home))
         return RunReport(run.run_id, chain.name, chain.compiler_version, run.published["version"],
@@ -132,28 +140,38 @@ def validate(home: Home, toolchain: str | None = None,
 
 
 def _measure_queue(queue: list[Queued], planner: Planner, run: Run, settings: ValidateSettings,
-                   progress: bool) -> int:
-    """Measure the queue in order until the budget is spent; returns how many were deferred."""
+                   progress: bool, measurer: Measurer) -> int:
+    """Measure the queue until the budget is spent, journaling each decision as it comes;
+    returns how many were deferred."""
     from ingest.progress import progress_bar
 
-    started = time.monotonic()
+    deadline = None if settings.budget_minutes is None else time.time() + 60 * settings.budget_minutes
     bar = progress_bar(total=len(queue), desc=f"validate on {planner.chain.compiler_version}",
                        unit="entry", enabled=progress)
+    done = 0
     try:
-        budget = math.inf if settings.budget_minutes is None else 60 * settings.budget_minutes
-        for done, queued in enumerate(queue):
-            if time.monotonic() - started > budget:
-                return len(queue) - done
-            run.record(_measure(queued, planner, settings))
+        for decision in measurer(queue, planner.home, planner.chain, settings, deadline):
+            run.record(decision)
+            done += 1
             bar.update()
     finally:
         bar.close()
-    return 0
+    return len(queue) - done
 
 
-def _measure(queued: Queued, planner: Planner, settings: ValidateSettings) -> Decision:
-    """Re-measure one entry's config against the defaults and decide."""
-    chain, entry = planner.chain, queued.entry
+def measure_in_order(queue: list[Queued], home: Home, chain: Toolchain, settings: ValidateSettings,
+                     deadline: float | None) -> Iterable[Decision]:
+    """The default `Measurer`: each entry here, in order, while the deadline is not past."""
+    for queued in queue:
+        if deadline is not None and time.time() > deadline:
+            return
+        yield measure(queued, home, chain, settings)
+
+
+def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSettings) -> Decision:
+    """Re-measure one entry's config against the defaults under `chain` and decide; its graph
+    comes from the blob store of `home`."""
+    entry = queued.entry
     cv = chain.compiler_version
     invalidated = queued.invalidates
 
@@ -166,7 +184,7 @@ def _measure(queued: Queued, planner: Planner, settings: ValidateSettings) -> De
     except (FlagError, json.JSONDecodeError) as exc:
         return decide("invalidated", f"its config is no longer accepted: {exc}", invalidated)
     try:
-        module = from_text(BlobStore(planner.home).get_text(queued.blob), source=queued.blob)
+        module = from_text(BlobStore(home).get_text(queued.blob), source=queued.blob)
     except (BlobError, HloLoadError) as exc:
         return decide("unmeasured", str(exc), rules.NONE)
     band = settings.measure.noise_band

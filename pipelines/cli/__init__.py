@@ -20,7 +20,7 @@ import tempfile
 import threading
 from typing import NoReturn
 
-from pipelines.cli import ingest, loop, rank, store, tune, validate
+from pipelines.cli import cluster, ingest, loop, rank, store, tune, validate
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, HelpFormatter, Handler, closing_stdout,
                                   epilog, guarded, resolve_home)
 from pipelines.extras import MissingExtra
@@ -38,7 +38,8 @@ GLOBAL_OPTIONS = (HOME_OPTION,)
 COMMANDS = (ingest.add_fingerprint, tune.add_evaluate, tune.add_workloads, ingest.add_ingest,
             ingest.add_simulate, rank.add_rank, tune.add_tune, tune.add_analyze, store.add_deliver,
             store.add_store, store.add_serve, loop.add_nightly, loop.add_scheduler, store.add_run,
-            ingest.add_hits, validate.add_toolchain, validate.add_validate, rank.add_savings)
+            ingest.add_hits, validate.add_toolchain, validate.add_validate, rank.add_savings,
+            cluster.add_cluster)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pipelines.cli.cluster import add_cluster_option
 from pipelines.cli.common import (BEAM_NOTE, EXIT_FAILED, EXIT_OK, Subcommands, add_command, add_validation_options,
                                   print_json, print_table)
 from pipelines.extras import needs
@@ -16,7 +17,8 @@ def add_nightly(sub: Subcommands) -> None:
     """`fdo nightly`."""
     p = add_command(sub, "nightly", "one turn of the loop for a date: ingest, rank, tune, deliver, "
                     "validate, savings",
-                    ["fdo nightly", "fdo nightly --date 2025-01-31 --inbox /data/drops --top 2 --force"],
+                    ["fdo nightly", "fdo nightly --date 2025-01-31 --inbox /data/drops --top 2 --force",
+                     "fdo --home /shared/fdo nightly --cluster 10.0.0.5:6379"],
                     BEAM_NOTE, "Exit status 1: a stage failed (the others still ran where they could).")
     p.add_argument("--date", metavar="DATE", help="YYYY-MM-DD (default: today)")
     p.add_argument("--inbox", action="append", default=[], metavar="DIR",
@@ -35,6 +37,7 @@ def add_nightly(sub: Subcommands) -> None:
                    help="fresh workers that compare finalists, verify each tuned winner and "
                    "re-measure each validated entry (default: the tuner's, 3)")
     p.add_argument("--force", action="store_true", help="run every stage again for a finished date")
+    add_cluster_option(p)
     p.add_argument("--json", action="store_true", help="print each stage's status and counts as JSON")
     p.set_defaults(run=cmd_nightly, takes_beam_args=True, home_url=True)
 
@@ -44,7 +47,7 @@ def cmd_nightly(args: argparse.Namespace, home: Home) -> int:
     """Run the stages of the date not yet done; print each stage's outcome."""
     import datetime
 
-    from pipelines.nightly import NightlySettings, run_nightly
+    from pipelines.nightly import NightlySettings, StageStatus, run_nightly
 
     if args.verify_workers is not None and args.verify_workers < 1:
         raise ValueError(f"--verify-workers {args.verify_workers}: at least one is needed")
@@ -54,7 +57,10 @@ def cmd_nightly(args: argparse.Namespace, home: Home) -> int:
         top_ops=args.top_ops, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
         validate_minutes=args.validate_minutes, verify_workers=args.verify_workers,
         beam_args=tuple(args.beam_args), force=args.force)
-    report = run_nightly(home, settings, progress=not args.json)
+    from pipelines.stages import cluster_address, open_runner
+
+    with open_runner(cluster_address(args.cluster)) as runner:
+        report = run_nightly(home, settings, progress=not args.json, runner=runner)
     if args.json:
         print_json(report.to_json())
     else:
@@ -62,7 +68,7 @@ def cmd_nightly(args: argparse.Namespace, home: Home) -> int:
                     [(str(report.date), stage.stage, stage.status, f"{stage.seconds:.1f}",
                       stage.error.splitlines()[0] if stage.error else _counts_text(stage.counts))
                      for stage in report.stages], "<<<><")
-        if all(s.status == "skipped" for s in report.stages):
+        if all(s.status == StageStatus.SKIPPED for s in report.stages):
             print(f"{report.date}: finished before; nothing to do (--force runs it again)")
     return EXIT_OK if report.ok else EXIT_FAILED
 

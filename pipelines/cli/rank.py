@@ -101,7 +101,7 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
     cost = loop_cost(warehouse.read(TRIALS, ["dt", "task_id", "elapsed_seconds"], lambda dt: dt <= last_day),
                      warehouse.read(VALIDATIONS, ["dt", "run_id", "validated_at"], days.__contains__),
                      realized, first, last)
-    ratio = return_on_cost(split.total.realized, cost)
+    ratio = return_on_cost(split.total.realized.estimate, cost)
     if args.json:
         print_json({"rows": json_rows(rows), "entries": [r.to_json() for r in realized],
                     "totals": split.total.to_json(), "teams": [s.to_json() for s in split.by_team],
@@ -135,16 +135,16 @@ def print_realized(realized: Any, split: Any) -> None:
         return
     slices = ([(f"team {s.team}", s) for s in split.by_team]
               + [(f"v{s.config_version}", s) for s in split.by_version] + [("total", split.total)])
-    scale, unit = _chip_unit([abs(v) for _, s in slices for v in (s.booked, s.realized)])
+    scale, unit = _chip_unit([abs(v) for _, s in slices for v in (s.booked, s.realized.estimate)])
     print_table(("slice", f"booked ({unit})", "on decided entries", "realized", "interval", "decided", "undecided"),
                 [(name, f"{s.booked / scale:,.1f}", f"{s.booked_decided / scale:,.1f}",
-                  f"{s.realized / scale:,.1f}",
-                  f"[{s.interval.low / scale:,.1f}, {s.interval.high / scale:,.1f}]" if s.interval else "-",
+                  f"{s.realized.estimate / scale:,.1f}",
+                  f"[{s.realized.low / scale:,.1f}, {s.realized.high / scale:,.1f}]" if s.decided else "-",
                   str(s.decided), str(s.undecided)) for name, s in slices],
                 "<>>>>>>", indent="  ")
     print_table(("key", "version", "expected", "realized", "tuned jobs/runs", "holdout jobs/runs"),
                 [(r.key[:12], f"v{r.config_version}", f"{r.expected_speedup:.3f}x",
-                  f"{r.speedup:.3f}x [{r.interval.low:.3f}, {r.interval.high:.3f}]" if r.decided
+                  r.speedup.as_speedup() if r.decided
                   else f"undecided: {r.undecided}",
                   f"{r.tuned.jobs}/{r.tuned.runs}", f"{r.holdout.jobs}/{r.holdout.runs}") for r in realized],
                 "<<><>>", indent="  ")

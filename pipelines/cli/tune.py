@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipelines.cli.cluster import add_cluster_option
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_DEFAULT_FAILS, EXIT_FAILED, EXIT_OK, JSON_HELP,
                                   Subcommands, add_command, config_text, print_json, print_table)
 from pipelines.extras import needs
 from storage.home import Home
 from pipelines import stages
+from tuner.kinds import KINDS, Kind
 from tuner.strategies import STRATEGIES
 
 
@@ -87,8 +89,8 @@ def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
         print("  the candidate compiles to the same program as the default: nothing to measure")
         return
     verdict = "significant gain" if result.significant else "no significant gain"
-    print(f"  speedup {result.speedup:.3f}x  (99% CI {result.ci_low:.3f} .. {result.ci_high:.3f}, "
-          f"{result.pairs} pairs, {verdict})")
+    print(f"  speedup {result.speedup.estimate:.3f}x  (99% CI {result.speedup.low:.3f} .. "
+          f"{result.speedup.high:.3f}, {result.pairs} pairs, {verdict})")
     if len(result.speedups) > 1:
         print(f"  the median of {len(result.speedups)} workers: {_speedups(result.speedups)}")
     print(f"  numerics {'ok' if result.numerics_ok else 'FAILED'}; "
@@ -156,16 +158,17 @@ def _dump_workloads(args: argparse.Namespace) -> int:
 
 def add_tune(sub: Subcommands) -> None:
     """`fdo tune`."""
-    graph, op = stages.TUNE_DEFAULTS["graph"], stages.TUNE_DEFAULTS["op"]
+    graph, op = KINDS[Kind.GRAPH], KINDS[Kind.OP]
     p = add_command(sub, "tune", "search compiler flags for HLO modules and verify the best",
                     ["fdo tune --top 3 --budget-minutes 30",
-                     "fdo tune module.txt --budget-evals 20 --cores 0-7", "fdo tune --kind op --top 2"],
+                     "fdo tune module.txt --budget-evals 20 --cores 0-7", "fdo tune --kind op --top 2",
+                     "fdo --home /shared/fdo tune --top 8 --cluster 10.0.0.5:6379"],
                     "Exit status 4: a module fails with the compiler's default config (it does not "
                     "compile or run), so there is nothing to measure against; its task ends with "
                     "status \"default fails: <reason>\".")
     p.add_argument("files", nargs="*", metavar="FILE", help="HLO modules (unoptimized) to tune "
                    "(default: none, the top ranked graph candidates this machine can measure)")
-    p.add_argument("--kind", choices=list(stages.TUNE_DEFAULTS), default="graph",
+    p.add_argument("--kind", choices=[str(kind) for kind in KINDS], default=str(Kind.GRAPH),
                    help="op: tune the top ranked ops (cut out of their graphs), then fold the "
                    "winners into graph-level configs measured on each whole graph")
     p.add_argument("--top", type=int, default=5, metavar="K", help="without files: how many candidates")
@@ -196,7 +199,9 @@ def add_tune(sub: Subcommands) -> None:
                    "verify the winner; their median decides (default: 3; 1 is faster, and "
                    "trusts one process)")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the search")
-    p.add_argument("--json", action="store_true", help="print the tuning results as JSON")
+    add_cluster_option(p)
+    p.add_argument("--json", action="store_true", help="print the tuning results as JSON (with "
+                   "--cluster, each with the node that ran it)")
     p.set_defaults(run=cmd_tune, home_url=True)
 
 
@@ -205,61 +210,86 @@ def cmd_tune(args: argparse.Namespace, home: Home) -> int:
     """Tune the modules given, or the top ranked graphs (or ops, folded into their graphs)."""
     from hlo.module import load_file
 
-    if args.kind == "op":
-        return _tune_ops(args, home)
-    settings = _tune_settings(args)
-    if args.files:
-        tasks = [(str(path), load_file(path), None) for path in args.files]
-    else:
-        from tuner.candidates import tunable_candidates
-
-        tasks = tunable_candidates(home, args.top)
-        if not tasks:
-            print("no ranked graph candidates that this machine can measure (run fdo rank)",
-                  file=sys.stderr)
-            return EXIT_FAILED
-    results = stages.tune_graphs(home, tasks, settings, progress=not args.json)
+    settings = _tune_settings(args)  # bad options are told before a cluster is reached
+    with stages.open_runner(stages.cluster_address(args.cluster)) as runner:
+        if args.kind == Kind.OP:
+            return _tune_ops(args, home, settings, runner)
+        if args.files:
+            tasks = [(str(path), load_file(path), None) for path in args.files]
+        else:
+            tasks = KINDS[Kind.GRAPH].candidates(home, args.top, False, runner.environments()).tasks
+            if not tasks:
+                print(f"no ranked graph candidates that {_measurers(runner)} can measure (run fdo rank)",
+                      file=sys.stderr)
+                return EXIT_FAILED
+        outcomes = stages.tune_graphs(home, tasks, settings, progress=not args.json, runner=runner)
     if args.json:
-        payload = [r.to_json() for r in results]
+        payload = [_outcome_json(o, runner.name) for o in outcomes]
         print_json(payload[0] if len(payload) == 1 else payload)
     else:
-        for (label, _, _), r in zip(tasks, results):
-            _print_tune_result(label, r)
-    return _tune_exit(results)
+        for (label, _, _), o in zip(tasks, outcomes):
+            _print_outcome(label, o, runner.name)
+    return _tune_exit(outcomes)
 
 
-def _tune_ops(args: argparse.Namespace, home: Home) -> int:
+def _tune_ops(args: argparse.Namespace, home: Home, settings: Any, runner: Any) -> int:
     """`fdo tune --kind op`: tune the top ranked ops, then fold them into their graphs."""
-    from tuner.fold import tune_ops_and_fold
-
     if args.files:
         print("fdo tune --kind op: ops come from the ranking (fdo rank); give no files",
               file=sys.stderr)
         return EXIT_BAD_INPUT
-    done = tune_ops_and_fold(home, args.top, _tune_settings(args), fold=not args.no_fold,
-                             progress=not args.json)
+    done = stages.tune_ops(home, args.top, settings, fold=not args.no_fold,
+                           progress=not args.json, runner=runner)
     for reason in done.skipped:
         print(f"skipped {reason}", file=sys.stderr)
     if not done.tasks:
-        print("no ranked op candidates that this machine can measure (run fdo rank)",
+        print(f"no ranked op candidates that {_measurers(runner)} can measure (run fdo rank)",
               file=sys.stderr)
         return EXIT_FAILED
     if args.json:
-        print_json({"ops": [r.to_json() for r in done.results],
+        print_json({"ops": [_outcome_json(o, runner.name) for o in done.outcomes],
                     "folds": [f.to_json() for _, f in done.folds]})
     else:
-        for (label, _, _), r in zip(done.tasks, done.results):
-            _print_tune_result(label, r)
+        for (label, _, _), o in zip(done.tasks, done.outcomes):
+            _print_outcome(label, o, runner.name)
         for graph, f in done.folds:
             _print_tune_result(f"graph {graph[:8]} folded from {len(f.sources)} op results", f)
-    return _tune_exit(done.results)
+    return _tune_exit(done.outcomes)
 
 
-def _tune_exit(results: list[Any]) -> int:
-    """`fdo tune`'s exit status: EXIT_DEFAULT_FAILS if any task's default failed."""
+def _outcome_json(outcome: Any, runner: str) -> dict[str, Any]:
+    """A task's JSON: its result's, as a local run prints it; on a cluster, with the node that
+    ran it and its tries; a task with no result: its status and the reason."""
+    payload = (outcome.result.to_json() if outcome.result is not None
+               else {"task": outcome.label, "status": str(outcome.status), "reason": outcome.reason})
+    if runner != "local":
+        payload.update(node=outcome.node, tries=outcome.tries)
+    return payload
+
+
+def _print_outcome(label: str, outcome: Any, runner: str) -> None:
+    """A task's outcome: its result as a local run prints it (on a cluster, with the node that
+    ran it), or its status and the reason it has no result."""
+    where = f" [node {outcome.node[:12]}]" if runner != "local" and outcome.node else ""
+    if outcome.result is None:
+        print(f"{label}: {outcome.status}{where}: {outcome.reason}")
+        return
+    _print_tune_result(label + where, outcome.result)
+
+
+def _measurers(runner: Any) -> str:
+    """Who measures the tasks of `runner`, as the CLI names them."""
+    return "this machine" if runner.environments() is None else "the cluster's nodes"
+
+
+def _tune_exit(outcomes: list[Any]) -> int:
+    """`fdo tune`'s exit status: EXIT_DEFAULT_FAILS if any task's default failed; EXIT_FAILED
+    if a task has no result (failed, or no node measures its environment)."""
     from execution.evaluate import DEFAULT_FAILS
 
-    return EXIT_DEFAULT_FAILS if any(r.failure == DEFAULT_FAILS for r in results) else EXIT_OK
+    if any(o.result is not None and o.result.failure == DEFAULT_FAILS for o in outcomes):
+        return EXIT_DEFAULT_FAILS
+    return EXIT_FAILED if any(o.result is None for o in outcomes) else EXIT_OK
 
 
 def _tune_settings(args: argparse.Namespace) -> Any:
@@ -286,15 +316,14 @@ def _print_tune_result(label: str, r: Any) -> None:
     landed before phases were told has none), with their total."""
     from execution.flags import relaxes_numerics
 
-    interval = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None else ""
-    speed = f"{r.speedup:.3f}x {interval}" if r.speedup is not None else ""
+    speed = r.speedup.as_speedup() if r.speedup is not None else ""
     if len(r.speedups) > 1:  # the verification's workers, each on its own
         speed += f" (workers {_speedups(r.speedups)})"
     print(f"{label}: {r.status} {speed}; config {config_text(r.to_json()['config'])}")
     if r.relaxed is not None:
         relaxed = r.relaxed
         print(f"  opt-in, relaxes numerics ({', '.join(relaxes_numerics(relaxed.config))}): "
-              f"{relaxed.speedup:.3f}x [{relaxed.ci_low:.3f}, {relaxed.ci_high:.3f}]; "
+              f"{relaxed.speedup.as_speedup()}; "
               f"config {config_text(r.to_json()['relaxed']['config'])} "
               "(for jobs run with FDO_RELAXED_NUMERICS=1)")
     if r.seconds_to_best is not None:

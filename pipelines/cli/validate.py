@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from pipelines.cli.cluster import add_cluster_option
 from pipelines.cli.common import (EXIT_OK, JSON_HELP, Subcommands, add_command, json_rows, print_json,
                                   print_table)
 from pipelines.extras import needs
@@ -71,7 +72,8 @@ def add_validate(sub: Subcommands) -> None:
     p = add_command(sub, "validate", "re-check stored configs on the current compiler: keep, re-key, "
                     "invalidate, expire",
                     ["fdo validate --once --budget-minutes 20", "fdo validate --once --toolchain next",
-                     "fdo validate --report --json"])
+                     "fdo validate --report --json",
+                     "fdo --home gs://bucket/fdo validate --once --cluster auto"])
     p.add_argument("--once", action="store_true", help="one pass, then exit (without it: a pass every "
                    "--every-minutes until interrupted)")
     p.add_argument("--budget-minutes", type=float, default=None, metavar="MINUTES",
@@ -93,6 +95,7 @@ def add_validate(sub: Subcommands) -> None:
                    help="entries measured more recently on the same compiler are skipped")
     p.add_argument("--report", action="store_true",
                    help="print staleness, outcomes per day and the validator's share of fleet hits")
+    add_cluster_option(p)
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(run=cmd_validate, home_url=True)
 
@@ -107,6 +110,8 @@ def cmd_validate(args: argparse.Namespace, home: Home) -> int:
 
     from validator.validate import MEASURE_SETTINGS, ValidateSettings, validate
 
+    if args.cluster is not None and not args.once:
+        raise ValueError("--cluster: measures the entries of one pass (--once) only")
     if args.report:
         return _validation_report(home, args.json)
     if not args.once:
@@ -119,7 +124,11 @@ def cmd_validate(args: argparse.Namespace, home: Home) -> int:
         max_age=datetime.timedelta(days=args.max_age_days),
         revalidate_after=datetime.timedelta(hours=args.revalidate_after_hours),
         measure=dataclasses.replace(MEASURE_SETTINGS, max_seconds=args.max_seconds))
-    report = validate(home, args.toolchain, settings, progress=not args.json)
+    from pipelines.stages import cluster_address, measurer, open_runner
+
+    with open_runner(cluster_address(args.cluster)) as runner:
+        report = validate(home, args.toolchain, settings, progress=not args.json,
+                          measurer=measurer(runner))
     if args.json:
         print_json(report.to_json())
         return EXIT_OK

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from delivery.store import Store
+from hlo.interval import columns
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, OPS
 from pipelines.dashboard.scope import Scope
 from ranking.cost import loop_cost as ranking_loop_cost
@@ -308,7 +309,7 @@ def loop_cost(home: Home, scope: Scope) -> list[Row]:
     found = realized_speedups(runs, confidence=REALIZED_LEVEL)
     cost = ranking_loop_cost(trials, _read(home, scope, VALIDATIONS, ["dt", "run_id", "validated_at"]), found,
                              scope.filters.window.first, scope.filters.window.last)
-    saved = ranking_realized_savings(runs, found).total.realized
+    saved = ranking_realized_savings(runs, found).total.realized.estimate
     return [{"days": cost.days, "tuning_chip_hours": cost.tuning / 3600,
              "validation_chip_hours": cost.validation / 3600, "holdout_chip_hours": cost.holdout / 3600,
              "cost_chip_hours": cost.total / 3600, "realized_chip_hours": saved / 3600,
@@ -466,13 +467,11 @@ def _realized_rows(runs: pa.Table, names: dict[str, str], scope: Scope) -> list[
 
 def _realized_row(found: Realized, where: Row, names: dict[str, str], scope: Scope) -> Row:
     """One entry's row; an expected speedup that no run stated (NaN) is null."""
-    interval = found.interval
     row = {
         "key": found.key, "config_version": found.config_version, "kind": found.kind,
         "fingerprint": where["fingerprint"], "name": names.get(where["fingerprint"]),
         "env_key": where["env_key"], "environment": scope.label(where["env_key"]),
-        "expected_speedup": found.expected_speedup, "speedup": found.speedup,
-        "ci_low": interval and interval.low, "ci_high": interval and interval.high, "ci_level": REALIZED_LEVEL,
+        "expected_speedup": found.expected_speedup, **columns(found.speedup), "ci_level": REALIZED_LEVEL,
         "decided": found.decided, "regressed": found.regressed,
         "undecided": found.undecided and found.undecided.value,
         **{f"{name}_{field}": value for name, arm in (("tuned", found.tuned), ("holdout", found.holdout))
@@ -483,10 +482,10 @@ def _realized_row(found: Realized, where: Row, names: dict[str, str], scope: Sco
 
 
 def _savings_row(name: str, part: RealizedSavings) -> Row:
-    interval = part.interval
+    interval = part.realized if part.decided else None
     return {"slice": name, "team": part.team, "config_version": part.config_version,
             "tuned_chip_hours": part.tuned_chip_seconds / 3600, "booked_chip_hours": part.booked / 3600,
-            "booked_decided_chip_hours": part.booked_decided / 3600, "realized_chip_hours": part.realized / 3600,
+            "booked_decided_chip_hours": part.booked_decided / 3600, "realized_chip_hours": part.realized.estimate / 3600,
             "realized_low": interval and interval.low / 3600, "realized_high": interval and interval.high / 3600,
             "ci_level": REALIZED_LEVEL, "decided_entries": part.decided, "undecided_entries": part.undecided}
 

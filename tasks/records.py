@@ -1,0 +1,126 @@
+"""Task records: what one tuning or validation measurement needs, and how it ended.
+
+A task is a plain, picklable record of everything its measurement needs besides the home: the
+module as serialized bytes (`hlo.module.HloModule`), its kind, its environment
+and its settings. The home travels as its string form (`home_address`): a URL, or a path that
+every node sees. A runner (`tasks.local`, `tasks.ray_runner`) runs a list of them and gives one
+`TaskOutcome` per task, in the tasks' order, with its status as a `TaskStatus`, the node that
+ran it, how many tries it took, and its result or the reason it has none.
+
+What a task does is `perform`: the same call wherever it runs. A tuning task lands its result
+idempotently by task id (`tuner.tune.run_task`: a rerun after a lost node resumes from the
+task's journal and lands nothing twice); a validation task only measures and decides: the
+validator's run journals the decision on the driver.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from hlo.module import HloModule
+from storage.home import Home
+from storage.homes import open_home
+from tuner.kinds import Kind, Subject
+from tuner.tune import TuneResult, TuneSettings, task_digest, tune
+from validator.decisions import Decision
+from validator.plan import Queued
+from validator.toolchains import Toolchain
+from validator.validate import ValidateSettings, measure
+
+R = TypeVar("R")
+
+
+class TaskStatus(enum.StrEnum):
+    """How a task ended. DONE: it ran to a result (whose own verdict may be "no gain").
+    FAILED: it raised, or the process running it died on every try (`TaskOutcome.reason`).
+    UNROUTABLE: no live node offers its environment (at submission, or after the last one
+    died): left for a later run. NOT_STARTED: the deadline left it no time."""
+
+    DONE = "done"
+    FAILED = "failed"
+    UNROUTABLE = "unroutable"
+    NOT_STARTED = "not started"
+
+
+@dataclass(frozen=True)
+class TuneTask:
+    """One tuning task: a graph or an op (`kind`) of environment `env_key`, to tune with
+    `settings`. `module` is what the tuner compiles (an HloModule is the serialized
+    HloModuleProto and its name; for an op, its kernel cut out as a runnable module),
+    `fingerprint` what its results are keyed by."""
+
+    kind: Kind
+    label: str
+    module: HloModule
+    fingerprint: str
+    env_key: str
+    settings: TuneSettings
+    op_class: str | None = None  # an op's class: which knobs act on it
+
+    @classmethod
+    def of(cls, kind: Kind, label: str, subject: Subject, env_key: str,
+           settings: TuneSettings) -> TuneTask:
+        """The task tuning `subject` (see `tuner.tune.graph_subject`, `op_subject`)."""
+        return cls(kind, label, subject.module, subject.fingerprint, env_key, settings,
+                   subject.op_class)
+
+    @property
+    def key(self) -> str:
+        """What names the task's attempts in the home: its kind, key, environment and budget."""
+        return task_digest("tune", self.kind, self.fingerprint, self.env_key,
+                           self.settings.strategy, self.settings.seed, self.settings.budget_evals)
+
+    def subject(self) -> Subject:
+        """What the tuner is given to tune."""
+        return Subject(self.module, self.fingerprint, self.label, self.op_class)
+
+
+@dataclass(frozen=True)
+class MeasureTask:
+    """One validation measurement: the queued store entry under toolchain `chain`, whose
+    environment (`env_key`, the toolchain's) a node must offer."""
+
+    label: str
+    queued: Queued
+    chain: Toolchain
+    env_key: str
+    settings: ValidateSettings
+
+    @property
+    def key(self) -> str:
+        """What names the task's attempts in the home: the entry, the toolchain's compiler."""
+        return task_digest("validate", self.queued.entry["key"], self.chain.compiler_version)
+
+
+Task = TuneTask | MeasureTask
+
+
+@dataclass
+class TaskOutcome(Generic[R]):
+    """How one task ended: its status; the node that ran it (None: it ran nowhere; "local" in
+    this process); how many tries it took (a try ends when its process dies); its result, or
+    the reason it has none."""
+
+    label: str
+    status: TaskStatus
+    node: str | None = None
+    tries: int = 0
+    result: R | None = None
+    reason: str | None = None
+
+
+def perform(task: Task, home: Home | str, progress: bool = False) -> TuneResult | Decision:
+    """Run `task` on this machine against `home`: a tuning task tunes and lands its result
+    (idempotent by task id; `progress`: its bar), a validation task measures and returns its
+    decision."""
+    home = open_home(home)
+    if isinstance(task, TuneTask):
+        return tune(task.kind, task.subject(), home, task.settings, task.env_key, progress)
+    return measure(task.queued, home, task.chain, task.settings)
+
+
+def home_address(home: Home) -> str:
+    """The string form of `home` a node opens: a URL as it is, a local path made absolute."""
+    return str(home.local("a cluster's shared home").resolve()) if home.is_local else str(home)

@@ -1,0 +1,133 @@
+"""The runner interface, and the local runner: tasks run here, in order, as without a cluster.
+
+A `Runner` is given a list of task records (`tasks.records`) and the home they share, and gives
+one `TaskOutcome` per task, as each ends. Its guarantees, whichever runner it is:
+- every task gets exactly one outcome, in any order (`run_all` puts them in the tasks' order),
+  but that the local runner lets a task's exception end the run, as a local stage always has;
+- a task runs with its own settings, except that under a `Deadline` a tuning task's search gets
+  a share of the time left (`budget_minutes`), and a task the deadline leaves no time for is not
+  started (TaskStatus.NOT_STARTED);
+- a task's landing is its own (`tasks.records.perform`): idempotent by task id, so a task run
+  twice lands once.
+The stages are given a runner; they do not build one (`pipelines.stages.open_runner` does,
+from `--cluster` or $FDO_CLUSTER).
+"""
+
+from __future__ import annotations
+
+import abc
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import Iterator, Sequence
+
+from storage.home import Home
+from tasks.records import MeasureTask, TaskOutcome, TaskStatus, Task, TuneTask, perform
+from validator.decisions import Decision
+from validator.plan import Queued
+from validator.toolchains import Toolchain
+from validator.validate import Measurer, ValidateSettings
+
+LOCAL_NODE = "local"
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When the tasks' time is up (`time.time()`), and how many more shares of the time left to
+    keep for what the caller runs after them."""
+
+    at: float
+    reserve: int = 0
+
+    def left(self) -> float:
+        """Minutes left."""
+        return (self.at - time.time()) / 60
+
+
+def within(task: Task, minutes: float) -> Task:
+    """`task` with its search limited to `minutes` (a validation task has no search to limit)."""
+    if isinstance(task, TuneTask):
+        return replace(task, settings=replace(task.settings, budget_minutes=minutes))
+    return task
+
+
+class Runner(abc.ABC):
+    """Runs task records against a home; see the module docstring for its guarantees."""
+
+    name: str
+
+    @abc.abstractmethod
+    def run(self, tasks: Sequence[Task], home: Home, deadline: Deadline | None = None,
+            progress: bool = False) -> Iterator[tuple[int, TaskOutcome]]:
+        """(index in `tasks`, outcome) of every task, as each ends."""
+
+    def environments(self) -> frozenset[str] | None:
+        """The keys of the environments the runner's machines measure, which the candidates to
+        tune are chosen from (`tuner.candidates`); None: this machine's platform and device
+        kind, as a run without a cluster has always taken them."""
+        return None
+
+    def close(self) -> None:
+        """Let go of what the runner holds (a cluster connection)."""
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalRunner(Runner):
+    """Each task in this process, one after another, in order: what a run without a cluster
+    does. A task that raises propagates (as a local stage always has): no outcome hides it."""
+
+    name = "local"
+
+    def run(self, tasks: Sequence[Task], home: Home, deadline: Deadline | None = None,
+            progress: bool = False) -> Iterator[tuple[int, TaskOutcome]]:
+        for index, task in enumerate(tasks):
+            if deadline is not None:
+                left = deadline.left()
+                if left <= 0:
+                    yield index, TaskOutcome(task.label, TaskStatus.NOT_STARTED,
+                                             reason="the deadline left it no time")
+                    continue
+                task = within(task, left / (len(tasks) - index + deadline.reserve))
+            result = perform(task, home, progress)
+            yield index, TaskOutcome(task.label, TaskStatus.DONE, LOCAL_NODE, 1, result)
+
+
+def run_all(runner: Runner, tasks: Sequence[Task], home: Home, deadline: Deadline | None = None,
+            progress: bool = False, label: str = "tasks") -> list[TaskOutcome]:
+    """Every task's outcome, in the tasks' order, with an overall bar (tasks done of all) when
+    `progress` is on and there are several."""
+    from ingest.progress import progress_bar
+
+    outcomes: list[TaskOutcome | None] = [None] * len(tasks)
+    bar = progress_bar(total=len(tasks), desc=label, unit="task",
+                       enabled=progress and len(tasks) >= 2)
+    try:
+        for index, outcome in runner.run(tasks, home, deadline, progress):
+            outcomes[index] = outcome
+            bar.update()
+    finally:
+        bar.close()
+    return [o for o in outcomes if o is not None]
+
+
+def measuring(runner: Runner) -> Measurer:
+    """The validator's `Measurer` (`validator.validate`) that measures each queued entry as a
+    task on `runner`, in the toolchain's environment. An entry whose task has no decision
+    (failed, no node for its environment, out of time) is told on stderr and deferred."""
+    def measure_all(queue: list[Queued], home: Home, chain: Toolchain, settings: ValidateSettings,
+                    deadline: float | None) -> Iterator[Decision]:
+        env_key = chain.env().key()
+        records = [MeasureTask(f"entry {q.entry['key'][:12]}", q, chain, env_key, settings)
+                   for q in queue]
+        for _, outcome in runner.run(records, home, Deadline(deadline) if deadline else None):
+            if outcome.result is not None:
+                yield outcome.result
+            else:
+                print(f"{outcome.label}: {outcome.status}: {outcome.reason}; deferred",
+                      file=sys.stderr)
+    return measure_all

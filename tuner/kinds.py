@@ -1,0 +1,113 @@
+"""The registry of tuning kinds: each kind's facts in one `KindSpec`, looked up by `Kind`.
+
+A kind says what a task tunes and how: its defaults (the search's budget and strategy), how
+its target is made (the module compiled, the fingerprint its results are keyed by, the space
+searched) and where its candidates come from. Every place that handles a kind reads it here:
+the tuner's entry points (`tuner.tune`), the candidates, the fold, the stage calls and the CLI.
+A new kind (GPU kernels next) is one more `Kind` member and one more entry of `KINDS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from execution.compile import compiler_defaults
+from execution.flags import CompilerConfig
+from hlo.environment import current_environment
+from hlo.module import HloModule
+from storage.home import Home
+from tuner.space import Kind, SearchSpace, accepted_flags, graph_space, op_space
+from tuner.strategies import EvolutionStrategy, ExhaustiveStrategy
+
+if TYPE_CHECKING:
+    from tuner.candidates import Candidates
+
+__all__ = ["Kind", "KindSpec", "KINDS", "TuneTarget", "make_target"]
+
+
+@dataclass(frozen=True)
+class TuneTarget:
+    """What a task tunes: the module it compiles, the fingerprint and kind its results are keyed
+    by, and the space it searches."""
+
+    module: HloModule
+    fingerprint: str
+    kind: Kind
+    space: SearchSpace
+    label: str
+    configs: tuple[CompilerConfig, ...] = ()  # a fixed list to evaluate in order, not a search
+    sources: tuple[str, ...] = ()  # the tasks the target was derived from (a fold's op tasks)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a task of some kind is given to tune: the module the tuner compiles (a graph, or an
+    op cut out as a runnable module), its fingerprint, a label, and for an op its class (which
+    knobs act on it: `tuner.space.OP_KNOBS`)."""
+
+    module: HloModule
+    fingerprint: str
+    label: str
+    op_class: str | None = None
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """Every fact of one tuning kind.
+
+    `space(subject, platform)` is the space a task of the kind searches on `platform`, on the
+    machine that measures (the accepted flags are that compiler's); it raises ValueError for a
+    platform the kind is not built for. `candidates(home, top, untried, environments)` are the
+    latest ranking's best candidates of the kind that this machine (None) or machines of those
+    environment keys can measure (`tuner.candidates`)."""
+
+    kind: Kind
+    budget_evals: int  # the search's evaluations unless told otherwise
+    strategy: str  # the search's last phase, a key of tuner.strategies.STRATEGIES
+    space: Callable[[Subject, str], SearchSpace] = field(repr=False)
+    candidates: Callable[[Home, int, bool, frozenset[str] | None], Candidates] = field(repr=False)
+
+
+def _graph_space(subject: Subject, platform: str) -> SearchSpace:
+    return graph_space(platform, accepted_flags(platform), compiler_defaults())
+
+
+def _op_space(subject: Subject, platform: str) -> SearchSpace:
+    # XLA:GPU's per-op channel (its autotune results) is not built: an op is a CPU kernel.
+    if platform != "cpu":
+        raise ValueError(f"op-level tuning on {platform} is not built (CPU only)")
+    if subject.op_class is None:
+        raise ValueError(f"op {subject.label}: no op class, so no op-level space")
+    return op_space(subject.op_class, accepted_flags(platform), compiler_defaults())
+
+
+# tuner.candidates reads the warehouse and the blob store, which need the pipeline extra; the
+# CLI reads this registry for its help pages in the base install too. So the candidates of a
+# kind are imported when they are asked for.
+def _graph_candidates(home: Home, top: int, untried: bool,
+                      environments: frozenset[str] | None) -> Candidates:
+    from tuner.candidates import Candidates, tunable_candidates
+
+    return Candidates(list(tunable_candidates(home, top, untried, environments)))
+
+
+def _op_candidates(home: Home, top: int, untried: bool,
+                   environments: frozenset[str] | None) -> Candidates:
+    from tuner.candidates import tunable_op_candidates
+
+    return tunable_op_candidates(home, top, untried, environments)
+
+
+# A graph's search ends in evolution, within a budget; an op's space is small, so it is searched
+# whole (up to the budget), in enumeration order.
+KINDS: dict[Kind, KindSpec] = {
+    Kind.GRAPH: KindSpec(Kind.GRAPH, 40, EvolutionStrategy.name, _graph_space, _graph_candidates),
+    Kind.OP: KindSpec(Kind.OP, 200, ExhaustiveStrategy.name, _op_space, _op_candidates),
+}
+
+
+def make_target(kind: Kind, subject: Subject) -> TuneTarget:
+    """The target of a task of `kind` tuning `subject` on this machine's platform."""
+    space = KINDS[kind].space(subject, current_environment().platform)
+    return TuneTarget(subject.module, subject.fingerprint, kind, space, subject.label)
