@@ -543,26 +543,29 @@ def _flag_var(name: str) -> bool:
 
 
 def _share_var(name: str) -> float | None:
+    """$name as a share from 0 to 1; None where it is unset or empty."""
+    return _number_var(name, lambda value: 0 <= value <= 1, "a number from 0 to 1",
+                       "a share from 0 to 1")
+
+
+def _float_var(name: str, default: float) -> float:
+    """$name as seconds, over 0 and at most 60; `default` where it is unset or empty."""
+    value = _number_var(name, lambda value: 0 < value <= 60, "a number of seconds",
+                        "between 0 and 60 seconds")
+    return default if value is None else value
+
+
+def _number_var(name: str, within: Callable[[float], bool], number: str, domain: str) -> float | None:
+    """$name as a number for which `within` holds (a NaN never does); None where it is unset
+    or empty. ValueError naming the variable: not a number ("must be {number}"), or outside
+    its domain ("must be {domain}")."""
     raw = os.environ.get(name)
     if not raw:
         return None
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r}: must be a number from 0 to 1") from None
-    if not 0 <= value <= 1:  # NaN too
-        raise ValueError(f"{name}={raw!r}: must be a share from 0 to 1")
-    return value
-
-
-def _float_var(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r}: must be a number of seconds") from None
-    if not 0 < value <= 60:
-        raise ValueError(f"{name}={raw!r}: must be between 0 and 60 seconds")
+        raise ValueError(f"{name}={raw!r}: must be {number}") from None
+    if not within(value):
+        raise ValueError(f"{name}={raw!r}: must be {domain}")
     return value
