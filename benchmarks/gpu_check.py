@@ -25,14 +25,16 @@ tuning task cut short resumes from its journal. docs/gpu.md says how a device se
    verified one); then the validator measures that entry, and a slower single move's entry,
    on this machine: kept and invalidated.
 6, 7. kernels WORKLOAD (the first, second workload): XLA's own autotuner run exhaustively over
-   the step's GEMM and convolution fusions in a cache directory of the tuner's (its results
-   dumped, the names of the files it wrote compared with `FusionResult.cache_file_name`); the
-   costliest fusions' results published as a store entry; hooked compiles with and without
-   them, each in a fresh process (XLA keeps results in memory too): their compile times, what
-   the hook recorded (delivered, taken, autotuned) and XLA's cache log lines; the graph with
-   the delivered results measured against the default one as configs are (fresh processes,
-   interleaved pairs, 99% interval); and the same results labelled as another GPU's and another
-   XLA version's, which XLA must not take.
+   the step's GEMM and convolution fusions as `fdo tune --kind kernels` runs it (tuner.kernels:
+   a fresh worker's own directory, its results dumped, the names of the files it wrote compared
+   with `FusionResult.cache_file_name`); the costliest fusions' results published as a store
+   entry; hooked compiles with and without them, each in a fresh process (XLA keeps results in
+   memory too): their compile times, what the hook recorded (delivered, taken, autotuned) and
+   XLA's cache log lines; the graph with the delivered results measured against the default as
+   the kind verifies it (execution.evaluate: built in a fresh worker, timed in fresh workers);
+   the same results labelled as another GPU's and another XLA version's, which XLA must not
+   take; and the validator re-checking the three entries (kept; re-keyed, relabelled as XLA
+   keys its results).
 
 --dry-run runs the same code on whatever backend JAX has here (the CPU) with the small zoo
 sizes and budgets of seconds, so the script is tested where there is no GPU
@@ -373,32 +375,36 @@ def validate_entries(plan: Plan, state: State, name: str, module: HloModule, win
                      screens: list[dict[str, Any]]) -> dict[str, Any]:
     """The validator on this machine, over the winner's entry and a losing single move's
     (`losing_move`, stored with the winner's claim): measured, then kept or invalidated."""
-    from ingest.symbols import ingest_symbols
-    from validator.validate import ValidateSettings, validate
-
     environment = current_environment()
-    home = state.home("validate", fresh=True)
-    symbols = home.parent / "validate-symbols"
-    symbols.mkdir(exist_ok=True)
-    shutil.copy(state.module(name), symbols / f"{name}.hlo")
-    (symbols / "fdo-environment.json").write_text(json.dumps(environment.to_json()))
-    ingest_symbols([symbols], home)
     fingerprint, env_key = graph_fingerprint(module), environment.key()
-    two_days_ago = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=2)
     claims = {"winner": winner}
     losing = losing_move(screens)
     if losing is not None:
         claims[f"losing move ({losing['outcome']} when screened)"] = {**winner, "config": losing["config"]}
-    entries = {label: entry(fingerprint, env_key, environment.compiler_version, claim, f"gpu-check {label}",
-                            measured_at=two_days_ago)
-               for label, claim in claims.items()}
-    # One fingerprint, one key: each claim is validated in a run of its own.
+    return _validate_each(plan, state, name, {
+        label: entry(fingerprint, env_key, environment.compiler_version, claim, f"gpu-check {label}")
+        for label, claim in claims.items()})
+
+
+def _validate_each(plan: Plan, state: State, name: str, entries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The validator on this machine over each of `entries` (store rows of workload `name`'s
+    graph, one key: each in a run of its own), measured two days after: its decisions."""
+    from ingest.symbols import ingest_symbols
+    from validator.validate import ValidateSettings, validate
+
+    home = state.home("validate", fresh=True)
+    symbols = home.parent / "validate-symbols"
+    symbols.mkdir(exist_ok=True)
+    shutil.copy(state.module(name), symbols / f"{name}.hlo")
+    (symbols / "fdo-environment.json").write_text(json.dumps(current_environment().to_json()))
+    ingest_symbols([symbols], home)
+    two_days_ago = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=2)
     decided = {}
     for label, row in entries.items():
-        publish(home, [row])
+        publish(home, [{**row, "measured_at": two_days_ago}])
         report = validate(home, settings=ValidateSettings(workers=plan.workers, measure=plan.verify))
-        decided[label] = [{"outcome": d.outcome, "reason": d.reason, "config": row["config"]}
-                          for d in report.decisions]
+        decided[label] = [{"outcome": d.outcome, "reason": d.reason, "config": row["config"],
+                           "autotune_fate": d.autotune_fate} for d in report.decisions]
     return decided
 
 
@@ -501,74 +507,94 @@ _XLA_CACHE_LOGGING = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_MAX_VLOG_LEVEL": "1"}
 
 
 def part_kernels(plan: Plan, state: State, minutes: float, name: str) -> None:
-    """Workload `name`'s GEMM and convolution fusions tuned offline by XLA's own autotuner
-    (exhaustive tiling, in a directory of the tuner's), the costliest delivered through the store
-    to hooked compiles: the graph measured with them against XLA's default autotuning, the
-    hooked compile time with and without them, what XLA took, and results made for another GPU
-    and another XLA version falling back."""
+    """Workload `name`'s GEMM and convolution fusions tuned offline by XLA's own autotuner as the
+    kernels kind tunes them (`tuner.kernels.offline_results`: exhaustive tiling, in a directory
+    of a fresh worker's own), the costliest delivered through the store to hooked compiles: the
+    graph measured with them against XLA's default autotuning as the kind verifies it
+    (`compile_with_results`, `evaluate_built`), the hooked compile time with and without them,
+    what XLA took, results made for another GPU and another XLA version falling back, and the
+    validator re-checking each entry (kept; re-keyed, relabelled as XLA keys its results)."""
     from execution.autotune_results import parse_results
+    from execution.evaluate import compile_with_results, evaluate_built
+    from tuner.kernels import offline_results
 
     deadline = time.monotonic() + 60 * minutes
-    work = state.home(f"{name}-kernels", fresh=True)
-    tuned = _kernel_child({"mode": "tune", "workload": name, "directory": str(work / "tuner-cache"),
-                           "dump": str(work / "autotune_results.textproto")}, deadline)
-    figures: dict[str, Any] = {"workload": name, "tune": {k: v for k, v in tuned.items() if k != "results"}}
+    module = load_file(state.module(name))
+    found = offline_results(module, plan.kernels)
+    figures: dict[str, Any] = {"workload": name, "tune": _offline_figures(found)}
+    chosen = found.chosen
     if plan.synthetic_results:
         # XLA:CPU autotunes nothing: the dry run delivers results made here, to test the path.
-        tuned["results"] = _synthetic_results(state.module(name))
+        chosen = parse_results(_synthetic_results(state.module(name)))
         figures["results_source"] = "synthetic (dry run: XLA:CPU autotunes nothing)"
-    if not tuned.get("results"):
-        state.record(f"kernels:{name}", {**figures, "skipped": "XLA wrote no autotune results"})
+    if chosen is None:
+        state.record(f"kernels:{name}", {**figures, "skipped": found.why})
         return
-    every = parse_results(tuned["results"])
-    chosen = every.select(plan.kernels)
-    figures["results"] = {"autotuned_fusions": len(every.fusions), "delivered": len(chosen.fusions),
-                          "kinds": sorted({f.kind for f in chosen.fusions}), "device": chosen.fusions[0].device,
-                          "key_version": chosen.fusions[0].version,
+    dumped = found.offline.autotune.dumped if found.offline.autotune else None
+    figures["results"] = {"autotuned_fusions": len(dumped.fusions) if dumped else len(chosen.fusions),
+                          "delivered": len(chosen.fusions), "kinds": sorted({f.kind for f in chosen.fusions}),
+                          "device": chosen.fusions[0].device, "key_version": chosen.fusions[0].version,
                           "run_time_us": [round(f.run_time_seconds * 1e6, 1) for f in chosen.fusions]}
     # Another GPU's and another XLA's results for the same fusions: XLA's keys differ.
     foreign = {"another GPU": chosen.for_device(chosen.fusions[0].device + " (another GPU)",
                                                 chosen.fusions[0].version),
                "another XLA version": chosen.for_device(chosen.fusions[0].device, chosen.fusions[0].version + 1)}
-    module = load_file(state.module(name))
     environment = current_environment()
     fingerprint, env_key = graph_fingerprint(module), environment.key()
+    rows: dict[str, dict[str, Any]] = {}
     homes: dict[str, Path] = {}
     for label, results in {"delivered": chosen, **foreign}.items():
         homes[label] = state.home(f"{name}-kernels-{label.replace(' ', '-')}", fresh=True)
-        publish(homes[label], [entry(fingerprint, env_key, environment.compiler_version,
-                                     {"config": {}, "speedup": 1.0, "ci_low": None, "ci_high": None},
-                                     f"gpu-check kernels {label}", autotune_results=results.to_text())])
+        rows[label] = entry(fingerprint, env_key, environment.compiler_version,
+                            {"config": {}, "speedup": 1.0, "ci_low": None, "ci_high": None},
+                            f"gpu-check kernels {label}", autotune_results=results.to_text())
+        publish(homes[label], [rows[label]])
     compiles: dict[str, list[dict[str, Any]]] = {"without": [], "delivered": []}
     skipped = {"skipped": "out of the part's time"}
 
-    def compile_arm(arm: str, executable: Path | None) -> None:
+    def compile_arm(arm: str) -> None:
         if time.monotonic() < deadline:
             compiles[arm].append(_kernel_child({
-                "mode": "compile", "workload": name, "home": str(homes["delivered"]),
-                "holdout": 1.0 if arm == "without" else 0.0,  # the holdout arm: the job's own compile
-                "executable": str(executable) if executable else None}, deadline))
+                "home": str(homes["delivered"]), "workload": name,
+                "holdout": 1.0 if arm == "without" else 0.0}, deadline))  # holdout: the job's own compile
 
-    # What matters most first: a compile of each arm, the measurement, the foreign results; then
-    # the rest of the compiles, alternating arms, as load drifts.
+    # What matters most first: a compile of each arm, the measurement, the foreign results, the
+    # validator; then the rest of the compiles, alternating arms, as load drifts.
     for arm in compiles:
-        compile_arm(arm, work / f"{arm}.executable")
-    if all(runs and "error" not in runs[0] for runs in compiles.values()):
-        figures["measured"] = [
-            _kernel_child({"mode": "measure", "workload": name, "default": str(work / "without.executable"),
-                           "candidate": str(work / "delivered.executable"),
-                           "max_seconds": plan.verify.max_seconds, "min_pairs": plan.verify.min_pairs}, deadline)
-            if time.monotonic() < deadline else skipped for _ in range(plan.workers)]
-        speedups = [m["speedup"] for m in figures["measured"] if "speedup" in m]
-        figures["speedup"] = statistics.median(speedups) if speedups else None
-    figures["foreign"] = {label: _kernel_child({"mode": "compile", "workload": name, "home": str(homes[label]),
-                                                "holdout": 0.0, "executable": None}, deadline)
+        compile_arm(arm)
+    built = compile_with_results(module, chosen)
+    figures["delivered_compile"] = ({"error": built.error} if built.error is not None
+                                    else dataclasses.asdict(built.autotune.uptake))
+    if built.error is None and time.monotonic() < deadline:
+        measured = evaluate_built(module, built, plan.workers, settings=plan.verify)
+        figures["measured"] = measured.to_json()
+    figures["foreign"] = {label: _kernel_child({"home": str(homes[label]), "workload": name, "holdout": 0.0},
+                                               deadline)
                           if time.monotonic() < deadline else skipped for label in foreign}
+    figures["validate"] = (_validate_each(plan, state, name, {
+        f"{label} (expected: {expected})": rows[label] for label, expected in (
+            ("delivered", "kept"), ("another XLA version", "rekeyed"), ("another GPU", "rekeyed"))})
+        if time.monotonic() < deadline else skipped)
     for _ in range(plan.compile_repeats - 1):
         for arm in compiles:
-            compile_arm(arm, None)
+            compile_arm(arm)
     figures["compiles"] = {arm: _compile_figures(runs) for arm, runs in compiles.items()}
     state.record(f"kernels:{name}", figures)
+
+
+def _offline_figures(found: Any) -> dict[str, Any]:
+    """What XLA's exhaustive autotuning compile did (`tuner.kernels.OfflineResults`): its
+    seconds, the files it wrote and how many read as xla.AutotuneResult (the start of one that
+    does not), whether it dumped its results, and how many of them `cache_file_name` names as
+    XLA named their files."""
+    offline = found.offline
+    if offline.error is not None:
+        return {"error": offline.error}
+    outcome = offline.autotune
+    return {"compile_seconds": offline.compile_seconds, "files_written": outcome.uptake.autotuned,
+            "files_read_as_autotune_result": outcome.readable, "first_unreadable_file": outcome.unreadable_sample,
+            "dumped": outcome.dumped is not None, "dump_error": outcome.dump_error, "names_match": outcome.named,
+            "names": len(outcome.dumped.fusions) if outcome.dumped else 0}
 
 
 def _compile_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -603,7 +629,7 @@ def _kernel_child(spec: dict[str, Any], deadline: float) -> dict[str, Any]:
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=seconds,
                               env={**os.environ, **_XLA_CACHE_LOGGING})
     except subprocess.TimeoutExpired:
-        return {"error": f"{spec['mode']} ran past the part's time ({seconds:.0f} s)"}
+        return {"error": f"the hooked compile ran past the part's time ({seconds:.0f} s)"}
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
@@ -612,93 +638,28 @@ def _kernel_child(spec: dict[str, Any], deadline: float) -> dict[str, Any]:
 
 
 def kernel_job(spec: dict[str, Any]) -> dict[str, Any]:
-    """One step of parts 6 and 7, in this process (`_kernel_child`), by `spec["mode"]`; the
-    workload is `spec["workload"]`:
-    - tune: compile the workload's step with XLA's exhaustive tiling search, its per-fusion
-      cache in `directory` and its results dumped to `dump`: the results, the files XLA wrote,
-      and whether their names are those `FusionResult.cache_file_name` gives;
-    - compile: compile it under the compiler hook in `home` (holdout share `holdout`), timed;
-      the hook's record of it; the executable serialized to `executable` (unless None);
-    - measure: the `candidate` executable against the `default` one, as the tuner measures a
-      config (execution.measure.measure_pair), and their outputs' largest difference."""
-    import pickle
-
+    """A hooked compile of parts 6 and 7, in this process (`_kernel_child`): workload
+    `spec["workload"]`'s step compiled under the compiler hook in `spec["home"]` (holdout share
+    `spec["holdout"]`), timed, and the hook's record of it."""
     import jax
-    from jax.experimental import serialize_executable
+
+    from delivery import hook
 
     fn, abstract = _workload(spec["workload"]).build()
-    if spec["mode"] == "tune":
-        return _tune_kernels(fn, abstract, Path(spec["directory"]), Path(spec["dump"]))
-    if spec["mode"] == "compile":
-        from delivery import hook
-
-        home = Path(spec["home"])
-        job = f"{KERNEL_JOB}-{os.getpid()}"
-        hook.install(home=home, job_id=job, holdout=spec["holdout"])
-        lowered = jax.jit(fn).lower(*abstract)
-        started = time.perf_counter()
-        compiled = lowered.compile()
-        seconds = time.perf_counter() - started
-        hook.uninstall()
-        if spec["executable"]:
-            Path(spec["executable"]).write_bytes(pickle.dumps(serialize_executable.serialize(compiled)))
-        records = [json.loads(line) for path in (home / "spool" / "hits").glob("*.jsonl")
-                   for line in path.read_text().splitlines()]
-        mine = [r for r in records if r["job_id"] == job and r["outcome"] != "miss"]
-        last = mine[-1] if mine else {}
-        return {"compile_seconds": seconds, "outcome": last.get("outcome"), "reason": last.get("reason"),
-                "hook_compile_seconds": last.get("compile_seconds")}
-    import numpy as np
-
-    from execution.measure import MeasureSettings, measure_pair
-
-    default, candidate = (serialize_executable.deserialize_and_load(*pickle.loads(Path(spec[side]).read_bytes()))
-                          for side in ("default", "candidate"))
-    args = _arguments(abstract)
-    found = measure_pair(lambda steps: _timed(default, args, steps), lambda steps: _timed(candidate, args, steps),
-                         MeasureSettings(max_seconds=spec["max_seconds"], min_pairs=spec["min_pairs"],
-                                         stop_when_no_gain=False))
-    differences = [float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-                   for a, b in zip(jax.tree.leaves(default(*args)), jax.tree.leaves(candidate(*args)))]
-    return {"speedup": found.speedup.estimate, "ci_low": found.speedup.low, "ci_high": found.speedup.high,
-            "pairs": found.pairs, "default_seconds": found.default_seconds,
-            "candidate_seconds": found.candidate_seconds, "max_difference": max(differences, default=0.0)}
-
-
-def _tune_kernels(fn: Callable[..., Any], abstract: Any, directory: Path, dump: Path) -> dict[str, Any]:
-    """XLA's own autotuner, exhaustive, over the step's fusions (see `kernel_job`)."""
-    import jax
-
-    from execution.autotune_results import ResultsError, parse_results, read_result_file
-
-    directory.mkdir(parents=True, exist_ok=True)
+    home = Path(spec["home"])
+    job = f"{KERNEL_JOB}-{os.getpid()}"
+    hook.install(home=home, job_id=job, holdout=spec["holdout"])
     lowered = jax.jit(fn).lower(*abstract)
     started = time.perf_counter()
-    # Path options of the tuner's own, on its own compile: never in a config (flags.check_name).
-    lowered.compile(compiler_options={"xla_gpu_exhaustive_tiling_search": True,
-                                      "xla_gpu_per_fusion_autotune_cache_dir": str(directory),
-                                      "xla_gpu_dump_autotune_results_to": str(dump)})
-    figures: dict[str, Any] = {"compile_seconds": time.perf_counter() - started}
-    written = sorted(path.name for path in directory.iterdir())
-    readable = 0
-    for path in directory.iterdir():
-        try:
-            read_result_file(path)
-            readable += 1
-        except ResultsError:
-            pass
-    figures.update({"files_written": len(written), "files_read_as_autotune_result": readable,
-                    "first_file": (directory / written[0]).read_text()[:400] if written else None,
-                    "dumped": dump.exists()})
-    if dump.exists():
-        text = dump.read_text()
-        try:
-            results = parse_results(text, max_results=len(text))  # XLA's own dump: every fusion
-        except ResultsError as exc:
-            return {**figures, "error": f"XLA's dump refused: {exc}", "dump_head": text[:400]}
-        names = {f.cache_file_name() for f in results.fusions}
-        figures.update({"results": text, "names_match": len(names & set(written)), "names": len(names)})
-    return figures
+    lowered.compile()
+    seconds = time.perf_counter() - started
+    hook.uninstall()
+    records = [json.loads(line) for path in (home / "spool" / "hits").glob("*.jsonl")
+               for line in path.read_text().splitlines()]
+    mine = [r for r in records if r["job_id"] == job and r["outcome"] != "miss"]
+    last = mine[-1] if mine else {}
+    return {"compile_seconds": seconds, "outcome": last.get("outcome"), "reason": last.get("reason"),
+            "hook_compile_seconds": last.get("compile_seconds")}
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -790,8 +751,12 @@ def _kernel_lines(k: dict[str, Any]) -> list[str]:
              f"xla.AutotuneResult), {tune.get('names_match', 0)} of {tune.get('names', 0)} named as "
              f"`cache_file_name` names them; results dumped: {tune.get('dumped')}." + (
                  f" {k['results_source']}." if "results_source" in k else "")]
+    if "error" in tune:
+        lines.append(f"It failed: {tune['error'][:300]}")
+    if tune.get("first_unreadable_file"):
+        lines.append(f"First file XLA wrote that does not read as xla.AutotuneResult: `{tune['first_unreadable_file']}`")
     if "skipped" in k:
-        return lines + [k["skipped"], f"First file XLA wrote: `{tune.get('first_file')}`"]
+        return lines + [k["skipped"]]
     r = k["results"]
     lines.append(f"Delivered the {r['delivered']} costliest of {r['autotuned_fusions']} fusions ({', '.join(r['kinds'])}; "
                  f"autotuner run times {r['run_time_us']} us), device `{r['device']}`, key version {r['key_version']}.")
@@ -806,13 +771,23 @@ def _kernel_lines(k: dict[str, Any]) -> list[str]:
         lines.append(f"| results of {label} | {_seconds(f.get('compile_seconds'))} | | "
                      f"{f.get('outcome')}: {f.get('reason') or (f.get('error') or f.get('skipped', ''))[:100]} | "
                      f"{json.dumps(f.get('xla_log'))} |")
-    lines.append("")
-    for m in k.get("measured", []):
-        lines.append(f"Measured in a fresh process: {m['speedup']:.3f}x [{m['ci_low']:.3f}, {m['ci_high']:.3f}] "
-                     f"({m['pairs']} pairs; outputs differ by at most {m['max_difference']:.2e})"
-                     if "speedup" in m else f"Not measured: {(m.get('error') or m.get('skipped', ''))[:200]}")
-    if k.get("speedup") is not None:
-        lines.append(f"Median of {len(k['measured'])}: {k['speedup']:.3f}x.")
+    lines += ["", f"The compile the measurement times (a fresh worker, as `fdo tune --kind kernels` builds it): "
+              f"{k['delivered_compile']}."]
+    m = k.get("measured")
+    if m is None:
+        lines.append("Not measured (the compile failed, or out of the part's time).")
+    elif m.get("speedup") is None:
+        lines.append(f"Not measured: {(m.get('error') or '')[:200]}")
+    else:
+        worst = max((c["max_error"] for c in m["numerics"]), default=0.0)
+        timed = "the default's program" if m["identical_program"] else f"{m['pairs']} pairs"
+        lines.append(f"Measured against the default, {len(m['speedups']) or 1} fresh workers: {m['speedup']:.3f}x "
+                     f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}] (workers {m['speedups']}; {timed}; "
+                     f"outputs differ by at most {worst:.2e}).")
+    for label, decisions in (k.get("validate") or {}).items():
+        if isinstance(decisions, list):
+            lines.append(f"Validator, {label}: " + "; ".join(
+                f"{d['outcome']} ({d['reason']}; results {d['autotune_fate']})" for d in decisions))
     return lines
 
 

@@ -15,14 +15,20 @@ An entry carries its result's opt-in config that relaxes numerics (`relaxed_conf
 in; a result landed before tuning_results had them (version 3) reads as having none. A result
 whose strict config was not accepted delivers nothing, its opt-in neither.
 
-Only graph-kind results become entries: a compiler config applies to a whole compile, so an op
-result reaches users folded into the graph-level configs of the graphs that hold the op
-(`tuner.fold`, results with strategy 'fold-ops'), which are graph results like any other.
+Graph-kind and kernels-kind results become entries (both of kind 'graph': each applies to a
+whole compile of its graph); an op result reaches users folded into the graph-level configs of
+the graphs that hold the op (`tuner.fold`, results with strategy 'fold-ops'), which are graph
+results like any other. A kernels result (`tuner.kernels`) carries XLA:GPU autotune results
+with config {}; the entry carries them (`autotune_results`), and competes for its key with the
+graph's flags like any other result: one entry per key, the higher lower bound. A result whose
+autotune results the gate refuses (`delivery.store.check_autotune_results`) delivers nothing,
+and says why on the log.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 from typing import Iterable
 
 import apache_beam as beam
@@ -30,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from delivery.store import DEFAULT_TTL, Store, merge_entries
+from delivery.store import DEFAULT_TTL, Store, StoreError, check_autotune_results, merge_entries
 from hlo.environment import store_key
 from ranking.beam_io import ReadTables, Source, partition_files, pipeline_options, plan_reads
 from storage.home import Home, temporary_name
@@ -38,9 +44,13 @@ from storage.homes import atomic_write, open_home
 from storage.store import ENTRIES, conform_entries
 from tuner.tables import TUNING_RESULTS
 
+log = logging.getLogger("fleet_fdo.deliver")
+
 NOISE_BAND = 0.01
 _COLUMNS = ["task_id", "kind", "fingerprint", "env_key", "config", "speedup", "ci_low", "ci_high",
-            "numerics_ok", "compiler_version", "accepted", "relaxed_config", "relaxed_speedup"]
+            "numerics_ok", "compiler_version", "accepted", "relaxed_config", "relaxed_speedup",
+            "autotune_results"]
+_DELIVERED_KINDS = pa.array(["graph", "kernels"])  # tuner.space.Kind's that become entries
 
 
 class BestPerKey(beam.CombineFn):
@@ -70,18 +80,22 @@ def best_per_key(entries: pa.Table) -> pa.Table:
 
 
 def accepted_as_entries(results: pa.Table, ttl: datetime.timedelta = DEFAULT_TTL) -> pa.Table:
-    """The accepted rows of a `tuning_results` table (with `dt`) as store entries, each with
-    its opt-in config (null where the result has none)."""
-    keep = pc.and_(pc.and_(pc.equal(results.column("kind"), "graph"), results.column("accepted")),
+    """The accepted graph and kernels rows of a `tuning_results` table (with `dt`) as store
+    entries of kind 'graph', each with its opt-in config and its autotune results (null where
+    the result has none); a row whose autotune results are refused is left out, and logged."""
+    keep = pc.and_(pc.and_(pc.is_in(results.column("kind"), value_set=_DELIVERED_KINDS),
+                           results.column("accepted")),
                    pc.and_(pc.fill_null(results.column("numerics_ok"), False),
                            pc.greater(pc.fill_null(results.column("ci_low"), 0.0), 1 + NOISE_BAND)))
     rows = results.filter(keep)
+    rows = rows.filter(pa.array([_results_ok(task, text) for task, text in zip(
+        rows.column("task_id").to_pylist(), rows.column("autotune_results").to_pylist())], pa.bool_()))
     measured = pc.cast(rows.column("dt").cast(pa.timestamp("s")), pa.timestamp("us", tz="UTC"))
     keys = [store_key(f, e) for f, e in zip(rows.column("fingerprint").to_pylist(),
                                            rows.column("env_key").to_pylist())]
     return pa.table({
         "key": pa.array(keys, pa.string()), "fingerprint": rows.column("fingerprint"),
-        "env_key": rows.column("env_key"), "kind": rows.column("kind"),
+        "env_key": rows.column("env_key"), "kind": pa.repeat(pa.scalar("graph"), rows.num_rows),
         "speedup": rows.column("speedup"),
         "expires_at": pc.add(measured, pa.scalar(ttl, pa.duration("us"))),
         "provenance": pa.repeat(pa.scalar("tuner"), rows.num_rows),
@@ -92,8 +106,21 @@ def accepted_as_entries(results: pa.Table, ttl: datetime.timedelta = DEFAULT_TTL
         "holdout_share": pa.nulls(rows.num_rows, pa.float64()),
         "relaxed_config": rows.column("relaxed_config"),
         "relaxed_speedup": rows.column("relaxed_speedup"),
-        "autotune_results": pa.nulls(rows.num_rows, pa.string()),  # the tuner's are graph flags
+        "autotune_results": rows.column("autotune_results"),
     }).cast(ENTRIES)
+
+
+def _results_ok(task_id: str, text: str | None) -> bool:
+    """Whether a result's autotune results (None: it has none) pass the store's gate; logs
+    the refusal, naming the task, where not."""
+    if text is None:
+        return True
+    try:
+        check_autotune_results(text, f"tuning result {task_id}")
+    except StoreError as exc:
+        log.warning("deliver: %s; not delivered", exc)
+        return False
+    return True
 
 
 def build_deliver_pipeline(pipeline: beam.Pipeline, files: list[str], staged: str) -> None:

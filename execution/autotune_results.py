@@ -18,8 +18,11 @@ the fields declared here (`declared_schema`) take their place; a test holds the 
 `parse_results` is the gate every results text passes (the store's publish and import, the
 hook): XLA's text format with known fields only, a chosen config in every result, the device
 and version present, sizes bounded (MAX_*). `Delivery` is one compile's directory: created
-under a directory its caller owns, never a path from the data; the files written; what XLA
-took and wrote read back (`Uptake`); removed afterwards, whatever happened.
+under a directory its caller owns (the hook's under its home; a worker's `process_directory`),
+never a path from the data; the files written; what XLA took and wrote read back (`Uptake`),
+and, where asked, XLA's dump of the compile's results (`AutotuneOutcome`: how XLA keys them
+now, what an offline tuning made); removed afterwards, whatever happened. An offline tuning is
+a delivery of no results (`NO_RESULTS`) to a compile with XLA's exhaustive tiling search.
 
 What could not be checked without a GPU (docs/gpu.md): that the installed XLA:GPU reads this
 directory in the legacy per-fusion format (jaxlib 0.11.2 also has a newer cache format behind
@@ -29,6 +32,7 @@ GPU check compares them with the files XLA itself writes.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import copy
@@ -50,6 +54,14 @@ from google.protobuf.message import DecodeError
 from hlo.proto import build_messages
 
 CACHE_DIR_OPTION = "xla_gpu_per_fusion_autotune_cache_dir"
+# Where XLA writes every autotune result of a compile (text, for a name ending in .txt), and the
+# flag that makes its autotuner search every tiling: the tuner's own, never a config's (a path
+# option is refused there: execution.flags.check_name).
+DUMP_OPTION = "xla_gpu_dump_autotune_results_to"
+DUMP_FILE = "xla-autotune-dump.txt"
+EXHAUSTIVE_FLAG = "xla_gpu_exhaustive_tiling_search"
+# The platforms whose XLA autotunes its kernels at compile time (environment platforms).
+AUTOTUNING_PLATFORMS = frozenset({"gpu"})
 RESULTS_FILE = "xla/autotune_results.proto"
 CACHE_FILE_SUFFIX = ".textproto"
 # Bounds on what a store entry may carry, far above what XLA writes (a result is tens of
@@ -274,6 +286,24 @@ def declared_fields() -> dict[str, dict[int, tuple[str, int]]]:
             for name, fields in _DECLARED.items()}
 
 
+def autotunes(platform: str) -> bool:
+    """Whether XLA autotunes kernels on environment platform `platform` (a GPU's, not a CPU's):
+    whether autotune results mean anything there."""
+    return platform in AUTOTUNING_PLATFORMS
+
+
+@dataclass(frozen=True)
+class Keying:
+    """How XLA keys a result: the device description and the key version of its cache key."""
+
+    device: str
+    version: int
+
+    def describe(self) -> str:
+        """One phrase, e.g. `'CUDA: 9.0, ...' key version 24`."""
+        return f"{self.device!r} key version {self.version}"
+
+
 @dataclass(frozen=True)
 class FusionResult:
     """One fusion's offline result, as XLA keys and keeps it (xla.AutotuneResults.Entry)."""
@@ -309,6 +339,11 @@ class AutotuneResults:
     version: int  # the set's format version (xla.AutotuneResults.version)
     fusions: tuple[FusionResult, ...]
 
+    def keying(self) -> Keying | None:
+        """How the results are keyed: their first fusion's device and key version (XLA keys a
+        compile's results alike); None for no results."""
+        return Keying(self.fusions[0].device, self.fusions[0].version) if self.fusions else None
+
     def to_text(self) -> str:
         """The canonical text form, which `parse_results` reads back to an equal value."""
         classes = schema()
@@ -329,6 +364,10 @@ class AutotuneResults:
         return AutotuneResults(self.version, tuple(
             FusionResult(device, f.hlo, version, f.result, f.kind, f.run_time_seconds)
             for f in self.fusions))
+
+
+# What an offline tuning delivers: nothing (XLA autotunes every fusion and writes its files).
+NO_RESULTS = AutotuneResults(1, ())
 
 
 def parse_results(text: Any, max_results: int = MAX_RESULTS) -> AutotuneResults:
@@ -402,20 +441,53 @@ class Uptake:
                 f"{self.autotuned} fusions autotuned by XLA")
 
 
+@dataclass(frozen=True)
+class AutotuneOutcome:
+    """What one compile did in its per-fusion directory (`Delivery.outcome`): the `uptake` of
+    the results delivered; XLA's dump of every result of the compile, keyed as XLA keys them
+    now (`dumped`; None where it dumped none, as XLA:CPU, and `dump_error` where the dump was
+    refused); how many of the files XLA wrote read as xla.AutotuneResult (`readable`; fewer than
+    `uptake.autotuned`: XLA writes another format than the one delivered, `unreadable_sample`
+    shows the start of one); how many of the dumped fusions' files bear the name
+    `cache_file_name` gives them (`named`: all of them, or the delivered names miss XLA's)."""
+
+    uptake: Uptake
+    dumped: AutotuneResults | None
+    readable: int
+    named: int
+    dump_error: str | None = None
+    unreadable_sample: str | None = None
+
+    def keying(self) -> Keying | None:
+        """How XLA keys its results now (its dump's); None without a dump."""
+        return self.dumped.keying() if self.dumped is not None else None
+
+
+@functools.lru_cache(maxsize=None)
+def process_directory() -> Path:
+    """A directory of this process's own (a private `mkdtemp`, removed when the process exits)
+    for the deliveries of the compiles it runs: a worker's, never a path from the data."""
+    path = Path(tempfile.mkdtemp(prefix="fdo-autotune-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 class Delivery:
     """One compile's per-fusion cache directory, filled with `results`, as a context manager.
 
     Entering creates a fresh directory under `parent` (a directory of the caller's own: the
     directory never comes from the results) and writes each result where XLA looks for it; each
     file's access time is set to the epoch, so a read by XLA shows (`uptake`); it also removes
-    any sibling directory a process that died left more than STALE_SECONDS ago. Exiting removes
-    the directory, whether or not the compile succeeded. Each delivery has its own directory:
-    threads and processes never share one. OSError when `parent` cannot be written.
+    any sibling directory a process that died left more than STALE_SECONDS ago. With `dump`, XLA
+    is also told to dump the compile's results into the directory (`outcome` reads them). Exiting
+    removes the directory, whether or not the compile succeeded. Each delivery has its own
+    directory: threads and processes never share one. OSError when `parent` cannot be written.
     """
 
-    def __init__(self, results: AutotuneResults, parent: Path) -> None:
+    def __init__(self, results: AutotuneResults, parent: Path, dump: bool = False) -> None:
         self.results = results
         self.parent = Path(parent)
+        self.dump = dump
         self.directory: Path | None = None
         self._names: frozenset[str] = frozenset()
         self._atime_observable = False
@@ -447,24 +519,52 @@ class Delivery:
         for the one executable built with it."""
         assert self.directory is not None, "enter the delivery first"
         tuned = copy.deepcopy(compile_options)
-        tuned.env_option_overrides = list(tuned.env_option_overrides) + [(CACHE_DIR_OPTION, str(self.directory))]
+        ours = [(CACHE_DIR_OPTION, str(self.directory))]
+        if self.dump:
+            ours.append((DUMP_OPTION, str(self.directory / DUMP_FILE)))
+        tuned.env_option_overrides = list(tuned.env_option_overrides) + ours
         return tuned
 
     def uptake(self) -> Uptake:
         """What the compile that used this directory did with it (call before exiting)."""
-        assert self.directory is not None, "enter the delivery first"
-        present = {path.name: path for path in self.directory.iterdir()}
-        written = [name for name in present if name not in self._names and name.endswith(CACHE_FILE_SUFFIX)]
+        written = self._xla_files()
         taken = None
         if self._atime_observable:
-            taken = sum(1 for name in self._names if name in present
-                        and present[name].stat().st_atime_ns > 0)
+            taken = sum(1 for name in self._names if (self.directory / name).exists()
+                        and (self.directory / name).stat().st_atime_ns > 0)
         return Uptake(len(self._names), taken, len(written))
 
     def written_by_xla(self) -> list[Any]:
         """The results XLA wrote into the directory (fusions it autotuned itself), parsed."""
+        return [read_result_file(path) for path in self._xla_files()]
+
+    def outcome(self) -> AutotuneOutcome:
+        """The `uptake`, XLA's dump (with `dump`) and a census of the files XLA wrote (call
+        before exiting)."""
+        written = self._xla_files()
+        readable, sample = 0, None
+        for path in written:
+            try:
+                read_result_file(path)
+                readable += 1
+            except ResultsError:
+                sample = sample or path.read_text(errors="replace")[:400]
+        dumped, error = None, None
+        dump = self.directory / DUMP_FILE
+        if self.dump and dump.exists():
+            text = dump.read_text(errors="replace")
+            try:  # XLA's dump of a whole compile: as many fusions as it holds
+                dumped = parse_results(text, max_results=max(MAX_RESULTS, len(text)))
+            except ResultsError as exc:
+                error = str(exc)
+        names = {path.name for path in written}
+        named = sum(f.cache_file_name() in names for f in dumped.fusions) if dumped else 0
+        return AutotuneOutcome(self.uptake(), dumped, readable, named, error, sample)
+
+    def _xla_files(self) -> list[Path]:
+        """The result files XLA wrote into the directory, by name."""
         assert self.directory is not None, "enter the delivery first"
-        return [read_result_file(path) for path in sorted(self.directory.iterdir())
+        return [path for path in sorted(self.directory.iterdir())
                 if path.name not in self._names and path.name.endswith(CACHE_FILE_SUFFIX)]
 
 

@@ -13,6 +13,11 @@ that one executable's options, into XLA and into JAX's persistent-cache key, whi
 serialized options. On jaxlib 0.10.2, `xla_cpu_optimize_for_size` set this way shrinks a small
 MLP's optimized LLVM IR from 25,310 to 10,192 bytes, and the zoo's mlp-s's machine code
 (`object_code`) from 59,624 to 45,736 bytes.
+
+XLA:GPU's per-fusion autotune results reach a compile through a third channel, a directory
+(`execution.autotune_results.Delivery`): `compile_module` with `results` writes them into a
+directory of the process's own for that one compile, points XLA at it and has XLA dump the
+compile's results there, and the `Compiled` says what XLA did with them (`AutotuneOutcome`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from typing import Any
 
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
+from execution.autotune_results import (AutotuneOutcome, AutotuneResults, Delivery,
+                                        process_directory)
 from execution.flags import (BUILD_OPTIONS, FLAGS, FUSION_TYPE_PREFIX, LIBRARY_FLAGS,
                              PLACEMENT_PREFIX, CompilerConfig, FlagSpec, enum_of_number, to_xla)
 from hlo.environment import xla_flags_options
@@ -72,20 +79,36 @@ class CompileError(RuntimeError):
 
 @dataclass
 class Compiled:
-    """A loaded executable and what it took to build it."""
+    """A loaded executable and what it took to build it; for a compile given autotune results,
+    what XLA did with them (`autotune`)."""
 
     executable: Any
     compile_seconds: float
     optimized_proto: bytes
+    autotune: AutotuneOutcome | None = None
 
 
-def compile_module(module_proto: bytes, config: CompilerConfig) -> Compiled:
-    """Compile a serialized HLO module for the first local device with `config` applied."""
+def compile_module(module_proto: bytes, config: CompilerConfig,
+                   results: AutotuneResults | None = None) -> Compiled:
+    """Compile a serialized HLO module for the first local device with `config` applied, and
+    with autotune `results` delivered where given (see the module docstring; they are delivered
+    whatever the platform: XLA:CPU takes the directory and reads nothing). OSError when the
+    process's own directory cannot be written."""
+    options = compile_options(config)
+    if results is None:
+        return _compiled(module_proto, options)
+    with Delivery(results, process_directory(), dump=True) as delivery:
+        compiled = _compiled(module_proto, delivery.options(options))
+        compiled.autotune = delivery.outcome()
+    return compiled
+
+
+def _compiled(module_proto: bytes, options: Any) -> Compiled:
+    """The module compiled with jaxlib CompileOptions `options` for the first local device."""
     import jax
     from jax._src.lib import _jax
 
     device = jax.devices()[0]
-    options = compile_options(config)
     started = time.perf_counter()
     try:
         stablehlo = _jax.mlir.hlo_to_stablehlo(module_proto)

@@ -16,6 +16,12 @@ the kinds below) and as a message (`error`). When the default fails (it does not
 run), nothing can be timed; the candidate is still tried, and if it runs the module, its
 numerics are checked against `REFERENCE_CONFIG`, the default with every fusion type routed to
 XLA's own emitters instead of a library.
+
+Autotune results (XLA:GPU's per-fusion kernel configs, `execution.autotune_results`) are
+evaluated in two steps that the kernels tuner and the validator share: `compile_with_results`
+compiles the module with them delivered, once, in a fresh worker of its own, and says what XLA
+did with them; `evaluate_built` times that executable against the default in fresh workers.
+`autotune_offline` runs XLA's own exhaustive autotuning, in a fresh worker, for the results.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ from __future__ import annotations
 import functools
 import statistics
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, TypeVar
 
 from execution import session
+from execution.autotune_results import AutotuneResults
 from execution.compile import CompileError
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
@@ -34,6 +41,8 @@ from execution.worker import (CRASH, DEFAULT_TIMEOUT, ERROR, OOM, TIMEOUT, Fault
                               WorkerFailure)
 from hlo.interval import Interval, columns
 from hlo.module import HloModule
+
+Reply = TypeVar("Reply", session.Built, session.Offline)
 
 # Why an evaluation produced no measurement. DEFAULT_FAILS: the default config does not compile
 # or run the module (nothing to compare with); CANDIDATE_FAILS: the default runs, the candidate
@@ -217,17 +226,92 @@ def run_evaluation(
     if tuned.error is not None:
         return failed_result(CANDIDATE_FAILS, f"candidate config {tuned.error}")
     if tuned.program == base.program and candidate:  # an empty candidate is an A/A check
-        return EvaluationResult(
-            speedup=Interval(1.0, 1.0, 1.0), significant=False, numerics_ok=True,
-            identical_program=True, compile_seconds=tuned.compile_seconds,
-            default_compile_seconds=base.compile_seconds,
-            stop_reason="optimized module and codegen flags identical to the default's",
-        )
+        return identical_result(tuned.compile_seconds, base.compile_seconds)
     timed = session.measure_serialized(tuned.executable, config, settings)
     if timed.error is not None:
         return failed_result(CANDIDATE_FAILS, f"candidate config {timed.error}",
                              tuned.compile_seconds)
     return measured_result(timed, tuned.compile_seconds, base.compile_seconds)
+
+
+def identical_result(compile_seconds: float | None,
+                     default_compile_seconds: float | None) -> EvaluationResult:
+    """The result of a candidate that compiles to the default's program: not timed."""
+    return EvaluationResult(
+        speedup=Interval(1.0, 1.0, 1.0), significant=False, numerics_ok=True,
+        identical_program=True, compile_seconds=compile_seconds,
+        default_compile_seconds=default_compile_seconds,
+        stop_reason="optimized module and codegen flags identical to the default's",
+    )
+
+
+def compile_with_results(module: HloModule, results: AutotuneResults,
+                         config: CompilerConfig | None = None, timeout: float = DEFAULT_TIMEOUT,
+                         python: str | None = None) -> session.Built:
+    """The module as measured, compiled with `config` and autotune `results` delivered, in a
+    fresh worker under `python` (this interpreter by default): its executable, serialized, and
+    what XLA did with the results (`Built.autotune`); `Built.error` says why there is none (the
+    compile failed, or the worker died)."""
+    return _in_fresh_worker(session.compile_serialized, session.Built, timeout, python,
+                            module_proto=session.measurable_module(module.proto),
+                            config=dict(config or {}), results=results)
+
+
+def autotune_offline(module: HloModule, config: CompilerConfig | None = None,
+                     timeout: float = DEFAULT_TIMEOUT, python: str | None = None) -> session.Offline:
+    """XLA's own autotuner run exhaustively over the module compiled with `config`, in a fresh
+    worker (`session.autotune_exhaustively`); `Offline.error` says why it did not run."""
+    return _in_fresh_worker(session.autotune_exhaustively, session.Offline, timeout, python,
+                            module_proto=session.measurable_module(module.proto),
+                            config=dict(config or {}))
+
+
+def _in_fresh_worker(job: Callable[..., Reply], reply: type[Reply], timeout: float,
+                     python: str | None, **kwargs: Any) -> Reply:
+    """`job(**kwargs)` in a fresh worker; a worker that dies running it is a `reply` whose
+    error says so (an exception of the job, ours, stays a WorkerFailure)."""
+    with Worker(python=python) as worker:
+        try:
+            return worker.call(job, timeout=timeout, **kwargs)
+        except WorkerFailure as failure:
+            if not failure.died:
+                raise
+            return reply(error=f"{failure.kind}: {failure.reason}")
+
+
+def evaluate_built(module: HloModule, built: session.Built, workers: int,
+                   config: CompilerConfig | None = None, settings: MeasureSettings | None = None,
+                   timeout: float = 600.0, seed: int = 0, python: str | None = None,
+                   settled: Callable[[EvaluationResult], bool] | None = None,
+                   most: int = 0) -> EvaluationResult:
+    """`built`, a candidate compiled elsewhere with `config` (`compile_with_results`, no error),
+    against the module compiled with the compiler's defaults, in `workers` fresh workers under
+    `python`, seeds `seed`, `seed + 1`, ...: each compiles and runs the default, checks the
+    candidate's numerics against it and times the two, paired; one result (`in_fresh_workers`,
+    which takes `settled` and `most`). A candidate whose program is the default's is not
+    timed."""
+    settings = settings or MeasureSettings()
+    config = dict(config or {})
+    module_proto = session.measurable_module(module.proto)
+
+    def job(worker: Worker, index: int) -> EvaluationResult:
+        try:
+            base = worker.call(session.prepare, timeout=timeout, module_proto=module_proto,
+                               seed=seed + index)
+            if base.error is not None:
+                return failed_result(DEFAULT_FAILS, f"default fails: {base.error}")
+            if base.program == built.program:
+                return identical_result(built.compile_seconds, base.compile_seconds)
+            timed = worker.call(session.measure_serialized, timeout=timeout,
+                                executable=built.executable, config=config, settings=settings)
+        except WorkerFailure as failure:
+            return failed_result(WORKER_FAILS[failure.kind], f"{failure.kind}: {failure.reason}")
+        if timed.error is not None:
+            return failed_result(CANDIDATE_FAILS, f"candidate {timed.error}")
+        return measured_result(timed, built.compile_seconds, base.compile_seconds)
+
+    return in_fresh_workers(job, workers, settings.noise_band,
+                            functools.partial(Worker, python=python), settled, most)
 
 
 def measured_result(timed: session.Timed, compile_seconds: float | None,

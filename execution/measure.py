@@ -77,9 +77,9 @@ TIME_SCALE_RANGE = (0.05, 20.0)
 
 def time_scale() -> float:
     """The factor on every measurement's time budget (`MeasureSettings.max_seconds`), from
-    $FDO_MEASURE_SCALE (default 1): below 1 a quicker, wider look (the test suite runs at 0.5),
-    above 1 a longer one on a noisy machine. ValueError naming the variable when it is not a
-    number in TIME_SCALE_RANGE."""
+    $FDO_MEASURE_SCALE (default 1): below 1 a quicker, wider look (the test suite runs at 0.4:
+    tests/conftest.py), above 1 a longer one on a noisy machine. ValueError naming the variable
+    when it is not a number in TIME_SCALE_RANGE."""
     text = os.environ.get(TIME_SCALE_VARIABLE, "").strip()
     if not text:
         return 1.0

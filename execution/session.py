@@ -12,6 +12,12 @@ the executable back serialized. The caller measures a program once (`measure_ser
 execute worker) and reuses the result for every other config that yields it. A comparison of two
 candidates (in a fresh worker: `keep_serialized` the baseline, then `measure_serialized`) loads
 both as compiled, compiling neither again.
+
+Autotune results (XLA:GPU's, `execution.autotune_results`) are a candidate too: compiled with
+them delivered (`compile_serialized`'s `results`), the `Built` says what XLA did with them. XLA
+keeps a process's autotune results in memory and looks there before the directory, so such a
+compile runs in a fresh worker, which neither compiled the module before nor compiles its
+default after; so does XLA's own exhaustive autotuning (`autotune_exhaustively`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from execution.autotune_results import (EXHAUSTIVE_FLAG, NO_RESULTS, AutotuneOutcome,
+                                        AutotuneResults)
 from execution.compile import (CompileError, compile_module, compile_options,
                                compiler_defaults, elf_objects, object_code)
 from execution.flags import CompilerConfig, codegen_values, unseen_values, without_defaults
@@ -61,13 +69,26 @@ class Prepared:
 @dataclass(frozen=True)
 class Built:
     """A candidate compiled in a compile worker (`compile_serialized`): its program key,
-    compile time and executable, serialized for the worker that measures it; or why it does
+    compile time and executable, serialized for the worker that measures it, and what XLA did
+    with the autotune results delivered to it (`autotune`, where it had some); or why it does
     not compile (`error`, and nothing else set)."""
 
     program: str | None = None
     compile_seconds: float | None = None
     executable: bytes | None = None
     span: Span | None = None
+    error: str | None = None
+    autotune: AutotuneOutcome | None = None
+
+
+@dataclass(frozen=True)
+class Offline:
+    """XLA's own autotuner run exhaustively over a module's fusions (`autotune_exhaustively`):
+    what it did in its directory (`autotune`: the files it wrote, its dump of every result) and
+    the compile's seconds; or why the module does not compile (`error`, and nothing else set)."""
+
+    autotune: AutotuneOutcome | None = None
+    compile_seconds: float | None = None
     error: str | None = None
 
 
@@ -187,17 +208,32 @@ def _span(kind: Literal["compile", "measure"], started: float) -> Span:
                 time.monotonic())
 
 
-def compile_serialized(module_proto: bytes, config: CompilerConfig) -> Built:
-    """Compile `config` (in a compile worker): its program key and the executable, serialized
-    for the execute worker, or the compile error."""
+def compile_serialized(module_proto: bytes, config: CompilerConfig,
+                       results: AutotuneResults | None = None) -> Built:
+    """Compile `config` (in a compile worker), with autotune `results` delivered where given
+    (in a fresh worker: see the module docstring): its program key and the executable,
+    serialized for the execute worker, or the compile error."""
     started = time.monotonic()
     try:
-        compiled = compile_module(module_proto, config)
+        compiled = compile_module(module_proto, config, results)
     except CompileError as exc:
         return Built(error=f"does not compile: {exc}")
     serialized = compiled.executable.serialize()  # once: the key's machine code, and the handover
     return Built(program_key(compiled.optimized_proto, elf_objects(serialized), config),
-                 compiled.compile_seconds, serialized, _span("compile", started))
+                 compiled.compile_seconds, serialized, _span("compile", started),
+                 autotune=compiled.autotune)
+
+
+def autotune_exhaustively(module_proto: bytes, config: CompilerConfig) -> Offline:
+    """Compile the module (as measured: `measurable_module`) with `config` and XLA's exhaustive
+    tiling search (EXHAUSTIVE_FLAG), in a directory of this worker's own that starts empty, XLA's results
+    dumped there (in a fresh worker: see the module docstring). XLA:CPU autotunes nothing and
+    dumps nothing: the outcome then holds no results."""
+    try:
+        compiled = compile_module(module_proto, {**config, EXHAUSTIVE_FLAG: True}, NO_RESULTS)
+    except CompileError as exc:
+        return Offline(error=f"does not compile: {exc}")
+    return Offline(compiled.autotune, compiled.compile_seconds)
 
 
 def measure_serialized(executable: bytes, config: CompilerConfig,

@@ -78,9 +78,10 @@ def open_runner(address: str | None) -> Runner:
 
 def tune_graphs(home: Home, tasks: Sequence[tuple[str, Any, str | None]], settings: TuneSettings,
                 progress: bool = False, deadline: float | None = None, reserve: int = 0,
-                runner: Runner | None = None) -> list[TaskOutcome]:
+                runner: Runner | None = None, kind: Kind = Kind.GRAPH) -> list[TaskOutcome]:
     """Tune each task's (label, HloModule, env_key) module with `settings` on `runner` (default:
-    here, in order); an env_key of None is this machine's environment. Returns each task's
+    here, in order), as a task of `kind` (a graph's flags, or its kernels); an env_key of None
+    is this machine's environment. Returns each task's
     outcome, in order. With a `deadline` (time.time()), each task's search gets a share of the
     time left, `reserve` more shares kept for what the caller runs next, and a task the
     deadline leaves no time for is not started (`tasks.runner.Runner`)."""
@@ -90,7 +91,7 @@ def tune_graphs(home: Home, tasks: Sequence[tuple[str, Any, str | None]], settin
     from tuner.tune import graph_subject
 
     here = current_environment().key()
-    records = [TuneTask.of(Kind.GRAPH, label, graph_subject(module), env_key or here, settings)
+    records = [TuneTask.of(kind, label, graph_subject(module), env_key or here, settings)
                for label, module, env_key in tasks]
     return run_all(runner or LocalRunner(), records, home,
                    Deadline(deadline, reserve) if deadline is not None else None, progress,

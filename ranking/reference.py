@@ -10,6 +10,7 @@ import duckdb
 import pyarrow as pa
 
 from ranking.rank import RankSettings
+from ranking.savings import HELD_OUT, MIN_HOLDOUT_COMPILES, TRIED, UNKNOWN_TEAM
 
 
 def _scan(home: Path, table: str) -> str:
@@ -100,7 +101,8 @@ def reference_rank(home: Path, settings: RankSettings, tuned: pa.Table) -> tuple
 
 def reference_savings(home: Path, first: datetime.date, last: datetime.date,
                       validator_keys: list[str]) -> pa.Table:
-    """Savings rows by SQL: the same columns the Beam savings pipeline writes."""
+    """Savings rows by SQL: the same columns the Beam savings pipeline writes (no rows: no
+    columns either)."""
     parts = []
     # Runs of a holdout arm name their entry but ran with the defaults: no hit (graph runs only).
     for kind, runs, tuned in (("graph", "graph_runs", "and not coalesce(holdout, false)"),
@@ -109,13 +111,39 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
             parts.append(f"""
                 select dt, '{kind}' as kind, team, env_key, config_version,
                        coalesce(list_contains($keys, config_key), false) as validator_updated,
-                       sum(chip_seconds) as hit_chip_seconds,
-                       sum(chip_seconds * (coalesce(expected_speedup, 1) - 1)) as chip_seconds_saved
+                       chip_seconds as hit_chip_seconds,
+                       chip_seconds * (coalesce(expected_speedup, 1) - 1) as chip_seconds_saved,
+                       0 as compile_hits, 0 as compile_unmeasured, 0.0 as compile_chip_seconds_saved
                 from {_scan(home, runs)}
-                where dt between $first and $last and config_key is not null {tuned}
-                group by all""")
+                where dt between $first and $last and config_key is not null {tuned}""")
+    if _has(home, "hits"):
+        teams = (f"select job_id, min(team) as team from {_scan(home, 'graph_runs')} "
+                 "where dt between $first and $last group by job_id") if _has(home, "graph_runs") else \
+            "select ''::varchar as job_id, ''::varchar as team where false"
+        devices = (f"select env_key, max(device_count) as device_count from {_scan(home, 'graphs')} "
+                   "group by env_key") if _has(home, "graphs") else \
+            "select ''::varchar as env_key, 1 as device_count where false"
+        parts.append(f"""
+            select h.dt, coalesce(h.kind, 'graph'), coalesce(t.team, '{UNKNOWN_TEAM}'), h.env_key,
+                   h.config_version, coalesce(list_contains($keys, h.key), false), 0.0, 0.0,
+                   (coalesce(m.n, 0) >= {MIN_HOLDOUT_COMPILES})::int,
+                   (coalesce(m.n, 0) < {MIN_HOLDOUT_COMPILES})::int,
+                   case when m.n >= {MIN_HOLDOUT_COMPILES}
+                        then (m.median - h.compile_seconds) * coalesce(d.device_count, 1) else 0.0 end
+            from hits h
+            left join (select key, env_key, count(*) as n, median(compile_seconds) as median
+                       from hits where outcome = '{HELD_OUT}' group by key, env_key) m using (key, env_key)
+            left join ({teams}) t using (job_id)
+            left join ({devices}) d using (env_key)
+            where h.outcome in {TRIED}""")
     if not parts:
         return pa.table({})
-    sql = " union all ".join(parts) + " order by dt, kind, team, env_key, config_version, validator_updated"
+    sql = (f"with hits as (select * from {_scan(home, 'hits')} where dt between $first and $last) "
+           if _has(home, "hits") else "")
+    sql += ("select dt, kind, team, env_key, config_version, validator_updated, sum(hit_chip_seconds) as "
+            "hit_chip_seconds, sum(chip_seconds_saved) as chip_seconds_saved, sum(compile_hits) as compile_hits, "
+            "sum(compile_unmeasured) as compile_unmeasured, sum(compile_chip_seconds_saved) as "
+            "compile_chip_seconds_saved from (" + " union all ".join(parts) + ") group by all "
+            "order by dt, kind, team, env_key, config_version, validator_updated")
     with duckdb.connect() as db:
         return _arrow(db.execute(sql, {"keys": validator_keys, "first": first, "last": last}))

@@ -1,47 +1,137 @@
-"""`fdo savings`: chip-seconds saved by tuned configs, from the hit metadata in the profiles.
+"""`fdo savings`: chip-seconds saved by tuned configs, at run time and at compile time.
 
-A run that applied a tuned config records its key, store version and expected speedup; it used
-`chip_seconds`, so without the config it would have used chip_seconds x speedup, and the saving
-is chip_seconds x (speedup - 1) (CATWILD 4.3.1). A run of an entry's holdout arm names the
-entry too, but ran with the defaults: it saved nothing and is no hit here. Summed per day, kind (graph or op config),
-team, environment, config version, and whether the entry was last written by the validator, as
-an Apache Beam pipeline; the days of the range are replaced in the `savings` table.
+Runtime, from the hit metadata in the profiles: a run that applied a tuned config records its
+key, store version and expected speedup; it used `chip_seconds`, so without the config it would
+have used chip_seconds x speedup, and the saving is chip_seconds x (speedup - 1) (CATWILD
+4.3.1). A run of an entry's holdout arm names the entry too, but ran with the defaults: it saved
+nothing and is no hit here.
+
+Compile time, from the compiler hook's `hits`: a job waits on its compiles with its accelerators
+idle, so a compile's seconds cost chip-seconds too (an entry's XLA:GPU autotune results let XLA
+skip autotuning, and flags change what XLA does). The counterfactual is the fleet's own: the
+compiles of the entry's holdout arm ran the defaults. Per (key, env_key), a compile that tried
+the entry's config (outcome applied, or fallback: the failed tuned compile and the defaults'
+after it, a cost of the entry) saved the median compile seconds of the key's holdout compiles
+in the accounted window minus its own, negative where it was slower, times the environment's
+device count (`graphs.device_count`; 1 where no graph of that environment was ingested). A key
+with fewer than MIN_HOLDOUT_COMPILES holdout compiles in the window claims nothing: its
+compiles are counted `compile_unmeasured`. A compile's team is its job's in the window's
+graph runs (UNKNOWN_TEAM where the job ran no profiled graph there): hits carry no team.
+
+Summed per day, kind (graph or op config), team, environment, config version, and whether the
+entry was last written by the validator, as an Apache Beam pipeline; the days of the range are
+replaced in the `savings` table.
 """
 
 from __future__ import annotations
 
 import datetime
 import functools
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.tables import GRAPH_RUNS, OP_RUNS
-from ranking.beam_io import ArrowSum, ReadPlan, ReadTables, Source, partition_files, pipeline_options, plan_reads
+from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS
+from ranking.beam_io import (ArrowSum, ReadPlan, ReadTables, Source, TaggedSums, partition_files,
+                             pipeline_options, plan_reads)
 from ranking.tables import SAVINGS
 from storage.home import Home
 from storage.homes import open_home
 from storage.store import live_entries
-from storage.warehouse import Warehouse
+from storage.warehouse import TableSchema, Warehouse
+
+# Holdout compiles a key needs before its compile time saved is claimed: the median of 3
+# discards one outlier (a compile on a loaded host, a cold cache); of 1 or 2 it would be one
+# compile's noise. No interval is claimed, so no more are needed.
+MIN_HOLDOUT_COMPILES = 3
+# The team of a compile whose job ran no profiled graph in the window: ingestion's name for a
+# job that did not say (ingest.sidecars).
+UNKNOWN_TEAM = "unknown"
+# Hit outcomes of compiles that tried the entry's config, and of its holdout arm's compiles.
+TRIED = ("applied", "fallback")
+HELD_OUT = "holdout"
 
 _KEYS = ["dt", "kind", "team", "env_key", "config_version", "validator_updated"]
-_VALUES = ["hit_chip_seconds", "chip_seconds_saved"]
-_SUMMED = pa.schema([SAVINGS.schema.field(name) for name in _KEYS + _VALUES])
+_RUNTIME = ["hit_chip_seconds", "chip_seconds_saved"]
+_COMPILE = ["compile_hits", "compile_unmeasured", "compile_chip_seconds_saved"]
+_SUMMED = pa.schema([SAVINGS.schema.field(name) for name in _KEYS + _RUNTIME + _COMPILE])
 _COLUMNS = ["team", "env_key", "chip_seconds", "config_key", "config_version", "expected_speedup"]
 _KIND_COLUMNS = {"graph": [*_COLUMNS, "holdout"], "op": _COLUMNS}  # op runs have no holdout arm
-_TOTAL = ArrowSum(_KEYS, _VALUES, _SUMMED)
+_HIT_COLUMNS = ["job_id", "key", "env_key", "outcome", "kind", "config_version", "compile_seconds"]
+_TRIED_KEYS = ["dt", "kind", "job_id", "key", "env_key", "config_version", "validator_updated"]
+
+_RUNS = ArrowSum(_KEYS, _RUNTIME, pa.schema([_SUMMED.field(name) for name in _KEYS + _RUNTIME]))
+_TOTAL = ArrowSum(_KEYS, _RUNTIME + _COMPILE, _SUMMED)
+# Compiles that tried a config, summed per job (whose team is found later) and entry.
+_TRIED = ArrowSum(_TRIED_KEYS, ["compiles", "compile_seconds"], pa.schema(
+    [HITS.schema.field(name) for name in _TRIED_KEYS if name != "validator_updated"]
+    + [("validator_updated", pa.bool_()), ("compiles", pa.int64()), HITS.schema.field("compile_seconds")]))
+# The holdout arm's compile seconds, counted per value: a sum that merges exactly, whose values
+# give the exact median.
+_HELD = ArrowSum(["key", "env_key", "compile_seconds"], ["compiles"], pa.schema(
+    [HITS.schema.field(name) for name in ("key", "env_key", "compile_seconds")] + [("compiles", pa.int64())]))
+_JOBS = ArrowSum(["job_id", "team"], [], pa.schema([GRAPH_RUNS.schema.field(name) for name in ("job_id", "team")]))
+_DEVICES = ArrowSum(["env_key", "device_count"], [], pa.schema(
+    [GRAPHS.schema.field(name) for name in ("env_key", "device_count")]))
+_SUMS = TaggedSums({"runs": _RUNS, "tried": _TRIED, "held": _HELD, "jobs": _JOBS, "devices": _DEVICES})
+
+
+@dataclass(frozen=True)
+class BookedSavings:
+    """The booked savings of some `savings` rows, in chip-seconds: at run time and at compile
+    time apart, and the compiles behind the latter."""
+
+    runtime: float
+    compile: float  # negative where the tried configs compiled slower than the holdout arm
+    compile_hits: int  # compiles whose key had holdout compiles to compare with
+    compile_unmeasured: int  # compiles whose key had too few: no claim
+
+    @property
+    def total(self) -> float:
+        """Runtime and compile time saved."""
+        return self.runtime + self.compile
+
+    @classmethod
+    def of(cls, rows: pa.Table) -> BookedSavings:
+        """The sums of `rows` (the `savings` table's columns); the compile columns of rows
+        written before they existed (null) count nothing."""
+        def total(name: str) -> Any:
+            return pc.sum(rows.column(name)).as_py() or 0
+
+        return cls(runtime=float(total("chip_seconds_saved")), compile=float(total("compile_chip_seconds_saved")),
+                   compile_hits=int(total("compile_hits")), compile_unmeasured=int(total("compile_unmeasured")))
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready, in chip-seconds."""
+        return {"runtime_chip_seconds": self.runtime, "compile_chip_seconds": self.compile,
+                "total_chip_seconds": self.total, "compile_hits": self.compile_hits,
+                "compile_unmeasured": self.compile_unmeasured,
+                "min_holdout_compiles": MIN_HOLDOUT_COMPILES}
 
 
 def savings_reads(home: Home, first: datetime.date, last: datetime.date,
                   validator_keys: list[str]) -> ReadPlan:
-    """What the savings read: both kinds' runs of [first, last], their hits summed where read."""
+    """What the savings read, each reduced where read: both kinds' runs of [first, last] to
+    their hits' sums; the hits of [first, last] to the compiles that tried a config (summed per
+    job and entry) and to the holdout arm's compile seconds (counted per value); the graph runs'
+    job teams and the graphs' environment device counts, as distinct pairs."""
+    def source(tag: str, table: TableSchema, columns: list[str], prepare: Callable[[pa.Table], pa.Table],
+               days: tuple[datetime.date | None, datetime.date | None] = (first, last)) -> Source:
+        return Source(tag, partition_files(home, table, *days), columns, prepare,
+                      empty=pa.schema([table.schema.field(c) for c in columns]))
+
     return plan_reads([
-        Source(kind, partition_files(home, table, first, last), _KIND_COLUMNS[kind],
-               functools.partial(_hit_sums, kind=kind, validator_keys=validator_keys),
-               empty=pa.schema([table.schema.field(c) for c in _KIND_COLUMNS[kind]]))
-        for kind, table in (("graph", GRAPH_RUNS), ("op", OP_RUNS))])
+        *(source("runs", table, _KIND_COLUMNS[kind],
+                 functools.partial(_hit_sums, kind=kind, validator_keys=validator_keys))
+          for kind, table in (("graph", GRAPH_RUNS), ("op", OP_RUNS))),
+        source("tried", HITS, _HIT_COLUMNS, functools.partial(_tried_sums, validator_keys=validator_keys)),
+        source("held", HITS, _HIT_COLUMNS, _held_counts),
+        source("jobs", GRAPH_RUNS, ["job_id", "team"], _JOBS.reduce),
+        source("devices", GRAPHS, ["env_key", "device_count"], _DEVICES.reduce, (None, None))])  # every graph
 
 
 def build_savings_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: Home,
@@ -49,9 +139,9 @@ def build_savings_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: Home,
     """Add the savings accounting of [first, last] to `pipeline`; results land in the warehouse."""
     (pipeline
      | "Read" >> ReadTables(reads)
-     | "One key" >> beam.MapTuple(lambda kind, table: (None, table))
-     | "Sum" >> beam.CombinePerKey(_TOTAL)
-     | "Summed" >> beam.Values()
+     | "One key" >> beam.MapTuple(lambda tag, table: (None, (tag, table)))
+     | "Sum" >> beam.CombinePerKey(_SUMS)
+     | "Account" >> beam.MapTuple(lambda _, sums: account(**sums))
      | "Write" >> beam.Map(_write, home, _days(first, last)))
 
 
@@ -85,15 +175,89 @@ def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
         "team": hits.column("team"),
         "env_key": hits.column("env_key"),
         "config_version": hits.column("config_version"),
-        "validator_updated": pc.is_in(hits.column("config_key"),
-                                      value_set=pa.array(validator_keys, pa.string())),
+        "validator_updated": _validator_updated(hits.column("config_key"), validator_keys),
         "hit_chip_seconds": used,
         "chip_seconds_saved": pc.multiply(used, pc.subtract(pc.fill_null(speedup, 1.0), 1.0)),
     })
 
 
+def account(runs: pa.Table, tried: pa.Table, held: pa.Table, jobs: pa.Table, devices: pa.Table) -> pa.Table:
+    """The savings rows, from the sums that `savings_reads` prepares: the runtime sums `runs`,
+    and the compile time saved by the compiles of `tried` against the median of their key's
+    holdout compiles (`held`), each with its job's team (`jobs`) and its environment's device
+    count (`devices`)."""
+    compiles = compile_rows(tried, held, jobs, devices)
+    zeros = {name: pa.repeat(pa.scalar(0, _SUMMED.field(name).type), runs.num_rows) for name in _COMPILE}
+    runtime = pa.table({**{name: runs.column(name) for name in _KEYS + _RUNTIME}, **zeros})
+    return _TOTAL.reduce(pa.concat_tables([runtime.cast(_SUMMED), compiles])).cast(_SUMMED)
+
+
+def compile_rows(tried: pa.Table, held: pa.Table, jobs: pa.Table, devices: pa.Table) -> pa.Table:
+    """The compile time saved, one row per row of `tried` (with `_SUMMED`'s columns, runtime 0)."""
+    medians = holdout_medians(held)
+    team = jobs.group_by("job_id", use_threads=False).aggregate([("team", "min")])  # one per job
+    count = devices.group_by("env_key", use_threads=False).aggregate([("device_count", "max")])
+    joined = (tried.join(medians, ["key", "env_key"]).join(team, "job_id")
+              .join(count, "env_key"))
+    measured = pc.fill_null(pc.greater_equal(joined.column("holdout_compiles"), MIN_HOLDOUT_COMPILES), False)
+    tries = joined.column("compiles")
+    # n compiles against the median m saved n x m minus their own seconds, in device-seconds.
+    saved = pc.multiply(pc.subtract(pc.multiply(pc.cast(tries, pa.float64()), joined.column("holdout_median")),
+                                    joined.column("compile_seconds")),
+                        pc.cast(pc.fill_null(joined.column("device_count_max"), 1), pa.float64()))
+    nothing = pa.scalar(0, pa.int64())
+    return pa.table({
+        **{name: joined.column(name) for name in ("dt", "kind")},
+        "team": pc.fill_null(joined.column("team_min"), UNKNOWN_TEAM),
+        **{name: joined.column(name) for name in ("env_key", "config_version", "validator_updated")},
+        **{name: pa.repeat(pa.scalar(0, _SUMMED.field(name).type), joined.num_rows) for name in _RUNTIME},
+        "compile_hits": pc.if_else(measured, tries, nothing),
+        "compile_unmeasured": pc.if_else(measured, nothing, tries),
+        "compile_chip_seconds_saved": pc.if_else(measured, saved, 0.0),
+    }).cast(_SUMMED)
+
+
+def holdout_medians(held: pa.Table) -> pa.Table:
+    """Per (key, env_key) of `held` (compile seconds counted per value): the holdout compiles
+    and their median (of an even count, the mean of the middle two)."""
+    ordered = held.sort_by([("key", "ascending"), ("env_key", "ascending"), ("compile_seconds", "ascending")])
+    counts = ordered.column("compiles").to_numpy()
+    seconds = np.repeat(ordered.column("compile_seconds").to_numpy(), counts)
+    groups = ordered.group_by(["key", "env_key"], use_threads=False).aggregate([("compiles", "sum")]).sort_by(
+        [("key", "ascending"), ("env_key", "ascending")])  # the order of `ordered`
+    sizes = groups.column("compiles_sum").to_numpy()
+    starts = np.cumsum(sizes) - sizes
+    median = (seconds[starts + (sizes - 1) // 2] + seconds[starts + sizes // 2]) / 2
+    return pa.table({"key": groups.column("key"), "env_key": groups.column("env_key"),
+                     "holdout_compiles": groups.column("compiles_sum"),
+                     "holdout_median": pa.array(median, pa.float64())})
+
+
 def _hit_sums(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
-    return _TOTAL.reduce(hit_rows(runs, kind, validator_keys))
+    return _RUNS.reduce(hit_rows(runs, kind, validator_keys))
+
+
+def _tried_sums(hits: pa.Table, validator_keys: list[str]) -> pa.Table:
+    tried = hits.filter(pc.is_in(hits.column("outcome"), value_set=pa.array(TRIED)))
+    return _TRIED.reduce(pa.table({
+        "dt": tried.column("dt"),
+        "kind": pc.fill_null(pc.cast(tried.column("kind"), pa.string()), "graph"),  # the hook looks up graphs
+        **{name: tried.column(name) for name in ("job_id", "key", "env_key", "config_version")},
+        "validator_updated": _validator_updated(tried.column("key"), validator_keys),
+        "compiles": pa.repeat(pa.scalar(1, pa.int64()), tried.num_rows),
+        "compile_seconds": tried.column("compile_seconds")}))
+
+
+def _held_counts(hits: pa.Table) -> pa.Table:
+    held = hits.filter(pc.is_in(hits.column("outcome"), value_set=pa.array([HELD_OUT])))
+    return _HELD.reduce(pa.table({
+        **{name: held.column(name) for name in ("key", "env_key", "compile_seconds")},
+        "compiles": pa.repeat(pa.scalar(1, pa.int64()), held.num_rows)}))
+
+
+def _validator_updated(keys: pa.ChunkedArray, validator_keys: list[str]) -> pa.ChunkedArray:
+    """Whether each store key was last written by the validator."""
+    return pc.is_in(keys, value_set=pa.array(validator_keys, pa.string()))
 
 
 def _days(first: datetime.date, last: datetime.date) -> list[str]:

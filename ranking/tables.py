@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from storage.warehouse import TableSchema
+from storage.warehouse import TableSchema, added_column
 
 CANDIDATES = TableSchema(
     name="candidates",
@@ -36,10 +36,12 @@ COVERAGE = TableSchema(
     ]),
 )
 
-# Version 2 added env_key, so that savings can be told apart by device and compiler.
+# Version 2 added env_key, so that savings can be told apart by device and compiler; version 3
+# the compile time saved (ranking.savings: compiles against the holdout arm's), whose columns
+# are null in the rows of version 2 files (no compile time was accounted then).
 SAVINGS = TableSchema(
     name="savings",
-    version=2,
+    version=3,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("kind", pa.string(), nullable=False),
@@ -48,6 +50,12 @@ SAVINGS = TableSchema(
         pa.field("config_version", pa.int64(), nullable=True),
         pa.field("validator_updated", pa.bool_(), nullable=False),
         pa.field("hit_chip_seconds", pa.float64(), nullable=False),  # chip-time that ran tuned
-        pa.field("chip_seconds_saved", pa.float64(), nullable=False),
+        pa.field("chip_seconds_saved", pa.float64(), nullable=False),  # runtime: hit x (speedup - 1)
+        # Compiles that tried the entry's config (applied or fallback) whose key has a holdout
+        # arm to compare with, those whose key has too few holdout compiles (no claim), and
+        # what the first saved: (holdout median - compile seconds) x the environment's devices.
+        added_column(pa.field("compile_hits", pa.int64(), nullable=True), 3),
+        added_column(pa.field("compile_unmeasured", pa.int64(), nullable=True), 3),
+        added_column(pa.field("compile_chip_seconds_saved", pa.float64(), nullable=True), 3),
     ]),
 )

@@ -23,7 +23,8 @@ from hlo.module import HloModule
 from storage.home import Home
 from storage.homes import open_home
 from tuner.kinds import Kind, Subject
-from tuner.tune import TuneResult, TuneSettings, task_digest, tune
+from tuner.task import tune
+from tuner.tune import TuneResult, TuneSettings, task_digest
 from validator.decisions import Decision
 from validator.plan import Queued
 from validator.toolchains import Toolchain
@@ -46,8 +47,8 @@ class TaskStatus(enum.StrEnum):
 
 @dataclass(frozen=True)
 class TuneTask:
-    """One tuning task: a graph or an op (`kind`) of environment `env_key`, to tune with
-    `settings`. `module` is what the tuner compiles (an HloModule is the serialized
+    """One tuning task: a graph's flags, an op or a GPU graph's kernels (`kind`) of
+    environment `env_key`, to tune with `settings`. `module` is what the tuner compiles (an HloModule is the serialized
     HloModuleProto and its name; for an op, its kernel cut out as a runnable module),
     `fingerprint` what its results are keyed by."""
 
@@ -80,7 +81,8 @@ class TuneTask:
 @dataclass(frozen=True)
 class MeasureTask:
     """One validation measurement: the queued store entry under toolchain `chain`, whose
-    environment (`env_key`, the toolchain's) a node must offer."""
+    environment (`env_key`, the toolchain's) a node must offer. The entry's autotune results
+    travel in it, checked (`Queued.results`): a GPU node compiles with them delivered."""
 
     label: str
     queued: Queued

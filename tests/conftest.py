@@ -18,6 +18,21 @@ os.environ.setdefault(TIME_SCALE_VARIABLE, "0.4")
 os.environ.setdefault("FDO_HOLDOUT", "0")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def measure_scale(request):
+    """A test file whose assertions hang on what its stages leave behind, not on what a
+    measurement finds, or whose effects are several-fold, marks itself
+    `pytestmark = pytest.mark.measure_scale(S)`: its measurements, in this process and the ones
+    its tests start, take S of their time budget instead of the suite's."""
+    marker = request.node.get_closest_marker("measure_scale")
+    if marker is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(TIME_SCALE_VARIABLE, str(marker.args[0]))
+        yield
+
+
 @pytest.fixture(scope="module")
 def browser():
     """Debian's headless Chromium, driven by Playwright (whose own browser download is unused)."""

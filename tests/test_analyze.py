@@ -43,6 +43,7 @@ QUICK = TuneSettings(  # short timings: the test needs real trials, not precise 
     budget_evals=len(WARM_START),
     search=MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=40, max_seconds=1.0),
     verify=MeasureSettings(min_pairs=20, batch_pairs=20, max_pairs=60, max_seconds=3.0),
+    verify_workers=1,  # the analysis reads the trials and whether a winner was accepted, not by how many
 )
 
 

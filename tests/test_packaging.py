@@ -28,6 +28,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from execution.measure import TIME_SCALE_VARIABLE
 from pipelines.extras import EXTRAS
 from storage.warehouse import Warehouse
 from tests.serving import running_server
@@ -36,7 +37,10 @@ from tuner.tables import TRIALS
 from workloads import zoo
 
 # Each test builds a venv or runs its `fdo`, whose commands compile and run XLA programs.
-pytestmark = [pytest.mark.subprocess, pytest.mark.xla, pytest.mark.slow]
+# The commands here measure several-fold effects or none (n-body off YNNPACK, optimization level
+# 0): a fifth of each measurement's time budget decides them, and a verification spends its
+# budget whole.
+pytestmark = [pytest.mark.subprocess, pytest.mark.xla, pytest.mark.slow, pytest.mark.measure_scale(0.2)]
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "fleet-fdo"
@@ -106,7 +110,9 @@ def pipeline(source, tmp_path_factory) -> Path:
 def run_venv(venv: Path, *command: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """A command of a venv built here (its bin directory), with nothing of this checkout or its
     settings on its path."""
-    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("FDO_")}
+    # None of the suite's settings but the file's measurement scale.
+    clean = {k: v for k, v in os.environ.items()
+             if k != "PYTHONPATH" and (not k.startswith("FDO_") or k == TIME_SCALE_VARIABLE)}
     return subprocess.run([str(venv / command[0]), *command[1:]], capture_output=True, text=True,
                           timeout=600, env={**clean, **(env or {})}, cwd=venv)
 

@@ -302,7 +302,7 @@ def test_fdo_savings_prints_booked_realized_and_the_return_on_cost(tmp_path, cap
     window = ["--from", FIRST.isoformat(), "--to", last.isoformat()]
     assert main(["--home", str(tmp_path), "savings", *window, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert set(printed) == {"rows", "entries", "totals", "teams", "versions", "cost"}
+    assert set(printed) == {"rows", "booked", "entries", "totals", "teams", "versions", "cost"}
     assert {r["config_version"] for r in printed["rows"]} == {1, 2}
     by_key = {e["key"]: e for e in printed["entries"]}
     assert by_key[KEY]["realized_ci_low"] < by_key[KEY]["realized_speedup"] < by_key[KEY]["realized_ci_high"]

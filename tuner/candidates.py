@@ -49,12 +49,16 @@ def latest_candidates(home: Home, kind: Kind) -> pa.Table:
 
 
 def tunable_candidates(home: Home, top: int, untried: bool = False,
-                       environments: frozenset[str] | None = None) -> list[tuple[str, HloModule, str]]:
+                       environments: frozenset[str] | None = None, kind: Kind = Kind.GRAPH,
+                       platforms: frozenset[str] | None = None) -> list[tuple[str, HloModule, str]]:
     """(label, module, env_key) of the best-ranked graph candidates of the latest ranking that
-    can be measured (`_measurable_graphs`), at most `top`. `untried`: only those this compiler
-    has no tuning result for yet, so that a nightly run moves down the ranking."""
+    can be measured (`_measurable_graphs`), at most `top`, for tasks of `kind` (a graph's flags,
+    or its kernels), of environments on `platforms` only where given. `untried`: only those this
+    compiler has no `kind` result for yet, so that a nightly run moves down the ranking."""
     graphs = _measurable_graphs(home, environments)
-    tried = _tried(home, Kind.GRAPH) if untried else set()
+    if platforms is not None:
+        graphs = {key: g for key, g in graphs.items() if g["platform"] in platforms}
+    tried = _tried(home, kind) if untried else set()
     blobs = BlobStore(home)
     tasks: list[tuple[str, HloModule, str]] = []
     for candidate in latest_candidates(home, Kind.GRAPH).to_pylist():

@@ -40,12 +40,15 @@ from execution.flags import (FLAGS, LIBRARY_FLAGS, PLACEMENT, XLA_BACKEND, Compi
 
 
 class Kind(enum.StrEnum):
-    """What a tuning task tunes, and so which space it searches: a whole graph (`graph_space`)
-    or one kernel cut out of it (`op_space`). Its value is the `kind` column of the candidates
-    and tuning results; each kind's facts are registered in `tuner.kinds`."""
+    """What a tuning task tunes, and so which space it searches: a whole graph's flags
+    (`graph_space`), one kernel cut out of it (`op_space`), or a GPU graph's kernel configs,
+    XLA's own autotune results (`tuner.kernels`: no space, XLA's autotuner searches). Its value
+    is the `kind` column of the tuning results (and of the candidates, for graphs and ops); each
+    kind's facts are registered in `tuner.kinds`."""
 
     GRAPH = "graph"
     OP = "op"
+    KERNELS = "kernels"
 
 
 @dataclass(frozen=True)
@@ -161,18 +164,6 @@ OP_KNOBS: dict[str, OpKnobs] = {
     "eltwise": OpKnobs(("ELTWISE",), ("xla_cpu_prefer_vector_width",)),
     "other": OpKnobs((), ("xla_cpu_prefer_vector_width",)),
 }
-
-# GPU op level: XLA's Triton GEMM tile configs (the fields of xla.AutotuneResult.TritonGemmKey,
-# xla/autotuning.proto), applied per fusion through an autotune-results file rather than flags.
-TRITON_GEMM_SPACE = SearchSpace((
-    Param("block_m", (16, 32, 64, 128, 256)),
-    Param("block_n", (16, 32, 64, 128, 256)),
-    Param("block_k", (16, 32, 64, 128)),
-    Param("split_k", (1, 2, 4, 8, 16)),
-    Param("num_stages", (1, 2, 3, 4)),
-    Param("num_warps", (2, 4, 8, 16)),
-))
-
 
 def op_space(op_class: str, accepted: frozenset[str] | None = None,
              defaults: CompilerConfig | None = None) -> SearchSpace:

@@ -38,9 +38,10 @@ TRIALS = TableSchema(
 # Version 2: `evaluations` and `measured` count every phase in the budget's unit (a config timed
 # or failed; see `tuner.search.PhaseSpend`); version 1 counted every config tried, free ones too.
 # Version 3: the opt-in config that relaxes numerics (`tuner.tune.RelaxedOption`).
+# Version 4: a kernels task's autotune results (`tuner.kernels`).
 TUNING_RESULTS = TableSchema(
     name="tuning_results",
-    version=3,
+    version=4,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("task_id", pa.string(), nullable=False),
@@ -70,5 +71,8 @@ TUNING_RESULTS = TableSchema(
         added_column(pa.field("relaxed_speedup", pa.float64(), nullable=True), 3),
         added_column(pa.field("relaxed_ci_low", pa.float64(), nullable=True), 3),
         added_column(pa.field("relaxed_ci_high", pa.float64(), nullable=True), 3),
+        # A kernels task's autotune results (an xla.AutotuneResults in XLA's text format), which
+        # deliver publishes as its entry's; null for the other kinds, or landed before version 4.
+        added_column(pa.field("autotune_results", pa.string(), nullable=True), 4),
     ]),
 )

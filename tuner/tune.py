@@ -2,7 +2,9 @@
 
 A task tunes a graph (`tune_module`: the unoptimized module, the graph-level space, results
 keyed by the graph fingerprint) or an op (`tune_op`: a kernel cut out of its optimized graph,
-the op-level space of its class, results keyed by the op fingerprint); both run `run_task`.
+the op-level space of its class, results keyed by the op fingerprint); both run `run_task`,
+as does every task of a searched kind that `tuner.task.tune` runs (a GPU graph's kernels are
+`tuner.kernels`', which searches nothing itself).
 
 The search loop (`tuner.search`) runs over the tuner's evaluator (`tuner.worker_evaluator`):
 candidates compile in a pool of sandboxed compile workers and are measured, one at a time, in a
@@ -153,6 +155,9 @@ class TuneResult:
     # The opt-in config that relaxes numerics, where the best config found did and it held up
     # in its verification (`RelaxedOption`); None otherwise. `config` relaxes nothing.
     relaxed: RelaxedOption | None = None
+    # A kernels task's (`tuner.kernels`): the autotune results it delivered with `config`, an
+    # xla.AutotuneResults in XLA's text format; None for every other task.
+    autotune_results: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (without the trials); each speedup as `speedup`, `ci_low`,
@@ -169,7 +174,8 @@ class TuneResult:
 def tune_module(module: HloModule, home: Home, settings: TuneSettings, env_key: str | None = None,
                 progress: bool = False, prior: list[TrialRecord] | None = None) -> TuneResult:
     """Tune `module`'s graph-level flags within the budget; resumes the task if interrupted."""
-    return tune(Kind.GRAPH, graph_subject(module), home, settings, env_key, progress, prior)
+    return run_task(make_target(Kind.GRAPH, graph_subject(module)), home, settings, env_key,
+                    progress, prior)
 
 
 def tune_op(cut: OpCut, home: Home, settings: TuneSettings, env_key: str | None = None,
@@ -177,7 +183,7 @@ def tune_op(cut: OpCut, home: Home, settings: TuneSettings, env_key: str | None 
     """Tune one kernel cut out of its graph (`tuner.op_cut`) over its op-level space; the
     result is keyed by the op fingerprint, with kind 'op'. On CPU it reaches users folded into
     a graph-level config (`tuner.fold`)."""
-    return tune(Kind.OP, op_subject(cut), home, settings, env_key, progress)
+    return run_task(make_target(Kind.OP, op_subject(cut)), home, settings, env_key, progress)
 
 
 def graph_subject(module: HloModule) -> Subject:
@@ -189,14 +195,6 @@ def graph_subject(module: HloModule) -> Subject:
 def op_subject(cut: OpCut) -> Subject:
     """An op cut out of its graph as a task's subject: keyed by the op fingerprint."""
     return Subject(cut.module, cut.fingerprint, cut.name, cut.op_class)
-
-
-def tune(kind: Kind, subject: Subject, home: Home, settings: TuneSettings,
-         env_key: str | None = None, progress: bool = False,
-         prior: list[TrialRecord] | None = None) -> TuneResult:
-    """Tune `subject` as a task of `kind` (its space from the kind registry, `tuner.kinds`) on
-    this machine: the one entry point of every task, local or on a cluster node."""
-    return run_task(make_target(kind, subject), home, settings, env_key, progress, prior)
 
 
 def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: str | None = None,

@@ -25,7 +25,16 @@ Rules (CATWILD 3.4), for an entry checked under a toolchain's compiler:
   expires. Anything less is 'invalidated' for the new compiler: no new key, and the old entry,
   which this measurement says nothing about, stays too.
 - unmeasured: what cannot be measured here (an op-level config, no symbols, another machine,
-  a graph that does not compile on this compiler) is left as it is until it expires.
+  a graph that does not compile on this compiler, autotune results where XLA autotunes nothing)
+  is left as it is until it expires.
+- an entry carrying XLA:GPU autotune results (`results_outcome`) is compiled with them
+  delivered first, and what XLA did with them decides before any timing (`ResultsCheck`): not
+  every one taken, as stored nor relabelled as XLA keys its results now: invalidated (the
+  fusions they were made for are not this compile's). Taken (or the file system cannot tell):
+  the measurement decides as for any config. Taken only once relabelled (XLA's key version or
+  device description changed) and measured as kept: re-keyed, the results carried as XLA keys
+  them now, under the entry's own key on its own compiler, under the new environment's key on
+  another (measured as re-keyed there).
 
 A decision is applied to the store entries live at publish time (not a snapshot from the start
 of a run), and only if the entry is still the one decided on; applying it twice changes nothing.
@@ -34,12 +43,14 @@ of a run), and only if the entry is still the one decided on; applying it twice 
 from __future__ import annotations
 
 import datetime
+import enum
 import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import pyarrow as pa
 
+from execution.autotune_results import AutotuneOutcome, AutotuneResults, Keying, Uptake
 from execution.evaluate import EvaluationResult
 from hlo.interval import Interval, columns, from_columns
 from ranking.realized import Realized
@@ -54,6 +65,49 @@ _FLEET_ARMS = ("fleet_tuned_jobs", "fleet_tuned_runs", "fleet_holdout_jobs", "fl
 # The prefix of the fleet's speedup in the journal and the audit row: fleet_speedup,
 # fleet_ci_low, fleet_ci_high.
 _FLEET = "fleet_"
+
+
+class ResultsFate(enum.StrEnum):
+    """What XLA did with an entry's autotune results under a toolchain's compiler
+    (`ResultsCheck.fate`). TAKEN: every result delivered was read, as stored. REKEYED: XLA keys
+    its results otherwise now (another key version or device description), and relabelled so,
+    every one was read. NOT_TAKEN: not every one was read, relabelled or not. UNKNOWN: the file
+    system keeps no access times, so whether XLA read them cannot be told."""
+
+    TAKEN = "taken"
+    REKEYED = "rekeyed"
+    NOT_TAKEN = "not taken"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class ResultsCheck:
+    """An entry's autotune results compiled with them delivered under a toolchain's compiler:
+    the `uptake` of `results` as delivered last: the entry's own, or, where XLA's dump of that
+    compile keyed its results otherwise (`rekeyed_from`: the entry's keying), the entry's
+    relabelled as XLA keys them now (`AutotuneResults.for_device`)."""
+
+    results: AutotuneResults
+    uptake: Uptake
+    rekeyed_from: Keying | None = None
+
+    @property
+    def fate(self) -> ResultsFate:
+        """What XLA did with them (see ResultsFate)."""
+        if self.uptake.taken is None:
+            return ResultsFate.UNKNOWN
+        if self.uptake.taken < self.uptake.delivered:
+            return ResultsFate.NOT_TAKEN
+        return ResultsFate.TAKEN if self.rekeyed_from is None else ResultsFate.REKEYED
+
+    def describe(self) -> str:
+        """One phrase for a decision's reason."""
+        taken = "unknown how many (no access times here)" if self.uptake.taken is None else self.uptake.taken
+        text = f"{taken} of its {self.uptake.delivered} autotune results taken"
+        if self.rekeyed_from is not None:
+            text += (f" relabelled from {self.rekeyed_from.describe()} to "
+                     f"{self.results.keying().describe()}, as XLA keys them now")
+        return text
 
 
 @dataclass
@@ -91,6 +145,10 @@ class Decision:
     fleet_tuned_runs: int | None = None
     fleet_holdout_jobs: int | None = None
     fleet_holdout_runs: int | None = None
+    # An entry with autotune results: what XLA did with them (None: it has none, or they were
+    # not compiled), and the results a kept or re-keyed entry carries on (its own, or relabelled).
+    autotune_fate: ResultsFate | None = None
+    autotune_results: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The journal's form: every field, each speedup as flat keys (`speedup`, `ci_low`,
@@ -102,9 +160,11 @@ class Decision:
     def from_json(cls, data: dict[str, Any]) -> "Decision":
         """Back from the journal."""
         names = {f.name for f in fields(cls)}
+        fate = data.get("autotune_fate")
         return cls(**{**{k: v for k, v in data.items() if k in names},
                       "speedup": from_columns(data),
-                      "fleet_speedup": from_columns(data, prefix=_FLEET)})
+                      "fleet_speedup": from_columns(data, prefix=_FLEET),
+                      "autotune_fate": ResultsFate(fate) if fate is not None else None})
 
 
 def expiry(now: datetime.datetime, origin: datetime.datetime, ttl: datetime.timedelta,
@@ -170,6 +230,33 @@ def measured_outcome(result: EvaluationResult, same_compiler: bool, compiler_ver
     return "invalidated", f"not shown faster {where}: {figure}; not re-keyed"
 
 
+def relabelled(results: AutotuneResults, outcome: AutotuneOutcome) -> AutotuneResults | None:
+    """`results` relabelled as XLA keys its results now, where the compile they were delivered
+    to (`outcome`) took not every one (or cannot tell) and XLA's dump of it keys its results
+    otherwise (another key version or device description); None where relabelling cannot help."""
+    keying = outcome.keying()
+    taken = ResultsCheck(results, outcome.uptake).fate == ResultsFate.TAKEN
+    if taken or keying is None or keying == results.keying():
+        return None
+    return results.for_device(keying.device, keying.version)
+
+
+def results_outcome(check: ResultsCheck, result: EvaluationResult | None, same_compiler: bool,
+                    compiler_version: str, noise_band: float) -> tuple[str, str]:
+    """(outcome, reason) of an entry with autotune results under `compiler_version`: what XLA
+    did with them (`check`), then, unless that decides (NOT_TAKEN: nothing is measured, `result`
+    may be None), the completed measurement of the graph compiled with them (`result`) as for
+    any config (`measured_outcome`); a kept entry whose results were relabelled is re-keyed."""
+    if check.fate == ResultsFate.NOT_TAKEN:
+        return "invalidated", (f"XLA does not take its autotune results on {compiler_version}: "
+                               f"{check.describe()} (the fusions they were made for are not this "
+                               "compile's)")
+    outcome, reason = measured_outcome(result, same_compiler, compiler_version, noise_band)
+    if outcome == "kept" and check.rekeyed_from is not None:
+        outcome = "rekeyed"
+    return outcome, f"{reason}; {check.describe()}"
+
+
 def settled(result: EvaluationResult, same_compiler: bool, noise_band: float) -> bool:
     """Whether the median of several workers' measurements decides an entry firmly: not when it
     would remove an entry that one of the workers measured faster than 1 + `noise_band` (now
@@ -222,19 +309,24 @@ def _apply_one(decision: Decision, rows: dict[str, dict[str, Any]]) -> str:
 
 
 def refreshed_entry(decision: Decision, entry: dict[str, Any]) -> dict[str, Any]:
-    """A kept entry: re-measured now, by the validator."""
+    """A kept entry, or one re-keyed on its own compiler: re-measured now, by the validator,
+    carrying the autotune results the decision names (relabelled ones), else its own."""
+    results = {} if decision.autotune_results is None else {"autotune_results": decision.autotune_results}
     return {**entry, "provenance": "validator", **columns(decision.speedup),
             "compiler_version": decision.compiler_version,
-            "measured_at": _time(decision.decided_at), "expires_at": _time(decision.expires_at)}
+            "measured_at": _time(decision.decided_at), "expires_at": _time(decision.expires_at),
+            **results}
 
 
 def new_entry(decision: Decision) -> dict[str, Any]:
-    """A re-keyed entry: the same config under the new environment's key."""
+    """A re-keyed entry: the same config (and autotune results, as the decision carries them)
+    under the new environment's key."""
     return {"key": decision.new_key, "fingerprint": decision.fingerprint,
             "env_key": decision.new_env_key, "kind": decision.kind, **columns(decision.speedup),
             "expires_at": _time(decision.expires_at), "provenance": "validator",
             "config": decision.config, "compiler_version": decision.compiler_version,
-            "measured_at": _time(decision.decided_at), "source": decision.source}
+            "measured_at": _time(decision.decided_at), "source": decision.source,
+            "autotune_results": decision.autotune_results}
 
 
 def audit_row(decision: Decision, run_id: str, store_version: int | None, status: str) -> dict[str, Any]:
@@ -253,7 +345,8 @@ def audit_row(decision: Decision, run_id: str, store_version: int | None, status
             "age_days": decision.age_days, "store_version": store_version,
             "config": decision.config, "origin_at": _time(decision.origin_at),
             **columns(decision.fleet_speedup, prefix=_FLEET),
-            **{name: getattr(decision, name) for name in _FLEET_ARMS}}
+            **{name: getattr(decision, name) for name in _FLEET_ARMS},
+            "autotune_fate": decision.autotune_fate}
 
 
 def config_matches(recorded: str | None, config: str) -> bool:

@@ -3,7 +3,8 @@ in which order (the rules are validator.decisions; the signals validator.signals
 
 Per live entry, first match wins: expired; reported failing in the fleet (fallbacks since it was
 last measured); regressed in the fleet (its realized interval wholly below 1); not measurable
-here (an op-level config, no symbols, an unknown environment, another machine): 'unmeasured';
+here (an op-level config, no symbols, an unknown environment, another machine, autotune results
+for a platform whose XLA autotunes nothing, or that do not parse): 'unmeasured';
 on the toolchain's compiler and measured recently: skipped, unless the fleet flagged it (its
 realized speedup far short of the expected one); on another compiler but re-keyed or decided
 for this one already: skipped; else measured, most fleet hits first, then least recently
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from delivery.store import Store
+from execution.autotune_results import AutotuneResults, ResultsError, autotunes, parse_results
 from execution.evaluate import EvaluationResult
 from hlo.environment import Environment, store_key
 from ingest.tables import GRAPHS
@@ -24,7 +26,7 @@ from storage.blobs import BlobStore
 from storage.home import Home
 from storage.warehouse import Warehouse
 from validator import decisions as rules
-from validator.decisions import Decision
+from validator.decisions import Decision, ResultsCheck
 from validator.signals import FLEET_WINDOW, History, fallbacks, fleet_hits, fleet_realized
 from validator.toolchains import Registry, Toolchain
 
@@ -42,7 +44,8 @@ class EnvFields(NamedTuple):
 
 @dataclass
 class Queued:
-    """An entry to measure, and what its decision will carry."""
+    """An entry to measure, and what its decision will carry. `results`: the entry's autotune
+    results, checked (`parse_results`): they travel with it to the machine that measures."""
 
     entry: dict[str, Any]
     base: dict[str, Any]
@@ -53,6 +56,7 @@ class Queued:
     origin: datetime.datetime
     priority: tuple
     flagged: str | None = None  # why the fleet flagged it, leading each decision's reason
+    results: AutotuneResults | None = None
 
     @property
     def invalidates(self) -> str:
@@ -62,9 +66,11 @@ class Queued:
 
     def decide(self, outcome: str, reason: str, change: str, now: datetime.datetime,
                ttl: datetime.timedelta, max_age: datetime.timedelta,
-               result: EvaluationResult | None = None) -> Decision:
+               result: EvaluationResult | None = None,
+               check: ResultsCheck | None = None) -> Decision:
         """The decision on this entry at `now`: the measured figures when there are some, a
-        fresh expiry when kept or re-keyed, the new key when re-keyed."""
+        fresh expiry when kept or re-keyed, the new key when re-keyed, what XLA did with its
+        autotune results (`check`) and the results a kept or re-keyed entry carries on."""
         extra: dict[str, Any] = {}
         if result is not None and result.speedup is not None:
             extra = {"speedup": result.speedup, "numerics_ok": result.numerics_ok}
@@ -72,18 +78,30 @@ class Queued:
             extra["expires_at"] = rules.expiry(now, self.origin, ttl, max_age).isoformat()
         if outcome == "rekeyed":
             extra.update(new_key=self.new_key, new_env_key=self.new_env_key)
+        if check is not None:
+            extra["autotune_fate"] = check.fate
+            if outcome in ("kept", "rekeyed"):
+                extra["autotune_results"] = check.results.to_text()
         if self.flagged:
             reason = f"{self.flagged}; {reason}"
         return Decision(**{**self.base, "decided_at": now.isoformat()}, outcome=outcome,
                         reason=reason, change=change, **extra)
 
-    def measured(self, result: EvaluationResult, compiler_version: str, noise_band: float,
-                 now: datetime.datetime, ttl: datetime.timedelta,
-                 max_age: datetime.timedelta) -> Decision:
-        """The decision from a completed measurement (no harness error) under `compiler_version`."""
-        outcome, reason = rules.measured_outcome(result, self.same_compiler, compiler_version, noise_band)
-        change = {"kept": rules.REFRESH, "rekeyed": rules.ADD}.get(outcome, self.invalidates)
-        return self.decide(outcome, reason, change, now, ttl, max_age, result)
+    def measured(self, result: EvaluationResult | None, compiler_version: str, noise_band: float,
+                 now: datetime.datetime, ttl: datetime.timedelta, max_age: datetime.timedelta,
+                 check: ResultsCheck | None = None) -> Decision:
+        """The decision from a completed measurement (no harness error) under `compiler_version`,
+        and for an entry with autotune results, from what XLA did with them (`check`; `result`
+        None: they were not taken, nothing was measured). Re-keyed on the entry's own compiler
+        (its results relabelled) refreshes the entry; on another, adds one under the new key."""
+        if check is None:
+            outcome, reason = rules.measured_outcome(result, self.same_compiler, compiler_version, noise_band)
+        else:
+            outcome, reason = rules.results_outcome(check, result, self.same_compiler,
+                                                    compiler_version, noise_band)
+        rekeyed = rules.REFRESH if self.same_compiler else rules.ADD
+        change = {"kept": rules.REFRESH, "rekeyed": rekeyed}.get(outcome, self.invalidates)
+        return self.decide(outcome, reason, change, now, ttl, max_age, result, check)
 
 
 class Planner:
@@ -173,11 +191,20 @@ class Planner:
             return (f"measured for {env.platform} {env.device_kind} x{env.device_count}; toolchain "
                     f"{self.chain.name} runs on {self.here.platform} {self.here.device_kind} "
                     f"x{self.here.device_count}")
+        results = None
+        if entry.get("autotune_results") is not None:
+            if not autotunes(env.platform):
+                return (f"its autotune results cannot be re-checked on {env.platform}: XLA "
+                        "autotunes nothing there")
+            try:
+                results = parse_results(entry["autotune_results"])
+            except ResultsError as exc:
+                return f"its autotune results do not parse here: {exc}"
         priority = (-self.hits.get(entry["key"], 0), entry["measured_at"], entry["key"])
         if env.compiler_version == self.chain.compiler_version:
             if self.now - entry["measured_at"] < self.revalidate_after and not flagged:
                 return None
-            return Queued(entry, base, blob, True, None, None, origin, priority, flagged)
+            return Queued(entry, base, blob, True, None, None, origin, priority, flagged, results)
         if Environment(*env).key() != entry["env_key"]:
             return "its environment has job options the warehouse does not record: cannot re-key it"
         new_env_key = self.here.key()
@@ -186,7 +213,8 @@ class Planner:
                 self.history.decided(entry["key"], outcome, self.chain.compiler_version, entry["measured_at"])
                 for outcome in ("rekeyed", "invalidated")):
             return None
-        return Queued(entry, base, blob, False, new_key, new_env_key, origin, priority)
+        return Queued(entry, base, blob, False, new_key, new_env_key, origin, priority,
+                      results=results)
 
     def _base(self, entry: dict[str, Any], origin: datetime.datetime) -> dict[str, Any]:
         return {"key": entry["key"], "fingerprint": entry["fingerprint"], "env_key": entry["env_key"],

@@ -15,9 +15,11 @@ OUTCOMES = ("kept", "rekeyed", "invalidated", "expired", "unmeasured")
 # seconds per execution), its interval over jobs, and each arm's jobs and runs. Null where the
 # fleet had no runs of it, in rows landed before version 3, and where it was undecided (the
 # figures then hold only the arms).
+# Version 4: what XLA did with an entry's autotune results (validator.decisions.ResultsFate);
+# null for an entry without them, and in rows landed before version 4.
 VALIDATIONS = TableSchema(
     name="validations",
-    version=3,
+    version=4,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("run_id", pa.string(), nullable=False),
@@ -50,5 +52,6 @@ VALIDATIONS = TableSchema(
             pa.field("fleet_tuned_runs", pa.int64(), nullable=True),
             pa.field("fleet_holdout_jobs", pa.int64(), nullable=True),
             pa.field("fleet_holdout_runs", pa.int64(), nullable=True))),
+        added_column(pa.field("autotune_fate", pa.string(), nullable=True), 4),
     ]),
 )

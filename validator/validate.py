@@ -12,8 +12,13 @@ A run, under one toolchain (validator.toolchains; default: the running interpret
    against the defaults, paired timing and numeric check, in `workers` fresh sandboxed workers
    running under the toolchain, decided on their median (one process now and then runs a
    library's kernels 20% slow: one worker's verdict would remove good configs); a removal
-   that one of them contradicts takes more workers first, up to `most_workers`. What the
-   budget does not reach is deferred to the next run.
+   that one of them contradicts takes more workers first, up to `most_workers`. An entry with
+   XLA:GPU autotune results is first compiled with them delivered, in a fresh worker
+   (`check_results`): what XLA took, and how XLA keys its results now (its dump); results XLA
+   keys otherwise are relabelled so and delivered again; results it does not take invalidate
+   the entry unmeasured; else that executable is timed against the default
+   (`execution.evaluate.evaluate_built`) and decided as any config (validator.decisions). What
+   the budget does not reach is deferred to the next run.
 3. Publishes one new store version with every decision applied to the entries live at that
    moment (Store.update retries when deliver, an import or the service published meanwhile).
 4. Writes one `validations` audit row per decision.
@@ -36,18 +41,21 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from delivery.store import DEFAULT_TTL, Store
+from execution.autotune_results import AutotuneResults
 from execution.evaluate import (CANDIDATE_FAILS, DEFAULT_FAILS, FRESH_WORKERS, DefaultFails,
-                                evaluate_independently, prepare_default)
-from execution.flags import FlagError, from_json
+                                EvaluationResult, compile_with_results, evaluate_built, evaluate_independently,
+                                prepare_default)
+from execution.flags import CompilerConfig, FlagError, from_json
 from execution.measure import MeasureSettings
+from execution.session import Built
 from execution.worker import Worker, WorkerFailure
-from hlo.module import HloLoadError, from_text
+from hlo.module import HloLoadError, HloModule, from_text
 from storage.blobs import BlobError, BlobStore
 from storage.home import Home
 from storage.homes import open_home
 from storage.warehouse import Warehouse
 from validator import decisions as rules
-from validator.decisions import Decision
+from validator.decisions import Decision, ResultsCheck, ResultsFate
 from validator.plan import Planner, Queued
 from validator.run import Run, exclusive
 from validator.signals import FLEET_WINDOW
@@ -188,21 +196,63 @@ def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSett
     except (BlobError, HloLoadError) as exc:
         return decide("unmeasured", str(exc), rules.NONE)
     band = settings.measure.noise_band
-    result = evaluate_independently(
-        module, config, settings.workers, settings=settings.measure, timeout=settings.timeout,
-        seed=settings.seed, python=chain.python, most=settings.most_workers,
-        settled=lambda median: rules.settled(median, queued.same_compiler, band))
-    if result.error is None:
-        return queued.measured(result, cv, band,
-                               datetime.datetime.now(datetime.UTC), settings.ttl, settings.max_age)
+
+    def settled(median: EvaluationResult) -> bool:
+        return rules.settled(median, queued.same_compiler, band)
+
+    check = None
+    if queued.results is None:
+        result = evaluate_independently(
+            module, config, settings.workers, settings=settings.measure, timeout=settings.timeout,
+            seed=settings.seed, python=chain.python, most=settings.most_workers, settled=settled)
+    else:
+        check, built = check_results(module, queued.results, config, chain.python, settings.timeout)
+        if built.error is not None:
+            return _blamed(f"its compile with its autotune results failed ({built.error})", module,
+                           chain, settings, decide, invalidated)
+        if check.fate == ResultsFate.NOT_TAKEN:  # timing it would time XLA's own autotuning
+            result = None
+        else:
+            result = evaluate_built(module, built, settings.workers, config, settings.measure,
+                                    settings.timeout, settings.seed, chain.python, settled,
+                                    settings.most_workers)
+    if result is None or result.error is None:
+        return queued.measured(result, cv, band, datetime.datetime.now(datetime.UTC), settings.ttl,
+                               settings.max_age, check)
     if result.failure == DEFAULT_FAILS:
         return decide("unmeasured", f"its graph fails on {cv}: {result.error}", rules.NONE)
     if result.failure == CANDIDATE_FAILS:
         return decide("invalidated", f"{result.error} on {cv}", invalidated)
-    # The worker crashed, ran out of memory or time: blame the config only if the defaults run.
+    return _blamed(f"{result.error} with this config", module, chain, settings, decide, invalidated)
+
+
+def _blamed(failed: str, module: HloModule, chain: Toolchain, settings: ValidateSettings,
+            decide: Callable[..., Decision], invalidated: str) -> Decision:
+    """The decision where the entry's compile or run `failed` (a crash, out of memory or time,
+    a compile error): the entry is blamed only if the defaults run."""
+    cv = chain.compiler_version
     try:
         with Worker(python=chain.python) as worker:
             prepare_default(worker, module.proto, settings.seed, settings.timeout)
     except (DefaultFails, WorkerFailure) as failure:
         return decide("unmeasured", f"its graph fails on {cv} with the defaults too: {failure}", rules.NONE)
-    return decide("invalidated", f"{result.error} with this config on {cv}; the defaults run", invalidated)
+    return decide("invalidated", f"{failed} on {cv}; the defaults run", invalidated)
+
+
+def check_results(module: HloModule, results: AutotuneResults, config: CompilerConfig,
+                  python: str, timeout: float) -> tuple[ResultsCheck | None, Built]:
+    """The module compiled with `config` and `results` delivered under `python` (a fresh
+    worker each), and what XLA did with them: where it took not every one and its dump keys
+    its results otherwise (another key version or device description), the results relabelled
+    so and delivered again. The last compile's Built (its executable, to time), and the check
+    (None where that compile failed: `Built.error`)."""
+    built = compile_with_results(module, results, config, timeout, python)
+    if built.error is not None:
+        return None, built
+    relabelled = rules.relabelled(results, built.autotune)
+    if relabelled is None:
+        return ResultsCheck(results, built.autotune.uptake), built
+    built = compile_with_results(module, relabelled, config, timeout, python)
+    if built.error is not None:
+        return None, built
+    return ResultsCheck(relabelled, built.autotune.uptake, results.keying()), built

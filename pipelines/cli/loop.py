@@ -28,6 +28,9 @@ def add_nightly(sub: Subcommands) -> None:
     p.add_argument("--top", type=int, default=3, metavar="N", help="graphs to tune")
     p.add_argument("--top-ops", type=int, default=2, metavar="N",
                    help="ops to tune, then fold into their graphs")
+    p.add_argument("--top-kernels", type=int, default=2, metavar="N",
+                   help="GPU graphs whose kernels XLA's autotuner tunes offline (none where no "
+                   "machine of the run autotunes: a CPU's)")
     p.add_argument("--tune-evals", type=int, default=24, metavar="N", help="evaluations per graph")
     p.add_argument("--tune-minutes", type=float, default=20.0, metavar="MINUTES",
                    help="budget of the tune stage")
@@ -54,8 +57,9 @@ def cmd_nightly(args: argparse.Namespace, home: Home) -> int:
     settings = NightlySettings(
         date=datetime.date.fromisoformat(args.date) if args.date else datetime.date.today(),
         inbox=tuple(Path(p) for p in args.inbox), window_days=args.window_days, top=args.top,
-        top_ops=args.top_ops, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
-        validate_minutes=args.validate_minutes, verify_workers=args.verify_workers,
+        top_ops=args.top_ops, top_kernels=args.top_kernels, tune_evals=args.tune_evals,
+        tune_minutes=args.tune_minutes, validate_minutes=args.validate_minutes,
+        verify_workers=args.verify_workers,
         beam_args=tuple(args.beam_args), force=args.force)
     from pipelines.stages import cluster_address, open_runner
 

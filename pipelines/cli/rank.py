@@ -66,26 +66,29 @@ def print_ranking(candidates: Any, coverage: Any) -> None:
 
 def add_savings(sub: Subcommands) -> None:
     """`fdo savings`."""
-    p = add_command(sub, "savings", "chip-seconds saved by tuned configs: booked (Beam) and realized",
+    p = add_command(sub, "savings", "chip-seconds saved by tuned configs, at run and at compile time: booked "
+                    "(Beam) and realized",
                     ["fdo savings", "fdo savings --from 2025-01-01 --to 2025-01-31 --json"], BEAM_NOTE)
     p.add_argument("--from", dest="from_", metavar="DATE",
                    help="first date, YYYY-MM-DD (default: 29 days before --to, 30 days in all)")
     p.add_argument("--to", metavar="DATE", help="last date, YYYY-MM-DD (default: today)")
     p.add_argument("--json", action="store_true",
-                   help='print {"rows": booked savings rows, "entries": realized speedups, '
-                        '"totals", "teams", "versions": booked and realized savings, "cost": the loop\'s}')
+                   help='print {"rows": booked savings rows, "booked": their runtime, compile-time and '
+                        'total sums, "entries": realized speedups, "totals", "teams", "versions": booked '
+                        'and realized savings, "cost": the loop\'s}')
     p.set_defaults(run=cmd_savings, takes_beam_args=True, home_url=True)
 
 
 @needs("pipeline")
 def cmd_savings(args: argparse.Namespace, home: Home) -> int:
-    """Book the chip-time tuned configs saved per day, kind, team and store version (Beam);
-    then what they realized in the fleet (holdout arm against tuned arm) and the loop's cost."""
+    """Book the chip-time tuned configs saved per day, kind, team and store version, at run
+    time and at compile time (Beam); then what they realized in the fleet (holdout arm against
+    tuned arm) and the loop's cost."""
     import datetime
 
     from ranking.cost import loop_cost, return_on_cost
     from ranking.realized import read_runs, realized_savings, realized_speedups
-    from ranking.savings import savings
+    from ranking.savings import MIN_HOLDOUT_COMPILES, BookedSavings, savings
     from storage.warehouse import Warehouse
     from tuner.tables import TRIALS
     from validator.tables import VALIDATIONS
@@ -102,20 +105,25 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
                      warehouse.read(VALIDATIONS, ["dt", "run_id", "validated_at"], days.__contains__),
                      realized, first, last)
     ratio = return_on_cost(split.total.realized.estimate, cost)
+    booked = BookedSavings.of(rows)
     if args.json:
-        print_json({"rows": json_rows(rows), "entries": [r.to_json() for r in realized],
+        print_json({"rows": json_rows(rows), "booked": booked.to_json(), "entries": [r.to_json() for r in realized],
                     "totals": split.total.to_json(), "teams": [s.to_json() for s in split.by_team],
                     "versions": [s.to_json() for s in split.by_version],
                     "cost": {**cost.to_json(), "return_on_cost": ratio}})
         return EXIT_OK
-    saved = sum(r["chip_seconds_saved"] for r in rows.to_pylist())
-    print(f"savings {first} .. {last}: {_chip_time(saved)} saved in {rows.num_rows} rows")
+    unmeasured = (f"; {_count(booked.compile_unmeasured, 'compile')} unmeasured: under {MIN_HOLDOUT_COMPILES} "
+                  "holdout compiles of their key" if booked.compile_unmeasured else "")
+    print(f"savings {first} .. {last}: {_chip_time(booked.total)} saved in {rows.num_rows} rows: runtime "
+          f"{_chip_time(booked.runtime)}, compile time {_chip_time(booked.compile)}{unmeasured}")
     if rows.num_rows:
-        print_table(("date", "kind", "team", "version", "validator-updated", "saved"),
+        print_table(("date", "kind", "team", "version", "validator-updated", "runtime", "compiles", "compile time",
+                     "saved"),
                     [(str(r["dt"]), r["kind"], r["team"], f"v{r['config_version']}",
-                      "yes" if r["validator_updated"] else "no",
-                      _chip_time(r["chip_seconds_saved"])) for r in rows.to_pylist()],
-                    "<<<<<>", indent="  ")
+                      "yes" if r["validator_updated"] else "no", _chip_time(r["chip_seconds_saved"]),
+                      *_compiles(r), _chip_time(r["chip_seconds_saved"] + r["compile_chip_seconds_saved"]))
+                     for r in rows.to_pylist()],
+                    "<<<<<>>>>", indent="  ")
     else:
         print("  no hits on tuned configs in these days")
     print_realized(realized, split)
@@ -148,6 +156,18 @@ def print_realized(realized: Any, split: Any) -> None:
                   else f"undecided: {r.undecided}",
                   f"{r.tuned.jobs}/{r.tuned.runs}", f"{r.holdout.jobs}/{r.holdout.runs}") for r in realized],
                 "<<><>>", indent="  ")
+
+
+def _compiles(row: dict[str, Any]) -> tuple[str, str]:
+    """A savings row's compiles (measured, then unmeasured after a '+') and their compile time
+    saved; '-' where it has none measured."""
+    hits, unmeasured = row["compile_hits"], row["compile_unmeasured"]
+    counted = f"{hits}" + (f" +{unmeasured} unmeasured" if unmeasured else "")
+    return counted, _chip_time(row["compile_chip_seconds_saved"]) if hits else "-"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _chip_unit(seconds: list[float]) -> tuple[float, str]:

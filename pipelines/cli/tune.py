@@ -14,7 +14,7 @@ from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_DEFAULT_FAILS, EXIT_FAILE
 from pipelines.extras import needs
 from storage.home import Home
 from pipelines import stages
-from tuner.kinds import KINDS, Kind
+from tuner.kinds import KINDS, Kind, check_platform
 from tuner.strategies import STRATEGIES
 
 
@@ -158,10 +158,11 @@ def _dump_workloads(args: argparse.Namespace) -> int:
 
 def add_tune(sub: Subcommands) -> None:
     """`fdo tune`."""
-    graph, op = KINDS[Kind.GRAPH], KINDS[Kind.OP]
+    graph, op, kernels = KINDS[Kind.GRAPH], KINDS[Kind.OP], KINDS[Kind.KERNELS]
     p = add_command(sub, "tune", "search compiler flags for HLO modules and verify the best",
                     ["fdo tune --top 3 --budget-minutes 30",
                      "fdo tune module.txt --budget-evals 20 --cores 0-7", "fdo tune --kind op --top 2",
+                     "fdo tune --kind kernels --top 2   # on a GPU machine",
                      "fdo --home /shared/fdo tune --top 8 --cluster 10.0.0.5:6379"],
                     "Exit status 4: a module fails with the compiler's default config (it does not "
                     "compile or run), so there is nothing to measure against; its task ends with "
@@ -170,14 +171,17 @@ def add_tune(sub: Subcommands) -> None:
                    "(default: none, the top ranked graph candidates this machine can measure)")
     p.add_argument("--kind", choices=[str(kind) for kind in KINDS], default=str(Kind.GRAPH),
                    help="op: tune the top ranked ops (cut out of their graphs), then fold the "
-                   "winners into graph-level configs measured on each whole graph")
+                   "winners into graph-level configs measured on each whole graph; kernels (a "
+                   "GPU's): run XLA's autotuner exhaustively over each graph's fusions and verify "
+                   "the graph with the costliest fusions' results delivered")
     p.add_argument("--top", type=int, default=5, metavar="K", help="without files: how many candidates")
     p.add_argument("--budget-evals", type=int, default=None, metavar="N",
                    help=f"evaluations of each task's search: configs timed or failed (one that "
                    f"compiles to a program already known is free); the finalists' race, the "
                    f"winner's pruning and its verification come on top, and the output says "
                    f"what each phase spent (default: {graph.budget_evals} for graphs, the whole "
-                   "space for ops)")
+                   f"space for ops; kernels: how many of the costliest fusions' results to keep, "
+                   f"default {kernels.budget_evals})")
     p.add_argument("--budget-minutes", type=float, default=None, metavar="MINUTES",
                    help="time budget of each task's search; the phases after it come on top "
                    "(default: none, --budget-evals alone)")
@@ -208,21 +212,27 @@ def add_tune(sub: Subcommands) -> None:
 @needs("pipeline")
 def cmd_tune(args: argparse.Namespace, home: Home) -> int:
     """Tune the modules given, or the top ranked graphs (or ops, folded into their graphs)."""
+    from hlo.environment import current_environment
     from hlo.module import load_file
 
+    kind = Kind(args.kind)
     settings = _tune_settings(args)  # bad options are told before a cluster is reached
-    with stages.open_runner(stages.cluster_address(args.cluster)) as runner:
-        if args.kind == Kind.OP:
+    address = stages.cluster_address(args.cluster)
+    if address is None:  # this machine tunes: a kind it cannot is refused before any work
+        check_platform(kind, current_environment().platform)
+    with stages.open_runner(address) as runner:
+        if kind == Kind.OP:
             return _tune_ops(args, home, settings, runner)
         if args.files:
             tasks = [(str(path), load_file(path), None) for path in args.files]
         else:
-            tasks = KINDS[Kind.GRAPH].candidates(home, args.top, False, runner.environments()).tasks
+            tasks = KINDS[kind].candidates(home, args.top, False, runner.environments()).tasks
             if not tasks:
-                print(f"no ranked graph candidates that {_measurers(runner)} can measure (run fdo rank)",
-                      file=sys.stderr)
+                print(f"no ranked graph candidates that {_measurers(runner)} can measure for "
+                      f"--kind {kind} (run fdo rank)", file=sys.stderr)
                 return EXIT_FAILED
-        outcomes = stages.tune_graphs(home, tasks, settings, progress=not args.json, runner=runner)
+        outcomes = stages.tune_graphs(home, tasks, settings, progress=not args.json, runner=runner,
+                                      kind=kind)
     if args.json:
         payload = [_outcome_json(o, runner.name) for o in outcomes]
         print_json(payload[0] if len(payload) == 1 else payload)
@@ -320,6 +330,12 @@ def _print_tune_result(label: str, r: Any) -> None:
     if len(r.speedups) > 1:  # the verification's workers, each on its own
         speed += f" (workers {_speedups(r.speedups)})"
     print(f"{label}: {r.status} {speed}; config {config_text(r.to_json()['config'])}")
+    if r.autotune_results is not None:
+        from execution.autotune_results import parse_results
+
+        fusions = parse_results(r.autotune_results).fusions
+        print(f"  autotune results of {len(fusions)} fusions "
+              f"({', '.join(sorted({f.kind for f in fusions}))}), delivered with the config")
     if r.relaxed is not None:
         relaxed = r.relaxed
         print(f"  opt-in, relaxes numerics ({', '.join(relaxes_numerics(relaxed.config))}): "

@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 
 from pipelines.dashboard.figures import (
     BLUE, CATEGORY_COLORS, CATEGORY_LABELS, DARK_GREY, GREEN, GREY, HEIGHT, KIND_COLORS, LIGHT_BLUE, ORANGE,
-    OUTCOME_COLORS, PROVENANCE_COLORS, TEAM_COLORS, bargap, base_layout, count_axis, count_by, day_layout,
+    OUTCOME_COLORS, PROVENANCE_COLORS, PURPLE, TEAM_COLORS, bargap, base_layout, count_axis, count_by, day_layout,
     elide, error_bars, interval_name, interval_trace, percent, percent_axis, present, speedup_range, stacked_days,
     sum_by, version_text)
 from pipelines.dashboard.filters import Window
@@ -44,46 +44,71 @@ class Chart:
 
 
 def savings_by_kind(rows: list[Row], window: Window) -> go.Figure | None:
-    """Chip-hours saved per day, stacked by config kind (graph or op)."""
+    """Chip-hours saved per day: at run time stacked by config kind (graph or op), and at
+    compile time where compiles tried a config (below zero where they were slower)."""
     if not rows:
         return None
     fig = stacked_days(rows, window, "kind", KIND_COLORS, "chip_hours_saved", "%{y:,.0f} chip-hours",
-                        "{} configs")
-    return day_layout(fig, window, "chip-hours saved / day", barmode="stack")
+                        "{} configs, run time")
+    if _compiled(rows):
+        days = window.days()
+        saved, hits = sum_by(rows, "dt", "compile_chip_hours_saved"), sum_by(rows, "dt", "compile_hits")
+        unmeasured = sum_by(rows, "dt", "compile_unmeasured")
+        fig.add_bar(x=days, y=[saved.get(d, 0) for d in days], name="compile time", marker_color=PURPLE,
+                    customdata=[[int(hits.get(d, 0)), int(unmeasured.get(d, 0))] for d in days],
+                    hovertemplate="%{x|%b %d}: %{y:,.1f} chip-hours over %{customdata[0]} compiles "
+                                  "(%{customdata[1]} unmeasured)<extra>compile time</extra>")
+    return day_layout(fig, window, "chip-hours saved / day", barmode="relative")
+
+
+def _compiled(rows: list[Row]) -> bool:
+    """Whether any compile of the savings rows tried a config, its saving claimed or not: the
+    charts then draw compile time as a series of its own."""
+    return any(r["compile_hits"] or r["compile_unmeasured"] for r in rows)
 
 
 def savings_by_team(rows: list[Row], window: Window) -> go.Figure | None:
-    """Chip-hours saved in the window per team, largest first."""
+    """Chip-hours saved in the window per team, run and compile time together, largest first;
+    the hover splits them."""
     if not rows:
         return None
-    per_team = sorted(sum_by(rows, "team", "chip_hours_saved").items(), key=lambda item: item[1])
+    runtime, compile_time = sum_by(rows, "team", "chip_hours_saved"), sum_by(rows, "team", "compile_chip_hours_saved")
+    per_team = sorted(sum_by(rows, "team", "total_chip_hours_saved").items(), key=lambda item: item[1])
     fig = go.Figure(go.Bar(x=[v for _, v in per_team], y=[t for t, _ in per_team], orientation="h",
                            marker_color=BLUE, text=[f"{v:,.0f}" for _, v in per_team],
                            textposition="outside", cliponaxis=False,
-                           hovertemplate="%{y}: %{x:,.0f} chip-hours<extra></extra>"))
+                           customdata=[[runtime[t], compile_time[t]] for t, _ in per_team],
+                           hovertemplate="%{y}: %{x:,.0f} chip-hours (run time %{customdata[0]:,.0f}, "
+                                         "compile time %{customdata[1]:,.1f})<extra></extra>"))
     base_layout(fig, xaxis_title="chip-hours saved", height=max(HEIGHT, 60 + 26 * len(per_team)))
     fig.update_layout(bargap=bargap(len(per_team)))
-    fig.update_xaxes(range=[0, 1.15 * max(v for _, v in per_team)] if per_team[-1][1] > 0 else None)
+    positive = per_team[0][1] >= 0 and per_team[-1][1] > 0  # a team's slower compiles can cost more than it saved
+    fig.update_xaxes(range=[0, 1.15 * per_team[-1][1]] if positive else None)
     return fig
 
 
 def savings_by_version(rows: list[Row], window: Window) -> go.Figure | None:
-    """Chip-hours saved in the window per config store version that served the hits, stacked
-    by config kind."""
+    """Chip-hours saved in the window per config store version that served the hits: at run
+    time stacked by config kind, and at compile time."""
     if not rows:
         return None
     versions = sorted({r["config_version"] for r in rows}, key=lambda v: (v is None, v or 0))
     labels = [version_text(v) for v in versions]
     saved: dict[tuple[str, str], float] = defaultdict(float)
+    compile_time: dict[str, float] = defaultdict(float)
     for row in rows:
         saved[row["kind"], version_text(row["config_version"])] += row["chip_hours_saved"]
+        compile_time[version_text(row["config_version"])] += row["compile_chip_hours_saved"]
     fig = go.Figure()
     for kind in present(rows, "kind", KIND_COLORS):
-        fig.add_bar(x=labels, y=[saved[kind, label] for label in labels], name=f"{kind} configs",
+        fig.add_bar(x=labels, y=[saved[kind, label] for label in labels], name=f"{kind} configs, run time",
                     marker_color=KIND_COLORS.get(kind, GREY),
                     hovertemplate="%{x}: %{y:,.0f} chip-hours<extra>" + kind + " configs</extra>")
+    if _compiled(rows):
+        fig.add_bar(x=labels, y=[compile_time[label] for label in labels], name="compile time", marker_color=PURPLE,
+                    hovertemplate="%{x}: %{y:,.1f} chip-hours<extra>compile time</extra>")
     base_layout(fig, xaxis_title="config store version that served the hits", yaxis_title="chip-hours saved",
-            barmode="stack")
+            barmode="relative")
     fig.update_xaxes(type="category")
     fig.update_layout(bargap=bargap(len(versions)))
     return fig

@@ -54,12 +54,14 @@ TUNING_RESULTS = Chart(
 
 OVERVIEW = Page("overview", "Overview", (
     ("Savings", (
-        Chart("savings-by-kind", "Savings over time", "Chip-hours saved per day by tuned configs, "
-              "graph vs. op configs", "savings", charts.savings_by_kind, "fdo savings", wide=True),
-        Chart("savings-by-team", "Savings per team", "Chip-hours saved in the window, per team",
-              "savings", charts.savings_by_team, "fdo savings"),
+        Chart("savings-by-kind", "Savings over time", "Chip-hours saved per day by tuned configs: at run time, "
+              "graph vs. op configs, and at compile time against the holdout arm's compiles (below zero: slower)",
+              "savings", charts.savings_by_kind, "fdo savings", wide=True),
+        Chart("savings-by-team", "Savings per team", "Chip-hours saved in the window, run and compile time, per "
+              "team (a compile's team is its job's)", "savings", charts.savings_by_team, "fdo savings"),
         Chart("savings-by-version", "Savings per config version", "Chip-hours saved in the window, by the "
-              "config store version that served the hits", "savings", charts.savings_by_version, "fdo savings"),
+              "config store version that served the hits: run time by config kind, and compile time", "savings",
+              charts.savings_by_version, "fdo savings"),
         Chart("realized-by-team", "Booked and realized, per team", "Chip-hours saved in the window by the "
               "entries whose holdout realized a speedup: booked at the expected speedup, realized at the fleet's, "
               f"with its {REALIZED} interval; undecided entries are in the hover", "realized-savings",

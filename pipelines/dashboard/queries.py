@@ -61,11 +61,19 @@ TUNED = "(config_key is not null and not coalesce(holdout, false))"
 
 def savings(home: Home, scope: Scope) -> list[Row]:
     """Chip-time saved per day, config kind, team and config version (the store version that
-    served the hits; null when the runs did not say)."""
+    served the hits; null when the runs did not say): at run time (`chip_hours_saved`), at
+    compile time (`compile_chip_hours_saved`, over `compile_hits` compiles; `compile_unmeasured`
+    more claimed nothing, see ranking.savings) and both (`total_chip_hours_saved`). Rows
+    written before compile time was accounted count none."""
     return _query(scope, """
         select dt, kind, team, config_version,
                sum(chip_seconds_saved) as chip_seconds_saved,
                sum(chip_seconds_saved) / 3600 as chip_hours_saved,
+               coalesce(sum(compile_chip_seconds_saved), 0) / 3600 as compile_chip_hours_saved,
+               (sum(chip_seconds_saved) + coalesce(sum(compile_chip_seconds_saved), 0)) / 3600
+                   as total_chip_hours_saved,
+               coalesce(sum(compile_hits), 0)::bigint as compile_hits,
+               coalesce(sum(compile_unmeasured), 0)::bigint as compile_unmeasured,
                sum(hit_chip_seconds) / 3600 as hit_chip_hours
         from savings group by all order by dt, kind, team, config_version
     """, savings=_read(home, scope, SAVINGS))
@@ -417,7 +425,8 @@ def summary(rows: dict[str, list[Row]]) -> Row:
     last_ranking = max((r["dt"] for r in graph_coverage), default=None)
     live = [r for r in rows["store"] if r["live"]]
     return {
-        "chip_hours_saved": sum(r["chip_hours_saved"] for r in rows["savings"]),
+        **{name: sum(r[name] for r in rows["savings"])
+           for name in ("chip_hours_saved", "compile_chip_hours_saved", "total_chip_hours_saved")},
         "hit_rate": graph_hits[-1]["hit_rate"] if graph_hits else None,
         "hit_rate_dt": graph_hits[-1]["dt"] if graph_hits else None,
         "tuned_share": sum(r["share"] for r in graph_coverage
