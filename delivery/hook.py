@@ -66,10 +66,11 @@ from typing import Any, Callable
 
 from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, StoreUnavailable
 from delivery.sandbox import SandboxCheck
-from execution.autotune_results import AutotuneResults, Delivery, ResultsError, job_sets_cache_dir, parse_results
+from execution.autotune_results import (AutotuneResults, Delivery, ResultsError, autotunes, job_sets_cache_dir,
+                                        parse_results)
 from execution.compile import apply_config, job_build_options
 from execution.flags import CompilerConfig, FlagError, from_json
-from hlo.environment import ENVIRONMENT_FILE, GPU_PLATFORM, Environment, current_environment, store_key
+from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, store_key
 from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_proto_bytes, from_stablehlo
@@ -211,7 +212,7 @@ class Hook:
         autotunes (see the module's step 4); the hit's reason says what became of them."""
         if plan.results is None:
             return compile(tuned)
-        if plan.platform != GPU_PLATFORM:
+        if not autotunes(plan.platform):
             plan.reason = f"autotune results not delivered: {plan.platform} compiles do not autotune"
             return compile(tuned)
         if job_sets_cache_dir(tuned):
