@@ -36,7 +36,7 @@ from storage.home import Home
 from storage.homes import open_home
 from tasks.records import TaskOutcome, TaskStatus, Task, home_address, perform
 from tasks.resources import environment_key, offered, resource_name
-from tasks.runner import Deadline, Runner, within
+from tasks.runner import Deadline, Runner, weight, within
 
 RETRIES = 3  # reruns after a worker or node died: four tries in all
 POLL_SECONDS = 1.0
@@ -119,9 +119,11 @@ class RayRunner(Runner):
                 yield index, _unroutable(task, "no live node offers its environment")
                 continue
             if deadline is not None:
-                same = sum(t.env_key == task.env_key for t in tasks)
-                share = max(1, -(-same // len(nodes[name])))  # tasks per node, rounded up
-                task = within(task, deadline.left() / (share + deadline.reserve))
+                peers = [t for t in tasks if t.env_key == task.env_key]
+                share = max(1, -(-len(peers) // len(nodes[name])))  # tasks per node, rounded up
+                # A node's slot, scaled by what the task weighs among its environment's tasks.
+                scale = weight(task, len(peers)) * len(peers) / sum(weight(t, len(peers)) for t in peers)
+                task = within(task, deadline.left() / (share + deadline.reserve) * scale)
             ref = self._remote.options(resources={name: 1}, num_cpus=0, max_retries=self.retries,
                                        retry_exceptions=False).remote(task, address, run_id)
             pending[ref] = index

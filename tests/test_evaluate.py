@@ -149,7 +149,8 @@ def test_codegen_flags_at_their_defaults_compile_the_default_program(worker) -> 
 
 
 def test_compiler_defaults_agree_with_jaxlib_and_leave_the_graph_space() -> None:
-    debug = compile_options({}).executable_build_options.debug_options
+    options = compile_options({})  # held: its debug options are a view into it
+    debug = options.executable_build_options.debug_options
     defaults = compiler_defaults()
     for name in ("xla_backend_optimization_level", "xla_cpu_enable_fast_math",
                  "xla_llvm_disable_expensive_passes"):  # the fields jaxlib has accessors for
@@ -271,6 +272,19 @@ def test_a_comparison_runs_past_no_gain_until_its_interval_is_tight() -> None:
     interval = tight.speedup
     assert (interval.high - interval.low) / 2 <= 0.004 * interval.estimate
     assert interval.low <= 1 / 1.01 <= interval.high
+
+
+def test_a_slow_program_is_warmed_once_and_its_pairs_follow_with_no_runs_of_their_own() -> None:
+    # Half a second a run: one warm-up run of each sets the repeats per sample (one), and every
+    # run after it is a timed pair's.
+    calls: list[int] = []
+
+    def runner(repeats: int) -> float:
+        calls.append(repeats)
+        return repeats * 0.5
+
+    measured = measure_pair(runner, runner, MeasureSettings(max_pairs=12, min_pairs=10))
+    assert measured.pairs == 10 and calls == [1] * (2 + 2 * 10)  # tight and decided at 10
 
 
 def test_the_time_budget_is_scaled_by_the_environment_and_a_bad_scale_is_named(monkeypatch) -> None:

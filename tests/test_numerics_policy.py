@@ -69,10 +69,10 @@ def test_a_config_relaxes_numerics_by_its_values():
 
 def _run(evaluator: TableEvaluator, configs: list[dict], listed_only: bool = False):
     journal: list[Trial] = []
-    trials, winners = run_search(evaluator, listed(configs), [], len(configs), SCREEN, COMPARE,
-                                 lambda: True, journal.append, listed=listed_only,
-                                 clock=TaskClock([], now=evaluator.now))
-    return trials, winners, journal
+    outcome = run_search(evaluator, listed(configs), [], len(configs), SCREEN, COMPARE,
+                         lambda: True, journal.append, listed=listed_only,
+                         clock=TaskClock([], now=evaluator.now))
+    return outcome.trials, outcome.winners, journal
 
 
 def test_a_search_whose_best_relaxes_numerics_chooses_the_best_strict_config_too():

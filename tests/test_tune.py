@@ -426,7 +426,7 @@ def _stamped_result() -> TuneResult:
     trials.append(dataclasses.replace(trials[0], index=3, program="A",
                                       speedup=dataclasses.replace(trials[0].speedup, estimate=0.9),
                                       phase=Phase.RACE, baseline={"a": 2}, elapsed_seconds=31.0))
-    phases = [*spending(trials, 33.0), PhaseSpend(Phase.VERIFY, 1, 1, 1, 6, 40.0)]
+    phases = [*spending(trials, 33.0, {Phase.RACE: 2}), PhaseSpend(Phase.VERIFY, 1, 1, 1, 6, 40.0)]
     return TuneResult("new", "f" * 32, "e", "accepted", True, {"a": 2}, Interval(1.28, 1.2, 1.3),
                       True, sum(p.evaluations for p in phases), sum(p.measured for p in phases),
                       "evolution", "jaxlib-test", trials=trials, phases=phases,

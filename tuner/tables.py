@@ -39,9 +39,10 @@ TRIALS = TableSchema(
 # or failed; see `tuner.search.PhaseSpend`); version 1 counted every config tried, free ones too.
 # Version 3: the opt-in config that relaxes numerics (`tuner.tune.RelaxedOption`).
 # Version 4: a kernels task's autotune results (`tuner.kernels`).
+# Version 5: why the search ended, and a nightly task's share of its stage's budget and why.
 TUNING_RESULTS = TableSchema(
     name="tuning_results",
-    version=4,
+    version=5,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("task_id", pa.string(), nullable=False),
@@ -74,5 +75,13 @@ TUNING_RESULTS = TableSchema(
         # A kernels task's autotune results (an xla.AutotuneResults in XLA's text format), which
         # deliver publishes as its entry's; null for the other kinds, or landed before version 4.
         added_column(pa.field("autotune_results", pa.string(), nullable=True), 4),
+        # Why the search ended: budget | stalled | time | exhausted (tuner.trial.StopReason);
+        # null where no search ran (a default that fails, a kernels task), or landed before
+        # version 5.
+        added_column(pa.field("search_stop", pa.string(), nullable=True), 5),
+        # A nightly task's share of its stage's budget and why (tuner.allot.Allotment); null
+        # for a task given its own budget, or landed before version 5.
+        added_column(pa.field("budget_share", pa.float64(), nullable=True), 5),
+        added_column(pa.field("budget_reason", pa.string(), nullable=True), 5),
     ]),
 )

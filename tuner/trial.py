@@ -40,6 +40,25 @@ class Phase(StrEnum):
     VERIFY = "verify"
 
 
+class StopReason(StrEnum):
+    """Why a task's search phase ended (`tuner.search.search`): its evaluations (or its trials,
+    free ones included) were spent (BUDGET); it had stalled, by the rule of docs/tuner.md
+    (STALLED: `tuner.search.Stall`); its minutes were spent (TIME: `--budget-minutes`, or a
+    nightly stage's deadline); or its strategy had nothing left to propose (EXHAUSTED: a fixed
+    list's end, a space tried whole)."""
+
+    BUDGET = "budget"
+    STALLED = "stalled"
+    TIME = "time"
+    EXHAUSTED = "exhausted"
+
+
+# A search that has screened its likeliest moves ends once this many evaluations in a row set no
+# new best by more than the noise band (`tuner.search.Stall`, docs/tuner.md): `fdo tune`'s
+# default (`TuneSettings.stall_after`, `--stall-after`).
+STALL_AFTER = 8
+
+
 @dataclass
 class Trial:
     """One evaluated config of a search. The journal and `result.json` hold it as `to_json`.

@@ -37,7 +37,11 @@ Where the best config found relaxes numerics, the best strict one is chosen too
 result's opt-in (`TuneResult.relaxed`) where it holds up and verifies faster than the strict one.
 
 What a task spent is told per phase (`TuneResult.phases`: search, race, prune, verify; see
-`tuner.search.PhaseSpend`); `--budget-evals` bounds the search's evaluations alone. Each trial
+`tuner.search.PhaseSpend`); `--budget-evals` bounds the search's evaluations alone, and the
+search ends before it when it has stalled (`TuneSettings.stall_after`, `tuner.search.Stall`):
+the result says why it ended (`TuneResult.search_stop`). A nightly stage's task carries its
+share of the stage's budget and why (`TuneSettings.allotment`, `tuner.allot`), which its result
+records (`budget_share`, `budget_reason`). Each trial
 carries when it finished and the seconds into its task (`tuner.search.TaskClock`), and the result
 the seconds into the task at which the config it verified was found (`seconds_to_best`).
 """
@@ -68,29 +72,31 @@ from storage.home import Home
 from storage.homes import open_home
 from storage.journal import append_record, read_records
 from storage.warehouse import Warehouse
+from tuner.allot import Allotment
 from tuner.kinds import Kind, Subject, TuneTarget, make_target
 from tuner.op_cut import OpCut
 from tuner.prior import move_prior
 from tuner.schedule import Scheduled
-from tuner.search import (PhaseSpend, TaskClock, evaluations, proposals, run_search,
+from tuner.search import (PhaseSpend, Stall, TaskClock, evaluations, proposals, run_search,
                           seconds_to_find, spending)
 from tuner.space import config_key
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.trial import Phase, Trial
+from tuner.trial import STALL_AFTER, Phase, StopReason, Trial
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
 
 # Screens stop as soon as a candidate is clearly faster or slower (execution.measure): a clear
 # candidate of a module that runs for half a second costs seconds, not a minute.
 SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
-                                  early_looks=(10, 15, 20, 30))
+                                  early_looks=(10, 15, 20, 30), min_pairs=10)
 # The winner's race and pruning time one config against another (tuner.winner), in fresh
 # workers (`TuneSettings.verify_workers` of them), each to a tight interval or 3 s, with no
 # early stop: they tell apart programs a percent apart, where a screen only tells a candidate
 # from the default.
 COMPARE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSettings().max_pairs,
-                           max_seconds=3.0, target_half_width=0.005, stop_when_no_gain=False)
+                           min_pairs=MeasureSettings().min_pairs, max_seconds=3.0,
+                           target_half_width=0.005, stop_when_no_gain=False)
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=10.0)
 
 
@@ -111,6 +117,16 @@ class TuneSettings:
     # Fresh workers per comparison of two candidates and for the winner's verification (`verify`
     # in each): the median decides; the verification keeps each one's (`TuneResult.speedups`).
     verify_workers: int = FRESH_WORKERS
+    # Evaluations without a new best after which a search that screened its likeliest moves
+    # ends (`tuner.search.Stall`); None: it runs its budget.
+    stall_after: int | None = STALL_AFTER
+    # A nightly stage's task: its share of the stage's budget, and why (`tuner.allot`).
+    allotment: Allotment | None = None
+
+    def __post_init__(self) -> None:
+        if self.stall_after is not None and self.stall_after < 1:
+            raise ValueError(f"stall_after {self.stall_after}: at least 1 evaluation (or None: "
+                             "never stop before the budget)")
 
 
 @dataclass(frozen=True)
@@ -158,6 +174,13 @@ class TuneResult:
     # A kernels task's (`tuner.kernels`): the autotune results it delivered with `config`, an
     # xla.AutotuneResults in XLA's text format; None for every other task.
     autotune_results: str | None = None
+    # Why its search ended (`tuner.trial.StopReason`); None where no search ran (a default that
+    # fails, a kernels task) or in a result landed before it was told.
+    search_stop: StopReason | None = None
+    # A nightly stage's task: its share of the stage's budget and why (`tuner.allot`); None
+    # for a task given its own budget.
+    budget_share: float | None = None
+    budget_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (without the trials); each speedup as `speedup`, `ci_low`,
@@ -230,25 +253,35 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
         else:  # the budget is spent: say what the minute or two after it goes to
             bar.set_postfix_str(f"choosing the winner ({trial.phase})")
 
+    stalled = None
     if target.configs:  # a fixed list, in order
         next_config = functools.partial(_listed, target.configs)
     else:
-        next_config = proposals(_strategy(target, home, settings, prior))
+        strategy = _strategy(target, home, settings, prior)
+        next_config = proposals(strategy)
+        if settings.stall_after is not None:
+            stalled = Stall(strategy, settings.stall_after, settings.search.noise_band)
     plan = plan_cores(settings.compile_workers, settings.cores)
-    default_fails, winners = None, Winners(None)
+    default_fails, winners, stop, compiles = None, Winners(None), None, {}
     try:
         with WorkerEvaluator(target.module.proto, settings.seed, plan,
                              settings.verify_workers) as evaluator:
-            trials, winners = run_search(evaluator, next_config, trials, settings.budget_evals,
-                                         settings.search, settings.compare, in_time, record,
-                                         listed=bool(target.configs), clock=clock)
+            outcome = run_search(evaluator, next_config, trials, settings.budget_evals,
+                                 settings.search, settings.compare, in_time, record,
+                                 listed=bool(target.configs), clock=clock, stalled=stalled)
+            trials, winners, stop, compiles = (outcome.trials, outcome.winners, outcome.stop,
+                                               outcome.compiles)
     except DefaultFails as failed:  # nothing to measure against: the task ends here
         default_fails = str(failed)
-    searched = spending(trials, clock())  # the workers stopped: the search's last phase ends
+    searched = spending(trials, clock(), compiles)  # the workers stopped: the loop ends
     if winners.strict is not None or winners.relaxed is not None:
         bar.set_postfix_str(f"verifying in {settings.verify_workers} fresh workers")
     result = _verify(target, trials, winners, settings, task_id, env_key,
                      environment.compiler_version, searched, default_fails)
+    allotment = settings.allotment
+    result = replace(result, search_stop=stop,
+                     budget_share=allotment.share if allotment is not None else None,
+                     budget_reason=allotment.reason if allotment is not None else None)
     bar.close()
     save_result(home, result)
     land_result(home, result)
@@ -402,6 +435,8 @@ def _result_from_json(data: dict[str, Any]) -> TuneResult:
     return TuneResult(**{**written, "config": config_from_json(data["config"]),
                          "speedup": from_columns(data),
                          "kind": Kind(data.get("kind", Kind.GRAPH)),
+                         "search_stop": (StopReason(data["search_stop"])
+                                         if data.get("search_stop") is not None else None),
                          "relaxed": (RelaxedOption(config_from_json(relaxed["config"]),
                                                    from_columns(relaxed))
                                      if relaxed is not None else None),

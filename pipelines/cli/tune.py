@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from storage.home import Home
 from pipelines import stages
 from tuner.kinds import KINDS, Kind, check_platform
 from tuner.strategies import STRATEGIES
+from tuner.trial import STALL_AFTER, StopReason
 
 
 def add_evaluate(sub: Subcommands) -> None:
@@ -185,6 +187,12 @@ def add_tune(sub: Subcommands) -> None:
     p.add_argument("--budget-minutes", type=float, default=None, metavar="MINUTES",
                    help="time budget of each task's search; the phases after it come on top "
                    "(default: none, --budget-evals alone)")
+    p.add_argument("--stall-after", type=int, default=None, metavar="K",
+                   help="end a search before its budget once K evaluations in a row set no new "
+                   "best by more than 1%%, after its cold-start screen of the likeliest moves "
+                   "and their combinations (docs/tuner.md); the output says why each search "
+                   f"ended: budget, stalled, time or exhausted (default: {STALL_AFTER}; 0: "
+                   "never, the search runs its budget)")
     p.add_argument("--strategy", default=None, choices=sorted(STRATEGIES),
                    help="the search's last phase, after the default's one-move neighbours (by "
                    f"prior) and their combinations (default: {graph.strategy} for graphs, {op.strategy} "
@@ -311,13 +319,27 @@ def _tune_settings(args: argparse.Namespace) -> Any:
         value = getattr(args, option)
         if value is not None and value < 1:
             raise ValueError(f"--{option.replace('_', '-')} {value}: at least one is needed")
+    if args.stall_after is not None and args.stall_after < 0:
+        raise ValueError(f"--stall-after {args.stall_after}: a count of evaluations, or 0 for never")
     # --budget-evals 0 asks for no budget of its own: the kind's default, as without it.
-    return stages.tune_settings(args.kind, budget_evals=args.budget_evals or None,
-                                budget_minutes=args.budget_minutes, strategy=args.strategy,
-                                schedule=not args.plain, seed=args.seed,
-                                cores=parse_cores(args.cores) if args.cores else None,
-                                compile_workers=args.compile_workers,
-                                verify_workers=args.verify_workers)
+    settings = stages.tune_settings(args.kind, budget_evals=args.budget_evals or None,
+                                    budget_minutes=args.budget_minutes, strategy=args.strategy,
+                                    schedule=not args.plain, seed=args.seed,
+                                    cores=parse_cores(args.cores) if args.cores else None,
+                                    compile_workers=args.compile_workers,
+                                    verify_workers=args.verify_workers,
+                                    stall_after=args.stall_after or None)
+    return replace(settings, stall_after=None) if args.stall_after == 0 else settings
+
+
+# Why a search ended, in words (tuner.trial.StopReason).
+STOP_TEXT = {
+    StopReason.BUDGET: "its evaluations were spent",
+    StopReason.STALLED: "after its cold-start screen, its last evaluations set no new best by "
+                        "more than the noise band",
+    StopReason.TIME: "its minutes were spent",
+    StopReason.EXHAUSTED: "nothing was left to propose",
+}
 
 
 def _print_tune_result(label: str, r: Any) -> None:
@@ -345,6 +367,10 @@ def _print_tune_result(label: str, r: Any) -> None:
     if r.seconds_to_best is not None:
         print(f"  found {r.seconds_to_best / 60:.1f} minutes ({r.seconds_to_best:.0f} s) into "
               "the task")
+    if r.search_stop is not None:
+        print(f"  search ended: {r.search_stop} ({STOP_TEXT[r.search_stop]})")
+    if r.budget_reason is not None:
+        print(f"  budget: {r.budget_reason}")
     if r.phases:
         rows = [(str(p.phase), str(p.configs), str(p.evaluations), str(p.measured),
                  str(p.compiles), f"{p.seconds:.1f}") for p in r.phases]
