@@ -8,12 +8,15 @@ would cost minutes here is the measuring: the tuner's trials and the validator's
 are the stages' own result objects (tuner.trial.Trial, execution.evaluate.EvaluationResult)
 with figures set here, and the hook's records are spooled as the hook writes them. One entry's
 holdout arm is written here as graph_runs rows (HOLDOUT_PART): jobs of the defaults, HOLDOUT_SLOWDOWN
-times slower per execution than the entry's tuned jobs, so that its realized speedup is clear.
+times slower per execution than the entry's tuned jobs, so that its realized speedup is clear. The
+run ledger holds today's savings stage as a nightly run records it (`_night`), with the verified
+coverage its code computes.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import time
 from pathlib import Path
 
@@ -29,7 +32,9 @@ from hlo.interval import Interval
 from ingest.hits import STALE_SECONDS, ingest_hits, spool_path, to_line
 from ingest.tables import GRAPH_RUNS, GRAPHS
 from ranking.rank import RankSettings, rank
+from pipelines.tables import RUNS
 from ranking.savings import savings
+from ranking.verified_coverage import verified_coverage
 from storage.warehouse import Warehouse
 from tuner.candidates import latest_candidates
 from tuner.trial import Outcome, Trial
@@ -83,7 +88,18 @@ def build_home(home: Path, today: datetime.date | None = None) -> Path:
     _import_op_entry(home)  # today, measured now (import stamps it so)
     rank(home, RankSettings(date=today, window_days=5, top_k=5), BEAM_ARGS)
     savings(home, day[0], today, BEAM_ARGS)
+    _night(home, day[0], today)
     return home
+
+
+def _night(home: Path, first: datetime.date, today: datetime.date) -> None:
+    """Today's savings stage in the run ledger, as `fdo nightly` records it: done, with the
+    verified coverage over the window (`ranking.verified_coverage`) among its counts."""
+    covered = verified_coverage(home, first, today)
+    Warehouse(home).append(RUNS, pa.Table.from_pylist([{
+        "dt": today, "stage": "savings", "attempt": 1, "status": "done",
+        "started_at": datetime.datetime.now(datetime.UTC), "seconds": 1.0,
+        "counts": json.dumps({"coverage": covered.to_json()}), "error": None}], RUNS.schema), "savings-1")
 
 
 def _at(dt: datetime.date, hour: int, minute: int = 0) -> datetime.datetime:

@@ -323,17 +323,20 @@ def every_config(row: Callable[[CompilerConfig], tuple]) -> TableEvaluator:
     return TableEvaluator(table(*((c, *row(c)) for c in configs[1:])))
 
 
-def test_evaluations_since_a_gain_count_the_timed_trials_after_the_last_new_best():
-    def screen(speedup, timed=True):
+def test_evaluations_since_a_gain_count_the_timed_trials_after_the_last_significant_one():
+    def screen(speedup, timed=True, spread=0.02):
         return Trial(0, {}, Outcome.MEASURED if timed else Outcome.DUPLICATE, "P",
-                     speedup=Interval(speedup, speedup * 0.98, speedup * 1.02), numerics_ok=True)
+                     speedup=Interval(speedup, speedup * (1 - spread), speedup * (1 + spread)),
+                     numerics_ok=True)
     trials = [screen(1.005), screen(1.3), screen(1.31), screen(1.2, timed=False), screen(1.0)]
-    # 1.3 is the last best by more than 1%; 1.31 is within the band of it; the duplicate is free.
-    assert evaluations_since_gain(trials, 0.01) == 2
-    assert evaluations_since_gain(trials + [screen(1.4)], 0.01) == 0
-    assert evaluations_since_gain([screen(1.005), screen(0.9)], 0.01) == 2  # none cleared the band
-    # Small steps add up until together they clear it.
-    assert evaluations_since_gain([screen(1.006), screen(1.012)], 0.01) == 0
+    # 1.3 lies wholly above the default; 1.31's interval reaches below 1.3: no significant gain
+    # on it; the duplicate is free.
+    assert evaluations_since_gain(trials) == 2
+    assert evaluations_since_gain(trials + [screen(1.4)]) == 0
+    # A lucky, wide screen raises the bar; a gain must clear its estimate.
+    lucky = [screen(1.3), screen(1.5, spread=0.3), screen(1.45)]
+    assert evaluations_since_gain(lucky) == 2
+    assert evaluations_since_gain([screen(1.005), screen(0.9)]) == 2  # none cleared the default
 
 
 def test_a_stalled_search_ends_after_its_cold_start_screen_and_says_so():

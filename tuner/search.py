@@ -165,30 +165,28 @@ class Stall:
     """The rule that ends a search before its budget (docs/tuner.md): once its strategy's
     cold-start screen of the likeliest moves is over (`Strategy.screened`: the schedule's first
     tier of single moves and their combinations), the search has stalled when none of its last
-    `patience` evaluations set a new best by more than `noise_band` (`evaluations_since_gain`).
+    `patience` evaluations improved significantly on the incumbent (`evaluations_since_gain`).
     A strategy alone has no such screen and never stalls."""
 
     strategy: Strategy
     patience: int
-    noise_band: float = 0.01
 
     def __call__(self, trials: list[Trial]) -> bool:
         """Whether the search of `trials` (its search phase) has stalled."""
-        return (evaluations_since_gain(trials, self.noise_band) >= self.patience
+        return (evaluations_since_gain(trials) >= self.patience
                 and self.strategy.screened(history(trials)))
 
 
-def evaluations_since_gain(trials: list[Trial], noise_band: float) -> int:
-    """Evaluations (timed trials) since the last of `trials` that set a new best by more than
-    `noise_band` over the best before it (the default's speedup of 1 to begin with); all of
-    them when none did. The best moves only by such steps, so gains below the band add up until
-    together they count."""
-    margin, best, since = math.log1p(noise_band), 0.0, 0
+def evaluations_since_gain(trials: list[Trial]) -> int:
+    """Evaluations (timed trials) since the last of `trials` that improved significantly on the
+    incumbent: whose interval lies wholly above the best screen's estimate before it (the
+    default's speedup of 1 to begin with); all of them when none did. A screen that only
+    estimates a little higher than the best, as the luckiest of many noisy screens does, is no
+    such improvement."""
+    best, since = 0.0, 0
     for trial in trials:
-        if trial.fitness > best + margin:
-            best, since = trial.fitness, 0
-        else:
-            since += trial.timed
+        since = 0 if trial.low > best else since + trial.timed
+        best = max(best, trial.fitness)
     return since
 
 

@@ -53,9 +53,9 @@ class StopReason(StrEnum):
     EXHAUSTED = "exhausted"
 
 
-# A search that has screened its likeliest moves ends once this many evaluations in a row set no
-# new best by more than the noise band (`tuner.search.Stall`, docs/tuner.md): `fdo tune`'s
-# default (`TuneSettings.stall_after`, `--stall-after`).
+# A search that has screened its likeliest moves ends once this many evaluations in a row
+# brought no significant improvement on its best (`tuner.search.Stall`, docs/tuner.md): `fdo
+# tune`'s default (`TuneSettings.stall_after`, `--stall-after`).
 STALL_AFTER = 8
 
 

@@ -117,8 +117,8 @@ class TuneSettings:
     # Fresh workers per comparison of two candidates and for the winner's verification (`verify`
     # in each): the median decides; the verification keeps each one's (`TuneResult.speedups`).
     verify_workers: int = FRESH_WORKERS
-    # Evaluations without a new best after which a search that screened its likeliest moves
-    # ends (`tuner.search.Stall`); None: it runs its budget.
+    # Evaluations without a significant gain after which a search that screened its likeliest
+    # moves ends (`tuner.search.Stall`); None: it runs its budget.
     stall_after: int | None = STALL_AFTER
     # A nightly stage's task: its share of the stage's budget, and why (`tuner.allot`).
     allotment: Allotment | None = None
@@ -260,7 +260,7 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
         strategy = _strategy(target, home, settings, prior)
         next_config = proposals(strategy)
         if settings.stall_after is not None:
-            stalled = Stall(strategy, settings.stall_after, settings.search.noise_band)
+            stalled = Stall(strategy, settings.stall_after)
     plan = plan_cores(settings.compile_workers, settings.cores)
     default_fails, winners, stop, compiles = None, Winners(None), None, {}
     try:

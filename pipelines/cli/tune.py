@@ -188,11 +188,11 @@ def add_tune(sub: Subcommands) -> None:
                    help="time budget of each task's search; the phases after it come on top "
                    "(default: none, --budget-evals alone)")
     p.add_argument("--stall-after", type=int, default=None, metavar="K",
-                   help="end a search before its budget once K evaluations in a row set no new "
-                   "best by more than 1%%, after its cold-start screen of the likeliest moves "
-                   "and their combinations (docs/tuner.md); the output says why each search "
-                   f"ended: budget, stalled, time or exhausted (default: {STALL_AFTER}; 0: "
-                   "never, the search runs its budget)")
+                   help="end a search before its budget once K evaluations in a row brought no "
+                   "significant improvement on its best so far, after its cold-start screen of "
+                   "the likeliest moves and their combinations (docs/tuner.md); the output says "
+                   "why each search ended: budget, stalled, time or exhausted (default: "
+                   f"{STALL_AFTER}; 0: never, the search runs its budget)")
     p.add_argument("--strategy", default=None, choices=sorted(STRATEGIES),
                    help="the search's last phase, after the default's one-move neighbours (by "
                    f"prior) and their combinations (default: {graph.strategy} for graphs, {op.strategy} "
@@ -335,8 +335,8 @@ def _tune_settings(args: argparse.Namespace) -> Any:
 # Why a search ended, in words (tuner.trial.StopReason).
 STOP_TEXT = {
     StopReason.BUDGET: "its evaluations were spent",
-    StopReason.STALLED: "after its cold-start screen, its last evaluations set no new best by "
-                        "more than the noise band",
+    StopReason.STALLED: "after its cold-start screen, none of its last evaluations was a "
+                        "significant improvement on its best",
     StopReason.TIME: "its minutes were spent",
     StopReason.EXHAUSTED: "nothing was left to propose",
 }
