@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 
 import pyarrow as pa
 import pytest
@@ -22,7 +21,7 @@ from storage.warehouse import Warehouse
 from tasks.records import TuneTask
 from tasks.runner import time_share
 from tuner.allot import (FLOOR_EVALUATIONS, PRIOR_SPEEDUP, PSEUDO_COUNT, Allotment, Basis, Worth,
-                         allot, expected_speedup, worths)
+                         allot, expected_speedup, saved_share, worths)
 from tuner.kinds import Kind, Subject
 from tuner.tables import TUNING_RESULTS
 from tuner.tune import TuneSettings
@@ -67,15 +66,19 @@ def test_an_allotment_says_why_and_reads_back_as_written():
 
 def test_the_expected_speedup_rests_on_similar_graphs_shrunk_towards_the_platform():
     assert expected_speedup({}, "m", "cpu") == (PRIOR_SPEEDUP, Basis.PRIOR, 0)
-    evidence = {("cpu", "m"): [math.log(2.0)], ("cpu", "other"): [0.0, 0.0, 0.0],
-                ("gpu", "m"): [math.log(3.0)]}
-    pooled = 0.0  # the median of the CPU's four results: one 2x, three that delivered nothing
+    # Saved shares: a 2x result saved half its graph's time, three results delivered nothing.
+    evidence = {("cpu", "m"): [saved_share(2.0)], ("cpu", "other"): [0.0, 0.0, 0.0],
+                ("gpu", "m"): [saved_share(3.0)]}
+    pooled = 0.5 / 4  # the CPU's mean
     speedup, basis, count = expected_speedup(evidence, "m", "cpu")
     assert (basis, count) == (Basis.SIMILAR, 1)
-    assert math.log(speedup) == pytest.approx((math.log(2.0) + PSEUDO_COUNT * pooled) / (1 + PSEUDO_COUNT))
-    assert expected_speedup(evidence, "new", "cpu") == (1.0, Basis.PLATFORM, 4)
-    assert expected_speedup({("cpu", "a"): [0.1, 0.2, 3.0]}, "b", "cpu")[0] == pytest.approx(math.exp(0.2))
+    assert saved_share(speedup) == pytest.approx((0.5 + PSEUDO_COUNT * pooled) / (1 + PSEUDO_COUNT))
+    assert expected_speedup(evidence, "new", "cpu") == (pytest.approx(1 / (1 - pooled)), Basis.PLATFORM, 4)
     assert expected_speedup(evidence, "m", "tpu") == (PRIOR_SPEEDUP, Basis.PRIOR, 0)
+    # A graph like one that gained nothing is worth less than one nothing is known of.
+    assert expected_speedup(evidence, "other", "cpu")[0] < expected_speedup(evidence, "new", "cpu")[0]
+    # One graph's huge lever saves at most all of its time: it does not swamp the mean.
+    assert expected_speedup({("cpu", "a"): [saved_share(100.0), 0.0, 0.0]}, "b", "cpu")[0] < 1.5
 
 
 def _graph(home, n: int, name: str, env: Environment = HERE) -> None:

@@ -12,22 +12,21 @@ has stalled (`tuner.search.Stall`), so a large share is a ceiling, not a cost.
 
 What graphs like it gained is read from the warehouse's tuning results (`tuning_results`, each
 the verified outcome of a task: its speedup where it was accepted, 1 where it was not, since
-then nothing was delivered), in log speedup:
+then nothing was delivered), as the share of chip-time each saved, 1 - 1/speedup: the quantity
+a worth is linear in, and bounded (a 6x lever saves 0.83 of its graph's time, a 100x one 0.99),
+so that one graph's big lever does not swamp a mean:
 - similar graphs: graphs of the same module name on the same platform (the same program at
   another shape, on another compiler or device count, the graph itself on an earlier compiler);
 - its platform's graphs: every graph result of that platform;
 - with neither, `PRIOR_SPEEDUP`, a prior, not a measurement: the shares then follow chip-time.
-The estimate is the mean of the similar graphs' evidence shrunk towards the platform's median
-with `PSEUDO_COUNT` pseudo-results (a single lucky result does not win a graph the stage; the
-median, since one graph's 6x lever says little about the next graph's, and would pull a mean).
+The estimate is the mean of the similar graphs' evidence shrunk towards the platform's mean with
+`PSEUDO_COUNT` pseudo-results (a single lucky or unlucky result does not decide a graph's share).
 
 Every allotment says why (`Allotment.reason`), and a task records it with its result.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -75,7 +74,7 @@ class Worth:
     @property
     def chip_seconds_saved(self) -> float:
         """What a tuning of it is expected to save over the window."""
-        return self.chip_seconds * (1.0 - 1.0 / self.expected_speedup)
+        return self.chip_seconds * saved_share(self.expected_speedup)
 
 
 @dataclass(frozen=True)
@@ -140,7 +139,7 @@ def worths(home: Home, keys: Sequence[tuple[str, str]]) -> list[Worth]:
     return found
 
 
-# (platform, module name) -> the log speedups of that platform's graph results of that name.
+# (platform, module name) -> the chip-time shares that platform's graph results of that name saved.
 Evidence = dict[tuple[str, str], list[float]]
 
 
@@ -151,17 +150,28 @@ def expected_speedup(evidence: Evidence, module_name: str | None,
     pooled = [v for (where, _), values in evidence.items() if where == platform for v in values]
     if not pooled:
         return PRIOR_SPEEDUP, Basis.PRIOR, 0
-    base = statistics.median(pooled)
+    base = sum(pooled) / len(pooled)
     similar = evidence.get((platform, module_name), [])
     if not similar:
-        return math.exp(base), Basis.PLATFORM, len(pooled)
+        return _speedup(base), Basis.PLATFORM, len(pooled)
     shrunk = (sum(similar) + PSEUDO_COUNT * base) / (len(similar) + PSEUDO_COUNT)
-    return math.exp(shrunk), Basis.SIMILAR, len(similar)
+    return _speedup(shrunk), Basis.SIMILAR, len(similar)
+
+
+def saved_share(speedup: float) -> float:
+    """The share of a graph's chip-time a config of `speedup` saves (none below 1)."""
+    return max(0.0, 1.0 - 1.0 / speedup)
+
+
+def _speedup(saved: float) -> float:
+    """The speedup that saves the share `saved` of a graph's chip-time."""
+    return 1.0 / (1.0 - saved)
 
 
 def _evidence(home: Home, graphs: dict[tuple[str, str], dict]) -> Evidence:
-    """The warehouse's graph results, as log speedups (0 where not accepted: nothing was
-    delivered), by the platform and module name of their graph."""
+    """The warehouse's graph results, as the share of their graph's chip-time each saved (0
+    where not accepted: nothing was delivered), by the platform and module name of their
+    graph."""
     results = Warehouse(home).read(TUNING_RESULTS, ["kind", "fingerprint", "env_key", "accepted", "speedup"])
     results = results.filter(pc.equal(results.column("kind"), Kind.GRAPH))
     found: Evidence = defaultdict(list)
@@ -169,6 +179,6 @@ def _evidence(home: Home, graphs: dict[tuple[str, str], dict]) -> Evidence:
         graph = graphs.get((row["fingerprint"], row["env_key"]))
         if graph is None:
             continue
-        gained = math.log(row["speedup"]) if row["accepted"] and row["speedup"] else 0.0
-        found[(graph["platform"], graph["module_name"])].append(max(gained, 0.0))
+        saved = saved_share(row["speedup"]) if row["accepted"] and row["speedup"] else 0.0
+        found[(graph["platform"], graph["module_name"])].append(saved)
     return found
