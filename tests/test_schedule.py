@@ -306,19 +306,25 @@ def _tiered(config: dict) -> TrialRecord:
     return TrialRecord(config, math.log(speedup), math.log(speedup) - 0.01)
 
 
-def test_the_schedule_combines_its_cold_start_screen_before_the_other_moves():
+def test_the_schedule_combines_and_climbs_its_cold_start_screen_before_the_other_moves():
     space = graph_space("cpu", None, DEFAULTS, fusion_types=TYPES)
     strategy = Scheduled(STRATEGIES["evolution"](space, budget=200, seed=0), prior={})
     first, rest = strategy.tiers
-    history = _searched(strategy, _tiered, len(first) + len(rest) + 4)
+    history = _searched(strategy, _tiered, 2 * len(first) + len(rest) + 4)
     configs = [t.config for t in history[1:]]
     assert configs[:len(first)] == [{n: v} for n, v in first]
-    assert not strategy.screened(history[:len(first)])  # a tier tried, its combinations not
-    # One significant single, and the move that screened above 1 on top of it: combined before
-    # the second tier; then the cold-start screen is over.
-    assert configs[len(first)] == {"placement:REDUCE": "xla", "xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"}
-    assert configs[len(first) + 1] == dict([rest[0]])
+    assert not strategy.screened(history[:len(first) + 1])  # a tier tried, its combinations not
+    # One significant single, and the move that screened above 1 on top of it: combined; then
+    # the cold-start screen is over, and the best's neighbours by the tier's moves come before
+    # the second tier (a big lever changes what the others do).
+    best = {"placement:REDUCE": "xla", "xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"}
+    assert configs[len(first)] == best
     assert strategy.screened(history[:len(first) + 2])
+    second = configs.index(dict([rest[0]]))
+    climbed = configs[len(first) + 1:second]
+    moved = [{k for k in c.keys() | best.keys() if c.get(k) != best.get(k)} for c in climbed]
+    assert climbed and all(len(m) == 1 for m in moved)  # each one move from the best
+    assert set().union(*moved) <= {name for name, _ in first}
     assert {"xla_llvm_dot_tiling_factor": 4} in configs
 
 

@@ -337,6 +337,9 @@ def test_evaluations_since_a_gain_count_the_timed_trials_after_the_last_signific
     lucky = [screen(1.3), screen(1.5, spread=0.3), screen(1.45)]
     assert evaluations_since_gain(lucky) == 2
     assert evaluations_since_gain([screen(1.005), screen(0.9)]) == 2  # none cleared the default
+    # Counted from a start (a cold-start screen's end), or from the last gain after it.
+    assert evaluations_since_gain(trials, start=4) == 1
+    assert evaluations_since_gain(trials + [screen(1.4), screen(1.0)], start=2) == 1
 
 
 def test_a_stalled_search_ends_after_its_cold_start_screen_and_says_so():
@@ -345,8 +348,9 @@ def test_a_stalled_search_ends_after_its_cold_start_screen_and_says_so():
     trials: list[Trial] = []
     stop = search(evaluator, proposals(strategy), trials, 40, SCREEN, lambda: True,
                   lambda trial: None, stalled=Stall(strategy, patience=2))
-    # a=1 (no gain), a=2 (the gain), then two evaluations without a new best: stalled.
-    assert stop == StopReason.STALLED and evaluations(trials) == 4
+    # a=1 (no gain), a=2 (the gain), b: the screen; then two evaluations after it without a
+    # significant gain: stalled.
+    assert stop == StopReason.STALLED and evaluations(trials) == 5
     assert [t.config for t in trials][:2] == [{"a": 1}, {"a": 2}]
 
 
@@ -356,7 +360,8 @@ def test_a_search_never_stalls_before_its_cold_start_screen():
     trials: list[Trial] = []
     stop = search(evaluator, proposals(strategy), trials, 40, SCREEN, lambda: True,
                   lambda trial: None, stalled=Stall(strategy, patience=1))
-    assert stop == StopReason.STALLED and len(trials) == 9  # patience ran out long before
+    # Patience ran out long before; it counts from the screen's end.
+    assert stop == StopReason.STALLED and len(trials) == 10
     # A strategy alone has no cold-start screen: it runs its budget.
     alone = STRATEGIES["exhaustive"](SPACE, budget=5)
     trials = []

@@ -23,14 +23,16 @@ last one:
    screened faster but not significantly so, each kept only if it measures better on top (with
    no significant single, the chain is those alone: small gains add up); then the pairs of the
    best significant singles not tried yet. Once the first tier and its combinations are tried
-   (`screened`), a search that has stalled may end (`tuner.search.Stall`): the other tiers are
-   moves that rarely gain.
-3. around the best: the one-move neighbours of the best config so far, by the moves that
-   changed the default's program (a timed single; a move that compiled to the default's program
-   moves a fusion type the module does not have), those that did least harm alone first; when
-   one beats the best, the phase goes on around the new best. A big lever changes the program
-   the other flags act on: on an n-body step, vector width 512 does nothing alone (0.999x) and
-   adds 18% once REDUCE runs in XLA's emitters.
+   (`screened`: the cold-start screen), a search that has stalled may end
+   (`tuner.search.Stall`): the other tiers are moves that rarely gain.
+3. around the best, after each tier's combinations: the one-move neighbours of the best config
+   so far, by the moves of the tiers so far that changed the default's program (a timed single;
+   a move that compiled to the default's program moves a fusion type the module does not have),
+   those that did least harm alone first; when one beats the best, the phase goes on around the
+   new best. A big lever changes the program the other flags act on: on an n-body step, vector
+   width 512 does nothing alone (0.999x) and adds 18% once REDUCE runs in XLA's emitters. So the
+   climb over the likeliest moves comes before the next tier, where a stall rule ends few
+   searches before it.
 4. search: the wrapped strategy, which sees every trial so far (anneal starts from the best,
    evolution's tournament holds it: see tuner.strategies), once the best's neighbourhood is
    tried; a new best it finds is searched around first.
@@ -54,8 +56,8 @@ Move = tuple[str, FlagValue]
 NOISE_BAND = math.log1p(0.01)  # a single move counts when its interval's low end clears this
 # The cold-start screen: moves of this cold rank or better (`cold_rank`; on CPU the placements
 # to XLA's emitters and to YNNPACK, the scheduler, loop unrolling, copy insertion, fast math,
-# vector width, optimization level, XNNPACK and the fusion emitters: 16 moves), where every
-# zoo workload's best single move lies (docs/bench_search_quality.md).
+# vector width, optimization level, XNNPACK and the fusion emitters: 16 moves), where the
+# levers of the zoo's oracles lie but a few (docs/tuner.md, "When the search ends").
 LIKELY_RANK = 3
 PAIRS_OF = 4  # pairs are formed among this many best significant singles
 HOPEFUL = 4  # single moves faster but not significantly so, tried on top of the best
@@ -137,11 +139,11 @@ class Scheduled(Strategy):
             combined = self._combine(neighbours, done, waiting)
             if combined is not None:
                 return combined or None  # {}: wait for a combination being measured
+            climbed = _around_best(history, neighbours, done, waiting)
+            if climbed is not None:
+                return climbed
             if capped:
                 break
-        climbed = _around_best(history, neighbours, done, waiting)
-        if climbed is not None:
-            return climbed
         return self.final.sample(history, pending)
 
     def screened(self, history: list[TrialRecord]) -> bool:

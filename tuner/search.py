@@ -164,28 +164,36 @@ def proposals(strategy: Strategy) -> Propose:
 class Stall:
     """The rule that ends a search before its budget (docs/tuner.md): once its strategy's
     cold-start screen of the likeliest moves is over (`Strategy.screened`: the schedule's first
-    tier of single moves and their combinations), the search has stalled when none of its last
-    `patience` evaluations improved significantly on the incumbent (`evaluations_since_gain`).
-    A strategy alone has no such screen and never stalls."""
+    tier of single moves and their combinations), the search has stalled when `patience`
+    evaluations have passed, after the screen, since the last that improved significantly on
+    the incumbent (`evaluations_since_gain`). A strategy alone has no such screen and never
+    stalls."""
 
     strategy: Strategy
     patience: int
 
     def __call__(self, trials: list[Trial]) -> bool:
         """Whether the search of `trials` (its search phase) has stalled."""
-        return (evaluations_since_gain(trials) >= self.patience
-                and self.strategy.screened(history(trials)))
+        screen = self.screen_end(trials)
+        return screen is not None and evaluations_since_gain(trials, screen) >= self.patience
+
+    def screen_end(self, trials: list[Trial]) -> int | None:
+        """How many of `trials` the cold-start screen took (None: it is not over). Once over,
+        a screen stays over: later trials try no single move of its tier, nor any of its
+        combinations it has not tried."""
+        return next((n for n in range(len(trials) + 1)
+                     if self.strategy.screened(history(trials[:n]))), None)
 
 
-def evaluations_since_gain(trials: list[Trial]) -> int:
-    """Evaluations (timed trials) since the last of `trials` that improved significantly on the
-    incumbent: whose interval lies wholly above the best screen's estimate before it (the
-    default's speedup of 1 to begin with); all of them when none did. A screen that only
-    estimates a little higher than the best, as the luckiest of many noisy screens does, is no
-    such improvement."""
+def evaluations_since_gain(trials: list[Trial], start: int = 0) -> int:
+    """Evaluations (timed trials) among `trials[start:]` since the last of `trials` that
+    improved significantly on the incumbent: whose interval lies wholly above the best screen's
+    estimate before it (the default's speedup of 1 to begin with). A screen that only estimates
+    a little higher than the best, as the luckiest of many noisy screens does, is no such
+    improvement."""
     best, since = 0.0, 0
-    for trial in trials:
-        since = 0 if trial.low > best else since + trial.timed
+    for index, trial in enumerate(trials):
+        since = 0 if trial.low > best else since + (trial.timed and index >= start)
         best = max(best, trial.fitness)
     return since
 
