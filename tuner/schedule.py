@@ -31,8 +31,8 @@ last one:
    those that did least harm alone first; when one beats the best, the phase goes on around the
    new best. A big lever changes the program the other flags act on: on an n-body step, vector
    width 512 does nothing alone (0.999x) and adds 18% once REDUCE runs in XLA's emitters. So the
-   climb over the likeliest moves comes before the next tier, where a stall rule ends few
-   searches before it.
+   climb over the likeliest moves comes before the next tier: a search that stalls after its
+   cold-start screen has climbed first (the stall rule's patience counts from the screen's end).
 4. search: the wrapped strategy, which sees every trial so far (anneal starts from the best,
    evolution's tournament holds it: see tuner.strategies), once the best's neighbourhood is
    tried; a new best it finds is searched around first.
