@@ -68,9 +68,9 @@ from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, Sto
 from delivery.sandbox import SandboxCheck
 from execution.autotune_results import (AutotuneResults, Delivery, ResultsError, autotunes, job_sets_cache_dir,
                                         parse_results)
-from execution.compile import apply_config, job_build_options
+from execution.compile import apply_config, job_build_options, job_partitioning
 from execution.flags import CompilerConfig, FlagError, from_json
-from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, store_key
+from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, parse_mesh, store_key
 from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_proto_bytes, from_stablehlo
@@ -136,6 +136,7 @@ class _Plan:
     digest: str = ""  # of the StableHLO, see FingerprintMemo
     fingerprint: str = ""
     env_key: str = ""
+    environment: Environment | None = None  # of this compile: the job's options, its partitioning
     key: str = ""
     module_name: str = ""
     unoptimized_text: str | None = None
@@ -243,7 +244,7 @@ class Hook:
         plan.digest, plan.fingerprint, module = self._memo.fingerprint(computation)
         if self.settings.spool_hlo and not self._spooled(plan.fingerprint):
             plan.unoptimized_text = (module or from_stablehlo(computation)).to_text()
-        environment = self._environment_for(compile_options)
+        plan.environment = environment = self._environment_for(computation, compile_options)
         plan.env_key, plan.platform = environment.key(), environment.platform
         plan.key = store_key(plan.fingerprint, plan.env_key)
         try:
@@ -283,18 +284,21 @@ class Hook:
             plan.expected_speedup = entry.get("speedup")
         return plan
 
-    def _environment_for(self, compile_options: Any) -> Environment:
+    def _environment_for(self, computation: Any, compile_options: Any) -> Environment:
         """The process's environment, plus the compiler options the job set for this compile
-        (its overrides, and the effort level it asked of XLA: `job_build_options`)."""
+        (its overrides, and the effort level it asked of XLA: `job_build_options`) and how it
+        partitions the module across devices and processes (`job_partitioning`)."""
         if self._environment is None:
             self._environment = current_environment()
+        partitioning = job_partitioning(compile_options, _mesh(computation))
         job_options = {**{str(name): str(value) for name, value in compile_options.env_option_overrides},
                        **job_build_options(compile_options)}
+        environment = self._environment.with_partitioning(partitioning)
         if not job_options:
-            return self._environment
+            return environment
         # The machine and XLA_FLAGS do not change between compiles: only the compile's options.
         merged = {**self._environment.job_options, **job_options}
-        return replace(self._environment, job_options=dict(sorted(merged.items())))
+        return replace(environment, job_options=dict(sorted(merged.items())))
 
     def _record(self, plan: _Plan, optimized_fingerprint: str | None, hook_seconds: float,
                 compile_seconds: float) -> None:
@@ -326,7 +330,7 @@ class Hook:
             return
         try:
             stem = f"module_{plan.fingerprint[:8]}.{plan.module_name}"
-            environment = self._environment or current_environment()
+            environment = plan.environment or current_environment()
             with open_home(target.parent).staged_directory(target, durable=False) as staging:
                 (staging / f"{stem}.before_optimizations.txt").write_text(plan.unoptimized_text)
                 if optimized is not None:
@@ -515,6 +519,17 @@ def _optimized_text(executable: Any) -> str | None:
         return executable.hlo_modules()[0].to_string()
     except Exception:  # as above
         return None
+
+
+def _mesh(computation: Any) -> tuple[tuple[str, int], ...]:
+    """The axes of the module's Shardy mesh (its first `sdy.mesh` op); empty where it has none
+    (a GSPMD module, or one for a single device)."""
+    if isinstance(computation, bytes):
+        return ()
+    for op in computation.body.operations:
+        if op.operation.name == "sdy.mesh":
+            return parse_mesh(str(op.operation.attributes["mesh"]))
+    return ()
 
 
 def _module_name(computation: Any) -> str:

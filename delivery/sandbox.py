@@ -44,7 +44,7 @@ class SandboxCheck:
         stablehlo, options, device_count = job()
         with self._lock:
             if self._worker is None:
-                self._worker = Worker(one_gpu=False)  # a job's compile may span its GPUs
+                self._worker = Worker(devices=None)  # a job's compile may span its GPUs
             try:
                 self._worker.call(compile_check, timeout=CHECK_TIMEOUT,
                                   stablehlo=stablehlo, options=options, device_count=device_count)

@@ -36,7 +36,7 @@ from execution.autotune_results import (AutotuneOutcome, AutotuneResults, Delive
                                         process_directory)
 from execution.flags import (BUILD_OPTIONS, FLAGS, FUSION_TYPE_PREFIX, LIBRARY_FLAGS,
                              PLACEMENT_PREFIX, CompilerConfig, FlagSpec, enum_of_number, to_xla)
-from hlo.environment import xla_flags_options
+from hlo.environment import Partitioning, xla_flags_options
 from hlo.proto import build_messages
 
 # The flags whose defaults the installed compiler's options say (`FlagSpec.field`), by field.
@@ -170,6 +170,19 @@ def job_build_options(options: Any) -> dict[str, str]:
     build = options.executable_build_options
     return {name: enum_of_number(spec, getattr(build, name)) for name, spec in BUILD_OPTIONS.items()
             if getattr(build, name, _UNSET_BUILD_OPTION) != _UNSET_BUILD_OPTION}
+
+
+def job_partitioning(options: Any, mesh: tuple[tuple[str, int], ...] = ()) -> Partitioning:
+    """How jaxlib CompileOptions `options` partition a compile (replicas, partitions, SPMD and
+    Shardy), with the module's `mesh` and this process's view of the job: how many processes
+    it has (`jax.process_count()`) and how many devices each (`jax.local_device_count()`)."""
+    import jax
+
+    build = options.executable_build_options
+    return Partitioning(replicas=int(build.num_replicas), partitions=int(build.num_partitions),
+                        spmd=bool(build.use_spmd_partitioning),
+                        shardy=bool(getattr(build, "use_shardy_partitioner", False)), mesh=mesh,
+                        processes=jax.process_count(), local_devices=jax.local_device_count())
 
 
 def backend_extra_options(options: Any) -> dict[str, str]:
