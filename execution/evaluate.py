@@ -40,6 +40,9 @@ from execution.numerics import all_ok, compare_outputs
 from execution.worker import (CRASH, DEFAULT_TIMEOUT, ERROR, OOM, TIMEOUT, Fault, Worker,
                               WorkerFailure)
 from hlo.interval import Interval, columns
+from execution.per_device import PerDeviceError, per_device_module
+from execution.sharded import spans
+from hlo.environment import Partitioning
 from hlo.module import HloModule
 
 Reply = TypeVar("Reply", session.Built, session.Offline)
@@ -97,14 +100,15 @@ class DefaultFails(RuntimeError):
 
 
 def prepare_default(worker: Worker, module_proto: bytes, seed: int,
-                    timeout: float = DEFAULT_TIMEOUT) -> str:
+                    timeout: float = DEFAULT_TIMEOUT,
+                    partitioning: Partitioning | None = None) -> str:
     """Compile and run the module with the compiler's defaults in `worker`, which keeps it for
     the candidates measured there next (`execution.session.prepare`); returns the default's
     program key. Raises DefaultFails when it cannot; an exception of the worker's job (our code,
     not the compiler's) stays a WorkerFailure."""
     try:
         prepared = worker.call(session.prepare, timeout=timeout, module_proto=module_proto,
-                               seed=seed)
+                               seed=seed, partitioning=partitioning)
     except WorkerFailure as failure:
         if not failure.died:
             raise
@@ -122,10 +126,13 @@ def evaluate(
     worker: Worker | None = None,
     timeout: float = 600.0,
     seed: int = 0,
+    partitioning: Partitioning | None = None,
 ) -> EvaluationResult:
-    """Evaluate `candidate` against `default` (the compiler's defaults) in a sandboxed worker."""
+    """Evaluate `candidate` against `default` (the compiler's defaults) in a sandboxed worker,
+    the module compiled for one device, or whole as `partitioning` partitions it (the worker,
+    given or made here, has the devices it spans: `worker_for`)."""
     own_worker = worker is None
-    worker = worker or Worker()
+    worker = worker or worker_for(partitioning)
     try:
         return worker.call(
             run_evaluation,
@@ -135,6 +142,7 @@ def evaluate(
             default=dict(default or {}),
             settings=settings or MeasureSettings(),
             seed=seed,
+            partitioning=partitioning,
         )
     except WorkerFailure as failure:
         return failed_result(WORKER_FAILS[failure.kind], f"{failure.kind}: {failure.reason}")
@@ -148,15 +156,24 @@ def evaluate_independently(module: HloModule, candidate: CompilerConfig, workers
                            settings: MeasureSettings | None = None, timeout: float = 600.0,
                            seed: int = 0, python: str | None = None,
                            settled: Callable[[EvaluationResult], bool] | None = None,
-                           most: int = 0) -> EvaluationResult:
+                           most: int = 0,
+                           partitioning: Partitioning | None = None) -> EvaluationResult:
     """`evaluate` in `workers` fresh workers under the interpreter `python` (default: this one),
     seeds `seed`, `seed + 1`, ..., as one result (`in_fresh_workers`, which takes `settled`
-    and `most`)."""
+    and `most`); the module compiled whole as `partitioning` partitions it, where given."""
     settings = settings or MeasureSettings()
     return in_fresh_workers(
         lambda worker, index: evaluate(module, candidate, default, settings, worker, timeout,
-                                       seed + index),
-        workers, settings.noise_band, functools.partial(Worker, python=python), settled, most)
+                                       seed + index, partitioning),
+        workers, settings.noise_band, functools.partial(worker_for, partitioning, python=python),
+        settled, most)
+
+
+def worker_for(partitioning: Partitioning | None, python: str | None = None,
+               **options: Any) -> Worker:
+    """A worker (under `python`, with the Worker's other `options`) that has the devices a
+    program compiled with `partitioning` spans (one for None)."""
+    return Worker(python=python, devices=spans(partitioning), **options)
 
 
 def in_fresh_workers(job: Callable[[Worker, int], EvaluationResult], workers: int,
@@ -215,14 +232,15 @@ def run_evaluation(
     default: CompilerConfig,
     settings: MeasureSettings,
     seed: int,
+    partitioning: Partitioning | None = None,
 ) -> EvaluationResult:
     """The worker side of `evaluate`."""
     module_proto = session.measurable_module(module_proto)
     config = {**default, **candidate}
-    base = session.prepare(module_proto, seed, default)
+    base = session.prepare(module_proto, seed, default, partitioning)
     if base.error is not None:
-        return _without_default(module_proto, candidate, default, seed, base.error)
-    tuned = session.compile_serialized(module_proto, config)
+        return _without_default(module_proto, candidate, default, seed, base.error, partitioning)
+    tuned = session.compile_serialized(module_proto, config, partitioning=partitioning)
     if tuned.error is not None:
         return failed_result(CANDIDATE_FAILS, f"candidate config {tuned.error}")
     if tuned.program == base.program and candidate:  # an empty candidate is an A/A check
@@ -264,6 +282,23 @@ def autotune_offline(module: HloModule, config: CompilerConfig | None = None,
     return _in_fresh_worker(session.autotune_exhaustively, session.Offline, timeout, python,
                             module_proto=session.measurable_module(module.proto),
                             config=dict(config or {}))
+
+
+def per_device_program(module: HloModule, partitioning: Partitioning,
+                       timeout: float = DEFAULT_TIMEOUT) -> HloModule:
+    """The per-device program of `module` as `partitioning` partitions it, its collectives
+    replaced by local stand-ins (`execution.per_device`): what per-device mode measures on one
+    device. Partitioned in a fresh CPU worker with the partitioning's devices as host devices;
+    PerDeviceError says why there is none (the worker's failure included)."""
+    with Worker(devices=partitioning.devices, platform="cpu") as worker:
+        try:
+            proto = worker.call(per_device_module, timeout=timeout,
+                                module_proto=session.measurable_module(module.proto),
+                                partitioning=partitioning)
+        except WorkerFailure as failure:
+            raise PerDeviceError(f"partitioning {module.name or module.source} failed "
+                                 f"({failure.kind}): {failure.reason}") from None
+    return HloModule(proto, module.name, f"{module.source} (per device of {partitioning.devices})")
 
 
 def _in_fresh_worker(job: Callable[..., Reply], reply: type[Reply], timeout: float,
@@ -335,7 +370,8 @@ def measured_result(timed: session.Timed, compile_seconds: float | None,
 
 
 def _without_default(module_proto: bytes, candidate: CompilerConfig, default: CompilerConfig,
-                     seed: int, reason: str) -> EvaluationResult:
+                     seed: int, reason: str,
+                     partitioning: Partitioning | None = None) -> EvaluationResult:
     """The result when the default fails (`reason`): whether the candidate runs the module
     instead, and if it does, its numerics checked against REFERENCE_CONFIG (an A/A check tries
     nothing)."""
@@ -343,12 +379,14 @@ def _without_default(module_proto: bytes, candidate: CompilerConfig, default: Co
     if not candidate:
         return failed
     try:
-        outputs, seconds = session.outputs_of(module_proto, {**default, **candidate}, seed)
+        outputs, seconds = session.outputs_of(module_proto, {**default, **candidate}, seed,
+                                              partitioning)
     except (CompileError, session.RunError):
         return replace(failed, candidate_runs=False)
     ran = replace(failed, candidate_runs=True, compile_seconds=seconds)
     try:
-        expected, _ = session.outputs_of(module_proto, {**default, **REFERENCE_CONFIG}, seed)
+        expected, _ = session.outputs_of(module_proto, {**default, **REFERENCE_CONFIG}, seed,
+                                         partitioning)
     except (CompileError, session.RunError) as exc:
         return replace(ran, error=f"{failed.error}; the reference config fails too, so the "
                                   f"candidate's numerics are unchecked: {exc}")

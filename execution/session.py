@@ -34,7 +34,9 @@ from execution.compile import (CompileError, compile_module, compile_options,
                                compiler_defaults, elf_objects, object_code)
 from execution.flags import CompilerConfig, codegen_values, unseen_values, without_defaults
 from execution.measure import MeasureSettings, Measurement, Runner, measure_pair
+from execution.sharded import Placed, devices_for, global_output_shapes
 from execution.tuple_parameters import flatten_tuple_parameters
+from hlo.environment import Partitioning
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule
 from hlo.proto import ModuleProto
@@ -127,18 +129,20 @@ class RunError(RuntimeError):
     """XLA failed to run a compiled module (it compiled)."""
 
 
-def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None = None) -> Prepared:
-    """Compile and run the module with `default` (the compiler's defaults unless given); keep
-    it for the candidates that follow. Its program key and compile time, or why it does not
-    compile or run."""
+def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None = None,
+            partitioning: Partitioning | None = None) -> Prepared:
+    """Compile and run the module with `default` (the compiler's defaults unless given), for
+    one device or whole as `partitioning` partitions it (`execution.sharded`: this worker has
+    its devices); keep it for the candidates that follow, which are compiled the same way. Its
+    program key and compile time, or why it does not compile or run."""
     _STATE.clear()  # a default that fails leaves no earlier module's default to measure against
     module_proto = measurable_module(module_proto)
     try:
-        base = compile_module(module_proto, default or {})
+        base = compile_module(module_proto, default or {}, partitioning=partitioning)
     except CompileError as exc:
         return Prepared(error=f"does not compile: {exc}")
     try:
-        _keep(module_proto, seed, base.executable)
+        _keep(module_proto, seed, base.executable, partitioning)
     except RunError as exc:
         return Prepared(error=f"fails to run: {exc}")
     key = program_key(base.optimized_proto, object_code(base.executable), default or {})
@@ -146,60 +150,73 @@ def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None =
 
 
 def keep_serialized(module_proto: bytes, seed: int, executable: bytes,
-                    config: CompilerConfig) -> Prepared:
-    """Keep a candidate compiled elsewhere (`compile_serialized`) as what the next candidates
-    are timed against (the baseline of a comparison of the tuner's winner, in a fresh worker),
-    as `prepare` keeps the default; why when it fails to run. No program key: its caller
-    has it."""
+                    config: CompilerConfig, partitioning: Partitioning | None = None) -> Prepared:
+    """Keep a candidate compiled elsewhere (`compile_serialized`, with the same `partitioning`)
+    as what the next candidates are timed against (the baseline of a comparison of the tuner's
+    winner, in a fresh worker), as `prepare` keeps the default; why when it fails to run. No
+    program key: its caller has it."""
     _STATE.clear()
     try:
-        _keep(measurable_module(module_proto), seed, _loaded(executable, config))
+        _keep(measurable_module(module_proto), seed, _loaded(executable, config, partitioning),
+              partitioning)
     except RunError as exc:
         return Prepared(error=f"fails to run: {exc}")
     return Prepared()
 
 
-def _keep(module_proto: bytes, seed: int, executable: Any) -> None:
+def _keep(module_proto: bytes, seed: int, executable: Any,
+          partitioning: Partitioning | None) -> None:
     """Run `executable` twice on the module's inputs for `seed` and keep it as what the next
     candidates are measured against, with its outputs and how far its two runs' outputs differ
     (the `spread` of execution.numerics); raises RunError when it fails to run."""
     from execution.numerics import compare_outputs
 
-    arguments = _arguments(module_proto, seed)
-    outputs = run_once(executable, arguments)
-    spread = [check.max_error for check in compare_outputs(outputs, run_once(executable, arguments))]
-    _STATE.update(arguments=arguments, outputs=outputs, spread=spread,
-                  runner=timed_runner(executable, arguments))
+    inputs = _inputs(module_proto, seed)
+    outputs = global_output_shapes(HloModule(module_proto, "", "tuning"))
+    placed = _placed(executable, inputs, partitioning, outputs)
+    first = run_once(placed)
+    spread = [check.max_error for check in compare_outputs(first, run_once(placed))]
+    _STATE.update(inputs=inputs, output_shapes=outputs, partitioning=partitioning, outputs=first,
+                  spread=spread, runner=timed_runner(placed))
 
 
-def outputs_of(module_proto: bytes, config: CompilerConfig, seed: int) -> tuple[list[Any], float]:
-    """The outputs of one run of the module compiled with `config`, on the inputs of `seed`, and
-    its compile time; raises CompileError or RunError."""
-    compiled = compile_module(module_proto, config)
-    return run_once(compiled.executable, _arguments(module_proto, seed)), compiled.compile_seconds
+def outputs_of(module_proto: bytes, config: CompilerConfig, seed: int,
+               partitioning: Partitioning | None = None) -> tuple[list[Any], float]:
+    """The outputs of one run of the module compiled with `config` (for one device, or whole as
+    `partitioning` partitions it), on the inputs of `seed`, and its compile time; raises
+    CompileError or RunError."""
+    compiled = compile_module(module_proto, config, partitioning=partitioning)
+    outputs = global_output_shapes(HloModule(module_proto, "", "tuning"))
+    placed = _placed(compiled.executable, _inputs(module_proto, seed), partitioning, outputs)
+    return run_once(placed), compiled.compile_seconds
 
 
-def run_once(executable: Any, arguments: list[Any]) -> list[Any]:
-    """The outputs of one run of `executable`, as numpy arrays; raises RunError when XLA fails
-    the run."""
-    import numpy as np
+def run_once(placed: Placed) -> list[Any]:
+    """The outputs of one run of a placed executable, as numpy arrays, whole; raises RunError
+    when XLA fails the run."""
     from jax.errors import JaxRuntimeError
 
     try:  # the run is asynchronous: its failure surfaces when the outputs are read
-        return [np.asarray(output) for output in executable.execute(arguments)]
+        return placed.run()
     except JaxRuntimeError as exc:
         raise RunError(first_line(exc)) from exc
 
 
-def _arguments(module_proto: bytes, seed: int) -> list[Any]:
-    """The module's inputs for `seed`, on the first device."""
-    import jax
+def _placed(executable: Any, inputs: list[Any], partitioning: Partitioning | None,
+            outputs: list[Any]) -> Placed:
+    """`executable` with `inputs` placed on its devices; RunError when they do not fit its
+    parameters."""
+    try:
+        return Placed(executable, inputs, partitioning, outputs)
+    except ValueError as exc:
+        raise RunError(str(exc)) from exc
 
+
+def _inputs(module_proto: bytes, seed: int) -> list[Any]:
+    """The module's inputs for `seed`, whole, as numpy arrays."""
     from execution.inputs import make_inputs, parameter_specs
 
-    device = jax.devices()[0]
-    return [jax.device_put(a, device) for a in make_inputs(
-        parameter_specs(HloModule(module_proto, "", "tuning")), seed)]
+    return make_inputs(parameter_specs(HloModule(module_proto, "", "tuning")), seed)
 
 
 def _span(kind: Literal["compile", "measure"], started: float) -> Span:
@@ -209,13 +226,15 @@ def _span(kind: Literal["compile", "measure"], started: float) -> Span:
 
 
 def compile_serialized(module_proto: bytes, config: CompilerConfig,
-                       results: AutotuneResults | None = None) -> Built:
-    """Compile `config` (in a compile worker), with autotune `results` delivered where given
-    (in a fresh worker: see the module docstring): its program key and the executable,
-    serialized for the execute worker, or the compile error."""
+                       results: AutotuneResults | None = None,
+                       partitioning: Partitioning | None = None) -> Built:
+    """Compile `config` (in a compile worker), for one device or whole as `partitioning`
+    partitions it, with autotune `results` delivered where given (in a fresh worker: see the
+    module docstring): its program key and the executable, serialized for the execute worker,
+    or the compile error."""
     started = time.monotonic()
     try:
-        compiled = compile_module(module_proto, config, results)
+        compiled = compile_module(module_proto, config, results, partitioning)
     except CompileError as exc:
         return Built(error=f"does not compile: {exc}")
     serialized = compiled.executable.serialize()  # once: the key's machine code, and the handover
@@ -238,31 +257,33 @@ def autotune_exhaustively(module_proto: bytes, config: CompilerConfig) -> Offlin
 
 def measure_serialized(executable: bytes, config: CompilerConfig,
                        settings: MeasureSettings) -> Timed:
-    """Load a candidate compiled elsewhere (`compile_serialized`), check its numerics and time
-    it against what this worker keeps (the prepared default, or a comparison's baseline); why
-    when XLA fails to run it."""
+    """Load a candidate compiled elsewhere (`compile_serialized`, as what this worker keeps
+    was), check its numerics and time it against what this worker keeps (the prepared default,
+    or a comparison's baseline); why when XLA fails to run it."""
     from execution.numerics import all_ok, compare_outputs
 
     started = time.monotonic()
-    loaded = _loaded(executable, config)
-    arguments = _STATE["arguments"]
+    partitioning = _STATE["partitioning"]
     try:
-        checks = compare_outputs(_STATE["outputs"], run_once(loaded, arguments), _STATE["spread"])
+        placed = _placed(_loaded(executable, config, partitioning), _STATE["inputs"],
+                         partitioning, _STATE["output_shapes"])
+        checks = compare_outputs(_STATE["outputs"], run_once(placed), _STATE["spread"])
     except RunError as exc:
         return Timed(error=f"fails to run: {exc}")
-    measurement = measure_pair(_STATE["runner"], timed_runner(loaded, arguments), settings)
+    measurement = measure_pair(_STATE["runner"], timed_runner(placed), settings)
     return Timed(measurement, all_ok(checks), [asdict(check) for check in checks],
                  _span("measure", started))
 
 
-def _loaded(executable: bytes, config: CompilerConfig) -> Any:
-    """An executable serialized by `compile_serialized`, loaded on the first device."""
-    import jax
+def _loaded(executable: bytes, config: CompilerConfig,
+            partitioning: Partitioning | None = None) -> Any:
+    """An executable serialized by `compile_serialized`, loaded on the devices it was compiled
+    for."""
     from jax._src.lib import _jax
 
-    device = jax.devices()[0]
-    return device.client.deserialize_executable(executable, _jax.DeviceList((device,)),
-                                                compile_options(config))
+    devices = devices_for(partitioning)
+    return devices[0].client.deserialize_executable(executable, _jax.DeviceList(tuple(devices)),
+                                                    compile_options(config, partitioning))
 
 
 def measurable_module(module_proto: bytes) -> bytes:
@@ -284,14 +305,13 @@ def without_buffer_aliasing(module_proto: bytes) -> bytes:
     return view.SerializeToString()
 
 
-def timed_runner(executable: Any, arguments: list[Any]) -> Runner:
-    """A Runner (see execution.measure) that executes `executable` on `arguments` and waits."""
+def timed_runner(placed: Placed) -> Runner:
+    """A Runner (see execution.measure) that runs a placed executable and waits for every
+    device."""
 
     def run(repeats: int) -> float:
         started = time.perf_counter()
-        for _ in range(repeats):
-            for output in executable.execute(arguments):
-                output.block_until_ready()
+        placed.wait(repeats)
         return time.perf_counter() - started
 
     return run

@@ -113,12 +113,16 @@ class Worker:
 
     def __init__(self, memory_limit: int = DEFAULT_MEMORY_LIMIT, python: str | None = None,
                  cores: frozenset[int] | None = None,
-                 backend_cores: frozenset[int] | None = None, devices: int | None = 1) -> None:
+                 backend_cores: frozenset[int] | None = None, devices: int | None = 1,
+                 platform: str | None = None) -> None:
         self._memory_limit = memory_limit
         self._python = python or sys.executable  # the interpreter (and so the jaxlib) it runs
         self._cores = cores  # the cores it is pinned to (None: those of its caller)
         self._backend_cores = backend_cores  # the cores its JAX backend starts on (see cores)
         self._devices = devices  # see the module docstring
+        # JAX's platform for the worker (JAX_PLATFORMS), where it must not be the caller's: a
+        # sharded module's partitioning runs on host devices whatever the machine's accelerator.
+        self._platform = {"JAX_PLATFORMS": platform} if platform else {}
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Connection | None = None
 
@@ -167,6 +171,7 @@ class Worker:
                  _core_list(self._backend_cores)],
                 pass_fds=(child.fileno(),),
                 env={**os.environ, **_ENVIRONMENT, **device_variables(os.environ, self._devices),
+                     **self._platform,
                      "PYTHONPATH": project_root() + os.pathsep + os.environ.get("PYTHONPATH", "")},
             )
         except OSError as exc:
