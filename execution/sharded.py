@@ -10,10 +10,18 @@ numeric check compares every element on every device, and a timing waits for eve
 
 A module for one device of one process (`partitioning` None, or one that spans one device) takes
 the plain path: one device, `execute`, as it always has.
+
+Where the measuring machine has fewer devices than the job, the module is measured per device
+instead (`execution.per_device`): its partitioned per-device program on one device. Which mode
+measures a graph is a `Placement`, chosen once per graph (`choose_placement`) and recorded with
+every result, trial and decision made from it.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Sequence
 
 import numpy as np
@@ -24,6 +32,79 @@ from hlo.module import HloModule, xla_hlo
 
 class DeviceShortage(RuntimeError):
     """The process has fewer devices than the program spans."""
+
+
+class MeasureMode(StrEnum):
+    """How a graph's program is measured: WHOLE, compiled as the job compiles it and run across
+    the devices its partitioning spans (one, for a graph of one device); PER_DEVICE, its
+    partitioned per-device program, collectives replaced by local stand-ins, on one device."""
+
+    WHOLE = "whole"
+    PER_DEVICE = "per_device"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How one graph is measured: the mode, and the job's partitioning (None: one device of one
+    process, always measured whole)."""
+
+    mode: MeasureMode = MeasureMode.WHOLE
+    partitioning: Partitioning | None = None
+
+    @property
+    def compiled_for(self) -> Partitioning | None:
+        """The partitioning the measured program is compiled with: the job's, whole; none, per
+        device (the per-device program is one device's)."""
+        return self.partitioning if self.mode is MeasureMode.WHOLE else None
+
+    @property
+    def devices(self) -> int:
+        """The devices one measured run spans."""
+        return spans(self.compiled_for)
+
+    def describe(self) -> str:
+        """E.g. "whole on 4 devices", "per device of 8"."""
+        if self.mode is MeasureMode.PER_DEVICE:
+            return f"per device of {spans(self.partitioning)}"
+        return f"whole on {self.devices} device{'s' if self.devices > 1 else ''}"
+
+
+# How many host devices a CPU worker may be given to measure a program whole: a CPU job's
+# devices are host devices too, so whole is the job's own program; past this the machine's few
+# cores would serialize them, and the per-device program stands in. $FDO_MAX_HOST_DEVICES sets it.
+MAX_HOST_DEVICES = 8
+MAX_HOST_DEVICES_VARIABLE = "FDO_MAX_HOST_DEVICES"
+
+
+def whole_capacity(platform: str) -> int:
+    """The most devices a program of `platform` can be measured whole on here: on a CPU, host
+    devices up to MAX_HOST_DEVICES (or $FDO_MAX_HOST_DEVICES); elsewhere the devices of this
+    process's platform. ValueError naming the variable when it is not a positive integer."""
+    if platform == "cpu":
+        text = os.environ.get(MAX_HOST_DEVICES_VARIABLE, "").strip()
+        if not text:
+            return MAX_HOST_DEVICES
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"{MAX_HOST_DEVICES_VARIABLE}={text!r}: must be a positive integer")
+        return int(text)
+    import jax
+
+    return len([d for d in jax.devices() if d.platform == platform])
+
+
+def choose_placement(partitioning: Partitioning | None, capacity: int,
+                     asked: MeasureMode | None = None) -> Placement:
+    """How to measure a graph compiled with `partitioning` on a machine that can run `capacity`
+    devices whole: whole where they suffice, else per device; `asked` forces a mode (ValueError
+    when whole is asked and the devices do not suffice). A graph of one device is measured
+    whole, whatever was asked: its per-device program is itself."""
+    needed = spans(partitioning)
+    if needed == 1:
+        return Placement(MeasureMode.WHOLE, partitioning)
+    if asked is MeasureMode.WHOLE and needed > capacity:
+        raise ValueError(f"measuring whole needs {needed} devices; this machine offers {capacity}")
+    mode = asked or (MeasureMode.WHOLE if needed <= capacity else MeasureMode.PER_DEVICE)
+    return Placement(mode, partitioning)
 
 
 def spans(partitioning: Partitioning | None) -> int:

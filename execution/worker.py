@@ -249,9 +249,9 @@ class WorkerPool:
 
     def __init__(self, size: int = 1, memory_limit: int = DEFAULT_MEMORY_LIMIT,
                  cores: frozenset[int] | None = None,
-                 backend_cores: frozenset[int] | None = None) -> None:
-        self._idle = [Worker(memory_limit, cores=cores, backend_cores=backend_cores)
-                      for _ in range(size)]
+                 backend_cores: frozenset[int] | None = None, devices: int | None = 1) -> None:
+        self._idle = [Worker(memory_limit, cores=cores, backend_cores=backend_cores,
+                             devices=devices) for _ in range(size)]
         self._all = list(self._idle)
         self._available = threading.Semaphore(size)
         self._lock = threading.Lock()

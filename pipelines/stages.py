@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from execution.sharded import MeasureMode
 from storage.home import Home
 from tuner.kinds import KINDS, Kind
 
@@ -78,20 +79,30 @@ def open_runner(address: str | None) -> Runner:
 
 def tune_graphs(home: Home, tasks: Sequence[tuple[str, Any, str | None]], settings: TuneSettings,
                 progress: bool = False, deadline: float | None = None, reserve: int = 0,
-                runner: Runner | None = None, kind: Kind = Kind.GRAPH) -> list[TaskOutcome]:
+                runner: Runner | None = None, kind: Kind = Kind.GRAPH,
+                measure_mode: MeasureMode | None = None,
+                partitionings: dict[str, Any] | None = None) -> list[TaskOutcome]:
     """Tune each task's (label, HloModule, env_key) module with `settings` on `runner` (default:
     here, in order), as a task of `kind` (a graph's flags, or its kernels); an env_key of None
-    is this machine's environment. Returns each task's
+    is this machine's environment. A graph its environment partitions across devices is
+    measured whole where this machine has the devices, else per device (`measure_mode` forces
+    one: execution.sharded.choose_placement); its partitioning is the warehouse's graphs', or
+    `partitionings`' by env_key (a file's, not ingested). Returns each task's
     outcome, in order. With a `deadline` (time.time()), each task's search gets a share of the
     time left, `reserve` more shares kept for what the caller runs next, and a task the
     deadline leaves no time for is not started (`tasks.runner.Runner`)."""
     from hlo.environment import current_environment
     from tasks.records import TuneTask
     from tasks.runner import Deadline, LocalRunner, run_all
+    from execution.sharded import choose_placement, whole_capacity
+    from tuner.candidates import graph_partitionings
     from tuner.tune import graph_subject
 
-    here = current_environment().key()
-    records = [TuneTask.of(kind, label, graph_subject(module), env_key or here, settings)
+    here = current_environment()
+    partitionings = {**graph_partitionings(home), **(partitionings or {})}
+    records = [TuneTask.of(kind, label, graph_subject(module, choose_placement(
+                   partitionings.get(env_key) if env_key else None, whole_capacity(here.platform),
+                   measure_mode)), env_key or here.key(), settings)
                for label, module, env_key in tasks]
     return run_all(runner or LocalRunner(), records, home,
                    Deadline(deadline, reserve) if deadline is not None else None, progress,

@@ -19,6 +19,7 @@ import enum
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from execution.sharded import Placement
 from hlo.module import HloModule
 from storage.home import Home
 from storage.homes import open_home
@@ -59,23 +60,27 @@ class TuneTask:
     env_key: str
     settings: TuneSettings
     op_class: str | None = None  # an op's class: which knobs act on it
+    placement: Placement = Placement()  # how a graph compiled across devices is measured
 
     @classmethod
     def of(cls, kind: Kind, label: str, subject: Subject, env_key: str,
            settings: TuneSettings) -> TuneTask:
         """The task tuning `subject` (see `tuner.tune.graph_subject`, `op_subject`)."""
         return cls(kind, label, subject.module, subject.fingerprint, env_key, settings,
-                   subject.op_class)
+                   subject.op_class, subject.placement)
 
     @property
     def key(self) -> str:
-        """What names the task's attempts in the home: its kind, key, environment and budget."""
+        """What names the task's attempts in the home: its kind, key, environment and budget
+        (and, for a sharded graph, how it is measured)."""
+        measured_as = [self.placement.mode] if self.placement.partitioning is not None else []
         return task_digest("tune", self.kind, self.fingerprint, self.env_key,
-                           self.settings.strategy, self.settings.seed, self.settings.budget_evals)
+                           self.settings.strategy, self.settings.seed, self.settings.budget_evals,
+                           *measured_as)
 
     def subject(self) -> Subject:
         """What the tuner is given to tune."""
-        return Subject(self.module, self.fingerprint, self.label, self.op_class)
+        return Subject(self.module, self.fingerprint, self.label, self.op_class, self.placement)
 
 
 @dataclass(frozen=True)

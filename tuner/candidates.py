@@ -12,12 +12,13 @@ most on the op) first, then the earliest sighting, by instruction name and blob.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hlo.environment import current_environment
+from hlo.environment import Partitioning, current_environment, partitioning_from_json
 from hlo.module import HloModule, from_text
 from ingest.tables import GRAPHS, OPS
 from ranking.tables import CANDIDATES
@@ -107,6 +108,20 @@ def tunable_op_candidates(home: Home, top: int, untried: bool = False,
                                  "fingerprints differently now (compiler or hash changed)")
             continue
         found.tasks.append((f"{label} ({cut.kind}, {cut.op_class})", cut, candidate["env_key"]))
+    return found
+
+
+def graph_partitionings(home: Home) -> dict[str, Partitioning]:
+    """The partitioning of every environment whose graphs the warehouse holds partitioned across
+    devices or processes, by env_key (graphs landed before partitionings were recorded, and
+    graphs of one device, have none)."""
+    graphs = Warehouse(home).read(GRAPHS)
+    if "partitioning" not in graphs.column_names:
+        return {}
+    found = {}
+    for row in graphs.select(["env_key", "partitioning"]).to_pylist():
+        if row["partitioning"] is not None:
+            found[row["env_key"]] = partitioning_from_json(json.loads(row["partitioning"]))
     return found
 
 

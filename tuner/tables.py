@@ -6,9 +6,10 @@ import pyarrow as pa
 
 from storage.warehouse import TableSchema, added_column
 
+# Version 3: how the task measured its graph (`measure_mode`, execution.sharded.MeasureMode).
 TRIALS = TableSchema(
     name="trials",
-    version=2,
+    version=3,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("trial_id", pa.string(), nullable=False),  # hash(task, index): idempotent
@@ -32,6 +33,8 @@ TRIALS = TableSchema(
         # trials landed before version 2.
         added_column(pa.field("finished_at", pa.timestamp("us", tz="UTC"), nullable=True), 2),
         added_column(pa.field("elapsed_seconds", pa.float64(), nullable=True), 2),
+        # whole | per_device (execution.sharded.MeasureMode); null before version 3: whole.
+        added_column(pa.field("measure_mode", pa.string(), nullable=True), 3),
     ]),
 )
 
@@ -39,9 +42,10 @@ TRIALS = TableSchema(
 # or failed; see `tuner.search.PhaseSpend`); version 1 counted every config tried, free ones too.
 # Version 3: the opt-in config that relaxes numerics (`tuner.tune.RelaxedOption`).
 # Version 4: a kernels task's autotune results (`tuner.kernels`).
+# Version 5: how the task measured its graph (`measure_mode`).
 TUNING_RESULTS = TableSchema(
     name="tuning_results",
-    version=4,
+    version=5,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("task_id", pa.string(), nullable=False),
@@ -74,5 +78,9 @@ TUNING_RESULTS = TableSchema(
         # A kernels task's autotune results (an xla.AutotuneResults in XLA's text format), which
         # deliver publishes as its entry's; null for the other kinds, or landed before version 4.
         added_column(pa.field("autotune_results", pa.string(), nullable=True), 4),
+        # whole | per_device (execution.sharded.MeasureMode): whole is the program the job runs,
+        # on the devices it spans; per_device its per-device program on one device. Null before
+        # version 5: whole.
+        added_column(pa.field("measure_mode", pa.string(), nullable=True), 5),
     ]),
 )

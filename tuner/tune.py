@@ -60,6 +60,8 @@ from execution.evaluate import (DEFAULT_FAILS, FRESH_WORKERS, DefaultFails, Eval
                                 Failure, evaluate_independently)
 from execution.flags import CompilerConfig, config_from_json
 from execution.measure import MeasureSettings
+from execution.per_device import PER_DEVICE_ERROR
+from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.interval import Interval, columns, from_columns
@@ -158,6 +160,8 @@ class TuneResult:
     # A kernels task's (`tuner.kernels`): the autotune results it delivered with `config`, an
     # xla.AutotuneResults in XLA's text format; None for every other task.
     autotune_results: str | None = None
+    # How the graph was measured (execution.sharded): whole, or its per-device program.
+    measure_mode: MeasureMode = MeasureMode.WHOLE
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (without the trials); each speedup as `speedup`, `ci_low`,
@@ -172,10 +176,12 @@ class TuneResult:
 
 
 def tune_module(module: HloModule, home: Home, settings: TuneSettings, env_key: str | None = None,
-                progress: bool = False, prior: list[TrialRecord] | None = None) -> TuneResult:
-    """Tune `module`'s graph-level flags within the budget; resumes the task if interrupted."""
-    return run_task(make_target(Kind.GRAPH, graph_subject(module)), home, settings, env_key,
-                    progress, prior)
+                progress: bool = False, prior: list[TrialRecord] | None = None,
+                placement: Placement = Placement()) -> TuneResult:
+    """Tune `module`'s graph-level flags within the budget, measured as `placement` says (a
+    sharded graph whole, or per device); resumes the task if interrupted."""
+    return run_task(make_target(Kind.GRAPH, graph_subject(module, placement)), home, settings,
+                    env_key, progress, prior)
 
 
 def tune_op(cut: OpCut, home: Home, settings: TuneSettings, env_key: str | None = None,
@@ -186,10 +192,11 @@ def tune_op(cut: OpCut, home: Home, settings: TuneSettings, env_key: str | None 
     return run_task(make_target(Kind.OP, op_subject(cut)), home, settings, env_key, progress)
 
 
-def graph_subject(module: HloModule) -> Subject:
-    """A graph as a task's subject: keyed by its graph fingerprint."""
+def graph_subject(module: HloModule, placement: Placement = Placement()) -> Subject:
+    """A graph as a task's subject, measured as `placement` says: keyed by its graph
+    fingerprint."""
     fingerprint = graph_fingerprint(module)
-    return Subject(module, fingerprint, module.name or fingerprint[:8])
+    return Subject(module, fingerprint, module.name or fingerprint[:8], placement=placement)
 
 
 def op_subject(cut: OpCut) -> Subject:
@@ -206,9 +213,11 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     environment = current_environment()
     env_key = env_key or environment.key()
     strategy_name = settings.strategy if settings.schedule else f"{settings.strategy} (plain)"
+    # A sharded graph's mode is part of what a task is; a one-device graph's id is as before.
+    measured_as = [target.placement.mode] if target.placement.partitioning is not None else []
     task_id = task_digest(target.kind, target.fingerprint, env_key, strategy_name,
                           settings.seed, settings.budget_evals, environment.compiler_version,
-                          *map(config_key, target.configs))
+                          *map(config_key, target.configs), *measured_as)
     finished = finished_result(home, task_id)
     if finished is not None:  # landing again is a no-op unless a kill cut it short
         land_result(home, finished)
@@ -237,8 +246,8 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     plan = plan_cores(settings.compile_workers, settings.cores)
     default_fails, winners = None, Winners(None)
     try:
-        with WorkerEvaluator(target.module.proto, settings.seed, plan,
-                             settings.verify_workers) as evaluator:
+        with WorkerEvaluator(target.module.proto, settings.seed, plan, settings.verify_workers,
+                             target.placement.compiled_for) as evaluator:
             trials, winners = run_search(evaluator, next_config, trials, settings.budget_evals,
                                          settings.search, settings.compare, in_time, record,
                                          listed=bool(target.configs), clock=clock)
@@ -315,7 +324,8 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
                 seconds_to_best=seconds_to_find(trials, best),
                 strategy=settings.strategy, compiler_version=compiler_version, kind=target.kind,
                 sources=list(target.sources), trials=trials,
-                relaxed=_relaxed_option(winners.relaxed, relaxed_check, check))
+                relaxed=_relaxed_option(winners.relaxed, relaxed_check, check, target.placement),
+                measure_mode=target.placement.mode)
     if default_fails is not None:
         return TuneResult(status=f"default fails: {default_fails}", accepted=False, config={},
                           speedup=None, numerics_ok=None, failure=DEFAULT_FAILS, **base)
@@ -328,7 +338,7 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
     if check.error:
         return TuneResult(status=f"verification failed: {check.error}", accepted=False,
                           config=best.config, speedup=None, numerics_ok=None, **base)
-    accepted = bool(check.significant and check.numerics_ok)
+    accepted = bool(holds_up(check, target.placement) and check.numerics_ok)
     return TuneResult(status="accepted" if accepted else "no significant gain", accepted=accepted,
                       config=best.config, speedup=check.speedup, numerics_ok=check.numerics_ok,
                       speedups=check.speedups, **base)
@@ -341,18 +351,30 @@ def _check(target: TuneTarget, winner: Trial | None,
     if winner is None:
         return None
     return evaluate_independently(target.module, winner.config, settings.verify_workers,
-                                  settings=settings.verify, seed=settings.seed + 1)
+                                  settings=settings.verify, seed=settings.seed + 1,
+                                  partitioning=target.placement.compiled_for)
+
+
+def holds_up(check: EvaluationResult, placement: Placement) -> bool:
+    """Whether a verification shows a gain to deliver: significant (its interval's lower end
+    above the noise band), and measured per device, above the per-device mode's measured error
+    too (`execution.per_device.PER_DEVICE_ERROR`): the whole program may gain that much less."""
+    if not check.significant or check.speedup is None:
+        return False
+    return placement.mode is MeasureMode.WHOLE or check.speedup.low > 1.0 + PER_DEVICE_ERROR
 
 
 def _relaxed_option(relaxed: Trial | None, check: EvaluationResult | None,
-                    strict: EvaluationResult | None) -> RelaxedOption | None:
+                    strict: EvaluationResult | None,
+                    placement: Placement = Placement()) -> RelaxedOption | None:
     """The opt-in config: `relaxed`'s where its verification (`check`) holds up as a strict
     winner's must (a significant gain, numerics ok) and gains more than the `strict` winner's
     verification, where that holds up; None otherwise (an opt-in that gains nothing more is
     no option)."""
-    if relaxed is None or check is None or check.error or not (check.significant and check.numerics_ok):
+    if relaxed is None or check is None or check.error or not (
+            holds_up(check, placement) and check.numerics_ok):
         return None
-    if (strict is not None and not strict.error and strict.significant and strict.numerics_ok
+    if (strict is not None and not strict.error and holds_up(strict, placement) and strict.numerics_ok
             and check.speedup.estimate <= strict.speedup.estimate):
         return None
     return RelaxedOption(relaxed.config, check.speedup)
@@ -380,7 +402,8 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
              "env_key": result.env_key, "strategy": result.strategy, "index": t.index,
              "config": config_key(t.config), "program": t.program, "outcome": t.outcome,
              **columns(t.speedup), "numerics_ok": t.numerics_ok,
-             "compile_seconds": t.compile_seconds, "error": t.error, "finished_at": t.finished_at, "elapsed_seconds": t.elapsed_seconds}
+             "compile_seconds": t.compile_seconds, "error": t.error, "finished_at": t.finished_at,
+             "elapsed_seconds": t.elapsed_seconds, "measure_mode": result.measure_mode}
             for t in result.trials if t.baseline is None]
     warehouse = Warehouse(home)
     warehouse.append(TRIALS, pa.Table.from_pylist(rows, TRIALS.schema), f"task-{result.task_id}")
@@ -402,6 +425,7 @@ def _result_from_json(data: dict[str, Any]) -> TuneResult:
     return TuneResult(**{**written, "config": config_from_json(data["config"]),
                          "speedup": from_columns(data),
                          "kind": Kind(data.get("kind", Kind.GRAPH)),
+                         "measure_mode": MeasureMode(data.get("measure_mode", MeasureMode.WHOLE)),
                          "relaxed": (RelaxedOption(config_from_json(relaxed["config"]),
                                                    from_columns(relaxed))
                                      if relaxed is not None else None),

@@ -4,10 +4,13 @@ the workload zoo they are tried on. Each takes the home as it is: local or a URL
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from execution.sharded import MeasureMode, Placement
+from hlo.environment import Environment
 from pipelines.cli.cluster import add_cluster_option
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_DEFAULT_FAILS, EXIT_FAILED, EXIT_OK, JSON_HELP,
                                   Subcommands, add_command, config_text, print_json, print_table)
@@ -42,29 +45,67 @@ def add_evaluate(sub: Subcommands) -> None:
                    "one process to the next)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="the worker process is stopped after this long")
+    add_measure_mode(p)
     p.set_defaults(run=cmd_evaluate, home_use=None, home_url=True)
+
+
+def add_measure_mode(p: argparse.ArgumentParser) -> None:
+    """The --measure-mode option of the commands that measure a module."""
+    p.add_argument("--measure-mode", choices=[str(m) for m in MeasureMode], default=None,
+                   help="how a module its job compiled across devices is measured (the "
+                   "partitioning in the fdo-environment.json beside it, as the hook spools it): "
+                   "whole, as the job compiles it on as many devices (a CPU's host devices), or "
+                   "per_device, its per-device program on one device (default: whole where this "
+                   "machine has the devices, else per_device; docs/sharded.md)")
+
+
+def module_placement(path: str, asked: str | None) -> tuple[Placement, Environment | None]:
+    """How to measure the module in file `path`: from the environment file beside it (the
+    partitioning its job compiled it with), whole where this machine has the devices, else
+    per device, or as `asked`; and that environment, None where there is no such file.
+    ValueError naming the file when it is malformed, or whole is asked and cannot be."""
+    from execution.sharded import choose_placement, whole_capacity
+    from hlo.environment import ENVIRONMENT_FILE, current_environment, environment_from_json
+
+    beside = Path(path).parent / ENVIRONMENT_FILE
+    environment = None
+    if beside.is_file():
+        try:
+            environment = environment_from_json(json.loads(beside.read_text()))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{beside}: bad environment file: {exc}") from None
+    partitioning = environment.partitioning if environment is not None else None
+    capacity = whole_capacity(current_environment().platform)
+    return (choose_placement(partitioning, capacity, MeasureMode(asked) if asked else None),
+            environment)
 
 
 def cmd_evaluate(args: argparse.Namespace, home: Home) -> int:
     """Measure the --set config against the default on one module."""
     from hlo.module import load_file
     from execution.compile import check_options
-    from execution.evaluate import DEFAULT_FAILS, evaluate_independently
+    from execution.evaluate import DEFAULT_FAILS, evaluate_independently, per_device_program
     from execution.flags import parse_assignment, to_json
     from execution.measure import MeasureSettings
 
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers}: at least one is needed")
     module = load_file(args.file)
+    source = module.source
     candidate = dict(parse_assignment(item) for item in args.set)
     check_options(candidate)
+    placement, _ = module_placement(args.file, args.measure_mode)
+    if placement.mode is MeasureMode.PER_DEVICE:
+        assert placement.partitioning is not None
+        module = per_device_program(module, placement.partitioning, args.timeout)
     settings = MeasureSettings(max_seconds=args.max_seconds)
     result = evaluate_independently(module, candidate, args.workers, settings=settings,
-                                    timeout=args.timeout)
+                                    timeout=args.timeout, partitioning=placement.compiled_for)
     if args.json:
-        print_json({**result.to_json(), "config": to_json(candidate)})
+        print_json({**result.to_json(), "config": to_json(candidate),
+                    "measure_mode": placement.mode, "measured_as": placement.describe()})
     else:
-        _print_evaluation(module.source, candidate, result)
+        _print_evaluation(f"{source} ({placement.describe()})", candidate, result)
     if result.failure == DEFAULT_FAILS:
         return EXIT_DEFAULT_FAILS
     if result.error is not None or result.numerics_ok is False:
@@ -203,6 +244,7 @@ def add_tune(sub: Subcommands) -> None:
                    "verify the winner; their median decides (default: 3; 1 is faster, and "
                    "trusts one process)")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the search")
+    add_measure_mode(p)
     add_cluster_option(p)
     p.add_argument("--json", action="store_true", help="print the tuning results as JSON (with "
                    "--cluster, each with the node that ran it)")
@@ -223,16 +265,25 @@ def cmd_tune(args: argparse.Namespace, home: Home) -> int:
     with stages.open_runner(address) as runner:
         if kind == Kind.OP:
             return _tune_ops(args, home, settings, runner)
+        partitionings = {}
         if args.files:
-            tasks = [(str(path), load_file(path), None) for path in args.files]
+            tasks = []
+            for path in args.files:  # a file's environment is the one beside it, if any
+                _, environment = module_placement(path, args.measure_mode)
+                env_key = environment.key() if environment is not None else None
+                if environment is not None and environment.partitioning is not None:
+                    partitionings[env_key] = environment.partitioning
+                tasks.append((str(path), load_file(path), env_key))
         else:
             tasks = KINDS[kind].candidates(home, args.top, False, runner.environments()).tasks
             if not tasks:
                 print(f"no ranked graph candidates that {_measurers(runner)} can measure for "
                       f"--kind {kind} (run fdo rank)", file=sys.stderr)
                 return EXIT_FAILED
-        outcomes = stages.tune_graphs(home, tasks, settings, progress=not args.json, runner=runner,
-                                      kind=kind)
+        outcomes = stages.tune_graphs(
+            home, tasks, settings, progress=not args.json, runner=runner, kind=kind,
+            measure_mode=MeasureMode(args.measure_mode) if args.measure_mode else None,
+            partitionings=partitionings)
     if args.json:
         payload = [_outcome_json(o, runner.name) for o in outcomes]
         print_json(payload[0] if len(payload) == 1 else payload)

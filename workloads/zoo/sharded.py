@@ -3,8 +3,9 @@ jobs run them.
 
 Each is a zoo family's train step with its arguments sharded over a named mesh (SPMD
 partitioning, Shardy as JAX uses it by default): a data-parallel MLP (the batch split across
-four devices, the parameters replicated) and a transformer data- and tensor-parallel on 4 and on
-8 devices (the batch across `data`, the attention and feed-forward weights across `model`,
+four devices, the parameters replicated), an n-body ensemble split by system across four (no
+collective: each device steps its own systems), and a transformer data- and tensor-parallel on
+4 and on 8 devices (the batch across `data`, the attention and feed-forward weights across `model`,
 Megatron's split: QKV and the first feed-forward layer by their outputs, the attention output
 and the second layer by their inputs; the optimizer state as its parameters). They lower against
 an abstract mesh, so listing and lowering them needs no device; compiling and running them whole
@@ -20,7 +21,7 @@ from typing import Any, Callable
 import jax
 
 from hlo.environment import Partitioning
-from workloads.zoo import mlp, transformer
+from workloads.zoo import mlp, nbody, transformer
 
 DATA, MODEL = "data", "model"
 # Which axis of a transformer weight `model` splits (Megatron): by output or by input.
@@ -83,6 +84,11 @@ def _data_parallel(path: tuple[str, ...], shape: tuple[int, ...]) -> tuple[str |
     return (DATA,) + (None,) * (len(shape) - 1) if path and path[0] in ("2", "3") else ()
 
 
+def _by_system(path: tuple[str, ...], shape: tuple[int, ...]) -> tuple[str | None, ...]:
+    """Every argument (positions, velocities, masses) split by system across `data`."""
+    return (DATA,) + (None,) * (len(shape) - 1)
+
+
 def _transformer_parallel(path: tuple[str, ...], shape: tuple[int, ...]) -> tuple[str | None, ...]:
     """Tokens split across `data`; attention and feed-forward weights across `model`
     (`_BY_OUTPUT`, `_BY_INPUT`), in the parameters and in Adam's moments alike."""
@@ -97,6 +103,7 @@ def _transformer_parallel(path: tuple[str, ...], shape: tuple[int, ...]) -> tupl
 
 
 _MLP = mlp.Config(widths=(784, 1024, 512, 10), batch=512)
+_NBODY = nbody.Config(batch=8, bodies=192, steps=4)
 _TRANSFORMER = transformer.Config(vocab=1024, d_model=128, n_heads=4, n_layers=2, d_ff=512,
                                   seq=64, batch=8)
 
@@ -104,6 +111,9 @@ _SPECS = (
     ShardedSpec("mlp-dp4", "mlp", f"{mlp.DESCRIPTION}; widths {_MLP.widths}, batch "
                 f"{_MLP.batch} data-parallel on 4 devices", ((DATA, 4),),
                 lambda: mlp.build(_MLP), _data_parallel),
+    ShardedSpec("nbody-dp4", "nbody", f"{nbody.DESCRIPTION}; {_NBODY.batch} systems of "
+                f"{_NBODY.bodies} bodies split across 4 devices", ((DATA, 4),),
+                lambda: nbody.build(_NBODY), _by_system),
     ShardedSpec("transformer-tp4", "transformer", f"{transformer.DESCRIPTION}; d_model 128, "
                 "batch 8, data- and tensor-parallel on a 2x2 mesh", ((DATA, 2), (MODEL, 2)),
                 lambda: transformer.build(_TRANSFORMER), _transformer_parallel),
