@@ -81,13 +81,14 @@ def tune_graphs(home: Home, tasks: Sequence[tuple[str, Any, str | None]], settin
                 progress: bool = False, deadline: float | None = None, reserve: int = 0,
                 runner: Runner | None = None, kind: Kind = Kind.GRAPH,
                 measure_mode: MeasureMode | None = None,
-                partitionings: dict[str, Any] | None = None) -> list[TaskOutcome]:
+                sharded: dict[str, Any] | None = None) -> list[TaskOutcome]:
     """Tune each task's (label, HloModule, env_key) module with `settings` on `runner` (default:
     here, in order), as a task of `kind` (a graph's flags, or its kernels); an env_key of None
     is this machine's environment. A graph its environment partitions across devices is
     measured whole where this machine has the devices, else per device (`measure_mode` forces
-    one: execution.sharded.choose_placement); its partitioning is the warehouse's graphs', or
-    `partitionings`' by env_key (a file's, not ingested). Returns each task's
+    one: execution.sharded.choose_placement; on a cluster a node of its machine kind measures
+    it); its partitioning is the warehouse's graphs', or `sharded`'s by env_key
+    (`tuner.candidates.Sharded`: a file's, not ingested). Returns each task's
     outcome, in order. With a `deadline` (time.time()), each task's search gets a share of the
     time left, `reserve` more shares kept for what the caller runs next, and a task the
     deadline leaves no time for is not started (`tasks.runner.Runner`)."""
@@ -95,15 +96,19 @@ def tune_graphs(home: Home, tasks: Sequence[tuple[str, Any, str | None]], settin
     from tasks.records import TuneTask
     from tasks.runner import Deadline, LocalRunner, run_all
     from execution.sharded import choose_placement, whole_capacity
-    from tuner.candidates import graph_partitionings
+    from tuner.candidates import sharded_environments
     from tuner.tune import graph_subject
 
     here = current_environment()
-    partitionings = {**graph_partitionings(home), **(partitionings or {})}
-    records = [TuneTask.of(kind, label, graph_subject(module, choose_placement(
-                   partitionings.get(env_key) if env_key else None, whole_capacity(here.platform),
-                   measure_mode)), env_key or here.key(), settings)
-               for label, module, env_key in tasks]
+    sharded = {**sharded_environments(home), **(sharded or {})}
+    records = []
+    for label, module, env_key in tasks:
+        found = sharded.get(env_key) if env_key else None
+        placement = choose_placement(found.partitioning if found else None,
+                                     whole_capacity(here.platform), measure_mode)
+        records.append(TuneTask.of(kind, label, graph_subject(module, placement),
+                                   env_key or here.key(), settings,
+                                   found.machine if found else None))
     return run_all(runner or LocalRunner(), records, home,
                    Deadline(deadline, reserve) if deadline is not None else None, progress,
                    "tune graphs")

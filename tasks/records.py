@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from execution.sharded import Placement
+from tasks.resources import task_resources
 from hlo.module import HloModule
 from storage.home import Home
 from storage.homes import open_home
@@ -61,13 +62,21 @@ class TuneTask:
     settings: TuneSettings
     op_class: str | None = None  # an op's class: which knobs act on it
     placement: Placement = Placement()  # how a graph compiled across devices is measured
+    # A sharded graph's machine kind (tasks.resources.machine_kind): any node of the kind
+    # measures it; None, a graph of one device: a node of its very environment.
+    machine: str | None = None
 
     @classmethod
     def of(cls, kind: Kind, label: str, subject: Subject, env_key: str,
-           settings: TuneSettings) -> TuneTask:
-        """The task tuning `subject` (see `tuner.tune.graph_subject`, `op_subject`)."""
+           settings: TuneSettings, machine: str | None = None) -> TuneTask:
+        """The task tuning `subject` (see `tuner.tune.graph_subject`, `op_subject`), a sharded
+        one on machines of kind `machine`."""
         return cls(kind, label, subject.module, subject.fingerprint, env_key, settings,
-                   subject.op_class, subject.placement)
+                   subject.op_class, subject.placement, machine)
+
+    def resources(self) -> dict[str, float]:
+        """What a node needs to offer to run the task (`tasks.resources.task_resources`)."""
+        return task_resources(self.env_key, self.machine, self.placement.devices)
 
     @property
     def key(self) -> str:
@@ -99,6 +108,15 @@ class MeasureTask:
     def key(self) -> str:
         """What names the task's attempts in the home: the entry, the toolchain's compiler."""
         return task_digest("validate", self.queued.entry["key"], self.chain.compiler_version)
+
+    @property
+    def machine(self) -> str | None:
+        """A sharded entry's machine kind (as `TuneTask.machine`); None otherwise."""
+        return self.queued.machine
+
+    def resources(self) -> dict[str, float]:
+        """What a node needs to offer to run the task (`tasks.resources.task_resources`)."""
+        return task_resources(self.env_key, self.machine, self.queued.placement.devices)
 
 
 Task = TuneTask | MeasureTask

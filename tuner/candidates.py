@@ -111,17 +111,30 @@ def tunable_op_candidates(home: Home, top: int, untried: bool = False,
     return found
 
 
-def graph_partitionings(home: Home) -> dict[str, Partitioning]:
-    """The partitioning of every environment whose graphs the warehouse holds partitioned across
-    devices or processes, by env_key (graphs landed before partitionings were recorded, and
-    graphs of one device, have none)."""
+@dataclass(frozen=True)
+class Sharded:
+    """A sharded graph's environment as the tuner needs it: how its job partitioned it, and the
+    machine kind that measures it (`tasks.resources.machine_kind`)."""
+
+    partitioning: Partitioning
+    machine: str
+
+
+def sharded_environments(home: Home) -> dict[str, Sharded]:
+    """Every environment whose graphs the warehouse holds partitioned across devices or
+    processes, by env_key (graphs landed before partitionings were recorded, and graphs of one
+    device, have none)."""
+    from tasks.resources import machine_kind
+
     graphs = Warehouse(home).read(GRAPHS)
     if "partitioning" not in graphs.column_names:
         return {}
     found = {}
-    for row in graphs.select(["env_key", "partitioning"]).to_pylist():
+    for row in graphs.to_pylist():
         if row["partitioning"] is not None:
-            found[row["env_key"]] = partitioning_from_json(json.loads(row["partitioning"]))
+            found[row["env_key"]] = Sharded(
+                partitioning_from_json(json.loads(row["partitioning"])),
+                machine_kind(row["platform"], row["device_kind"], row["compiler_version"]))
     return found
 
 
@@ -135,8 +148,18 @@ def _tried(home: Home, kind: Kind) -> set[tuple[str, str]]:
 
 def _measurable_graphs(home: Home, environments: frozenset[str] | None) -> dict[tuple[str, str], dict]:
     """The `graphs` rows, by (fingerprint, env_key), of the environments whose keys are
-    `environments`; None: of this machine's platform and device kind."""
+    `environments` (a sharded graph's: its machine kind's, `tasks.resources`); None: of this
+    machine's platform and device kind."""
+    from tasks.resources import machine_kind
+
     here = current_environment()
+
+    def measurable(g: dict) -> bool:
+        if environments is None:
+            return (g["platform"], g["device_kind"]) == (here.platform, here.device_kind)
+        if g.get("partitioning") is not None:
+            return machine_kind(g["platform"], g["device_kind"], g["compiler_version"]) in environments
+        return g["env_key"] in environments
+
     return {(g["fingerprint"], g["env_key"]): g for g in Warehouse(home).read(GRAPHS).to_pylist()
-            if (g["env_key"] in environments if environments is not None
-                else (g["platform"], g["device_kind"]) == (here.platform, here.device_kind))}
+            if measurable(g)}

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from delivery.store import Store
 from execution.autotune_results import AutotuneResults, ResultsError, autotunes, parse_results
+from execution.sharded import Placement
 from execution.evaluate import EvaluationResult
 from hlo.environment import Environment, store_key
 from ingest.tables import GRAPHS
@@ -57,6 +58,10 @@ class Queued:
     priority: tuple
     flagged: str | None = None  # why the fleet flagged it, leading each decision's reason
     results: AutotuneResults | None = None
+    # How its graph is measured (execution.sharded), and for a sharded one, the machine kind
+    # that measures it (tasks.resources.machine_kind; None: a node of its environment).
+    placement: Placement = Placement()
+    machine: str | None = None
 
     @property
     def invalidates(self) -> str:
@@ -85,7 +90,7 @@ class Queued:
         if self.flagged:
             reason = f"{self.flagged}; {reason}"
         return Decision(**{**self.base, "decided_at": now.isoformat()}, outcome=outcome,
-                        reason=reason, change=change, **extra)
+                        reason=reason, change=change, measure_mode=self.placement.mode, **extra)
 
     def measured(self, result: EvaluationResult | None, compiler_version: str, noise_band: float,
                  now: datetime.datetime, ttl: datetime.timedelta, max_age: datetime.timedelta,

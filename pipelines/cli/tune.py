@@ -256,6 +256,8 @@ def cmd_tune(args: argparse.Namespace, home: Home) -> int:
     """Tune the modules given, or the top ranked graphs (or ops, folded into their graphs)."""
     from hlo.environment import current_environment
     from hlo.module import load_file
+    from tasks.resources import kind_of
+    from tuner.candidates import Sharded
 
     kind = Kind(args.kind)
     settings = _tune_settings(args)  # bad options are told before a cluster is reached
@@ -265,14 +267,14 @@ def cmd_tune(args: argparse.Namespace, home: Home) -> int:
     with stages.open_runner(address) as runner:
         if kind == Kind.OP:
             return _tune_ops(args, home, settings, runner)
-        partitionings = {}
+        sharded = {}
         if args.files:
             tasks = []
             for path in args.files:  # a file's environment is the one beside it, if any
                 _, environment = module_placement(path, args.measure_mode)
                 env_key = environment.key() if environment is not None else None
                 if environment is not None and environment.partitioning is not None:
-                    partitionings[env_key] = environment.partitioning
+                    sharded[env_key] = Sharded(environment.partitioning, kind_of(environment))
                 tasks.append((str(path), load_file(path), env_key))
         else:
             tasks = KINDS[kind].candidates(home, args.top, False, runner.environments()).tasks
@@ -283,7 +285,7 @@ def cmd_tune(args: argparse.Namespace, home: Home) -> int:
         outcomes = stages.tune_graphs(
             home, tasks, settings, progress=not args.json, runner=runner, kind=kind,
             measure_mode=MeasureMode(args.measure_mode) if args.measure_mode else None,
-            partitionings=partitionings)
+            sharded=sharded)
     if args.json:
         payload = [_outcome_json(o, runner.name) for o in outcomes]
         print_json(payload[0] if len(payload) == 1 else payload)
