@@ -32,7 +32,8 @@ devices never wait for each other.
 A compile on one process's own devices is that process's alone (no collective joins it to
 another's): it decides it itself, with the job's id. The job's id is process 0's (`--job-id`,
 FDO_JOB_ID, else process 0's host-pid), which its hook publishes under `job_id` when it starts;
-every process records its hits under it, each in its own spool. A job with one process, or
+every process records its hits under it, each in its own spool (one that finds none within the
+timeout records its own, and says so once). A job with one process, or
 whose processes share no JAX distributed client, has no channel (`channel()` is None): its
 compiles pay one attribute read for all of this.
 """

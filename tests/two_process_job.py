@@ -4,7 +4,8 @@
 devices a process), jits a data-parallel train step over both processes' four devices and runs
 it. With GATE it waits for that file before its first compile (nothing before it compiles: the
 inputs are built from NumPy). With FDO_TEST_STEPS=K it also compiles and runs K small steps
-across both processes, a store key each. Prints one JSON line: its pid, whether the step's
+across both processes, a store key each; with FDO_TEST_RECOMPILE=1 it compiles the step a
+second time after dropping JAX's caches (a new decision for one key). Prints one JSON line: its pid, whether the step's
 optimized module has a YNNPACK fusion (an observable effect of a config the tests store), a
 digest of that module's text, and the step's and the small steps' results.
 """
@@ -61,6 +62,11 @@ text = compiled.as_text()
 out = {"pid": os.getpid(), "ynn": "ynn_fusion" in text,
        "optimized": hashlib.blake2b(text.encode(), digest_size=8).hexdigest(),
        "step": local_sum(compiled(w, x))}
+if os.environ.get("FDO_TEST_RECOMPILE") == "1":
+    jax.clear_caches()
+    again = step.lower(w, x).compile().as_text()
+    out["recompiled"] = {"ynn": "ynn_fusion" in again,
+                         "optimized": hashlib.blake2b(again.encode(), digest_size=8).hexdigest()}
 out["small"] = [local_sum(jax.jit(lambda x, k=k: jnp.tanh(x * (k + 2.0)).sum(axis=0), out_shardings=replicated)(x))
                 for k in range(int(os.environ.get("FDO_TEST_STEPS", "0")))]
 print(json.dumps(out), flush=True)
