@@ -1,9 +1,12 @@
 """A small but complete FDO home for the dashboard tests: five days of a simulated fleet that
 went through ranking, tuning, delivery, validation, the compiler hook and savings accounting.
 
-The fleet is the same whatever the date and the CPU: its five days are the same days of its own
-calendar (FLEET_DAY after its epoch) ending today, and the keys tuned are chosen by where they
-run, not by where they happen to rank against this machine's environment (`_tasks`).
+What the tests need of it holds whatever the date and the CPU: the fleet's five days are the
+same days of its own calendar (FLEET_DAY after its epoch) ending today, so its jobs and untuned
+runs are the same rows on any date; the keys tuned are chosen by where they run, not by where
+they happen to rank against this machine's environment (`_tasks`). What still hangs on the
+environment keys (this machine's ISA features, the releases' dates): which jobs hold out each
+entry, and its true effect in the fleet.
 
 Every table is written by its stage's own code: the simulator and ingestion, the Beam ranking
 and savings, deliver and import, the tuner's landing (tuner.tune.land_result) and the
