@@ -232,6 +232,26 @@ def test_same_seed_same_arms_effects_and_paces():
     assert fleet.make_jobs(spec, 4).pace.std() == pytest.approx(spec.job_sigma, rel=0.1)
 
 
+def test_the_same_days_after_another_epoch_are_the_same_fleet_on_their_own_dates():
+    spec = fleet.FleetSpec(jobs=5000, seed=6)
+    later = dataclasses.replace(spec, epoch=spec.epoch + datetime.timedelta(days=300))
+    jobs, rows, fingerprints = _day(spec, day=40)
+    _, moved, _ = _day(later, day=40)
+    for name in ("job", "graph", "env", "seconds", "executions"):
+        np.testing.assert_array_equal(getattr(moved, name), getattr(rows, name))
+    # The releases are named by their own dates: the same releases, 300 days later.
+    for before, after in zip(rows.environments, moved.environments):
+        if before == HERE:
+            assert after == HERE
+            continue
+        assert dataclasses.replace(after, compiler_version=before.compiler_version) == before
+        release = lambda env: datetime.date.fromisoformat(env.compiler_version.rpartition("+")[2])  # noqa: E731
+        assert release(after) - release(before) == datetime.timedelta(days=300)
+    _, hits = fleet.apply_hits(moved, fingerprints, None, later)
+    drop = pa.concat_tables(fleet.graph_run_batches(moved, hits, jobs, 40, fingerprints, later.epoch))
+    assert set(drop.column("dt").to_pylist()) == {later.epoch + datetime.timedelta(days=40)}
+
+
 def test_the_store_lookup_gives_each_entry_its_holdout_share_as_the_hook_takes_it(tmp_path):
     from delivery.store import Store
     from storage.store import ENTRIES

@@ -6,10 +6,10 @@
 - Each job runs a main program and maybe an eval or serving program, picked by a Zipf-like
   popularity over the catalog, so a few graphs dominate fleet chip-time.
 - About `opt_out_share` of chip-time belongs to jobs that opted out of tuning.
-- The compiler has a release every `release_every_days` days (counted from a fixed epoch, so
-  day-by-day runs agree); each job adopts a release after its own lag of 0-6 days. Jobs on the
-  "here" device kind run this machine's environment instead, its compiler included, so the
-  tuner and the validator can measure what they run.
+- The compiler has a release every `release_every_days` days (counted from a fixed epoch,
+  `FleetSpec.epoch`, so day-by-day runs agree); each job adopts a release after its own lag of
+  0-6 days. Jobs on the "here" device kind run this machine's environment instead, its
+  compiler included, so the tuner and the validator can measure what they run.
 - Jobs differ: each runs its graphs at its own pace (a per-job factor on seconds per
   execution), as jobs on different hosts and input pipelines do.
 - Jobs whose graph has a tuned config (a `TunedLookup` answers) record the hit metadata. A
@@ -76,6 +76,9 @@ class FleetSpec:
     # ...except for these (config key, true speedup) pairs: injected regressions, configs that
     # won where they were tuned and slow the fleet down.
     regressions: tuple[tuple[str, float], ...] = ()
+    # The date of the fleet's day 0: its releases and each day's draws count days from it, so
+    # the same days after the same epoch are the same fleet whatever their dates.
+    epoch: datetime.date = EPOCH
 
 
 @dataclass(frozen=True)
@@ -162,9 +165,9 @@ def release_days(day: int, every: int) -> list[int]:
     return [r for r in range(latest - every * (LAG_DAYS // every + 2), latest + 1, every) if r >= 0]
 
 
-def compiler_version(base: str, release_day: int) -> str:
-    """The version name of the release on `release_day` (days since EPOCH)."""
-    date = EPOCH + datetime.timedelta(days=release_day)
+def compiler_version(base: str, release_day: int, epoch: datetime.date = EPOCH) -> str:
+    """The version name of the release on `release_day` (days since `epoch`)."""
+    date = epoch + datetime.timedelta(days=release_day)
     return f"{base}+{date.strftime('%Y%m%d')}"
 
 
@@ -211,7 +214,7 @@ def simulate_day(jobs: Jobs, spec: FleetSpec, day: int, step_seconds: np.ndarray
         environments.append(Environment(
             platform=platform, device_kind=here.device_kind if kind_name == "local" else kind_name,
             device_count=(combo >> 20) & 0xFFFFF,
-            compiler_version=compiler_version(here.compiler_version, releases[0] + (combo & 0xFFFFF))))
+            compiler_version=compiler_version(here.compiler_version, releases[0] + (combo & 0xFFFFF), spec.epoch)))
     executions = np.maximum(1, (seconds / (step_seconds[graph] * jobs.pace[job])).astype(np.int64))
     return DayRows(job, graph, env.reshape(-1), seconds, executions, environments)
 
@@ -307,10 +310,10 @@ def graph_env_pairs(rows: DayRows) -> tuple[list[tuple[int, int]], np.ndarray]:
     return [(int(c) // n_env, int(c) % n_env) for c in codes], inverse.reshape(-1)
 
 
-def graph_run_batches(rows: DayRows, hits: Hits, jobs: Jobs, day: int,
-                      fingerprints: list[str]) -> Iterator[pa.Table]:
-    """The day's rows in the graph_runs drop format, in chunks."""
-    dt = EPOCH + datetime.timedelta(days=day)
+def graph_run_batches(rows: DayRows, hits: Hits, jobs: Jobs, day: int, fingerprints: list[str],
+                      epoch: datetime.date = EPOCH) -> Iterator[pa.Table]:
+    """The day's rows (`day` days after `epoch`) in the graph_runs drop format, in chunks."""
+    dt = epoch + datetime.timedelta(days=day)
     env_keys = [e.key() for e in rows.environments]
     hit_key, hit_version, hit_speedup = hits.key, hits.version, hits.speedup
     seconds = rows.seconds
@@ -343,7 +346,7 @@ def op_run_batches(rows: DayRows, jobs: Jobs, spec: FleetSpec, day: int, fingerp
     rng = np.random.default_rng([spec.seed, 3, day])
     sampled = np.flatnonzero(rng.random(len(rows.job)) < spec.op_sample)
     env_keys = [e.key() for e in rows.environments]
-    dt = EPOCH + datetime.timedelta(days=day)
+    dt = spec.epoch + datetime.timedelta(days=day)
     all_ops = sorted({fp for ops in op_fingerprints for fp in ops})
     op_index = {fp: i for i, fp in enumerate(all_ops)}
     counts_of = np.array([len(ops) for ops in op_fingerprints])

@@ -99,19 +99,21 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
              op_sample: float = 1.0, tuned: fleet.TunedLookup | None = None,
              progress: bool = False, release_every_days: int = 4,
              inbox: Path | None = None,
-             regressions: tuple[tuple[str, float], ...] = ()) -> SimulationReport:
+             regressions: tuple[tuple[str, float], ...] = (),
+             epoch: datetime.date = fleet.EPOCH) -> SimulationReport:
     """Simulate `days` days (ending today unless `start` is given) and ingest them into
     `home` (a local one); with an `inbox`, hand them over there for a later ingest instead.
     `regressions` are (config key, true speedup) pairs: entries that slow the fleet down
-    (`fleet.FleetSpec.regressions`)."""
+    (`fleet.FleetSpec.regressions`). `epoch` is the date of the fleet's day 0
+    (`fleet.FleetSpec.epoch`): the same days after the same epoch are the same fleet."""
     home = open_home(home).local("fdo simulate")
     start = start or datetime.date.today() - datetime.timedelta(days=days - 1)
-    first_day = (start - fleet.EPOCH).days
+    first_day = (start - epoch).days
     if first_day < 0:
-        raise ValueError(f"--start must be on or after {fleet.EPOCH}")
+        raise ValueError(f"--start must be on or after {epoch}")
     catalog = build_catalog(home / "simulator" / "catalog", workloads, scales, progress)
     spec = fleet.FleetSpec(jobs=jobs, seed=seed, op_sample=op_sample,
-                           release_every_days=release_every_days, regressions=regressions)
+                           release_every_days=release_every_days, regressions=regressions, epoch=epoch)
     population = fleet.make_jobs(spec, len(catalog))
     here = current_environment()
     fingerprints = [g.fingerprint for g in catalog]
@@ -122,16 +124,16 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
                             enabled=progress):
         rows = fleet.simulate_day(population, spec, day, step_seconds, here)
         rows, hits = fleet.apply_hits(rows, fingerprints, tuned, spec)
-        dt = (fleet.EPOCH + datetime.timedelta(days=day)).isoformat()
+        dt = (epoch + datetime.timedelta(days=day)).isoformat()
         fleet_dir = inbox or home / "fleet"
         drop_dir = fleet_dir / "profiles" / dt
         name = f"fleet-s{seed}-j{jobs}-{dt}"
         graph_runs = _write_drop(drop_dir / f"{name}.graph_runs.parquet",
-                                 fleet.graph_run_batches(rows, hits, population, day, fingerprints))
+                                 fleet.graph_run_batches(rows, hits, population, day, fingerprints, epoch))
         op_runs = _write_drop(drop_dir / f"{name}.op_runs.parquet", fleet.op_run_batches(
             rows, population, spec, day, fingerprints,
             [g.op_fingerprints for g in catalog], [g.op_shares for g in catalog]))
-        dumps = _hand_over_dumps(fleet_dir / "dumps", rows, catalog, day)
+        dumps = _hand_over_dumps(fleet_dir / "dumps", rows, catalog, epoch + datetime.timedelta(days=day))
         if inbox is None:
             symbols = ingest_symbols(dumps, home) if dumps else None
             profiles = ingest_profiles([drop_dir], home)
@@ -215,11 +217,11 @@ def _write_drop(path: Path, batches) -> int:
     return written
 
 
-def _hand_over_dumps(root: Path, rows: fleet.DayRows, catalog: list[CatalogGraph], day: int) -> list[Path]:
-    """Dump directories for the graphs first run in an environment today (hard links to the
-    catalog's files, which are the same bytes XLA wrote)."""
-    captured = datetime.datetime.combine(fleet.EPOCH + datetime.timedelta(days=day),
-                                         datetime.time(12), datetime.UTC)
+def _hand_over_dumps(root: Path, rows: fleet.DayRows, catalog: list[CatalogGraph],
+                     date: datetime.date) -> list[Path]:
+    """Dump directories for the graphs first run in an environment on `date` (hard links to
+    the catalog's files, which are the same bytes XLA wrote)."""
+    captured = datetime.datetime.combine(date, datetime.time(12), datetime.UTC)
     new = []
     for g, e in fleet.graph_env_pairs(rows)[0]:
         environment = rows.environments[e]
