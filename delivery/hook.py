@@ -236,10 +236,13 @@ class Hook:
                 return compile(tuned)
             with CacheKeyed(plan.results) as keyed:
                 executable = compile(delivery.options(tuned))
-            plan.reason = (f"autotune results: {len(plan.results.fusions)} delivered, executable from "
-                           "JAX's persistent cache" if keyed.from_cache else delivery.uptake().describe())
-            if job_cache_dir(tuned):
-                plan.reason += " (in place of the job's own per-fusion cache directory, for this compile)"
+            if keyed.from_cache:  # XLA compiled nothing: there is no uptake to tell
+                plan.reason = (f"autotune results: {len(plan.results.fusions)} delivered, executable from "
+                               "JAX's persistent cache")
+            else:
+                plan.reason = delivery.uptake().describe() + (
+                    " (in place of the job's own per-fusion cache directory, for this compile)"
+                    if job_cache_dir(tuned) else "")
             return executable
 
     def _plan_safely(self, computation: Any, compile_options: Any) -> _Plan:
