@@ -600,7 +600,7 @@ def hook_job(name: str, home: Path, rounds: int, round_seconds: float) -> dict[s
     from delivery import hook
 
     fn, abstract = _workload(name).build()
-    hook.install(home=home, job_id=HOOK_JOB)
+    hook.install(home=home, job_id=HOOK_JOB, holdout=0.0)  # the applied arm, whatever the entry's share
     tuned = jax.jit(fn).lower(*abstract).compile()
     hook.uninstall()
     # Another function object: JAX would hand back the tuned executable for the same one.
