@@ -958,7 +958,8 @@ def report(results: dict[str, Any]) -> str:
     lines = ["# GPU check figures", ""]
     runs = {k: v for k, v in results.items() if k.startswith("run ")}
     for label, meta in sorted(runs.items()):
-        lines.append(f"- {label}: {meta['seconds']} s ({'dry run' if meta['dry_run'] else 'GPU plan'}, "
+        lines.append(f"- {label}: {meta.get('date')}, {meta.get('device')}, JAX {meta.get('jax')}, commit "
+                     f"{meta.get('commit')}: {meta['seconds']} s ({'dry run' if meta['dry_run'] else 'GPU plan'}, "
                      f"{meta['minutes']} minutes given); imports the device lacks: {meta['imports'] or 'none'}")
     if results.get("seconds"):
         lines.append("- seconds per step: " + ", ".join(f"{k} {v}" for k, v in results["seconds"].items()))
@@ -1180,8 +1181,13 @@ def main() -> None:
     state = State(args.state, args.out)
     started = time.monotonic()
     RUNS[args.run](plan, state, Clock(args.minutes))
+    import jax
+
+    # Each run's own machine, date and commit: the runs of the figures may be sessions apart.
     state.record(f"run {args.run}", {
         "seconds": round(time.monotonic() - started, 1), "dry_run": args.dry_run, "minutes": args.minutes,
+        "device": jax.devices()[0].device_kind, "jax": jax.__version__, "commit": _commit(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "imports": sorted(name for name in ABSENT_ON_DEVICE if name in sys.modules)})
     print(report(state.results))
 
