@@ -38,9 +38,15 @@ compile_or_get_cached`; the hook wraps that function. Per compile it:
    the hook creates for this compile alone under `$FDO_HOME/cache/autotune/` (never a path
    from the store), XLA is pointed at it for this executable only, and the directory is
    removed afterwards; the hit's reason says how many were delivered, how many XLA took and
-   how many fusions it autotuned itself. Not on a platform that does not autotune (the CPU),
-   nor to a compile that names a per-fusion cache directory of its own (JAX's persistent
-   cache does): the reason says so;
+   how many fusions it autotuned itself. With JAX's persistent compilation cache on (which
+   also names a per-fusion directory of the job's own in the debug options), the directory is
+   instead one per set of results (`results-<digest>` there, the same path in every compile,
+   kept), it takes the job's directory's place for this compile alone, and the results' digest
+   joins JAX's cache key for it (`CacheKeyed`): the next compile of the module with the same
+   results is a cache hit (recorded "executable from JAX's persistent cache"), and the
+   default's executable and other results' are keyed apart. Not on a platform that does not
+   autotune (the CPU), nor to a compile whose own compile options name a per-fusion cache
+   directory (the job chose it): the reason says so;
 5. if the tuned compile fails, compiles again with the job's own options and records why;
 6. appends a hit record to its spool (ingest.hits): outcome, key, store version, expected
    speedup, and for a tuned or held-out executable the fingerprint of its optimized module,
@@ -77,8 +83,8 @@ from typing import Any, Callable
 from delivery import job
 from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, StoreUnavailable
 from delivery.sandbox import CompileJob, SandboxCheck
-from execution.autotune_results import (AutotuneResults, Delivery, ResultsError, autotunes, job_sets_cache_dir,
-                                        parse_results)
+from execution.autotune_results import (AutotuneResults, CacheKeyed, Delivery, ResultsError, autotunes,
+                                        job_cache_dir, job_sets_cache_dir, parse_results, persistent_cache_on)
 from execution.compile import apply_config, job_build_options, job_partitioning
 from execution.flags import CompilerConfig, FlagError, from_json
 from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, parse_mesh, store_key
@@ -255,13 +261,22 @@ class Hook:
         parent = self.settings.home / AUTOTUNE_DIR
         with contextlib.ExitStack() as stack:
             try:
-                delivery = stack.enter_context(Delivery(plan.results, parent))
+                # JAX's persistent cache keys the executable on the options: a directory of
+                # these results' own, the same for each compile of them.
+                delivery = stack.enter_context(Delivery(plan.results, parent, kept=persistent_cache_on()))
             except OSError as exc:
                 plan.reason = f"autotune results not delivered: cannot write under {parent}: {exc}"
                 self._warn(plan.reason, "autotune dir")
                 return compile(tuned)
-            executable = compile(delivery.options(tuned))
-            plan.reason = delivery.uptake().describe()
+            with CacheKeyed(plan.results) as keyed:
+                executable = compile(delivery.options(tuned))
+            if keyed.from_cache:  # XLA compiled nothing: there is no uptake to tell
+                plan.reason = (f"autotune results: {len(plan.results.fusions)} delivered, executable from "
+                               "JAX's persistent cache")
+            else:
+                plan.reason = delivery.uptake().describe() + (
+                    " (in place of the job's own per-fusion cache directory, for this compile)"
+                    if job_cache_dir(tuned) else "")
             return executable
 
     def _plan_safely(self, computation: Any, compile_options: Any, devices: Any) -> _Plan:
