@@ -274,7 +274,7 @@ class _Graphs:
 
     @classmethod
     def read(cls, warehouse: Warehouse) -> _Graphs:
-        """Every graph with an optimized module."""
+        """Every graph, by key; those with an optimized module by it too."""
         table = warehouse.read(GRAPHS, ["fingerprint", "env_key", "optimized_fingerprint", "device_kind",
                                         "compiler_version", "partitioning"])
         by_key: dict[tuple[str, str], _Graph] = {}

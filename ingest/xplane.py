@@ -81,18 +81,18 @@ class ModuleTime:
 
     def dumped_fingerprint(self) -> str | None:
         """The graph fingerprint of `optimized_hlo` as XLA's text form presents it, which is
-        what a dump and the compiler hook's spool hold (None without HLO). The text leaves out
-        module fields the proto carries: the SPMD partitioner's parameter and output shardings,
-        so a partitioned module's text and proto fingerprint apart; other modules' agree.
-        TraceError if XLA refuses the module."""
+        what a dump and the compiler hook's spool hold. The text leaves out module fields the
+        proto carries: the SPMD partitioner's parameter and output shardings, so a partitioned
+        module's text and proto fingerprint apart; other modules' agree. None without HLO, or
+        where this XLA does not print it as text that it parses again (a module of another XLA):
+        then no dump of it was read by this XLA either."""
         if self.optimized_hlo is None:
             return None
         try:
             proto = HloModule(self.optimized_hlo, self.module_name, f"trace:{self.module_name}")
             return graph_fingerprint(from_text(proto.to_text(), proto.source))
-        except HloLoadError as exc:
-            raise TraceError(f"the HLO the trace carries for {self.module_name} does not print "
-                             f"as text: {exc}") from exc
+        except (HloLoadError, ValueError):
+            return None
 
 
 class TraceError(ValueError):

@@ -14,6 +14,7 @@ sums leave it, coded as Arrow IPC streams rather than pickles.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import logging
 import math
@@ -56,13 +57,14 @@ class InProcessRunner(PipelineRunner):
         provision = fn_runner.ExtendedProvisionInfo(
             beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
         environment = None
-        direct = options.view_as(DirectOptions)
-        if direct.direct_running_mode == "multi_processing":
+        if options.view_as(DirectOptions).direct_running_mode == "multi_processing":
             # Beam's own worker processes, started as ranking.beam_worker: quiet on stderr. The
-            # runner takes the environment given here where no running mode names another.
+            # runner takes the environment given here where no running mode names another
+            # (on a copy: the caller's options stay as they were).
             environment = SubprocessSDKEnvironment.from_command_string(
                 f"{shlex.quote(sys.executable)} -m ranking.beam_worker")
-            direct.direct_running_mode = None
+            options = copy.deepcopy(options)
+            options.view_as(DirectOptions).direct_running_mode = None
         runner = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision)
         return runner.run_pipeline(pipeline, options)
 
