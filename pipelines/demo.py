@@ -36,6 +36,7 @@ from delivery.store import Store
 from hlo.environment import current_environment, store_key
 from hlo.interval import from_columns
 from pipelines.nightly import NightlySettings, run_nightly
+from ranking.beam_logging import quiet_beam_logging
 from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
 from storage.warehouse import Warehouse
@@ -245,6 +246,7 @@ def demo_home() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `make demo` (`make demo DAYS=4`: the longer story)."""
+    quiet_beam_logging()  # Beam's start-up notices, at each pipeline of each night, tell no story
     parser = argparse.ArgumentParser(prog="python -m pipelines.demo", description=__doc__.split("\n")[0])
     parser.add_argument("--days", type=int, default=DemoSettings.days, metavar="N",
                         help=f"simulated days, the nightly loop after each (default: {DemoSettings.days})")

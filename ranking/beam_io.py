@@ -14,10 +14,13 @@ sums leave it, coded as Arrow IPC streams rather than pickles.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import logging
 import math
 import os
+import shlex
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable
 
@@ -25,11 +28,12 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.coders import Coder, TupleCoder
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.portability.api import beam_provision_api_pb2
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineResult, PipelineRunner
+from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
 from storage.home import Home
 from storage.homes import open_home
@@ -52,7 +56,17 @@ class InProcessRunner(PipelineRunner):
         encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
         provision = fn_runner.ExtendedProvisionInfo(
             beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
-        return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
+        environment = None
+        if options.view_as(DirectOptions).direct_running_mode == "multi_processing":
+            # Beam's own worker processes, started as ranking.beam_worker: quiet on stderr. The
+            # runner takes the environment given here where no running mode names another
+            # (on a copy: the caller's options stay as they were).
+            environment = SubprocessSDKEnvironment.from_command_string(
+                f"{shlex.quote(sys.executable)} -m ranking.beam_worker")
+            options = copy.deepcopy(options)
+            options.view_as(DirectOptions).direct_running_mode = None
+        runner = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision)
+        return runner.run_pipeline(pipeline, options)
 
 
 # Rows a worker of the in-process runner must have to read before adding it pays. Each worker
@@ -80,7 +94,8 @@ def pipeline_options(beam_args: Iterable[str] = (), rows: int = 0) -> PipelineOp
     defaults = [a for a in defaults if a.split("=", 1)[0] not in given]
     if any(a.startswith(("--runner", "--direct_running_mode")) for a in args):
         defaults = [a for a in defaults if not a.startswith("--direct")]
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    beam = logging.getLogger("apache_beam")
+    beam.setLevel(max(beam.level, logging.WARNING))  # as high as a command set it (ranking.beam_logging)
     return PipelineOptions(defaults + args)
 
 

@@ -12,8 +12,10 @@ skip autotuning, and flags change what XLA does). The counterfactual is the flee
 compiles of the entry's holdout arm ran the defaults. Per (key, env_key), a compile that tried
 the entry's config (outcome applied, or fallback: the failed tuned compile and the defaults'
 after it, a cost of the entry) saved the median compile seconds of the key's holdout compiles
-in the accounted window minus its own, negative where it was slower, times the environment's
-device count (`graphs.device_count`; 1 where no graph of that environment was ingested). A key
+in the accounted window minus its own, negative where it was slower, times the devices of the
+process that compiled (`process_devices`: the environment's device count, or a process's local
+devices where its job spans processes: each process compiles, records its own hit and holds its
+own devices waiting; 1 where no graph of that environment was ingested). A key
 with fewer than MIN_HOLDOUT_COMPILES holdout compiles in the window claims nothing: its
 compiles are counted `compile_unmeasured`. A compile's team is its job's in the window's
 graph runs (UNKNOWN_TEAM where the job ran no profiled graph there): hits carry no team.
@@ -35,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS
+from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, partitioning_of
 from ranking.beam_io import (ArrowSum, ReadPlan, ReadTables, Source, TaggedSums, partition_files,
                              pipeline_options, plan_reads)
 from ranking.tables import SAVINGS
@@ -75,8 +77,8 @@ _TRIED = ArrowSum(_TRIED_KEYS, ["compiles", "compile_seconds"], pa.schema(
 _HELD = ArrowSum(["key", "env_key", "compile_seconds"], ["compiles"], pa.schema(
     [HITS.schema.field(name) for name in ("key", "env_key", "compile_seconds")] + [("compiles", pa.int64())]))
 _JOBS = ArrowSum(["job_id", "team"], [], pa.schema([GRAPH_RUNS.schema.field(name) for name in ("job_id", "team")]))
-_DEVICES = ArrowSum(["env_key", "device_count"], [], pa.schema(
-    [GRAPHS.schema.field(name) for name in ("env_key", "device_count")]))
+_DEVICES = ArrowSum(["env_key", "process_devices"], [], pa.schema(
+    [GRAPHS.schema.field("env_key"), ("process_devices", pa.int32())]))
 _SUMS = TaggedSums({"runs": _RUNS, "tried": _TRIED, "held": _HELD, "jobs": _JOBS, "devices": _DEVICES})
 
 
@@ -118,7 +120,7 @@ def savings_reads(home: Home, first: datetime.date, last: datetime.date,
     """What the savings read, each reduced where read: both kinds' runs of [first, last] to
     their hits' sums; the hits of [first, last] to the compiles that tried a config (summed per
     job and entry) and to the holdout arm's compile seconds (counted per value); the graph runs'
-    job teams and the graphs' environment device counts, as distinct pairs."""
+    job teams and the devices of a process of each graph environment, as distinct pairs."""
     def source(tag: str, table: TableSchema, columns: list[str], prepare: Callable[[pa.Table], pa.Table],
                days: tuple[datetime.date | None, datetime.date | None] = (first, last)) -> Source:
         return Source(tag, partition_files(home, table, *days), columns, prepare,
@@ -131,7 +133,8 @@ def savings_reads(home: Home, first: datetime.date, last: datetime.date,
         source("tried", HITS, _HIT_COLUMNS, functools.partial(_tried_sums, validator_keys=validator_keys)),
         source("held", HITS, _HIT_COLUMNS, _held_counts),
         source("jobs", GRAPH_RUNS, ["job_id", "team"], _JOBS.reduce),
-        source("devices", GRAPHS, ["env_key", "device_count"], _DEVICES.reduce, (None, None))])  # every graph
+        source("devices", GRAPHS, ["env_key", "device_count", "partitioning"], _process_devices,
+               (None, None))])  # every graph
 
 
 def build_savings_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: Home,
@@ -184,8 +187,8 @@ def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
 def account(runs: pa.Table, tried: pa.Table, held: pa.Table, jobs: pa.Table, devices: pa.Table) -> pa.Table:
     """The savings rows, from the sums that `savings_reads` prepares: the runtime sums `runs`,
     and the compile time saved by the compiles of `tried` against the median of their key's
-    holdout compiles (`held`), each with its job's team (`jobs`) and its environment's device
-    count (`devices`)."""
+    holdout compiles (`held`), each with its job's team (`jobs`) and the devices of a process
+    of its environment (`devices`)."""
     compiles = compile_rows(tried, held, jobs, devices)
     zeros = {name: pa.repeat(pa.scalar(0, _SUMMED.field(name).type), runs.num_rows) for name in _COMPILE}
     runtime = pa.table({**{name: runs.column(name) for name in _KEYS + _RUNTIME}, **zeros})
@@ -196,7 +199,7 @@ def compile_rows(tried: pa.Table, held: pa.Table, jobs: pa.Table, devices: pa.Ta
     """The compile time saved, one row per row of `tried` (with `_SUMMED`'s columns, runtime 0)."""
     medians = holdout_medians(held)
     team = jobs.group_by("job_id", use_threads=False).aggregate([("team", "min")])  # one per job
-    count = devices.group_by("env_key", use_threads=False).aggregate([("device_count", "max")])
+    count = devices.group_by("env_key", use_threads=False).aggregate([("process_devices", "max")])
     joined = (tried.join(medians, ["key", "env_key"]).join(team, "job_id")
               .join(count, "env_key"))
     measured = pc.fill_null(pc.greater_equal(joined.column("holdout_compiles"), MIN_HOLDOUT_COMPILES), False)
@@ -204,7 +207,7 @@ def compile_rows(tried: pa.Table, held: pa.Table, jobs: pa.Table, devices: pa.Ta
     # n compiles against the median m saved n x m minus their own seconds, in device-seconds.
     saved = pc.multiply(pc.subtract(pc.multiply(pc.cast(tries, pa.float64()), joined.column("holdout_median")),
                                     joined.column("compile_seconds")),
-                        pc.cast(pc.fill_null(joined.column("device_count_max"), 1), pa.float64()))
+                        pc.cast(pc.fill_null(joined.column("process_devices_max"), 1), pa.float64()))
     nothing = pa.scalar(0, pa.int64())
     return pa.table({
         **{name: joined.column(name) for name in ("dt", "kind")},
@@ -231,6 +234,24 @@ def holdout_medians(held: pa.Table) -> pa.Table:
     return pa.table({"key": groups.column("key"), "env_key": groups.column("env_key"),
                      "holdout_compiles": groups.column("compiles_sum"),
                      "holdout_median": pa.array(median, pa.float64())})
+
+
+def process_devices(device_count: int, partitioning: str | None) -> int:
+    """The devices one process of a job holds, in an environment of `device_count` devices
+    partitioned as `partitioning` (`graphs.partitioning`): its local devices where the job
+    was partitioned, else all of the environment's (a job's compile holds them all)."""
+    found = partitioning_of(partitioning)
+    return found.local_devices if found is not None else device_count
+
+
+def _process_devices(graphs: pa.Table) -> pa.Table:
+    """The distinct (env_key, process_devices) of `graphs` rows."""
+    distinct = graphs.group_by(["env_key", "device_count", "partitioning"], use_threads=False).aggregate([])
+    return _DEVICES.reduce(pa.table({
+        "env_key": distinct.column("env_key"),
+        "process_devices": pa.array([process_devices(count, text) for count, text in zip(
+            distinct.column("device_count").to_pylist(), distinct.column("partitioning").to_pylist())],
+            pa.int32())}))
 
 
 def _hit_sums(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:

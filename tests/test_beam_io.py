@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import datetime
 import os
+import subprocess
+import sys
 
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from ranking.beam_io import (ROWS_PER_WORKER, ArrowSum, ArrowTablesCoder, ReadTables, Source, TaggedSums,
@@ -106,3 +109,32 @@ def test_replace_writes_warehouse_files_and_drops_days_left_without_rows(tmp_pat
     Warehouse(tmp_path).replace(COVERAGE, rows(day1), "part", [day1.isoformat(), day2.isoformat()])
     assert Warehouse(tmp_path).read(COVERAGE).to_pylist() == rows(day1).to_pylist()
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["part.parquet"]  # no temporaries
+
+
+_QUIET_PIPELINE = """
+import logging
+
+from ranking.beam_logging import quiet_beam_logging
+
+quiet_beam_logging()
+import apache_beam as beam
+
+from ranking.beam_io import pipeline_options
+
+with beam.Pipeline(options=pipeline_options(["--direct_num_workers=2"])) as pipeline:
+    pipeline | beam.Create([1, 2, 3]) | beam.Map(lambda x: x + 1)
+logging.getLogger("apache_beam.runners.worker").error("a real error of Beam's")
+logging.getLogger("fleet_fdo.deliver").warning("a warning of ours")
+print("done")
+"""
+
+
+@pytest.mark.subprocess
+def test_a_pipeline_shows_none_of_beams_notices_but_its_errors_and_our_warnings():
+    # Beam's import warns where apitools is missing, its two worker processes announce their
+    # start-up: none of it reaches stderr, in this process or the workers'.
+    done = subprocess.run([sys.executable, "-c", _QUIET_PIPELINE], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout == "done\n", done.stderr
+    lines = done.stderr.splitlines()
+    assert [line.split(":", 2)[2] for line in lines] == ["a real error of Beam's", "a warning of ours"], lines

@@ -21,8 +21,8 @@ from delivery.store import Store
 from execution.autotune_results import AutotuneResults, ResultsError, autotunes, parse_results
 from execution.sharded import Placement
 from execution.evaluate import EvaluationResult
-from hlo.environment import Environment, store_key
-from ingest.tables import GRAPHS
+from hlo.environment import Environment, Partitioning, store_key
+from ingest.tables import GRAPHS, partitioning_of
 from storage.blobs import BlobStore
 from storage.home import Home
 from storage.warehouse import Warehouse
@@ -35,12 +35,24 @@ _ENV_FIELDS = ("platform", "device_kind", "device_count", "compiler_version")
 
 
 class EnvFields(NamedTuple):
-    """What the warehouse records of an environment (not the job's own compile options)."""
+    """What the warehouse records of an environment (not the job's own compile options): the
+    machine, the compiler, and how the job partitioned the graph (None: one device of one
+    process)."""
 
     platform: str
     device_kind: str
     device_count: int
     compiler_version: str
+    partitioning: Partitioning | None = None
+
+    @classmethod
+    def of(cls, env: Environment) -> EnvFields:
+        """The fields of `env` the warehouse records."""
+        return cls(*(getattr(env, f) for f in _ENV_FIELDS), env.partitioning)
+
+    def environment(self) -> Environment:
+        """The environment of these fields, with no job options."""
+        return Environment(*(getattr(self, f) for f in _ENV_FIELDS), partitioning=self.partitioning)
 
 
 @dataclass
@@ -119,15 +131,16 @@ class Planner:
         self.max_age, self.revalidate_after = max_age, revalidate_after
         self.here = chain.env()
         self.entries = Store(home).entries().to_pylist()
-        graphs = Warehouse(home).read(GRAPHS, columns=["fingerprint", "env_key", "hlo_blob", *_ENV_FIELDS])
+        graphs = Warehouse(home).read(GRAPHS, columns=["fingerprint", "env_key", "hlo_blob", *_ENV_FIELDS,
+                                                       "partitioning"])
         # The HLO is the same in every environment (its blob is named by the fingerprint); an
         # environment is known from any graph seen in it, or from a toolchain (re-keyed entries).
         self.blobs = dict(zip(graphs.column("fingerprint").to_pylist(), graphs.column("hlo_blob").to_pylist()))
-        self.envs = {row["env_key"]: EnvFields(*(row[f] for f in _ENV_FIELDS))
-                     for row in graphs.select(["env_key", *_ENV_FIELDS]).to_pylist()}
+        self.envs = {row["env_key"]: EnvFields(*(row[f] for f in _ENV_FIELDS), partitioning_of(row["partitioning"]))
+                     for row in graphs.select(["env_key", *_ENV_FIELDS, "partitioning"]).to_pylist()}
         for known in [*Registry(home).list(), chain]:
             env = known.env()
-            self.envs[env.key()] = EnvFields(*(getattr(env, f) for f in _ENV_FIELDS))
+            self.envs[env.key()] = EnvFields.of(env)
         self.hits = fleet_hits(home, now)
         self.fallbacks = fallbacks(home)
         self.history = History(home)
@@ -210,9 +223,10 @@ class Planner:
             if self.now - entry["measured_at"] < self.revalidate_after and not flagged:
                 return None
             return Queued(entry, base, blob, True, None, None, origin, priority, flagged, results)
-        if Environment(*env).key() != entry["env_key"]:
+        if env.environment().key() != entry["env_key"]:
             return "its environment has job options the warehouse does not record: cannot re-key it"
-        new_env_key = self.here.key()
+        # Re-keyed to this compiler, partitioned as its job partitions it.
+        new_env_key = self.here.with_partitioning(env.partitioning).key()
         new_key = store_key(entry["fingerprint"], new_env_key)
         if new_key in live_keys or any(
                 self.history.decided(entry["key"], outcome, self.chain.compiler_version, entry["measured_at"])

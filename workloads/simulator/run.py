@@ -43,13 +43,13 @@ CHIP_HOUR = 3600.0
 class SimulationReport:
     """What the simulated fleet did, in the terms of CATWILD's figures."""
 
-    days: list[dict] = field(default_factory=list)  # per day: rows, chip-hours, shares
+    days: list[dict] = field(default_factory=list)  # per day: graph_runs rows, chip-hours, shares
     graphs: int = 0
     chip_hours: float = 0.0
     top_graph_shares: dict[str, float] = field(default_factory=dict)  # top-1/5/10 share
     size_class_shares: dict[str, float] = field(default_factory=dict)
     opted_out_share: float = 0.0
-    long_tail: dict[str, float] = field(default_factory=dict)
+    long_tail: dict[str, float] = field(default_factory=dict)  # runs under a chip-hour: their share
     # The fleet's truth, which its rows never carry: each hit key's true speedup, and per day
     # (in `days`) the chip-hours its tuned runs really saved and those its holdout arm forwent.
     true_speedups: dict[str, float] = field(default_factory=dict)
@@ -160,8 +160,8 @@ class _Totals:
         self.by_graph = np.zeros(n_graphs)
         self.by_class = np.zeros(len(fleet.SIZE_CLASSES))
         self.opted_out = 0.0
-        self.rows = 0
-        self.tail_rows = 0
+        self.runs = 0  # a job's runs of a graph in a day, each its processes' rows
+        self.tail_runs = 0
         self.tail_chip_seconds = 0.0
 
     def add_day(self, dt: str, rows: fleet.DayRows, jobs: fleet.Jobs) -> dict:
@@ -172,14 +172,15 @@ class _Totals:
         opted = float(chip_seconds[jobs.opted_out[rows.job]].sum())
         self.opted_out += opted
         tail = chip_seconds < CHIP_HOUR
-        self.rows += len(chip_seconds)
-        self.tail_rows += int(tail.sum())
+        self.runs += len(chip_seconds)
+        self.tail_runs += int(tail.sum())
         self.tail_chip_seconds += float(chip_seconds[tail].sum())
         versions: Counter[str] = Counter()
         per_env = np.bincount(rows.env, chip_seconds, len(rows.environments))
         for environment, seconds in zip(rows.environments, per_env):
             versions[environment.compiler_version] += float(seconds)
-        return {"dt": dt, "rows": len(chip_seconds), "chip_hours": total / CHIP_HOUR,
+        # Rows: one per profiled process of each run (fleet.graph_run_batches).
+        return {"dt": dt, "rows": int(rows.processes.sum()), "chip_hours": total / CHIP_HOUR,
                 "opted_out_share": opted / max(total, 1e-9),
                 "compiler_versions": {v: s / max(total, 1e-9) for v, s in sorted(versions.items())}}
 
@@ -191,7 +192,7 @@ class _Totals:
         report.size_class_shares = {name: float(s / total) for (name, _, _), s in
                                     zip(fleet.SIZE_CLASSES, self.by_class)}
         report.opted_out_share = self.opted_out / total
-        report.long_tail = {"row_share": self.tail_rows / max(self.rows, 1),
+        report.long_tail = {"row_share": self.tail_runs / max(self.runs, 1),
                             "chip_time_share": self.tail_chip_seconds / total}
 
 
