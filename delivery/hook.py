@@ -240,7 +240,7 @@ class Hook:
                 optimized_fingerprint = self._memo.optimized(
                     plan.digest, plan.env_key, _compiled_with(plan) if plan.outcome == "applied" else None,
                     executable)
-            if self.settings.spool_hlo and not self._spooled(plan.fingerprint):
+            if self.settings.spool_hlo and not self._spooled(plan):
                 self._spool_symbols(plan, None if plan.outcome == "applied"
                                     else _optimized_text(executable))
             hook_seconds += time.perf_counter() - extra_started
@@ -382,11 +382,11 @@ class Hook:
         """A plan that names the module: its fingerprint, its environment and its store key."""
         plan = _Plan(module_name=_module_name(computation))
         plan.digest, plan.fingerprint, module = self._memo.fingerprint(computation)
-        if self.settings.spool_hlo and not self._spooled(plan.fingerprint):
-            plan.unoptimized_text = (module or from_stablehlo(computation)).to_text()
         plan.environment = environment = self._environment_for(computation, compile_options)
         plan.env_key, plan.platform = environment.key(), environment.platform
         plan.key = store_key(plan.fingerprint, plan.env_key)
+        if self.settings.spool_hlo and not self._spooled(plan):
+            plan.unoptimized_text = (module or from_stablehlo(computation)).to_text()
         return plan
 
     def _plan(self, computation: Any, compile_options: Any) -> _Plan:
@@ -468,8 +468,10 @@ class Hook:
             self._warn(f"cannot record hits in {self._spool}: {exc}", "spool")
 
     def _spool_symbols(self, plan: _Plan, optimized: str | None) -> None:
-        """Leave the module as an XLA dump would, once per fingerprint, for symbol ingestion."""
-        target = self._spool_target(plan.fingerprint)
+        """Leave the module as an XLA dump would, once per fingerprint and environment (a module
+        compiled in two environments, say partitioned two ways, is a graph in each), for symbol
+        ingestion."""
+        target = self._spool_target(plan)
         if target.exists() or plan.unoptimized_text is None:
             return
         try:
@@ -485,11 +487,12 @@ class Hook:
         except OSError as exc:
             self._warn(f"cannot spool HLO under {target.parent}: {exc}", "spool symbols")
 
-    def _spool_target(self, fingerprint: str) -> Path:
-        return self.settings.home / SPOOL_SYMBOLS / fingerprint[:2] / fingerprint
+    def _spool_target(self, plan: _Plan) -> Path:
+        name = f"{plan.fingerprint}-{plan.env_key[:16]}"
+        return self.settings.home / SPOOL_SYMBOLS / plan.fingerprint[:2] / name
 
-    def _spooled(self, fingerprint: str) -> bool:
-        return self._spool_target(fingerprint).exists()
+    def _spooled(self, plan: _Plan) -> bool:
+        return self._spool_target(plan).exists()
 
     def _warn(self, message: str, kind: str) -> None:
         """Log a problem once per kind, so a broken store does not flood the job's log."""

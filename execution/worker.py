@@ -43,6 +43,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable, Iterator, Literal, Mapping, TypeVar
 
 from execution.cores import parse_cores, pin, start_backend_on
+from hlo.environment import HOST_DEVICES_FLAG
 
 T = TypeVar("T")
 DEFAULT_MEMORY_LIMIT = 8 * 1024**3
@@ -230,9 +231,6 @@ def device_variables(environ: Mapping[str, str], devices: int | None) -> dict[st
         flags.append(f"--{HOST_DEVICES_FLAG}={devices}")
     return {"CUDA_VISIBLE_DEVICES": ",".join(gpus[:devices]), "XLA_FLAGS": " ".join(flags)}
 
-
-# XLA:CPU's number of host devices, read when the backend starts (a process-wide flag).
-HOST_DEVICES_FLAG = "xla_force_host_platform_device_count"
 
 
 def _core_list(cores: frozenset[int] | None) -> str:

@@ -176,16 +176,30 @@ def environment_from_json(data: object) -> Environment:
                        data["compiler_version"], dict(sorted(options.items()))).with_partitioning(partitioning)
 
 
+def machine_kind(platform: str, device_kind: str, compiler_version: str) -> str:
+    """The key of a machine kind: what measures a sharded graph of that platform, device kind
+    and compiler (whole on N of its devices, or per device on one; its job's own options are
+    not in the graphs it lands, so any machine of the kind measures it)."""
+    text = f"{platform}/{device_kind}/{compiler_version}"
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
 def store_key(fingerprint: str, env_key: str) -> str:
     """The config store's key for a graph (or op) fingerprint in an environment."""
     return hashlib.blake2b(f"{fingerprint}/{env_key}".encode(), digest_size=16).hexdigest()
 
 
+# XLA:CPU's number of host devices, read when the backend starts (a process-wide flag): how a
+# CPU job gets several devices. The environment's device count says it already, so it is no
+# job option: a sharded CPU graph keys alike whoever set it, and re-keys without it.
+HOST_DEVICES_FLAG = "xla_force_host_platform_device_count"
+
+
 def xla_flags_options(text: str | None = None) -> dict[str, str]:
     """The compiler flags a process sets through `XLA_FLAGS` (`text`, or the variable), by
     name without dashes: what a JAX user sets this way is part of what the compiler emits,
-    like the options of a compile. Flags that touch files or caches are left out; a bare
-    `--flag` is "true", as XLA reads it."""
+    like the options of a compile. Flags that touch files or caches are left out, as is the
+    host device count (HOST_DEVICES_FLAG); a bare `--flag` is "true", as XLA reads it."""
     text = os.environ.get("XLA_FLAGS", "") if text is None else text
     try:
         words = shlex.split(text)
@@ -194,7 +208,8 @@ def xla_flags_options(text: str | None = None) -> dict[str, str]:
     options = {}
     for word in words:
         name, sep, value = word.lstrip("-").partition("=")
-        if name.startswith("xla_") and not any(part in name for part in SIDE_EFFECT_FLAG_PARTS):
+        if (name.startswith("xla_") and name != HOST_DEVICES_FLAG
+                and not any(part in name for part in SIDE_EFFECT_FLAG_PARTS)):
             options[name] = value if sep else "true"
     return options
 

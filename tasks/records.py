@@ -62,7 +62,7 @@ class TuneTask:
     settings: TuneSettings
     op_class: str | None = None  # an op's class: which knobs act on it
     placement: Placement = Placement()  # how a graph compiled across devices is measured
-    # A sharded graph's machine kind (tasks.resources.machine_kind): any node of the kind
+    # A sharded graph's machine kind (hlo.environment.machine_kind): any node of the kind
     # measures it; None, a graph of one device: a node of its very environment.
     machine: str | None = None
 

@@ -17,10 +17,9 @@ measurement per machine, whichever task), and a whole-mode task N of its devices
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Iterable
 
-from hlo.environment import Environment
+from hlo.environment import Environment, machine_kind
 
 PREFIX = "fdo-env-"
 KIND_PREFIX = "fdo-kind-"  # a machine kind's measuring slot
@@ -39,16 +38,8 @@ def environment_key(resource: str) -> str:
     return resource.removeprefix(PREFIX).removeprefix(KIND_PREFIX)
 
 
-def machine_kind(platform: str, device_kind: str, compiler_version: str) -> str:
-    """The key of a machine kind: what measures a sharded graph of that platform, device kind
-    and compiler (its job's own options are not in the graphs it lands: any node of the kind
-    measures it)."""
-    text = f"{platform}/{device_kind}/{compiler_version}"
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
-
-
 def kind_of(environment: Environment) -> str:
-    """The machine kind of `environment`."""
+    """The machine kind of `environment` (`hlo.environment.machine_kind`)."""
     return machine_kind(environment.platform, environment.device_kind, environment.compiler_version)
 
 

@@ -10,8 +10,9 @@ import pytest
 from hlo.environment import Environment
 from pipelines.cli import main
 from tasks.node import start_command
-from tasks.resources import (kind_of, machine_kind, node_resources, offered, offering,
-                             resource_name, task_resources)
+from hlo.environment import machine_kind
+from tasks.resources import (kind_of, node_resources, offered, offering, resource_name,
+                             task_resources)
 
 
 @pytest.mark.parametrize("argv, named", [

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hlo.environment import Partitioning, current_environment, partitioning_from_json
+from hlo.environment import Partitioning, current_environment, machine_kind, partitioning_from_json
 from hlo.module import HloModule, from_text
 from ingest.tables import GRAPHS, OPS
 from ranking.tables import CANDIDATES
@@ -114,7 +114,7 @@ def tunable_op_candidates(home: Home, top: int, untried: bool = False,
 @dataclass(frozen=True)
 class Sharded:
     """A sharded graph's environment as the tuner needs it: how its job partitioned it, and the
-    machine kind that measures it (`tasks.resources.machine_kind`)."""
+    machine kind that measures it (`hlo.environment.machine_kind`)."""
 
     partitioning: Partitioning
     machine: str
@@ -124,8 +124,6 @@ def sharded_environments(home: Home) -> dict[str, Sharded]:
     """Every environment whose graphs the warehouse holds partitioned across devices or
     processes, by env_key (graphs landed before partitionings were recorded, and graphs of one
     device, have none)."""
-    from tasks.resources import machine_kind
-
     graphs = Warehouse(home).read(GRAPHS)
     if "partitioning" not in graphs.column_names:
         return {}
@@ -150,8 +148,6 @@ def _measurable_graphs(home: Home, environments: frozenset[str] | None) -> dict[
     """The `graphs` rows, by (fingerprint, env_key), of the environments whose keys are
     `environments` (a sharded graph's: its machine kind's, `tasks.resources`); None: of this
     machine's platform and device kind."""
-    from tasks.resources import machine_kind
-
     here = current_environment()
 
     def measurable(g: dict) -> bool:

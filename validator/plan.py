@@ -14,14 +14,14 @@ measured. Every decision carries the fleet's figures of its entry where there ar
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from delivery.store import Store
 from execution.autotune_results import AutotuneResults, ResultsError, autotunes, parse_results
-from execution.sharded import Placement
 from execution.evaluate import EvaluationResult
-from hlo.environment import Environment, Partitioning, store_key
+from execution.sharded import Placement, choose_placement, whole_capacity
+from hlo.environment import Environment, Partitioning, machine_kind, store_key
 from ingest.tables import GRAPHS, partitioning_of
 from storage.blobs import BlobStore
 from storage.home import Home
@@ -205,10 +205,17 @@ class Planner:
         env = self.envs.get(entry["env_key"])
         if env is None:
             return "its environment is unknown here: no graph seen in it, no toolchain runs it"
-        if env[:3] != (self.here.platform, self.here.device_kind, self.here.device_count):
+        # A sharded graph is measured on any machine of its kind, whole or per device
+        # (execution.sharded); any other only where the toolchain's devices are its own.
+        sharded = env.partitioning is not None
+        if (env[:2] != (self.here.platform, self.here.device_kind)
+                or (not sharded and env.device_count != self.here.device_count)):
             return (f"measured for {env.platform} {env.device_kind} x{env.device_count}; toolchain "
                     f"{self.chain.name} runs on {self.here.platform} {self.here.device_kind} "
                     f"x{self.here.device_count}")
+        placement = choose_placement(env.partitioning, whole_capacity(env.platform))
+        machine = (machine_kind(env.platform, env.device_kind, self.chain.compiler_version)
+                   if sharded else None)
         results = None
         if entry.get("autotune_results") is not None:
             if not autotunes(env.platform):
@@ -222,18 +229,20 @@ class Planner:
         if env.compiler_version == self.chain.compiler_version:
             if self.now - entry["measured_at"] < self.revalidate_after and not flagged:
                 return None
-            return Queued(entry, base, blob, True, None, None, origin, priority, flagged, results)
+            return Queued(entry, base, blob, True, None, None, origin, priority, flagged, results,
+                          placement, machine)
         if env.environment().key() != entry["env_key"]:
             return "its environment has job options the warehouse does not record: cannot re-key it"
-        # Re-keyed to this compiler, partitioned as its job partitions it.
-        new_env_key = self.here.with_partitioning(env.partitioning).key()
+        # Re-keyed to this compiler; a sharded one in its own devices and partitioning.
+        new_env_key = (replace(env.environment(), compiler_version=self.here.compiler_version).key()
+                       if sharded else self.here.key())
         new_key = store_key(entry["fingerprint"], new_env_key)
         if new_key in live_keys or any(
                 self.history.decided(entry["key"], outcome, self.chain.compiler_version, entry["measured_at"])
                 for outcome in ("rekeyed", "invalidated")):
             return None
         return Queued(entry, base, blob, False, new_key, new_env_key, origin, priority,
-                      results=results)
+                      results=results, placement=placement, machine=machine)
 
     def _base(self, entry: dict[str, Any], origin: datetime.datetime) -> dict[str, Any]:
         return {"key": entry["key"], "fingerprint": entry["fingerprint"], "env_key": entry["env_key"],
