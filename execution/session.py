@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from execution.autotune_results import (EXHAUSTIVE_FLAG, NO_RESULTS, AutotuneOutcome,
@@ -34,6 +34,8 @@ from execution.compile import (CompileError, compile_module, compile_options,
                                compiler_defaults, elf_objects, object_code)
 from execution.flags import CompilerConfig, codegen_values, unseen_values, without_defaults
 from execution.measure import MeasureSettings, Measurement, Runner, measure_pair
+from execution.numerics import (PROBES, RECHECKS, Numerics, OutputCheck, compare_outputs, judge,
+                                movement, recheck)
 from execution.tuple_parameters import flatten_tuple_parameters
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule
@@ -95,12 +97,12 @@ class Offline:
 @dataclass(frozen=True)
 class Timed:
     """A candidate measured against what its worker keeps (`measure_serialized`): the
-    measurement and its numeric checks (`execution.numerics.Check` fields); or why it fails to
-    run (`error`, and nothing else set)."""
+    measurement and its numerics as judged (`execution.numerics.Numerics`; `numerics_ok` is
+    their verdict); or why it fails to run (`error`, and nothing else set)."""
 
     measurement: Measurement | None = None
     numerics_ok: bool | None = None
-    numerics: list[dict[str, Any]] = field(default_factory=list)
+    numerics: Numerics | None = None
     span: Span | None = None
     error: str | None = None
 
@@ -160,23 +162,65 @@ def keep_serialized(module_proto: bytes, seed: int, executable: bytes,
 
 
 def _keep(module_proto: bytes, seed: int, executable: Any) -> None:
-    """Run `executable` twice on the module's inputs for `seed` and keep it as what the next
-    candidates are measured against, with its outputs and how far its two runs' outputs differ
-    (the `spread` of execution.numerics); raises RunError when it fails to run."""
-    from execution.numerics import compare_outputs
-
-    arguments = _arguments(module_proto, seed)
-    outputs = run_once(executable, arguments)
-    spread = [check.max_error for check in compare_outputs(outputs, run_once(executable, arguments))]
-    _STATE.update(arguments=arguments, outputs=outputs, spread=spread,
-                  runner=timed_runner(executable, arguments))
+    """Keep `executable` as what the next candidates are measured against: its `Reference` on
+    the module's inputs for `seed`, and a runner on them; raises RunError when it fails to run."""
+    reference = Reference(module_proto, seed, executable)
+    _STATE.update(arguments=reference.arguments(0), reference=reference,
+                  runner=timed_runner(executable, reference.arguments(0)))
 
 
-def outputs_of(module_proto: bytes, config: CompilerConfig, seed: int) -> tuple[list[Any], float]:
-    """The outputs of one run of the module compiled with `config`, on the inputs of `seed`, and
-    its compile time; raises CompileError or RunError."""
+class Reference:
+    """What a candidate's numerics are judged against (`execution.numerics`): an executable's
+    outputs on the module's inputs for `seed`, each set of them (`draw`) run when first needed,
+    with the outputs' spread (two runs on the same inputs) and sensitivity (the most the outputs
+    move over `PROBES` runs on the inputs moved by a last bit: `execution.inputs.perturbed`).
+    Its methods raise RunError when an executable fails to run."""
+
+    def __init__(self, module_proto: bytes, seed: int, executable: Any) -> None:
+        self.module_proto, self.seed, self.executable = module_proto, seed, executable
+        self._runs: dict[int, tuple[list[Any], list[Any], list[float], list[float]]] = {}
+        self._run(0)  # the default's own inputs run now: a default that fails, fails here
+
+    def arguments(self, draw: int) -> list[Any]:
+        """The inputs of set `draw`, on the first device."""
+        return self._run(draw)[0]
+
+    def _run(self, draw: int) -> tuple[list[Any], list[Any], list[float], list[float]]:
+        from execution.inputs import perturbed
+
+        if draw not in self._runs:
+            host = _host_inputs(self.module_proto, self.seed, draw)
+            arguments = _on_device(host)
+            outputs = run_once(self.executable, arguments)
+            spread = movement(outputs, run_once(self.executable, arguments))
+            sensitivity = [0.0] * len(outputs)
+            for probe in range(PROBES):
+                moved = _on_device(perturbed(host, self.seed, draw * PROBES + probe))
+                sensitivity = [max(a, b) for a, b in zip(
+                    sensitivity, movement(outputs, run_once(self.executable, moved)))]
+            self._runs[draw] = (arguments, outputs, spread, sensitivity)
+        return self._runs[draw]
+
+    def check(self, candidate: Any, draw: int = 0) -> list[OutputCheck]:
+        """`candidate`'s outputs on inputs `draw` against this executable's."""
+        arguments, outputs, spread, sensitivity = self._run(draw)
+        return compare_outputs(outputs, run_once(candidate, arguments), spread, sensitivity)
+
+    def judge(self, candidate: Any) -> Numerics:
+        """`candidate`'s numerics: checked on the seed's inputs and, where that fails (not
+        decisively), on `RECHECKS` more sets of them; judged over all (`numerics.judge`)."""
+        checks = [self.check(candidate)]
+        if recheck(checks[0]):
+            checks += [self.check(candidate, draw) for draw in range(1, RECHECKS + 1)]
+        return judge(checks)
+
+
+def compiled_and_run(module_proto: bytes, config: CompilerConfig, seed: int) -> tuple[Any, float]:
+    """The module compiled with `config`, run once on the inputs of `seed`, and its compile
+    time; raises CompileError or RunError."""
     compiled = compile_module(module_proto, config)
-    return run_once(compiled.executable, _arguments(module_proto, seed)), compiled.compile_seconds
+    run_once(compiled.executable, _arguments(module_proto, seed))
+    return compiled.executable, compiled.compile_seconds
 
 
 def run_once(executable: Any, arguments: list[Any]) -> list[Any]:
@@ -193,13 +237,22 @@ def run_once(executable: Any, arguments: list[Any]) -> list[Any]:
 
 def _arguments(module_proto: bytes, seed: int) -> list[Any]:
     """The module's inputs for `seed`, on the first device."""
-    import jax
+    return _on_device(_host_inputs(module_proto, seed))
 
+
+def _host_inputs(module_proto: bytes, seed: int, draw: int = 0) -> list[Any]:
+    """The module's inputs for `seed` and `draw` (`execution.inputs.make_inputs`), in numpy."""
     from execution.inputs import make_inputs, parameter_specs
 
+    return make_inputs(parameter_specs(HloModule(module_proto, "", "tuning")), seed, draw)
+
+
+def _on_device(arrays: list[Any]) -> list[Any]:
+    """`arrays` on the first device."""
+    import jax
+
     device = jax.devices()[0]
-    return [jax.device_put(a, device) for a in make_inputs(
-        parameter_specs(HloModule(module_proto, "", "tuning")), seed)]
+    return [jax.device_put(a, device) for a in arrays]
 
 
 def _span(kind: Literal["compile", "measure"], started: float) -> Span:
@@ -238,21 +291,18 @@ def autotune_exhaustively(module_proto: bytes, config: CompilerConfig) -> Offlin
 
 def measure_serialized(executable: bytes, config: CompilerConfig,
                        settings: MeasureSettings) -> Timed:
-    """Load a candidate compiled elsewhere (`compile_serialized`), check its numerics and time
-    it against what this worker keeps (the prepared default, or a comparison's baseline); why
-    when XLA fails to run it."""
-    from execution.numerics import all_ok, compare_outputs
-
+    """Load a candidate compiled elsewhere (`compile_serialized`), judge its numerics
+    (`Reference.judge`) and time it against what this worker keeps (the prepared default, or a
+    comparison's baseline); why when XLA fails to run it."""
     started = time.monotonic()
     loaded = _loaded(executable, config)
-    arguments = _STATE["arguments"]
     try:
-        checks = compare_outputs(_STATE["outputs"], run_once(loaded, arguments), _STATE["spread"])
+        numerics = _STATE["reference"].judge(loaded)
     except RunError as exc:
         return Timed(error=f"fails to run: {exc}")
-    measurement = measure_pair(_STATE["runner"], timed_runner(loaded, arguments), settings)
-    return Timed(measurement, all_ok(checks), [asdict(check) for check in checks],
-                 _span("measure", started))
+    measurement = measure_pair(_STATE["runner"], timed_runner(loaded, _STATE["arguments"]),
+                               settings)
+    return Timed(measurement, numerics.ok, numerics, _span("measure", started))
 
 
 def _loaded(executable: bytes, config: CompilerConfig) -> Any:
