@@ -169,6 +169,17 @@ def _keep(module_proto: bytes, seed: int, executable: Any) -> None:
                   runner=timed_runner(executable, reference.arguments(0)))
 
 
+@dataclass(frozen=True)
+class ReferenceRun:
+    """A kept executable run on one set of inputs (`Reference.run`): the inputs, on the device,
+    its outputs, and per output their spread and sensitivity (`execution.numerics`)."""
+
+    arguments: list[Any]
+    outputs: list[Any]
+    spread: list[float]
+    sensitivity: list[float]
+
+
 class Reference:
     """What a candidate's numerics are judged against (`execution.numerics`): an executable's
     outputs on the module's inputs for `seed`, each set of them (`draw`) run when first needed,
@@ -178,14 +189,15 @@ class Reference:
 
     def __init__(self, module_proto: bytes, seed: int, executable: Any) -> None:
         self.module_proto, self.seed, self.executable = module_proto, seed, executable
-        self._runs: dict[int, tuple[list[Any], list[Any], list[float], list[float]]] = {}
-        self._run(0)  # the default's own inputs run now: a default that fails, fails here
+        self._runs: dict[int, ReferenceRun] = {}
+        self.run(0)  # the seed's own inputs run now: an executable that fails, fails here
 
     def arguments(self, draw: int) -> list[Any]:
         """The inputs of set `draw`, on the first device."""
-        return self._run(draw)[0]
+        return self.run(draw).arguments
 
-    def _run(self, draw: int) -> tuple[list[Any], list[Any], list[float], list[float]]:
+    def run(self, draw: int) -> ReferenceRun:
+        """The executable run on inputs `draw` of the seed (`execution.inputs.make_inputs`)."""
         from execution.inputs import perturbed
 
         if draw not in self._runs:
@@ -198,13 +210,14 @@ class Reference:
                 moved = _on_device(perturbed(host, self.seed, draw * PROBES + probe))
                 sensitivity = [max(a, b) for a, b in zip(
                     sensitivity, movement(outputs, run_once(self.executable, moved)))]
-            self._runs[draw] = (arguments, outputs, spread, sensitivity)
+            self._runs[draw] = ReferenceRun(arguments, outputs, spread, sensitivity)
         return self._runs[draw]
 
     def check(self, candidate: Any, draw: int = 0) -> list[OutputCheck]:
         """`candidate`'s outputs on inputs `draw` against this executable's."""
-        arguments, outputs, spread, sensitivity = self._run(draw)
-        return compare_outputs(outputs, run_once(candidate, arguments), spread, sensitivity)
+        run = self.run(draw)
+        return compare_outputs(run.outputs, run_once(candidate, run.arguments), run.spread,
+                               run.sensitivity)
 
     def judge(self, candidate: Any) -> Numerics:
         """`candidate`'s numerics: checked on the seed's inputs and, where that fails (not
