@@ -317,7 +317,7 @@ def _result(result: TuneResult) -> dict[str, Any]:
     """What a task found, as the figures show it."""
     return {key: value for key, value in result.to_json().items()
             if key in ("status", "accepted", "config", "speedup", "ci_low", "ci_high", "numerics_ok",
-                       "evaluations", "measured", "speedups", "seconds_to_best", "failure")}
+                       "evaluations", "measured", "speedups", "seconds_to_best", "reason")}
 
 
 def gain_share(tuned: TuneResult, oracle: TuneResult) -> float | None:
