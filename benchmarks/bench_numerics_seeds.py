@@ -1,5 +1,6 @@
 """Does a numerics decision flip with the random inputs' seed? Before and after the conditioning
-rule, on the zoo's training steps (and a Flax train step, with --flax).
+rule, on the zoo's training steps (and a Flax train step, with --flax; a program built to be
+ill-conditioned, with --ill-conditioned).
 
 For each workload, the default compile is checked against every strict one-move neighbour of
 the graph space (`tuner.schedule.neighbourhood`, configs that relax numerics left out) whose
@@ -15,7 +16,7 @@ every one must pass; after, the failure must hold up over the inputs of all
 fail. It runs in this process, without timing: numerics alone decide what it counts.
 
     python benchmarks/bench_numerics_seeds.py [--workloads vit-s,transformer-s] [--seeds 10]
-        [--flax] [--json]
+        [--flax] [--ill-conditioned] [--json]
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from hlo.module import HloModule, from_lowered  # noqa: E402
 from tuner.schedule import neighbourhood  # noqa: E402
 from tuner.space import accepted_flags, graph_space  # noqa: E402
 from tuner.winner import strict  # noqa: E402
+from tests.numerics_programs import flax_train_step_module, ill_conditioned_module  # noqa: E402
 from workloads import zoo  # noqa: E402
 
 TRAIN_STEPS = ("transformer", "mlp", "cnn", "rnn", "gnn", "recommender", "two_tower", "vit")
@@ -102,27 +104,22 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
             "rechecked": sum(row["rechecked"] for row in rows)}
 
 
-def _flax_module() -> HloModule:
-    import jax
-
-    from tests.flax_step import build
-
-    step, abstract = build()
-    return from_lowered(jax.jit(step).lower(*abstract), "flax:cnn-attention-adamw")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default=",".join(f"{family}-s" for family in TRAIN_STEPS))
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--flax", action="store_true",
-                        help="also the Flax train step of tests/flax_step.py (needs flax, optax)")
+                        help="also the Flax train step of tests/numerics_programs.py (needs flax, optax)")
+    parser.add_argument("--ill-conditioned", action="store_true",
+                        help="also the program of tests/numerics_programs.py built to be ill-conditioned")
     parser.add_argument("--json", action="store_true", help="print every decision as JSON")
     args = parser.parse_args()
     moves = strict_moves()
     modules = [(name, from_lowered(zoo.get(name).lower())) for name in args.workloads.split(",") if name]
     if args.flax:
-        modules.append(("flax-cnn-attention", _flax_module()))
+        modules.append(("flax-cnn-attention", flax_train_step_module()))
+    if args.ill_conditioned:  # errors of a reordered sum straddling float32's tolerance, and over it
+        modules += [(f"ill-conditioned-{level:g}", ill_conditioned_module(level)) for level in (30, 40)]
     results = []
     for name, module in modules:
         started = time.monotonic()

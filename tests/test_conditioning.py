@@ -31,6 +31,7 @@ from tuner.tables import TUNING_RESULTS
 from tuner.trial import Verdict
 from tuner.tune import (TuneResult, finished_result, land_result, save_result, task_file,
                         verdict_of)
+from tests.numerics_programs import flax_train_step_module, ill_conditioned_module
 from workloads import zoo
 
 # The assertions hang on numerics, never on what a measurement finds.
@@ -222,23 +223,6 @@ def test_results_written_before_the_verdict_still_read(tmp_path):
 
 # --- real programs ----------------------------------------------------------------------------------
 
-def _ill_conditioned(p: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """A program built to be ill-conditioned: a layer norm whose variance is the difference of
-    two large means (x's level, from q, is 40 times its spread), as `use_fast_variance` norms
-    compute it: a last-bit change of a sum becomes a change of 1e-3 of the output's scale. Beside
-    it a well-conditioned mean, and a ReLU over a log of values that go negative (NaN there)."""
-    x = p + 40.0 * q[:, None]
-    mean = x.mean(axis=1)
-    variance = (x * x).mean(axis=1) - mean**2
-    normed = (x - mean[:, None]) * jax.lax.rsqrt(variance + 1e-6)[:, None]
-    return normed, mean, jnp.maximum(jnp.log(p - 0.5), 0.0)
-
-
-def _module(fn, *shapes: tuple[int, ...]) -> bytes:
-    lowered = jax.jit(fn).lower(*(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes))
-    return measurable_module(from_lowered(lowered).proto)
-
-
 def _decisions(proto: bytes, config: dict) -> tuple[list[bool], list[Numerics]]:
     """Per seed: the check before issue 41 (the dtype's tolerance on the seed's inputs alone),
     and the numerics as judged now (`Reference.judge`)."""
@@ -257,7 +241,7 @@ def _decisions(proto: bytes, config: dict) -> tuple[list[bool], list[Numerics]]:
 @pytest.mark.slow
 @pytest.mark.xla
 def test_an_ill_conditioned_program_accepts_a_reordered_sum_and_rejects_a_real_change():
-    proto = _module(_ill_conditioned, (64, 256), (64,))
+    proto = measurable_module(ill_conditioned_module().proto)
     default = compile_module(proto, {}).executable
     run = Reference(proto, 0, default).run(0)
     # The default moves by ~1e-3 of the norm's scale under a last-bit change of its inputs,
@@ -279,8 +263,7 @@ def test_an_ill_conditioned_program_accepts_a_reordered_sum_and_rejects_a_real_c
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_evaluate_judges_by_the_same_rule_in_its_workers_and_says_which_outputs_failed():
-    module = from_lowered(jax.jit(_ill_conditioned).lower(
-        jax.ShapeDtypeStruct((64, 256), jnp.float32), jax.ShapeDtypeStruct((64,), jnp.float32)))
+    module = ill_conditioned_module()
     quick = MeasureSettings(max_seconds=0.5, min_pairs=10, batch_pairs=10, max_pairs=20)
     reordered = evaluate_independently(module, {"placement:REDUCE": "xla"}, 2, settings=quick)
     assert reordered.error is None and reordered.numerics_ok, reordered.numerics
@@ -307,10 +290,7 @@ def test_the_zoo_adamw_train_step_keeps_a_strict_winner_on_every_seed():
 def test_a_flax_train_step_keeps_its_strict_winner_whatever_the_seed():
     pytest.importorskip("flax")
     pytest.importorskip("optax")
-    from tests.flax_step import build
-
-    step, abstract = build()
-    proto = measurable_module(from_lowered(jax.jit(step).lower(*abstract)).proto)
+    proto = measurable_module(flax_train_step_module().proto)
     # The winner of issue 41's Flax step: convolutions on XLA's emitters, off the library.
     _, after = _decisions(proto, {"placement:INDIVIDUAL_CONVOLUTION": "xla"})
     assert all(judged.ok for judged in after)
