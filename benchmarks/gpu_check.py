@@ -271,7 +271,8 @@ def across_processes(module_proto: bytes, plan: Plan) -> dict[str, Any]:
     if found.error is not None:
         return {"error": found.error}
     return {"same_program": kept.program == built.program, **columns(found.measurement.speedup),
-            "numerics_ok": found.numerics_ok, "numerics": _checks(found.numerics)}
+            "numerics_ok": found.numerics_ok,
+            "numerics": _checks([dataclasses.asdict(c) for c in found.numerics.outputs])}
 
 
 def run_gpu_tests() -> dict[str, Any]:
