@@ -39,7 +39,7 @@ from ranking.rank import RankSettings, rank
 from ranking.savings import savings
 from storage.warehouse import Warehouse
 from tuner.candidates import latest_candidates
-from tuner.trial import Outcome, Trial
+from tuner.trial import Outcome, Trial, Verdict
 from tuner.tune import TuneResult, land_result, task_digest
 from validator.plan import Planner
 from validator.run import Run
@@ -141,7 +141,7 @@ def _tuned(home: Path, task: int, key: tuple[str, str], accepted: bool) -> TuneR
                             error="compile failed" if outcome == Outcome.FAILED else None))
     return TuneResult(
         task_id=task_digest("graph", fingerprint, env_key, "evolution", task), fingerprint=fingerprint,
-        env_key=env_key, status="accepted" if accepted else "no significant gain", accepted=accepted,
+        env_key=env_key, status=Verdict.ACCEPTED if accepted else Verdict.NO_GAIN,
         config=config, speedup=Interval(speedup, speedup - 0.05, speedup + 0.05), numerics_ok=True,
         evaluations=len(trials), measured=sum(t.outcome == Outcome.MEASURED for t in trials),
         strategy="evolution", compiler_version=_compiler(home, env_key), trials=trials)

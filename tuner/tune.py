@@ -25,8 +25,9 @@ winner (`tuner.winner`), and it is re-measured
 with a stricter interval and the numeric check in `TuneSettings.verify_workers` fresh workers,
 one after another (`execution.evaluate.evaluate_independently`: the spread between processes is
 as large as a small gain, and one worker's interval leaves it out). Only if the median of their
-intervals' lower ends clears the noise band is the result accepted; otherwise the task ends "no
-significant gain". The trials and the result land in the warehouse under the task id, so finishing a task
+intervals' lower ends clears the noise band and the numerics hold (judged over the inputs of all
+the workers, `execution.numerics`) is the result accepted; otherwise its status, a `Verdict`,
+names why (`verdict_of`), and its `reason` gives the figures. The trials and the result land in the warehouse under the task id, so finishing a task
 twice adds nothing. The home may be local or a URL (`storage.home.Home`): every file is named by
 its place under it.
 
@@ -48,6 +49,7 @@ import datetime
 import functools
 import hashlib
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -57,9 +59,10 @@ import pyarrow as pa
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
 from execution.evaluate import (DEFAULT_FAILS, FRESH_WORKERS, DefaultFails, EvaluationResult,
-                                Failure, evaluate_independently)
+                                evaluate_independently)
 from execution.flags import CompilerConfig, config_from_json
 from execution.measure import MeasureSettings
+from execution.numerics import OutputCheck
 from execution.per_device import PER_DEVICE_ERROR
 from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
@@ -79,7 +82,7 @@ from tuner.search import (PhaseSpend, TaskClock, evaluations, proposals, run_sea
 from tuner.space import config_key
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.trial import Phase, Trial
+from tuner.trial import Phase, Trial, Verdict
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
 
@@ -134,8 +137,7 @@ class TuneResult:
     task_id: str
     fingerprint: str
     env_key: str
-    status: str
-    accepted: bool
+    status: Verdict  # why it ended so: `reason` says more
     config: CompilerConfig
     speedup: Interval | None
     numerics_ok: bool | None
@@ -146,7 +148,10 @@ class TuneResult:
     kind: Kind = Kind.GRAPH
     sources: list[str] = field(default_factory=list)  # a folded result's op tasks
     trials: list[Trial] = field(default_factory=list)
-    failure: Failure | None = None  # why nothing could be measured: "default_fails"
+    reason: str = ""  # the status's details, for people: what failed, or the figures that decided
+    # NUMERICS_DIFFER: the outputs that failed (by how much, against what tolerance), on the
+    # first set of inputs that failed in the verification; empty otherwise.
+    numerics: list[OutputCheck] = field(default_factory=list)
     speedups: list[float] = field(default_factory=list)  # each verification worker's
     # What each phase spent, search first, verify last (none in a result of a task landed
     # before phases were told).
@@ -163,12 +168,18 @@ class TuneResult:
     # How the graph was measured (execution.sharded): whole, or its per-device program.
     measure_mode: MeasureMode = MeasureMode.WHOLE
 
+    @property
+    def accepted(self) -> bool:
+        """Whether its config is delivered: the verdict is ACCEPTED."""
+        return self.status == Verdict.ACCEPTED
+
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (without the trials); each speedup as `speedup`, `ci_low`,
-        `ci_high`, the opt-in's within `relaxed`."""
+        """A JSON-ready dict (without the trials): `accepted` beside `status`; each speedup as
+        `speedup`, `ci_low`, `ci_high`, the opt-in's within `relaxed`."""
         data = asdict(self)
         data.pop("trials")
-        data.update(columns(self.speedup), config=json.loads(config_key(self.config)))
+        data.update(columns(self.speedup), config=json.loads(config_key(self.config)),
+                    accepted=self.accepted)
         if self.relaxed is not None:
             data["relaxed"] = {"config": json.loads(config_key(self.relaxed.config)),
                                **columns(self.relaxed.speedup)}
@@ -307,7 +318,7 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
     """Re-measure the strict winner in fresh workers; accept it only if it holds up. Where the
     search's best config relaxes numerics (`winners.relaxed`), verify it too, after the strict
     one: the result's opt-in (`_relaxed_option`). A task whose default failed (`default_fails`
-    says why) ends "default fails", as does one whose default fails in the verification.
+    says why) ends DEFAULT_FAILS, as does one whose default fails in the verification.
     `searched`: what the phases before the verification spent."""
     started = time.monotonic()
     best = winners.strict
@@ -327,21 +338,42 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
                 relaxed=_relaxed_option(winners.relaxed, relaxed_check, check, target.placement),
                 measure_mode=target.placement.mode)
     if default_fails is not None:
-        return TuneResult(status=f"default fails: {default_fails}", accepted=False, config={},
-                          speedup=None, numerics_ok=None, failure=DEFAULT_FAILS, **base)
+        return TuneResult(status=Verdict.DEFAULT_FAILS, reason=default_fails, config={},
+                          speedup=None, numerics_ok=None, **base)
     if check is None:  # nothing beat the default: nothing to verify
-        return TuneResult(status="no significant gain", accepted=False, config={}, speedup=None,
-                          numerics_ok=None, **base)
+        return TuneResult(status=Verdict.NO_GAIN, reason="nothing beat the default in the search",
+                          config={}, speedup=None, numerics_ok=None, **base)
+    status, reason = verdict_of(check, settings.verify.noise_band, target.placement)
+    measured = check.error is None
+    return TuneResult(status=status, reason=reason, config=best.config,
+                      speedup=check.speedup if measured else None,
+                      numerics_ok=check.numerics_ok if measured else None,
+                      numerics=check.judged().failures() if status == Verdict.NUMERICS_DIFFER else [],
+                      speedups=check.speedups if measured else [], **base)
+
+
+def verdict_of(check: EvaluationResult, noise_band: float,
+               placement: Placement = Placement()) -> tuple[Verdict, str]:
+    """A verification's verdict, with its reason: the default fails; the verification failed;
+    the numerics differ (whatever the speed: a config that changes results is never delivered);
+    no significant gain (the interval's lower end under 1 + `noise_band`, measured per device
+    under 1 + the mode's error too: `holds_up`; or the default's very program); or accepted."""
     if check.failure == DEFAULT_FAILS:  # its error says "default fails: <reason>"
-        return TuneResult(status=check.error, accepted=False, config=best.config, speedup=None,
-                          numerics_ok=None, failure=DEFAULT_FAILS, **base)
-    if check.error:
-        return TuneResult(status=f"verification failed: {check.error}", accepted=False,
-                          config=best.config, speedup=None, numerics_ok=None, **base)
-    accepted = bool(holds_up(check, target.placement) and check.numerics_ok)
-    return TuneResult(status="accepted" if accepted else "no significant gain", accepted=accepted,
-                      config=best.config, speedup=check.speedup, numerics_ok=check.numerics_ok,
-                      speedups=check.speedups, **base)
+        return Verdict.DEFAULT_FAILS, check.error.removeprefix(f"{Verdict.DEFAULT_FAILS}: ")
+    if check.error is not None:
+        return Verdict.VERIFICATION_FAILED, check.error
+    if check.identical_program:
+        return Verdict.NO_GAIN, "it compiles to the default's program"
+    figure = check.speedup.as_speedup()
+    if not check.numerics_ok:
+        return Verdict.NUMERICS_DIFFER, f"{check.judged().describe()}; measured {figure}"
+    if not check.significant:
+        return Verdict.NO_GAIN, (f"measured {figure}: the interval's lower end is under "
+                                 f"{1 + noise_band:.3f}")
+    if not holds_up(check, placement):
+        return Verdict.NO_GAIN, (f"measured {figure} per device: the interval's lower end is "
+                                 f"under {1 + PER_DEVICE_ERROR:.3f}, the per-device mode's error")
+    return Verdict.ACCEPTED, f"measured {figure}, numerics {check.judged().describe()}"
 
 
 def _check(target: TuneTarget, winner: Trial | None,
@@ -409,7 +441,8 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
     warehouse.append(TRIALS, pa.Table.from_pylist(rows, TRIALS.schema), f"task-{result.task_id}")
     summary = {k: v for k, v in result.to_json().items()
                if k in TUNING_RESULTS.schema.names}
-    summary.update(dt=today, config=config_key(result.config))
+    summary.update(dt=today, config=config_key(result.config),
+                   numerics=failed_outputs_json(result.numerics) if result.numerics else None)
     if result.relaxed is not None:  # the columns are null without it
         summary.update(relaxed_config=config_key(result.relaxed.config),
                        **columns(result.relaxed.speedup, prefix="relaxed_"))
@@ -417,12 +450,31 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
                      f"task-{result.task_id}")
 
 
+def failed_outputs_json(checks: list[OutputCheck]) -> str:
+    """The `tuning_results` table's `numerics`: the failed outputs as JSON, an error or
+    tolerance that is not a finite number (a NaN the default did not produce) as null."""
+    def number(value: float) -> float | None:
+        return value if math.isfinite(value) else None
+
+    return json.dumps([{"index": c.index, "max_error": number(c.max_error),
+                        "tolerance": number(c.tolerance), "detail": c.detail} for c in checks])
+
+
 def _result_from_json(data: dict[str, Any]) -> TuneResult:
     """A TuneResult as `save_result` wrote it (or before a field was added): every field as
-    written, the config, trials, phases and opt-in decoded."""
+    written, the config, status, trials, phases and opt-in decoded. A result written before the
+    status was a `Verdict` ("default fails: <reason>", with `accepted` and `failure` beside it)
+    reads as its verdict and reason."""
     relaxed = data.get("relaxed")
-    written = {k: v for k, v in data.items() if k not in ("ci_low", "ci_high")}
+    written = {k: v for k, v in data.items()
+               if k not in ("ci_low", "ci_high", "accepted", "failure")}
+    if "reason" in data:
+        status, reason = Verdict(data["status"]), data["reason"]
+    else:
+        status, reason = Verdict.parse(data["status"])
     return TuneResult(**{**written, "config": config_from_json(data["config"]),
+                         "status": status, "reason": reason,
+                         "numerics": [OutputCheck(**check) for check in data.get("numerics", [])],
                          "speedup": from_columns(data),
                          "kind": Kind(data.get("kind", Kind.GRAPH)),
                          "measure_mode": MeasureMode(data.get("measure_mode", MeasureMode.WHOLE)),

@@ -134,7 +134,7 @@ def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
           f"{result.speedup.high:.3f}, {result.pairs} pairs, {verdict})")
     if len(result.speedups) > 1:
         print(f"  the median of {len(result.speedups)} workers: {_speedups(result.speedups)}")
-    print(f"  numerics {'ok' if result.numerics_ok else 'FAILED'}; "
+    print(f"  numerics {'ok' if result.numerics_ok else 'FAILED'}: {result.judged().describe()}; "
           f"compile {result.compile_seconds:.2f} s")
 
 
@@ -348,9 +348,9 @@ def _measurers(runner: Any) -> str:
 def _tune_exit(outcomes: list[Any]) -> int:
     """`fdo tune`'s exit status: EXIT_DEFAULT_FAILS if any task's default failed; EXIT_FAILED
     if a task has no result (failed, or no node measures its environment)."""
-    from execution.evaluate import DEFAULT_FAILS
+    from tuner.trial import Verdict
 
-    if any(o.result is not None and o.result.failure == DEFAULT_FAILS for o in outcomes):
+    if any(o.result is not None and o.result.status == Verdict.DEFAULT_FAILS for o in outcomes):
         return EXIT_DEFAULT_FAILS
     return EXIT_FAILED if any(o.result is None for o in outcomes) else EXIT_OK
 
@@ -383,6 +383,8 @@ def _print_tune_result(label: str, r: Any) -> None:
     if len(r.speedups) > 1:  # the verification's workers, each on its own
         speed += f" (workers {_speedups(r.speedups)})"
     print(f"{label}: {r.status} {speed}; config {config_text(r.to_json()['config'])}")
+    if r.reason:
+        print(f"  {r.reason}")
     if r.autotune_results is not None:
         from execution.autotune_results import parse_results
 
