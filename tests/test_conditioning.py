@@ -232,7 +232,8 @@ def _decisions(proto: bytes, config: dict) -> tuple[list[bool], list[Numerics]]:
     for seed in SEEDS:
         reference = Reference(proto, seed, default)
         run = reference.run(0)
-        before.append(all_ok(compare_outputs(run.outputs, run_once(candidate, run.arguments),
+        before.append(all_ok(compare_outputs(run.outputs,
+                                             run_once(reference.place(candidate, run.inputs)),
                                              run.spread)))
         after.append(reference.judge(candidate))
     return before, after

@@ -102,7 +102,7 @@ def test_a_sharded_step_is_measured_whole_on_its_devices_with_every_output_check
     # Every output of the step (3 layers' weights and biases, their velocities, the loss),
     # gathered whole.
     assert len(result.numerics) == len(global_output_shapes(module)) == 13
-    assert all(check["ok"] for check in result.numerics)
+    assert all(check.ok for check in result.numerics)
     assert not result.significant  # an A/A
 
 
