@@ -89,8 +89,8 @@ def rank_reads(home: Home, settings: RankSettings) -> ReadPlan:
 
 class Rank(beam.PTransform):
     """The ranking of both kinds, from (table name, rows) of their runs in the window and of
-    their symbols, as `ReadTables` reads `rank_reads` (which yields an empty table of a table
-    without files: a kind no table of which arrives is not ranked).
+    their symbols, as `ReadTables` reads `rank_reads` (an empty table for a table without
+    files: a kind none of whose tables arrives is not ranked).
 
     Each row group is summed per key where it is read; one combine keyed by kind sums the costs
     and collects the symbol keys together; each kind is then classified against `tuned` (the
@@ -111,9 +111,9 @@ class Rank(beam.PTransform):
                   | "Sum per kind" >> beam.CombinePerKey(TaggedSums({"costs": _COST, "symbols": _DISTINCT}))
                   | "Classify" >> beam.Map(_classify_kind, self.tuned_by_kind, self.settings))
         return {"candidates": ranked | "Candidates" >> beam.MapTuple(
-                    lambda kind, tables: (f"candidates-{kind}", tables[0])),
+                    lambda kind, both: (f"candidates-{kind}", both[0])),
                 "coverage": ranked | "Coverage" >> beam.MapTuple(
-                    lambda kind, tables: (f"coverage-{kind}", tables[1]))}
+                    lambda kind, both: (f"coverage-{kind}", both[1]))}
 
 
 def build_rank_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: Home,

@@ -131,8 +131,8 @@ def savings_reads(home: Home, first: datetime.date, last: datetime.date) -> Read
 
 class AccountSavings(beam.PTransform):
     """The savings rows, from (table name, rows) of graph_runs, op_runs and hits of the days
-    accounted and of graphs, as `ReadTables` reads `savings_reads` (which yields an empty table
-    of a table without files); `validator_keys`, the store keys whose live entry the validator
+    accounted and of graphs, as `ReadTables` reads `savings_reads` (an empty table for a table
+    without files); `validator_keys`, the store keys whose live entry the validator
     wrote last. Yields one ("savings", rows) for `WriteWarehouse`.
 
     Each row group is reduced where it is read: runs to their hits' sums (and the graph runs to
