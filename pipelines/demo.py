@@ -36,9 +36,9 @@ from delivery.store import Store
 from hlo.environment import current_environment, store_key
 from hlo.interval import from_columns
 from pipelines.nightly import NightlySettings, run_nightly
-from ranking.beam_logging import quiet_beam_logging
 from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
+from storage.beam_logging import quiet_beam_logging
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
 from validator.tables import OUTCOMES, VALIDATIONS
