@@ -40,7 +40,7 @@ class MeasureMode(StrEnum):
     partitioned per-device program, collectives replaced by local stand-ins, on one device."""
 
     WHOLE = "whole"
-    PER_DEVICE = "per_device"
+    PER_DEVICE = "per-device"
 
 
 @dataclass(frozen=True)

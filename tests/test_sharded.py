@@ -198,6 +198,6 @@ def test_fdo_evaluate_measures_a_spooled_sharded_module_as_its_job_compiles_it(t
     assert whole["measure_mode"] == "whole" and whole["measured_as"] == "whole on 4 devices"
     assert whole["numerics_ok"]
     assert main(["evaluate", str(module_file), "--max-seconds", "2", "--json",
-                 "--measure-mode", "per_device"]) == 0
+                 "--measure-mode", "per-device"]) == 0
     local = json.loads(capsys.readouterr().out)
     assert local["measured_as"] == "per device of 4" and local["numerics_ok"]

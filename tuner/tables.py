@@ -33,7 +33,7 @@ TRIALS = TableSchema(
         # trials landed before version 2.
         added_column(pa.field("finished_at", pa.timestamp("us", tz="UTC"), nullable=True), 2),
         added_column(pa.field("elapsed_seconds", pa.float64(), nullable=True), 2),
-        # whole | per_device (execution.sharded.MeasureMode); null before version 3: whole.
+        # whole | per-device (execution.sharded.MeasureMode); null before version 3: whole.
         added_column(pa.field("measure_mode", pa.string(), nullable=True), 3),
     ]),
 )
@@ -87,8 +87,8 @@ TUNING_RESULTS = TableSchema(
         # Where the numerics differ: the outputs that failed, as JSON (index, max_error,
         # tolerance, detail: `execution.numerics.OutputCheck`); null otherwise, or before 5.
         added_column(pa.field("numerics", pa.string(), nullable=True), 5),
-        # whole | per_device (execution.sharded.MeasureMode): whole is the program the job runs,
-        # on the devices it spans; per_device its per-device program on one device. Null before
+        # whole | per-device (execution.sharded.MeasureMode): whole is the program the job runs,
+        # on the devices it spans; per-device its per-device program on one device. Null before
         # version 5: whole.
         added_column(pa.field("measure_mode", pa.string(), nullable=True), 5),
     ]),

@@ -55,8 +55,8 @@ def add_measure_mode(p: argparse.ArgumentParser) -> None:
                    help="how a module its job compiled across devices is measured (the "
                    "partitioning in the fdo-environment.json beside it, as the hook spools it): "
                    "whole, as the job compiles it on as many devices (a CPU's host devices), or "
-                   "per_device, its per-device program on one device (default: whole where this "
-                   "machine has the devices, else per_device; docs/sharded.md)")
+                   "per-device, its per-device program on one device (default: whole where this "
+                   "machine has the devices, else per-device; docs/sharded.md)")
 
 
 def module_placement(path: str, asked: str | None) -> tuple[Placement, Environment | None]:
