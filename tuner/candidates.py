@@ -146,16 +146,17 @@ def _tried(home: Home, kind: Kind) -> set[tuple[str, str]]:
 
 def _measurable_graphs(home: Home, environments: frozenset[str] | None) -> dict[tuple[str, str], dict]:
     """The `graphs` rows, by (fingerprint, env_key), of the environments whose keys are
-    `environments` (a sharded graph's: its machine kind's, `tasks.resources`); None: of this
+    `environments` (a sharded graph's, or its machine kind's: `tasks.resources`); None: of this
     machine's platform and device kind."""
     here = current_environment()
 
     def measurable(g: dict) -> bool:
         if environments is None:
             return (g["platform"], g["device_kind"]) == (here.platform, here.device_kind)
-        if g.get("partitioning") is not None:
-            return machine_kind(g["platform"], g["device_kind"], g["compiler_version"]) in environments
-        return g["env_key"] in environments
+        if g["env_key"] in environments:
+            return True
+        return g.get("partitioning") is not None and machine_kind(
+            g["platform"], g["device_kind"], g["compiler_version"]) in environments
 
     return {(g["fingerprint"], g["env_key"]): g for g in Warehouse(home).read(GRAPHS).to_pylist()
             if measurable(g)}
