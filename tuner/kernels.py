@@ -80,13 +80,17 @@ def run_kernels_task(target: TuneTarget, home: Home, settings: TuneSettings,
         land_result(home, finished)
         return finished
     started = time.monotonic()
-    found = offline_results(target.module, settings.budget_evals)
+    found = (None if target.unmeasurable is not None
+             else offline_results(target.module, settings.budget_evals))
     # XLA's exhaustive autotuning is the task's search: one config, no timing of ours.
     phases = [PhaseSpend(Phase.SEARCH, 1, 0, 0, 1, time.monotonic() - started)]
     base = dict(task_id=task_id, fingerprint=target.fingerprint, env_key=env_key, config={},
                 strategy=settings.strategy, compiler_version=environment.compiler_version,
                 kind=target.kind, phases=phases)
-    if found.chosen is None:  # no results to verify: XLA's autotuning failed, or found none
+    if found is None:
+        result = TuneResult(status=Verdict.DEFAULT_FAILS, reason=target.unmeasurable, speedup=None,
+                            numerics_ok=None, evaluations=0, measured=0, **base)
+    elif found.chosen is None:  # no results to verify: XLA's autotuning failed, or found none
         status = Verdict.NO_GAIN if found.offline.error is None else Verdict.VERIFICATION_FAILED
         result = TuneResult(status=status, reason=found.why, speedup=None, numerics_ok=None,
                             evaluations=0, measured=0, **base)

@@ -255,15 +255,17 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     else:
         next_config = proposals(_strategy(target, home, settings, prior))
     plan = plan_cores(settings.compile_workers, settings.cores)
-    default_fails, winners = None, Winners(None)
-    try:
-        with WorkerEvaluator(target.module.proto, settings.seed, plan, settings.verify_workers,
-                             target.placement.compiled_for) as evaluator:
-            trials, winners = run_search(evaluator, next_config, trials, settings.budget_evals,
-                                         settings.search, settings.compare, in_time, record,
-                                         listed=bool(target.configs), clock=clock)
-    except DefaultFails as failed:  # nothing to measure against: the task ends here
-        default_fails = str(failed)
+    # A target with nothing to measure (`unmeasurable`) ends as one whose default fails.
+    default_fails, winners = target.unmeasurable, Winners(None)
+    if default_fails is None:
+        try:
+            with WorkerEvaluator(target.module.proto, settings.seed, plan, settings.verify_workers,
+                                 target.placement.compiled_for) as evaluator:
+                trials, winners = run_search(evaluator, next_config, trials, settings.budget_evals,
+                                             settings.search, settings.compare, in_time, record,
+                                             listed=bool(target.configs), clock=clock)
+        except DefaultFails as failed:  # nothing to measure against: the task ends here
+            default_fails = str(failed)
     searched = spending(trials, clock())  # the workers stopped: the search's last phase ends
     if winners.strict is not None or winners.relaxed is not None:
         bar.set_postfix_str(f"verifying in {settings.verify_workers} fresh workers")
