@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test quick bench clean
+.PHONY: venv demo test quick bench gpu-wheels clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_evaluate.py
 	$(BIN)/python benchmarks/bench_search_quality.py --workloads cnn-s,mlp-s,rnn-s
 	$(BIN)/python benchmarks/bench_ingest_scale.py
+
+# The wheels a lent GPU machine lacks for benchmarks/gpu_check.py (docs/gpu.md), for its Python
+# 3.12 on x86-64, into .whl/ (git-ignored; carried to the machine by the device tool).
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d .whl zstandard==0.25.0 tqdm==4.70.1
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .fdo-demo .fdo-quickstart

@@ -29,14 +29,15 @@ from pathlib import Path
 import apache_beam as beam
 
 from ingest.tables import GRAPH_RUNS
-from ranking.beam_io import default_workers, pipeline_options
 from ranking.rank import RankSettings, rank, rank_reads
 from ranking.reference import reference_rank
+from storage.beam_runner import default_workers, pipeline_options
 from storage.store import live_entries
 from storage.warehouse import Warehouse
 
 DAY = datetime.date(2026, 6, 2)
 CORES = len(os.sched_getaffinity(0))
+ROWS_PER_JOB = 3.2  # graph_runs rows per job and day in the simulated fleet (as bench_ingest_scale.py)
 
 
 def beam_modes(rows: int) -> dict[str, list[str]]:
@@ -68,7 +69,7 @@ def main() -> None:
     if not Warehouse(home).files(GRAPH_RUNS):
         print(f"simulating one day of about {args.rows:,} graph runs under {home}...", flush=True)
         subprocess.run([sys.executable, "-m", "pipelines.cli", "--home", str(home), "simulate",
-                        "--days", "1", "--jobs", str(args.rows), "--start", DAY.isoformat(),
+                        "--days", "1", "--jobs", str(round(args.rows / ROWS_PER_JOB)), "--start", DAY.isoformat(),
                         "--op-sample", "0.01", "--json"], check=True, stdout=subprocess.DEVNULL)
     rows = Warehouse(home).read(GRAPH_RUNS, ["job_id"]).num_rows
     settings = RankSettings(date=DAY, window_days=1)

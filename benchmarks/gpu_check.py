@@ -1,48 +1,50 @@
-"""The GPU checks (issue 31): the loop's compiler stages on a GPU, in parts a lent machine runs.
+"""The GPU checks (issues 31, 32, 42): the loop's compiler stages on a GPU, in three runs that a
+lent machine runs one at a time, each worth running alone.
 
-    python benchmarks/gpu_check.py --part N --out DIR [--state DIR] [--minutes M] [--dry-run]
+    python benchmarks/gpu_check.py --run N --out DIR [--minutes M] [--state DIR] [--dry-run]
+                                   [--workloads LOOP,BREADTH,...]
+    python benchmarks/gpu_check.py --restore DIR [--state DIR]
 
-Each part writes every figure so far to DIR (`gpu_check.json`, `gpu_check.md`) and keeps what
-later parts need under --state (default `.gpu-check/` in the repository: the modules, the homes
-of the tuning tasks, the figures), so a part resumes from what earlier ones wrote, and a
-tuning task cut short resumes from its journal. docs/gpu.md says how a device session runs it.
+A run measures its steps in order, most telling first, each within the run's minutes (default
+5): a step the time left cannot hold is recorded as skipped, not started. Every figure is
+written as it is measured to the state (--state, default `.gpu-check/`) and to DIR
+(`gpu_check.json`, `gpu_check.md`, and `gpu_check_state.tar.gz`: the figures and the tuning
+tasks' journals), so a run cut short, even killed, returns what it measured. A run resumes from
+the state: a step measured before is not measured again, a tuning task cut short by the run's
+time goes on from its journal. `--restore DIR` unpacks a returned `gpu_check_state.tar.gz` into
+the state, for a run on a fresh machine. docs/gpu.md says how a device session runs them.
 
-1. environment: what JAX reports and the environment key built from it; the GPU flags the
-   installed compiler accepts and their defaults; the one-GPU graph space; the tests of
-   tests/test_gpu.py (those that need a GPU run there); the workloads' modules; an A/A `fdo
-   evaluate` (no --set) of each: every interval should hold 1, and the numerics say how far a
-   GPU's default differs from itself; and the default against itself across two processes, as
-   the tuner's execute and compile workers build it (each compile autotunes afresh).
-2, 4, 5. tune WORKLOAD (the first, second, third workload): the one-move oracle (every single
-   move of the graph space screened, the best verified in fresh workers: the tuner's own task
-   over that fixed list), then `fdo tune`'s search at --budget-evals 40 in a home of its own (a
-   cold start), its verified gain as a share of the oracle's, and the winner confirmed by `fdo
-   evaluate --set ... --workers 3`. Each screen is a measured single move: the figures the GPU
-   flags' cold-start ranks are to come from.
-3. deliver: the first workload's winner (else its oracle) published in a store; a JAX program
-   running that train step under the compiler hook gets it (`fdo hits`: applied) and runs the
-   tuned executable against the default one in interleaved rounds (their speedup against the
-   verified one); then the validator measures that entry, and a slower single move's entry,
-   on this machine: kept and invalidated.
-6, 7. kernels WORKLOAD (the first, second workload): XLA's own autotuner run exhaustively over
-   the step's GEMM and convolution fusions as `fdo tune --kind kernels` runs it (tuner.kernels:
-   a fresh worker's own directory, its results dumped, the names of the files it wrote compared
-   with `FusionResult.cache_file_name`); the costliest fusions' results published as a store
-   entry; hooked compiles with and without them, each in a fresh process (XLA keeps results in
-   memory too): their compile times, what the hook recorded (delivered, taken, autotuned) and
-   XLA's cache log lines; the graph with the delivered results measured against the default as
-   the kind verifies it (execution.evaluate: built in a fresh worker, timed in fresh workers);
-   the same results labelled as another GPU's and another XLA version's, which XLA must not
-   take; and the validator re-checking the three entries (kept; re-keyed, relabelled as XLA
-   keys its results).
+1. The whole loop on the first workload (transformer-g): the environment and its key, the GPU
+   flags the installed compiler accepts and their defaults, the one-GPU space; an A/A `fdo
+   evaluate` (no --set) in one process, and the default against itself across two processes as
+   the tuner's execute and compile workers build it; the tuner (`pipelines.stages.tune_graphs`,
+   what `fdo tune` runs) at a budget that fits: its schedule screens every single move of the
+   space first, each timed once (the screen the GPU flags' ranks are to come from), then
+   combines, races, prunes and verifies its winner in fresh workers; the best single move
+   verified as the winner is, where it is another config (the tuner's share of its gain, in log
+   speedup); that winner published in a store, and a JAX program running the train step under
+   the compiler hook gets it (`fdo hits`: applied) and runs the tuned executable against the
+   default one in interleaved rounds (within the verified interval?); the validator over that
+   entry (kept) and a losing single move's (invalidated).
+2. Delivered kernels on the first workload: XLA's default autotuning's own results and files
+   (the names it writes against `FusionResult.cache_file_name`); its exhaustive autotuning as
+   `fdo tune --kind kernels` runs it (`tuner.kernels.offline_results`), the costliest fusions'
+   results published; hooked compiles with and without them (median of 3, each in a fresh
+   process: XLA keeps results in memory too), what the hook recorded and XLA's cache log lines;
+   the hooked compile with JAX's persistent compilation cache on (the default's compile, the
+   delivered one: a miss, keyed apart; again: a hit; the default's again: a hit); the graph
+   built with the results timed against the default as the kind verifies it
+   (`compile_with_results`, `evaluate_built`); the same results labelled as another GPU's and
+   another XLA version's (XLA must fall back to its own autotuning); the validator over the
+   three entries (kept; re-keyed).
+3. Breadth: the other workloads (cnn-g, attention_kv-g) screened, tuned and verified as in
+   run 1; then, if time is left, tests/test_gpu.py (its GPU tests run on a GPU).
 
 --dry-run runs the same code on whatever backend JAX has here (the CPU) with the small zoo
-sizes and budgets of seconds, so the script is tested where there is no GPU
-(tests/test_gpu_check.py). `fdo tune` and `fdo validate --once` check for the pipeline extra
-(Apache Beam, DuckDB), which a GPU machine lacks and these stages do not use: the parts call
-the same functions those commands call (`pipelines.stages.tune_graphs`, `validator.validate`),
-and `fdo evaluate` and `fdo hits` as commands. The modules they import that the device may lack
-are recorded by each part (`imports`).
+sizes and budgets of seconds (tests/test_gpu_check.py). `fdo tune` and `fdo validate --once`
+check for the pipeline extra (Apache Beam, DuckDB), which a GPU machine lacks and these steps do
+not use: the runs call the functions those commands call, and `fdo evaluate` and `fdo hits` as
+commands. The modules they import that the device may lack are recorded by each run (`imports`).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ import shutil  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tarfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -79,82 +82,137 @@ from hlo.fingerprint import graph_fingerprint  # noqa: E402
 from hlo.interval import columns  # noqa: E402
 from hlo.module import HloModule, from_lowered, load_file  # noqa: E402
 from pipelines import stages  # noqa: E402
-from tuner.schedule import neighbourhood, order_moves  # noqa: E402
-from tuner.space import Kind, accepted_flags, graph_space  # noqa: E402
-from tuner.trial import Phase  # noqa: E402
-from tuner.tune import VERIFY_SETTINGS, TuneResult, TuneSettings, TuneTarget, run_task  # noqa: E402
+from tuner.schedule import neighbourhood  # noqa: E402
+from tuner.space import accepted_flags, graph_space  # noqa: E402
+from tuner.trial import Outcome, Phase  # noqa: E402
+from tuner.tune import VERIFY_SETTINGS, TuneResult, TuneSettings, task_file  # noqa: E402
 from workloads import zoo  # noqa: E402
 
 RESULTS = "gpu_check.json"
 REPORT = "gpu_check.md"
-# What a GPU machine of this workplace lacks (docs/gpu.md): a part that imported one of these
+STATE_ARCHIVE = "gpu_check_state.tar.gz"
+# What a GPU machine of this workplace lacks (docs/gpu.md): a run that imported one of these
 # would fail there.
 ABSENT_ON_DEVICE = ("apache_beam", "duckdb", "fastapi", "pydantic", "uvicorn", "apscheduler", "plotly")
 HOOK_JOB = "gpu-check-hooked"
+OUT_OF_TIME = "out of the run's time"
+# A search that spent this share of its minutes and not its evaluations was cut by the run's
+# time: the next run goes on with it.
+CUT_SHARE = 0.9
 
 
 @dataclass(frozen=True)
 class Plan:
     """How big each check is: the GPU's sizes, or the dry run's seconds-long ones."""
 
-    workloads: tuple[str, ...]  # zoo names: tuned by parts 2, 4, 5; the first delivered by 3
-    aa_seconds: float  # each A/A `fdo evaluate`'s timing budget (--max-seconds)
-    confirm_seconds: float  # each confirming `fdo evaluate`'s, per worker
-    oracle_moves: int | None  # single moves the oracle screens (None: every one)
-    budget_evals: int  # `fdo tune --budget-evals`
-    workers: int  # fresh workers of each verification, confirmation and validation
+    workloads: tuple[str, ...]  # zoo names: the first is runs 1 and 2's, the others run 3's
+    aa_seconds: float  # the A/A `fdo evaluate`'s timing budget (--max-seconds)
+    budget_evals: int  # the tuner's evaluations (`fdo tune --budget-evals`)
+    workers: int  # fresh workers of each verification and validation
     verify: MeasureSettings  # the tuner's verification, and the validator's measurement
     hook_rounds: int  # interleaved rounds of the hooked program, tuned against default
     round_seconds: float  # each side's share of a round
-    # Part 3 without a verified gain delivers the best screened move (the dry run: its code
+    search_share: float  # of a run's minutes, each tuner's search (its screen first)
+    step_seconds: float  # the least time left in which a step that compiles is started
+    # Run 1 without a verified gain delivers the best screened move (the dry run: its code
     # path is tested whether or not a CPU's seconds of tuning find a gain).
     deliver_unverified: bool = False
-    kernels: int = 8  # parts 6, 7: the costliest fusions whose offline results are delivered
+    kernels: int = 8  # run 2: the costliest fusions whose offline results are delivered
     compile_repeats: int = 3  # hooked compiles with and without them, each in a fresh process
-    # Parts 6, 7 deliver results made here where XLA wrote none (the dry run: XLA:CPU autotunes
-    # nothing, and the store, the hook and the measurement are tested all the same).
+    # Run 2 delivers results made here where XLA wrote none, and its hooked compiles count the
+    # CPU among the platforms that autotune (the dry run: XLA:CPU autotunes nothing, takes the
+    # per-fusion option and ignores it; the store, the hook, JAX's persistent cache and the
+    # measurement are tested all the same).
     synthetic_results: bool = False
-    # Searches end at `budget_evals` or at their share of the part's minutes, whichever comes
+    # Run 3 ends with tests/test_gpu.py where time is left (the dry run's suite runs it itself).
+    gpu_tests: bool = True
+    # Searches end at `budget_evals` or at their share of the run's minutes, whichever comes
     # first; the dry run's at their evaluations alone (a loaded CI machine's seconds of search
-    # can end before the first evaluation, and leave part 3 nothing to deliver).
+    # can end before the first evaluation, and leave run 1 nothing to deliver).
     timed_searches: bool = True
 
-    def tune_settings(self, budget_evals: int, minutes: float) -> TuneSettings:
-        """A task's settings within `budget_evals` evaluations and (`timed_searches`)
-        `minutes` of search."""
-        return TuneSettings(budget_evals=budget_evals, budget_minutes=minutes if self.timed_searches else None,
+    @property
+    def loop(self) -> str:
+        """Runs 1 and 2's workload."""
+        return self.workloads[0]
+
+    def tune_settings(self, minutes: float) -> TuneSettings:
+        """A task's settings within `budget_evals` evaluations and (`timed_searches`) `minutes`
+        of search."""
+        return TuneSettings(budget_evals=self.budget_evals,
+                            budget_minutes=minutes if self.timed_searches else None,
                             verify=self.verify, verify_workers=self.workers)
 
 
-GPU_PLAN = Plan(workloads=tuple(w.name for w in zoo.gpu_workloads()), aa_seconds=10.0,
-                confirm_seconds=10.0, oracle_moves=None, budget_evals=40, workers=3,
-                verify=VERIFY_SETTINGS, hook_rounds=20, round_seconds=0.25)
+GPU_PLAN = Plan(workloads=tuple(w.name for w in zoo.gpu_workloads()), aa_seconds=5.0, budget_evals=30,
+                workers=3, verify=dataclasses.replace(VERIFY_SETTINGS, max_seconds=6.0), hook_rounds=20,
+                round_seconds=0.25, search_share=0.4, step_seconds=30.0)
 DRY_PLAN = Plan(workloads=tuple(name.replace(f"-{zoo.GPU_SIZE}", "-s") for name in GPU_PLAN.workloads),
-                aa_seconds=1.0, confirm_seconds=1.0, oracle_moves=2, budget_evals=2, workers=1,
+                aa_seconds=1.0, budget_evals=2, workers=1,
                 verify=dataclasses.replace(VERIFY_SETTINGS, min_pairs=10, max_seconds=1.0),
-                hook_rounds=4, round_seconds=0.05, deliver_unverified=True, kernels=4, compile_repeats=1,
-                synthetic_results=True, timed_searches=False)
+                hook_rounds=4, round_seconds=0.05, search_share=0.4, step_seconds=1.0,
+                deliver_unverified=True, kernels=4, compile_repeats=1, synthetic_results=True,
+                gpu_tests=False, timed_searches=False)
+
+
+class Clock:
+    """A run's minutes: what is left of them."""
+
+    def __init__(self, minutes: float) -> None:
+        self.minutes = minutes
+        self.deadline = time.monotonic() + 60 * minutes
+
+    def left(self) -> float:
+        """Seconds left (0 once past)."""
+        return max(0.0, self.deadline - time.monotonic())
 
 
 class State:
-    """The figures of every part so far (`RESULTS` under the state directory), and the files
-    later parts read: the modules, the homes."""
+    """The figures of every run so far (`RESULTS` under the state directory), written again to
+    `out` at each one (with the report and the state archive), and the files later runs read:
+    the modules, the homes."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, out: Path | None = None) -> None:
         self.directory = directory
+        self.out = out
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / RESULTS
         self.results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
 
+    def done(self, check: str) -> bool:
+        """Whether check `check` was measured in full before (not skipped, not cut short)."""
+        figures = self.results.get(check)
+        return isinstance(figures, dict) and "skipped" not in figures and not figures.get("cut_short")
+
+    def forget(self, *checks: str) -> None:
+        """Drop the figures of `checks` (measured with what has changed since): measured again."""
+        for check in checks:
+            self.results.pop(check, None)
+
     def record(self, check: str, figures: dict[str, Any]) -> None:
-        """Keep `figures` as check `check`'s (replacing an earlier run's), on disk at once."""
+        """Keep `figures` as check `check`'s (replacing an earlier run's), on disk at once, and
+        in `out`: a run killed later still returns them."""
         self.results[check] = figures
-        staging = self.directory / f"{RESULTS}.tmp"
-        staging.write_text(json.dumps(self.results, indent=1, sort_keys=True, default=str))
-        staging.replace(self.directory / RESULTS)
+        text = json.dumps(self.results, indent=1, sort_keys=True, default=str)
+        _write(self.directory / RESULTS, text)
+        if self.out is not None:
+            self.out.mkdir(parents=True, exist_ok=True)
+            _write(self.out / RESULTS, text)
+            _write(self.out / REPORT, report(self.results))
+            self._archive()
+
+    def _archive(self) -> None:
+        """The figures and every tuning task's files (their journals: a task cut short goes on
+        from them), as `out/STATE_ARCHIVE`, for `--restore` on a fresh machine."""
+        staging = self.out / f"{STATE_ARCHIVE}.tmp"
+        with tarfile.open(staging, "w:gz") as archive:
+            archive.add(self.directory / RESULTS, RESULTS)
+            for path in sorted(self.directory.glob("homes/*/tuner/tasks/*/*")):
+                archive.add(path, str(path.relative_to(self.directory)))
+        staging.replace(self.out / STATE_ARCHIVE)
 
     def module(self, name: str) -> Path:
-        """The HLO file of zoo workload `name` (written by part 1, or now)."""
+        """The HLO file of zoo workload `name` (written now if it is not there)."""
         path = self.directory / "modules" / f"{name}.hlo"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,6 +226,34 @@ class State:
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+def _write(path: Path, text: str) -> None:
+    staging = path.with_name(f"{path.name}.tmp")
+    staging.write_text(text)
+    staging.replace(path)
+
+
+def restore(archive_dir: Path, state: Path) -> None:
+    """Unpack `archive_dir/STATE_ARCHIVE` (a run's returned state) into `state`."""
+    state.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive_dir / STATE_ARCHIVE) as archive:
+        archive.extractall(state, filter="data")
+
+
+def step(state: State, clock: Clock, check: str, needs: float, measure: Callable[[], dict[str, Any]]) -> None:
+    """Measure check `check` unless it was measured before; skipped (recorded so) where fewer
+    than `needs` seconds of the run are left. Its seconds go to the figures' `seconds`."""
+    if state.done(check):
+        return
+    if clock.left() < needs:
+        state.record(check, {"skipped": OUT_OF_TIME})
+        return
+    started = time.monotonic()
+    figures = measure()
+    # What each step took: how the next run's minutes are to be shared.
+    state.results.setdefault("seconds", {})[check] = round(time.monotonic() - started, 1)
+    state.record(check, figures)
 
 
 def _workload(name: str) -> zoo.Workload:
@@ -188,22 +274,22 @@ def fdo(*args: str, home: Path | None = None, timeout: float = 900) -> dict[str,
         return {"exit": done.returncode, "error": done.stderr.strip()[-2000:]}
 
 
-def settings_text(config: dict[str, Any]) -> list[str]:
-    """A config as `fdo evaluate --set` arguments."""
-    text = []
-    for name, value in sorted(to_json(config).items()):
-        if isinstance(value, list):
-            shown = ",".join(value)
-        else:
-            shown = str(value).lower() if isinstance(value, bool) else str(value)
-        text += ["--set", f"{name}={shown}"]
-    return text
+# --- run 1: the whole loop --------------------------------------------------------------------
+
+def run_loop(plan: Plan, state: State, clock: Clock) -> None:
+    """The loop on `plan.loop`: environment, A/A, screen and tune, deliver, validate."""
+    name = plan.loop
+    step(state, clock, "environment", 0, environment_figures)
+    step(state, clock, f"aa:{name}", plan.step_seconds, lambda: aa_figures(plan, state, name))
+    step(state, clock, f"aa_across:{name}", plan.step_seconds,
+         lambda: across_processes(load_file(state.module(name)).proto, plan))
+    tune_workload(plan, state, clock, name, dependents=(f"deliver:{name}", f"validate:{name}"))
+    step(state, clock, f"deliver:{name}", plan.step_seconds, lambda: deliver_figures(plan, state, name))
+    step(state, clock, f"validate:{name}", plan.step_seconds, lambda: validate_entries(plan, state, name))
 
 
-# --- part 1 ---------------------------------------------------------------------------------
-
-def part_environment(plan: Plan, state: State, minutes: float) -> None:
-    """What this machine is, what its compiler takes, and an A/A of each workload."""
+def environment_figures() -> dict[str, Any]:
+    """What this machine is and what its compiler takes."""
     import jax
 
     environment = current_environment()
@@ -213,10 +299,11 @@ def part_environment(plan: Plan, state: State, minutes: float) -> None:
     accepted = accepted_flags(environment.platform)
     declared = {name: spec for name, spec in FLAGS.items() if spec.platform == GPU_PLATFORM}
     space = graph_space(environment.platform, accepted, defaults)
-    state.record("environment", {
+    return {
         "environment": environment.to_json(), "env_key": environment.key(),
         "description": dataclasses.asdict(description) if description else None,
-        "jax": jax.__version__, "devices": [str(d) for d in devices],
+        "jax": jax.__version__, "python": sys.version.split()[0], "devices": [str(d) for d in devices],
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": _commit(),
         "gpu_flags": {name: {"accepted": name in accepted_flags(GPU_PLATFORM),
                              "default": to_json({name: defaults[name]})[name] if name in defaults else None,
                              "rank": spec.rank, "min_devices": spec.min_devices}
@@ -224,24 +311,28 @@ def part_environment(plan: Plan, state: State, minutes: float) -> None:
         "space": {param.name: [to_json({param.name: v})[param.name] for v in param.values]
                   for param in space.params},
         "single_moves": len(neighbourhood(space)),
-    })
-    state.record("gpu_tests", run_gpu_tests())
-    deadline = time.monotonic() + 60 * minutes
-    rows, across = {}, {}
-    for name in plan.workloads:
-        path = state.module(name)
-        if time.monotonic() > deadline:
-            rows[name] = {"skipped": "out of the part's time"}
-            continue
-        found = fdo("evaluate", str(path), "--max-seconds", str(plan.aa_seconds))
-        rows[name] = {**{k: found.get(k) for k in (
-            "exit", "error", "speedup", "ci_low", "ci_high", "pairs", "numerics_ok", "compile_seconds",
-            "default_compile_seconds", "default_seconds", "stop_reason")},
-            "holds_one": found.get("ci_low") is not None and found["ci_low"] <= 1.0 <= found["ci_high"],
-            "numerics": _checks(found.get("numerics", []))}
-        across[name] = across_processes(load_file(path).proto, plan)
-    state.record("aa", rows)
-    state.record("aa_across_processes", across)
+    }
+
+
+def _commit() -> str | None:
+    """The checkout's commit (None where there is no git, or no repository)."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=10)
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
+def aa_figures(plan: Plan, state: State, name: str) -> dict[str, Any]:
+    """An A/A `fdo evaluate` of workload `name` (no --set): the interval should hold 1, and the
+    numerics say how far a GPU's default differs from itself."""
+    found = fdo("evaluate", str(state.module(name)), "--max-seconds", str(plan.aa_seconds))
+    return {**{k: found.get(k) for k in (
+        "exit", "error", "speedup", "ci_low", "ci_high", "pairs", "numerics_ok", "compile_seconds",
+        "default_compile_seconds", "default_seconds", "stop_reason")},
+        "holds_one": found.get("ci_low") is not None and found["ci_low"] <= 1.0 <= found["ci_high"],
+        "numerics": _checks(found.get("numerics", []))}
 
 
 def _checks(numerics: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -271,116 +362,176 @@ def across_processes(module_proto: bytes, plan: Plan) -> dict[str, Any]:
     if found.error is not None:
         return {"error": found.error}
     return {"same_program": kept.program == built.program, **columns(found.measurement.speedup),
-            "numerics_ok": found.numerics_ok, "numerics": _checks(found.numerics)}
+            "numerics_ok": found.numerics_ok,
+            "numerics": _checks([dataclasses.asdict(c) for c in found.numerics.outputs])}
 
 
-def run_gpu_tests() -> dict[str, Any]:
-    """tests/test_gpu.py under pytest: on a GPU its GPU tests run, elsewhere they skip. The
-    suite's conftest (the browser fixture) is left out: a GPU machine has no Playwright."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "--noconftest", "-q", "-rs", "-p", "no:cacheprovider",
-                           "tests/test_gpu.py"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    lines = done.stdout.strip().splitlines()
-    return {"exit": done.returncode, "summary": lines[-1] if lines else "",
-            "failures": [line for line in lines if line.startswith(("FAILED", "ERROR", "SKIPPED"))]}
+def tune_workload(plan: Plan, state: State, clock: Clock, name: str, share: float | None = None,
+                  dependents: tuple[str, ...] = ()) -> None:
+    """Workload `name` tuned (`tune:NAME`: its screen of every single move, the tuner's winner
+    verified in fresh workers), then its best single move verified likewise where it is not the
+    winner (`oracle:NAME`). The search gets `share` of the run's minutes (default the plan's),
+    and at most half the time left: the verifications after it take the rest. A search cut
+    short goes on in the next run; where its winner then changes, the checks that used the old
+    one (`oracle:NAME` and `dependents`) are measured again."""
+    module = load_file(state.module(name))
+    minutes = min((share or plan.search_share) * clock.minutes, clock.left() / 120)
+    before = _winner_config(state.results.get(f"tune:{name}"))
+    step(state, clock, f"tune:{name}", plan.step_seconds, lambda: tune_figures(plan, state, name, module, minutes))
+    tuned = state.results[f"tune:{name}"]
+    if "tuned" not in tuned:
+        return
+    if before is not None and _winner_config(tuned) != before:
+        state.forget(f"oracle:{name}", *dependents)
+    step(state, clock, f"oracle:{name}", plan.step_seconds, lambda: oracle_figures(plan, tuned, module))
 
 
-# --- parts 2, 4, 5 ----------------------------------------------------------------------------
+def _winner_config(tuned: dict[str, Any] | None) -> tuple[bool, str] | None:
+    """Whether a task's figures accepted a config, and which (None: no figures of a result)."""
+    if not tuned or "tuned" not in tuned:
+        return None
+    return tuned["tuned"]["accepted"], json.dumps(tuned["tuned"]["config"], sort_keys=True)
 
-def part_tune(plan: Plan, state: State, minutes: float, name: str) -> None:
-    """The one-move oracle of workload `name`, the tuner's search, and its winner confirmed."""
-    path = state.module(name)
-    module = load_file(path)
+
+def tune_figures(plan: Plan, state: State, name: str, module: HloModule, minutes: float) -> dict[str, Any]:
+    """The tuner over workload `name` from a cold start (a home of its own) within `minutes` of
+    search: its screen (every single move of the space it reached, each timed once or known by
+    its program), its winner and that verification. A search the run's time cut is marked
+    `cut_short`: the next run takes it up from its journal (its result is dropped, so the task
+    is unfinished again and resumes; `tuner.tune.run_task`)."""
+    from storage.homes import open_home
+
+    home = state.home(f"{name}-tune")
+    earlier = state.results.get(f"tune:{name}") or {}
+    if earlier.get("cut_short"):
+        local = open_home(home)
+        local.delete([task_file(local, earlier["task_id"], "result.json")])
+    outcome = stages.tune_graphs(home, [(name, module, None)], plan.tune_settings(minutes))[0]
+    if outcome.result is None:
+        return {"error": f"{outcome.status}: {outcome.reason}"}
+    result = outcome.result
     environment = current_environment()
     space = graph_space(environment.platform, accepted_flags(environment.platform), compiler_defaults())
-    singles = tuple({move[0]: move[1]} for move in order_moves(neighbourhood(space))[:plan.oracle_moves])
-    # The search gets 2/5 of the part, the oracle as long (it screens every move), the
-    # verifications and the confirmation the rest.
-    oracle = run_task(TuneTarget(module, graph_fingerprint(module), Kind.GRAPH, space, f"{name} oracle",
-                                 configs=singles),
-                      state.home(f"{name}-oracle"), plan.tune_settings(len(singles), 0.3 * minutes))
-    tuned = stages.tune_graphs(state.home(f"{name}-tune"), [(name, module, None)],
-                               plan.tune_settings(plan.budget_evals, 0.3 * minutes))[0].result
-    figures = {"moves": len(singles), "budget_evals": plan.budget_evals, "oracle": _result(oracle),
-               "tuned": _result(tuned),
-               "screens": [{"config": to_json(t.config), "outcome": t.outcome, **columns(t.speedup),
-                            "numerics_ok": t.numerics_ok,
-                            "compile_seconds": t.compile_seconds, "error": t.error}
-                           for t in oracle.trials if t.baseline is None and t.phase == Phase.SEARCH],
-               "share_of_oracle": gain_share(tuned, oracle)}
-    if tuned.accepted:
-        figures["confirmed"] = fdo("evaluate", str(path), *settings_text(tuned.config), "--workers",
-                                   str(plan.workers), "--max-seconds", str(plan.confirm_seconds))
-    state.record(f"tune:{name}", figures)
+    screens = [{"config": to_json(t.config), "outcome": t.outcome, **columns(t.speedup),
+                "numerics_ok": t.numerics_ok, "compile_seconds": t.compile_seconds, "error": t.error}
+               for t in result.trials if t.phase == Phase.SEARCH and t.baseline is None and len(t.config) == 1]
+    search = next((p for p in result.phases if p.phase == Phase.SEARCH), None)
+    cut = bool(plan.timed_searches and search is not None and search.evaluations < plan.budget_evals
+               and search.seconds >= CUT_SHARE * 60 * minutes)
+    return {"task_id": result.task_id, "moves": len(neighbourhood(space)), "budget_evals": plan.budget_evals,
+            "search_minutes": round(minutes, 2), "cut_short": cut, "tuned": _result(result),
+            "phases": [dataclasses.asdict(p) for p in result.phases], "screens": screens}
 
 
 def _result(result: TuneResult) -> dict[str, Any]:
     """What a task found, as the figures show it."""
     return {key: value for key, value in result.to_json().items()
             if key in ("status", "accepted", "config", "speedup", "ci_low", "ci_high", "numerics_ok",
-                       "evaluations", "measured", "speedups", "seconds_to_best", "failure")}
+                       "evaluations", "measured", "speedups", "seconds_to_best", "reason")}
 
 
-def gain_share(tuned: TuneResult, oracle: TuneResult) -> float | None:
+def best_single(screens: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The screened single move that measured fastest (None: none measured)."""
+    return max((s for s in screens if s["outcome"] == Outcome.MEASURED and s["speedup"] is not None),
+               key=lambda s: s["speedup"], default=None)
+
+
+def oracle_figures(plan: Plan, tuned: dict[str, Any], module: HloModule) -> dict[str, Any]:
+    """The best single move of the screen (the oracle of one move), verified as the tuner
+    verifies its winner (`plan.workers` fresh workers, `plan.verify`), unless it is the winner
+    (then the tuner's verification is its); the tuner's verified gain as a share of it."""
+    from execution.evaluate import evaluate_independently
+
+    best = best_single(tuned["screens"])
+    if best is None or best["speedup"] <= 1.0:
+        return {"config": None, "share_of_oracle": None, "why": "no single move screened faster than the default"}
+    winner = tuned["tuned"]
+    if winner["accepted"] and winner["config"] == best["config"]:
+        verified = {k: winner[k] for k in ("speedup", "ci_low", "ci_high", "numerics_ok", "speedups")}
+        return {"config": best["config"], "screened": best["speedup"], "verified": verified,
+                "verified_by": "the tuner (its winner)", "share_of_oracle": gain_share(winner, verified)}
+    from execution.flags import config_from_json
+
+    found = evaluate_independently(module, config_from_json(best["config"]), plan.workers, settings=plan.verify)
+    verified = {**columns(found.speedup), "numerics_ok": found.numerics_ok, "speedups": found.speedups,
+                "significant": found.significant, "error": found.error}
+    return {"config": best["config"], "screened": best["speedup"], "verified": verified,
+            "verified_by": f"{plan.workers} fresh workers", "share_of_oracle": gain_share(winner, verified)}
+
+
+def gain_share(tuned: dict[str, Any], oracle: dict[str, Any]) -> float | None:
     """The tuner's verified gain as a share of the oracle's, in log speedup (1: the oracle's
-    gain, 0: none; a slower or rejected find counts 0); None where the oracle found none."""
-    if not oracle.accepted or not oracle.speedup or oracle.speedup.estimate <= 1.0:
+    gain, 0: none; a slower or rejected find counts 0); None where the oracle verified no gain."""
+    if not oracle.get("speedup") or oracle["speedup"] <= 1.0 or oracle.get("numerics_ok") is False:
         return None
-    found = tuned.speedup.estimate if tuned.accepted and tuned.speedup else 1.0
-    return max(0.0, math.log(found) / math.log(oracle.speedup.estimate))
+    found = tuned["speedup"] if tuned.get("accepted") and tuned.get("speedup") else 1.0
+    return max(0.0, math.log(found) / math.log(oracle["speedup"]))
 
 
-# --- part 3 -----------------------------------------------------------------------------------
+def winner_of(plan: Plan, state: State, name: str) -> dict[str, Any] | None:
+    """What run 1 delivers for workload `name`: the tuner's accepted winner, else the verified
+    best single move (a significant gain, numerics ok), else (`deliver_unverified`) the best
+    screened move; each with its claim (speedup and interval). None: none of these."""
+    tuned = state.results.get(f"tune:{name}", {})
+    winner = tuned.get("tuned", {})
+    if winner.get("accepted"):
+        return {**winner, "source": "the tuner's winner, verified"}
+    oracle = state.results.get(f"oracle:{name}", {})
+    verified = oracle.get("verified") or {}
+    if verified.get("significant") and verified.get("numerics_ok"):
+        return {"config": oracle["config"], **verified, "source": "the best single move, verified"}
+    best = best_single(tuned.get("screens", []))
+    if best is not None and plan.deliver_unverified:
+        return {**best, "source": "the best screened move (unverified: the dry run)"}
+    return None
 
-def part_deliver(plan: Plan, state: State, minutes: float) -> None:
-    """The first workload's winner through the store to a hooked program, and the validator."""
-    name = plan.workloads[0]
-    tuned = state.results.get(f"tune:{name}")
-    if tuned is None:
-        state.record("deliver", {"skipped": f"part 2 has not tuned {name} yet"})
-        return
-    winner = next((tuned[k] for k in ("tuned", "oracle") if tuned[k]["accepted"]), None)
-    if winner is None and plan.deliver_unverified:
-        winner = max((s for s in tuned["screens"] if s["outcome"] == "measured"),
-                     key=lambda s: s["speedup"], default=None)
+
+def deliver_figures(plan: Plan, state: State, name: str) -> dict[str, Any]:
+    """Workload `name`'s winner through the store to a hooked program: applied, and as fast as
+    claimed?"""
+    winner = winner_of(plan, state, name)
     if winner is None:
-        state.record("deliver", {"skipped": f"neither the tuner nor the oracle found a gain on {name}"})
-        return
+        return {"skipped": f"neither the tuner nor the best single move verified a gain on {name}"}
     module = load_file(state.module(name))
     environment = current_environment()
     fingerprint, env_key = graph_fingerprint(module), environment.key()
     home = state.home("deliver", fresh=True)
     publish(home, [entry(fingerprint, env_key, environment.compiler_version, winner, "gpu-check")])
-    report = _json_of([sys.executable, str(Path(__file__).resolve()), "--hook-job", name, "--home", str(home),
-                       "--rounds", str(plan.hook_rounds), "--round-seconds", str(plan.round_seconds)])
+    run = _json_of([sys.executable, str(Path(__file__).resolve()), "--hook-job", name, "--home", str(home),
+                    "--rounds", str(plan.hook_rounds), "--round-seconds", str(plan.round_seconds)])
     hits = fdo("hits", "--job", HOOK_JOB, home=home)
-    state.record("deliver", {"workload": name, "config": winner["config"], "verified": winner["speedup"],
-                             "unverified": "accepted" not in winner,
-                             "hooked_run": report, "hits": hits.get("outcomes"),
-                             "hit_keys": sorted({r["key"] for r in hits.get("records", [])
-                                                 if r["outcome"] == "applied"}),
-                             "entry_key": store_key(fingerprint, env_key)})
-    state.record("validate", validate_entries(plan, state, name, module, winner, tuned["screens"]))
+    within = (None if "speedup" not in run or winner.get("ci_low") is None
+              else winner["ci_low"] <= run["speedup"] <= winner["ci_high"])
+    return {"workload": name, "config": winner["config"], "claimed": winner["speedup"],
+            "claimed_low": winner.get("ci_low"), "claimed_high": winner.get("ci_high"), "source": winner["source"],
+            "hooked_run": run, "within_claimed_interval": within, "hits": hits.get("outcomes"),
+            "hit_keys": sorted({r["key"] for r in hits.get("records", []) if r["outcome"] == "applied"}),
+            "entry_key": store_key(fingerprint, env_key)}
 
 
 def losing_move(screens: list[dict[str, Any]]) -> dict[str, Any] | None:
     """A single move the validator should remove: the slowest screened wholly slower than the
     default, else one that compiled to the default's program (None: neither was screened)."""
-    slower = [s for s in screens if s["outcome"] == "measured" and s["ci_high"] is not None
+    slower = [s for s in screens if s["outcome"] == Outcome.MEASURED and s["ci_high"] is not None
               and s["ci_high"] < 1.0]
     return min(slower, key=lambda s: s["speedup"], default=None) or next(
-        (s for s in screens if s["outcome"] == "identical"), None)
+        (s for s in screens if s["outcome"] == Outcome.IDENTICAL), None)
 
 
-def validate_entries(plan: Plan, state: State, name: str, module: HloModule, winner: dict[str, Any],
-                     screens: list[dict[str, Any]]) -> dict[str, Any]:
-    """The validator on this machine, over the winner's entry and a losing single move's
-    (`losing_move`, stored with the winner's claim): measured, then kept or invalidated."""
+def validate_entries(plan: Plan, state: State, name: str) -> dict[str, Any]:
+    """The validator on this machine, over the delivered winner's entry and a losing single
+    move's (`losing_move`, stored with the winner's claim): kept and invalidated expected."""
+    winner = winner_of(plan, state, name)
+    if winner is None:
+        return {"skipped": f"run 1 found nothing to deliver on {name}"}
+    module = load_file(state.module(name))
     environment = current_environment()
     fingerprint, env_key = graph_fingerprint(module), environment.key()
-    claims = {"winner": winner}
-    losing = losing_move(screens)
+    claims = {"winner (expected: kept)": winner}
+    losing = losing_move(state.results[f"tune:{name}"].get("screens", []))
     if losing is not None:
-        claims[f"losing move ({losing['outcome']} when screened)"] = {**winner, "config": losing["config"]}
+        claims[f"losing move, {losing['outcome']} when screened (expected: invalidated)"] = {
+            **winner, "config": losing["config"]}
     return _validate_each(plan, state, name, {
         label: entry(fingerprint, env_key, environment.compiler_version, claim, f"gpu-check {label}")
         for label, claim in claims.items()})
@@ -410,14 +561,14 @@ def _validate_each(plan: Plan, state: State, name: str, entries: dict[str, dict[
 
 def entry(fingerprint: str, env_key: str, compiler_version: str, claim: dict[str, Any], source: str,
           measured_at: datetime.datetime | None = None, autotune_results: str | None = None) -> dict[str, Any]:
-    """A store entry of `claim` (a task's config, speedup and interval), as deliver writes one,
+    """A store entry of `claim` (a config, its speedup and interval), as deliver writes one,
     with `autotune_results` (XLA's text of them) where given."""
     measured_at = measured_at or datetime.datetime.now(datetime.UTC)
     return {"key": store_key(fingerprint, env_key), "fingerprint": fingerprint, "env_key": env_key,
             "kind": "graph", "speedup": claim["speedup"],
             "expires_at": measured_at + datetime.timedelta(days=30), "provenance": "tuner",
-            "config": json.dumps(claim["config"], sort_keys=True), "ci_low": claim["ci_low"],
-            "ci_high": claim["ci_high"], "compiler_version": compiler_version, "measured_at": measured_at,
+            "config": json.dumps(claim["config"], sort_keys=True), "ci_low": claim.get("ci_low"),
+            "ci_high": claim.get("ci_high"), "compiler_version": compiler_version, "measured_at": measured_at,
             "source": source, "autotune_results": autotune_results}
 
 
@@ -450,7 +601,7 @@ def hook_job(name: str, home: Path, rounds: int, round_seconds: float) -> dict[s
     from delivery import hook
 
     fn, abstract = _workload(name).build()
-    hook.install(home=home, job_id=HOOK_JOB)
+    hook.install(home=home, job_id=HOOK_JOB, holdout=0.0)  # the applied arm, whatever the entry's share
     tuned = jax.jit(fn).lower(*abstract).compile()
     hook.uninstall()
     # Another function object: JAX would hand back the tuned executable for the same one.
@@ -493,7 +644,7 @@ def _timed(executable: Callable[..., Any], args: Any, steps: int) -> float:
     return time.perf_counter() - started
 
 
-# --- parts 6, 7 ---------------------------------------------------------------------------------
+# --- run 2: delivered kernels -----------------------------------------------------------------
 # XLA keeps the autotune results of a process in memory and looks there before the per-fusion
 # cache directory: every compile whose autotuning is observed runs in a process of its own, and
 # the executables are measured, serialized, in another.
@@ -504,105 +655,183 @@ KERNEL_JOB = "gpu-check-kernels"
 XLA_CACHE_LINES = ("File-based autotune cache hit", "In-memory autotune cache hit", "Autotune cache miss",
                    "Writing autotune result to file")
 _XLA_CACHE_LOGGING = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_MAX_VLOG_LEVEL": "1"}
+# The compiles of the persistent-cache check, in order, each in a fresh process on one JAX cache
+# directory: (label, holdout share: 1 is the job's own compile, 0 the delivered results).
+PERSISTENT_SEQUENCE = (("default", 1.0), ("delivered", 0.0), ("delivered again", 0.0), ("default again", 1.0))
+FOREIGN = ("another GPU", "another XLA version")
 
 
-def part_kernels(plan: Plan, state: State, minutes: float, name: str) -> None:
-    """Workload `name`'s GEMM and convolution fusions tuned offline by XLA's own autotuner as the
-    kernels kind tunes them (`tuner.kernels.offline_results`: exhaustive tiling, in a directory
-    of a fresh worker's own), the costliest delivered through the store to hooked compiles: the
-    graph measured with them against XLA's default autotuning as the kind verifies it
-    (`compile_with_results`, `evaluate_built`), the hooked compile time with and without them,
-    what XLA took, results made for another GPU and another XLA version falling back, and the
-    validator re-checking each entry (kept; re-keyed, relabelled as XLA keys its results)."""
-    from execution.autotune_results import parse_results
-    from execution.evaluate import compile_with_results, evaluate_built
-    from tuner.kernels import offline_results
-
-    deadline = time.monotonic() + 60 * minutes
+def run_kernels(plan: Plan, state: State, clock: Clock) -> None:
+    """Offline autotune results of `plan.loop` delivered through the store to hooked compiles
+    (see the module docstring), most telling first."""
+    name = plan.loop
     module = load_file(state.module(name))
-    found = offline_results(module, plan.kernels)
-    figures: dict[str, Any] = {"workload": name, "tune": _offline_figures(found)}
-    chosen = found.chosen
-    if plan.synthetic_results:
-        # XLA:CPU autotunes nothing: the dry run delivers results made here, to test the path.
-        chosen = parse_results(_synthetic_results(state.module(name)))
-        figures["results_source"] = "synthetic (dry run: XLA:CPU autotunes nothing)"
-    if chosen is None:
-        state.record(f"kernels:{name}", {**figures, "skipped": found.why})
+    step(state, clock, f"kernels_default:{name}", plan.step_seconds, lambda: default_autotuning(plan, module))
+    # The exhaustive search may run long: half the time left, and the rest still happens.
+    step(state, clock, f"kernels_exhaustive:{name}", plan.step_seconds,
+         lambda: exhaustive_autotuning(plan, module, clock.left() / 2))
+    found = delivered_results(plan, state, name)
+    if isinstance(found, str):
+        state.record(f"kernels:{name}", {"skipped": found})
         return
-    dumped = found.offline.autotune.dumped if found.offline.autotune else None
-    figures["results"] = {"autotuned_fusions": len(dumped.fusions) if dumped else len(chosen.fusions),
-                          "delivered": len(chosen.fusions), "kinds": sorted({f.kind for f in chosen.fusions}),
-                          "device": chosen.fusions[0].device, "key_version": chosen.fusions[0].version,
-                          "run_time_us": [round(f.run_time_seconds * 1e6, 1) for f in chosen.fusions]}
-    # Another GPU's and another XLA's results for the same fusions: XLA's keys differ.
-    foreign = {"another GPU": chosen.for_device(chosen.fusions[0].device + " (another GPU)",
-                                                chosen.fusions[0].version),
-               "another XLA version": chosen.for_device(chosen.fusions[0].device, chosen.fusions[0].version + 1)}
-    environment = current_environment()
-    fingerprint, env_key = graph_fingerprint(module), environment.key()
-    rows: dict[str, dict[str, Any]] = {}
-    homes: dict[str, Path] = {}
-    for label, results in {"delivered": chosen, **foreign}.items():
-        homes[label] = state.home(f"{name}-kernels-{label.replace(' ', '-')}", fresh=True)
-        rows[label] = entry(fingerprint, env_key, environment.compiler_version,
-                            {"config": {}, "speedup": 1.0, "ci_low": None, "ci_high": None},
-                            f"gpu-check kernels {label}", autotune_results=results.to_text())
-        publish(homes[label], [rows[label]])
-    compiles: dict[str, list[dict[str, Any]]] = {"without": [], "delivered": []}
-    skipped = {"skipped": "out of the part's time"}
-
-    def compile_arm(arm: str) -> None:
-        if time.monotonic() < deadline:
-            compiles[arm].append(_kernel_child({
-                "home": str(homes["delivered"]), "workload": name,
-                "holdout": 1.0 if arm == "without" else 0.0}, deadline))  # holdout: the job's own compile
-
-    # What matters most first: a compile of each arm, the measurement, the foreign results, the
-    # validator; then the rest of the compiles, alternating arms, as load drifts.
-    for arm in compiles:
-        compile_arm(arm)
-    built = compile_with_results(module, chosen)
-    figures["delivered_compile"] = ({"error": built.error} if built.error is not None
-                                    else dataclasses.asdict(built.autotune.uptake))
-    if built.error is None and time.monotonic() < deadline:
-        measured = evaluate_built(module, built, plan.workers, settings=plan.verify)
-        figures["measured"] = measured.to_json()
-    figures["foreign"] = {label: _kernel_child({"home": str(homes[label]), "workload": name, "holdout": 0.0},
-                                               deadline)
-                          if time.monotonic() < deadline else skipped for label in foreign}
-    figures["validate"] = (_validate_each(plan, state, name, {
+    results, source = found
+    rows = kernel_entries(state, name, module, results)
+    state.record(f"kernels:{name}", {"results_source": source, "delivered": len(results.fusions),
+                                     "kinds": sorted({f.kind for f in results.fusions}),
+                                     "device": results.fusions[0].device, "key_version": results.fusions[0].version,
+                                     "run_time_us": [round(f.run_time_seconds * 1e6, 1) for f in results.fusions]})
+    step(state, clock, f"kernels_compiles:{name}", plan.step_seconds,
+         lambda: hooked_compiles(plan, state, clock, name, rows, 1))
+    step(state, clock, f"persistent_cache:{name}", plan.step_seconds,
+         lambda: persistent_cache(plan, state, clock, name, rows["delivered"]))
+    step(state, clock, f"kernels_measured:{name}", plan.step_seconds,
+         lambda: measured_with_results(plan, module, results))
+    step(state, clock, f"kernels_foreign:{name}", plan.step_seconds,
+         lambda: {label: _kernel_child(plan, {"home": str(_entry_home(state, name, label, rows[label])),
+                                              "workload": name, "holdout": 0.0}, clock)
+                  for label in FOREIGN})
+    step(state, clock, f"kernels_validate:{name}", plan.step_seconds, lambda: _validate_each(plan, state, name, {
         f"{label} (expected: {expected})": rows[label] for label, expected in (
-            ("delivered", "kept"), ("another XLA version", "rekeyed"), ("another GPU", "rekeyed"))})
-        if time.monotonic() < deadline else skipped)
-    for _ in range(plan.compile_repeats - 1):
-        for arm in compiles:
-            compile_arm(arm)
-    figures["compiles"] = {arm: _compile_figures(runs) for arm, runs in compiles.items()}
-    state.record(f"kernels:{name}", figures)
+            ("delivered", "kept"), ("another XLA version", "rekeyed"), ("another GPU", "rekeyed"))}))
+    # The other compiles of each arm last, alternating, as load drifts.
+    step(state, clock, f"kernels_compiles:{name}", plan.step_seconds,
+         lambda: hooked_compiles(plan, state, clock, name, rows, plan.compile_repeats))
 
 
-def _offline_figures(found: Any) -> dict[str, Any]:
-    """What XLA's exhaustive autotuning compile did (`tuner.kernels.OfflineResults`): its
-    seconds, the files it wrote and how many read as xla.AutotuneResult (the start of one that
-    does not), whether it dumped its results, and how many of them `cache_file_name` names as
-    XLA named their files."""
-    offline = found.offline
-    if offline.error is not None:
-        return {"error": offline.error}
-    outcome = offline.autotune
-    return {"compile_seconds": offline.compile_seconds, "files_written": outcome.uptake.autotuned,
+def _outcome_figures(outcome: Any, seconds: float | None, chosen: Any = None) -> dict[str, Any]:
+    """What a compile did in its per-fusion directory (an `AutotuneOutcome`): its seconds, the
+    files XLA wrote and how many read as xla.AutotuneResult (the start of one that does not),
+    whether it dumped its results, how many of them `cache_file_name` names as XLA named their
+    files; and the results chosen for delivery, as text (what a later run delivers)."""
+    return {"compile_seconds": seconds, "files_written": outcome.uptake.autotuned,
             "files_read_as_autotune_result": outcome.readable, "first_unreadable_file": outcome.unreadable_sample,
             "dumped": outcome.dumped is not None, "dump_error": outcome.dump_error, "names_match": outcome.named,
-            "names": len(outcome.dumped.fusions) if outcome.dumped else 0}
+            "names": len(outcome.dumped.fusions) if outcome.dumped else 0,
+            "chosen": chosen.to_text() if chosen is not None else None}
 
 
-def _compile_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The median compile time of `runs` (each a hooked compile in a fresh process) and what
-    the hook and XLA said of each."""
-    timed = [r["compile_seconds"] for r in runs if "compile_seconds" in r]
-    return {"median_seconds": statistics.median(timed) if timed else None, "seconds": timed,
-            "hits": [{k: r.get(k) for k in ("outcome", "reason", "xla_log", "error")} for r in runs]}
+def default_autotuning(plan: Plan, module: HloModule) -> dict[str, Any]:
+    """One compile with XLA's default autotuning in a fresh worker's own directory, its results
+    dumped: how XLA names and writes its files, and its results (the costliest `plan.kernels`
+    of them delivered where the exhaustive search gives none)."""
+    from execution.autotune_results import NO_RESULTS
+    from execution.evaluate import compile_with_results
+
+    built = compile_with_results(module, NO_RESULTS)
+    if built.error is not None:
+        return {"error": built.error}
+    dumped = built.autotune.dumped
+    return _outcome_figures(built.autotune, built.compile_seconds,
+                            dumped.select(plan.kernels) if dumped and dumped.fusions else None)
+
+
+def exhaustive_autotuning(plan: Plan, module: HloModule, seconds: float) -> dict[str, Any]:
+    """XLA's autotuner run exhaustively over the module as `fdo tune --kind kernels` runs it
+    (`tuner.kernels.offline_results`), given `seconds` (a minute at least)."""
+    from tuner.kernels import offline_results
+
+    found = offline_results(module, plan.kernels, timeout=max(60.0, seconds))
+    if found.offline.error is not None:
+        return {"error": found.offline.error, "why": found.why}
+    return {**_outcome_figures(found.offline.autotune, found.offline.compile_seconds, found.chosen),
+            "why": found.why}
+
+
+def delivered_results(plan: Plan, state: State, name: str) -> tuple[Any, str] | str:
+    """The results run 2 delivers and where they come from: the exhaustive search's, else the
+    default autotuning's (the delivery is checked all the same), else (the dry run) results made
+    here; or why there are none."""
+    from execution.autotune_results import parse_results
+
+    if plan.synthetic_results:
+        return parse_results(_synthetic_results(state.module(name))), "synthetic (dry run: XLA:CPU autotunes nothing)"
+    exhaustive = state.results.get(f"kernels_exhaustive:{name}", {})
+    default = state.results.get(f"kernels_default:{name}", {})
+    if exhaustive.get("chosen"):
+        return parse_results(exhaustive["chosen"]), "XLA's exhaustive autotuning"
+    if default.get("chosen"):
+        why = exhaustive.get("why") or exhaustive.get("error") or exhaustive.get("skipped")
+        return parse_results(default["chosen"]), f"XLA's default autotuning (the exhaustive search gave none: {why})"
+    return (f"no autotune results to deliver: default autotuning: {default.get('error') or default.get('skipped') or 'none'}; "
+            f"exhaustive: {exhaustive.get('why') or exhaustive.get('error') or exhaustive.get('skipped')}")
+
+
+def kernel_entries(state: State, name: str, module: HloModule, results: Any) -> dict[str, dict[str, Any]]:
+    """The store entries of `results` (config {}), and of the same results labelled as another
+    GPU's and another XLA version's (XLA's keys then differ from this GPU's)."""
+    device, version = results.fusions[0].device, results.fusions[0].version
+    labelled = {"delivered": results, "another GPU": results.for_device(device + " (another GPU)", version),
+                "another XLA version": results.for_device(device, version + 1)}
+    environment = current_environment()
+    fingerprint, env_key = graph_fingerprint(module), environment.key()
+    return {label: entry(fingerprint, env_key, environment.compiler_version,
+                         {"config": {}, "speedup": 1.0, "ci_low": None, "ci_high": None},
+                         f"gpu-check kernels {label}", autotune_results=given.to_text())
+            for label, given in labelled.items()}
+
+
+def _entry_home(state: State, name: str, label: str, row: dict[str, Any]) -> Path:
+    """A home whose store holds `row` alone."""
+    home = state.home(f"{name}-kernels-{label.replace(' ', '-')}", fresh=True)
+    publish(home, [row])
+    return home
+
+
+def hooked_compiles(plan: Plan, state: State, clock: Clock, name: str, rows: dict[str, dict[str, Any]],
+                    repeats: int) -> dict[str, Any]:
+    """Hooked compiles of workload `name` without the delivered results (the holdout arm: the
+    job's own compile) and with them, each in a fresh process, alternating, until each arm has
+    `repeats` (those of an earlier run kept); `cut_short` where the time left ran out first."""
+    home = _entry_home(state, name, "delivered", rows["delivered"])
+    earlier = state.results.get(f"kernels_compiles:{name}", {})
+    runs = {arm: list(earlier.get(arm, {}).get("runs", [])) for arm in ("without", "delivered")}
+    while any(len(r) < repeats for r in runs.values()) and clock.left() >= plan.step_seconds:
+        for arm, holdout in (("without", 1.0), ("delivered", 0.0)):
+            if len(runs[arm]) < repeats:
+                runs[arm].append(_kernel_child(plan, {"home": str(home), "workload": name, "holdout": holdout}, clock))
+    figures = {arm: {"median_seconds": _median([r.get("compile_seconds") for r in each]), "runs": each}
+               for arm, each in runs.items()}
+    return {**figures, "cut_short": any(len(r) < plan.compile_repeats for r in runs.values())}
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def persistent_cache(plan: Plan, state: State, clock: Clock, name: str, row: dict[str, Any]) -> dict[str, Any]:
+    """The hooked compile of workload `name` with JAX's persistent compilation cache on, each
+    compile of PERSISTENT_SEQUENCE in a fresh process on one cache directory: the default's
+    (a miss), the delivered results' (a miss: keyed apart from the default's; XLA takes them
+    from the results' own directory), the same again (a hit), the default's again (a hit: its
+    executable untouched). With what the hook recorded, JAX's cache hits, the files in the
+    job's own per-fusion directory (what JAX names for its cache) and the step's cache entries."""
+    home = _entry_home(state, name, "persistent", row)
+    cache = state.directory / "jax-cache" / name
+    if cache.exists():
+        shutil.rmtree(cache)
+    figures: dict[str, Any] = {}
+    for label, holdout in PERSISTENT_SEQUENCE:
+        if clock.left() < plan.step_seconds:
+            figures[label] = {"skipped": OUT_OF_TIME}
+            continue
+        figures[label] = _kernel_child(plan, {"home": str(home), "workload": name, "holdout": holdout,
+                                              "jax_cache": str(cache)}, clock)
+    entries = sorted(p.name for p in cache.glob("*-cache")) if cache.exists() else []
+    return {"compiles": figures, "cache_entries": len(entries),
+            "cut_short": any("skipped" in f for f in figures.values())}
+
+
+def measured_with_results(plan: Plan, module: HloModule, results: Any) -> dict[str, Any]:
+    """The graph built with `results` delivered in a fresh worker (what XLA took), timed against
+    the default in `plan.workers` fresh workers as the kernels kind verifies it."""
+    from execution.evaluate import compile_with_results, evaluate_built
+
+    built = compile_with_results(module, results)
+    if built.error is not None:
+        return {"compile": {"error": built.error}}
+    figures = {"compile": {"compile_seconds": built.compile_seconds, **dataclasses.asdict(built.autotune.uptake)}}
+    return {**figures, "measured": evaluate_built(module, built, plan.workers, settings=plan.verify).to_json()}
 
 
 def _synthetic_results(module_path: Path) -> str:
@@ -619,17 +848,18 @@ def _synthetic_results(module_path: Path) -> str:
     return parse_results(f"version: 3\n{entries}").to_text()
 
 
-def _kernel_child(spec: dict[str, Any], deadline: float) -> dict[str, Any]:
-    """`kernel_job(spec)` in a fresh process, with XLA's autotune cache logging on, given until
-    `deadline` (time.monotonic(); a minute at least): its JSON answer, and how often each of
-    XLA_CACHE_LINES appeared in its log."""
+def _kernel_child(plan: Plan, spec: dict[str, Any], clock: Clock) -> dict[str, Any]:
+    """`kernel_job(spec)` in a fresh process, with XLA's autotune cache logging on, given the
+    run's time left (a minute at least): its JSON answer, and how often each of XLA_CACHE_LINES
+    appeared in its log. The dry run's counts the CPU among the platforms that autotune."""
+    spec = {**spec, "cpu_autotunes": plan.synthetic_results}
     command = [sys.executable, str(Path(__file__).resolve()), "--kernel-job", json.dumps(spec)]
-    seconds = max(60.0, deadline - time.monotonic())
+    seconds = max(60.0, clock.left())
     try:
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=seconds,
                               env={**os.environ, **_XLA_CACHE_LOGGING})
     except subprocess.TimeoutExpired:
-        return {"error": f"the hooked compile ran past the part's time ({seconds:.0f} s)"}
+        return {"error": f"the hooked compile ran past the run's time ({seconds:.0f} s)"}
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
@@ -638,13 +868,27 @@ def _kernel_child(spec: dict[str, Any], deadline: float) -> dict[str, Any]:
 
 
 def kernel_job(spec: dict[str, Any]) -> dict[str, Any]:
-    """A hooked compile of parts 6 and 7, in this process (`_kernel_child`): workload
+    """A hooked compile of run 2, in this process (`_kernel_child`): workload
     `spec["workload"]`'s step compiled under the compiler hook in `spec["home"]` (holdout share
-    `spec["holdout"]`), timed, and the hook's record of it."""
+    `spec["holdout"]`), with JAX's persistent cache in `spec["jax_cache"]` where given, timed;
+    the hook's record of it, JAX's persistent-cache hits, and the files in the per-fusion
+    directory JAX names for its cache."""
     import jax
+    from jax._src import monitoring
 
     from delivery import hook
+    from execution import autotune_results
 
+    if spec.get("cpu_autotunes"):
+        autotune_results.AUTOTUNING_PLATFORMS = frozenset({GPU_PLATFORM, "cpu"})
+    hits: list[str] = []
+    cache = spec.get("jax_cache")
+    if cache:
+        jax.config.update("jax_compilation_cache_dir", cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        monitoring.register_event_listener(
+            lambda event, **_: hits.append(event) if event == autotune_results.CACHE_HIT_EVENT else None)
     fn, abstract = _workload(spec["workload"]).build()
     home = Path(spec["home"])
     job = f"{KERNEL_JOB}-{os.getpid()}"
@@ -658,170 +902,266 @@ def kernel_job(spec: dict[str, Any]) -> dict[str, Any]:
                for line in path.read_text().splitlines()]
     mine = [r for r in records if r["job_id"] == job and r["outcome"] != "miss"]
     last = mine[-1] if mine else {}
-    return {"compile_seconds": seconds, "outcome": last.get("outcome"), "reason": last.get("reason"),
-            "hook_compile_seconds": last.get("compile_seconds")}
+    answer = {"compile_seconds": seconds, "outcome": last.get("outcome"), "reason": last.get("reason"),
+              "hook_compile_seconds": last.get("compile_seconds")}
+    if cache:
+        jobs_own = Path(cache) / autotune_results.CACHE_DIR_OPTION  # where JAX points XLA for its cache
+        answer.update(persistent_cache_hits=len(hits),
+                      job_dir_files=len(list(jobs_own.glob("*.textproto"))) if jobs_own.exists() else 0)
+    return answer
+
+
+# --- run 3: breadth -----------------------------------------------------------------------------
+
+def run_breadth(plan: Plan, state: State, clock: Clock) -> None:
+    """The other workloads screened, tuned and verified as run 1 does its own, each given an
+    even share of the run; then (`plan.gpu_tests`) tests/test_gpu.py where time is left."""
+    others = plan.workloads[1:]
+    for name in others:
+        tune_workload(plan, state, clock, name, share=plan.search_share / len(others))
+    if plan.gpu_tests:
+        step(state, clock, "gpu_tests", plan.step_seconds, run_gpu_tests)
+
+
+def run_gpu_tests() -> dict[str, Any]:
+    """tests/test_gpu.py under pytest: on a GPU its GPU tests run, elsewhere they skip. The
+    suite's conftest (the browser fixture) is left out: a GPU machine has no Playwright."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--noconftest", "-q", "-rs", "-p", "no:cacheprovider",
+                           "tests/test_gpu.py"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    lines = done.stdout.strip().splitlines()
+    return {"exit": done.returncode, "summary": lines[-1] if lines else "",
+            "failures": [line for line in lines if line.startswith(("FAILED", "ERROR", "SKIPPED"))]}
 
 
 # --- the report ---------------------------------------------------------------------------------
 
+def _by(results: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The figures of checks `prefix:NAME`, by NAME."""
+    return {k.split(":", 1)[1]: v for k, v in results.items() if k.startswith(f"{prefix}:")}
+
+
+def _num(value: Any, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _interval(figures: dict[str, Any]) -> str:
+    low, high = figures.get("ci_low"), figures.get("ci_high")
+    return "" if low is None or high is None else f"{low:.3f} .. {high:.3f}"
+
+
+def _why(figures: dict[str, Any]) -> str:
+    """Why a check has no figures: skipped, or its error (one line, short)."""
+    return str(figures.get("skipped") or figures.get("error") or "")[:160].replace("\n", " ")
+
+
 def report(results: dict[str, Any]) -> str:
     """The figures so far as markdown."""
     lines = ["# GPU check figures", ""]
+    runs = {k: v for k, v in results.items() if k.startswith("run ")}
+    for label, meta in sorted(runs.items()):
+        lines.append(f"- {label}: {meta.get('date')}, {meta.get('device')}, JAX {meta.get('jax')}, commit "
+                     f"{meta.get('commit')}: {meta['seconds']} s ({'dry run' if meta['dry_run'] else 'GPU plan'}, "
+                     f"{meta['minutes']} minutes given); imports the device lacks: {meta['imports'] or 'none'}")
+    if results.get("seconds"):
+        lines.append("- seconds per step: " + ", ".join(f"{k} {v}" for k, v in results["seconds"].items()))
+    lines.append("")
     env = results.get("environment")
-    if env:
-        lines += [f"Environment key `{env['env_key']}`: " + ", ".join(
-            f"{k} `{v}`" for k, v in env["environment"].items()), f"JAX {env['jax']}, devices "
-            f"{', '.join(env['devices'])}; {env['single_moves']} single moves in the graph space.", "",
+    if env and "skipped" not in env:
+        lines += [f"{env.get('date')}, commit {env.get('commit')}, JAX {env['jax']}, Python {env.get('python')}, "
+                  f"devices {', '.join(env['devices'])}.", "",
+                  f"Environment key `{env['env_key']}`: " + ", ".join(f"{k} `{v}`" for k, v in env["environment"].items()),
+                  f"{env['single_moves']} single moves in the graph space.", "",
                   "| GPU flag | accepted | default | rank | devices |", "|---|---|---|---:|---:|"]
         lines += [f"| {name} | {'yes' if f['accepted'] else 'no'} | {f['default']} | {f['rank']} | "
                   f"{f['min_devices']}+ |" for name, f in sorted(env["gpu_flags"].items())]
         lines.append("")
+    lines += _aa_lines(results) + _tune_lines(results) + _deliver_lines(results)
+    for name in sorted({k.split(":", 1)[1] for k in results if k.startswith("kernels")}):
+        lines += [f"## Offline autotune results delivered: {name}", ""] + _kernel_lines(results, name) + [""]
     if "gpu_tests" in results:
-        lines += [f"tests/test_gpu.py: {results['gpu_tests']['summary']}", ""]
-    if "aa" in results:
-        lines += ["## A/A (`fdo evaluate`, no --set)", "",
-                  "| workload | speedup | 99% interval | holds 1 | numerics (max error / tolerance) | compile s |",
-                  "|---|---:|---|---|---|---:|"]
-        for name, r in results["aa"].items():
-            if r.get("speedup") is None:
-                lines.append(f"| {name} | {r.get('skipped') or r.get('error', '')[:80]} | | | | |")
-                continue
-            numerics = ", ".join(f"{c['max_error']:.1e}/{c['tolerance']:.0e}" for c in r["numerics"][:4])
-            lines.append(f"| {name} | {r['speedup']:.3f} | {r['ci_low']:.3f} .. {r['ci_high']:.3f} | "
-                         f"{'yes' if r['holds_one'] else 'NO'} | {numerics} | {r['default_compile_seconds']:.1f} |")
-        lines.append("")
-    if "aa_across_processes" in results:
-        lines += ["The default kept in one worker, compiled again in another and timed against it "
-                  "(what a screen of a flag that changes nothing sees):", "",
-                  "| workload | same program | speedup | 99% interval | numerics |", "|---|---|---:|---|---|"]
-        for name, r in results["aa_across_processes"].items():
-            if "error" in r:
-                lines.append(f"| {name} | {r['error'][:100]} | | | |")
-                continue
-            lines.append(f"| {name} | {'yes' if r['same_program'] else 'NO'} | {r['speedup']:.3f} | "
-                         f"{r['ci_low']:.3f} .. {r['ci_high']:.3f} | {'ok' if r['numerics_ok'] else 'FAILED'} |")
-        lines.append("")
-    tunes = {k.split(":", 1)[1]: v for k, v in results.items() if k.startswith("tune:")}
-    if tunes:
-        lines += ["## Oracle and tuner", "",
-                  "| workload | moves screened | oracle | its config | tuner (budget) | its config | share | "
-                  "confirmed |", "|---|---:|---:|---|---:|---|---:|---:|"]
-        for name, t in tunes.items():
-            confirmed = t.get("confirmed", {}).get("speedup")
-            share = t["share_of_oracle"]
-            lines.append(f"| {name} | {len(t['screens'])} of {t['moves']} | {_speed(t['oracle'])} | "
-                         f"{_config(t['oracle'])} | {_speed(t['tuned'])} ({t.get('budget_evals', '?')}) | "
-                         f"{_config(t['tuned'])} | "
-                         f"{'-' if share is None else f'{share:.2f}'} | "
-                         f"{'-' if confirmed is None else f'{confirmed:.3f}'} |")
-        lines += ["", "Single moves screened (the measurements the cold-start ranks are to come from):", "",
-                  "| workload | move | speedup | interval | outcome |", "|---|---|---:|---|---|"]
-        for name, t in tunes.items():
-            for s in t["screens"]:
-                interval = f"{s['ci_low']:.3f} .. {s['ci_high']:.3f}" if s["ci_low"] is not None else ""
-                speed = f"{s['speedup']:.3f}" if s["speedup"] is not None else ""
-                lines.append(f"| {name} | {json.dumps(s['config'])} | {speed} | {interval} | {s['outcome']} |")
-        lines.append("")
-    deliver = results.get("deliver")
-    if deliver:
-        lines += ["## Delivered to a hooked program", ""]
-        if "skipped" in deliver:
-            lines.append(deliver["skipped"])
-        else:
-            run = deliver["hooked_run"]
-            claimed = "screened (unverified: the dry run's best screen)" if deliver["unverified"] else "verified"
-            lines.append(f"{deliver['workload']}: config {json.dumps(deliver['config'])}, {claimed} "
-                         f"{deliver['verified']:.3f}x; hits {deliver['hits']}; hooked run "
-                         + (f"{run['speedup']:.3f}x (median of {run['rounds']} interleaved rounds, "
-                            f"{run['low']:.3f} .. {run['high']:.3f})" if "speedup" in run else str(run)))
-        lines.append("")
-    for label, decisions in (results.get("validate") or {}).items():
-        lines += [f"Validator, {label}: " + "; ".join(f"{d['outcome']} ({d['reason']})" for d in decisions), ""]
-    kernels = {k.split(":", 1)[1]: v for k, v in results.items() if k.startswith("kernels:")}
-    for name, k in kernels.items():
-        lines += [f"## Offline autotune results delivered: {name}", ""] + _kernel_lines(k) + [""]
+        tests = results["gpu_tests"]
+        lines += [f"tests/test_gpu.py: {tests.get('summary') or _why(tests)}", ""]
     return "\n".join(lines)
 
 
-def _kernel_lines(k: dict[str, Any]) -> list[str]:
-    """Parts 6 and 7's figures of one workload, as markdown lines."""
-    tune = k["tune"]
-    lines = [f"Exhaustive autotuning compile {_seconds(tune.get('compile_seconds'))}: XLA wrote "
-             f"{tune.get('files_written')} files ({tune.get('files_read_as_autotune_result')} read as "
-             f"xla.AutotuneResult), {tune.get('names_match', 0)} of {tune.get('names', 0)} named as "
-             f"`cache_file_name` names them; results dumped: {tune.get('dumped')}." + (
-                 f" {k['results_source']}." if "results_source" in k else "")]
-    if "error" in tune:
-        lines.append(f"It failed: {tune['error'][:300]}")
-    if tune.get("first_unreadable_file"):
-        lines.append(f"First file XLA wrote that does not read as xla.AutotuneResult: `{tune['first_unreadable_file']}`")
-    if "skipped" in k:
-        return lines + [k["skipped"]]
-    r = k["results"]
-    lines.append(f"Delivered the {r['delivered']} costliest of {r['autotuned_fusions']} fusions ({', '.join(r['kinds'])}; "
-                 f"autotuner run times {r['run_time_us']} us), device `{r['device']}`, key version {r['key_version']}.")
-    lines += ["", "| compile (hooked, fresh process) | median s | each s | hook's record | XLA's cache log |",
-              "|---|---:|---|---|---|"]
-    for arm, c in k["compiles"].items():
-        hits = "; ".join(f"{h['outcome']}: {h['reason']}" if not h.get("error") else h["error"][:100]
-                         for h in c["hits"])
-        logs = "; ".join(json.dumps(h.get("xla_log")) for h in c["hits"][:1])
-        lines.append(f"| {arm} results | {_seconds(c['median_seconds'])} | {c['seconds']} | {hits} | {logs} |")
-    for label, f in k["foreign"].items():
-        lines.append(f"| results of {label} | {_seconds(f.get('compile_seconds'))} | | "
-                     f"{f.get('outcome')}: {f.get('reason') or (f.get('error') or f.get('skipped', ''))[:100]} | "
-                     f"{json.dumps(f.get('xla_log'))} |")
-    lines += ["", f"The compile the measurement times (a fresh worker, as `fdo tune --kind kernels` builds it): "
-              f"{k['delivered_compile']}."]
-    m = k.get("measured")
-    if m is None:
-        lines.append("Not measured (the compile failed, or out of the part's time).")
-    elif m.get("speedup") is None:
-        lines.append(f"Not measured: {(m.get('error') or '')[:200]}")
-    else:
-        worst = max((c["max_error"] for c in m["numerics"]), default=0.0)
-        timed = "the default's program" if m["identical_program"] else f"{m['pairs']} pairs"
-        lines.append(f"Measured against the default, {len(m['speedups']) or 1} fresh workers: {m['speedup']:.3f}x "
-                     f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}] (workers {m['speedups']}; {timed}; "
-                     f"outputs differ by at most {worst:.2e}).")
-    for label, decisions in (k.get("validate") or {}).items():
-        if isinstance(decisions, list):
-            lines.append(f"Validator, {label}: " + "; ".join(
-                f"{d['outcome']} ({d['reason']}; results {d['autotune_fate']})" for d in decisions))
+def _aa_lines(results: dict[str, Any]) -> list[str]:
+    lines = []
+    aa = _by(results, "aa")
+    if aa:
+        lines += ["## A/A (`fdo evaluate`, no --set)", "",
+                  "| workload | speedup | 99% interval | holds 1 | numerics (max error / tolerance) | compile s |",
+                  "|---|---:|---|---|---|---:|"]
+        for name, r in aa.items():
+            if r.get("speedup") is None:
+                lines.append(f"| {name} | {_why(r)} | | | | |")
+                continue
+            numerics = ", ".join(f"{c['max_error']:.1e}/{c['tolerance']:.0e}" for c in r["numerics"][:4])
+            lines.append(f"| {name} | {r['speedup']:.3f} | {_interval(r)} | {'yes' if r['holds_one'] else 'NO'} | "
+                         f"{numerics} | {_num(r.get('default_compile_seconds'), '.1f')} |")
+        lines.append("")
+    across = _by(results, "aa_across")
+    if across:
+        lines += ["The default kept in one worker, compiled again in another and timed against it "
+                  "(what a screen of a flag that changes nothing sees):", "",
+                  "| workload | same program | speedup | 99% interval | numerics |", "|---|---|---:|---|---|"]
+        for name, r in across.items():
+            if r.get("speedup") is None:
+                lines.append(f"| {name} | {_why(r)} | | | |")
+                continue
+            lines.append(f"| {name} | {'yes' if r['same_program'] else 'NO'} | {r['speedup']:.3f} | "
+                         f"{_interval(r)} | {'ok' if r['numerics_ok'] else 'FAILED'} |")
+        lines.append("")
     return lines
 
 
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} s"
+def _tune_lines(results: dict[str, Any]) -> list[str]:
+    tunes, oracles = _by(results, "tune"), _by(results, "oracle")
+    if not tunes:
+        return []
+    lines = ["## Screen, tuner and the best single move", "",
+             "| workload | screened | tuner (budget) | its config | verified workers | best single move | "
+             "verified | share |", "|---|---:|---:|---|---|---|---:|---:|"]
+    for name, t in tunes.items():
+        if "tuned" not in t:
+            lines.append(f"| {name} | {_why(t)} | | | | | | |")
+            continue
+        won, oracle = t["tuned"], oracles.get(name, {})
+        speed = f"{won['speedup']:.3f} [{_interval(won)}]" if won.get("speedup") else won["status"]
+        verified = (oracle.get("verified") or {}).get("speedup")
+        lines.append(f"| {name} | {len(t['screens'])} of {t['moves']}{' (cut short)' if t.get('cut_short') else ''} | "
+                     f"{speed}{'' if won['accepted'] else ' (rejected)'} ({t['budget_evals']}) | "
+                     f"{json.dumps(won['config']) if won['accepted'] else '-'} | "
+                     f"{[round(x, 3) for x in won.get('speedups') or []]} | "
+                     f"{json.dumps(oracle.get('config')) if oracle.get('config') else _why(oracle) or '-'} | "
+                     f"{_num(verified)} | {_num(oracle.get('share_of_oracle'), '.2f')} |")
+    lines += ["", "Single moves screened, each timed once (the measurements the GPU flags' ranks are to come from):",
+              "", "| workload | move | speedup | interval | outcome | compile s |", "|---|---|---:|---|---|---:|"]
+    for name, t in tunes.items():
+        for s in t.get("screens", []):
+            lines.append(f"| {name} | {json.dumps(s['config'])} | {_num(s['speedup'])} | {_interval(s)} | "
+                         f"{s['outcome']} | {_num(s['compile_seconds'], '.1f')} |")
+    return lines + [""]
 
 
-def _speed(result: dict[str, Any]) -> str:
-    if result.get("speedup") is None:
-        return result.get("status", "")
-    return f"{result['speedup']:.3f}{'' if result['accepted'] else ' (rejected)'}"
+def _deliver_lines(results: dict[str, Any]) -> list[str]:
+    lines = []
+    for name, d in _by(results, "deliver").items():
+        lines += [f"## Delivered to a hooked program: {name}", ""]
+        if "hooked_run" not in d:
+            lines += [_why(d), ""]
+            continue
+        run = d["hooked_run"]
+        ran = (f"{run['speedup']:.3f}x (median of {run['rounds']} interleaved rounds, {run['low']:.3f} .. "
+               f"{run['high']:.3f}); within the claimed interval: {d['within_claimed_interval']}"
+               if "speedup" in run else str(run)[:300])
+        lines += [f"Config {json.dumps(d['config'])}, {d['source']}: claimed {d['claimed']:.3f}x "
+                  f"[{_num(d['claimed_low'])}, {_num(d['claimed_high'])}]; hits {d['hits']}; hooked run {ran}", ""]
+    for name, v in _by(results, "validate").items():
+        if "skipped" in v or "error" in v:
+            lines += [f"Validator on {name}: {_why(v)}", ""]
+            continue
+        for label, decisions in v.items():
+            lines += [f"Validator, {label}: " + "; ".join(f"{x['outcome']} ({x['reason']})" for x in decisions), ""]
+    return lines
 
 
-def _config(result: dict[str, Any]) -> str:
-    return json.dumps(result["config"]) if result.get("accepted") else "-"
+def _autotune_line(label: str, t: dict[str, Any]) -> list[str]:
+    if "files_written" not in t:
+        return [f"{label}: {_why(t) or t.get('why') or 'not run'}."]
+    lines = [f"{label}: compile {_num(t['compile_seconds'], '.2f')} s; XLA wrote {t['files_written']} files "
+             f"({t['files_read_as_autotune_result']} read as xla.AutotuneResult), {t['names_match']} of {t['names']} "
+             f"named as `cache_file_name` names them; results dumped: {t['dumped']}."
+             + (f" {t['why']}." if t.get("why") else "")]
+    if t.get("first_unreadable_file"):
+        lines.append(f"First file XLA wrote that does not read as xla.AutotuneResult: `{t['first_unreadable_file']}`")
+    return lines
+
+
+def _kernel_lines(results: dict[str, Any], name: str) -> list[str]:
+    """Run 2's figures of workload `name`, as markdown lines."""
+    lines = _autotune_line("Default autotuning", results.get(f"kernels_default:{name}", {}))
+    lines += _autotune_line("Exhaustive autotuning", results.get(f"kernels_exhaustive:{name}", {}))
+    k = results.get(f"kernels:{name}", {})
+    if "delivered" not in k:
+        return lines + [_why(k)]
+    lines += [f"Delivered the {k['delivered']} costliest fusions' results ({', '.join(k['kinds'])}; autotuner run "
+              f"times {k['run_time_us']} us) of {k['results_source']}, device `{k['device']}`, key version "
+              f"{k['key_version']}.", "",
+              "| compile (hooked, fresh process) | median s | each s | hook's record | XLA's cache log |",
+              "|---|---:|---|---|---|"]
+    compiles = results.get(f"kernels_compiles:{name}", {})
+    for arm in ("without", "delivered"):
+        runs = compiles.get(arm, {}).get("runs", [])
+        records = "; ".join(f"{r.get('outcome')}: {r.get('reason') or ''}" if not r.get("error") else r["error"][:100]
+                            for r in runs)
+        lines.append(f"| {arm} results | {_num(compiles.get(arm, {}).get('median_seconds'), '.2f')} | "
+                     f"{[_num(r.get('compile_seconds'), '.2f') for r in runs]} | {records} | "
+                     f"{json.dumps(runs[0].get('xla_log')) if runs else ''} |")
+    for label, f in results.get(f"kernels_foreign:{name}", {}).items():
+        if isinstance(f, dict):
+            lines.append(f"| results of {label} | {_num(f.get('compile_seconds'), '.2f')} | | "
+                         f"{f.get('outcome')}: {f.get('reason') or _why(f)} | {json.dumps(f.get('xla_log'))} |")
+    lines += _persistent_lines(results.get(f"persistent_cache:{name}"))
+    m = results.get(f"kernels_measured:{name}", {})
+    if "compile" in m:
+        lines += ["", f"The compile the measurement times (a fresh worker, as `fdo tune --kind kernels` builds it): "
+                  f"{m['compile']}."]
+    measured = m.get("measured")
+    if measured is None:
+        lines.append(f"Not measured: {_why(m) or 'the compile failed'}.")
+    elif measured.get("speedup") is None:
+        lines.append(f"Not measured: {(measured.get('error') or '')[:200]}")
+    else:
+        worst = max((c["max_error"] for c in measured["numerics"]), default=0.0)
+        timed = "the default's program" if measured["identical_program"] else f"{measured['pairs']} pairs"
+        lines.append(f"Measured against the default, {len(measured['speedups']) or 1} fresh workers: "
+                     f"{measured['speedup']:.3f}x [{_interval(measured)}] (workers {measured['speedups']}; {timed}; "
+                     f"outputs differ by at most {worst:.2e}).")
+    validated = results.get(f"kernels_validate:{name}", {})
+    for label, decisions in validated.items():
+        if isinstance(decisions, list):
+            lines.append(f"Validator, {label}: " + "; ".join(
+                f"{d['outcome']} ({d['reason']}; results {d['autotune_fate']})" for d in decisions))
+    if "skipped" in validated:
+        lines.append(f"Validator: {_why(validated)}")
+    return lines
+
+
+def _persistent_lines(p: dict[str, Any] | None) -> list[str]:
+    if p is None:
+        return []
+    if "compiles" not in p:
+        return ["", f"With JAX's persistent cache: {_why(p)}"]
+    lines = ["", "With JAX's persistent compilation cache on (one cache directory, each compile a fresh process; "
+             f"{p['cache_entries']} cache entries at the end):", "",
+             "| compile | s | JAX cache hits | files in the job's per-fusion directory | hook's record |",
+             "|---|---:|---:|---:|---|"]
+    for label, c in p["compiles"].items():
+        lines.append(f"| {label} | {_num(c.get('compile_seconds'), '.2f')} | {c.get('persistent_cache_hits', '-')} | "
+                     f"{c.get('job_dir_files', '-')} | {c.get('outcome')}: {c.get('reason') or _why(c)} |")
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", type=int, choices=sorted(PARTS), help="the part to run")
-    parser.add_argument("--out", type=Path, help="where the figures so far go (JSON and markdown)")
+    parser.add_argument("--run", type=int, choices=sorted(RUNS), help="the run: 1 loop, 2 kernels, 3 breadth")
+    parser.add_argument("--out", type=Path, help="where the figures so far go (JSON, markdown, the state archive)")
     parser.add_argument("--state", type=Path, default=ROOT / ".gpu-check",
-                        help="what the parts keep for one another (default: .gpu-check/)")
-    parser.add_argument("--minutes", type=float, default=7.0, help="the part's time (its searches share it)")
+                        help="what the runs keep for one another (default: .gpu-check/)")
+    parser.add_argument("--minutes", type=float, default=5.0,
+                        help="the run's time: no step starts past it (default 5)")
     parser.add_argument("--dry-run", action="store_true",
                         help="the small workloads and budgets, on whatever backend JAX has here")
     parser.add_argument("--workloads", metavar="NAMES",
-                        help="comma-separated zoo workloads instead of the plan's three (part 1 checks "
-                             "each; parts 2, 4 and 5 tune the first, second and third)")
-    parser.add_argument("--hook-job", metavar="WORKLOAD", help=argparse.SUPPRESS)  # part 3's program
+                        help="comma-separated zoo workloads instead of the plan's: the first is runs 1 and "
+                             "2's, the others run 3's")
+    parser.add_argument("--restore", type=Path, metavar="DIR",
+                        help=f"unpack DIR/{STATE_ARCHIVE} (a run's returned files) into the state, and stop")
+    parser.add_argument("--hook-job", metavar="WORKLOAD", help=argparse.SUPPRESS)  # run 1's hooked program
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--round-seconds", type=float, help=argparse.SUPPRESS)
-    parser.add_argument("--kernel-job", metavar="JSON", help=argparse.SUPPRESS)  # a step of parts 6, 7
+    parser.add_argument("--kernel-job", metavar="JSON", help=argparse.SUPPRESS)  # a compile of run 2
     args = parser.parse_args()
     if args.kernel_job:
         print(json.dumps(kernel_job(json.loads(args.kernel_job))))
@@ -829,36 +1169,31 @@ def main() -> None:
     if args.hook_job:
         print(json.dumps(hook_job(args.hook_job, args.home, args.rounds, args.round_seconds)))
         return
-    if args.part is None or args.out is None:
-        parser.error("--part and --out are needed")
+    if args.restore:
+        restore(args.restore, args.state)
+        return
+    if args.run is None or args.out is None:
+        parser.error("--run and --out are needed")
     plan = DRY_PLAN if args.dry_run else GPU_PLAN
     if args.workloads:
         plan = dataclasses.replace(plan, workloads=tuple(args.workloads.split(",")))
-    tuned = {2: 0, 4: 1, 5: 2, 6: 0, 7: 1}.get(args.part, 0)
-    if tuned >= len(plan.workloads):
-        parser.error(f"part {args.part} tunes workload {tuned + 1} of the plan; --workloads gives "
-                     f"{len(plan.workloads)}")
-    state = State(args.state)
+    if args.run == 3 and len(plan.workloads) < 2:
+        parser.error("run 3 tunes the workloads after the first: --workloads gives one")
+    state = State(args.state, args.out)
     started = time.monotonic()
-    PARTS[args.part](plan, state, args.minutes)
-    state.record(f"part {args.part}", {
-        "seconds": round(time.monotonic() - started, 1), "dry_run": args.dry_run,
+    RUNS[args.run](plan, state, Clock(args.minutes))
+    import jax
+
+    # Each run's own machine, date and commit: the runs of the figures may be sessions apart.
+    state.record(f"run {args.run}", {
+        "seconds": round(time.monotonic() - started, 1), "dry_run": args.dry_run, "minutes": args.minutes,
+        "device": jax.devices()[0].device_kind, "jax": jax.__version__, "commit": _commit(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "imports": sorted(name for name in ABSENT_ON_DEVICE if name in sys.modules)})
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / RESULTS).write_text(json.dumps(state.results, indent=1, sort_keys=True, default=str))
-    (args.out / REPORT).write_text(report(state.results))
     print(report(state.results))
 
 
-PARTS: dict[int, Callable[[Plan, State, float], None]] = {
-    1: part_environment,
-    2: lambda plan, state, minutes: part_tune(plan, state, minutes, plan.workloads[0]),
-    3: part_deliver,
-    4: lambda plan, state, minutes: part_tune(plan, state, minutes, plan.workloads[1]),
-    5: lambda plan, state, minutes: part_tune(plan, state, minutes, plan.workloads[2]),
-    6: lambda plan, state, minutes: part_kernels(plan, state, minutes, plan.workloads[0]),
-    7: lambda plan, state, minutes: part_kernels(plan, state, minutes, plan.workloads[1]),
-}
+RUNS: dict[int, Callable[[Plan, State, Clock], None]] = {1: run_loop, 2: run_kernels, 3: run_breadth}
 
 if __name__ == "__main__":
     main()

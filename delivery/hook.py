@@ -7,8 +7,9 @@ program under `fdo run -- python prog.py`. Settings come from the arguments, els
 the embedded store), `FDO_STORE_VERSION` (pin an embedded version), `FDO_STORE_TIMEOUT`
 (seconds), `FDO_SPOOL_HLO=1` (spool modules for symbol ingestion), `FDO_JOB_ID`, `FDO_TEAM`
 (the job's team, which a store version may opt in to relaxed numerics), `FDO_HOLDOUT` (force
-the holdout share, 0 to 1), `FDO_OPT_OUT=1` (no holdout arm for this job) and
-`FDO_RELAXED_NUMERICS=1` (take entries' relaxed-numerics configs).
+the holdout share, 0 to 1), `FDO_OPT_OUT=1` (no holdout arm for this job),
+`FDO_RELAXED_NUMERICS=1` (take entries' relaxed-numerics configs) and `FDO_DECISION_TIMEOUT`
+(seconds a process of a multi-process job waits for its job's decision, default 300).
 
 JAX lowers a jitted function to StableHLO and hands it to `jax._src.compiler.
 compile_or_get_cached`; the hook wraps that function. Per compile it:
@@ -37,15 +38,30 @@ compile_or_get_cached`; the hook wraps that function. Per compile it:
    the hook creates for this compile alone under `$FDO_HOME/cache/autotune/` (never a path
    from the store), XLA is pointed at it for this executable only, and the directory is
    removed afterwards; the hit's reason says how many were delivered, how many XLA took and
-   how many fusions it autotuned itself. Not on a platform that does not autotune (the CPU),
-   nor to a compile that names a per-fusion cache directory of its own (JAX's persistent
-   cache does): the reason says so;
+   how many fusions it autotuned itself. With JAX's persistent compilation cache on (which
+   also names a per-fusion directory of the job's own in the debug options), the directory is
+   instead one per set of results (`results-<digest>` there, the same path in every compile,
+   kept), it takes the job's directory's place for this compile alone, and the results' digest
+   joins JAX's cache key for it (`CacheKeyed`): the next compile of the module with the same
+   results is a cache hit (recorded "executable from JAX's persistent cache"), and the
+   default's executable and other results' are keyed apart. Not on a platform that does not
+   autotune (the CPU), nor to a compile whose own compile options name a per-fusion cache
+   directory (the job chose it): the reason says so;
 5. if the tuned compile fails, compiles again with the job's own options and records why;
 6. appends a hit record to its spool (ingest.hits): outcome, key, store version, expected
    speedup, and for a tuned or held-out executable the fingerprint of its optimized module,
    which is how a profile of the job finds the hit.
 Whatever goes wrong in the hook itself (store missing, corrupt, unreachable, slow; a module it
 cannot fingerprint) ends in the job's own compile and a warning, never in a failed job.
+
+A job of several processes (`jax.distributed`) takes one decision per compile that spans them
+(delivery.job): its leader, the lowest of those processes, takes steps 2 and 3 for all of them
+(the sandbox compiles the program whole once, on a worker's own devices: delivery.sandbox) and
+shares the outcome through JAX's distributed key-value store; the others skip the look-up, the
+arm and the check and compile what it decided, or the defaults where no decision comes within
+`FDO_DECISION_TIMEOUT`. Every process keys, compiles and records (step 6) on its own, under
+the job's one id: process 0's. A compile on one process's own devices is decided there, and a
+single-process job never waits for anything.
 """
 
 from __future__ import annotations
@@ -64,13 +80,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from delivery import job
 from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, StoreUnavailable
-from delivery.sandbox import SandboxCheck
-from execution.autotune_results import (AutotuneResults, Delivery, ResultsError, autotunes, job_sets_cache_dir,
-                                        parse_results)
-from execution.compile import apply_config, job_build_options
+from delivery.sandbox import CompileJob, SandboxCheck
+from execution.autotune_results import (AutotuneResults, CacheKeyed, Delivery, ResultsError, autotunes,
+                                        job_cache_dir, job_sets_cache_dir, parse_results, persistent_cache_on)
+from execution.compile import apply_config, job_build_options, job_partitioning
 from execution.flags import CompilerConfig, FlagError, from_json
-from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, store_key
+from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, parse_mesh, store_key
 from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_proto_bytes, from_stablehlo
@@ -103,6 +120,7 @@ class HookSettings:
     holdout: float | None = None  # a forced holdout share, 0 to 1; None: the entries' shares
     opt_out: bool = False  # the job takes no part in the holdout arm (unless one is forced)
     relaxed_numerics: bool = False  # the job takes entries' relaxed-numerics configs
+    decision_timeout: float = job.DEFAULT_TIMEOUT  # seconds a process waits for its job's decision
 
     @classmethod
     def from_environment(cls) -> "HookSettings":
@@ -114,7 +132,8 @@ class HookSettings:
                    timeout=_float_var("FDO_STORE_TIMEOUT", 0.25),
                    spool_hlo=_flag_var("FDO_SPOOL_HLO"), job_id=env.get("FDO_JOB_ID", ""),
                    team=env.get("FDO_TEAM", ""), holdout=_share_var("FDO_HOLDOUT"),
-                   opt_out=_flag_var("FDO_OPT_OUT"), relaxed_numerics=_flag_var("FDO_RELAXED_NUMERICS"))
+                   opt_out=_flag_var("FDO_OPT_OUT"), relaxed_numerics=_flag_var("FDO_RELAXED_NUMERICS"),
+                   decision_timeout=_timeout_var("FDO_DECISION_TIMEOUT", job.DEFAULT_TIMEOUT))
 
     def holdout_share(self, found: Found) -> float:
         """The share of jobs held out to the defaults for `found`'s key: the forced one, else
@@ -136,6 +155,7 @@ class _Plan:
     digest: str = ""  # of the StableHLO, see FingerprintMemo
     fingerprint: str = ""
     env_key: str = ""
+    environment: Environment | None = None  # of this compile: the job's options, its partitioning
     key: str = ""
     module_name: str = ""
     unoptimized_text: str | None = None
@@ -147,6 +167,7 @@ class _Plan:
     results: AutotuneResults | None = None  # the entry's autotune results, checked
     outcome: str = "miss"
     reason: str | None = None
+    checked: bool = False  # the sandbox's verdict on `config` is in: this compile's leader's (delivery.job)
 
 
 class Hook:
@@ -156,19 +177,38 @@ class Hook:
         self.settings = settings
         self.source: ConfigSource = (RemoteStore(settings.url, settings.timeout) if settings.url
                                      else EmbeddedStore(settings.home, settings.version))
-        self.job_id = settings.job_id or f"{socket.gethostname()}-{os.getpid()}"
+        self._own_job_id = settings.job_id or f"{socket.gethostname()}-{os.getpid()}"
         self._spool = spool_path(settings.home)
         self._lock = threading.Lock()
         self._environment: Environment | None = None
         self._warned: set[str] = set()
         self._memo = FingerprintMemo(settings.home / MEMO_DIR)
         self._sandbox = SandboxCheck(settings.home)
+        with contextlib.suppress(Exception):  # a job whose processes cannot talk still runs
+            channel = job.channel()
+            if channel is not None:  # process 0 says the job's id as early as it can
+                channel.announce(self._own_job_id)
+
+    @property
+    def job_id(self) -> str:
+        """The job's id: the settings', else host-pid; in a multi-process job, process 0's
+        (delivery.job), for every process."""
+        try:
+            channel = job.channel()
+        except Exception:  # JAX's distributed state unreadable: none to share the id with
+            channel = None
+        if channel is None:
+            return self._own_job_id
+        job_id, problem = channel.job_id(self._own_job_id, self.settings.decision_timeout)
+        if problem:
+            self._warn(problem, "job id")
+        return job_id
 
     def compile(self, original: Callable[..., Any], backend: Any, computation: Any, devices: Any,
                 compile_options: Any, *args: Any, **kwargs: Any) -> Any:
         """Compile as JAX would, with the tuned config for this module when the store has one."""
         started = time.perf_counter()
-        plan = self._plan_safely(computation, compile_options)
+        plan = self._plan_safely(computation, compile_options, devices)
         hook_seconds = time.perf_counter() - started
         optimized_fingerprint = None
         executable = None
@@ -177,9 +217,9 @@ class Hook:
             try:
                 tuned = apply_config(compile_options, plan.config)
                 # Results alone change no flag: nothing for the sandbox to check.
-                refused = self._sandbox.verdict(plan.key, plan.config, lambda: (
+                refused = self._sandbox.verdict(plan.key, plan.config, lambda: CompileJob(
                     _bytecode(computation), tuned.SerializeAsString(), _device_count(devices))
-                ) if plan.config else None
+                ) if plan.config and not plan.checked else None
                 if refused:
                     plan.outcome, plan.reason = "refused", refused
                     self._warn(f"entry {plan.key}: {refused}", f"refused {plan.key}")
@@ -200,7 +240,7 @@ class Hook:
                 optimized_fingerprint = self._memo.optimized(
                     plan.digest, plan.env_key, _compiled_with(plan) if plan.outcome == "applied" else None,
                     executable)
-            if self.settings.spool_hlo and not self._spooled(plan.fingerprint):
+            if self.settings.spool_hlo and not self._spooled(plan):
                 self._spool_symbols(plan, None if plan.outcome == "applied"
                                     else _optimized_text(executable))
             hook_seconds += time.perf_counter() - extra_started
@@ -221,16 +261,42 @@ class Hook:
         parent = self.settings.home / AUTOTUNE_DIR
         with contextlib.ExitStack() as stack:
             try:
-                delivery = stack.enter_context(Delivery(plan.results, parent))
+                # JAX's persistent cache keys the executable on the options: a directory of
+                # these results' own, the same for each compile of them.
+                delivery = stack.enter_context(Delivery(plan.results, parent, kept=persistent_cache_on()))
             except OSError as exc:
                 plan.reason = f"autotune results not delivered: cannot write under {parent}: {exc}"
                 self._warn(plan.reason, "autotune dir")
                 return compile(tuned)
-            executable = compile(delivery.options(tuned))
-            plan.reason = delivery.uptake().describe()
+            with CacheKeyed(plan.results) as keyed:
+                executable = compile(delivery.options(tuned))
+            if keyed.from_cache:  # XLA compiled nothing: there is no uptake to tell
+                plan.reason = (f"autotune results: {len(plan.results.fusions)} delivered, executable from "
+                               "JAX's persistent cache")
+            else:
+                plan.reason = delivery.uptake().describe() + (
+                    " (in place of the job's own per-fusion cache directory, for this compile)"
+                    if job_cache_dir(tuned) else "")
             return executable
 
-    def _plan_safely(self, computation: Any, compile_options: Any) -> _Plan:
+    def _plan_safely(self, computation: Any, compile_options: Any, devices: Any) -> _Plan:
+        """The plan for this compile: this process's own, or, for a compile across processes
+        (delivery.job), the one its leader decides for all of them."""
+        try:
+            channel = job.channel()
+            slot = None if channel is None else channel.slot(_module_name(computation), devices)
+        except Exception as exc:  # every process of the compile fails alike: the defaults in all
+            reason = f"hook could not place this compile in its job: {first_line(exc)}"
+            self._warn(reason, "job")
+            return _Plan(outcome="error", reason=reason)
+        if slot is None:
+            return self._own_plan(computation, compile_options)
+        assert channel is not None
+        if slot.leads:
+            return self._lead(channel, slot, computation, compile_options, devices)
+        return self._follow(channel, slot, computation, compile_options)
+
+    def _own_plan(self, computation: Any, compile_options: Any) -> _Plan:
         try:
             return self._plan(computation, compile_options)
         except Exception as exc:  # the hook's own failure must never fail the job's compile
@@ -238,14 +304,93 @@ class Hook:
             self._warn(reason, "plan")
             return _Plan(outcome="error", reason=reason)
 
-    def _plan(self, computation: Any, compile_options: Any) -> _Plan:
+    def _lead(self, channel: job.JobChannel, slot: job.Slot, computation: Any, compile_options: Any,
+              devices: Any) -> _Plan:
+        """This process decides the compile for every process it spans: its own plan, the
+        sandbox's verdict taken here for all of them, shared. A decision it cannot share is
+        none: it compiles the defaults, as the others will when theirs does not come."""
+        plan = self._own_plan(computation, compile_options)
+        if plan.config:
+            self._check_across_processes(plan, computation, compile_options, devices)
+        plan.checked = True
+        decision = job.Decision(
+            job_id=self.job_id, key=plan.key, outcome=plan.outcome, reason=plan.reason, found=plan.found,
+            config_text=plan.config_text, expected_speedup=plan.expected_speedup,
+            apply=plan.config is not None, results=plan.results is not None)
+        try:
+            channel.publish(slot, decision)
+        except job.ChannelError as exc:
+            plan.config, plan.results, plan.outcome, plan.reason = None, None, "error", str(exc)
+            self._warn(str(exc), "share")
+        return plan
+
+    def _check_across_processes(self, plan: _Plan, computation: Any, compile_options: Any,
+                                devices: Any) -> None:
+        """The sandbox's verdict on `plan`'s config for a compile across processes, compiled
+        whole on a worker's own devices (delivery.sandbox); `plan` refused where it fails."""
+        assert plan.config is not None
+        try:
+            tuned = apply_config(compile_options, plan.config)
+        except Exception as exc:  # as the tuned compile would fail in every process: the defaults
+            plan.config, plan.results = None, None
+            plan.outcome, plan.reason = "fallback", f"tuned compile failed: {first_line(exc)}"
+            self._warn(plan.reason, f"fallback {plan.key}")
+            return
+        try:
+            refused = self._sandbox.verdict(plan.key, plan.config, lambda: CompileJob(
+                _bytecode(computation), tuned.SerializeAsString(), _device_count(devices),
+                spans_processes=True))
+        except Exception as exc:  # a sandbox that cannot start checks nothing: not risked
+            refused = f"the sandbox could not check the tuned compile: {first_line(exc)}"
+        if refused:
+            plan.config, plan.results, plan.outcome, plan.reason = None, None, "refused", refused
+            self._warn(f"entry {plan.key}: {refused}", f"refused {plan.key}")
+
+    def _follow(self, channel: job.JobChannel, slot: job.Slot, computation: Any,
+                compile_options: Any) -> _Plan:
+        """This process compiles what the compile's leader decided: it waits for the decision
+        and never looks the store up; its own fingerprint and key only name its hit."""
+        try:
+            plan = self._identify(computation, compile_options)
+        except Exception as exc:  # its hit goes unrecorded; the decision still holds here
+            plan = _Plan(outcome="error", reason=f"hook could not fingerprint this module: {first_line(exc)}")
+        try:
+            decision = channel.wait(slot, self.settings.decision_timeout)
+        except job.ChannelError as exc:
+            plan.outcome, plan.reason = "error", str(exc)
+            self._warn(str(exc), "decision")
+            return plan
+        plan.found, plan.config_text = decision.found, decision.config_text
+        plan.expected_speedup, plan.outcome, plan.reason = decision.expected_speedup, decision.outcome, decision.reason
+        plan.checked = True
+        if decision.apply:
+            results = decision.found.entry.get("autotune_results") if decision.results and decision.found else None
+            try:
+                plan.config = from_json(json.loads(decision.config_text or ""))
+                plan.results = parse_results(results) if results is not None else None
+            except (ValueError, TypeError) as exc:  # FlagError, ResultsError, JSON's
+                # The leader took it: this process runs another fleet-fdo; it compiles the defaults.
+                plan.config, plan.results = None, None
+                plan.outcome, plan.reason = "refused", f"process {slot.leader}'s decision refused here: {exc}"
+                self._warn(plan.reason, f"refused {plan.key}")
+        if plan.key and decision.key and decision.key != plan.key:
+            said = f"decided by process {slot.leader} for its key {decision.key}"
+            plan.reason = f"{plan.reason}; {said}" if plan.reason else said
+        return plan
+
+    def _identify(self, computation: Any, compile_options: Any) -> _Plan:
+        """A plan that names the module: its fingerprint, its environment and its store key."""
         plan = _Plan(module_name=_module_name(computation))
         plan.digest, plan.fingerprint, module = self._memo.fingerprint(computation)
-        if self.settings.spool_hlo and not self._spooled(plan.fingerprint):
-            plan.unoptimized_text = (module or from_stablehlo(computation)).to_text()
-        environment = self._environment_for(compile_options)
+        plan.environment = environment = self._environment_for(computation, compile_options)
         plan.env_key, plan.platform = environment.key(), environment.platform
         plan.key = store_key(plan.fingerprint, plan.env_key)
+        if self.settings.spool_hlo and not self._spooled(plan):
+            plan.unoptimized_text = (module or from_stablehlo(computation)).to_text()
+        return plan
+
+    def _plan(self, computation: Any, compile_options: Any) -> _Plan:
+        plan = self._identify(computation, compile_options)
         try:
             plan.found = self.source.lookup(plan.key)
         except StoreUnavailable as exc:
@@ -283,18 +428,21 @@ class Hook:
             plan.expected_speedup = entry.get("speedup")
         return plan
 
-    def _environment_for(self, compile_options: Any) -> Environment:
+    def _environment_for(self, computation: Any, compile_options: Any) -> Environment:
         """The process's environment, plus the compiler options the job set for this compile
-        (its overrides, and the effort level it asked of XLA: `job_build_options`)."""
+        (its overrides, and the effort level it asked of XLA: `job_build_options`) and how it
+        partitions the module across devices and processes (`job_partitioning`)."""
         if self._environment is None:
             self._environment = current_environment()
+        partitioning = job_partitioning(compile_options, _mesh(computation))
         job_options = {**{str(name): str(value) for name, value in compile_options.env_option_overrides},
                        **job_build_options(compile_options)}
+        environment = self._environment.with_partitioning(partitioning)
         if not job_options:
-            return self._environment
+            return environment
         # The machine and XLA_FLAGS do not change between compiles: only the compile's options.
         merged = {**self._environment.job_options, **job_options}
-        return replace(self._environment, job_options=dict(sorted(merged.items())))
+        return replace(environment, job_options=dict(sorted(merged.items())))
 
     def _record(self, plan: _Plan, optimized_fingerprint: str | None, hook_seconds: float,
                 compile_seconds: float) -> None:
@@ -320,13 +468,15 @@ class Hook:
             self._warn(f"cannot record hits in {self._spool}: {exc}", "spool")
 
     def _spool_symbols(self, plan: _Plan, optimized: str | None) -> None:
-        """Leave the module as an XLA dump would, once per fingerprint, for symbol ingestion."""
-        target = self._spool_target(plan.fingerprint)
+        """Leave the module as an XLA dump would, once per fingerprint and environment (a module
+        compiled in two environments, say partitioned two ways, is a graph in each), for symbol
+        ingestion."""
+        target = self._spool_target(plan)
         if target.exists() or plan.unoptimized_text is None:
             return
         try:
             stem = f"module_{plan.fingerprint[:8]}.{plan.module_name}"
-            environment = self._environment or current_environment()
+            environment = plan.environment or current_environment()
             with open_home(target.parent).staged_directory(target, durable=False) as staging:
                 (staging / f"{stem}.before_optimizations.txt").write_text(plan.unoptimized_text)
                 if optimized is not None:
@@ -337,11 +487,12 @@ class Hook:
         except OSError as exc:
             self._warn(f"cannot spool HLO under {target.parent}: {exc}", "spool symbols")
 
-    def _spool_target(self, fingerprint: str) -> Path:
-        return self.settings.home / SPOOL_SYMBOLS / fingerprint[:2] / fingerprint
+    def _spool_target(self, plan: _Plan) -> Path:
+        name = f"{plan.fingerprint}-{plan.env_key[:16]}"
+        return self.settings.home / SPOOL_SYMBOLS / plan.fingerprint[:2] / name
 
-    def _spooled(self, fingerprint: str) -> bool:
-        return self._spool_target(fingerprint).exists()
+    def _spooled(self, plan: _Plan) -> bool:
+        return self._spool_target(plan).exists()
 
     def _warn(self, message: str, kind: str) -> None:
         """Log a problem once per kind, so a broken store does not flood the job's log."""
@@ -451,7 +602,8 @@ def _device_count(devices: Any) -> int:
 def install(home: Path | str | None = None, url: str | None = None, version: int | None = None,
             timeout: float | None = None, spool_hlo: bool | None = None,
             job_id: str | None = None, team: str | None = None, holdout: float | None = None,
-            opt_out: bool | None = None, relaxed_numerics: bool | None = None) -> Hook:
+            opt_out: bool | None = None, relaxed_numerics: bool | None = None,
+            decision_timeout: float | None = None) -> Hook:
     """Route every JAX compile of this process through the hook; returns it. Arguments left
     out come from the FDO_* environment variables. Installing again replaces the settings."""
     global _installed
@@ -460,6 +612,8 @@ def install(home: Path | str | None = None, url: str | None = None, version: int
     base = HookSettings.from_environment()
     if holdout is not None and not 0 <= holdout <= 1:
         raise ValueError(f"holdout={holdout!r}: must be a share from 0 to 1")
+    if decision_timeout is not None and not 0 < decision_timeout <= 3600:
+        raise ValueError(f"decision_timeout={decision_timeout!r}: must be between 0 and 3600 seconds")
     settings = HookSettings(
         home=Path(home) if home is not None else base.home,
         url=url if url is not None else base.url,
@@ -470,7 +624,8 @@ def install(home: Path | str | None = None, url: str | None = None, version: int
         team=team if team is not None else base.team,
         holdout=holdout if holdout is not None else base.holdout,
         opt_out=opt_out if opt_out is not None else base.opt_out,
-        relaxed_numerics=relaxed_numerics if relaxed_numerics is not None else base.relaxed_numerics)
+        relaxed_numerics=relaxed_numerics if relaxed_numerics is not None else base.relaxed_numerics,
+        decision_timeout=decision_timeout if decision_timeout is not None else base.decision_timeout)
     hook = Hook(settings)
     with _install_lock:
         original = getattr(compiler.compile_or_get_cached, "__wrapped__",
@@ -517,6 +672,17 @@ def _optimized_text(executable: Any) -> str | None:
         return None
 
 
+def _mesh(computation: Any) -> tuple[tuple[str, int], ...]:
+    """The axes of the module's Shardy mesh (its first `sdy.mesh` op); empty where it has none
+    (a GSPMD module, or one for a single device)."""
+    if isinstance(computation, bytes):
+        return ()
+    for op in computation.body.operations:
+        if op.operation.name == "sdy.mesh":
+            return parse_mesh(str(op.operation.attributes["mesh"]))
+    return ()
+
+
 def _module_name(computation: Any) -> str:
     from jax._src.lib.mlir import ir
 
@@ -547,6 +713,13 @@ def _share_var(name: str) -> float | None:
     """$name as a share from 0 to 1; None where it is unset or empty."""
     return _number_var(name, lambda value: 0 <= value <= 1, "a number from 0 to 1",
                        "a share from 0 to 1")
+
+
+def _timeout_var(name: str, default: float) -> float:
+    """$name as seconds, over 0 and at most an hour; `default` where it is unset or empty."""
+    value = _number_var(name, lambda value: 0 < value <= 3600, "a number of seconds",
+                        "between 0 and 3600 seconds")
+    return default if value is None else value
 
 
 def _float_var(name: str, default: float) -> float:

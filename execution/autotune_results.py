@@ -24,6 +24,16 @@ and, where asked, XLA's dump of the compile's results (`AutotuneOutcome`: how XL
 now, what an offline tuning made); removed afterwards, whatever happened. An offline tuning is
 a delivery of no results (`NO_RESULTS`) to a compile with XLA's exhaustive tiling search.
 
+JAX's persistent compilation cache keys an executable on its compile options, and a jaxlib of
+0.10 hashes the per-fusion directory's path with them: a directory made for one compile would
+make every such compile a miss, and leave a cache entry behind each time. jax 0.11 leaves the
+path out of the key, and with it any trace of the results: the executable built with them
+would be keyed as the default's. So where the persistent cache is on (`persistent_cache_on`),
+a delivery is `kept`: one directory per set of results (`results-<digest>`, the same path for
+every compile of them, kept between compiles), and `CacheKeyed` adds the results' digest to the
+cache key through JAX's `cache_key.custom_hook` for that compile alone: a compile of the same
+module with the same results hits, any other keys apart (the default's, other results').
+
 What could not be checked without a GPU (docs/gpu.md): that the installed XLA:GPU reads this
 directory in the legacy per-fusion format (jaxlib 0.11.2 also has a newer cache format behind
 `xla_gpu_use_new_autotune_cache_format`), and that `cache_file_name` matches its names; the
@@ -43,6 +53,7 @@ import mmap
 import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +84,11 @@ MAX_RESULT_BYTES = 4 << 10  # one serialized xla.AutotuneResult
 MAX_HLO_CHARS = 64 << 10
 MAX_DEVICE_CHARS = 1024
 STALE_SECONDS = 24 * 3600  # a delivery directory this old was left by a process that died
+KEPT_STALE_SECONDS = 7 * 24 * 3600  # a kept directory no compile used for this long goes
 _DIRECTORY_PREFIX = "fusions-"
+_KEPT_PREFIX = "results-"
+# What JAX records in the compiling thread when its persistent cache hands back an executable.
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 # The well-known types XLA's protos import: protobuf's own definitions of them.
 _WELL_KNOWN = "google/protobuf/"
 _MIN_LIBRARY_BYTES = 1 << 20  # jaxlib's extension stubs embed no descriptors
@@ -344,6 +359,11 @@ class AutotuneResults:
         compile's results alike); None for no results."""
         return Keying(self.fusions[0].device, self.fusions[0].version) if self.fusions else None
 
+    def digest(self) -> str:
+        """A digest of the canonical text (32 hex digits): these results' name in a kept
+        directory's path and in JAX's cache key."""
+        return hashlib.sha256(self.to_text().encode()).hexdigest()[:32]
+
     def to_text(self) -> str:
         """The canonical text form, which `parse_results` reads back to an equal value."""
         classes = schema()
@@ -482,28 +502,47 @@ class Delivery:
     is also told to dump the compile's results into the directory (`outcome` reads them). Exiting
     removes the directory, whether or not the compile succeeded. Each delivery has its own
     directory: threads and processes never share one. OSError when `parent` cannot be written.
+
+    `kept` (for JAX's persistent cache, see the module's docstring): the directory is instead
+    `parent/results-<digest>`, the same for every delivery of these results, in every process;
+    entering creates it or takes it as it is (rewriting any delivered file that is missing or
+    differs, atomically) and marks it used; exiting leaves it, with the results XLA wrote for the
+    fusions it autotuned itself (a later compile of them reads those too). Kept directories no
+    compile used for KEPT_STALE_SECONDS are swept. What `uptake` counts is then this compile's:
+    the files XLA wrote since entering; a delivered file read by another compile meanwhile
+    counts as taken.
     """
 
-    def __init__(self, results: AutotuneResults, parent: Path, dump: bool = False) -> None:
+    def __init__(self, results: AutotuneResults, parent: Path, dump: bool = False, kept: bool = False) -> None:
+        if dump and kept:
+            raise ValueError("a kept directory is shared between compiles: it takes no dump of one")
         self.results = results
         self.parent = Path(parent)
         self.dump = dump
+        self.kept = kept
         self.directory: Path | None = None
         self._names: frozenset[str] = frozenset()
+        self._before: frozenset[str] = frozenset()
         self._atime_observable = False
 
     def __enter__(self) -> "Delivery":
         self.parent.mkdir(parents=True, exist_ok=True)
         _sweep(self.parent)
-        self.directory = Path(tempfile.mkdtemp(prefix=_DIRECTORY_PREFIX, dir=self.parent))
+        if self.kept:
+            self.directory = self.parent / f"{_KEPT_PREFIX}{self.results.digest()}"
+            self.directory.mkdir(exist_ok=True)
+            os.utime(self.directory)  # in use: the sweep leaves it
+        else:
+            self.directory = Path(tempfile.mkdtemp(prefix=_DIRECTORY_PREFIX, dir=self.parent))
         try:
             names = set()
             for fusion in self.results.fusions:
                 path = self.directory / fusion.cache_file_name()
-                path.write_text(fusion.cache_file_text())
+                _write_result(path, fusion.cache_file_text(), replace_only_if_differs=self.kept)
                 _clear_access_time(path)
                 names.add(path.name)
             self._names = frozenset(names)
+            self._before = frozenset(p.name for p in self.directory.iterdir())
             self._atime_observable = _access_times_kept(self.directory)
         except BaseException:
             self.__exit__(None, None, None)
@@ -511,12 +550,13 @@ class Delivery:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.directory is not None:
+        if self.directory is not None and not self.kept:
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def options(self, compile_options: Any) -> Any:
         """A copy of jaxlib CompileOptions `compile_options` that points XLA at this directory,
-        for the one executable built with it."""
+        for the one executable built with it (in place of any directory its debug options name,
+        JAX's persistent cache's: XLA applies the overrides over them)."""
         assert self.directory is not None, "enter the delivery first"
         tuned = copy.deepcopy(compile_options)
         ours = [(CACHE_DIR_OPTION, str(self.directory))]
@@ -562,20 +602,96 @@ class Delivery:
         return AutotuneOutcome(self.uptake(), dumped, readable, named, error, sample)
 
     def _xla_files(self) -> list[Path]:
-        """The result files XLA wrote into the directory, by name."""
+        """The result files XLA wrote into the directory since entering, by name."""
         assert self.directory is not None, "enter the delivery first"
         return [path for path in sorted(self.directory.iterdir())
-                if path.name not in self._names and path.name.endswith(CACHE_FILE_SUFFIX)]
+                if path.name not in self._names and path.name not in self._before
+                and path.name.endswith(CACHE_FILE_SUFFIX)]
+
+
+def persistent_cache_on() -> bool:
+    """Whether JAX's persistent compilation cache is on in this process (its executables are
+    then keyed on their compile options: a delivery is `kept`)."""
+    from jax._src import compilation_cache
+
+    return compilation_cache.is_persistent_cache_enabled()
+
+
+class CacheKeyed:
+    """A context manager around one compile (JAX's `compile_or_get_cached`, in this thread):
+    JAX's persistent-cache key of that compile holds the digest of `results`, and on exit
+    `from_cache` says whether JAX handed back an executable from that cache instead of
+    compiling. Other compiles, in other threads or outside the block, keep JAX's own key: the
+    digest goes through `jax._src.cache_key.custom_hook`, chained to whatever it was, which adds
+    nothing outside such a block."""
+
+    def __init__(self, results: AutotuneResults) -> None:
+        self.mark = f"fleet-fdo autotune results {results.digest()}"
+        self.from_cache = False
+        self._outer: tuple[str | None, int] = (None, 0)
+
+    def __enter__(self) -> "CacheKeyed":
+        _watch_cache_keys()
+        self._outer = (getattr(_compiling, "mark", None), getattr(_compiling, "hits", 0))
+        _compiling.mark, _compiling.hits = self.mark, 0
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.from_cache = _compiling.hits > 0
+        _compiling.mark, _compiling.hits = self._outer
+
+
+_compiling = threading.local()  # the CacheKeyed block this thread is in: its mark and hits
+
+
+@functools.lru_cache(maxsize=None)
+def _watch_cache_keys() -> None:
+    """Chain `CacheKeyed`'s mark into JAX's cache key and count JAX's persistent-cache hits in
+    the thread that compiles; once a process, on first use."""
+    from jax._src import cache_key, monitoring
+
+    previous = cache_key.custom_hook
+
+    def custom_hook() -> str:
+        mark = getattr(_compiling, "mark", None)
+        return previous() if mark is None else previous() + mark
+
+    def on_event(event: str, **_: Any) -> None:
+        if event == CACHE_HIT_EVENT and getattr(_compiling, "mark", None) is not None:
+            _compiling.hits += 1
+
+    cache_key.custom_hook = custom_hook
+    monitoring.register_event_listener(on_event)
 
 
 def job_sets_cache_dir(compile_options: Any) -> bool:
-    """Whether jaxlib CompileOptions `compile_options` name a per-fusion cache directory of the
-    job's own (an override, or JAX's persistent cache, which sets one in the debug options):
-    the job's stays, and no results are delivered to that compile."""
-    if any(name == CACHE_DIR_OPTION for name, _ in compile_options.env_option_overrides):
-        return True
-    debug = compile_options.executable_build_options.debug_options
-    return bool(getattr(debug, CACHE_DIR_OPTION, ""))
+    """Whether jaxlib CompileOptions `compile_options` name a per-fusion cache directory as an
+    override of the job's own (`compiler_options` of its jit): as every option the job set
+    itself, it stays the job's, and no results are delivered to that compile. The directory
+    that the debug options name (JAX's persistent cache sets one there, as does `XLA_FLAGS`)
+    is the job's for its other compiles: a delivery's override takes its place for one."""
+    return any(name == CACHE_DIR_OPTION for name, _ in compile_options.env_option_overrides)
+
+
+def job_cache_dir(compile_options: Any) -> str:
+    """The per-fusion cache directory the debug options of `compile_options` name ("" for
+    none): JAX's persistent cache's, or `XLA_FLAGS`'."""
+    return getattr(compile_options.executable_build_options.debug_options, CACHE_DIR_OPTION, "")
+
+
+def _write_result(path: Path, text: str, replace_only_if_differs: bool) -> None:
+    """Write result file `path`; in a kept directory (`replace_only_if_differs`) only where it
+    is missing or differs, through a private file and a rename (a compile in another process
+    may be reading it)."""
+    if not replace_only_if_differs:
+        path.write_text(text)
+        return
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if path.read_text() == text:
+            return
+    staging = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    staging.write_text(text)
+    staging.replace(path)
 
 
 def _clear_access_time(path: Path) -> None:
@@ -584,7 +700,7 @@ def _clear_access_time(path: Path) -> None:
 
 def _access_times_kept(directory: Path) -> bool:
     """Whether a read in `directory` updates a file's access time (not so on noatime mounts)."""
-    probe = directory / ".atime-probe"
+    probe = directory / f".atime-probe.{os.getpid()}.{threading.get_ident()}"  # deliveries may share it
     probe.write_bytes(b"x")
     _clear_access_time(probe)
     probe.read_bytes()
@@ -595,12 +711,14 @@ def _access_times_kept(directory: Path) -> bool:
 
 def _sweep(parent: Path) -> None:
     """Remove delivery directories under `parent` older than STALE_SECONDS (their compile's
-    process was killed before it could remove them)."""
-    cutoff = time.time() - STALE_SECONDS
-    for path in parent.glob(f"{_DIRECTORY_PREFIX}*"):
-        with contextlib.suppress(OSError):
-            if path.is_dir() and path.stat().st_mtime < cutoff:
-                shutil.rmtree(path, ignore_errors=True)
+    process was killed before it could remove them), and kept ones no compile used for
+    KEPT_STALE_SECONDS (a compile that needs one again writes it again, at the same path)."""
+    now = time.time()
+    for prefix, age in ((_DIRECTORY_PREFIX, STALE_SECONDS), (_KEPT_PREFIX, KEPT_STALE_SECONDS)):
+        for path in parent.glob(f"{prefix}*"):
+            with contextlib.suppress(OSError):
+                if path.is_dir() and path.stat().st_mtime < now - age:
+                    shutil.rmtree(path, ignore_errors=True)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -36,7 +36,8 @@ from execution.autotune_results import (AutotuneOutcome, AutotuneResults, Delive
                                         process_directory)
 from execution.flags import (BUILD_OPTIONS, FLAGS, FUSION_TYPE_PREFIX, LIBRARY_FLAGS,
                              PLACEMENT_PREFIX, CompilerConfig, FlagSpec, enum_of_number, to_xla)
-from hlo.environment import xla_flags_options
+from execution.sharded import base_options, devices_for
+from hlo.environment import Partitioning, xla_flags_options
 from hlo.proto import build_messages
 
 # The flags whose defaults the installed compiler's options say (`FlagSpec.field`), by field.
@@ -89,31 +90,34 @@ class Compiled:
 
 
 def compile_module(module_proto: bytes, config: CompilerConfig,
-                   results: AutotuneResults | None = None) -> Compiled:
-    """Compile a serialized HLO module for the first local device with `config` applied, and
+                   results: AutotuneResults | None = None,
+                   partitioning: Partitioning | None = None) -> Compiled:
+    """Compile a serialized HLO module with `config` applied, for the first local device, or
+    as `partitioning` partitions it for the first devices it spans (`execution.sharded`), and
     with autotune `results` delivered where given (see the module docstring; they are delivered
     whatever the platform: XLA:CPU takes the directory and reads nothing). OSError when the
-    process's own directory cannot be written."""
-    options = compile_options(config)
+    process's own directory cannot be written; DeviceShortage when the process has too few
+    devices."""
+    options = compile_options(config, partitioning)
     if results is None:
-        return _compiled(module_proto, options)
+        return _compiled(module_proto, options, partitioning)
     with Delivery(results, process_directory(), dump=True) as delivery:
-        compiled = _compiled(module_proto, delivery.options(options))
+        compiled = _compiled(module_proto, delivery.options(options), partitioning)
         compiled.autotune = delivery.outcome()
     return compiled
 
 
-def _compiled(module_proto: bytes, options: Any) -> Compiled:
-    """The module compiled with jaxlib CompileOptions `options` for the first local device."""
-    import jax
+def _compiled(module_proto: bytes, options: Any, partitioning: Partitioning | None) -> Compiled:
+    """The module compiled with jaxlib CompileOptions `options` for the devices `partitioning`
+    spans (one device for None)."""
     from jax._src.lib import _jax
 
-    device = jax.devices()[0]
+    devices = devices_for(partitioning)
     started = time.perf_counter()
     try:
         stablehlo = _jax.mlir.hlo_to_stablehlo(module_proto)
-        executable = device.client.compile_and_load(
-            stablehlo, _jax.DeviceList((device,)), options
+        executable = devices[0].client.compile_and_load(
+            stablehlo, _jax.DeviceList(tuple(devices)), options
         )
     except Exception as exc:  # jaxlib raises JaxRuntimeError (XlaRuntimeError before 0.5)
         raise CompileError(_describe(exc)) from exc
@@ -122,11 +126,10 @@ def _compiled(module_proto: bytes, options: Any) -> Compiled:
     return Compiled(executable, seconds, optimized)
 
 
-def compile_options(config: CompilerConfig) -> Any:
-    """JAX's compile options for one device with `config` applied."""
-    from jax._src import compiler
-
-    return apply_config(compiler.get_compile_options(num_replicas=1, num_partitions=1), config)
+def compile_options(config: CompilerConfig, partitioning: Partitioning | None = None) -> Any:
+    """JAX's compile options for one device, or for `partitioning`'s devices, with `config`
+    applied."""
+    return apply_config(base_options(partitioning), config)
 
 
 def apply_config(options: Any, config: CompilerConfig) -> Any:
@@ -170,6 +173,19 @@ def job_build_options(options: Any) -> dict[str, str]:
     build = options.executable_build_options
     return {name: enum_of_number(spec, getattr(build, name)) for name, spec in BUILD_OPTIONS.items()
             if getattr(build, name, _UNSET_BUILD_OPTION) != _UNSET_BUILD_OPTION}
+
+
+def job_partitioning(options: Any, mesh: tuple[tuple[str, int], ...] = ()) -> Partitioning:
+    """How jaxlib CompileOptions `options` partition a compile (replicas, partitions, SPMD and
+    Shardy), with the module's `mesh` and this process's view of the job: how many processes
+    it has (`jax.process_count()`) and how many devices each (`jax.local_device_count()`)."""
+    import jax
+
+    build = options.executable_build_options
+    return Partitioning(replicas=int(build.num_replicas), partitions=int(build.num_partitions),
+                        spmd=bool(build.use_spmd_partitioning),
+                        shardy=bool(getattr(build, "use_shardy_partitioner", False)), mesh=mesh,
+                        processes=jax.process_count(), local_devices=jax.local_device_count())
 
 
 def backend_extra_options(options: Any) -> dict[str, str]:

@@ -36,10 +36,13 @@ from execution.autotune_results import AutotuneResults
 from execution.compile import CompileError
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
-from execution.numerics import all_ok, compare_outputs
+from execution.numerics import Numerics, OutputCheck, pooled
 from execution.worker import (CRASH, DEFAULT_TIMEOUT, ERROR, OOM, TIMEOUT, Fault, Worker,
                               WorkerFailure)
 from hlo.interval import Interval, columns
+from execution.per_device import PerDeviceError, per_device_module
+from execution.sharded import spans
+from hlo.environment import Partitioning
 from hlo.module import HloModule
 
 Reply = TypeVar("Reply", session.Built, session.Offline)
@@ -79,16 +82,36 @@ class EvaluationResult:
     default_seconds: float | None = None
     candidate_seconds: float | None = None
     stop_reason: str = ""
-    numerics: list[dict[str, Any]] = field(default_factory=list)
+    # The candidate's outputs as checked (`execution.numerics.Numerics.outputs`: on the first
+    # set of inputs that failed, where one did), and how many sets of inputs were checked and
+    # failed (a failure is checked on more inputs before it decides: `numerics.judge`).
+    numerics: list[OutputCheck] = field(default_factory=list)
     error: str | None = None  # why the evaluation failed, when it did, for people
     failure: Failure | None = None  # why the evaluation failed, when it did, as data
     candidate_runs: bool | None = None  # when the default fails: whether the candidate runs it
     numerics_against: str = "default"  # whose outputs `numerics` checks: default | reference
     speedups: list[float] = field(default_factory=list)  # each worker's (evaluate_independently)
+    inputs_checked: int = 0
+    inputs_failed: int = 0
+
+    def judged(self) -> Numerics:
+        """Its numerics as judged: `numerics_ok` their verdict, over one set of inputs where it
+        does not say how many (a result made before they were counted)."""
+        if self.inputs_checked:
+            return Numerics(bool(self.numerics_ok), self.inputs_checked, self.inputs_failed,
+                            list(self.numerics))
+        return Numerics(self.numerics_ok is not False, 1, int(self.numerics_ok is False),
+                        list(self.numerics))
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: every field, the speedup as `speedup`, `ci_low`, `ci_high`."""
         return {**asdict(self), **columns(self.speedup)}
+
+
+def numerics_fields(numerics: Numerics) -> dict[str, Any]:
+    """The EvaluationResult fields that record `numerics`."""
+    return dict(numerics_ok=numerics.ok, numerics=list(numerics.outputs),
+                inputs_checked=numerics.checked, inputs_failed=numerics.failed)
 
 
 class DefaultFails(RuntimeError):
@@ -97,14 +120,15 @@ class DefaultFails(RuntimeError):
 
 
 def prepare_default(worker: Worker, module_proto: bytes, seed: int,
-                    timeout: float = DEFAULT_TIMEOUT) -> str:
+                    timeout: float = DEFAULT_TIMEOUT,
+                    partitioning: Partitioning | None = None) -> str:
     """Compile and run the module with the compiler's defaults in `worker`, which keeps it for
     the candidates measured there next (`execution.session.prepare`); returns the default's
     program key. Raises DefaultFails when it cannot; an exception of the worker's job (our code,
     not the compiler's) stays a WorkerFailure."""
     try:
         prepared = worker.call(session.prepare, timeout=timeout, module_proto=module_proto,
-                               seed=seed)
+                               seed=seed, partitioning=partitioning)
     except WorkerFailure as failure:
         if not failure.died:
             raise
@@ -122,10 +146,13 @@ def evaluate(
     worker: Worker | None = None,
     timeout: float = 600.0,
     seed: int = 0,
+    partitioning: Partitioning | None = None,
 ) -> EvaluationResult:
-    """Evaluate `candidate` against `default` (the compiler's defaults) in a sandboxed worker."""
+    """Evaluate `candidate` against `default` (the compiler's defaults) in a sandboxed worker,
+    the module compiled for one device, or whole as `partitioning` partitions it (the worker,
+    given or made here, has the devices it spans: `worker_for`)."""
     own_worker = worker is None
-    worker = worker or Worker()
+    worker = worker or worker_for(partitioning)
     try:
         return worker.call(
             run_evaluation,
@@ -135,6 +162,7 @@ def evaluate(
             default=dict(default or {}),
             settings=settings or MeasureSettings(),
             seed=seed,
+            partitioning=partitioning,
         )
     except WorkerFailure as failure:
         return failed_result(WORKER_FAILS[failure.kind], f"{failure.kind}: {failure.reason}")
@@ -148,15 +176,24 @@ def evaluate_independently(module: HloModule, candidate: CompilerConfig, workers
                            settings: MeasureSettings | None = None, timeout: float = 600.0,
                            seed: int = 0, python: str | None = None,
                            settled: Callable[[EvaluationResult], bool] | None = None,
-                           most: int = 0) -> EvaluationResult:
+                           most: int = 0,
+                           partitioning: Partitioning | None = None) -> EvaluationResult:
     """`evaluate` in `workers` fresh workers under the interpreter `python` (default: this one),
     seeds `seed`, `seed + 1`, ..., as one result (`in_fresh_workers`, which takes `settled`
-    and `most`)."""
+    and `most`); the module compiled whole as `partitioning` partitions it, where given."""
     settings = settings or MeasureSettings()
     return in_fresh_workers(
         lambda worker, index: evaluate(module, candidate, default, settings, worker, timeout,
-                                       seed + index),
-        workers, settings.noise_band, functools.partial(Worker, python=python), settled, most)
+                                       seed + index, partitioning),
+        workers, settings.noise_band, functools.partial(worker_for, partitioning, python=python),
+        settled, most)
+
+
+def worker_for(partitioning: Partitioning | None, python: str | None = None,
+               **options: Any) -> Worker:
+    """A worker (under `python`, with the Worker's other `options`) that has the devices a
+    program compiled with `partitioning` spans (one for None)."""
+    return Worker(python=python, devices=spans(partitioning), **options)
 
 
 def in_fresh_workers(job: Callable[[Worker, int], EvaluationResult], workers: int,
@@ -184,14 +221,16 @@ def in_fresh_workers(job: Callable[[Worker, int], EvaluationResult], workers: in
 def median_of(results: list[EvaluationResult], noise_band: float) -> EvaluationResult:
     """Independent measurements of one candidate as one: the median speedup, the medians of the
     intervals' ends (significant when that lower end clears 1 + `noise_band`: most of the
-    workers agree), numerics ok only if ok in every one; `speedups` lists each."""
+    workers agree), the numerics judged over the inputs of all (`numerics.pooled`: they fail
+    where the failure holds up over them); `speedups` lists each."""
     median = statistics.median
     worst = min(results, key=lambda r: bool(r.numerics_ok))
     speedup = Interval(median(r.speedup.estimate for r in results),
                        median(r.speedup.low for r in results),
                        median(r.speedup.high for r in results))
+    numerics = pooled([r.judged() for r in results])
     return replace(worst, speedup=speedup, significant=speedup.low > 1.0 + noise_band,
-                   numerics_ok=all(r.numerics_ok for r in results),
+                   **numerics_fields(numerics),
                    pairs=sum(r.pairs for r in results),
                    default_seconds=median(r.default_seconds for r in results),
                    candidate_seconds=median(r.candidate_seconds for r in results),
@@ -215,14 +254,15 @@ def run_evaluation(
     default: CompilerConfig,
     settings: MeasureSettings,
     seed: int,
+    partitioning: Partitioning | None = None,
 ) -> EvaluationResult:
     """The worker side of `evaluate`."""
     module_proto = session.measurable_module(module_proto)
     config = {**default, **candidate}
-    base = session.prepare(module_proto, seed, default)
+    base = session.prepare(module_proto, seed, default, partitioning)
     if base.error is not None:
-        return _without_default(module_proto, candidate, default, seed, base.error)
-    tuned = session.compile_serialized(module_proto, config)
+        return _without_default(module_proto, candidate, default, seed, base.error, partitioning)
+    tuned = session.compile_serialized(module_proto, config, partitioning=partitioning)
     if tuned.error is not None:
         return failed_result(CANDIDATE_FAILS, f"candidate config {tuned.error}")
     if tuned.program == base.program and candidate:  # an empty candidate is an A/A check
@@ -264,6 +304,23 @@ def autotune_offline(module: HloModule, config: CompilerConfig | None = None,
     return _in_fresh_worker(session.autotune_exhaustively, session.Offline, timeout, python,
                             module_proto=session.measurable_module(module.proto),
                             config=dict(config or {}))
+
+
+def per_device_program(module: HloModule, partitioning: Partitioning,
+                       timeout: float = DEFAULT_TIMEOUT) -> HloModule:
+    """The per-device program of `module` as `partitioning` partitions it, its collectives
+    replaced by local stand-ins (`execution.per_device`): what per-device mode measures on one
+    device. Partitioned in a fresh CPU worker with the partitioning's devices as host devices;
+    PerDeviceError says why there is none (the worker's failure included)."""
+    with Worker(devices=partitioning.devices, platform="cpu") as worker:
+        try:
+            proto = worker.call(per_device_module, timeout=timeout,
+                                module_proto=session.measurable_module(module.proto),
+                                partitioning=partitioning)
+        except WorkerFailure as failure:
+            raise PerDeviceError(f"partitioning {module.name or module.source} failed "
+                                 f"({failure.kind}): {failure.reason}") from None
+    return HloModule(proto, module.name, f"{module.source} (per device of {partitioning.devices})")
 
 
 def _in_fresh_worker(job: Callable[..., Reply], reply: type[Reply], timeout: float,
@@ -322,7 +379,6 @@ def measured_result(timed: session.Timed, compile_seconds: float | None,
     return EvaluationResult(
         speedup=measured.speedup,
         significant=measured.significant,
-        numerics_ok=timed.numerics_ok,
         identical_program=False,
         compile_seconds=compile_seconds,
         default_compile_seconds=default_compile_seconds,
@@ -330,12 +386,13 @@ def measured_result(timed: session.Timed, compile_seconds: float | None,
         default_seconds=measured.default_seconds,
         candidate_seconds=measured.candidate_seconds,
         stop_reason=measured.stop_reason,
-        numerics=timed.numerics,
+        **numerics_fields(timed.numerics),
     )
 
 
 def _without_default(module_proto: bytes, candidate: CompilerConfig, default: CompilerConfig,
-                     seed: int, reason: str) -> EvaluationResult:
+                     seed: int, reason: str,
+                     partitioning: Partitioning | None = None) -> EvaluationResult:
     """The result when the default fails (`reason`): whether the candidate runs the module
     instead, and if it does, its numerics checked against REFERENCE_CONFIG (an A/A check tries
     nothing)."""
@@ -343,15 +400,16 @@ def _without_default(module_proto: bytes, candidate: CompilerConfig, default: Co
     if not candidate:
         return failed
     try:
-        outputs, seconds = session.outputs_of(module_proto, {**default, **candidate}, seed)
+        tuned, seconds = session.compiled_and_run(module_proto, {**default, **candidate}, seed,
+                                                  partitioning)
     except (CompileError, session.RunError):
         return replace(failed, candidate_runs=False)
     ran = replace(failed, candidate_runs=True, compile_seconds=seconds)
     try:
-        expected, _ = session.outputs_of(module_proto, {**default, **REFERENCE_CONFIG}, seed)
+        reference, _ = session.compiled_and_run(module_proto, {**default, **REFERENCE_CONFIG}, seed,
+                                                partitioning)
+        numerics = session.Reference(module_proto, seed, reference, partitioning).judge(tuned)
     except (CompileError, session.RunError) as exc:
         return replace(ran, error=f"{failed.error}; the reference config fails too, so the "
                                   f"candidate's numerics are unchecked: {exc}")
-    checks = compare_outputs(expected, outputs)
-    return replace(ran, numerics_ok=all_ok(checks), numerics=[asdict(c) for c in checks],
-                   numerics_against="reference")
+    return replace(ran, **numerics_fields(numerics), numerics_against="reference")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from execution.autotune_results import (EXHAUSTIVE_FLAG, NO_RESULTS, AutotuneOutcome,
@@ -34,7 +34,11 @@ from execution.compile import (CompileError, compile_module, compile_options,
                                compiler_defaults, elf_objects, object_code)
 from execution.flags import CompilerConfig, codegen_values, unseen_values, without_defaults
 from execution.measure import MeasureSettings, Measurement, Runner, measure_pair
+from execution.numerics import (PROBES, RECHECKS, Numerics, OutputCheck, compare_outputs, judge,
+                                movement, recheck)
+from execution.sharded import Placed, devices_for, global_output_shapes
 from execution.tuple_parameters import flatten_tuple_parameters
+from hlo.environment import Partitioning
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule
 from hlo.proto import ModuleProto
@@ -95,12 +99,12 @@ class Offline:
 @dataclass(frozen=True)
 class Timed:
     """A candidate measured against what its worker keeps (`measure_serialized`): the
-    measurement and its numeric checks (`execution.numerics.Check` fields); or why it fails to
-    run (`error`, and nothing else set)."""
+    measurement and its numerics as judged (`execution.numerics.Numerics`; `numerics_ok` is
+    their verdict); or why it fails to run (`error`, and nothing else set)."""
 
     measurement: Measurement | None = None
     numerics_ok: bool | None = None
-    numerics: list[dict[str, Any]] = field(default_factory=list)
+    numerics: Numerics | None = None
     span: Span | None = None
     error: str | None = None
 
@@ -127,18 +131,20 @@ class RunError(RuntimeError):
     """XLA failed to run a compiled module (it compiled)."""
 
 
-def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None = None) -> Prepared:
-    """Compile and run the module with `default` (the compiler's defaults unless given); keep
-    it for the candidates that follow. Its program key and compile time, or why it does not
-    compile or run."""
+def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None = None,
+            partitioning: Partitioning | None = None) -> Prepared:
+    """Compile and run the module with `default` (the compiler's defaults unless given), for
+    one device or whole as `partitioning` partitions it (`execution.sharded`: this worker has
+    its devices); keep it for the candidates that follow, which are compiled the same way. Its
+    program key and compile time, or why it does not compile or run."""
     _STATE.clear()  # a default that fails leaves no earlier module's default to measure against
     module_proto = measurable_module(module_proto)
     try:
-        base = compile_module(module_proto, default or {})
+        base = compile_module(module_proto, default or {}, partitioning=partitioning)
     except CompileError as exc:
         return Prepared(error=f"does not compile: {exc}")
     try:
-        _keep(module_proto, seed, base.executable)
+        _keep(module_proto, seed, base.executable, partitioning)
     except RunError as exc:
         return Prepared(error=f"fails to run: {exc}")
     key = program_key(base.optimized_proto, object_code(base.executable), default or {})
@@ -146,60 +152,131 @@ def prepare(module_proto: bytes, seed: int = 0, default: CompilerConfig | None =
 
 
 def keep_serialized(module_proto: bytes, seed: int, executable: bytes,
-                    config: CompilerConfig) -> Prepared:
-    """Keep a candidate compiled elsewhere (`compile_serialized`) as what the next candidates
-    are timed against (the baseline of a comparison of the tuner's winner, in a fresh worker),
-    as `prepare` keeps the default; why when it fails to run. No program key: its caller
-    has it."""
+                    config: CompilerConfig, partitioning: Partitioning | None = None) -> Prepared:
+    """Keep a candidate compiled elsewhere (`compile_serialized`, with the same `partitioning`)
+    as what the next candidates are timed against (the baseline of a comparison of the tuner's
+    winner, in a fresh worker), as `prepare` keeps the default; why when it fails to run. No
+    program key: its caller has it."""
     _STATE.clear()
     try:
-        _keep(measurable_module(module_proto), seed, _loaded(executable, config))
+        _keep(measurable_module(module_proto), seed, _loaded(executable, config, partitioning),
+              partitioning)
     except RunError as exc:
         return Prepared(error=f"fails to run: {exc}")
     return Prepared()
 
 
-def _keep(module_proto: bytes, seed: int, executable: Any) -> None:
-    """Run `executable` twice on the module's inputs for `seed` and keep it as what the next
-    candidates are measured against, with its outputs and how far its two runs' outputs differ
-    (the `spread` of execution.numerics); raises RunError when it fails to run."""
-    from execution.numerics import compare_outputs
-
-    arguments = _arguments(module_proto, seed)
-    outputs = run_once(executable, arguments)
-    spread = [check.max_error for check in compare_outputs(outputs, run_once(executable, arguments))]
-    _STATE.update(arguments=arguments, outputs=outputs, spread=spread,
-                  runner=timed_runner(executable, arguments))
+def _keep(module_proto: bytes, seed: int, executable: Any,
+          partitioning: Partitioning | None) -> None:
+    """Keep `executable` (compiled for one device, or whole as `partitioning` partitions it) as
+    what the next candidates are measured against: its `Reference` on the module's inputs for
+    `seed`, and a runner on them; raises RunError when it fails to run."""
+    reference = Reference(module_proto, seed, executable, partitioning)
+    _STATE.update(reference=reference, runner=timed_runner(reference.run(0).placed))
 
 
-def outputs_of(module_proto: bytes, config: CompilerConfig, seed: int) -> tuple[list[Any], float]:
-    """The outputs of one run of the module compiled with `config`, on the inputs of `seed`, and
-    its compile time; raises CompileError or RunError."""
-    compiled = compile_module(module_proto, config)
-    return run_once(compiled.executable, _arguments(module_proto, seed)), compiled.compile_seconds
+@dataclass(frozen=True)
+class ReferenceRun:
+    """A kept executable run on one set of inputs (`Reference.run`): the inputs, whole in numpy,
+    the executable with them placed on its devices, its outputs (whole), and per output their
+    spread and sensitivity (`execution.numerics`)."""
+
+    inputs: list[Any]
+    placed: Placed
+    outputs: list[Any]
+    spread: list[float]
+    sensitivity: list[float]
 
 
-def run_once(executable: Any, arguments: list[Any]) -> list[Any]:
-    """The outputs of one run of `executable`, as numpy arrays; raises RunError when XLA fails
-    the run."""
-    import numpy as np
+class Reference:
+    """What a candidate's numerics are judged against (`execution.numerics`): an executable's
+    outputs on the module's inputs for `seed`, each set of them (`draw`) run when first needed,
+    with the outputs' spread (two runs on the same inputs) and sensitivity (the most the outputs
+    move over `PROBES` runs on the inputs moved by a last bit: `execution.inputs.perturbed`).
+    The executable and every candidate run on the devices `partitioning` spans (one for None),
+    their inputs placed as each executable's parameters are sharded, their outputs gathered
+    whole. Its methods raise RunError when an executable fails to run."""
+
+    def __init__(self, module_proto: bytes, seed: int, executable: Any,
+                 partitioning: Partitioning | None = None) -> None:
+        self.module_proto, self.seed, self.executable = module_proto, seed, executable
+        self.partitioning = partitioning
+        self.output_shapes = global_output_shapes(HloModule(module_proto, "", "tuning"))
+        self._runs: dict[int, ReferenceRun] = {}
+        self.run(0)  # the seed's own inputs run now: an executable that fails, fails here
+
+    def place(self, executable: Any, inputs: list[Any]) -> Placed:
+        """`executable` with `inputs` placed on its devices (`placed`)."""
+        return placed(executable, inputs, self.partitioning, self.output_shapes)
+
+    def run(self, draw: int) -> ReferenceRun:
+        """The executable run on inputs `draw` of the seed (`execution.inputs.make_inputs`)."""
+        from execution.inputs import perturbed
+
+        if draw not in self._runs:
+            host = _host_inputs(self.module_proto, self.seed, draw)
+            kept = self.place(self.executable, host)
+            outputs = run_once(kept)
+            spread = movement(outputs, run_once(kept))
+            sensitivity = [0.0] * len(outputs)
+            for probe in range(PROBES):
+                moved = self.place(self.executable, perturbed(host, self.seed, draw * PROBES + probe))
+                sensitivity = [max(a, b) for a, b in zip(sensitivity, movement(outputs, run_once(moved)))]
+            self._runs[draw] = ReferenceRun(host, kept, outputs, spread, sensitivity)
+        return self._runs[draw]
+
+    def check(self, candidate: Any, draw: int = 0) -> list[OutputCheck]:
+        """`candidate`'s outputs on inputs `draw` against this executable's."""
+        run = self.run(draw)
+        return compare_outputs(run.outputs, run_once(self.place(candidate, run.inputs)),
+                               run.spread, run.sensitivity)
+
+    def judge(self, candidate: Any) -> Numerics:
+        """`candidate`'s numerics: checked on the seed's inputs and, where that fails (not
+        decisively), on `RECHECKS` more sets of them; judged over all (`numerics.judge`)."""
+        checks = [self.check(candidate)]
+        if recheck(checks[0]):
+            checks += [self.check(candidate, draw) for draw in range(1, RECHECKS + 1)]
+        return judge(checks)
+
+
+def compiled_and_run(module_proto: bytes, config: CompilerConfig, seed: int,
+                     partitioning: Partitioning | None = None) -> tuple[Any, float]:
+    """The module compiled with `config` (for one device, or whole as `partitioning` partitions
+    it), run once on the inputs of `seed`, and its compile time; raises CompileError or
+    RunError."""
+    compiled = compile_module(module_proto, config, partitioning=partitioning)
+    shapes = global_output_shapes(HloModule(module_proto, "", "tuning"))
+    run_once(placed(compiled.executable, _host_inputs(module_proto, seed), partitioning, shapes))
+    return compiled.executable, compiled.compile_seconds
+
+
+def placed(executable: Any, inputs: list[Any], partitioning: Partitioning | None,
+           output_shapes: list[Any]) -> Placed:
+    """`executable` with `inputs` (whole, in numpy) placed on the devices `partitioning` spans
+    (`execution.sharded.Placed`); RunError when they do not fit its parameters."""
+    try:
+        return Placed(executable, inputs, partitioning, output_shapes)
+    except ValueError as exc:
+        raise RunError(str(exc)) from exc
+
+
+def run_once(placed: Placed) -> list[Any]:
+    """The outputs of one run of a placed executable, as numpy arrays, whole; raises RunError
+    when XLA fails the run."""
     from jax.errors import JaxRuntimeError
 
     try:  # the run is asynchronous: its failure surfaces when the outputs are read
-        return [np.asarray(output) for output in executable.execute(arguments)]
+        return placed.run()
     except JaxRuntimeError as exc:
         raise RunError(first_line(exc)) from exc
 
 
-def _arguments(module_proto: bytes, seed: int) -> list[Any]:
-    """The module's inputs for `seed`, on the first device."""
-    import jax
-
+def _host_inputs(module_proto: bytes, seed: int, draw: int = 0) -> list[Any]:
+    """The module's inputs for `seed` and `draw` (`execution.inputs.make_inputs`), in numpy."""
     from execution.inputs import make_inputs, parameter_specs
 
-    device = jax.devices()[0]
-    return [jax.device_put(a, device) for a in make_inputs(
-        parameter_specs(HloModule(module_proto, "", "tuning")), seed)]
+    return make_inputs(parameter_specs(HloModule(module_proto, "", "tuning")), seed, draw)
 
 
 def _span(kind: Literal["compile", "measure"], started: float) -> Span:
@@ -209,13 +286,15 @@ def _span(kind: Literal["compile", "measure"], started: float) -> Span:
 
 
 def compile_serialized(module_proto: bytes, config: CompilerConfig,
-                       results: AutotuneResults | None = None) -> Built:
-    """Compile `config` (in a compile worker), with autotune `results` delivered where given
-    (in a fresh worker: see the module docstring): its program key and the executable,
-    serialized for the execute worker, or the compile error."""
+                       results: AutotuneResults | None = None,
+                       partitioning: Partitioning | None = None) -> Built:
+    """Compile `config` (in a compile worker), for one device or whole as `partitioning`
+    partitions it, with autotune `results` delivered where given (in a fresh worker: see the
+    module docstring): its program key and the executable, serialized for the execute worker,
+    or the compile error."""
     started = time.monotonic()
     try:
-        compiled = compile_module(module_proto, config, results)
+        compiled = compile_module(module_proto, config, results, partitioning)
     except CompileError as exc:
         return Built(error=f"does not compile: {exc}")
     serialized = compiled.executable.serialize()  # once: the key's machine code, and the handover
@@ -238,31 +317,30 @@ def autotune_exhaustively(module_proto: bytes, config: CompilerConfig) -> Offlin
 
 def measure_serialized(executable: bytes, config: CompilerConfig,
                        settings: MeasureSettings) -> Timed:
-    """Load a candidate compiled elsewhere (`compile_serialized`), check its numerics and time
-    it against what this worker keeps (the prepared default, or a comparison's baseline); why
-    when XLA fails to run it."""
-    from execution.numerics import all_ok, compare_outputs
-
+    """Load a candidate compiled elsewhere (`compile_serialized`, as what this worker keeps
+    was), judge its numerics (`Reference.judge`) and time it against what this worker keeps
+    (the prepared default, or a comparison's baseline); why when XLA fails to run it."""
     started = time.monotonic()
-    loaded = _loaded(executable, config)
-    arguments = _STATE["arguments"]
+    reference: Reference = _STATE["reference"]
     try:
-        checks = compare_outputs(_STATE["outputs"], run_once(loaded, arguments), _STATE["spread"])
+        loaded = _loaded(executable, config, reference.partitioning)
+        numerics = reference.judge(loaded)
+        candidate = reference.place(loaded, reference.run(0).inputs)
     except RunError as exc:
         return Timed(error=f"fails to run: {exc}")
-    measurement = measure_pair(_STATE["runner"], timed_runner(loaded, arguments), settings)
-    return Timed(measurement, all_ok(checks), [asdict(check) for check in checks],
-                 _span("measure", started))
+    measurement = measure_pair(_STATE["runner"], timed_runner(candidate), settings)
+    return Timed(measurement, numerics.ok, numerics, _span("measure", started))
 
 
-def _loaded(executable: bytes, config: CompilerConfig) -> Any:
-    """An executable serialized by `compile_serialized`, loaded on the first device."""
-    import jax
+def _loaded(executable: bytes, config: CompilerConfig,
+            partitioning: Partitioning | None = None) -> Any:
+    """An executable serialized by `compile_serialized`, loaded on the devices it was compiled
+    for."""
     from jax._src.lib import _jax
 
-    device = jax.devices()[0]
-    return device.client.deserialize_executable(executable, _jax.DeviceList((device,)),
-                                                compile_options(config))
+    devices = devices_for(partitioning)
+    return devices[0].client.deserialize_executable(executable, _jax.DeviceList(tuple(devices)),
+                                                    compile_options(config, partitioning))
 
 
 def measurable_module(module_proto: bytes) -> bytes:
@@ -284,14 +362,13 @@ def without_buffer_aliasing(module_proto: bytes) -> bytes:
     return view.SerializeToString()
 
 
-def timed_runner(executable: Any, arguments: list[Any]) -> Runner:
-    """A Runner (see execution.measure) that executes `executable` on `arguments` and waits."""
+def timed_runner(placed: Placed) -> Runner:
+    """A Runner (see execution.measure) that runs a placed executable and waits for every
+    device."""
 
     def run(repeats: int) -> float:
         started = time.perf_counter()
-        for _ in range(repeats):
-            for output in executable.execute(arguments):
-                output.block_until_ready()
+        placed.wait(repeats)
         return time.perf_counter() - started
 
     return run

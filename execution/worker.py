@@ -12,9 +12,10 @@ useful address-space limit lets a GPU worker start.
 
 On a GPU machine each worker owns one GPU (`CUDA_VISIBLE_DEVICES`: the first its caller sees)
 and takes its memory as it needs it rather than the three quarters JAX preallocates: compile
-workers and the measuring worker share that GPU (execution.cores: they take turns). The hook's
-sandbox is the exception (`one_gpu=False`): it compiles a job's module for as many devices as
-the job does.
+workers and the measuring worker share that GPU (execution.cores: they take turns). A worker
+that measures a sharded program whole is given N devices instead (`devices=N`: the first N GPUs
+its caller sees, or on a CPU N host devices, XLA's `--xla_force_host_platform_device_count`),
+and one given `devices=None` sees what its caller sees.
 
 A job is a module-level function, passed as itself (`worker.call(session.prepare, ...)`): the
 worker imports it by its module and qualified name, so only its arguments and result cross the
@@ -42,9 +43,15 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable, Iterator, Literal, Mapping, TypeVar
 
 from execution.cores import parse_cores, pin, start_backend_on
+from hlo.environment import HOST_DEVICES_FLAG
 
 T = TypeVar("T")
 DEFAULT_MEMORY_LIMIT = 8 * 1024**3
+# What a worker's limit grows by for each device it is given past the first: XLA's CPU client
+# starts threads per host device, and each thread's stack (8 MiB, reserved, mostly unwritten)
+# counts in the data segment, so a limit that suits one device kills a worker of a thousand
+# (pthread_create fails; measured in docs/sharded.md).
+PER_DEVICE_ALLOWANCE = 16 * 1024**2
 DEFAULT_TIMEOUT = 300.0
 # JAX's 64-bit types on: with JAX's default, `jax.device_put` makes an f64 or s64 input f32 or
 # s32, and XLA refuses it for an f64 or s64 parameter. A worker's jobs make every array from an
@@ -112,12 +119,17 @@ class Worker:
 
     def __init__(self, memory_limit: int = DEFAULT_MEMORY_LIMIT, python: str | None = None,
                  cores: frozenset[int] | None = None,
-                 backend_cores: frozenset[int] | None = None, one_gpu: bool = True) -> None:
-        self._memory_limit = memory_limit
+                 backend_cores: frozenset[int] | None = None, devices: int | None = 1,
+                 platform: str | None = None) -> None:
+        extra = PER_DEVICE_ALLOWANCE * max((devices or 1) - 1, 0)
+        self._memory_limit = memory_limit + extra if memory_limit > 0 else memory_limit
         self._python = python or sys.executable  # the interpreter (and so the jaxlib) it runs
         self._cores = cores  # the cores it is pinned to (None: those of its caller)
         self._backend_cores = backend_cores  # the cores its JAX backend starts on (see cores)
-        self._one_gpu = one_gpu  # see the module docstring
+        self._devices = devices  # see the module docstring
+        # JAX's platform for the worker (JAX_PLATFORMS), where it must not be the caller's: a
+        # sharded module's partitioning runs on host devices whatever the machine's accelerator.
+        self._platform = {"JAX_PLATFORMS": platform} if platform else {}
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Connection | None = None
 
@@ -165,7 +177,8 @@ class Worker:
                  str(self._memory_limit), _core_list(self._cores),
                  _core_list(self._backend_cores)],
                 pass_fds=(child.fileno(),),
-                env={**os.environ, **_ENVIRONMENT, **(one_gpu(os.environ) if self._one_gpu else {}),
+                env={**os.environ, **_ENVIRONMENT, **device_variables(os.environ, self._devices),
+                     **self._platform,
                      "PYTHONPATH": project_root() + os.pathsep + os.environ.get("PYTHONPATH", "")},
             )
         except OSError as exc:
@@ -207,12 +220,23 @@ def _importable(function: Callable[..., Any]) -> tuple[str, str]:
     return module_name, qualified_name
 
 
-def one_gpu(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables that give a worker of a caller with environment `environ` one GPU: the
-    first its caller sees (CUDA's numbering, or the caller's own list), none where the caller
-    sees none."""
-    visible = environ.get("CUDA_VISIBLE_DEVICES", "0")
-    return {"CUDA_VISIBLE_DEVICES": visible.split(",")[0].strip()}
+def device_variables(environ: Mapping[str, str], devices: int | None) -> dict[str, str]:
+    """The variables that give a worker of a caller with environment `environ` `devices`
+    devices: the first that many GPUs its caller sees (CUDA's numbering, or the caller's own
+    list; none where the caller sees none), and as many host devices on a CPU (XLA_FLAGS with
+    its other flags kept); None: nothing changed, the worker sees what its caller does."""
+    if devices is None:
+        return {}
+    if devices < 1:
+        raise ValueError(f"a worker needs at least one device, not {devices}")
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = [d.strip() for d in visible.split(",")] if visible is not None else [str(d) for d in range(devices)]
+    flags = [word for word in environ.get("XLA_FLAGS", "").split()
+             if not word.startswith(f"--{HOST_DEVICES_FLAG}=")]
+    if devices > 1:
+        flags.append(f"--{HOST_DEVICES_FLAG}={devices}")
+    return {"CUDA_VISIBLE_DEVICES": ",".join(gpus[:devices]), "XLA_FLAGS": " ".join(flags)}
+
 
 
 def _core_list(cores: frozenset[int] | None) -> str:
@@ -229,9 +253,9 @@ class WorkerPool:
 
     def __init__(self, size: int = 1, memory_limit: int = DEFAULT_MEMORY_LIMIT,
                  cores: frozenset[int] | None = None,
-                 backend_cores: frozenset[int] | None = None) -> None:
-        self._idle = [Worker(memory_limit, cores=cores, backend_cores=backend_cores)
-                      for _ in range(size)]
+                 backend_cores: frozenset[int] | None = None, devices: int | None = 1) -> None:
+        self._idle = [Worker(memory_limit, cores=cores, backend_cores=backend_cores,
+                             devices=devices) for _ in range(size)]
         self._all = list(self._idle)
         self._available = threading.Semaphore(size)
         self._lock = threading.Lock()

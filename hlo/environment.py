@@ -10,6 +10,11 @@ A CPU's device kind names its architecture and the ISA features that change code
 version names the whole stack that compiles for it: jaxlib and the CUDA (or ROCm) plugin
 distributions, whose PJRT plugin holds XLA:GPU itself. The four fields are the ones every
 table and the validator already compare, so a CPU environment's key is what it always was.
+
+A module compiled across devices or processes (SPMD partitioning, `jax.distributed`) carries how
+the job compiles it (`Partitioning`): a 4-device compile is not an 8-device one, nor a
+one-process job a two-process one. A compile for one device of one process has none, so its
+key is what it was before partitionings were recorded.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import os
 import platform
 import re
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 # Parts of XLA flag names that touch files, caches or the process rather than the generated
@@ -35,6 +40,82 @@ _RELEVANT_CPU_FLAGS = (
 )
 
 
+# The most devices or processes a partitioning may name: a bound on input, not on XLA.
+MAX_DEVICES = 1 << 16
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """How a job compiles a module across devices and processes: XLA's replicas and partitions
+    (the device assignment is `replicas` x `partitions`), whether SPMD partitioning and the
+    Shardy partitioner are on, the mesh's axes as (name, size) in order (empty where the module
+    names none), and the job's processes and each process's devices."""
+
+    replicas: int = 1
+    partitions: int = 1
+    spmd: bool = False
+    shardy: bool = False
+    mesh: tuple[tuple[str, int], ...] = ()
+    processes: int = 1
+    local_devices: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("replicas", "partitions", "processes", "local_devices"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DEVICES:
+                raise ValueError(f"partitioning field {name!r} must be an integer from 1 to "
+                                 f"{MAX_DEVICES}, not {value!r}")
+        for name in ("spmd", "shardy"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"partitioning field {name!r} must be a boolean")
+        for axis in self.mesh:
+            if not (isinstance(axis, tuple) and len(axis) == 2 and isinstance(axis[0], str)
+                    and isinstance(axis[1], int) and not isinstance(axis[1], bool)
+                    and 0 < len(axis[0]) <= 128 and 1 <= axis[1] <= MAX_DEVICES):
+                raise ValueError(f"partitioning mesh axis {axis!r} must be (name, size)")
+
+    @property
+    def devices(self) -> int:
+        """The devices one execution spans: replicas x partitions."""
+        return self.replicas * self.partitions
+
+    @property
+    def device_assignment(self) -> tuple[int, int]:
+        """The shape of the compile's device assignment: (replicas, partitions)."""
+        return self.replicas, self.partitions
+
+    def spans_devices(self) -> bool:
+        """Whether the compile is for more than one device or the job for more than one process."""
+        return self.devices > 1 or self.processes > 1
+
+    def to_json(self) -> dict:
+        """The JSON form (the mesh as [[name, size], ...])."""
+        return {**asdict(self), "mesh": [list(axis) for axis in self.mesh]}
+
+
+def partitioning_from_json(data: object) -> Partitioning:
+    """A Partitioning from its JSON form (`Partitioning.to_json`); ValueError if malformed."""
+    if not isinstance(data, dict):
+        raise ValueError("a partitioning must be a JSON object")
+    unknown = set(data) - {f for f in Partitioning.__dataclass_fields__}
+    if unknown:
+        raise ValueError(f"partitioning has unknown fields {sorted(unknown)}")
+    mesh = data.get("mesh", [])
+    if not isinstance(mesh, list) or not all(isinstance(a, list) and len(a) == 2 for a in mesh):
+        raise ValueError("partitioning field 'mesh' must be a list of [name, size]")
+    return Partitioning(**{**data, "mesh": tuple(tuple(axis) for axis in mesh)})
+
+
+_MESH_AXIS = re.compile(r'"((?:[^"\\]|\\.)*)"\s*=\s*(\d+)')
+
+
+def parse_mesh(text: str) -> tuple[tuple[str, int], ...]:
+    """The axes of a Shardy mesh as its text spells it (`#sdy.mesh<["data"=2, "model"=2]>`, as
+    an `sdy.mesh` op's attribute or the `xla.sdy.meshes` frontend attribute of an HLO module
+    hold it): (name, size) in order; empty where it names none (a maximal mesh)."""
+    return tuple((name, int(size)) for name, size in _MESH_AXIS.findall(text))
+
+
 @dataclass(frozen=True)
 class Environment:
     """Where a graph runs: everything besides the graph that decides what the compiler emits."""
@@ -44,15 +125,28 @@ class Environment:
     device_count: int
     compiler_version: str
     job_options: dict[str, str] = field(default_factory=dict)
+    partitioning: Partitioning | None = None  # None: one device of one process
 
     def to_json(self) -> dict:
-        """The JSON form, as the environment file beside a dump holds it."""
-        return asdict(self)
+        """The JSON form, as the environment file beside a dump holds it (no `partitioning`
+        where it has none)."""
+        data = asdict(self)
+        if self.partitioning is None:
+            del data["partitioning"]
+        else:
+            data["partitioning"] = self.partitioning.to_json()
+        return data
 
     def key(self) -> str:
         """A stable 32-hex-character key of this environment."""
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        canonical = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
         return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
+
+    def with_partitioning(self, partitioning: Partitioning | None) -> "Environment":
+        """This environment for a compile partitioned as `partitioning`; one that spans a single
+        device of a single process is recorded as none, so its key is the unpartitioned one."""
+        kept = partitioning if partitioning is not None and partitioning.spans_devices() else None
+        return replace(self, partitioning=kept)
 
 
 # The file beside a dump (written by the hook's spool and the simulator) that says where it ran.
@@ -73,8 +167,21 @@ def environment_from_json(data: object) -> Environment:
         raise ValueError("environment field 'job_options' must map strings to strings")
     if data["device_count"] < 1:
         raise ValueError("environment field 'device_count' must be at least 1")
+    partitioning = data.get("partitioning")
+    try:
+        partitioning = None if partitioning is None else partitioning_from_json(partitioning)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"environment field 'partitioning': {exc}") from None
     return Environment(data["platform"], data["device_kind"], data["device_count"],
-                       data["compiler_version"], dict(sorted(options.items())))
+                       data["compiler_version"], dict(sorted(options.items()))).with_partitioning(partitioning)
+
+
+def machine_kind(platform: str, device_kind: str, compiler_version: str) -> str:
+    """The key of a machine kind: what measures a sharded graph of that platform, device kind
+    and compiler (whole on N of its devices, or per device on one; its job's own options are
+    not in the graphs it lands, so any machine of the kind measures it)."""
+    text = f"{platform}/{device_kind}/{compiler_version}"
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def store_key(fingerprint: str, env_key: str) -> str:
@@ -82,11 +189,17 @@ def store_key(fingerprint: str, env_key: str) -> str:
     return hashlib.blake2b(f"{fingerprint}/{env_key}".encode(), digest_size=16).hexdigest()
 
 
+# XLA:CPU's number of host devices, read when the backend starts (a process-wide flag): how a
+# CPU job gets several devices. The environment's device count says it already, so it is no
+# job option: a sharded CPU graph keys alike whoever set it, and re-keys without it.
+HOST_DEVICES_FLAG = "xla_force_host_platform_device_count"
+
+
 def xla_flags_options(text: str | None = None) -> dict[str, str]:
     """The compiler flags a process sets through `XLA_FLAGS` (`text`, or the variable), by
     name without dashes: what a JAX user sets this way is part of what the compiler emits,
-    like the options of a compile. Flags that touch files or caches are left out; a bare
-    `--flag` is "true", as XLA reads it."""
+    like the options of a compile. Flags that touch files or caches are left out, as is the
+    host device count (HOST_DEVICES_FLAG); a bare `--flag` is "true", as XLA reads it."""
     text = os.environ.get("XLA_FLAGS", "") if text is None else text
     try:
         words = shlex.split(text)
@@ -95,7 +208,8 @@ def xla_flags_options(text: str | None = None) -> dict[str, str]:
     options = {}
     for word in words:
         name, sep, value = word.lstrip("-").partition("=")
-        if name.startswith("xla_") and not any(part in name for part in SIDE_EFFECT_FLAG_PARTS):
+        if (name.startswith("xla_") and name != HOST_DEVICES_FLAG
+                and not any(part in name for part in SIDE_EFFECT_FLAG_PARTS)):
             options[name] = value if sep else "true"
     return options
 

@@ -12,8 +12,20 @@ with the next (ingest.inputs); bad rows of a readable input are quarantined one 
 A trace (`*.xplane.pb`) says which modules ran for how long; who ran them comes from an
 `fdo-job.json` beside the trace or above it (see ingest.sidecars), else the trace's directory
 name, team "unknown" and one chip. The environment comes from an `fdo-environment.json`
-likewise, else the running machine's. A traced module is keyed by the
-graph whose optimized module it is (from `graphs`); without symbols, by its own fingerprint.
+likewise, else the running machine's. A traced module is keyed by the graph whose optimized
+module it is (from `graphs`, matched by the module's fingerprint or by that of its text form,
+which is what dumps and the hook's spool hold): the graph of the trace's environment, else the
+graph of the environment the hook recorded for the job's own compiles (the hits of its job id:
+a sharded job's environment says how it partitioned the module, which no file beside the trace
+tells); without symbols, by its own fingerprint.
+
+Chip-time: a trace is one process's. A module partitioned over devices runs once on each per
+step, and the trace times every device's run, so its seconds are device-seconds; a row counts
+the module's time per device (its wall time on the job's devices) times the row's `chips`: the
+process's share of the job's chips (the job file's `chips` over the processes of the module's
+partitioning), and never fewer than the devices the module ran on in the trace. Its executions
+are per device likewise. A 4-device step of a second is 4 chip-seconds, and the rows of a
+job's processes add up to its chip-time once (`process_chips`).
 A module the compiler hook compiled with a tuned config is found through the hook's hit record
 (ingest.hits), which gives its graph, environment, config key, store version and expected
 speedup: the hit metadata savings accounting reads (`holdout` false). A module of the holdout
@@ -27,23 +39,27 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hlo.environment import ENVIRONMENT_FILE, current_environment
+from hlo.environment import ENVIRONMENT_FILE, Partitioning, current_environment
 from ingest import drops
 from ingest.inputs import INPUT_ERRORS, Unlisted, reason, walk
 from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.rowids import SeenRows
 from ingest.sidecars import JOB_FILE, Job, nearest_file, read_environment_file, read_job_file
-from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
+from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, partitioning_of
 from storage.home import Home
 from storage.homes import open_home
 from storage.warehouse import TableSchema, Warehouse, split_rows
+
+if TYPE_CHECKING:
+    from ingest.xplane import ModuleTime
 
 TRACE_SUFFIX = ".xplane.pb"
 
@@ -81,7 +97,8 @@ class _Run:
     quarantine: Quarantine
     roots: list[Path]
     report: ProfileReport
-    served_hits: Callable[[], pa.Table]
+    graphs: Callable[[], _Graphs]
+    hits: Callable[[], pa.Table]
     seen: dict[str, SeenRows]  # by table name
 
     def land(self, table: TableSchema, rows: pa.Table, part: str) -> int:
@@ -104,7 +121,8 @@ def ingest_profiles(paths: Iterable[Path], home: Home, progress: bool = False) -
     warehouse.remove_temporaries()
     roots = [Path(p) for p in paths]
     run = _Run(warehouse, Quarantine(home), roots, ProfileReport(),
-               functools.cache(lambda: _served_hits(home)),  # read once, if a trace needs it
+               # Each read once, if a trace needs it.
+               functools.cache(lambda: _Graphs.read(warehouse)), functools.cache(lambda: _all_hits(home)),
                {t.name: SeenRows(warehouse, t) for t in (GRAPH_RUNS, OP_RUNS)})
     inputs, unlisted = find_profiles(roots)
     run.report.quarantined += [Quarantined(str(u.path), u.reason, "") for u in unlisted]
@@ -177,21 +195,30 @@ def _ingest_trace(path: Path, digest: str, run: _Run) -> None:
     environment = read_environment_file(env_file).environment if env_file else current_environment()
     env_key = environment.key()
     dt = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC).date()
-    graph_of = _graphs_by_optimized_fingerprint(run.warehouse, env_key)
-    hit_of = _hits_by_optimized_fingerprint(run.served_hits(), job.job_id)
+    graphs = run.graphs()
+    hits = run.hits()
+    hit_of = _hits_by_optimized_fingerprint(hits, job.job_id)
+    compiled = _compiled_by(hits, job.job_id)
     graph_rows, op_rows = [], []
     for module in modules:
         hit = hit_of.get(module.optimized_fingerprint or "", {})
-        fingerprint = hit.get("fingerprint") or graph_of.get(
-            module.optimized_fingerprint or "", module.optimized_fingerprint)
+        if hit:
+            graph = graphs.by_key.get((hit["fingerprint"], hit["env_key"]))
+            fingerprint, run_env_key = hit["fingerprint"], hit["env_key"]
+        else:
+            graph = graphs.of(module, env_key, compiled)
+            fingerprint, run_env_key = (graph.fingerprint, graph.env_key) if graph else (
+                module.optimized_fingerprint, env_key)
         if fingerprint is None:
             raise ValueError(f"{path}: module {module.module_name} carries no HLO to fingerprint")
-        run_env_key = hit.get("env_key", env_key)
+        partitioning = graph.partitioning() if graph else environment.partitioning
+        chips = process_chips(job.chips, partitioning.processes if partitioning else 1, module.devices)
         graph_rows.append({
             "dt": dt, "job_id": job.job_id, "team": job.team, "fingerprint": fingerprint,
-            "env_key": run_env_key, "device_kind": environment.device_kind,
-            "compiler_version": environment.compiler_version, "chips": job.chips,
-            "executions": module.executions, "chip_seconds": job.chips * module.seconds,
+            "env_key": run_env_key, "device_kind": graph.device_kind if graph else environment.device_kind,
+            "compiler_version": graph.compiler_version if graph else environment.compiler_version,
+            "chips": chips, "executions": max(1, round(module.executions / module.devices)),
+            "chip_seconds": chips * module.seconds / module.devices,
             "opted_out": job.opted_out, "config_key": hit.get("key"),
             "config_version": hit.get("config_version"), "expected_speedup": hit.get("expected_speedup"),
             "holdout": hit["outcome"] == "holdout" if hit else None,
@@ -199,7 +226,7 @@ def _ingest_trace(path: Path, digest: str, run: _Run) -> None:
         op_rows += [{
             "dt": dt, "job_id": job.job_id, "team": job.team, "op_fingerprint": op.op_fingerprint,
             "graph_fingerprint": fingerprint, "env_key": run_env_key,
-            "chip_seconds": job.chips * op.seconds, "opted_out": job.opted_out,
+            "chip_seconds": chips * op.seconds / module.devices, "opted_out": job.opted_out,
             "config_key": None, "config_version": None, "expected_speedup": None,
         } for op in module.ops if op.op_fingerprint is not None]
     part = f"trace-{digest}"
@@ -216,31 +243,90 @@ def _ingest_trace(path: Path, digest: str, run: _Run) -> None:
     run.report.op_runs += landed[OP_RUNS.name]
 
 
-def _graphs_by_optimized_fingerprint(warehouse: Warehouse, env_key: str) -> dict[str, str]:
-    graphs = warehouse.read(GRAPHS, ["fingerprint", "env_key", "optimized_fingerprint"])
-    graphs = graphs.filter(pc.and_(pc.equal(graphs.column("env_key"), env_key),
-                                   pc.is_valid(graphs.column("optimized_fingerprint"))))
-    return dict(zip(graphs.column("optimized_fingerprint").to_pylist(),
-                    graphs.column("fingerprint").to_pylist()))
+def process_chips(job_chips: int, processes: int, devices: int) -> int:
+    """The chips a trace's row of a module counts: a trace is one process's, which holds its
+    share of the job's chips (`job_chips`, the job file's, over the job's `processes`, rounded
+    up), and at least every device the module ran on in the trace (`devices`)."""
+    return max(devices, -(-job_chips // processes))
 
 
-def _served_hits(home: Home) -> pa.Table:
-    """The hook's compiles of keys with an entry, tuned or held out, whose optimized module it
-    fingerprinted."""
+@dataclass(frozen=True)
+class _Graph:
+    """A `graphs` row, as a trace's module is keyed by it."""
+
+    fingerprint: str
+    env_key: str
+    device_kind: str
+    compiler_version: str
+    partitioning_text: str | None
+
+    def partitioning(self) -> Partitioning | None:
+        """How its job partitioned it (None: one device of one process)."""
+        return partitioning_of(self.partitioning_text)
+
+
+@dataclass(frozen=True)
+class _Graphs:
+    """The `graphs` table, by (fingerprint, env_key) and by optimized module."""
+
+    by_key: dict[tuple[str, str], _Graph]
+    by_optimized: dict[str, list[_Graph]]
+
+    @classmethod
+    def read(cls, warehouse: Warehouse) -> _Graphs:
+        """Every graph, by key; those with an optimized module by it too."""
+        table = warehouse.read(GRAPHS, ["fingerprint", "env_key", "optimized_fingerprint", "device_kind",
+                                        "compiler_version", "partitioning"])
+        by_key: dict[tuple[str, str], _Graph] = {}
+        by_optimized: dict[str, list[_Graph]] = defaultdict(list)
+        for row in sorted(table.to_pylist(), key=lambda r: (r["fingerprint"], r["env_key"])):
+            graph = _Graph(row["fingerprint"], row["env_key"], row["device_kind"], row["compiler_version"],
+                           row["partitioning"])
+            by_key[(graph.fingerprint, graph.env_key)] = graph
+            if row["optimized_fingerprint"] is not None:
+                by_optimized[row["optimized_fingerprint"]].append(graph)
+        return cls(by_key, dict(by_optimized))
+
+    def of(self, module: ModuleTime, env_key: str, compiled: set[tuple[str, str]]) -> _Graph | None:
+        """The graph whose optimized module ran as `module`: in the trace's environment
+        (`env_key`), else in the one environment the job's own compiles (`compiled`: the hook's
+        records of the job, (fingerprint, env_key)) put it in; None if none is known.
+
+        The module is matched by its fingerprint, else by that of its text form, as dumps and
+        the hook's spool hold it (`ModuleTime.dumped_fingerprint`)."""
+        found = self.by_optimized.get(module.optimized_fingerprint or "")
+        if not found:
+            found = self.by_optimized.get(module.dumped_fingerprint() or "", [])
+        here = [graph for graph in found if graph.env_key == env_key]
+        if here:
+            return here[0]
+        mine = [graph for graph in found if (graph.fingerprint, graph.env_key) in compiled]
+        return mine[0] if len({graph.env_key for graph in mine}) == 1 else None
+
+
+def _all_hits(home: Home) -> pa.Table:
+    """Every hit record, landed or still spooled (ingest.hits.read_hits)."""
     from ingest.hits import read_hits
 
-    hits = read_hits(home)
-    return hits.filter(pc.and_(pc.is_in(hits.column("outcome"), value_set=pa.array(["applied", "holdout"])),
-                               pc.is_valid(hits.column("optimized_fingerprint"))))
+    return read_hits(home)
 
 
-def _hits_by_optimized_fingerprint(served: pa.Table, job_id: str) -> dict[str, dict]:
-    """The hook's tuned and held-out compiles by optimized module: a traced module that is one
-    of them ran with that config (CATWILD's hit metadata), or with the defaults in that entry's
-    holdout arm. The hook knew the job's environment, so its record keys the run. A tuned
-    compile of another job counts too (its optimized module is the config's), a holdout only of
-    this job (its optimized module is the default, which any job without a hit runs). The
-    job's own compile wins over another job's, later over earlier."""
+def _compiled_by(hits: pa.Table, job_id: str) -> set[tuple[str, str]]:
+    """The (fingerprint, env_key) of every compile the hook recorded for job `job_id`."""
+    mine = hits.filter(pc.equal(hits.column("job_id"), job_id))
+    return set(zip(mine.column("fingerprint").to_pylist(), mine.column("env_key").to_pylist()))
+
+
+def _hits_by_optimized_fingerprint(hits: pa.Table, job_id: str) -> dict[str, dict]:
+    """The hook's tuned and held-out compiles by optimized module (of `hits`, the ones whose
+    optimized module the hook fingerprinted): a traced module that is one of them ran with that
+    config (CATWILD's hit metadata), or with the defaults in that entry's holdout arm. The hook
+    knew the job's environment, so its record keys the run. A tuned compile of another job
+    counts too (its optimized module is the config's), a holdout only of this job (its
+    optimized module is the default, which any job without a hit runs). The job's own compile
+    wins over another job's, later over earlier."""
+    served = hits.filter(pc.and_(pc.is_in(hits.column("outcome"), value_set=pa.array(["applied", "holdout"])),
+                                 pc.is_valid(hits.column("optimized_fingerprint"))))
     found: dict[str, dict] = {}
     for row in sorted(served.to_pylist(), key=lambda r: (r["job_id"] == job_id, r["at"])):
         if row["outcome"] == "applied" or row["job_id"] == job_id:

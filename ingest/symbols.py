@@ -7,6 +7,8 @@ fingerprint, the key the compiler hook computes at compile time; its optimized H
 assignments, LLVM IR, ...) are not modules and are skipped. The environment comes from an
 `fdo-environment.json` in the module's directory or above it (see ingest.sidecars), else the
 running machine's; the time it was seen from that file's `captured_at`, else the file's mtime.
+How the job partitioned the module across devices and processes (the environment's
+`partitioning`, which its key covers) lands beside it in `graphs.partitioning`.
 
 A module that cannot be read, parsed or stored in the tables (a name over its bound) is
 quarantined with the reason, and the other modules of the run land (see ingest.inputs).
@@ -27,7 +29,7 @@ from hlo.module import load_file
 from ingest.inputs import INPUT_ERRORS, Unlisted, reason, walk
 from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.sidecars import Capture, nearest_file, read_environment_file
-from ingest.tables import GRAPHS, OPS
+from ingest.tables import GRAPHS, OPS, partitioning_text
 from storage.blobs import BlobStore
 from storage.home import Home
 from storage.homes import open_home
@@ -183,7 +185,7 @@ def _module_rows(files: ModuleFiles, environment: Environment, seen: datetime.da
         "hlo_blob": graph.blob, "optimized_blob": None, "optimized_fingerprint": None,
         "platform": environment.platform, "device_kind": environment.device_kind,
         "device_count": environment.device_count, "compiler_version": environment.compiler_version,
-        "first_seen": seen, "last_seen": seen,
+        "first_seen": seen, "last_seen": seen, "partitioning": partitioning_text(environment.partitioning),
     }
     ops: list[dict] = []
     if optimized is not None:

@@ -7,8 +7,11 @@ row is quarantined instead (a 10,000-character job_id is a broken producer, not 
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 
+from hlo.environment import Partitioning, partitioning_from_json
 from storage.warehouse import TableSchema, added_column
 from storage.warehouse import bounded_string as _string
 
@@ -33,10 +36,13 @@ OP_KIND = 128
 OUTCOME = 16
 CONFIG_JSON = 1 << 16
 REASON = 1 << 14  # an error's first line, as a rule: far less
+PARTITIONING_JSON = 1 << 12  # a mesh of a few named axes, as a rule: far less
 
+# Version 2 added `partitioning`: how the job compiled the module across devices and processes
+# (`partitioning_text`), null for one device of one process and in files of version 1.
 GRAPHS = TableSchema(
     name="graphs",
-    version=1,
+    version=2,
     key=("fingerprint", "env_key"),
     schema=pa.schema([
         _field("dt", pa.date32()),  # the date first seen
@@ -53,6 +59,7 @@ GRAPHS = TableSchema(
         _string("compiler_version", COMPILER_VERSION),
         _field("first_seen", TIMESTAMP),
         _field("last_seen", TIMESTAMP),
+        added_column(_string("partitioning", PARTITIONING_JSON, nullable=True), 2),
     ]),
 )
 
@@ -143,3 +150,22 @@ HITS = TableSchema(
         _field("compile_seconds", pa.float64()),
     ]),
 )
+
+
+def partitioning_text(partitioning: Partitioning | None) -> str | None:
+    """The `graphs.partitioning` value of `partitioning`: its JSON (`Partitioning.to_json`), keys
+    sorted; None for none."""
+    if partitioning is None:
+        return None
+    return json.dumps(partitioning.to_json(), sort_keys=True, separators=(",", ":"))
+
+
+def partitioning_of(text: str | None) -> Partitioning | None:
+    """The Partitioning a `graphs.partitioning` value holds (None for null); ValueError naming
+    the column if it is not one."""
+    if text is None:
+        return None
+    try:
+        return partitioning_from_json(json.loads(text))
+    except (ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        raise ValueError(f"graphs.partitioning: not a partitioning: {exc}") from None

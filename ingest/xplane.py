@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hlo.fingerprint import fingerprint_module
-from hlo.module import HloLoadError, HloModule, from_proto_bytes
+from hlo.fingerprint import fingerprint_module, graph_fingerprint
+from hlo.module import HloLoadError, HloModule, from_proto_bytes, from_text
 from hlo.errors import first_line
 from ingest.xplane_metadata import METADATA_PLANE, MODULE_EVENT_NAME, CorruptMetadata, HloEntries, as_int, hlo_protos
 
@@ -64,17 +64,35 @@ class ModuleTime:
     """One XLA module (executable) that ran in the trace, and where its time went.
 
     `seconds` sums over executions, and over devices when the module ran on several (so it is
-    device-seconds); `executions` counts executions per device likewise. `ops` are sorted by
-    time, largest first.
+    device-seconds: a step partitioned over 4 devices counts each device's time);
+    `executions` counts executions per device likewise, and `devices` how many devices ran it
+    (a partitioned program runs once on each of its devices per step). `ops` are sorted by
+    time, largest first, their seconds summed over devices too.
     """
 
     module_name: str
     program_id: int | None
     executions: int
     seconds: float  # device time (on CPU: execution time) of this module in the trace
+    devices: int  # the devices it ran on in the trace (on CPU: device ordinals of its runs)
     optimized_hlo: bytes | None  # serialized HloModuleProto as the trace carries it
     optimized_fingerprint: str | None  # graph fingerprint of `optimized_hlo`
     ops: tuple[OpTime, ...]
+
+    def dumped_fingerprint(self) -> str | None:
+        """The graph fingerprint of `optimized_hlo` as XLA's text form presents it, which is
+        what a dump and the compiler hook's spool hold. The text leaves out module fields the
+        proto carries: the SPMD partitioner's parameter and output shardings, so a partitioned
+        module's text and proto fingerprint apart; other modules' agree. None without HLO, or
+        where this XLA does not print it as text that it parses again (a module of another XLA):
+        then no dump of it was read by this XLA either."""
+        if self.optimized_hlo is None:
+            return None
+        try:
+            proto = HloModule(self.optimized_hlo, self.module_name, f"trace:{self.module_name}")
+            return graph_fingerprint(from_text(proto.to_text(), proto.source))
+        except (HloLoadError, ValueError):
+            return None
 
 
 class TraceError(ValueError):
@@ -240,7 +258,7 @@ def _modules(events: _Events, hlos: HloEntries, path: Path) -> list[ModuleTime]:
         op_events = by_module.get(key, [])
         if any(e.on_device for e in op_events):  # host copies (kernel launches) are not device time
             op_events = [e for e in op_events if e.on_device]
-        executions, seconds = _execution_time(name, op_events, module_events.get(key, []), events)
+        executions, seconds, devices = _execution_time(name, op_events, module_events.get(key, []), events)
         if executions == 0:
             continue
         hlo = _load_hlo(key, hlos, path)
@@ -249,6 +267,7 @@ def _modules(events: _Events, hlos: HloEntries, path: Path) -> list[ModuleTime]:
             program_id=program_id,
             executions=executions,
             seconds=seconds,
+            devices=devices,
             optimized_hlo=hlo.module.proto if hlo else None,
             optimized_fingerprint=hlo.fingerprint if hlo else None,
             ops=_op_times(op_events, hlo),
@@ -266,10 +285,12 @@ def _resolve(module: _ModuleKey, names_by_id: dict[int, str]) -> tuple[str, int 
 
 
 def _execution_time(name: str, op_events: list[_OpEvent],
-                    module_spans: list[tuple[str, float, float]], events: _Events) -> tuple[int, float]:
-    """(executions, seconds) of one module, from the best evidence the trace has."""
-    if module_spans:  # module-level events: each is one execution on one device
-        return len(module_spans), sum(end - start for _, start, end in module_spans) * 1e-9
+                    module_spans: list[tuple[str, float, float]], events: _Events) -> tuple[int, float, int]:
+    """(executions, seconds, devices) of one module, from the best evidence the trace has:
+    executions and seconds summed over the devices it ran on."""
+    if module_spans:  # module-level events: each is one execution on one device (its plane)
+        return (len(module_spans), sum(end - start for _, start, end in module_spans) * 1e-9,
+                len({plane for plane, _, _ in module_spans}))
     runs: dict[tuple, list[float]] = {}
     unrun: list[_OpEvent] = []
     for event in op_events:
@@ -290,10 +311,12 @@ def _execution_time(name: str, op_events: list[_OpEvent],
             start, end = min(start, marker[0]), max(end, marker[1])
         seconds += end - start
     executions = len(runs)
+    # A run is one device's (its ordinal, on its plane); events without run ids, one plane's.
+    devices = {(plane, ordinal) for plane, _, ordinal in runs} | {(e.track[0], None) for e in unrun}
     if unrun:  # no run ids (GPU kernels): busy time, and executions from host markers
         seconds += _busy_time(unrun)
         executions += events.gpu_module_markers.get(name, 0) or _min_op_count(unrun)
-    return executions, seconds * 1e-9
+    return executions, seconds * 1e-9, max(1, len(devices))
 
 
 def _busy_time(op_events: list[_OpEvent]) -> float:

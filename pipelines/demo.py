@@ -38,6 +38,7 @@ from hlo.interval import from_columns
 from pipelines.nightly import NightlySettings, coverage_by_night, run_nightly
 from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
+from storage.beam_logging import quiet_beam_logging
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
 from validator.tables import OUTCOMES, VALIDATIONS
@@ -252,6 +253,7 @@ def demo_home() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `make demo` (`make demo DAYS=4`: the longer story)."""
+    quiet_beam_logging()  # Beam's start-up notices, at each pipeline of each night, tell no story
     parser = argparse.ArgumentParser(prog="python -m pipelines.demo", description=__doc__.split("\n")[0])
     parser.add_argument("--days", type=int, default=DemoSettings.days, metavar="N",
                         help=f"simulated days, the nightly loop after each (default: {DemoSettings.days})")

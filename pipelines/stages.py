@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from execution.sharded import MeasureMode
 from storage.home import Home
 from tuner.kinds import KINDS, Kind
 
@@ -80,28 +81,43 @@ def open_runner(address: str | None) -> Runner:
 def tune_graphs(home: Home, tasks: Sequence[tuple[str, Any, str | None]], settings: TuneSettings,
                 progress: bool = False, deadline: float | None = None, reserve: int = 0,
                 runner: Runner | None = None, kind: Kind = Kind.GRAPH,
-                allotments: Sequence[Allotment] | None = None) -> list[TaskOutcome]:
+                allotments: Sequence[Allotment] | None = None,
+                measure_mode: MeasureMode | None = None,
+                sharded: dict[str, Any] | None = None) -> list[TaskOutcome]:
     """Tune each task's (label, HloModule, env_key) module with `settings` on `runner` (default:
     here, in order), as a task of `kind` (a graph's flags, or its kernels); an env_key of None
-    is this machine's environment. Returns each task's
-    outcome, in order. With `allotments` (one per task, `tuner.allot`), each task gets its own
-    evaluations and carries its share. With a `deadline` (time.time()), each task's search gets
-    a share of the time left (its allotment's, else an equal one), `reserve` more shares kept
-    for what the caller runs next, and a task the deadline leaves no time for is not started
-    (`tasks.runner.Runner`)."""
+    is this machine's environment. A graph its environment partitions across devices is
+    measured whole where this machine has the devices, else per device (`measure_mode` forces
+    one: execution.sharded.choose_placement; on a cluster a node of its machine kind measures
+    it); its partitioning is the warehouse's graphs', or `sharded`'s by env_key
+    (`tuner.candidates.Sharded`: a file's, not ingested). With `allotments` (one per task,
+    `tuner.allot`), each task gets its own evaluations and carries its share. With a `deadline`
+    (time.time()), each task's search gets a share of the time left (its allotment's, else an
+    equal one), `reserve` more shares kept for what the caller runs next, and a task the
+    deadline leaves no time for is not started (`tasks.runner.Runner`). Returns each task's
+    outcome, in order."""
     from dataclasses import replace
 
     from hlo.environment import current_environment
     from tasks.records import TuneTask
     from tasks.runner import Deadline, LocalRunner, run_all
+    from execution.sharded import choose_placement, whole_capacity
+    from tuner.candidates import sharded_environments
     from tuner.tune import graph_subject
 
-    here = current_environment().key()
+    here = current_environment()
+    sharded = {**sharded_environments(home), **(sharded or {})}
     given = allotments if allotments is not None else [None] * len(tasks)
-    records = [TuneTask.of(kind, label, graph_subject(module), env_key or here,
-                           settings if allotment is None else
-                           replace(settings, budget_evals=allotment.budget_evals, allotment=allotment))
-               for (label, module, env_key), allotment in zip(tasks, given, strict=True)]
+    records = []
+    for (label, module, env_key), allotment in zip(tasks, given, strict=True):
+        found = sharded.get(env_key) if env_key else None
+        placement = choose_placement(found.partitioning if found else None,
+                                     whole_capacity(here.platform), measure_mode)
+        task_settings = (settings if allotment is None else
+                         replace(settings, budget_evals=allotment.budget_evals, allotment=allotment))
+        records.append(TuneTask.of(kind, label, graph_subject(module, placement),
+                                   env_key or here.key(), task_settings,
+                                   found.machine if found else None))
     return run_all(runner or LocalRunner(), records, home,
                    Deadline(deadline, reserve) if deadline is not None else None, progress,
                    "tune graphs")

@@ -9,8 +9,10 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from ingest.tables import GRAPHS
 from ranking.rank import RankSettings
 from ranking.savings import HELD_OUT, MIN_HOLDOUT_COMPILES, TRIED, UNKNOWN_TEAM
+from storage.warehouse import Warehouse
 
 
 def _scan(home: Path, table: str) -> str:
@@ -120,16 +122,20 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
         teams = (f"select job_id, min(team) as team from {_scan(home, 'graph_runs')} "
                  "where dt between $first and $last group by job_id") if _has(home, "graph_runs") else \
             "select ''::varchar as job_id, ''::varchar as team where false"
-        devices = (f"select env_key, max(device_count) as device_count from {_scan(home, 'graphs')} "
-                   "group by env_key") if _has(home, "graphs") else \
-            "select ''::varchar as env_key, 1 as device_count where false"
+        # A process's devices: its local ones where the job was partitioned, else all of them.
+        # `graphs` is read through the warehouse: files of schema version 1 lack `partitioning`.
+        devices = ("select env_key, max(coalesce(json_extract(partitioning, '$.local_devices')::int, "
+                   "device_count)) as device_count from graphs group by env_key")
         parts.append(f"""
-            select h.dt, coalesce(h.kind, 'graph'), coalesce(t.team, '{UNKNOWN_TEAM}'), h.env_key,
-                   h.config_version, coalesce(list_contains($keys, h.key), false), 0.0, 0.0,
-                   (coalesce(m.n, 0) >= {MIN_HOLDOUT_COMPILES})::int,
-                   (coalesce(m.n, 0) < {MIN_HOLDOUT_COMPILES})::int,
+            select h.dt, coalesce(h.kind, 'graph') as kind, coalesce(t.team, '{UNKNOWN_TEAM}') as team,
+                   h.env_key, h.config_version,
+                   coalesce(list_contains($keys, h.key), false) as validator_updated,
+                   0.0 as hit_chip_seconds, 0.0 as chip_seconds_saved,
+                   (coalesce(m.n, 0) >= {MIN_HOLDOUT_COMPILES})::int as compile_hits,
+                   (coalesce(m.n, 0) < {MIN_HOLDOUT_COMPILES})::int as compile_unmeasured,
                    case when m.n >= {MIN_HOLDOUT_COMPILES}
                         then (m.median - h.compile_seconds) * coalesce(d.device_count, 1) else 0.0 end
+                        as compile_chip_seconds_saved
             from hits h
             left join (select key, env_key, count(*) as n, median(compile_seconds) as median
                        from hits where outcome = '{HELD_OUT}' group by key, env_key) m using (key, env_key)
@@ -146,4 +152,5 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
             "compile_chip_seconds_saved from (" + " union all ".join(parts) + ") group by all "
             "order by dt, kind, team, env_key, config_version, validator_updated")
     with duckdb.connect() as db:
+        db.register("graphs", Warehouse(home).read(GRAPHS, ["env_key", "device_count", "partitioning"]))
         return _arrow(db.execute(sql, {"keys": validator_keys, "first": first, "last": last}))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlo.environment import current_environment
+from execution.sharded import whole_capacity
 from tasks.resources import node_resources
 
 
@@ -49,7 +50,8 @@ def start_command(head: bool, port: int, address: str | None,
 
 def start_node(head: bool, port: int, address: str | None) -> Started:
     """Start a Ray node here offering this machine's environment (see `start_command`)."""
-    resources = node_resources(current_environment())
+    environment = current_environment()
+    resources = node_resources(environment, whole_capacity(environment.platform))
     done = subprocess.run(start_command(head, port, address, resources), capture_output=True,
                           text=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
     lines = (done.stderr or done.stdout).strip().splitlines()

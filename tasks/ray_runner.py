@@ -35,7 +35,7 @@ from hlo.environment import current_environment
 from storage.home import Home
 from storage.homes import open_home
 from tasks.records import TaskOutcome, TaskStatus, Task, home_address, perform
-from tasks.resources import environment_key, offered, resource_name
+from tasks.resources import KIND_PREFIX, PREFIX, environment_key, kind_of, offered, offering
 from tasks.runner import Deadline, Runner, weight, within
 
 RETRIES = 3  # reruns after a worker or node died: four tries in all
@@ -55,14 +55,18 @@ def attempt(task: Task, home: str, run_id: str) -> tuple[Any, str]:
     process's environment key), then the task, only where this process's environment is the
     task's (WrongEnvironment otherwise); returns (the task's result, this node's id)."""
     node = ray.get_runtime_context().get_node_id()
-    here = current_environment().key()
+    environment = current_environment()
+    here = environment.key()
     opened = open_home(home)
     record = {"node": node, "pid": os.getpid(), "env_key": here,
               "started_at": datetime.datetime.now(datetime.UTC).isoformat()}
     name = f"{node[:12]}-{os.getpid()}.json"
     opened.atomic_write(opened.location("cluster", "attempts", run_id, task.key, name),
                         json.dumps(record) + "\n")
-    if here != task.env_key:
+    if task.machine is not None and kind_of(environment) != task.machine:
+        raise WrongEnvironment(f"node {node[:12]} is a machine of kind {kind_of(environment)}, "
+                               f"not the task's {task.machine}")
+    if task.machine is None and here != task.env_key:
         raise WrongEnvironment(f"node {node[:12]} measures environment {here}, not the task's "
                                f"{task.env_key}")
     return perform(task, opened), node
@@ -99,8 +103,10 @@ class RayRunner(Runner):
         self._remote = ray.remote(attempt)
 
     def environments(self) -> frozenset[str]:
-        """The environments the live nodes offer now."""
-        return frozenset(environment_key(name) for name in offered(ray.nodes()))
+        """The environments the live nodes offer now, and their machine kinds (which measure
+        sharded graphs: `tasks.resources`)."""
+        return frozenset(environment_key(name) for name in offered(ray.nodes())
+                         if name.startswith((PREFIX, KIND_PREFIX)))
 
     def close(self) -> None:
         if self._owns and ray.is_initialized():
@@ -114,17 +120,17 @@ class RayRunner(Runner):
         nodes = offered(ray.nodes())
         pending: dict[Any, int] = {}
         for index, task in enumerate(tasks):
-            name = resource_name(task.env_key)
-            if name not in nodes:
+            wanted = task.resources()
+            if not offering(wanted, nodes):
                 yield index, _unroutable(task, "no live node offers its environment")
                 continue
             if deadline is not None:
-                peers = [t for t in tasks if t.env_key == task.env_key]
-                share = max(1, -(-len(peers) // len(nodes[name])))  # tasks per node, rounded up
-                # A node's slot, scaled by what the task weighs among its environment's tasks.
+                peers = [t for t in tasks if t.resources() == wanted]
+                share = max(1, -(-len(peers) // len(offering(wanted, nodes))))  # tasks per node, rounded up
+                # A node's slot, scaled by what the task weighs among the tasks of its resources.
                 scale = weight(task, len(peers)) * len(peers) / sum(weight(t, len(peers)) for t in peers)
                 task = within(task, deadline.left() / (share + deadline.reserve) * scale)
-            ref = self._remote.options(resources={name: 1}, num_cpus=0, max_retries=self.retries,
+            ref = self._remote.options(resources=wanted, num_cpus=0, max_retries=self.retries,
                                        retry_exceptions=False).remote(task, address, run_id)
             pending[ref] = index
         while pending:
@@ -138,7 +144,7 @@ class RayRunner(Runner):
             late = deadline is not None and deadline.left() <= 0
             for ref, index in list(pending.items()):
                 task = tasks[index]
-                if resource_name(task.env_key) not in nodes:
+                if not offering(task.resources(), nodes):
                     ray.cancel(ref, force=True)
                     del pending[ref]
                     yield index, _unroutable(task, "the last live node offering its environment "

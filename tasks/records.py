@@ -19,6 +19,8 @@ import enum
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from execution.sharded import Placement
+from tasks.resources import task_resources
 from hlo.module import HloModule
 from storage.home import Home
 from storage.homes import open_home
@@ -59,23 +61,35 @@ class TuneTask:
     env_key: str
     settings: TuneSettings
     op_class: str | None = None  # an op's class: which knobs act on it
+    placement: Placement = Placement()  # how a graph compiled across devices is measured
+    # A sharded graph's machine kind (hlo.environment.machine_kind): any node of the kind
+    # measures it; None, a graph of one device: a node of its very environment.
+    machine: str | None = None
 
     @classmethod
     def of(cls, kind: Kind, label: str, subject: Subject, env_key: str,
-           settings: TuneSettings) -> TuneTask:
-        """The task tuning `subject` (see `tuner.tune.graph_subject`, `op_subject`)."""
+           settings: TuneSettings, machine: str | None = None) -> TuneTask:
+        """The task tuning `subject` (see `tuner.tune.graph_subject`, `op_subject`), a sharded
+        one on machines of kind `machine`."""
         return cls(kind, label, subject.module, subject.fingerprint, env_key, settings,
-                   subject.op_class)
+                   subject.op_class, subject.placement, machine)
+
+    def resources(self) -> dict[str, float]:
+        """What a node needs to offer to run the task (`tasks.resources.task_resources`)."""
+        return task_resources(self.env_key, self.machine, self.placement.devices)
 
     @property
     def key(self) -> str:
-        """What names the task's attempts in the home: its kind, key, environment and budget."""
+        """What names the task's attempts in the home: its kind, key, environment and budget
+        (and, for a sharded graph, how it is measured)."""
+        measured_as = [self.placement.mode] if self.placement.partitioning is not None else []
         return task_digest("tune", self.kind, self.fingerprint, self.env_key,
-                           self.settings.strategy, self.settings.seed, self.settings.budget_evals)
+                           self.settings.strategy, self.settings.seed, self.settings.budget_evals,
+                           *measured_as)
 
     def subject(self) -> Subject:
         """What the tuner is given to tune."""
-        return Subject(self.module, self.fingerprint, self.label, self.op_class)
+        return Subject(self.module, self.fingerprint, self.label, self.op_class, self.placement)
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,15 @@ class MeasureTask:
     def key(self) -> str:
         """What names the task's attempts in the home: the entry, the toolchain's compiler."""
         return task_digest("validate", self.queued.entry["key"], self.chain.compiler_version)
+
+    @property
+    def machine(self) -> str | None:
+        """A sharded entry's machine kind (as `TuneTask.machine`); None otherwise."""
+        return self.queued.machine
+
+    def resources(self) -> dict[str, float]:
+        """What a node needs to offer to run the task (`tasks.resources.task_resources`)."""
+        return task_resources(self.env_key, self.machine, self.queued.placement.devices)
 
 
 Task = TuneTask | MeasureTask

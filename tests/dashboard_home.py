@@ -1,6 +1,13 @@
 """A small but complete FDO home for the dashboard tests: five days of a simulated fleet that
 went through ranking, tuning, delivery, validation, the compiler hook and savings accounting.
 
+What the tests need of it holds whatever the date and the CPU: the fleet's five days are the
+same days of its own calendar (FLEET_DAY after its epoch) ending today, so its jobs and untuned
+runs are the same rows on any date; the keys tuned are chosen by where they run, not by where
+they happen to rank against this machine's environment (`_tasks`). What still hangs on the
+environment keys (this machine's ISA features, the releases' dates): which jobs hold out each
+entry, and its true effect in the fleet.
+
 Every table is written by its stage's own code: the simulator and ingestion, the Beam ranking
 and savings, deliver and import, the tuner's landing (tuner.tune.land_result) and the
 validator's plan, decisions and run (validator.plan, validator.run), and hit ingestion. What
@@ -37,7 +44,7 @@ from ranking.savings import savings
 from ranking.verified_coverage import verified_coverage
 from storage.warehouse import Warehouse
 from tuner.candidates import latest_candidates
-from tuner.trial import Outcome, Trial
+from tuner.trial import Outcome, Trial, Verdict
 from tuner.tune import TuneResult, land_result, task_digest
 from validator.plan import Planner
 from validator.run import Run
@@ -50,7 +57,13 @@ WORKLOADS = ["mlp-s"]
 BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 JOBS = 300
 SEED = 3
-TASKS = 8  # the best-ranked graph keys of the day before tuning; the last shows no gain
+# The fleet's first day, in days after its epoch (simulate's `epoch`). Counted from the
+# simulator's own epoch, the five days ending today would be another fleet each day the suite
+# runs, whose keys rank otherwise against this machine's: what the tests need of it would hold
+# on some days only.
+FLEET_DAY = 120
+TASKS = 8  # graph keys tuned the day before (`_tasks`); the last shows no gain
+RANKED = 64  # graph keys ranked the day before: every one above the long tail, to choose the tasks from
 TRIALS_PER_TASK = 8
 TRIAL_SECONDS = 30.0  # each trial's time on the task's clock: the tuner's share of the loop's cost
 CONFIGS = ({"xla_cpu_use_xnnpack": False}, {"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"})
@@ -65,12 +78,12 @@ def build_home(home: Path, today: datetime.date | None = None) -> Path:
     """Fill `home` with days today-4 .. today of the whole loop; returns `home`."""
     today = today or datetime.date.today()
     day = [today - datetime.timedelta(days=4 - i) for i in range(5)]
-    simulate(home, days=2, jobs=JOBS, seed=SEED, start=day[0], workloads=WORKLOADS)
-    rank(home, RankSettings(date=day[1], window_days=2, top_k=TASKS), BEAM_ARGS)
-    keys = [(c["fingerprint"], c["env_key"]) for c in latest_candidates(home, "graph").to_pylist()]
-    here = current_environment().key()
-    if not any(env_key == here for _, env_key in keys[:-1]):
-        raise AssertionError("no tuned key runs here: the validator would measure nothing")
+    fleet = {"jobs": JOBS, "seed": SEED, "workloads": WORKLOADS,
+             "epoch": day[0] - datetime.timedelta(days=FLEET_DAY)}
+    simulate(home, days=2, start=day[0], **fleet)
+    rank(home, RankSettings(date=day[1], window_days=2, top_k=RANKED), BEAM_ARGS)
+    keys = _tasks(home)
+    measured = store_key(*keys[1])  # the one entry the validator measures here
     for task, key in enumerate(keys):
         land_result(home, _tuned(home, task, key, accepted=task < len(keys) - 1), on=day[1])
     deliver(home, BEAM_ARGS)
@@ -78,13 +91,13 @@ def build_home(home: Path, today: datetime.date | None = None) -> Path:
     _validate(home, _at(day[2], 6))
     # The fleet's jobs look configs up in the live store: its version changes after the first
     # simulated day of hits, so that the savings come from two config versions.
-    simulate(home, days=1, jobs=JOBS, seed=SEED, start=day[2], workloads=WORKLOADS, tuned=store_lookup(home))
+    simulate(home, days=1, start=day[2], tuned=store_lookup(home), **fleet)
     # A fleet job's compile with the costliest key's config fails: the second run removes it.
-    _hook(home, day[3], applied=store_key(*next(k for k in keys if k[1] == here)), fallback=store_key(*keys[0]))
+    _hook(home, day[3], applied=measured, fallback=store_key(*keys[0]))
     _validate(home, _at(day[3], 12))
-    simulate(home, days=2, jobs=JOBS, seed=SEED, start=day[3], workloads=WORKLOADS, tuned=store_lookup(home))
-    _hook(home, day[4], applied=store_key(*next(k for k in keys if k[1] == here)), fallback=None)
-    _holdout(home, store_key(*next(k for k in keys if k[1] == here)), day[3:])
+    simulate(home, days=2, start=day[3], tuned=store_lookup(home), **fleet)
+    _hook(home, day[4], applied=measured, fallback=None)
+    _holdout(home, measured, day[3:])
     _import_op_entry(home)  # today, measured now (import stamps it so)
     rank(home, RankSettings(date=today, window_days=5, top_k=5), BEAM_ARGS)
     savings(home, day[0], today, BEAM_ARGS)
@@ -100,6 +113,24 @@ def _night(home: Path, first: datetime.date, today: datetime.date) -> None:
         "dt": today, "stage": "savings", "attempt": 1, "status": "done",
         "started_at": datetime.datetime.now(datetime.UTC), "seconds": 1.0,
         "counts": json.dumps({"coverage": covered.to_json()}), "error": None}], RUNS.schema), "savings-1")
+
+
+def _tasks(home: Path) -> list[tuple[str, str]]:
+    """The TASKS graph keys (fingerprint, env_key) tuned the day before: the best-ranked keys of
+    other machines (another platform, device kind or device count: the validator can neither
+    measure nor re-key them here), with the best-ranked key of this machine's environment
+    second, the one entry the validator measures here. So the first, whose config the fleet's
+    compile fails with, and the last, which shows no gain, are other machines' on any CPU."""
+    here = current_environment()
+    graphs = Warehouse(home).read(GRAPHS, ["env_key", "platform", "device_kind", "device_count"]).to_pylist()
+    machine = {g["env_key"]: (g["platform"], g["device_kind"], g["device_count"]) for g in graphs}
+    ranked = [(c["fingerprint"], c["env_key"]) for c in latest_candidates(home, "graph").to_pylist()]
+    mine = [key for key in ranked if key[1] == here.key()]
+    others = [key for key in ranked if machine[key[1]] != (here.platform, here.device_kind, here.device_count)]
+    if not mine or len(others) < TASKS - 1:
+        raise AssertionError(f"{len(mine)} ranked keys run here, {len(others)} on other machines: "
+                             f"too few for {TASKS} tasks of which one runs here")
+    return [others[0], mine[0], *others[1:TASKS - 1]]
 
 
 def _at(dt: datetime.date, hour: int, minute: int = 0) -> datetime.datetime:
@@ -126,7 +157,7 @@ def _tuned(home: Path, task: int, key: tuple[str, str], accepted: bool) -> TuneR
                             error="compile failed" if outcome == Outcome.FAILED else None))
     return TuneResult(
         task_id=task_digest("graph", fingerprint, env_key, "evolution", task), fingerprint=fingerprint,
-        env_key=env_key, status="accepted" if accepted else "no significant gain", accepted=accepted,
+        env_key=env_key, status=Verdict.ACCEPTED if accepted else Verdict.NO_GAIN,
         config=config, speedup=Interval(speedup, speedup - 0.05, speedup + 0.05), numerics_ok=True,
         evaluations=len(trials), measured=sum(t.outcome == Outcome.MEASURED for t in trials),
         strategy="evolution", compiler_version=_compiler(home, env_key), trials=trials)

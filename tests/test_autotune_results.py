@@ -9,6 +9,8 @@ import datetime
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -343,3 +345,113 @@ def test_on_a_gpu_the_hook_points_that_compile_alone_at_a_directory_of_its_home(
     hook._compile_tuned(plan, compile_noting(_compile_on_cpu), own)
     assert given[2] == str(tmp_path / "jobs-own")
     assert plan.reason == "autotune results not delivered: the job names its own per-fusion cache directory"
+
+
+def test_a_kept_directory_is_one_per_set_of_results_and_outlives_its_compiles(tmp_path):
+    results = ar.parse_results(RESULTS)
+    with ar.Delivery(results, tmp_path, kept=True) as first:
+        directory = first.directory
+        assert directory == tmp_path / f"results-{results.digest()}"
+        (directory / "AbC-xla-own_key.textproto").write_text("scratch_bytes: 16\ngemm { algorithm: 3 }\n")
+        assert first.uptake() == ar.Uptake(delivered=2, taken=0, autotuned=1)
+    assert sorted(p.name for p in directory.iterdir() if p.suffix == ".textproto") == sorted(
+        [*(f.cache_file_name() for f in results.fusions), "AbC-xla-own_key.textproto"])
+    # A delivered file that went missing or was changed is written again; XLA's own stays, and
+    # counts for the compile that wrote it alone.
+    delivered = directory / results.fusions[0].cache_file_name()
+    delivered.write_text("garbage")
+    (directory / results.fusions[1].cache_file_name()).unlink()
+    with ar.Delivery(results, tmp_path, kept=True) as again:
+        assert again.directory == directory and again.uptake() == ar.Uptake(2, 0, 0)
+        assert delivered.read_text() == results.fusions[0].cache_file_text()
+    # Other results, another directory; one no compile used for a week is swept.
+    other = results.for_device("another GPU", 24)
+    assert other.digest() != results.digest()
+    long_ago = time.time() - ar.KEPT_STALE_SECONDS - 60
+    os.utime(directory, (long_ago, long_ago))
+    with ar.Delivery(other, tmp_path, kept=True):
+        pass
+    assert [p.name for p in tmp_path.iterdir()] == [f"results-{other.digest()}"]
+    with pytest.raises(ValueError, match="no dump"):
+        ar.Delivery(results, tmp_path, dump=True, kept=True)
+
+
+def test_cache_keyed_adds_the_results_to_jax_cache_key_in_its_thread_and_block_alone():
+    from jax._src import cache_key
+
+    results = ar.parse_results(RESULTS)
+    outside = cache_key.custom_hook()
+    seen_elsewhere: list[str] = []
+    with ar.CacheKeyed(results) as keyed:
+        inside = cache_key.custom_hook()
+        other = threading.Thread(target=lambda: seen_elsewhere.append(cache_key.custom_hook()))
+        other.start()
+        other.join()
+    assert inside == outside + f"fleet-fdo autotune results {results.digest()}"
+    assert seen_elsewhere == [outside] and cache_key.custom_hook() == outside and not keyed.from_cache
+
+
+def _cached_job(home: Path, cache: Path, job: str, holdout: float) -> dict:
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("autotune_cache_job.py")), str(home),
+                           str(cache), job, str(holdout)], cwd=Path(__file__).parent.parent,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _step_entries(cache: Path) -> int:
+    """The executables of the job's step in JAX's persistent cache."""
+    return len([p for p in cache.iterdir() if p.name.startswith("jit_step-") and p.name.endswith("-cache")])
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_job_with_jax_persistent_cache_gets_results_and_its_cache_keeps_working(tmp_path):
+    home, cache = tmp_path / "home", tmp_path / "jax-cache"
+    home.mkdir()
+    store = Store(home)
+    store.publish(pa.Table.from_pylist([_row(9, None)], ENTRIES), None, "unrelated")
+    default = _cached_job(home, cache, "default", 0)
+    (miss,) = [r for r in _hits(home) if r["job_id"] == "default" and r["module_name"] == "jit_step"]
+    jobs_own = str(cache / "xla_gpu_per_fusion_autotune_cache_dir")  # JAX's, for its persistent cache
+    assert default["compiles"] == [{"directory": jobs_own, "cache_hits": 0, "files": []}]
+    assert _step_entries(cache) == 1
+
+    def publish(results: str) -> None:
+        entry = {**_row(0, results), "fingerprint": miss["fingerprint"], "env_key": miss["env_key"],
+                 "key": miss["key"]}
+        store.publish(pa.Table.from_pylist([entry], ENTRIES), store.current(), "results")
+
+    def step_record(job: str) -> dict:
+        (record,) = [r for r in _hits(home) if r["job_id"] == job and r["module_name"] == "jit_step"]
+        return record
+
+    results = ar.parse_results(RESULTS)
+    kept = home / "cache" / "autotune" / f"results-{results.digest()}"
+    names = sorted(f.cache_file_name() for f in results.fusions)
+    publish(RESULTS)
+    tuned = _cached_job(home, cache, "tuned", 0)
+    # The results' own directory in place of the job's, holding them when XLA compiled; a
+    # persistent-cache miss (keyed apart from the default's executable), and one entry more.
+    assert tuned["compiles"] == [{"directory": str(kept), "cache_hits": 0, "files": names}]
+    assert tuned["value"] == default["value"] and _step_entries(cache) == 2
+    assert step_record("tuned")["outcome"] == "applied"
+    assert step_record("tuned")["reason"] == ("autotune results: 2 delivered, 0 taken, 0 fusions autotuned by "
+                                               "XLA (in place of the job's own per-fusion cache directory, for "
+                                               "this compile)")
+    # The next process compiles it with the same options and the same key: a hit.
+    again = _cached_job(home, cache, "tuned-again", 0)
+    assert again["compiles"] == [{"directory": str(kept), "cache_hits": 1, "files": names}]
+    assert step_record("tuned-again")["reason"].startswith(
+        "autotune results: 2 delivered, executable from JAX's persistent cache")
+    # The holdout arm compiles with the job's own options: the default's executable, still there.
+    held = _cached_job(home, cache, "held-out", 1)
+    assert held["compiles"] == [{"directory": jobs_own, "cache_hits": 1, "files": []}]
+    assert step_record("held-out")["outcome"] == "holdout"
+    # Other results (an entry re-keyed, say): their own directory and key, never the first's.
+    relabelled = results.for_device("another GPU", 24)
+    publish(relabelled.to_text())
+    other = _cached_job(home, cache, "relabelled", 0)
+    assert other["compiles"][0]["directory"] == str(home / "cache" / "autotune" / f"results-{relabelled.digest()}")
+    assert other["compiles"][0]["cache_hits"] == 0 and _step_entries(cache) == 3
+    assert not Path(jobs_own).exists() or not any(Path(jobs_own).iterdir())  # nothing of ours in the job's

@@ -10,7 +10,9 @@ import pytest
 from hlo.environment import Environment
 from pipelines.cli import main
 from tasks.node import start_command
-from tasks.resources import node_resources, offered, resource_name
+from hlo.environment import machine_kind
+from tasks.resources import (kind_of, node_resources, offered, offering, resource_name,
+                             task_resources)
 
 
 @pytest.mark.parametrize("argv, named", [
@@ -39,8 +41,10 @@ def test_an_empty_cluster_variable_is_named(tmp_path, capsys, monkeypatch):
 def test_a_node_offers_one_slot_of_its_environment_and_no_dashboard():
     env = Environment("cpu", "x86_64 avx2", 1, "jaxlib-0.10.2", {"xla_cpu_enable_fast_math": "false"})
     plain = Environment("cpu", "x86_64 avx2", 1, "jaxlib-0.10.2")
-    offer = node_resources(env)
-    assert offer == {resource_name(env.key()): 1} and resource_name(plain.key()) not in offer
+    offer = node_resources(env, devices=8)
+    kind = kind_of(env)
+    assert offer == {resource_name(env.key()): 1, f"fdo-kind-{kind}": 1, f"fdo-devices-{kind}": 8}
+    assert resource_name(plain.key()) not in offer and kind_of(plain) == kind  # one kind of machine
     command = start_command(False, 6379, "10.0.0.5:6379", offer)
     assert command[1:3] == ["start", "--address=10.0.0.5:6379"]
     resources = next(a for a in command if a.startswith("--resources="))
@@ -51,4 +55,12 @@ def test_a_node_offers_one_slot_of_its_environment_and_no_dashboard():
     # Only live nodes route: a dead node's slot is offered by no one.
     nodes = [{"NodeID": "a", "Alive": True, "Resources": {**offer, "CPU": 1.0}},
              {"NodeID": "b", "Alive": False, "Resources": node_resources(plain)}]
-    assert offered(nodes) == {resource_name(env.key()): ["a"]}
+    offers = offered(nodes)
+    assert offers[resource_name(env.key())] == ["a"] and resource_name(plain.key()) not in offers
+    # A graph of one device routes to its environment; a sharded one to any node of its machine
+    # kind with as many devices as measuring it whole takes.
+    assert offering(task_resources(env.key(), None, 1), offers) == {"a"}
+    assert offering(task_resources(plain.key(), None, 1), offers) == set()
+    assert offering(task_resources("sharded", kind, 8), offers) == {"a"}
+    assert offering(task_resources("sharded", kind, 16), offers) == set()
+    assert offering(task_resources("sharded", machine_kind("gpu", "H100", "x"), 1), offers) == set()

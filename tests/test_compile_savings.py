@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from hlo.environment import Environment
+from hlo.environment import Environment, Partitioning
 from ingest.hits import STALE_SECONDS, ingest_hits, spool_path, to_line
 from ingest.profiles import ingest_profiles
 from ingest.symbols import ingest_symbols
@@ -194,3 +194,30 @@ def test_savings_written_before_the_compile_columns_still_read_as_no_compile_tim
     assert (row["chip_hours_saved"], row["compile_chip_hours_saved"], row["total_chip_hours_saved"]) == (
         pytest.approx(50.0 / 3600), 0.0, pytest.approx(50.0 / 3600))
     assert row["compile_hits"] == row["compile_unmeasured"] == 0
+
+
+def test_each_process_of_a_multi_process_job_books_its_compiles_on_its_own_devices(tmp_path):
+    # Two hosts of 4 GPUs: each process of a job compiles, records its own hit, and waits with
+    # its own 4 devices, so a job's compile time counts its 8 devices once, not 8 per process.
+    hosts = Environment("gpu", H100, 8, STACK, partitioning=Partitioning(
+        partitions=8, spmd=True, mesh=(("data", 2), ("model", 4)), processes=2, local_devices=4))
+    key = "e5" * 16
+    compiles = [*[(key, hosts, "holdout", f"held-{n // 2}", s, DAY) for n, s in enumerate([20.0, 21.0, 19.0, 20.0])],
+                *[(key, hosts, "applied", "train", s, DAY) for s in (5.0, 7.0)]]
+    home = tmp_path / "home"
+    path = spool_path(home, started=datetime.datetime.combine(DAY, datetime.time(9), datetime.UTC).timestamp())
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(to_line(_record(*compile, n)) for n, compile in enumerate(compiles)))
+    assert ingest_hits(home, now=time.time() + STALE_SECONDS + 1).rows == len(compiles)
+    symbols = tmp_path / "symbols"
+    symbols.mkdir()
+    (symbols / "step.hlo").write_text("HloModule step\n\nENTRY main {\n  p = f32[4]{0} parameter(0)\n"
+                                      "  ROOT n = f32[4]{0} negate(p)\n}\n")
+    (symbols / "fdo-environment.json").write_text(json.dumps(hosts.to_json()))
+    assert ingest_symbols([symbols], home).graphs_changed == 1
+    savings(home, DAY, DAY, BEAM_ARGS)
+    [row] = Warehouse(home).read(SAVINGS).to_pylist()
+    assert (row["env_key"], row["compile_hits"], row["compile_unmeasured"]) == (hosts.key(), 2, 0)
+    assert row["compile_chip_seconds_saved"] == pytest.approx(((20.0 - 5.0) + (20.0 - 7.0)) * 4)
+    [reference] = reference_savings(home, DAY, DAY, []).to_pylist()
+    assert reference["compile_chip_seconds_saved"] == pytest.approx(row["compile_chip_seconds_saved"], rel=1e-12)

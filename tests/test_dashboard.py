@@ -9,6 +9,7 @@ Screenshots of the full pages are kept under tests/artifacts/ (git-ignored).
 from __future__ import annotations
 
 import datetime
+import json
 import urllib.parse
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -18,10 +19,17 @@ import pyarrow.compute as pc
 import pytest
 from playwright.sync_api import Page
 
+from delivery.imports import import_file
 from delivery.store import Store
+from hlo.environment import Environment
+from ingest.profiles import ingest_profiles
+from ingest.symbols import ingest_symbols
 from ingest.tables import GRAPH_RUNS, GRAPHS
+from pipelines.dashboard import queries
+from pipelines.dashboard.filters import Filters, Window
 from pipelines.dashboard.layout import PAGES
 from pipelines.dashboard.queries import QUERIES, REALIZED_LEVEL
+from pipelines.dashboard.scope import Scope
 from ranking.cost import loop_cost, return_on_cost
 from ranking.realized import Realized, realized_savings, realized_speedups
 from ranking.tables import SAVINGS
@@ -29,7 +37,7 @@ from storage.warehouse import Warehouse
 from tests.dashboard_home import TASKS, build_home, holdout_key
 from tests.serving import call, running_server
 from tuner.analyze import analyze_flags
-from tuner.tables import TRIALS
+from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS
 from validator.tables import VALIDATIONS
 from validator.validate import MEASURE_SETTINGS
@@ -96,6 +104,20 @@ def _on(runs: pa.Table, day: str) -> pa.Table:
 
 def _saved_hours(table: pa.Table) -> float:
     return (pc.sum(table.column("chip_seconds_saved")).as_py() or 0.0) / 3600
+
+
+def _narrowed_team(home: Path) -> str:
+    """The team that saved the most of those whose jobs ran some of the tuned keys but not all:
+    a team filter narrows the tuner's rows to some. (Which teams ran which keys is the fleet's
+    draw; which of them saved the most hangs on this machine's environment key too.)"""
+    saved: Counter[str] = Counter()
+    for row in Warehouse(home).read(SAVINGS, ["team", "chip_seconds_saved"]).to_pylist():
+        saved[row["team"]] += row["chip_seconds_saved"]
+    tuned = {(r["fingerprint"], r["env_key"]) for r in Warehouse(home).read(TUNING_RESULTS).to_pylist()}
+    ran: defaultdict[str, set[tuple[str, str]]] = defaultdict(set)
+    for row in Warehouse(home).read(GRAPH_RUNS, ["team", "fingerprint", "env_key"]).to_pylist():
+        ran[row["team"]].add((row["fingerprint"], row["env_key"]))
+    return next(team for team, _ in saved.most_common() if 0 < len(ran[team] & tuned) < len(tuned))
 
 
 @pytest.mark.xla
@@ -248,10 +270,7 @@ def test_filters_narrow_each_endpoint_by_what_its_rows_are(served, dashboard_hom
     warehouse = Warehouse(dashboard_home)
     savings = warehouse.read(SAVINGS)
     runs = warehouse.read(GRAPH_RUNS, ["team", "fingerprint", "env_key", "device_kind", "chip_seconds"])
-    teams = Counter()
-    for row in savings.to_pylist():
-        teams[row["team"]] += row["chip_seconds_saved"]
-    team = teams.most_common(1)[0][0]
+    team = _narrowed_team(dashboard_home)
 
     # A team: its own rows where a table has teams, else the keys its jobs ran.
     rows = _api(served, "savings", team=team)
@@ -340,19 +359,84 @@ def test_the_graphs_endpoint_lists_every_graph_by_cost_under_the_filters(served,
     _check_graph_rows(theirs, [r for r in runs if r["team"] == team], entries, names)
     assert theirs and all(r["teams"] == 1 for r in theirs)
 
-    # Each device kind: the environments that have it. Some graph is untuned on one, and on
-    # another its costliest environment has no entry where a cheaper one has.
+    # Each device kind: the environments that have it. (A graph untuned on a kind, and one
+    # whose costliest environment has no entry where a cheaper one has: the test after this one,
+    # whose data holds both whatever the fleet here does.)
     environments = _environments(dashboard_home)
-    seen = []
     for kind in {env["device_kind"] for env in environments.values()}:
         envs = {key for key, env in environments.items() if env["device_kind"] == kind}
         kinds = _api(served, "graphs", device_kind=kind)
         _check_graph_rows(kinds, [r for r in runs if r["env_key"] in envs or r["device_kind"] == kind],
                           entries, names)
-        assert all(r["entry_environment"].startswith(f"{kind} x ") for r in kinds if r["tuned"])
-        seen += kinds
-    assert any(not r["tuned"] for r in seen) and any(r["tuned"] and r["entry_env_key"] != r["env_key"] for r in seen)
+        assert kinds and all(r["entry_environment"].startswith(f"{kind} x ") for r in kinds if r["tuned"])
     assert _api(served, "graphs", device_kind="no such device") == []
+
+
+# Two CPU device kinds (an ISA feature apart), one with two device counts.
+AVX2, AVX512 = "cpu:x86_64:avx,avx2,fma,sse4_2", "cpu:x86_64:avx,avx2,avx512bw,avx512f,avx512vl,fma,sse4_2"
+WIDE, NARROW, OTHER = (Environment("cpu", AVX2, 256, "jaxlib-0.10.2"), Environment("cpu", AVX2, 8, "jaxlib-0.10.2"),
+                       Environment("cpu", AVX512, 8, "jaxlib-0.10.2"))
+GRAPH_DAY = datetime.date(2026, 6, 2)
+
+
+def _graphs_home(root: Path) -> tuple[Path, dict[str, str]]:
+    """A home whose data states what /api/graphs must tell apart, landed by ingestion and
+    `fdo store import`: graph "train" costs 1024 chip-seconds in WIDE, which has no entry, 128
+    in NARROW (the same device kind), which has one of 1.3x, and 64 in OTHER (another kind),
+    which has one of 1.1x; graph "serve" costs 512 in WIDE and has no entry. Returns the home
+    and each graph's fingerprint by name."""
+    home = root / "home"
+    dumps = []
+    for name, op, environments in (("train", "negate", (WIDE, NARROW, OTHER)), ("serve", "abs", (WIDE,))):
+        for environment in environments:
+            dump = root / "symbols" / f"{name}-{environment.key()}"
+            dump.mkdir(parents=True)
+            (dump / f"{name}.hlo").write_text(f"HloModule {name}\n\nENTRY main {{\n"
+                                              f"  p = f32[4]{{0}} parameter(0)\n  ROOT r = f32[4]{{0}} {op}(p)\n}}\n")
+            (dump / "fdo-environment.json").write_text(json.dumps(environment.to_json()))
+            dumps.append(dump)
+    assert ingest_symbols(dumps, home).graphs_changed == len(dumps)
+    graphs = {r["module_name"]: r["fingerprint"] for r in Warehouse(home).read(GRAPHS).to_pylist()}
+    runs = [("train", WIDE, 4.0), ("train", NARROW, 16.0), ("train", OTHER, 8.0), ("serve", WIDE, 2.0)]
+    drop = root / "drops" / "graphs.graph_runs.jsonl"
+    drop.parent.mkdir()
+    drop.write_text("".join(json.dumps({
+        "dt": GRAPH_DAY.isoformat(), "job_id": f"job-{n}", "team": "ads", "fingerprint": graphs[name],
+        "env_key": environment.key(), "device_kind": environment.device_kind, "chips": environment.device_count,
+        "executions": 10, "seconds": seconds}) + "\n" for n, (name, environment, seconds) in enumerate(runs)))
+    assert ingest_profiles([drop.parent], home).graph_runs == len(runs)
+    owned = root / "owner-configs.jsonl"
+    owned.write_text("".join(json.dumps({"fingerprint": graphs["train"], "env_key": environment.key(), "kind": "graph",
+                                         "config": {"xla_cpu_use_xnnpack": False}, "speedup": speedup}) + "\n"
+                             for environment, speedup in ((NARROW, 1.3), (OTHER, 1.1))))
+    import_file(home, owned)
+    return home, graphs
+
+
+def test_a_graph_shows_the_entry_of_its_costliest_tuned_environment_under_each_device_kind(tmp_path):
+    home, graphs = _graphs_home(tmp_path)
+    train, serve = graphs["train"], graphs["serve"]
+
+    def shown(**filters: str) -> dict[str, dict]:
+        rows = queries.graphs(home, Scope.resolve(home, Filters(window=Window(GRAPH_DAY, GRAPH_DAY), **filters)))
+        return {row["fingerprint"]: row for row in rows}
+
+    def entry_of(row: dict) -> tuple:
+        return (row["tuned"], row["entries"], row["env_key"], row["entry_env_key"], row["speedup"])
+
+    fleet = shown()
+    assert list(fleet) == [train, serve] and [fleet[g]["chip_seconds"] for g in fleet] == [1216.0, 512.0]
+    # Its costliest environment has no entry: the speedup shown is the costliest tuned one's.
+    assert entry_of(fleet[train]) == (True, 2, WIDE.key(), NARROW.key(), 1.3)
+    assert fleet[train]["environments"] == 3 and fleet[train]["entry_environment"].startswith(f"{AVX2} x 8, ")
+    assert entry_of(fleet[serve]) == (False, 0, WIDE.key(), None, None)
+    wide = shown(device_kind=AVX2)
+    assert list(wide) == [train, serve] and wide[train]["chip_seconds"] == 1152.0
+    assert entry_of(wide[train]) == (True, 1, WIDE.key(), NARROW.key(), 1.3) and wide[train]["environments"] == 2
+    assert entry_of(wide[serve]) == (False, 0, WIDE.key(), None, None)
+    # On the other kind the graph's one environment has its own entry.
+    other = shown(device_kind=AVX512)
+    assert list(other) == [train] and entry_of(other[train]) == (True, 1, OTHER.key(), OTHER.key(), 1.1)
 
 
 @pytest.mark.xla
@@ -546,9 +630,7 @@ def test_the_overview_draws_every_card_over_every_day_of_the_window(visit):
 def test_filters_change_what_the_cards_show_and_stay_in_every_link(visit, dashboard_home):
     everyone = visit.open("/")
     savings = Warehouse(dashboard_home).read(SAVINGS)
-    teams = savings.group_by("team").aggregate([("chip_seconds_saved", "sum")]).sort_by(
-        [("chip_seconds_saved_sum", "descending")])
-    team = teams.column("team")[0].as_py()
+    team = _narrowed_team(dashboard_home)
     mine = savings.filter(pc.equal(savings.column("team"), team))
 
     visit.page.select_option("select[name=team]", team)

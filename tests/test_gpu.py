@@ -21,7 +21,7 @@ from execution.compile import apply_config, compile_options, compiler_defaults, 
 from execution.cores import plan_cores
 from execution.flags import FLAGS, FlagError, FlagSpec, check_name, from_json, parse_assignment, to_xla
 from execution.numerics import SPREAD_FACTOR, all_ok, compare_outputs
-from execution.worker import DEFAULT_MEMORY_LIMIT, Worker, one_gpu
+from execution.worker import DEFAULT_MEMORY_LIMIT, Worker, device_variables
 from hlo import environment
 from hlo.environment import Environment, GpuDescription, describe_gpu, gpu_environment
 from tests import worker_tasks
@@ -223,10 +223,18 @@ def test_a_flag_the_program_key_cannot_see_joins_it_by_value():
 
 # --- workers, measurement ---------------------------------------------------------------------
 
-def test_a_worker_gets_the_first_gpu_its_caller_sees():
-    assert one_gpu({"CUDA_VISIBLE_DEVICES": "2,3"}) == {"CUDA_VISIBLE_DEVICES": "2"}
-    assert one_gpu({}) == {"CUDA_VISIBLE_DEVICES": "0"}
-    assert one_gpu({"CUDA_VISIBLE_DEVICES": ""}) == {"CUDA_VISIBLE_DEVICES": ""}
+def test_a_worker_gets_the_first_devices_its_caller_sees():
+    assert device_variables({"CUDA_VISIBLE_DEVICES": "2,3"}, 1)["CUDA_VISIBLE_DEVICES"] == "2"
+    assert device_variables({}, 1)["CUDA_VISIBLE_DEVICES"] == "0"
+    assert device_variables({"CUDA_VISIBLE_DEVICES": ""}, 1)["CUDA_VISIBLE_DEVICES"] == ""
+    assert device_variables({"CUDA_VISIBLE_DEVICES": "2,3,5"}, 2)["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert device_variables({}, 4)["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert device_variables({"CUDA_VISIBLE_DEVICES": "1"}, None) == {}
+    # On a CPU, N host devices; the caller's other XLA flags kept, its own device count replaced.
+    flags = "--xla_cpu_use_thunk_runtime=true --xla_force_host_platform_device_count=8"
+    assert device_variables({"XLA_FLAGS": flags}, 4)["XLA_FLAGS"] == (
+        "--xla_cpu_use_thunk_runtime=true --xla_force_host_platform_device_count=4")
+    assert device_variables({"XLA_FLAGS": flags}, 1)["XLA_FLAGS"] == "--xla_cpu_use_thunk_runtime=true"
 
 
 def test_on_a_gpu_compiles_and_measurements_take_turns():
@@ -268,7 +276,7 @@ def test_on_a_gpu_the_environment_is_what_jax_reports():
 def test_on_a_gpu_a_worker_owns_one_gpu_and_takes_memory_as_it_needs_it():
     with Worker() as worker:
         seen = worker.call(worker_tasks.device_view, timeout=120)
-    assert seen == {"platform": "gpu", "devices": 1, "visible": one_gpu(os.environ)["CUDA_VISIBLE_DEVICES"],
+    assert seen == {"platform": "gpu", "devices": 1, "visible": device_variables(os.environ, 1)["CUDA_VISIBLE_DEVICES"],
                     "preallocate": "false", "data_limit": DEFAULT_MEMORY_LIMIT}
 
 

@@ -1,89 +1,128 @@
-"""benchmarks/gpu_check.py, the device script of the GPU checks, in its dry run: the same parts
-on this machine's CPU with the small zoo sizes and budgets of seconds, run as the device runs
-them (a process per part, resuming from the state the earlier parts left)."""
+"""benchmarks/gpu_check.py, the device script of the GPU checks, in its dry run: the same three
+runs on this machine's CPU with the small zoo sizes and budgets of seconds, run as the device
+runs them (a process per run, resuming from the state the earlier runs left)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 # The dry run checks that every step runs and what it records, not what a measurement finds.
 pytestmark = pytest.mark.measure_scale(0.2)
 
 
+def gpu_check(*args: str, state: Path, out: Path, minutes: float = 10) -> dict:
+    """One run of the script's dry run (the minutes only bound it: its searches end at their
+    evaluations); the figures it returned in `out`."""
+    done = subprocess.run([sys.executable, str(SCRIPT), *args, "--dry-run", "--minutes", str(minutes),
+                           "--state", str(state), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "gpu_check.json").read_text())
+
+
 @pytest.mark.slow
 @pytest.mark.xla
 @pytest.mark.subprocess
-def test_the_dry_run_takes_a_module_through_evaluate_tune_the_hook_and_the_validator(tmp_path):
-    out = tmp_path / "out"
-    # The minutes only bound each part: the dry run's searches end at their evaluations. One
-    # workload: the plan's others take the same code path.
-    for part, minutes in ((1, 10), (2, 0.5), (3, 0.5)):
-        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--part", str(part),
-                               "--dry-run", "--workloads", "mlp-s", "--minutes", str(minutes),
-                               "--state", str(tmp_path / "state"), "--out", str(out)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
-    figures = json.loads((out / "gpu_check.json").read_text())
-    assert (out / "gpu_check.md").read_text().startswith("# GPU check figures")
-    # Nothing the GPU machine lacks was imported, in any part.
-    assert all(figures[f"part {part}"]["imports"] == [] for part in (1, 2, 3))
+def test_runs_1_and_3_take_modules_through_evaluate_the_tuner_the_hook_and_the_validator_and_resume(tmp_path):
+    state, out = tmp_path / "state", tmp_path / "out"
+    figures = gpu_check("--run", "1", "--workloads", "mlp-s,nbody-s", state=state, out=out)
+    # Nothing the GPU machine lacks was imported.
+    assert figures["run 1"]["imports"] == [] and not any("skipped" in v for v in figures.values())
     flags = figures["environment"]["gpu_flags"]
     assert flags["xla_gpu_enable_triton_gemm"]["accepted"]
     assert flags["xla_gpu_autotune_level"]["default"] == 4
-    assert figures["gpu_tests"]["exit"] == 0
-    assert sorted(figures["aa"]) == ["mlp-s"]
-    assert all(row["exit"] == 0 and row["numerics_ok"] and row["speedup"] > 0
-               for row in figures["aa"].values())
-    assert all(row["same_program"] and row["numerics_ok"] for row in figures["aa_across_processes"].values())
+    aa = figures["aa:mlp-s"]
+    assert aa["exit"] == 0 and aa["numerics_ok"] and aa["speedup"] > 0
+    assert figures["aa_across:mlp-s"]["same_program"] and figures["aa_across:mlp-s"]["numerics_ok"]
     tuned = figures["tune:mlp-s"]
-    assert tuned["moves"] == 2 and len(tuned["screens"]) == 2  # its 2 evaluations, however long they take
-    assert {"status", "accepted", "speedup"} <= set(tuned["oracle"]) and tuned["tuned"]["status"]
-    delivered = figures["deliver"]
+    # The tuner's schedule screens single moves first: its 2 evaluations, however long they take.
+    assert tuned["moves"] > 2 and 2 <= len(tuned["screens"]) and not tuned["cut_short"]
+    assert all(len(s["config"]) == 1 for s in tuned["screens"])
+    assert {"status", "accepted", "speedup"} <= set(tuned["tuned"])
+    assert "share_of_oracle" in figures["oracle:mlp-s"]
+    delivered = figures["deliver:mlp-s"]
     assert delivered["hits"].get("applied", 0) >= 1 and delivered["hit_keys"] == [delivered["entry_key"]]
-    assert delivered["hooked_run"]["speedup"] > 0
-    decisions = [d for found in figures["validate"].values() for d in found]
+    assert delivered["hooked_run"]["speedup"] > 0 and delivered["within_claimed_interval"] in (True, False)
+    decisions = [d for found in figures["validate:mlp-s"].values() for d in found]
     assert decisions and all(d["outcome"] in ("kept", "invalidated") for d in decisions)
+
+    # A run out of time records the steps it did not start, and still returns its figures and
+    # the state a fresh machine's run starts from.
+    cut = gpu_check("--run", "3", "--workloads", "mlp-s,nbody-s", state=state, out=out, minutes=0)
+    assert cut["tune:nbody-s"] == {"skipped": "out of the run's time"} and "oracle:nbody-s" not in cut
+    assert (out / "gpu_check.md").read_text().startswith("# GPU check figures")
+    restored = tmp_path / "restored"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--restore", str(out), "--state", str(restored)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((restored / "gpu_check.json").read_text()) == cut
+
+    # The next run takes up what was skipped.
+    figures = gpu_check("--run", "3", "--workloads", "mlp-s,nbody-s", state=state, out=out)
+    assert figures["run 3"]["imports"] == [] and figures["tune:mlp-s"] == cut["tune:mlp-s"]
+    assert figures["tune:nbody-s"]["screens"] and "share_of_oracle" in figures["oracle:nbody-s"]
+    report = (out / "gpu_check.md").read_text()
+    assert "| mlp-s |" in report and "| nbody-s |" in report
+    with tarfile.open(out / "gpu_check_state.tar.gz") as archive:
+        journals = [n for n in archive.getnames() if n.endswith("trials.jsonl")]
+    assert {Path(n).parts[1] for n in journals} == {"mlp-s-tune", "nbody-s-tune"}
+
+    # A run again measures nothing measured before.
+    again = gpu_check("--run", "1", "--workloads", "mlp-s,nbody-s", state=state, out=out)
+    assert {k: v for k, v in again.items() if not k.startswith("run ")} == {
+        k: v for k, v in figures.items() if not k.startswith("run ")}
 
 
 @pytest.mark.slow
 @pytest.mark.xla
 @pytest.mark.subprocess
-def test_the_dry_run_delivers_autotune_results_through_the_store_to_hooked_compiles(tmp_path):
+def test_run_2_delivers_autotune_results_to_hooked_compiles_with_and_without_jax_persistent_cache(tmp_path):
     out = tmp_path / "out"
-    # Part 6 on the smallest workload with a GEMM: each of its steps is a process of its own.
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--part", "6", "--dry-run",
-                           "--workloads", "mlp-s", "--minutes", "2", "--state", str(tmp_path / "state"),
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    figures = json.loads((out / "gpu_check.json").read_text())
-    assert figures["part 6"]["imports"] == []
+    # Run 2 on the smallest workload with a GEMM: each of its compiles is a process of its own.
+    figures = gpu_check("--run", "2", "--workloads", "mlp-s", state=tmp_path / "state", out=out)
+    assert figures["run 2"]["imports"] == [] and not any("skipped" in v for v in figures.values())
+    # XLA:CPU autotunes nothing and dumps nothing (the default compile, and the kernels kind's
+    # offline compile run as the kind runs it); the dry run's own results take their place.
+    for check in ("kernels_default:mlp-s", "kernels_exhaustive:mlp-s"):
+        assert figures[check]["files_written"] == 0 and not figures[check]["dumped"]
+        assert figures[check]["compile_seconds"] > 0
     kernels = figures["kernels:mlp-s"]
-    # XLA:CPU autotunes nothing and dumps nothing (the kernels kind's offline compile, run as
-    # the kind runs it); the dry run's own results take its place.
-    assert kernels["tune"]["files_written"] == 0 and not kernels["tune"]["dumped"]
-    assert kernels["tune"]["compile_seconds"] > 0
-    assert kernels["results"]["delivered"] >= 1 and kernels["results"]["kinds"] == ["triton"]
-    (without,), (delivered,) = kernels["compiles"]["without"]["hits"], kernels["compiles"]["delivered"]["hits"]
+    assert kernels["delivered"] >= 1 and kernels["kinds"] == ["triton"] and "synthetic" in kernels["results_source"]
+    delivered = f"autotune results: {kernels['delivered']} delivered, 0 taken, 0 fusions autotuned by XLA"
+    compiles = figures["kernels_compiles:mlp-s"]
+    (without,), (tuned,) = compiles["without"]["runs"], compiles["delivered"]["runs"]
     assert without["outcome"] == "holdout"  # the hooked compile with the job's own options
-    assert delivered == {**delivered, "outcome": "applied",
-                         "reason": "autotune results not delivered: cpu compiles do not autotune"}
-    assert all(kernels["compiles"][arm]["median_seconds"] > 0 for arm in ("without", "delivered"))
-    assert sorted(kernels["foreign"]) == ["another GPU", "another XLA version"]
-    assert all(f["outcome"] == "applied" and "not delivered" in f["reason"] for f in kernels["foreign"].values())
+    # The dry run counts the CPU among the platforms that autotune: the delivery is made, and
+    # XLA:CPU reads none of it.
+    assert tuned["outcome"] == "applied" and tuned["reason"] == delivered
+    assert all(compiles[arm]["median_seconds"] > 0 for arm in ("without", "delivered"))
+    assert sorted(figures["kernels_foreign:mlp-s"]) == ["another GPU", "another XLA version"]
+    assert all(f["outcome"] == "applied" for f in figures["kernels_foreign:mlp-s"].values())
+    # With JAX's persistent cache: the delivered compile is keyed apart from the default's and
+    # hits the next time; the default's executable is still there.
+    persistent = figures["persistent_cache:mlp-s"]["compiles"]
+    assert [persistent[label]["persistent_cache_hits"] for label in
+            ("default", "delivered", "delivered again", "default again")] == [0, 0, 1, 1]
+    assert persistent["delivered"]["reason"] == (
+        f"{delivered} (in place of the job's own per-fusion cache directory, for this compile)")
+    assert "executable from JAX's persistent cache" in persistent["delivered again"]["reason"]
+    assert figures["persistent_cache:mlp-s"]["cache_entries"] == 2
     # The measured compile (the product's channel) delivered every result to XLA:CPU, which read
     # none and compiled the default's program: nothing to time.
-    assert kernels["delivered_compile"]["delivered"] == kernels["results"]["delivered"]
-    assert kernels["delivered_compile"]["taken"] in (0, None)
-    measured = kernels["measured"]
-    assert measured["identical_program"] and measured["speedup"] == 1.0 and measured["numerics_ok"]
+    measured = figures["kernels_measured:mlp-s"]
+    assert measured["compile"]["delivered"] == kernels["delivered"] and measured["compile"]["taken"] in (0, None)
+    assert measured["measured"]["identical_program"] and measured["measured"]["speedup"] == 1.0
     # The validator leaves entries with autotune results on a CPU unmeasured, saying why.
-    decisions = [d for found in kernels["validate"].values() for d in found]
+    decisions = [d for found in figures["kernels_validate:mlp-s"].values() for d in found]
     assert len(decisions) == 3 and all(d["outcome"] == "unmeasured" and "cannot be re-checked on cpu" in d["reason"]
                                        for d in decisions)
-    assert "## Offline autotune results delivered: mlp-s" in (out / "gpu_check.md").read_text()
+    report = (out / "gpu_check.md").read_text()
+    assert "## Offline autotune results delivered: mlp-s" in report and "persistent compilation cache" in report

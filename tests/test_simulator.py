@@ -169,7 +169,8 @@ def test_tuned_graphs_run_at_their_true_effect_and_holdouts_at_the_defaults():
     assert set(hits.speedup[chosen]) == {1.25} and np.isnan(hits.speedup[~chosen]).all()
     assert set(hits.holdout[~chosen]) == {None}
     runs = _runs(sped, hits, jobs, 11, fingerprints)
-    assert runs.column("holdout").to_pylist() == hits.holdout.tolist()
+    # A row per profiled process of each run, all in the run's arm.
+    assert runs.column("holdout").to_pylist() == np.repeat(hits.holdout, rows.processes).tolist()
     assert "true_speedup" not in runs.column_names
     truth = fleet.day_truth(sped, hits, jobs)
     chip_seconds = jobs.chips[rows.job] * sped.seconds
@@ -232,6 +233,26 @@ def test_same_seed_same_arms_effects_and_paces():
     assert fleet.make_jobs(spec, 4).pace.std() == pytest.approx(spec.job_sigma, rel=0.1)
 
 
+def test_the_same_days_after_another_epoch_are_the_same_fleet_on_their_own_dates():
+    spec = fleet.FleetSpec(jobs=5000, seed=6)
+    later = dataclasses.replace(spec, epoch=spec.epoch + datetime.timedelta(days=300))
+    jobs, rows, fingerprints = _day(spec, day=40)
+    _, moved, _ = _day(later, day=40)
+    for name in ("job", "graph", "env", "seconds", "executions"):
+        np.testing.assert_array_equal(getattr(moved, name), getattr(rows, name))
+    # The releases are named by their own dates: the same releases, 300 days later.
+    for before, after in zip(rows.environments, moved.environments):
+        if before == HERE:
+            assert after == HERE
+            continue
+        assert dataclasses.replace(after, compiler_version=before.compiler_version) == before
+        release = lambda env: datetime.date.fromisoformat(env.compiler_version.rpartition("+")[2])  # noqa: E731
+        assert release(after) - release(before) == datetime.timedelta(days=300)
+    _, hits = fleet.apply_hits(moved, fingerprints, None, later)
+    drop = pa.concat_tables(fleet.graph_run_batches(moved, hits, jobs, 40, fingerprints, later.epoch))
+    assert set(drop.column("dt").to_pylist()) == {later.epoch + datetime.timedelta(days=40)}
+
+
 def test_the_store_lookup_gives_each_entry_its_holdout_share_as_the_hook_takes_it(tmp_path):
     from delivery.store import Store
     from storage.store import ENTRIES
@@ -265,3 +286,51 @@ def test_the_demos_team_config_lands_in_the_store_as_an_import_does(tmp_path):
         current_environment().key(), "graph", owned.claimed_speedup)
     assert json.loads(entry["config"]) == owned.config
     assert entry["provenance"] == "import"
+
+
+def test_multi_process_jobs_hand_over_a_row_per_process_that_counts_the_job_once():
+    from ranking.realized import realized_savings
+    from ranking.savings import hit_rows
+
+    spec = fleet.FleetSpec(jobs=20_000, seed=6)
+    jobs, rows, fingerprints = _day(spec)
+    sped, hits = fleet.apply_hits(rows, fingerprints, _everywhere(fingerprints, share=0.2), spec)
+    runs = _runs(sped, hits, jobs, 11, fingerprints)
+    # Jobs span devices and processes: a partitioned environment per multi-chip size and kind,
+    # whose processes hold the job's chips between them; a row per profiled process.
+    partitioned = [e.partitioning for e in rows.environments if e.partitioning is not None]
+    assert any(p.processes > 1 for p in partitioned) and any(p.processes == 1 for p in partitioned)
+    for environment in rows.environments:
+        if environment.partitioning is not None:
+            p = environment.partitioning
+            assert p.devices == environment.device_count == p.processes * p.local_devices
+    assert set(rows.processes.tolist()) == {1, 2, 4, fleet.MAX_PROFILED_PROCESSES}
+    assert runs.num_rows == rows.processes.sum() > 2 * len(rows.job)
+    # A job's rows add up to its chips x seconds: its chip-time counts every device once.
+    job_level = jobs.chips[rows.job] * sped.seconds
+    assert pc.sum(runs.column("chip_seconds")).as_py() == pytest.approx(job_level.sum(), rel=1e-9)
+    per_run = np.bincount(np.repeat(np.arange(len(rows.job)), rows.processes),
+                          runs.column("chip_seconds").to_numpy())
+    np.testing.assert_allclose(per_run, job_level, rtol=1e-9)
+    # Savings, booked and realized, are not multiplied by a job's processes.
+    tuned = hits.tuned()
+    booked = pc.sum(hit_rows(runs, "graph", []).column("chip_seconds_saved")).as_py()
+    assert booked == pytest.approx((job_level[tuned] * (hits.speedup[tuned].astype(float) - 1)).sum(), rel=1e-9)
+    realized = realized_speedups(runs, resamples=200)
+    assert realized_savings(runs, realized).total.tuned_chip_seconds == pytest.approx(job_level[tuned].sum(), rel=1e-9)
+    # An arm's jobs are jobs, not processes, with their chip-time once; a partitioned job's
+    # speedup is what a row per run (one process reporting all its chips) gives. ("here" jobs
+    # are replicas: a job weighs as much as its replicas ran.)
+    whole = _runs(dataclasses.replace(sped, processes=np.ones_like(sped.processes)), hits, jobs, 11, fingerprints)
+    by_run = {r.key: r for r in realized_speedups(whole, resamples=200)}
+    decided = [r for r in realized if r.decided]
+    assert decided and len(decided) == sum(r.decided for r in by_run.values())
+    partitioned = 0
+    for entry in decided:
+        chosen = (hits.key == entry.key) & tuned
+        assert entry.tuned.jobs == by_run[entry.key].tuned.jobs == len(np.unique(rows.job[chosen]))
+        assert entry.tuned.chip_seconds == pytest.approx(job_level[chosen].sum(), rel=1e-9)
+        if rows.environments[rows.env[chosen][0]].partitioning is not None:
+            assert entry.speedup.estimate == pytest.approx(by_run[entry.key].speedup.estimate, rel=1e-9)
+            partitioned += 1
+    assert partitioned > 10

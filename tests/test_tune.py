@@ -38,7 +38,7 @@ from tuner.search import PhaseSpend, search, spending
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.trial import UNTIMED, Outcome, Phase, StopReason, Trial
+from tuner.trial import UNTIMED, Outcome, Phase, StopReason, Trial, Verdict
 from tuner.tune import (TuneResult, TuneSettings, finished_result, land_result, save_result,
                         task_file, tune_module)
 from tuner.worker_evaluator import WorkerEvaluator
@@ -427,7 +427,7 @@ def _stamped_result() -> TuneResult:
                                       speedup=dataclasses.replace(trials[0].speedup, estimate=0.9),
                                       phase=Phase.RACE, baseline={"a": 2}, elapsed_seconds=31.0))
     phases = [*spending(trials, 33.0, {Phase.RACE: 2}), PhaseSpend(Phase.VERIFY, 1, 1, 1, 6, 40.0)]
-    return TuneResult("new", "f" * 32, "e", "accepted", True, {"a": 2}, Interval(1.28, 1.2, 1.3),
+    return TuneResult("new", "f" * 32, "e", Verdict.ACCEPTED, {"a": 2}, Interval(1.28, 1.2, 1.3),
                       True, sum(p.evaluations for p in phases), sum(p.measured for p in phases),
                       "evolution", "jaxlib-test", trials=trials, phases=phases,
                       speedups=[1.27, 1.28, 1.3], seconds_to_best=20.0, search_stop=StopReason.STALLED,
@@ -524,5 +524,7 @@ def test_a_result_written_before_speedups_were_intervals_still_reads(tmp_path):
     assert read.relaxed.speedup == Interval(1.4, 1.35, 1.45)
     assert read.trials[0].outcome is Outcome.MEASURED
     assert read.trials[0].speedup == Interval(1.3, 1.27, 1.33)
-    # Written again, the same keys with the same values.
-    assert {k: v for k, v in read.to_json().items() if k in old} == old
+    assert (read.status, read.reason, read.accepted) == (Verdict.ACCEPTED, "", True)
+    # Written again, the same keys with the same values, but `failure`: the verdict says it.
+    assert {k: v for k, v in read.to_json().items() if k in old} == {
+        k: v for k, v in old.items() if k != "failure"}

@@ -13,9 +13,10 @@ import pytest
 
 from delivery.store import Store
 from execution.evaluate import EvaluationResult
-from hlo.environment import Environment, GpuDescription, gpu_environment, store_key
+from execution.numerics import OutputCheck
+from hlo.environment import Environment, GpuDescription, Partitioning, gpu_environment, store_key
 from hlo.interval import Interval
-from ingest.tables import GRAPHS, HITS
+from ingest.tables import GRAPHS, HITS, partitioning_text
 from storage.blobs import BlobStore
 from storage.store import ENTRIES
 from storage.warehouse import Warehouse
@@ -53,7 +54,7 @@ def entry(n: int, env: Environment = HERE, days_old: float = 3, expires_in: floa
 
 
 def result(speedup: float = 1.5, ci_low: float = 1.3, ci_high: float = 1.7, numerics_ok: bool = True,
-           identical: bool = False, numerics: list[dict] | None = None) -> EvaluationResult:
+           identical: bool = False, numerics: list[OutputCheck] | None = None) -> EvaluationResult:
     """A completed measurement, as execution.evaluate returns one."""
     return EvaluationResult(speedup=Interval(speedup, ci_low, ci_high), significant=ci_low > EDGE,
                             numerics_ok=numerics_ok, identical_program=identical, compile_seconds=0.1,
@@ -96,11 +97,12 @@ def test_a_program_identical_to_the_defaults_is_invalidated_however_fast_it_look
 
 
 def test_numerics_off_invalidates_naming_the_failed_checks():
-    checks = [{"ok": True, "detail": "out0 fine"}, {"ok": False, "detail": "out1 max error 3.0"}]
+    checks = [OutputCheck(0, True, 1e-7, "max error 1.00e-07 of scale 1", 2e-3),
+              OutputCheck(1, False, 3.0, "max error 3.00e+00 of scale 1", 2e-3)]
     outcome, reason = rules.measured_outcome(result(numerics_ok=False, numerics=checks), True, "jaxlib-new", BAND)
-    assert outcome == "invalidated" and "out1 max error 3.0" in reason and "out0" not in reason
-    _, reason = rules.measured_outcome(result(numerics_ok=False), True, "jaxlib-new", BAND)
-    assert reason.endswith("outputs differ")
+    assert outcome == "invalidated" and reason.endswith(
+        "numerics off on jaxlib-new: differ, failed on 1 of 1 set of inputs: "
+        "output 1: error 3.00e+00 > tolerance 2.00e-03")
 
 
 @pytest.mark.parametrize("ci_high, outcome", [
@@ -285,7 +287,8 @@ class Home:
             "dt": at.date(), "fingerprint": fp(n), "env_key": env.key(), "module_name": f"m{n}",
             "n_instructions": 3, "hlo_blob": name, "optimized_blob": None, "optimized_fingerprint": None,
             "platform": env.platform, "device_kind": env.device_kind, "device_count": env.device_count,
-            "compiler_version": env.compiler_version, "first_seen": at, "last_seen": at}], GRAPHS.schema),
+            "compiler_version": env.compiler_version, "first_seen": at, "last_seen": at,
+            "partitioning": partitioning_text(env.partitioning)}], GRAPHS.schema),
             f"graph-{n}-{env.key()[:6]}")
 
     def hits(self, row: dict, n: int, outcome: str = "applied", at: datetime.datetime = NOW - DAY,
@@ -303,10 +306,11 @@ class Home:
         Warehouse(self.path).append(VALIDATIONS, pa.Table.from_pylist(
             [rules.audit_row(decision, run_id, 1, rules.APPLIED)], VALIDATIONS.schema), run_id)
 
-    def plan(self, *rows: dict, decided: frozenset[str] = frozenset()) -> tuple[dict[str, Decision], list[Queued], int]:
+    def plan(self, *rows: dict, decided: frozenset[str] = frozenset(),
+             chain: Toolchain = CHAIN) -> tuple[dict[str, Decision], list[Queued], int]:
         store = Store(self.path)
         store.publish(table(*rows), store.current(), "test entries")
-        free, queue, skipped = Planner(self.path, CHAIN, NOW, MAX_AGE, DAY).plan(set(decided))
+        free, queue, skipped = Planner(self.path, chain, NOW, MAX_AGE, DAY).plan(set(decided))
         return {d.key: d for d in free}, queue, skipped
 
 
@@ -408,6 +412,25 @@ def test_another_compilers_entry_is_measured_for_a_new_key_once(home):
     assert home.plan(row, rekeyed)[1:] == ([], 2)
     home.decided(measured(row, result(1.005, 0.98, 1.03), same_compiler=False), "run-1")
     assert home.plan(row)[1:] == ([], 1)  # decided for this compiler already: not re-keyed
+
+
+def test_a_partitioned_entry_is_rebuilt_with_its_partitioning_and_rekeyed_in_it(home):
+    # A step partitioned over 4 host devices, tuned on the old compiler; the toolchain runs 4.
+    sharded = Partitioning(partitions=4, spmd=True, shardy=True, mesh=(("data", 2), ("model", 2)),
+                           local_devices=4)
+    here = dataclasses.replace(HERE, device_count=4)
+    chain = Toolchain("default", "python", "new", here.to_json(), NOW.isoformat())
+    older = dataclasses.replace(here, compiler_version="jaxlib-old", partitioning=sharded)
+    home.graph(1, older)
+    home.graph(2, here.with_partitioning(sharded))
+    old, same = entry(1, older), entry(2, here.with_partitioning(sharded))
+    free, queue, _ = home.plan(old, same, chain=chain)
+    assert free == {} and {q.entry["key"]: q.same_compiler for q in queue} == {old["key"]: False, same["key"]: True}
+    [rekeyed] = [q for q in queue if not q.same_compiler]
+    # The new key is of this compiler in the entry's own partitioning, not the toolchain's bare one.
+    new_env = here.with_partitioning(sharded).key()
+    assert (rekeyed.new_env_key, rekeyed.new_key) == (new_env, store_key(fp(1), new_env))
+    assert new_env not in (here.key(), older.key())
 
 
 def test_the_queue_runs_by_fleet_hits_then_least_recently_measured(home):

@@ -146,3 +146,10 @@ def test_missing_empty_and_oversized_files(profiled: Profiled, tmp_path: Path) -
         read_trace(empty)
     with pytest.raises(TraceError, match="input limit"):
         read_trace(profiled.trace, max_bytes=100)
+
+
+@pytest.mark.xla
+def test_a_module_of_one_device_is_keyed_alike_from_the_trace_and_from_its_text(module: ModuleTime) -> None:
+    # Dumps and the hook's spool hold the text form; only a partitioned module's differs.
+    assert module.devices == 1
+    assert module.dumped_fingerprint() == module.optimized_fingerprint is not None

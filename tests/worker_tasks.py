@@ -3,6 +3,7 @@ inside a worker process)."""
 
 import os
 import time
+from typing import Any
 
 
 def crash() -> None:
@@ -38,3 +39,23 @@ def device_view() -> dict[str, object]:
             "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
             "data_limit": resource.getrlimit(resource.RLIMIT_DATA)[0]}
+
+
+def device_count() -> int:
+    """How many devices JAX sees in the worker."""
+    import jax
+
+    return len(jax.devices())
+
+
+def optimized_texts(module_proto: bytes, partitioning: Any) -> tuple[str, str]:
+    """The optimized module's text, compiled whole as `partitioning` partitions it, and
+    compiled for one device."""
+    from execution.compile import compile_module
+    from hlo.module import HloModule
+
+    def text(compiled: Any) -> str:
+        return HloModule(compiled.optimized_proto, "", "").to_text()
+
+    return (text(compile_module(module_proto, {}, partitioning=partitioning)),
+            text(compile_module(module_proto, {})))

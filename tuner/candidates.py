@@ -12,12 +12,14 @@ most on the op) first, then the earliest sighting, by instruction name and blob.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hlo.environment import current_environment
+from execution.sharded import MAX_PARTITION_DEVICES, spans
+from hlo.environment import Partitioning, current_environment, machine_kind, partitioning_from_json
 from hlo.module import HloModule, from_text
 from ingest.tables import GRAPHS, OPS
 from ranking.tables import CANDIDATES
@@ -110,6 +112,31 @@ def tunable_op_candidates(home: Home, top: int, untried: bool = False,
     return found
 
 
+@dataclass(frozen=True)
+class Sharded:
+    """A sharded graph's environment as the tuner needs it: how its job partitioned it, and the
+    machine kind that measures it (`hlo.environment.machine_kind`)."""
+
+    partitioning: Partitioning
+    machine: str
+
+
+def sharded_environments(home: Home) -> dict[str, Sharded]:
+    """Every environment whose graphs the warehouse holds partitioned across devices or
+    processes, by env_key (graphs landed before partitionings were recorded, and graphs of one
+    device, have none)."""
+    graphs = Warehouse(home).read(GRAPHS)
+    if "partitioning" not in graphs.column_names:
+        return {}
+    found = {}
+    for row in graphs.to_pylist():
+        if row["partitioning"] is not None:
+            found[row["env_key"]] = Sharded(
+                partitioning_from_json(json.loads(row["partitioning"])),
+                machine_kind(row["platform"], row["device_kind"], row["compiler_version"]))
+    return found
+
+
 def _tried(home: Home, kind: Kind) -> set[tuple[str, str]]:
     """(fingerprint, env_key) of the `kind` results this compiler has measured already."""
     version = current_environment().compiler_version
@@ -120,8 +147,21 @@ def _tried(home: Home, kind: Kind) -> set[tuple[str, str]]:
 
 def _measurable_graphs(home: Home, environments: frozenset[str] | None) -> dict[tuple[str, str], dict]:
     """The `graphs` rows, by (fingerprint, env_key), of the environments whose keys are
-    `environments`; None: of this machine's platform and device kind."""
+    `environments` (a sharded graph's, or its machine kind's: `tasks.resources`); None: of this
+    machine's platform and device kind. A graph spanning more than MAX_PARTITION_DEVICES has
+    none: no per-device program of it can be built."""
     here = current_environment()
+
+    def measurable(g: dict) -> bool:
+        if g.get("partitioning") is not None and spans(
+                partitioning_from_json(json.loads(g["partitioning"]))) > MAX_PARTITION_DEVICES:
+            return False
+        if environments is None:
+            return (g["platform"], g["device_kind"]) == (here.platform, here.device_kind)
+        if g["env_key"] in environments:
+            return True
+        return g.get("partitioning") is not None and machine_kind(
+            g["platform"], g["device_kind"], g["compiler_version"]) in environments
+
     return {(g["fingerprint"], g["env_key"]): g for g in Warehouse(home).read(GRAPHS).to_pylist()
-            if (g["env_key"] in environments if environments is not None
-                else (g["platform"], g["device_kind"]) == (here.platform, here.device_kind))}
+            if measurable(g)}

@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Callable
 
 from execution.autotune_results import AUTOTUNING_PLATFORMS
 from execution.compile import compiler_defaults
+from execution.evaluate import per_device_program
+from execution.per_device import PerDeviceError
 from execution.flags import CompilerConfig
+from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
 from hlo.module import HloModule
 from storage.home import Home
@@ -40,6 +43,12 @@ class TuneTarget:
     label: str
     configs: tuple[CompilerConfig, ...] = ()  # a fixed list to evaluate in order, not a search
     sources: tuple[str, ...] = ()  # the tasks the target was derived from (a fold's op tasks)
+    # How `module` is measured: whole (compiled for the devices `placement.compiled_for`
+    # spans) or, per device, `module` is the graph's per-device program.
+    placement: Placement = Placement()
+    # Why `module` cannot be measured at all (a per-device program XLA would not partition):
+    # the task ends as one whose default fails, without a search.
+    unmeasurable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,7 @@ class Subject:
     fingerprint: str
     label: str
     op_class: str | None = None
+    placement: Placement = Placement()  # how a graph compiled across devices is measured
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,9 @@ def check_platform(kind: Kind, platform: str) -> None:
 
 
 def _graph_space(subject: Subject, platform: str) -> SearchSpace:
-    return graph_space(platform, accepted_flags(platform), compiler_defaults())
+    # Flags that act across devices are searched where the program is measured on them.
+    return graph_space(platform, accepted_flags(platform), compiler_defaults(),
+                       device_count=subject.placement.devices)
 
 
 def _op_space(subject: Subject, platform: str) -> SearchSpace:
@@ -142,8 +154,17 @@ KINDS: dict[Kind, KindSpec] = {
 
 def make_target(kind: Kind, subject: Subject) -> TuneTarget:
     """The target of a task of `kind` tuning `subject` on this machine's platform (ValueError
-    where the kind does not tune on it: `check_platform`)."""
+    where the kind does not tune on it: `check_platform`). Measured per device, its module is
+    the subject's per-device program (`execution.evaluate.per_device_program`), or where it has
+    none, the subject's module with `unmeasurable` saying why."""
     platform = current_environment().platform
     check_platform(kind, platform)
-    return TuneTarget(subject.module, subject.fingerprint, kind, KINDS[kind].space(subject, platform),
-                      subject.label)
+    module, placement, unmeasurable = subject.module, subject.placement, None
+    if placement.mode is MeasureMode.PER_DEVICE:
+        assert placement.partitioning is not None
+        try:
+            module = per_device_program(module, placement.partitioning)
+        except PerDeviceError as exc:
+            unmeasurable = f"no per-device program: {exc}"
+    return TuneTarget(module, subject.fingerprint, kind, KINDS[kind].space(subject, platform),
+                      subject.label, placement=placement, unmeasurable=unmeasurable)

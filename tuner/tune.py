@@ -25,8 +25,9 @@ winner (`tuner.winner`), and it is re-measured
 with a stricter interval and the numeric check in `TuneSettings.verify_workers` fresh workers,
 one after another (`execution.evaluate.evaluate_independently`: the spread between processes is
 as large as a small gain, and one worker's interval leaves it out). Only if the median of their
-intervals' lower ends clears the noise band is the result accepted; otherwise the task ends "no
-significant gain". The trials and the result land in the warehouse under the task id, so finishing a task
+intervals' lower ends clears the noise band and the numerics hold (judged over the inputs of all
+the workers, `execution.numerics`) is the result accepted; otherwise its status, a `Verdict`,
+names why (`verdict_of`), and its `reason` gives the figures. The trials and the result land in the warehouse under the task id, so finishing a task
 twice adds nothing. The home may be local or a URL (`storage.home.Home`): every file is named by
 its place under it.
 
@@ -52,6 +53,7 @@ import datetime
 import functools
 import hashlib
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -61,9 +63,12 @@ import pyarrow as pa
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
 from execution.evaluate import (DEFAULT_FAILS, FRESH_WORKERS, DefaultFails, EvaluationResult,
-                                Failure, evaluate_independently)
+                                evaluate_independently)
 from execution.flags import CompilerConfig, config_from_json
 from execution.measure import MeasureSettings
+from execution.numerics import OutputCheck
+from execution.per_device import PER_DEVICE_ERROR
+from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.interval import Interval, columns, from_columns
@@ -82,7 +87,7 @@ from tuner.search import (PhaseSpend, Stall, TaskClock, evaluations, proposals, 
 from tuner.space import config_key
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.trial import STALL_AFTER, Phase, StopReason, Trial
+from tuner.trial import STALL_AFTER, Phase, StopReason, Trial, Verdict
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
 
@@ -148,8 +153,7 @@ class TuneResult:
     task_id: str
     fingerprint: str
     env_key: str
-    status: str
-    accepted: bool
+    status: Verdict  # why it ended so: `reason` says more
     config: CompilerConfig
     speedup: Interval | None
     numerics_ok: bool | None
@@ -160,7 +164,10 @@ class TuneResult:
     kind: Kind = Kind.GRAPH
     sources: list[str] = field(default_factory=list)  # a folded result's op tasks
     trials: list[Trial] = field(default_factory=list)
-    failure: Failure | None = None  # why nothing could be measured: "default_fails"
+    reason: str = ""  # the status's details, for people: what failed, or the figures that decided
+    # NUMERICS_DIFFER: the outputs that failed (by how much, against what tolerance), on the
+    # first set of inputs that failed in the verification; empty otherwise.
+    numerics: list[OutputCheck] = field(default_factory=list)
     speedups: list[float] = field(default_factory=list)  # each verification worker's
     # What each phase spent, search first, verify last (none in a result of a task landed
     # before phases were told).
@@ -181,13 +188,21 @@ class TuneResult:
     # for a task given its own budget.
     budget_share: float | None = None
     budget_reason: str | None = None
+    # How the graph was measured (execution.sharded): whole, or its per-device program.
+    measure_mode: MeasureMode = MeasureMode.WHOLE
+
+    @property
+    def accepted(self) -> bool:
+        """Whether its config is delivered: the verdict is ACCEPTED."""
+        return self.status == Verdict.ACCEPTED
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (without the trials); each speedup as `speedup`, `ci_low`,
-        `ci_high`, the opt-in's within `relaxed`."""
+        """A JSON-ready dict (without the trials): `accepted` beside `status`; each speedup as
+        `speedup`, `ci_low`, `ci_high`, the opt-in's within `relaxed`."""
         data = asdict(self)
         data.pop("trials")
-        data.update(columns(self.speedup), config=json.loads(config_key(self.config)))
+        data.update(columns(self.speedup), config=json.loads(config_key(self.config)),
+                    accepted=self.accepted)
         if self.relaxed is not None:
             data["relaxed"] = {"config": json.loads(config_key(self.relaxed.config)),
                                **columns(self.relaxed.speedup)}
@@ -195,10 +210,12 @@ class TuneResult:
 
 
 def tune_module(module: HloModule, home: Home, settings: TuneSettings, env_key: str | None = None,
-                progress: bool = False, prior: list[TrialRecord] | None = None) -> TuneResult:
-    """Tune `module`'s graph-level flags within the budget; resumes the task if interrupted."""
-    return run_task(make_target(Kind.GRAPH, graph_subject(module)), home, settings, env_key,
-                    progress, prior)
+                progress: bool = False, prior: list[TrialRecord] | None = None,
+                placement: Placement = Placement()) -> TuneResult:
+    """Tune `module`'s graph-level flags within the budget, measured as `placement` says (a
+    sharded graph whole, or per device); resumes the task if interrupted."""
+    return run_task(make_target(Kind.GRAPH, graph_subject(module, placement)), home, settings,
+                    env_key, progress, prior)
 
 
 def tune_op(cut: OpCut, home: Home, settings: TuneSettings, env_key: str | None = None,
@@ -209,10 +226,11 @@ def tune_op(cut: OpCut, home: Home, settings: TuneSettings, env_key: str | None 
     return run_task(make_target(Kind.OP, op_subject(cut)), home, settings, env_key, progress)
 
 
-def graph_subject(module: HloModule) -> Subject:
-    """A graph as a task's subject: keyed by its graph fingerprint."""
+def graph_subject(module: HloModule, placement: Placement = Placement()) -> Subject:
+    """A graph as a task's subject, measured as `placement` says: keyed by its graph
+    fingerprint."""
     fingerprint = graph_fingerprint(module)
-    return Subject(module, fingerprint, module.name or fingerprint[:8])
+    return Subject(module, fingerprint, module.name or fingerprint[:8], placement=placement)
 
 
 def op_subject(cut: OpCut) -> Subject:
@@ -229,9 +247,11 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     environment = current_environment()
     env_key = env_key or environment.key()
     strategy_name = settings.strategy if settings.schedule else f"{settings.strategy} (plain)"
+    # A sharded graph's mode is part of what a task is; a one-device graph's id is as before.
+    measured_as = [target.placement.mode] if target.placement.partitioning is not None else []
     task_id = task_digest(target.kind, target.fingerprint, env_key, strategy_name,
                           settings.seed, settings.budget_evals, environment.compiler_version,
-                          *map(config_key, target.configs))
+                          *map(config_key, target.configs), *measured_as)
     finished = finished_result(home, task_id)
     if finished is not None:  # landing again is a no-op unless a kill cut it short
         land_result(home, finished)
@@ -262,17 +282,19 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
         if settings.stall_after is not None:
             stalled = Stall(strategy, settings.stall_after)
     plan = plan_cores(settings.compile_workers, settings.cores)
-    default_fails, winners, stop, compiles = None, Winners(None), None, {}
-    try:
-        with WorkerEvaluator(target.module.proto, settings.seed, plan,
-                             settings.verify_workers) as evaluator:
-            outcome = run_search(evaluator, next_config, trials, settings.budget_evals,
-                                 settings.search, settings.compare, in_time, record,
-                                 listed=bool(target.configs), clock=clock, stalled=stalled)
-            trials, winners, stop, compiles = (outcome.trials, outcome.winners, outcome.stop,
-                                               outcome.compiles)
-    except DefaultFails as failed:  # nothing to measure against: the task ends here
-        default_fails = str(failed)
+    # A target with nothing to measure (`unmeasurable`) ends as one whose default fails.
+    default_fails, winners, stop, compiles = target.unmeasurable, Winners(None), None, {}
+    if default_fails is None:
+        try:
+            with WorkerEvaluator(target.module.proto, settings.seed, plan, settings.verify_workers,
+                                 target.placement.compiled_for) as evaluator:
+                outcome = run_search(evaluator, next_config, trials, settings.budget_evals,
+                                     settings.search, settings.compare, in_time, record,
+                                     listed=bool(target.configs), clock=clock, stalled=stalled)
+                trials, winners, stop, compiles = (outcome.trials, outcome.winners, outcome.stop,
+                                                   outcome.compiles)
+        except DefaultFails as failed:  # nothing to measure against: the task ends here
+            default_fails = str(failed)
     searched = spending(trials, clock(), compiles)  # the workers stopped: the loop ends
     if winners.strict is not None or winners.relaxed is not None:
         bar.set_postfix_str(f"verifying in {settings.verify_workers} fresh workers")
@@ -331,7 +353,7 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
     """Re-measure the strict winner in fresh workers; accept it only if it holds up. Where the
     search's best config relaxes numerics (`winners.relaxed`), verify it too, after the strict
     one: the result's opt-in (`_relaxed_option`). A task whose default failed (`default_fails`
-    says why) ends "default fails", as does one whose default fails in the verification.
+    says why) ends DEFAULT_FAILS, as does one whose default fails in the verification.
     `searched`: what the phases before the verification spent."""
     started = time.monotonic()
     best = winners.strict
@@ -348,23 +370,45 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
                 seconds_to_best=seconds_to_find(trials, best),
                 strategy=settings.strategy, compiler_version=compiler_version, kind=target.kind,
                 sources=list(target.sources), trials=trials,
-                relaxed=_relaxed_option(winners.relaxed, relaxed_check, check))
+                relaxed=_relaxed_option(winners.relaxed, relaxed_check, check, target.placement),
+                measure_mode=target.placement.mode)
     if default_fails is not None:
-        return TuneResult(status=f"default fails: {default_fails}", accepted=False, config={},
-                          speedup=None, numerics_ok=None, failure=DEFAULT_FAILS, **base)
+        return TuneResult(status=Verdict.DEFAULT_FAILS, reason=default_fails, config={},
+                          speedup=None, numerics_ok=None, **base)
     if check is None:  # nothing beat the default: nothing to verify
-        return TuneResult(status="no significant gain", accepted=False, config={}, speedup=None,
-                          numerics_ok=None, **base)
+        return TuneResult(status=Verdict.NO_GAIN, reason="nothing beat the default in the search",
+                          config={}, speedup=None, numerics_ok=None, **base)
+    status, reason = verdict_of(check, settings.verify.noise_band, target.placement)
+    measured = check.error is None
+    return TuneResult(status=status, reason=reason, config=best.config,
+                      speedup=check.speedup if measured else None,
+                      numerics_ok=check.numerics_ok if measured else None,
+                      numerics=check.judged().failures() if status == Verdict.NUMERICS_DIFFER else [],
+                      speedups=check.speedups if measured else [], **base)
+
+
+def verdict_of(check: EvaluationResult, noise_band: float,
+               placement: Placement = Placement()) -> tuple[Verdict, str]:
+    """A verification's verdict, with its reason: the default fails; the verification failed;
+    the numerics differ (whatever the speed: a config that changes results is never delivered);
+    no significant gain (the interval's lower end under 1 + `noise_band`, measured per device
+    under 1 + the mode's error too: `holds_up`; or the default's very program); or accepted."""
     if check.failure == DEFAULT_FAILS:  # its error says "default fails: <reason>"
-        return TuneResult(status=check.error, accepted=False, config=best.config, speedup=None,
-                          numerics_ok=None, failure=DEFAULT_FAILS, **base)
-    if check.error:
-        return TuneResult(status=f"verification failed: {check.error}", accepted=False,
-                          config=best.config, speedup=None, numerics_ok=None, **base)
-    accepted = bool(check.significant and check.numerics_ok)
-    return TuneResult(status="accepted" if accepted else "no significant gain", accepted=accepted,
-                      config=best.config, speedup=check.speedup, numerics_ok=check.numerics_ok,
-                      speedups=check.speedups, **base)
+        return Verdict.DEFAULT_FAILS, check.error.removeprefix(f"{Verdict.DEFAULT_FAILS}: ")
+    if check.error is not None:
+        return Verdict.VERIFICATION_FAILED, check.error
+    if check.identical_program:
+        return Verdict.NO_GAIN, "it compiles to the default's program"
+    figure = check.speedup.as_speedup()
+    if not check.numerics_ok:
+        return Verdict.NUMERICS_DIFFER, f"{check.judged().describe()}; measured {figure}"
+    if not check.significant:
+        return Verdict.NO_GAIN, (f"measured {figure}: the interval's lower end is under "
+                                 f"{1 + noise_band:.3f}")
+    if not holds_up(check, placement):
+        return Verdict.NO_GAIN, (f"measured {figure} per device: the interval's lower end is "
+                                 f"under {1 + PER_DEVICE_ERROR:.3f}, the per-device mode's error")
+    return Verdict.ACCEPTED, f"measured {figure}, numerics {check.judged().describe()}"
 
 
 def _check(target: TuneTarget, winner: Trial | None,
@@ -374,18 +418,30 @@ def _check(target: TuneTarget, winner: Trial | None,
     if winner is None:
         return None
     return evaluate_independently(target.module, winner.config, settings.verify_workers,
-                                  settings=settings.verify, seed=settings.seed + 1)
+                                  settings=settings.verify, seed=settings.seed + 1,
+                                  partitioning=target.placement.compiled_for)
+
+
+def holds_up(check: EvaluationResult, placement: Placement) -> bool:
+    """Whether a verification shows a gain to deliver: significant (its interval's lower end
+    above the noise band), and measured per device, above the per-device mode's measured error
+    too (`execution.per_device.PER_DEVICE_ERROR`): the whole program may gain that much less."""
+    if not check.significant or check.speedup is None:
+        return False
+    return placement.mode is MeasureMode.WHOLE or check.speedup.low > 1.0 + PER_DEVICE_ERROR
 
 
 def _relaxed_option(relaxed: Trial | None, check: EvaluationResult | None,
-                    strict: EvaluationResult | None) -> RelaxedOption | None:
+                    strict: EvaluationResult | None,
+                    placement: Placement = Placement()) -> RelaxedOption | None:
     """The opt-in config: `relaxed`'s where its verification (`check`) holds up as a strict
     winner's must (a significant gain, numerics ok) and gains more than the `strict` winner's
     verification, where that holds up; None otherwise (an opt-in that gains nothing more is
     no option)."""
-    if relaxed is None or check is None or check.error or not (check.significant and check.numerics_ok):
+    if relaxed is None or check is None or check.error or not (
+            holds_up(check, placement) and check.numerics_ok):
         return None
-    if (strict is not None and not strict.error and strict.significant and strict.numerics_ok
+    if (strict is not None and not strict.error and holds_up(strict, placement) and strict.numerics_ok
             and check.speedup.estimate <= strict.speedup.estimate):
         return None
     return RelaxedOption(relaxed.config, check.speedup)
@@ -413,13 +469,15 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
              "env_key": result.env_key, "strategy": result.strategy, "index": t.index,
              "config": config_key(t.config), "program": t.program, "outcome": t.outcome,
              **columns(t.speedup), "numerics_ok": t.numerics_ok,
-             "compile_seconds": t.compile_seconds, "error": t.error, "finished_at": t.finished_at, "elapsed_seconds": t.elapsed_seconds}
+             "compile_seconds": t.compile_seconds, "error": t.error, "finished_at": t.finished_at,
+             "elapsed_seconds": t.elapsed_seconds, "measure_mode": result.measure_mode}
             for t in result.trials if t.baseline is None]
     warehouse = Warehouse(home)
     warehouse.append(TRIALS, pa.Table.from_pylist(rows, TRIALS.schema), f"task-{result.task_id}")
     summary = {k: v for k, v in result.to_json().items()
                if k in TUNING_RESULTS.schema.names}
-    summary.update(dt=today, config=config_key(result.config))
+    summary.update(dt=today, config=config_key(result.config),
+                   numerics=failed_outputs_json(result.numerics) if result.numerics else None)
     if result.relaxed is not None:  # the columns are null without it
         summary.update(relaxed_config=config_key(result.relaxed.config),
                        **columns(result.relaxed.speedup, prefix="relaxed_"))
@@ -427,16 +485,36 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
                      f"task-{result.task_id}")
 
 
+def failed_outputs_json(checks: list[OutputCheck]) -> str:
+    """The `tuning_results` table's `numerics`: the failed outputs as JSON, an error or
+    tolerance that is not a finite number (a NaN the default did not produce) as null."""
+    def number(value: float) -> float | None:
+        return value if math.isfinite(value) else None
+
+    return json.dumps([{"index": c.index, "max_error": number(c.max_error),
+                        "tolerance": number(c.tolerance), "detail": c.detail} for c in checks])
+
+
 def _result_from_json(data: dict[str, Any]) -> TuneResult:
     """A TuneResult as `save_result` wrote it (or before a field was added): every field as
-    written, the config, trials, phases and opt-in decoded."""
+    written, the config, status, trials, phases and opt-in decoded. A result written before the
+    status was a `Verdict` ("default fails: <reason>", with `accepted` and `failure` beside it)
+    reads as its verdict and reason."""
     relaxed = data.get("relaxed")
-    written = {k: v for k, v in data.items() if k not in ("ci_low", "ci_high")}
+    written = {k: v for k, v in data.items()
+               if k not in ("ci_low", "ci_high", "accepted", "failure")}
+    if "reason" in data:
+        status, reason = Verdict(data["status"]), data["reason"]
+    else:
+        status, reason = Verdict.parse(data["status"])
     return TuneResult(**{**written, "config": config_from_json(data["config"]),
+                         "status": status, "reason": reason,
+                         "numerics": [OutputCheck(**check) for check in data.get("numerics", [])],
                          "speedup": from_columns(data),
                          "kind": Kind(data.get("kind", Kind.GRAPH)),
                          "search_stop": (StopReason(data["search_stop"])
                                          if data.get("search_stop") is not None else None),
+                         "measure_mode": MeasureMode(data.get("measure_mode", MeasureMode.WHOLE)),
                          "relaxed": (RelaxedOption(config_from_json(relaxed["config"]),
                                                    from_columns(relaxed))
                                      if relaxed is not None else None),

@@ -26,7 +26,9 @@ from execution.evaluate import (CANDIDATE_FAILS, DEFAULT_FAILS, FRESH_WORKERS, W
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from execution.session import Span, measurable_module
+from execution.sharded import spans
 from execution.worker import Worker, WorkerFailure, WorkerPool
+from hlo.environment import Partitioning
 from tuner.search import Against, Build
 from tuner.trial import Outcome, Trial
 
@@ -36,13 +38,16 @@ class WorkerEvaluator:
     entry (DefaultFails when it does not compile or run) and stops the workers on exit."""
 
     def __init__(self, module_proto: bytes, seed: int, plan: CorePlan | None = None,
-                 fresh_workers: int = FRESH_WORKERS) -> None:
+                 fresh_workers: int = FRESH_WORKERS,
+                 partitioning: Partitioning | None = None) -> None:
         self.module_proto, self.seed = measurable_module(module_proto), seed
         self.fresh_workers = fresh_workers  # per comparison of two candidates (`_compare`)
         self.plan = plan or plan_cores()
-        self.executor = Worker(cores=self.plan.execute)
+        # Compiled and measured whole as the job partitions it: every worker has its devices.
+        self.partitioning = partitioning
+        self.executor = Worker(cores=self.plan.execute, devices=spans(partitioning))
         self.compilers = WorkerPool(self.plan.compile_workers, cores=self.plan.compile,
-                                    backend_cores=self.plan.execute)
+                                    backend_cores=self.plan.execute, devices=spans(partitioning))
         self.threads = ThreadPoolExecutor(self.plan.compile_workers, thread_name_prefix="compile")
         self.default_program = ""
         self.timeline: list[Span] = []  # what each worker ran, and when
@@ -67,7 +72,8 @@ class WorkerEvaluator:
         """Compile and run the default in the execute worker; DefaultFails, with the workers
         stopped, when it does not compile or run."""
         try:
-            self.default_program = prepare_default(self.executor, self.module_proto, self.seed)
+            self.default_program = prepare_default(self.executor, self.module_proto, self.seed,
+                                                   partitioning=self.partitioning)
         except DefaultFails:
             self.__exit__()  # raised from __enter__, `with` would leave the workers running
             raise
@@ -89,7 +95,7 @@ class WorkerEvaluator:
     def _compile(self, config: CompilerConfig) -> session.Built:
         with self.compilers.worker() as worker:
             return worker.call(session.compile_serialized, module_proto=self.module_proto,
-                               config=config)
+                               config=config, partitioning=self.partitioning)
 
     def measure(self, index: int, config: CompilerConfig, build: Build,
                 settings: MeasureSettings, against: Against | None = None) -> Trial:
@@ -128,7 +134,8 @@ class WorkerEvaluator:
             try:
                 kept = worker.call(session.keep_serialized, timeout=300,
                                    module_proto=self.module_proto, seed=self.seed + offset,
-                                   executable=base.artifact, config=baseline)
+                                   executable=base.artifact, config=baseline,
+                                   partitioning=self.partitioning)
                 if kept.error is not None:
                     return failed_result(DEFAULT_FAILS, f"the baseline {kept.error}")
                 timed = worker.call(session.measure_serialized, timeout=300,
@@ -142,7 +149,8 @@ class WorkerEvaluator:
             return measured_result(timed, build.compile_seconds, base.compile_seconds)
 
         result = in_fresh_workers(compare, self.fresh_workers, settings.noise_band,
-                                  lambda: Worker(cores=self.plan.execute))
+                                  lambda: Worker(cores=self.plan.execute,
+                                                 devices=spans(self.partitioning)))
         if result.error is not None:
             return Trial(index, config, Outcome.FAILED, build.program, baseline=baseline,
                          compile_seconds=build.compile_seconds, error=result.error)

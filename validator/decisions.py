@@ -52,6 +52,7 @@ import pyarrow as pa
 
 from execution.autotune_results import AutotuneOutcome, AutotuneResults, Keying, Uptake
 from execution.evaluate import EvaluationResult
+from execution.sharded import MeasureMode
 from hlo.interval import Interval, columns, from_columns
 from ranking.realized import Realized
 from storage.store import ENTRIES
@@ -149,6 +150,7 @@ class Decision:
     # not compiled), and the results a kept or re-keyed entry carries on (its own, or relabelled).
     autotune_fate: ResultsFate | None = None
     autotune_results: str | None = None
+    measure_mode: MeasureMode = MeasureMode.WHOLE  # how its graph was measured (execution.sharded)
 
     def to_json(self) -> dict[str, Any]:
         """The journal's form: every field, each speedup as flat keys (`speedup`, `ci_low`,
@@ -164,7 +166,8 @@ class Decision:
         return cls(**{**{k: v for k, v in data.items() if k in names},
                       "speedup": from_columns(data),
                       "fleet_speedup": from_columns(data, prefix=_FLEET),
-                      "autotune_fate": ResultsFate(fate) if fate is not None else None})
+                      "autotune_fate": ResultsFate(fate) if fate is not None else None,
+                      "measure_mode": MeasureMode(data.get("measure_mode", MeasureMode.WHOLE))})
 
 
 def expiry(now: datetime.datetime, origin: datetime.datetime, ttl: datetime.timedelta,
@@ -215,8 +218,7 @@ def measured_outcome(result: EvaluationResult, same_compiler: bool, compiler_ver
     if result.identical_program:
         return "invalidated", f"compiles to the same program as the defaults {where}: no gain left"
     if not result.numerics_ok:
-        bad = [c["detail"] for c in result.numerics if not c.get("ok")]
-        return "invalidated", f"numerics off {where}: {'; '.join(bad[:2]) or 'outputs differ'}"
+        return "invalidated", f"numerics off {where}: {result.judged().describe()}"
     figure = result.speedup.as_speedup()
     if len(result.speedups) > 1:
         figure += (f", the median of {len(result.speedups)} workers "
@@ -346,7 +348,7 @@ def audit_row(decision: Decision, run_id: str, store_version: int | None, status
             "config": decision.config, "origin_at": _time(decision.origin_at),
             **columns(decision.fleet_speedup, prefix=_FLEET),
             **{name: getattr(decision, name) for name in _FLEET_ARMS},
-            "autotune_fate": decision.autotune_fate}
+            "autotune_fate": decision.autotune_fate, "measure_mode": decision.measure_mode}
 
 
 def config_matches(recorded: str | None, config: str) -> bool:

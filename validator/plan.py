@@ -14,14 +14,15 @@ measured. Every decision carries the fleet's figures of its entry where there ar
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from delivery.store import Store
 from execution.autotune_results import AutotuneResults, ResultsError, autotunes, parse_results
 from execution.evaluate import EvaluationResult
-from hlo.environment import Environment, store_key
-from ingest.tables import GRAPHS
+from execution.sharded import Placement, choose_placement, whole_capacity
+from hlo.environment import Environment, Partitioning, machine_kind, store_key
+from ingest.tables import GRAPHS, partitioning_of
 from storage.blobs import BlobStore
 from storage.home import Home
 from storage.warehouse import Warehouse
@@ -34,12 +35,24 @@ _ENV_FIELDS = ("platform", "device_kind", "device_count", "compiler_version")
 
 
 class EnvFields(NamedTuple):
-    """What the warehouse records of an environment (not the job's own compile options)."""
+    """What the warehouse records of an environment (not the job's own compile options): the
+    machine, the compiler, and how the job partitioned the graph (None: one device of one
+    process)."""
 
     platform: str
     device_kind: str
     device_count: int
     compiler_version: str
+    partitioning: Partitioning | None = None
+
+    @classmethod
+    def of(cls, env: Environment) -> EnvFields:
+        """The fields of `env` the warehouse records."""
+        return cls(*(getattr(env, f) for f in _ENV_FIELDS), env.partitioning)
+
+    def environment(self) -> Environment:
+        """The environment of these fields, with no job options."""
+        return Environment(*(getattr(self, f) for f in _ENV_FIELDS), partitioning=self.partitioning)
 
 
 @dataclass
@@ -57,6 +70,10 @@ class Queued:
     priority: tuple
     flagged: str | None = None  # why the fleet flagged it, leading each decision's reason
     results: AutotuneResults | None = None
+    # How its graph is measured (execution.sharded), and for a sharded one, the machine kind
+    # that measures it (tasks.resources.machine_kind; None: a node of its environment).
+    placement: Placement = Placement()
+    machine: str | None = None
 
     @property
     def invalidates(self) -> str:
@@ -85,7 +102,7 @@ class Queued:
         if self.flagged:
             reason = f"{self.flagged}; {reason}"
         return Decision(**{**self.base, "decided_at": now.isoformat()}, outcome=outcome,
-                        reason=reason, change=change, **extra)
+                        reason=reason, change=change, measure_mode=self.placement.mode, **extra)
 
     def measured(self, result: EvaluationResult | None, compiler_version: str, noise_band: float,
                  now: datetime.datetime, ttl: datetime.timedelta, max_age: datetime.timedelta,
@@ -114,15 +131,16 @@ class Planner:
         self.max_age, self.revalidate_after = max_age, revalidate_after
         self.here = chain.env()
         self.entries = Store(home).entries().to_pylist()
-        graphs = Warehouse(home).read(GRAPHS, columns=["fingerprint", "env_key", "hlo_blob", *_ENV_FIELDS])
+        graphs = Warehouse(home).read(GRAPHS, columns=["fingerprint", "env_key", "hlo_blob", *_ENV_FIELDS,
+                                                       "partitioning"])
         # The HLO is the same in every environment (its blob is named by the fingerprint); an
         # environment is known from any graph seen in it, or from a toolchain (re-keyed entries).
         self.blobs = dict(zip(graphs.column("fingerprint").to_pylist(), graphs.column("hlo_blob").to_pylist()))
-        self.envs = {row["env_key"]: EnvFields(*(row[f] for f in _ENV_FIELDS))
-                     for row in graphs.select(["env_key", *_ENV_FIELDS]).to_pylist()}
+        self.envs = {row["env_key"]: EnvFields(*(row[f] for f in _ENV_FIELDS), partitioning_of(row["partitioning"]))
+                     for row in graphs.select(["env_key", *_ENV_FIELDS, "partitioning"]).to_pylist()}
         for known in [*Registry(home).list(), chain]:
             env = known.env()
-            self.envs[env.key()] = EnvFields(*(getattr(env, f) for f in _ENV_FIELDS))
+            self.envs[env.key()] = EnvFields.of(env)
         self.hits = fleet_hits(home, now)
         self.fallbacks = fallbacks(home)
         self.history = History(home)
@@ -187,10 +205,17 @@ class Planner:
         env = self.envs.get(entry["env_key"])
         if env is None:
             return "its environment is unknown here: no graph seen in it, no toolchain runs it"
-        if env[:3] != (self.here.platform, self.here.device_kind, self.here.device_count):
+        # A sharded graph is measured on any machine of its kind, whole or per device
+        # (execution.sharded); any other only where the toolchain's devices are its own.
+        sharded = env.partitioning is not None
+        if (env[:2] != (self.here.platform, self.here.device_kind)
+                or (not sharded and env.device_count != self.here.device_count)):
             return (f"measured for {env.platform} {env.device_kind} x{env.device_count}; toolchain "
                     f"{self.chain.name} runs on {self.here.platform} {self.here.device_kind} "
                     f"x{self.here.device_count}")
+        placement = choose_placement(env.partitioning, whole_capacity(env.platform))
+        machine = (machine_kind(env.platform, env.device_kind, self.chain.compiler_version)
+                   if sharded else None)
         results = None
         if entry.get("autotune_results") is not None:
             if not autotunes(env.platform):
@@ -204,17 +229,20 @@ class Planner:
         if env.compiler_version == self.chain.compiler_version:
             if self.now - entry["measured_at"] < self.revalidate_after and not flagged:
                 return None
-            return Queued(entry, base, blob, True, None, None, origin, priority, flagged, results)
-        if Environment(*env).key() != entry["env_key"]:
+            return Queued(entry, base, blob, True, None, None, origin, priority, flagged, results,
+                          placement, machine)
+        if env.environment().key() != entry["env_key"]:
             return "its environment has job options the warehouse does not record: cannot re-key it"
-        new_env_key = self.here.key()
+        # Re-keyed to this compiler; a sharded one in its own devices and partitioning.
+        new_env_key = (replace(env.environment(), compiler_version=self.here.compiler_version).key()
+                       if sharded else self.here.key())
         new_key = store_key(entry["fingerprint"], new_env_key)
         if new_key in live_keys or any(
                 self.history.decided(entry["key"], outcome, self.chain.compiler_version, entry["measured_at"])
                 for outcome in ("rekeyed", "invalidated")):
             return None
         return Queued(entry, base, blob, False, new_key, new_env_key, origin, priority,
-                      results=results)
+                      results=results, placement=placement, machine=machine)
 
     def _base(self, entry: dict[str, Any], origin: datetime.datetime) -> dict[str, Any]:
         return {"key": entry["key"], "fingerprint": entry["fingerprint"], "env_key": entry["env_key"],

@@ -17,9 +17,11 @@ OUTCOMES = ("kept", "rekeyed", "invalidated", "expired", "unmeasured")
 # figures then hold only the arms).
 # Version 4: what XLA did with an entry's autotune results (validator.decisions.ResultsFate);
 # null for an entry without them, and in rows landed before version 4.
+# Version 5: how the entry's graph was measured (execution.sharded.MeasureMode); null before
+# version 5: whole.
 VALIDATIONS = TableSchema(
     name="validations",
-    version=4,
+    version=5,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("run_id", pa.string(), nullable=False),
@@ -53,5 +55,6 @@ VALIDATIONS = TableSchema(
             pa.field("fleet_holdout_jobs", pa.int64(), nullable=True),
             pa.field("fleet_holdout_runs", pa.int64(), nullable=True))),
         added_column(pa.field("autotune_fate", pa.string(), nullable=True), 4),
+        added_column(pa.field("measure_mode", pa.string(), nullable=True), 5),
     ]),
 )

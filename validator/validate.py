@@ -44,11 +44,13 @@ from delivery.store import DEFAULT_TTL, Store
 from execution.autotune_results import AutotuneResults
 from execution.evaluate import (CANDIDATE_FAILS, DEFAULT_FAILS, FRESH_WORKERS, DefaultFails,
                                 EvaluationResult, compile_with_results, evaluate_built, evaluate_independently,
-                                prepare_default)
+                                per_device_program, prepare_default, worker_for)
 from execution.flags import CompilerConfig, FlagError, from_json
 from execution.measure import MeasureSettings
+from execution.per_device import PER_DEVICE_ERROR, PerDeviceError
 from execution.session import Built
-from execution.worker import Worker, WorkerFailure
+from execution.sharded import MeasureMode, Placement
+from execution.worker import WorkerFailure
 from hlo.module import HloLoadError, HloModule, from_text
 from storage.blobs import BlobError, BlobStore
 from storage.home import Home
@@ -195,7 +197,16 @@ def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSett
         module = from_text(BlobStore(home).get_text(queued.blob), source=queued.blob)
     except (BlobError, HloLoadError) as exc:
         return decide("unmeasured", str(exc), rules.NONE)
-    band = settings.measure.noise_band
+    placement = queued.placement
+    if placement.mode is MeasureMode.PER_DEVICE:
+        assert placement.partitioning is not None
+        try:
+            module = per_device_program(module, placement.partitioning, settings.timeout)
+        except PerDeviceError as exc:
+            return decide("unmeasured", str(exc), rules.NONE)
+    # Measured per device, a gain must clear the mode's measured error too (tuner.tune.holds_up).
+    band = (settings.measure.noise_band if placement.mode is MeasureMode.WHOLE
+            else max(settings.measure.noise_band, PER_DEVICE_ERROR))
 
     def settled(median: EvaluationResult) -> bool:
         return rules.settled(median, queued.same_compiler, band)
@@ -204,7 +215,8 @@ def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSett
     if queued.results is None:
         result = evaluate_independently(
             module, config, settings.workers, settings=settings.measure, timeout=settings.timeout,
-            seed=settings.seed, python=chain.python, most=settings.most_workers, settled=settled)
+            seed=settings.seed, python=chain.python, most=settings.most_workers, settled=settled,
+            partitioning=placement.compiled_for)
     else:
         check, built = check_results(module, queued.results, config, chain.python, settings.timeout)
         if built.error is not None:
@@ -223,17 +235,21 @@ def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSett
         return decide("unmeasured", f"its graph fails on {cv}: {result.error}", rules.NONE)
     if result.failure == CANDIDATE_FAILS:
         return decide("invalidated", f"{result.error} on {cv}", invalidated)
-    return _blamed(f"{result.error} with this config", module, chain, settings, decide, invalidated)
+    return _blamed(f"{result.error} with this config", module, chain, settings, decide, invalidated,
+                   placement)
 
 
 def _blamed(failed: str, module: HloModule, chain: Toolchain, settings: ValidateSettings,
-            decide: Callable[..., Decision], invalidated: str) -> Decision:
+            decide: Callable[..., Decision], invalidated: str,
+            placement: Placement = Placement()) -> Decision:
     """The decision where the entry's compile or run `failed` (a crash, out of memory or time,
-    a compile error): the entry is blamed only if the defaults run."""
+    a compile error): the entry is blamed only if the defaults run (measured as `placement`
+    says)."""
     cv = chain.compiler_version
     try:
-        with Worker(python=chain.python) as worker:
-            prepare_default(worker, module.proto, settings.seed, settings.timeout)
+        with worker_for(placement.compiled_for, python=chain.python) as worker:
+            prepare_default(worker, module.proto, settings.seed, settings.timeout,
+                            placement.compiled_for)
     except (DefaultFails, WorkerFailure) as failure:
         return decide("unmeasured", f"its graph fails on {cv} with the defaults too: {failure}", rules.NONE)
     return decide("invalidated", f"{failed} on {cv}; the defaults run", invalidated)

@@ -24,6 +24,7 @@ from pipelines.cli import cluster, ingest, loop, rank, store, tune, validate
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, HelpFormatter, Handler, closing_stdout,
                                   epilog, guarded, resolve_home)
 from pipelines.extras import MissingExtra
+from storage.beam_logging import quiet_beam_logging
 from storage.home import Home
 
 __all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "build_parser", "console", "main"]
@@ -86,6 +87,7 @@ def console() -> NoReturn:
 def _main(argv: list[str] | None) -> int:
     """Parse `argv`, resolve and check the home and run the command on it; bad input is one line
     and EXIT_BAD_INPUT."""
+    quiet_beam_logging()  # Beam's notices, from the pipelines some commands run, are no answer
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     misplaced = [arg for arg in extra if arg.split("=", 1)[0] in GLOBAL_OPTIONS]
@@ -134,7 +136,7 @@ def _home_problem(given: Home, writes: bool, beam_args: list[str]) -> str | None
     if missing, and writable if the command writes; a URL home must answer (`Home.reach`, with
     Beam's file systems set up from `beam_args`)."""
     if not given.is_local:
-        from ranking.beam_io import pipeline_options
+        from storage.beam_runner import pipeline_options
 
         try:
             given.reach(pipeline_options(beam_args))

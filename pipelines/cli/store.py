@@ -282,7 +282,8 @@ def add_run(sub: Subcommands) -> None:
                    help="ask this config service (default: the store under --home)")
     p.add_argument("--store-version", type=int, metavar="N", help="pin this store version "
                    "(default: the live one)")
-    p.add_argument("--job-id", metavar="ID", help="the job's id in hit records (default: host-pid)")
+    p.add_argument("--job-id", metavar="ID", help="the job's id in hit records (default: host-pid; in "
+                   "a job of several processes, process 0's id for all of them)")
     p.add_argument("--job-file", metavar="PATH",
                    help="the job's fdo-job.json (docs/ingest.md): its job_id (unless --job-id), "
                    "team (FDO_TEAM: the store's relaxed-numerics teams may name it), "

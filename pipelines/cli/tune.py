@@ -4,11 +4,14 @@ the workload zoo they are tried on. Each takes the home as it is: local or a URL
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from execution.sharded import MeasureMode, Placement
+from hlo.environment import Environment
 from pipelines.cli.cluster import add_cluster_option
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_DEFAULT_FAILS, EXIT_FAILED, EXIT_OK, JSON_HELP,
                                   Subcommands, add_command, config_text, print_json, print_table)
@@ -44,29 +47,67 @@ def add_evaluate(sub: Subcommands) -> None:
                    "one process to the next)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="the worker process is stopped after this long")
+    add_measure_mode(p)
     p.set_defaults(run=cmd_evaluate, home_use=None, home_url=True)
+
+
+def add_measure_mode(p: argparse.ArgumentParser) -> None:
+    """The --measure-mode option of the commands that measure a module."""
+    p.add_argument("--measure-mode", choices=[str(m) for m in MeasureMode], default=None,
+                   help="how a module its job compiled across devices is measured (the "
+                   "partitioning in the fdo-environment.json beside it, as the hook spools it): "
+                   "whole, as the job compiles it on as many devices (a CPU's host devices), or "
+                   "per-device, its per-device program on one device (default: whole where this "
+                   "machine has the devices, else per-device; docs/sharded.md)")
+
+
+def module_placement(path: str, asked: str | None) -> tuple[Placement, Environment | None]:
+    """How to measure the module in file `path`: from the environment file beside it (the
+    partitioning its job compiled it with), whole where this machine has the devices, else
+    per device, or as `asked`; and that environment, None where there is no such file.
+    ValueError naming the file when it is malformed, or whole is asked and cannot be."""
+    from execution.sharded import choose_placement, whole_capacity
+    from hlo.environment import ENVIRONMENT_FILE, current_environment, environment_from_json
+
+    beside = Path(path).parent / ENVIRONMENT_FILE
+    environment = None
+    if beside.is_file():
+        try:
+            environment = environment_from_json(json.loads(beside.read_text()))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{beside}: bad environment file: {exc}") from None
+    partitioning = environment.partitioning if environment is not None else None
+    capacity = whole_capacity(current_environment().platform)
+    return (choose_placement(partitioning, capacity, MeasureMode(asked) if asked else None),
+            environment)
 
 
 def cmd_evaluate(args: argparse.Namespace, home: Home) -> int:
     """Measure the --set config against the default on one module."""
     from hlo.module import load_file
     from execution.compile import check_options
-    from execution.evaluate import DEFAULT_FAILS, evaluate_independently
+    from execution.evaluate import DEFAULT_FAILS, evaluate_independently, per_device_program
     from execution.flags import parse_assignment, to_json
     from execution.measure import MeasureSettings
 
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers}: at least one is needed")
     module = load_file(args.file)
+    source = module.source
     candidate = dict(parse_assignment(item) for item in args.set)
     check_options(candidate)
+    placement, _ = module_placement(args.file, args.measure_mode)
+    if placement.mode is MeasureMode.PER_DEVICE:
+        assert placement.partitioning is not None
+        module = per_device_program(module, placement.partitioning, args.timeout)
     settings = MeasureSettings(max_seconds=args.max_seconds)
     result = evaluate_independently(module, candidate, args.workers, settings=settings,
-                                    timeout=args.timeout)
+                                    timeout=args.timeout, partitioning=placement.compiled_for)
     if args.json:
-        print_json({**result.to_json(), "config": to_json(candidate)})
+        print_json({**result.to_json(), "config": to_json(candidate),
+                    "measure_mode": placement.mode, "measured_as": placement.describe()})
     else:
-        _print_evaluation(module.source, candidate, result)
+        _print_evaluation(f"{source} ({placement.describe()})", candidate, result)
     if result.failure == DEFAULT_FAILS:
         return EXIT_DEFAULT_FAILS
     if result.error is not None or result.numerics_ok is False:
@@ -95,7 +136,7 @@ def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
           f"{result.speedup.high:.3f}, {result.pairs} pairs, {verdict})")
     if len(result.speedups) > 1:
         print(f"  the median of {len(result.speedups)} workers: {_speedups(result.speedups)}")
-    print(f"  numerics {'ok' if result.numerics_ok else 'FAILED'}; "
+    print(f"  numerics {'ok' if result.numerics_ok else 'FAILED'}: {result.judged().describe()}; "
           f"compile {result.compile_seconds:.2f} s")
 
 
@@ -211,6 +252,7 @@ def add_tune(sub: Subcommands) -> None:
                    "verify the winner; their median decides (default: 3; 1 is faster, and "
                    "trusts one process)")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the search")
+    add_measure_mode(p)
     add_cluster_option(p)
     p.add_argument("--json", action="store_true", help="print the tuning results as JSON (with "
                    "--cluster, each with the node that ran it)")
@@ -222,6 +264,8 @@ def cmd_tune(args: argparse.Namespace, home: Home) -> int:
     """Tune the modules given, or the top ranked graphs (or ops, folded into their graphs)."""
     from hlo.environment import current_environment
     from hlo.module import load_file
+    from tasks.resources import kind_of
+    from tuner.candidates import Sharded
 
     kind = Kind(args.kind)
     settings = _tune_settings(args)  # bad options are told before a cluster is reached
@@ -231,16 +275,25 @@ def cmd_tune(args: argparse.Namespace, home: Home) -> int:
     with stages.open_runner(address) as runner:
         if kind == Kind.OP:
             return _tune_ops(args, home, settings, runner)
+        sharded = {}
         if args.files:
-            tasks = [(str(path), load_file(path), None) for path in args.files]
+            tasks = []
+            for path in args.files:  # a file's environment is the one beside it, if any
+                _, environment = module_placement(path, args.measure_mode)
+                env_key = environment.key() if environment is not None else None
+                if environment is not None and environment.partitioning is not None:
+                    sharded[env_key] = Sharded(environment.partitioning, kind_of(environment))
+                tasks.append((str(path), load_file(path), env_key))
         else:
             tasks = KINDS[kind].candidates(home, args.top, False, runner.environments()).tasks
             if not tasks:
                 print(f"no ranked graph candidates that {_measurers(runner)} can measure for "
                       f"--kind {kind} (run fdo rank)", file=sys.stderr)
                 return EXIT_FAILED
-        outcomes = stages.tune_graphs(home, tasks, settings, progress=not args.json, runner=runner,
-                                      kind=kind)
+        outcomes = stages.tune_graphs(
+            home, tasks, settings, progress=not args.json, runner=runner, kind=kind,
+            measure_mode=MeasureMode(args.measure_mode) if args.measure_mode else None,
+            sharded=sharded)
     if args.json:
         payload = [_outcome_json(o, runner.name) for o in outcomes]
         print_json(payload[0] if len(payload) == 1 else payload)
@@ -303,9 +356,9 @@ def _measurers(runner: Any) -> str:
 def _tune_exit(outcomes: list[Any]) -> int:
     """`fdo tune`'s exit status: EXIT_DEFAULT_FAILS if any task's default failed; EXIT_FAILED
     if a task has no result (failed, or no node measures its environment)."""
-    from execution.evaluate import DEFAULT_FAILS
+    from tuner.trial import Verdict
 
-    if any(o.result is not None and o.result.failure == DEFAULT_FAILS for o in outcomes):
+    if any(o.result is not None and o.result.status == Verdict.DEFAULT_FAILS for o in outcomes):
         return EXIT_DEFAULT_FAILS
     return EXIT_FAILED if any(o.result is None for o in outcomes) else EXIT_OK
 
@@ -352,6 +405,8 @@ def _print_tune_result(label: str, r: Any) -> None:
     if len(r.speedups) > 1:  # the verification's workers, each on its own
         speed += f" (workers {_speedups(r.speedups)})"
     print(f"{label}: {r.status} {speed}; config {config_text(r.to_json()['config'])}")
+    if r.reason:
+        print(f"  {r.reason}")
     if r.autotune_results is not None:
         from execution.autotune_results import parse_results
 

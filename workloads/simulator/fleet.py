@@ -3,13 +3,23 @@
 - Jobs belong to teams, have a size class from XS (1 chip) to XXL (2048-4096 chips), run on
   one of several device kinds, and run every day (services, long training runs) or on some
   days; many are short or tiny (minutes a day).
+- A job spans devices and processes as its device kind's hosts hold them (`DEVICE_KINDS`: 4
+  TPUs or 8 GPUs a host): a job of more chips than a host has runs one process per host, its
+  programs partitioned over all of its chips (the environment's `Partitioning`: SPMD over a
+  data x model mesh, its processes and their local devices). "here" jobs run this machine's
+  environment, one device a process: a job of N chips is N replicas of one program.
+- Profiles are per process: each of a job's processes hands over its own row of each graph it
+  ran, counting its share of the job's chips, so the rows of a job add up to its chips x
+  seconds once. Of a job of more than MAX_PROFILED_PROCESSES processes, that many do (a fleet
+  samples its profilers), each for an equal share. Op-level rows are one process's, scaled to
+  the job's chips.
 - Each job runs a main program and maybe an eval or serving program, picked by a Zipf-like
   popularity over the catalog, so a few graphs dominate fleet chip-time.
 - About `opt_out_share` of chip-time belongs to jobs that opted out of tuning.
-- The compiler has a release every `release_every_days` days (counted from a fixed epoch, so
-  day-by-day runs agree); each job adopts a release after its own lag of 0-6 days. Jobs on the
-  "here" device kind run this machine's environment instead, its compiler included, so the
-  tuner and the validator can measure what they run.
+- The compiler has a release every `release_every_days` days (counted from a fixed epoch,
+  `FleetSpec.epoch`, so day-by-day runs agree); each job adopts a release after its own lag of
+  0-6 days. Jobs on the "here" device kind run this machine's environment instead, its
+  compiler included, so the tuner and the validator can measure what they run.
 - Jobs differ: each runs its graphs at its own pace (a per-job factor on seconds per
   execution), as jobs on different hosts and input pipelines do.
 - Jobs whose graph has a tuned config (a `TunedLookup` answers) record the hit metadata. A
@@ -30,7 +40,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from hlo.environment import Environment
+from hlo.environment import Environment, Partitioning
 from ingest.hits import holdout_arm
 from storage.store import DEFAULT_HOLDOUT_SHARE
 
@@ -46,13 +56,16 @@ SIZE_CLASSES = (
     ("XL", (512, 1024), 0.03),
     ("XXL", (2048, 4096), 0.01),
 )
-# (platform, device kind, share of jobs). Two kinds are this machine's CPU, so configs tuned here
-# apply to part of the fleet: "here" jobs run exactly this machine's environment (its device
-# count and its compiler, the one the tuner and the validator measure with), so their configs
-# are re-measured for real; "local" jobs run at their own size and follow the simulated releases.
-DEVICE_KINDS = (("cpu", "here", 0.15), ("cpu", "local", 0.1), ("tpu", "TPU v5 lite", 0.35),
-                ("tpu", "TPU v5p", 0.2), ("gpu", "NVIDIA H100 80GB HBM3", 0.2))
-HERE_KIND = next(i for i, (_, name, _) in enumerate(DEVICE_KINDS) if name == "here")
+# (platform, device kind, share of jobs, devices a process holds). Two kinds are this machine's
+# CPU, so configs tuned here apply to part of the fleet: "here" jobs run exactly this machine's
+# environment (its device count and its compiler, the one the tuner and the validator measure
+# with), so their configs are re-measured for real; "local" jobs run at their own size (4 host
+# devices a process) and follow the simulated releases.
+DEVICE_KINDS = (("cpu", "here", 0.15, 1), ("cpu", "local", 0.1, 4), ("tpu", "TPU v5 lite", 0.35, 4),
+                ("tpu", "TPU v5p", 0.2, 4), ("gpu", "NVIDIA H100 80GB HBM3", 0.2, 8))
+HERE_KIND = next(i for i, kind in enumerate(DEVICE_KINDS) if kind[1] == "here")
+# The most processes of one job that hand over profile rows.
+MAX_PROFILED_PROCESSES = 8
 LAG_DAYS = 7
 DAY_SECONDS = 86_400.0
 ROW_CHUNK = 1 << 20
@@ -76,6 +89,9 @@ class FleetSpec:
     # ...except for these (config key, true speedup) pairs: injected regressions, configs that
     # won where they were tuned and slow the fleet down.
     regressions: tuple[tuple[str, float], ...] = ()
+    # The date of the fleet's day 0: its releases and each day's draws count days from it, so
+    # the same days after the same epoch are the same fleet whatever their dates.
+    epoch: datetime.date = EPOCH
 
 
 @dataclass(frozen=True)
@@ -162,15 +178,39 @@ def release_days(day: int, every: int) -> list[int]:
     return [r for r in range(latest - every * (LAG_DAYS // every + 2), latest + 1, every) if r >= 0]
 
 
-def compiler_version(base: str, release_day: int) -> str:
-    """The version name of the release on `release_day` (days since EPOCH)."""
-    date = EPOCH + datetime.timedelta(days=release_day)
+def compiler_version(base: str, release_day: int, epoch: datetime.date = EPOCH) -> str:
+    """The version name of the release on `release_day` (days since `epoch`)."""
+    date = epoch + datetime.timedelta(days=release_day)
     return f"{base}+{date.strftime('%Y%m%d')}"
+
+
+def partitioning(chips: int, per_process: int) -> Partitioning | None:
+    """How a job of `chips` chips, `per_process` a process, partitions its programs: SPMD over
+    all of its chips, on a (data, model) mesh whose model axis spans a process's devices; None
+    for one chip."""
+    if chips == 1:
+        return None
+    local = min(chips, per_process)
+    return Partitioning(partitions=chips, spmd=True, shardy=True,
+                        mesh=(("data", chips // local), ("model", local)),
+                        processes=-(-chips // per_process), local_devices=local)
+
+
+def profiled_processes(jobs: Jobs, job: np.ndarray, here: Environment) -> np.ndarray:
+    """How many processes of each job in `job` hand over profile rows: its processes (one per
+    `here.device_count` devices for "here" jobs, per its kind's host otherwise), at most
+    MAX_PROFILED_PROCESSES. Chips and hosts are powers of two, so each counts an equal share."""
+    per_process = np.array([k[3] for k in DEVICE_KINDS], dtype=np.int64)
+    per_process[HERE_KIND] = here.device_count
+    chips = jobs.chips[job].astype(np.int64)
+    processes = -(-chips // per_process[jobs.kind[job]])
+    return np.minimum(processes, MAX_PROFILED_PROCESSES)
 
 
 @dataclass(frozen=True)
 class DayRows:
-    """One simulated day of graph runs, as arrays (one entry per job and graph)."""
+    """One simulated day of graph runs, as arrays (one entry per job and graph: a run, which
+    each of the job's profiled processes hands over as a row of its own)."""
 
     job: np.ndarray
     graph: np.ndarray
@@ -178,13 +218,14 @@ class DayRows:
     seconds: np.ndarray  # wall seconds in this graph (after any tuned config's true effect)
     executions: np.ndarray
     environments: list[Environment]
+    processes: np.ndarray  # the job's profiled processes (`profiled_processes`)
 
 
 def simulate_day(jobs: Jobs, spec: FleetSpec, day: int, step_seconds: np.ndarray,
                  here: Environment) -> DayRows:
     """The graph runs of every job alive on `day`; `here` is this machine's environment: the
-    "here" jobs run in it (a job of N chips is N processes like this one), and the releases
-    are named after its compiler."""
+    "here" jobs run in it (a job of N chips is N processes like this one, N / its device count
+    where it has several), and the releases are named after its compiler."""
     rng = np.random.default_rng([spec.seed, 2, day])
     alive = np.flatnonzero(jobs.long_running | (rng.random(len(jobs.duty)) < jobs.duty))
     slots = jobs.graphs[alive] >= 0
@@ -204,16 +245,19 @@ def simulate_day(jobs: Jobs, spec: FleetSpec, day: int, step_seconds: np.ndarray
     combos, env = np.unique(code, return_inverse=True)
     environments = []
     for combo in combos.tolist():
-        platform, kind_name, _ = DEVICE_KINDS[combo >> 40]
+        platform, kind_name, _, per_process = DEVICE_KINDS[combo >> 40]
         if kind_name == "here":
             environments.append(here)
             continue
+        chips = (combo >> 20) & 0xFFFFF
         environments.append(Environment(
             platform=platform, device_kind=here.device_kind if kind_name == "local" else kind_name,
-            device_count=(combo >> 20) & 0xFFFFF,
-            compiler_version=compiler_version(here.compiler_version, releases[0] + (combo & 0xFFFFF))))
+            device_count=chips,
+            compiler_version=compiler_version(here.compiler_version, releases[0] + (combo & 0xFFFFF), spec.epoch),
+            partitioning=partitioning(chips, per_process)))
     executions = np.maximum(1, (seconds / (step_seconds[graph] * jobs.pace[job])).astype(np.int64))
-    return DayRows(job, graph, env.reshape(-1), seconds, executions, environments)
+    return DayRows(job, graph, env.reshape(-1), seconds, executions, environments,
+                   profiled_processes(jobs, job, here))
 
 
 @dataclass(frozen=True)
@@ -307,15 +351,17 @@ def graph_env_pairs(rows: DayRows) -> tuple[list[tuple[int, int]], np.ndarray]:
     return [(int(c) // n_env, int(c) % n_env) for c in codes], inverse.reshape(-1)
 
 
-def graph_run_batches(rows: DayRows, hits: Hits, jobs: Jobs, day: int,
-                      fingerprints: list[str]) -> Iterator[pa.Table]:
-    """The day's rows in the graph_runs drop format, in chunks."""
-    dt = EPOCH + datetime.timedelta(days=day)
+def graph_run_batches(rows: DayRows, hits: Hits, jobs: Jobs, day: int, fingerprints: list[str],
+                      epoch: datetime.date = EPOCH) -> Iterator[pa.Table]:
+    """The day's rows (`day` days after `epoch`) in the graph_runs drop format, in chunks: a
+    row per profiled process of each run, each with its share of the job's chips, the run's
+    seconds and executions (a job's processes step together) and its hit metadata (one
+    decision per job)."""
+    dt = epoch + datetime.timedelta(days=day)
     env_keys = [e.key() for e in rows.environments]
-    hit_key, hit_version, hit_speedup = hits.key, hits.version, hits.speedup
-    seconds = rows.seconds
-    for start in range(0, len(rows.job), ROW_CHUNK):
-        part = slice(start, start + ROW_CHUNK)
+    for start in range(0, len(rows.job), ROW_CHUNK // MAX_PROFILED_PROCESSES):
+        runs = np.arange(start, min(start + ROW_CHUNK // MAX_PROFILED_PROCESSES, len(rows.job)))
+        part = np.repeat(runs, rows.processes[runs])
         job, env = rows.job[part], rows.env[part]
         yield pa.table({
             "dt": pa.array(np.full(len(job), dt), pa.date32()),
@@ -325,13 +371,13 @@ def graph_run_batches(rows: DayRows, hits: Hits, jobs: Jobs, day: int,
             "env_key": _labels(env, env_keys),
             "device_kind": _labels(env, [e.device_kind for e in rows.environments]),
             "compiler_version": _labels(env, [e.compiler_version for e in rows.environments]),
-            "chips": pa.array(jobs.chips[job], pa.int64()),
+            "chips": pa.array(jobs.chips[job] // rows.processes[part], pa.int64()),
             "executions": pa.array(rows.executions[part], pa.int64()),
-            "seconds": pa.array(seconds[part], pa.float64()),
+            "seconds": pa.array(rows.seconds[part], pa.float64()),
             "opted_out": pa.array(jobs.opted_out[job], pa.bool_()),
-            "config_key": pa.array(hit_key[part], pa.string()),
-            "config_version": pa.array(hit_version[part], pa.int64()),
-            "expected_speedup": pa.array(hit_speedup[part], pa.float64(), from_pandas=True),
+            "config_key": pa.array(hits.key[part], pa.string()),
+            "config_version": pa.array(hits.version[part], pa.int64()),
+            "expected_speedup": pa.array(hits.speedup[part], pa.float64(), from_pandas=True),
             "holdout": pa.array(hits.holdout[part], pa.bool_()),
         })
 
@@ -339,11 +385,12 @@ def graph_run_batches(rows: DayRows, hits: Hits, jobs: Jobs, day: int,
 def op_run_batches(rows: DayRows, jobs: Jobs, spec: FleetSpec, day: int, fingerprints: list[str],
                    op_fingerprints: list[tuple[str, ...]], op_shares: list[tuple[float, ...]]
                    ) -> Iterator[pa.Table]:
-    """Op-level rows for the sampled job-days, each op's time scaled by 1 / op_sample."""
+    """Op-level rows for the sampled job-days, each op's time scaled by 1 / op_sample: one
+    process's profile of the run, counting all of the job's chips."""
     rng = np.random.default_rng([spec.seed, 3, day])
     sampled = np.flatnonzero(rng.random(len(rows.job)) < spec.op_sample)
     env_keys = [e.key() for e in rows.environments]
-    dt = EPOCH + datetime.timedelta(days=day)
+    dt = spec.epoch + datetime.timedelta(days=day)
     all_ops = sorted({fp for ops in op_fingerprints for fp in ops})
     op_index = {fp: i for i, fp in enumerate(all_ops)}
     counts_of = np.array([len(ops) for ops in op_fingerprints])

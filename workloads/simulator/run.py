@@ -43,13 +43,13 @@ CHIP_HOUR = 3600.0
 class SimulationReport:
     """What the simulated fleet did, in the terms of CATWILD's figures."""
 
-    days: list[dict] = field(default_factory=list)  # per day: rows, chip-hours, shares
+    days: list[dict] = field(default_factory=list)  # per day: graph_runs rows, chip-hours, shares
     graphs: int = 0
     chip_hours: float = 0.0
     top_graph_shares: dict[str, float] = field(default_factory=dict)  # top-1/5/10 share
     size_class_shares: dict[str, float] = field(default_factory=dict)
     opted_out_share: float = 0.0
-    long_tail: dict[str, float] = field(default_factory=dict)
+    long_tail: dict[str, float] = field(default_factory=dict)  # runs under a chip-hour: their share
     # The fleet's truth, which its rows never carry: each hit key's true speedup, and per day
     # (in `days`) the chip-hours its tuned runs really saved and those its holdout arm forwent.
     true_speedups: dict[str, float] = field(default_factory=dict)
@@ -99,19 +99,21 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
              op_sample: float = 1.0, tuned: fleet.TunedLookup | None = None,
              progress: bool = False, release_every_days: int = 4,
              inbox: Path | None = None,
-             regressions: tuple[tuple[str, float], ...] = ()) -> SimulationReport:
+             regressions: tuple[tuple[str, float], ...] = (),
+             epoch: datetime.date = fleet.EPOCH) -> SimulationReport:
     """Simulate `days` days (ending today unless `start` is given) and ingest them into
     `home` (a local one); with an `inbox`, hand them over there for a later ingest instead.
     `regressions` are (config key, true speedup) pairs: entries that slow the fleet down
-    (`fleet.FleetSpec.regressions`)."""
+    (`fleet.FleetSpec.regressions`). `epoch` is the date of the fleet's day 0
+    (`fleet.FleetSpec.epoch`): the same days after the same epoch are the same fleet."""
     home = open_home(home).local("fdo simulate")
     start = start or datetime.date.today() - datetime.timedelta(days=days - 1)
-    first_day = (start - fleet.EPOCH).days
+    first_day = (start - epoch).days
     if first_day < 0:
-        raise ValueError(f"--start must be on or after {fleet.EPOCH}")
+        raise ValueError(f"--start must be on or after {epoch}")
     catalog = build_catalog(home / "simulator" / "catalog", workloads, scales, progress)
     spec = fleet.FleetSpec(jobs=jobs, seed=seed, op_sample=op_sample,
-                           release_every_days=release_every_days, regressions=regressions)
+                           release_every_days=release_every_days, regressions=regressions, epoch=epoch)
     population = fleet.make_jobs(spec, len(catalog))
     here = current_environment()
     fingerprints = [g.fingerprint for g in catalog]
@@ -122,16 +124,16 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
                             enabled=progress):
         rows = fleet.simulate_day(population, spec, day, step_seconds, here)
         rows, hits = fleet.apply_hits(rows, fingerprints, tuned, spec)
-        dt = (fleet.EPOCH + datetime.timedelta(days=day)).isoformat()
+        dt = (epoch + datetime.timedelta(days=day)).isoformat()
         fleet_dir = inbox or home / "fleet"
         drop_dir = fleet_dir / "profiles" / dt
         name = f"fleet-s{seed}-j{jobs}-{dt}"
         graph_runs = _write_drop(drop_dir / f"{name}.graph_runs.parquet",
-                                 fleet.graph_run_batches(rows, hits, population, day, fingerprints))
+                                 fleet.graph_run_batches(rows, hits, population, day, fingerprints, epoch))
         op_runs = _write_drop(drop_dir / f"{name}.op_runs.parquet", fleet.op_run_batches(
             rows, population, spec, day, fingerprints,
             [g.op_fingerprints for g in catalog], [g.op_shares for g in catalog]))
-        dumps = _hand_over_dumps(fleet_dir / "dumps", rows, catalog, day)
+        dumps = _hand_over_dumps(fleet_dir / "dumps", rows, catalog, epoch + datetime.timedelta(days=day))
         if inbox is None:
             symbols = ingest_symbols(dumps, home) if dumps else None
             profiles = ingest_profiles([drop_dir], home)
@@ -158,8 +160,8 @@ class _Totals:
         self.by_graph = np.zeros(n_graphs)
         self.by_class = np.zeros(len(fleet.SIZE_CLASSES))
         self.opted_out = 0.0
-        self.rows = 0
-        self.tail_rows = 0
+        self.runs = 0  # a job's runs of a graph in a day, each its processes' rows
+        self.tail_runs = 0
         self.tail_chip_seconds = 0.0
 
     def add_day(self, dt: str, rows: fleet.DayRows, jobs: fleet.Jobs) -> dict:
@@ -170,14 +172,15 @@ class _Totals:
         opted = float(chip_seconds[jobs.opted_out[rows.job]].sum())
         self.opted_out += opted
         tail = chip_seconds < CHIP_HOUR
-        self.rows += len(chip_seconds)
-        self.tail_rows += int(tail.sum())
+        self.runs += len(chip_seconds)
+        self.tail_runs += int(tail.sum())
         self.tail_chip_seconds += float(chip_seconds[tail].sum())
         versions: Counter[str] = Counter()
         per_env = np.bincount(rows.env, chip_seconds, len(rows.environments))
         for environment, seconds in zip(rows.environments, per_env):
             versions[environment.compiler_version] += float(seconds)
-        return {"dt": dt, "rows": len(chip_seconds), "chip_hours": total / CHIP_HOUR,
+        # Rows: one per profiled process of each run (fleet.graph_run_batches).
+        return {"dt": dt, "rows": int(rows.processes.sum()), "chip_hours": total / CHIP_HOUR,
                 "opted_out_share": opted / max(total, 1e-9),
                 "compiler_versions": {v: s / max(total, 1e-9) for v, s in sorted(versions.items())}}
 
@@ -189,7 +192,7 @@ class _Totals:
         report.size_class_shares = {name: float(s / total) for (name, _, _), s in
                                     zip(fleet.SIZE_CLASSES, self.by_class)}
         report.opted_out_share = self.opted_out / total
-        report.long_tail = {"row_share": self.tail_rows / max(self.rows, 1),
+        report.long_tail = {"row_share": self.tail_runs / max(self.runs, 1),
                             "chip_time_share": self.tail_chip_seconds / total}
 
 
@@ -215,11 +218,11 @@ def _write_drop(path: Path, batches) -> int:
     return written
 
 
-def _hand_over_dumps(root: Path, rows: fleet.DayRows, catalog: list[CatalogGraph], day: int) -> list[Path]:
-    """Dump directories for the graphs first run in an environment today (hard links to the
-    catalog's files, which are the same bytes XLA wrote)."""
-    captured = datetime.datetime.combine(fleet.EPOCH + datetime.timedelta(days=day),
-                                         datetime.time(12), datetime.UTC)
+def _hand_over_dumps(root: Path, rows: fleet.DayRows, catalog: list[CatalogGraph],
+                     date: datetime.date) -> list[Path]:
+    """Dump directories for the graphs first run in an environment on `date` (hard links to
+    the catalog's files, which are the same bytes XLA wrote)."""
+    captured = datetime.datetime.combine(date, datetime.time(12), datetime.UTC)
     new = []
     for g, e in fleet.graph_env_pairs(rows)[0]:
         environment = rows.environments[e]
