@@ -25,11 +25,20 @@ def fdo(home: Path, *args: str, env: dict | None = None, timeout: float = 600) -
                           env={**os.environ, **(env or {})})
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on loopback that nothing listens on now and that this process has not handed
+    out before: jobs started together must not share one (gRPC, which JAX's distributed service
+    runs on, binds with SO_REUSEPORT, so two coordinators could both listen on it)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @contextlib.contextmanager

@@ -263,10 +263,10 @@ def test_remote_store_applies_configs_and_an_unreachable_or_silent_one_does_not_
         # A generous timeout: this part is about applying, and a loaded machine answers slowly.
         output, _ = run_job(tuned, "--store-url", url, "--job-id", "remote",
                             env={"FDO_STORE_TIMEOUT": "20"})
+    records = hits(tuned, "remote")
+    assert {r["outcome"] for r in records} == {"applied"}, [(r["outcome"], r["reason"]) for r in records]
     assert output["ynn"] is False
     assert_same_numbers(output, default_output)
-    records = hits(tuned, "remote")
-    assert {r["outcome"] for r in records} == {"applied"}
     assert {r["config_version"] for r in records} == {Store(tuned).current()}
 
     with socket.socket() as closed:

@@ -185,7 +185,8 @@ def test_cli_passes_beam_flags_and_refuses_them_elsewhere(fleet_home):
 @pytest.mark.xla
 @pytest.mark.subprocess
 def test_tunable_candidates_are_this_machines_with_their_hlo(fleet_home, ranked):
-    from hlo.environment import current_environment
+    from execution.sharded import MAX_PARTITION_DEVICES, spans
+    from hlo.environment import current_environment, partitioning_from_json
     from hlo.fingerprint import graph_fingerprint
     from ingest.tables import GRAPHS
     from tuner.candidates import tunable_candidates
@@ -209,8 +210,14 @@ def test_tunable_candidates_are_this_machines_with_their_hlo(fleet_home, ranked)
     offered = frozenset(sorted(foreign)[:2])
     on_nodes = tunable_candidates(fleet_home, top=100, environments=offered)
     assert on_nodes and {env_key for _, _, env_key in on_nodes} <= offered
+    # Less a graph spanning more devices than a per-device program can be partitioned for.
+    def partitionable(key: tuple[str, str]) -> bool:
+        text = graphs[key]["partitioning"]
+        return text is None or spans(partitioning_from_json(json.loads(text))) <= MAX_PARTITION_DEVICES
+
     best = [(c["fingerprint"], c["env_key"]) for c in candidates.to_pylist()
-            if c["kind"] == "graph" and c["env_key"] in offered and (c["fingerprint"], c["env_key"]) in graphs]
+            if c["kind"] == "graph" and c["env_key"] in offered and (c["fingerprint"], c["env_key"]) in graphs
+            and partitionable((c["fingerprint"], c["env_key"]))]
     assert [(graph_fingerprint(m), e) for _, m, e in on_nodes] == best
 
 
