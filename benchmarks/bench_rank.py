@@ -29,9 +29,9 @@ from pathlib import Path
 import apache_beam as beam
 
 from ingest.tables import GRAPH_RUNS
-from ranking.beam_io import default_workers, pipeline_options
 from ranking.rank import RankSettings, rank, rank_reads
 from ranking.reference import reference_rank
+from storage.beam_runner import default_workers, pipeline_options
 from storage.store import live_entries
 from storage.warehouse import Warehouse
 

@@ -1,7 +1,8 @@
 """Search quality: what each search finds, against an oracle, per workload.
 
     python benchmarks/bench_search_quality.py [--workloads cnn-s,nbody-s] [--budgets 8,16,40]
-        [--seeds 2] [--schedule-seeds 2] [--replays optuna-tpe,evolution] [--cache DIR] [--json]
+        [--seeds 2] [--schedule-seeds 2] [--replays optuna-tpe,evolution] [--before DIR]
+        [--cache DIR] [--json]
 
 Per workload (every zoo workload at both sizes by default; `fdo workloads list`):
 
@@ -17,9 +18,13 @@ Per workload (every zoo workload at both sizes by default; `fdo workloads list`)
    What this leaves out, and says so: a move whose program is the default's is taken to change
    nothing in a pair either.
 2. The default schedule (`fdo tune`'s: neighbours by prior, combinations, evolution, then the
-   finalists' race, pruning and verification), live: the real tuner (`tuner.tune.tune_module`:
-   compile pool, early stop) at each budget, `--schedule-seeds` seeds, each in a fresh home (a
-   cold start: no prior), timed; cached while the tuner's code is the same.
+   finalists' race, pruning and verification), live: the real tuner (`fdo tune` on the module,
+   in a process of its own: compile pool, early stop, stall rule) at each budget,
+   `--schedule-seeds` seeds, each in a fresh home (a cold start: no prior), timed; cached while
+   the tuner's code is the same. With `--before DIR` (a checkout of other code, e.g. `git
+   worktree add DIR <commit>`), the same with DIR's code on PYTHONPATH beside each run, in
+   alternating order from seed to seed, so that a drift in the machine's load falls on both:
+   "schedule (before)" and "schedule", side by side.
 3. Every strategy alone (`--plain`), and Optuna's TPE and random samplers, on the same encoding
    (placements and flags; Optuna sets every param, "(default)" one of its choices), `--seeds`
    seeds, each run once at the largest budget and read at each budget B as its trials up to
@@ -38,10 +43,12 @@ Per workload (every zoo workload at both sizes by default; `fdo workloads list`)
 Figures: `gain` = log(oracle's speedup x found/oracle) / log(oracle's speedup), so 1.0 is the
 oracle's gain and 0 no gain (a found config verified slower than the default counts as 0), the
 median over seeds, and `worst` the worst seed's;
-`to90` = evaluations until a screen reached 90% of the oracle's gain (- if never); `min` =
-minutes per search (the schedule: wall time of the live run; replayed runs: what their
-evaluations cost when first measured). Only workloads whose oracle is significant enter the
-geometric means. Results and caches: `--cache` (default ~/.cache/fleet-fdo/search_quality).
+`to90` = evaluations until a screen reached 90% of the oracle's gain (- if never); `m90` =
+minutes into the task until then (the live schedule's, from its trials' `elapsed_seconds`);
+`min` = minutes per search in all (the schedule: wall time of the live `fdo tune`, its race,
+pruning and verification included; replayed runs: what their evaluations cost when first
+measured). Only workloads whose oracle is significant enter the geometric means. Results and
+caches: `--cache` (default ~/.cache/fleet-fdo/search_quality).
 """
 
 from __future__ import annotations
@@ -52,7 +59,10 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import Future
@@ -79,7 +89,7 @@ from tuner.search import Against, Build, Propose, most_trials, proposals, ready,
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord
 from tuner.trial import Outcome, Trial
-from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, TuneSettings, tune_module
+from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS
 from tuner.worker_evaluator import WorkerEvaluator
 from workloads import zoo
 
@@ -92,9 +102,18 @@ REPEATS = FRESH_WORKERS
 # A live run of the schedule is cached under the digest of the tuner's code (the search and the
 # execution core): any change to it runs it again; the replayed screens stay valid (they depend
 # on the compiler only).
-TUNER_DIGEST = hashlib.sha256(b"".join(
-    path.read_bytes() for package in (execution, tuner)
-    for path in sorted(Path(package.__file__).parent.glob("*.py")))).hexdigest()[:12]
+HERE = Path(tuner.__file__).resolve().parent.parent  # this checkout
+
+
+def code_digest(root: Path) -> str:
+    """The digest of a checkout's search and execution core: a live run is cached under it."""
+    return hashlib.sha256(b"".join(
+        path.read_bytes() for package in ("execution", "tuner")
+        for path in sorted((root / package).glob("*.py")))).hexdigest()[:12]
+
+
+TUNER_DIGEST = code_digest(HERE)
+BEFORE = "schedule (before)"  # the live schedule with the code of --before
 DEFAULT_LABEL = "(default)"
 DEFAULT_PROGRAM = "(the default's program)"  # a replayed build of an "identical" screen
 
@@ -315,6 +334,7 @@ class Run:
     verified: float
     to_target: int | None  # evaluations until a screen reached 90% of the oracle's gain
     minutes: float
+    minutes_to_target: float | None = None  # minutes into the task until then (a live run's)
 
 
 def _to_target(trials: list[Trial], target: float) -> int | None:
@@ -322,6 +342,15 @@ def _to_target(trials: list[Trial], target: float) -> int | None:
     counts = itertools.accumulate(int(t.timed) for t in trials)  # a count, never a bool
     return next((count for t, count in zip(trials, counts)
                  if target > 0 and t.fitness >= 0.9 * target), None)
+
+
+def _minutes_to_target(trials: list[Trial], target: float) -> float | None:
+    """Minutes into the task until a trial (a screen, or a comparison's config) first ran a
+    program whose screen reached 90% of the oracle's gain."""
+    reached = {t.program for t in trials if t.baseline is None and target > 0
+               and t.fitness >= 0.9 * target}
+    return next((t.elapsed_seconds / 60 for t in trials
+                 if t.program in reached and t.elapsed_seconds is not None), None)
 
 
 def _within(trials: list[Trial], budget: int) -> int:
@@ -332,24 +361,36 @@ def _within(trials: list[Trial], budget: int) -> int:
     return min(over, most_trials(budget))
 
 
-def run_schedule(bench: Bench, budget: int, seed: int, target: float) -> Run:
-    """The tuner's default schedule, live, from a cold start; cached per budget and seed while
-    the tuner's code is the same (`TUNER_DIGEST`)."""
-    key = f"schedule/{budget}/{seed}/{TUNER_DIGEST}"
+def run_schedule(bench: Bench, budget: int, seed: int, target: float, root: Path = HERE,
+                 label: str = "schedule") -> Run:
+    """The tuner's default schedule, live, from a cold start: `fdo tune` with the code of
+    checkout `root`, in a process and a fresh home of its own; cached per budget and seed while
+    that code is the same (`code_digest`)."""
+    key = f"schedule/{budget}/{seed}/{code_digest(root)}"
     if key not in bench.cache.results:
         with tempfile.TemporaryDirectory() as home:
+            module = Path(home) / "module.pb"
+            module.write_bytes(bench.module.proto)
             started = time.perf_counter()
-            result = tune_module(bench.module, Path(home), TuneSettings(budget_evals=budget,
-                                                                        seed=seed))
+            done = subprocess.run(
+                [sys.executable, "-m", "pipelines.cli", "--home", home, "tune", str(module), "--json",
+                 "--budget-evals", str(budget), "--seed", str(seed)], cwd=root, capture_output=True,
+                text=True, env={**os.environ, "PYTHONPATH": str(root)})
             minutes = (time.perf_counter() - started) / 60
-        searched = [t for t in result.trials if t.phase == "search"]
-        found = result.config if result.accepted else {}
-        bench.cache.results[key] = asdict(Run("schedule", budget, seed, found, bench.verify(found),
-                                              _to_target(searched, target), minutes))
+            if done.returncode != 0:
+                raise RuntimeError(f"fdo tune ({label}) exited {done.returncode}: {done.stderr[-2000:]}")
+            (task,) = Path(home, "tuner", "tasks").glob("*/result.json")
+            result = json.loads(task.read_text())
+        trials = [Trial.from_json(t) for t in result["trials"]]
+        searched = [t for t in trials if t.phase == "search"]
+        found = config_from_json(result["config"]) if result["accepted"] else {}
+        bench.cache.results[key] = asdict(Run(label, budget, seed, found, bench.verify(found),
+                                              _to_target(searched, target), minutes,
+                                              _minutes_to_target(trials, target)))
         bench.cache.save()
     data = bench.cache.results[key]
     best = config_from_json(data["best"])
-    return Run(**{**data, "best": best, "verified": bench.verify(best)})
+    return Run(**{**data, "strategy": label, "best": best, "verified": bench.verify(best)})
 
 
 def _replay(bench: Bench, strategy: str, budgets: list[int], seed: int, target: float,
@@ -411,8 +452,9 @@ def gain(run: Run, oracle_speedup: float) -> float:
 
 
 def bench_workload(bench: Bench, budgets: list[int], seeds: int, schedule_seeds: int,
-                   pair_moves: int, replays: list[str]) -> dict[str, Any]:
-    """Every search of one workload, summarized per strategy and budget."""
+                   pair_moves: int, replays: list[str], before: Path | None = None) -> dict[str, Any]:
+    """Every search of one workload, summarized per strategy and budget (the live schedule of
+    `before` beside this checkout's, in alternating order, where given)."""
     config, speedup, significant = oracle(bench, pair_moves)
     bench.oracle = (config, speedup, bench.screen(config).program if config else None)
     target = math.log(speedup) if speedup > 1 else 0.0
@@ -420,34 +462,47 @@ def bench_workload(bench: Bench, budgets: list[int], seeds: int, schedule_seeds:
                                                  "significant": significant}, "rows": []}
     if not significant:  # nothing to find: no search can be scored against it
         return result
-    runs: list[Run] = [run_schedule(bench, b, seed, target)
-                       for seed in range(schedule_seeds) for b in budgets]
+    runs: list[Run] = []
+    for seed in range(schedule_seeds):
+        for b in budgets:
+            codes = [(before, BEFORE)] if before is not None else []
+            codes = [*codes, (HERE, "schedule")] if seed % 2 == 0 else [(HERE, "schedule"), *codes]
+            runs += [run_schedule(bench, b, seed, target, root, label) for root, label in codes]
     for seed in range(seeds):
         for name in replays:
             run = run_optuna if name in OPTUNA else run_plain
             runs += run(bench, name, budgets, seed, target)
     rows = []
-    for strategy in ["schedule", *replays]:
+    for strategy in strategies(replays, before):
         for budget in budgets:
             mine = [r for r in runs if r.strategy == strategy and r.budget == budget]
             reached = [r.to_target for r in mine if r.to_target is not None]
+            timed = [r.minutes_to_target for r in mine if r.minutes_to_target is not None]
             rows.append({"workload": bench.name, "strategy": strategy, "budget": budget,
                          "gain": statistics.median(gain(r, speedup) for r in mine),
                          "worst_seed_gain": min(gain(r, speedup) for r in mine),
                          "verified": statistics.median(r.verified for r in mine),
                          "to90": statistics.median(reached) if len(reached) * 2 > len(mine) else None,
+                         "minutes_to90": statistics.median(timed) if len(timed) * 2 > len(mine) else None,
                          "minutes": statistics.median(r.minutes for r in mine)})
     result["rows"] = rows
     return result
 
 
+def strategies(replays: list[str], before: Path | None) -> list[str]:
+    """The rows of a workload: the live schedule (before and after, where both ran), then the
+    replays."""
+    return [*([BEFORE] if before is not None else []), "schedule", *replays]
+
+
 def overall(results: list[dict[str, Any]], budgets: list[int],
-            replays: list[str]) -> list[dict[str, Any]]:
+            replays: list[str], before: Path | None = None) -> list[dict[str, Any]]:
     """Per strategy and budget: the geometric mean of verified speedups over the workloads whose
-    oracle is significant, the mean gain share and the worst."""
+    oracle is significant, the mean gain share and the worst, the workloads at 0.9 of their
+    oracle's gain or more, and the median minutes (to 90% of the oracle, and in all)."""
     counted = [r for r in results if r["oracle"]["significant"]]
     summary = []
-    for strategy in ["schedule", *replays]:
+    for strategy in strategies(replays, before):
         for budget in budgets:
             rows = [row for r in counted for row in r["rows"]
                     if row["strategy"] == strategy and row["budget"] == budget]
@@ -455,16 +510,20 @@ def overall(results: list[dict[str, Any]], budgets: list[int],
                 continue
             oracle_logs = sum(math.log(r["oracle"]["speedup"]) for r in counted)
             found_logs = sum(math.log(max(row["verified"], 1.0)) for row in rows)
+            to90 = [row["minutes_to90"] for row in rows if row.get("minutes_to90") is not None]
             summary.append({"strategy": strategy, "budget": budget,
                             "geomean_verified": math.exp(found_logs / len(rows)),
                             "gain_of_geomean": found_logs / oracle_logs if oracle_logs else 1.0,
                             "worst_gain": min(row["worst_seed_gain"] for row in rows),
-                            "minutes": statistics.mean(row["minutes"] for row in rows)})
+                            "at_90": sum(row["gain"] >= 0.9 for row in rows), "workloads": len(rows),
+                            "minutes": statistics.mean(row["minutes"] for row in rows),
+                            "median_minutes": statistics.median(row["minutes"] for row in rows),
+                            "median_minutes_to90": statistics.median(to90) if to90 else None})
     return summary
 
 
 def print_results(results: list[dict[str, Any]], summary: list[dict[str, Any]],
-                  budgets: list[int], replays: list[str]) -> None:
+                  budgets: list[int], replays: list[str], before: Path | None = None) -> None:
     for result in results:
         o = result["oracle"]
         print(f"\n{result['workload']}: oracle {o['speedup']:.3f}x "
@@ -472,23 +531,27 @@ def print_results(results: list[dict[str, Any]], summary: list[dict[str, Any]],
               f"{o['config']}")
         if not result["rows"]:
             continue
-        print(f"  {'strategy':<14}" + "".join(f"  gain@{b:<3}/worst ver@{b:<3} to90 min  "
+        print(f"  {'strategy':<18}" + "".join(f"  gain@{b:<3}/worst ver@{b:<3} to90  m90  min  "
                                               for b in budgets))
-        for strategy in ["schedule", *replays]:
+        for strategy in strategies(replays, before):
             cells = []
             for budget in budgets:
                 row = next(r for r in result["rows"]
                            if r["strategy"] == strategy and r["budget"] == budget)
                 to90 = "-" if row["to90"] is None else f"{row['to90']:.0f}"
+                m90 = "-" if row.get("minutes_to90") is None else f"{row['minutes_to90']:.1f}"
                 cells.append(f"  {row['gain']:>4.2f}/{row['worst_seed_gain']:<4.2f} "
-                             f"{row['verified']:>6.3f}x {to90:>4} "
+                             f"{row['verified']:>6.3f}x {to90:>4} {m90:>4} "
                              f"{row['minutes']:>4.1f}")
-            print(f"  {strategy:<14}" + "".join(cells))
+            print(f"  {strategy:<18}" + "".join(cells))
     print("\nover the workloads with a significant oracle:")
-    print(f"  {'strategy':<14} {'budget':>6} {'geomean':>9} {'gain':>6} {'worst':>6} {'min':>5}")
+    print(f"  {'strategy':<18} {'budget':>6} {'geomean':>9} {'gain':>6} {'worst':>6} {'>=0.9':>6} "
+          f"{'m90':>5} {'min':>5}")
     for row in summary:
-        print(f"  {row['strategy']:<14} {row['budget']:>6} {row['geomean_verified']:>8.3f}x "
-              f"{row['gain_of_geomean']:>6.2f} {row['worst_gain']:>6.2f} {row['minutes']:>5.1f}")
+        m90 = "-" if row["median_minutes_to90"] is None else f"{row['median_minutes_to90']:.1f}"
+        print(f"  {row['strategy']:<18} {row['budget']:>6} {row['geomean_verified']:>8.3f}x "
+              f"{row['gain_of_geomean']:>6.2f} {row['worst_gain']:>6.2f} "
+              f"{row['at_90']:>2}/{row['workloads']:<3} {m90:>5} {row['median_minutes']:>5.1f}")
 
 
 def main() -> None:
@@ -506,8 +569,14 @@ def main() -> None:
                         help="the oracle pairs this many best active single moves")
     parser.add_argument("--cache", type=Path,
                         default=Path.home() / ".cache" / "fleet-fdo" / "search_quality")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a checkout of other code (its root: pipelines/, tuner/, ...) whose live "
+                        "schedule runs beside this one's, side by side")
     parser.add_argument("--json", action="store_true", help="machine-readable results")
     args = parser.parse_args()
+    if args.before is not None and not (args.before / "tuner" / "tune.py").exists():
+        parser.error(f"--before {args.before}: no checkout of this project there (no tuner/tune.py)")
+    before = args.before.resolve() if args.before is not None else None
     budgets = [int(b) for b in args.budgets.split(",")]
     replays = args.replays.split(",") if args.replays else []
     unknown = set(replays) - {*STRATEGIES, *OPTUNA}
@@ -523,14 +592,14 @@ def main() -> None:
         bench = Bench(name, args.cache)
         try:
             results.append(bench_workload(bench, budgets, args.seeds, args.schedule_seeds,
-                                          args.pair_moves, replays))
+                                          args.pair_moves, replays, before))
         finally:
             bench.close()
-    summary = overall(results, budgets, replays)
+    summary = overall(results, budgets, replays, before)
     if args.json:
         print(json.dumps({"workloads": results, "overall": summary}, indent=1, default=str))
     else:
-        print_results(results, summary, budgets, replays)
+        print_results(results, summary, budgets, replays, before)
 
 
 if __name__ == "__main__":

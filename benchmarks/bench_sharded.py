@@ -145,8 +145,8 @@ def part_fidelity(names: list[str], cache: Path) -> dict[str, Any]:
             measured = {str(mode): screens(module, Placement(mode, partitioning), moves)
                         for mode in MeasureMode}
             cached.write_text(json.dumps(measured))
-        pairs = [(measured["whole"][m], measured["per_device"][m]) for m in measured["whole"]
-                 if "speedup" in measured["whole"][m] and "speedup" in measured["per_device"].get(m, {})]
+        pairs = [(measured["whole"][m], measured["per-device"][m]) for m in measured["whole"]
+                 if "speedup" in measured["whole"][m] and "speedup" in measured["per-device"].get(m, {})]
         rows[name] = fidelity_of(pairs)
         pooled += pairs
     rows["all"] = fidelity_of(pooled)

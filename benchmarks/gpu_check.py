@@ -362,7 +362,8 @@ def across_processes(module_proto: bytes, plan: Plan) -> dict[str, Any]:
     if found.error is not None:
         return {"error": found.error}
     return {"same_program": kept.program == built.program, **columns(found.measurement.speedup),
-            "numerics_ok": found.numerics_ok, "numerics": _checks(found.numerics)}
+            "numerics_ok": found.numerics_ok,
+            "numerics": _checks([dataclasses.asdict(c) for c in found.numerics.outputs])}
 
 
 def tune_workload(plan: Plan, state: State, clock: Clock, name: str, share: float | None = None,
@@ -426,7 +427,7 @@ def _result(result: TuneResult) -> dict[str, Any]:
     """What a task found, as the figures show it."""
     return {key: value for key, value in result.to_json().items()
             if key in ("status", "accepted", "config", "speedup", "ci_low", "ci_high", "numerics_ok",
-                       "evaluations", "measured", "speedups", "seconds_to_best", "failure")}
+                       "evaluations", "measured", "speedups", "seconds_to_best", "reason")}
 
 
 def best_single(screens: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -38,9 +38,10 @@ import pyarrow.parquet as pq
 
 from delivery.store import DEFAULT_TTL, Store, StoreError, check_autotune_results, merge_entries
 from hlo.environment import store_key
-from ranking.beam_io import ReadTables, Source, partition_files, pipeline_options, plan_reads
+from storage.beam_io import ReadTables, Source, StageTable, partition_files, plan_reads
+from storage.beam_runner import pipeline_options
 from storage.home import Home, temporary_name
-from storage.homes import atomic_write, open_home
+from storage.homes import open_home
 from storage.store import ENTRIES, Provenance, conform_entries
 from tuner.tables import TUNING_RESULTS
 
@@ -123,18 +124,26 @@ def _results_ok(task_id: str, text: str | None) -> bool:
     return True
 
 
+class BestEntryPerKey(beam.PTransform):
+    """The best accepted result per store key as a store entry, from tables of tuning_results
+    rows (with `dt`, strings plain or dictionary-encoded, as `ReadTables` reads them): one
+    table of entries (`accepted_as_entries`, then `best_per_key`), in key order."""
+
+    def expand(self, results):
+        return (results
+                | "Accepted entries" >> beam.Map(lambda rows: accepted_as_entries(_plain(rows)))
+                | "Best per key" >> beam.CombineGlobally(BestPerKey()))
+
+
 def build_deliver_pipeline(pipeline: beam.Pipeline, files: list[str], staged: str) -> None:
-    """Add to `pipeline`: read `files` of tuning_results, best accepted entry per key, staged
-    as Parquet at `staged`."""
-    # With the columns' schema, a file landed before the opt-in's columns (tuning_results
-    # version 3) reads with them null.
-    results = Source("tuning_results", files, _COLUMNS, lambda t: accepted_as_entries(_plain(t)),
-                     empty=pa.schema([TUNING_RESULTS.schema.field(c) for c in _COLUMNS]))
+    """Add to `pipeline`: read `files` of tuning_results, `BestEntryPerKey`, staged as Parquet
+    at `staged`."""
+    # A file landed before the opt-in's columns (tuning_results version 3) reads with them null.
     (pipeline
-     | "Read tuning_results" >> ReadTables(plan_reads([results]))
+     | "Read tuning_results" >> ReadTables(plan_reads([Source(TUNING_RESULTS, files, _COLUMNS)]))
      | "Tables" >> beam.Values()
-     | "Best per key" >> beam.CombineGlobally(BestPerKey())
-     | "Stage" >> beam.Map(_stage, staged))
+     | "Best per key" >> BestEntryPerKey()
+     | "Stage" >> StageTable(staged))
 
 
 def deliver(home: Home, beam_args: Iterable[str] = ()) -> int | None:
@@ -164,7 +173,3 @@ def _plain(table: pa.Table) -> pa.Table:
     """The reader hands strings as dictionary arrays; entries hold plain strings."""
     return pa.table({name: (column.cast(pa.string()) if pa.types.is_dictionary(column.type) else column)
                      for name, column in zip(table.column_names, table.columns)})
-
-
-def _stage(entries: pa.Table, path: str) -> None:
-    atomic_write(path, lambda handle: pq.write_table(entries, handle), durable=False)

@@ -36,7 +36,7 @@ from execution.autotune_results import AutotuneResults
 from execution.compile import CompileError
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
-from execution.numerics import all_ok, compare_outputs
+from execution.numerics import Numerics, OutputCheck, pooled
 from execution.worker import (CRASH, DEFAULT_TIMEOUT, ERROR, OOM, TIMEOUT, Fault, Worker,
                               WorkerFailure)
 from hlo.interval import Interval, columns
@@ -82,16 +82,36 @@ class EvaluationResult:
     default_seconds: float | None = None
     candidate_seconds: float | None = None
     stop_reason: str = ""
-    numerics: list[dict[str, Any]] = field(default_factory=list)
+    # The candidate's outputs as checked (`execution.numerics.Numerics.outputs`: on the first
+    # set of inputs that failed, where one did), and how many sets of inputs were checked and
+    # failed (a failure is checked on more inputs before it decides: `numerics.judge`).
+    numerics: list[OutputCheck] = field(default_factory=list)
     error: str | None = None  # why the evaluation failed, when it did, for people
     failure: Failure | None = None  # why the evaluation failed, when it did, as data
     candidate_runs: bool | None = None  # when the default fails: whether the candidate runs it
     numerics_against: str = "default"  # whose outputs `numerics` checks: default | reference
     speedups: list[float] = field(default_factory=list)  # each worker's (evaluate_independently)
+    inputs_checked: int = 0
+    inputs_failed: int = 0
+
+    def judged(self) -> Numerics:
+        """Its numerics as judged: `numerics_ok` their verdict, over one set of inputs where it
+        does not say how many (a result made before they were counted)."""
+        if self.inputs_checked:
+            return Numerics(bool(self.numerics_ok), self.inputs_checked, self.inputs_failed,
+                            list(self.numerics))
+        return Numerics(self.numerics_ok is not False, 1, int(self.numerics_ok is False),
+                        list(self.numerics))
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: every field, the speedup as `speedup`, `ci_low`, `ci_high`."""
         return {**asdict(self), **columns(self.speedup)}
+
+
+def numerics_fields(numerics: Numerics) -> dict[str, Any]:
+    """The EvaluationResult fields that record `numerics`."""
+    return dict(numerics_ok=numerics.ok, numerics=list(numerics.outputs),
+                inputs_checked=numerics.checked, inputs_failed=numerics.failed)
 
 
 class DefaultFails(RuntimeError):
@@ -201,14 +221,16 @@ def in_fresh_workers(job: Callable[[Worker, int], EvaluationResult], workers: in
 def median_of(results: list[EvaluationResult], noise_band: float) -> EvaluationResult:
     """Independent measurements of one candidate as one: the median speedup, the medians of the
     intervals' ends (significant when that lower end clears 1 + `noise_band`: most of the
-    workers agree), numerics ok only if ok in every one; `speedups` lists each."""
+    workers agree), the numerics judged over the inputs of all (`numerics.pooled`: they fail
+    where the failure holds up over them); `speedups` lists each."""
     median = statistics.median
     worst = min(results, key=lambda r: bool(r.numerics_ok))
     speedup = Interval(median(r.speedup.estimate for r in results),
                        median(r.speedup.low for r in results),
                        median(r.speedup.high for r in results))
+    numerics = pooled([r.judged() for r in results])
     return replace(worst, speedup=speedup, significant=speedup.low > 1.0 + noise_band,
-                   numerics_ok=all(r.numerics_ok for r in results),
+                   **numerics_fields(numerics),
                    pairs=sum(r.pairs for r in results),
                    default_seconds=median(r.default_seconds for r in results),
                    candidate_seconds=median(r.candidate_seconds for r in results),
@@ -357,7 +379,6 @@ def measured_result(timed: session.Timed, compile_seconds: float | None,
     return EvaluationResult(
         speedup=measured.speedup,
         significant=measured.significant,
-        numerics_ok=timed.numerics_ok,
         identical_program=False,
         compile_seconds=compile_seconds,
         default_compile_seconds=default_compile_seconds,
@@ -365,7 +386,7 @@ def measured_result(timed: session.Timed, compile_seconds: float | None,
         default_seconds=measured.default_seconds,
         candidate_seconds=measured.candidate_seconds,
         stop_reason=measured.stop_reason,
-        numerics=timed.numerics,
+        **numerics_fields(timed.numerics),
     )
 
 
@@ -379,17 +400,16 @@ def _without_default(module_proto: bytes, candidate: CompilerConfig, default: Co
     if not candidate:
         return failed
     try:
-        outputs, seconds = session.outputs_of(module_proto, {**default, **candidate}, seed,
-                                              partitioning)
+        tuned, seconds = session.compiled_and_run(module_proto, {**default, **candidate}, seed,
+                                                  partitioning)
     except (CompileError, session.RunError):
         return replace(failed, candidate_runs=False)
     ran = replace(failed, candidate_runs=True, compile_seconds=seconds)
     try:
-        expected, _ = session.outputs_of(module_proto, {**default, **REFERENCE_CONFIG}, seed,
-                                         partitioning)
+        reference, _ = session.compiled_and_run(module_proto, {**default, **REFERENCE_CONFIG}, seed,
+                                                partitioning)
+        numerics = session.Reference(module_proto, seed, reference, partitioning).judge(tuned)
     except (CompileError, session.RunError) as exc:
         return replace(ran, error=f"{failed.error}; the reference config fails too, so the "
                                   f"candidate's numerics are unchecked: {exc}")
-    checks = compare_outputs(expected, outputs)
-    return replace(ran, numerics_ok=all_ok(checks), numerics=[asdict(c) for c in checks],
-                   numerics_against="reference")
+    return replace(ran, **numerics_fields(numerics), numerics_against="reference")

@@ -5,6 +5,10 @@ dynamic-update-slice gets values inside the range those indices may take, so emb
 segment sums and KV-cache updates do real work instead of hitting clamped or dropped indices.
 Floats are drawn from [0.1, 1): positive, so optimizer states under a square root or a log stay
 finite, as they are in real runs.
+
+A seed names one set of inputs; `draw` names others of the same seed, for checking a result
+again on more inputs (`execution.numerics.recheck`). `perturbed` moves a set of inputs by a last
+bit, to see how far a program's outputs move with it (`execution.numerics`' sensitivity).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ _INDEX_PRESERVING = frozenset(
         "dynamic-slice", "pad", "reverse", "bitcast-convert", "call", "fusion",
     }
 )
+# The random stream of `perturbed`, apart from every parameter's (`make_inputs`: [seed, number]).
+_PERTURB_STREAM = 2**31
 # Integer inputs that index nothing: small positive values (a step count of 0 would divide by 0).
 _DEFAULT_INT_RANGE = (1, 9)
 
@@ -58,10 +64,32 @@ def parameter_specs(module: HloModule) -> list[ParameterSpec]:
     return specs
 
 
-def make_inputs(specs: list[ParameterSpec], seed: int = 0) -> list[np.ndarray]:
-    """Arrays for `specs`, the same for the same seed on every machine."""
-    return [_make_array(spec, np.random.Generator(np.random.PCG64([seed, spec.number])))
-            for spec in specs]
+def make_inputs(specs: list[ParameterSpec], seed: int = 0, draw: int = 0) -> list[np.ndarray]:
+    """Arrays for `specs`, the same for the same seed and draw on every machine; draw 0 is the
+    seed's own set of inputs, each other draw another set."""
+    return [_make_array(spec, np.random.Generator(np.random.PCG64(
+        [seed, spec.number] if draw == 0 else [seed, spec.number, draw])))
+        for spec in specs]
+
+
+def perturbed(arrays: list[np.ndarray], seed: int, probe: int = 0) -> list[np.ndarray]:
+    """`arrays` with every float value moved by its dtype's epsilon, relative, up or down at
+    random (the same for the same seed and probe): at least one unit in the last place, at most
+    two. Integers and booleans (indices, counts, masks) stay as they are."""
+    import ml_dtypes
+
+    rng = np.random.Generator(np.random.PCG64([seed, _PERTURB_STREAM, probe]))
+    moved = []
+    for array in arrays:
+        array = np.asarray(array)
+        if array.dtype.kind in "biu" or array.size == 0:
+            moved.append(array)
+            continue
+        wide = np.complex128 if array.dtype.kind == "c" else np.float64
+        eps = float(ml_dtypes.finfo(array.dtype).eps)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=array.shape)
+        moved.append((array.astype(wide) * (1.0 + eps * signs)).astype(array.dtype))
+    return moved
 
 
 def _make_array(spec: ParameterSpec, rng: np.random.Generator) -> np.ndarray:

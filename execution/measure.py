@@ -12,11 +12,16 @@ Early decisions (a search's screens, `MeasureSettings.early_looks`): a candidate
 default is clear after a few pairs, and a slow module pays seconds per pair. At each look, after
 n pairs for n in `early_looks`, the median's order-statistic interval is taken at confidence
 1 - early_alpha / L (L looks: Bonferroni), and the measurement stops when that interval lies
-wholly above 1 + noise_band ("decided faster") or wholly below 1 ("decided slower"). Its error
-rate, stated and tested (tests/test_schedule.py): for a candidate whose true median ratio is
-1, each one-sided false decision has probability at most early_alpha / 2 over all looks
-together, whatever the noise's distribution, as long as pairs are independent (the interval's
-coverage is exact for any continuous distribution, and the union bound covers the looks).
+wholly above 1 + noise_band ("decided faster"), wholly below 1 ("decided slower"), or wholly
+below `stop_below` ("below the incumbent": a search's best so far, its screen's lower end, which
+this candidate cannot beat; sequential testing against the incumbent, not only the default).
+Its error rate, stated and tested (tests/test_schedule.py): at each look the interval's upper
+end falls below the candidate's true median ratio with probability at most early_alpha / (2L),
+so over all looks together a candidate whose true median ratio is 1 is decided faster with
+probability at most early_alpha / 2, and one whose true median ratio is at least the threshold
+(1, or `stop_below`) is stopped below it with probability at most early_alpha / 2, whatever
+the noise's distribution, as long as pairs are independent (the interval's coverage is exact
+for any continuous distribution, and the union bound covers the looks).
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ class MeasureSettings:
     noise_band: float = 0.01  # a gain must clear 1 + noise_band at the interval's lower end
     early_looks: tuple[int, ...] = ()  # pair counts at which a clear candidate stops (docstring)
     early_alpha: float = 0.01  # the early decisions' total error rate, both sides together
+    # At an early look, stop a candidate whose interval lies wholly below this speedup (the
+    # search's incumbent: see the module docstring); None: only the default's tests.
+    stop_below: float | None = None
     # Stop once the interval clearly shows no gain (its upper end below 1 + noise_band). Off for
     # a comparison of two candidates (tuner.winner), whose figure below 1 matters as much: it
     # runs until its interval is tight, or its time is spent.
@@ -112,16 +120,20 @@ def median_interval(log_ratios: np.ndarray, confidence: float) -> Interval:
 
 
 def early_decision(log_ratios: np.ndarray, settings: MeasureSettings) -> str | None:
-    """'decided faster' or 'decided slower' when the pairs so far, at one of the settings'
-    early looks, leave no doubt (see the module docstring); None otherwise."""
+    """'decided slower', 'below the incumbent' or 'decided faster' when the pairs so far, at
+    one of the settings' early looks, leave no doubt (see the module docstring); None
+    otherwise. A candidate faster than the default but wholly below the incumbent stops as
+    below the incumbent."""
     if len(log_ratios) not in settings.early_looks:
         return None
     confidence = 1.0 - settings.early_alpha / len(settings.early_looks)
     interval = median_interval(np.asarray(log_ratios), confidence)
-    if interval.low > 1.0 + settings.noise_band:
-        return "decided faster"
     if interval.high < 1.0:
         return "decided slower"
+    if settings.stop_below is not None and interval.high < settings.stop_below:
+        return "below the incumbent"
+    if interval.low > 1.0 + settings.noise_band:
+        return "decided faster"
     return None
 
 
@@ -130,8 +142,8 @@ def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSe
     `settings.max_seconds` times `time_scale()`."""
     started = time.perf_counter()
     limit = settings.max_seconds * time_scale()
-    _warm_up(run_default, run_candidate, settings.warmup_runs)
-    repeats = _repeats_per_sample(run_default, run_candidate, settings.min_sample_seconds)
+    warm = _warm_up(run_default, run_candidate, settings.warmup_runs)
+    repeats = max(1, math.ceil(settings.min_sample_seconds / max(warm, 1e-7)))
     default_times: list[float] = []
     candidate_times: list[float] = []
     stop_reason = "max pairs"
@@ -179,13 +191,16 @@ def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSe
     )
 
 
-def _warm_up(run_default: Runner, run_candidate: Runner, runs: int) -> None:
-    """Up to `runs` warm-up runs of each; one is enough for a program that runs for long
-    (caches and the thread pool are warm after it), and saves seconds per screen."""
-    for done in range(runs):
-        slowest = max(run_default(1), run_candidate(1))
-        if slowest * (done + 1) > 0.2:
-            return
+def _warm_up(run_default: Runner, run_candidate: Runner, runs: int) -> float:
+    """Up to `runs` warm-up runs of each (at least one); one is enough for a program that runs
+    for long (caches and the thread pool are warm after it), and saves seconds per screen.
+    Returns the faster of the last pair's times: what sets the repeats per sample, with no runs
+    of its own (on a slow module two runs are a second)."""
+    for done in range(max(runs, 1)):
+        default, candidate = run_default(1), run_candidate(1)
+        if max(default, candidate) * (done + 1) > 0.2:
+            break
+    return min(default, candidate)
 
 
 def _log_ratios(default_times: list[float], candidate_times: list[float]) -> np.ndarray:
@@ -195,8 +210,3 @@ def _log_ratios(default_times: list[float], candidate_times: list[float]) -> np.
 def _interval(default_times: list[float], candidate_times: list[float],
               settings: MeasureSettings) -> Interval:
     return median_interval(_log_ratios(default_times, candidate_times), settings.confidence)
-
-
-def _repeats_per_sample(run_default: Runner, run_candidate: Runner, min_seconds: float) -> int:
-    fastest = max(min(run_default(1), run_candidate(1)), 1e-7)
-    return max(1, math.ceil(min_seconds / fastest))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from execution.autotune_results import (EXHAUSTIVE_FLAG, NO_RESULTS, AutotuneOutcome,
@@ -34,6 +34,8 @@ from execution.compile import (CompileError, compile_module, compile_options,
                                compiler_defaults, elf_objects, object_code)
 from execution.flags import CompilerConfig, codegen_values, unseen_values, without_defaults
 from execution.measure import MeasureSettings, Measurement, Runner, measure_pair
+from execution.numerics import (PROBES, RECHECKS, Numerics, OutputCheck, compare_outputs, judge,
+                                movement, recheck)
 from execution.sharded import Placed, devices_for, global_output_shapes
 from execution.tuple_parameters import flatten_tuple_parameters
 from hlo.environment import Partitioning
@@ -97,12 +99,12 @@ class Offline:
 @dataclass(frozen=True)
 class Timed:
     """A candidate measured against what its worker keeps (`measure_serialized`): the
-    measurement and its numeric checks (`execution.numerics.Check` fields); or why it fails to
-    run (`error`, and nothing else set)."""
+    measurement and its numerics as judged (`execution.numerics.Numerics`; `numerics_ok` is
+    their verdict); or why it fails to run (`error`, and nothing else set)."""
 
     measurement: Measurement | None = None
     numerics_ok: bool | None = None
-    numerics: list[dict[str, Any]] = field(default_factory=list)
+    numerics: Numerics | None = None
     span: Span | None = None
     error: str | None = None
 
@@ -166,29 +168,97 @@ def keep_serialized(module_proto: bytes, seed: int, executable: bytes,
 
 def _keep(module_proto: bytes, seed: int, executable: Any,
           partitioning: Partitioning | None) -> None:
-    """Run `executable` twice on the module's inputs for `seed` and keep it as what the next
-    candidates are measured against, with its outputs and how far its two runs' outputs differ
-    (the `spread` of execution.numerics); raises RunError when it fails to run."""
-    from execution.numerics import compare_outputs
-
-    inputs = _inputs(module_proto, seed)
-    outputs = global_output_shapes(HloModule(module_proto, "", "tuning"))
-    placed = _placed(executable, inputs, partitioning, outputs)
-    first = run_once(placed)
-    spread = [check.max_error for check in compare_outputs(first, run_once(placed))]
-    _STATE.update(inputs=inputs, output_shapes=outputs, partitioning=partitioning, outputs=first,
-                  spread=spread, runner=timed_runner(placed))
+    """Keep `executable` (compiled for one device, or whole as `partitioning` partitions it) as
+    what the next candidates are measured against: its `Reference` on the module's inputs for
+    `seed`, and a runner on them; raises RunError when it fails to run."""
+    reference = Reference(module_proto, seed, executable, partitioning)
+    _STATE.update(reference=reference, runner=timed_runner(reference.run(0).placed))
 
 
-def outputs_of(module_proto: bytes, config: CompilerConfig, seed: int,
-               partitioning: Partitioning | None = None) -> tuple[list[Any], float]:
-    """The outputs of one run of the module compiled with `config` (for one device, or whole as
-    `partitioning` partitions it), on the inputs of `seed`, and its compile time; raises
-    CompileError or RunError."""
+@dataclass(frozen=True)
+class ReferenceRun:
+    """A kept executable run on one set of inputs (`Reference.run`): the inputs, whole in numpy,
+    the executable with them placed on its devices, its outputs (whole), and per output their
+    spread and sensitivity (`execution.numerics`)."""
+
+    inputs: list[Any]
+    placed: Placed
+    outputs: list[Any]
+    spread: list[float]
+    sensitivity: list[float]
+
+
+class Reference:
+    """What a candidate's numerics are judged against (`execution.numerics`): an executable's
+    outputs on the module's inputs for `seed`, each set of them (`draw`) run when first needed,
+    with the outputs' spread (two runs on the same inputs) and sensitivity (the most the outputs
+    move over `PROBES` runs on the inputs moved by a last bit: `execution.inputs.perturbed`).
+    The executable and every candidate run on the devices `partitioning` spans (one for None),
+    their inputs placed as each executable's parameters are sharded, their outputs gathered
+    whole. Its methods raise RunError when an executable fails to run."""
+
+    def __init__(self, module_proto: bytes, seed: int, executable: Any,
+                 partitioning: Partitioning | None = None) -> None:
+        self.module_proto, self.seed, self.executable = module_proto, seed, executable
+        self.partitioning = partitioning
+        self.output_shapes = global_output_shapes(HloModule(module_proto, "", "tuning"))
+        self._runs: dict[int, ReferenceRun] = {}
+        self.run(0)  # the seed's own inputs run now: an executable that fails, fails here
+
+    def place(self, executable: Any, inputs: list[Any]) -> Placed:
+        """`executable` with `inputs` placed on its devices (`placed`)."""
+        return placed(executable, inputs, self.partitioning, self.output_shapes)
+
+    def run(self, draw: int) -> ReferenceRun:
+        """The executable run on inputs `draw` of the seed (`execution.inputs.make_inputs`)."""
+        from execution.inputs import perturbed
+
+        if draw not in self._runs:
+            host = _host_inputs(self.module_proto, self.seed, draw)
+            kept = self.place(self.executable, host)
+            outputs = run_once(kept)
+            spread = movement(outputs, run_once(kept))
+            sensitivity = [0.0] * len(outputs)
+            for probe in range(PROBES):
+                moved = self.place(self.executable, perturbed(host, self.seed, draw * PROBES + probe))
+                sensitivity = [max(a, b) for a, b in zip(sensitivity, movement(outputs, run_once(moved)))]
+            self._runs[draw] = ReferenceRun(host, kept, outputs, spread, sensitivity)
+        return self._runs[draw]
+
+    def check(self, candidate: Any, draw: int = 0) -> list[OutputCheck]:
+        """`candidate`'s outputs on inputs `draw` against this executable's."""
+        run = self.run(draw)
+        return compare_outputs(run.outputs, run_once(self.place(candidate, run.inputs)),
+                               run.spread, run.sensitivity)
+
+    def judge(self, candidate: Any) -> Numerics:
+        """`candidate`'s numerics: checked on the seed's inputs and, where that fails (not
+        decisively), on `RECHECKS` more sets of them; judged over all (`numerics.judge`)."""
+        checks = [self.check(candidate)]
+        if recheck(checks[0]):
+            checks += [self.check(candidate, draw) for draw in range(1, RECHECKS + 1)]
+        return judge(checks)
+
+
+def compiled_and_run(module_proto: bytes, config: CompilerConfig, seed: int,
+                     partitioning: Partitioning | None = None) -> tuple[Any, float]:
+    """The module compiled with `config` (for one device, or whole as `partitioning` partitions
+    it), run once on the inputs of `seed`, and its compile time; raises CompileError or
+    RunError."""
     compiled = compile_module(module_proto, config, partitioning=partitioning)
-    outputs = global_output_shapes(HloModule(module_proto, "", "tuning"))
-    placed = _placed(compiled.executable, _inputs(module_proto, seed), partitioning, outputs)
-    return run_once(placed), compiled.compile_seconds
+    shapes = global_output_shapes(HloModule(module_proto, "", "tuning"))
+    run_once(placed(compiled.executable, _host_inputs(module_proto, seed), partitioning, shapes))
+    return compiled.executable, compiled.compile_seconds
+
+
+def placed(executable: Any, inputs: list[Any], partitioning: Partitioning | None,
+           output_shapes: list[Any]) -> Placed:
+    """`executable` with `inputs` (whole, in numpy) placed on the devices `partitioning` spans
+    (`execution.sharded.Placed`); RunError when they do not fit its parameters."""
+    try:
+        return Placed(executable, inputs, partitioning, output_shapes)
+    except ValueError as exc:
+        raise RunError(str(exc)) from exc
 
 
 def run_once(placed: Placed) -> list[Any]:
@@ -202,21 +272,11 @@ def run_once(placed: Placed) -> list[Any]:
         raise RunError(first_line(exc)) from exc
 
 
-def _placed(executable: Any, inputs: list[Any], partitioning: Partitioning | None,
-            outputs: list[Any]) -> Placed:
-    """`executable` with `inputs` placed on its devices; RunError when they do not fit its
-    parameters."""
-    try:
-        return Placed(executable, inputs, partitioning, outputs)
-    except ValueError as exc:
-        raise RunError(str(exc)) from exc
-
-
-def _inputs(module_proto: bytes, seed: int) -> list[Any]:
-    """The module's inputs for `seed`, whole, as numpy arrays."""
+def _host_inputs(module_proto: bytes, seed: int, draw: int = 0) -> list[Any]:
+    """The module's inputs for `seed` and `draw` (`execution.inputs.make_inputs`), in numpy."""
     from execution.inputs import make_inputs, parameter_specs
 
-    return make_inputs(parameter_specs(HloModule(module_proto, "", "tuning")), seed)
+    return make_inputs(parameter_specs(HloModule(module_proto, "", "tuning")), seed, draw)
 
 
 def _span(kind: Literal["compile", "measure"], started: float) -> Span:
@@ -258,21 +318,18 @@ def autotune_exhaustively(module_proto: bytes, config: CompilerConfig) -> Offlin
 def measure_serialized(executable: bytes, config: CompilerConfig,
                        settings: MeasureSettings) -> Timed:
     """Load a candidate compiled elsewhere (`compile_serialized`, as what this worker keeps
-    was), check its numerics and time it against what this worker keeps (the prepared default,
-    or a comparison's baseline); why when XLA fails to run it."""
-    from execution.numerics import all_ok, compare_outputs
-
+    was), judge its numerics (`Reference.judge`) and time it against what this worker keeps
+    (the prepared default, or a comparison's baseline); why when XLA fails to run it."""
     started = time.monotonic()
-    partitioning = _STATE["partitioning"]
+    reference: Reference = _STATE["reference"]
     try:
-        placed = _placed(_loaded(executable, config, partitioning), _STATE["inputs"],
-                         partitioning, _STATE["output_shapes"])
-        checks = compare_outputs(_STATE["outputs"], run_once(placed), _STATE["spread"])
+        loaded = _loaded(executable, config, reference.partitioning)
+        numerics = reference.judge(loaded)
+        candidate = reference.place(loaded, reference.run(0).inputs)
     except RunError as exc:
         return Timed(error=f"fails to run: {exc}")
-    measurement = measure_pair(_STATE["runner"], timed_runner(placed), settings)
-    return Timed(measurement, all_ok(checks), [asdict(check) for check in checks],
-                 _span("measure", started))
+    measurement = measure_pair(_STATE["runner"], timed_runner(candidate), settings)
+    return Timed(measurement, numerics.ok, numerics, _span("measure", started))
 
 
 def _loaded(executable: bytes, config: CompilerConfig,

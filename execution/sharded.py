@@ -40,7 +40,7 @@ class MeasureMode(StrEnum):
     partitioned per-device program, collectives replaced by local stand-ins, on one device."""
 
     WHOLE = "whole"
-    PER_DEVICE = "per_device"
+    PER_DEVICE = "per-device"
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,11 @@ class Placement:
 # cores would serialize them, and the per-device program stands in. $FDO_MAX_HOST_DEVICES sets it.
 MAX_HOST_DEVICES = 8
 MAX_HOST_DEVICES_VARIABLE = "FDO_MAX_HOST_DEVICES"
+# The most devices a program may span to be measured at all here: its per-device program is
+# partitioned in a CPU worker with that many host devices, and XLA's CPU client refuses a compile
+# over 4096 of them ("Multiprocess computations aren't implemented on the CPU backend"; 2048
+# partition, docs/sharded.md).
+MAX_PARTITION_DEVICES = 2048
 
 
 def whole_capacity(platform: str) -> int:

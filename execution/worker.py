@@ -47,6 +47,11 @@ from hlo.environment import HOST_DEVICES_FLAG
 
 T = TypeVar("T")
 DEFAULT_MEMORY_LIMIT = 8 * 1024**3
+# What a worker's limit grows by for each device it is given past the first: XLA's CPU client
+# starts threads per host device, and each thread's stack (8 MiB, reserved, mostly unwritten)
+# counts in the data segment, so a limit that suits one device kills a worker of a thousand
+# (pthread_create fails; measured in docs/sharded.md).
+PER_DEVICE_ALLOWANCE = 16 * 1024**2
 DEFAULT_TIMEOUT = 300.0
 # JAX's 64-bit types on: with JAX's default, `jax.device_put` makes an f64 or s64 input f32 or
 # s32, and XLA refuses it for an f64 or s64 parameter. A worker's jobs make every array from an
@@ -116,7 +121,8 @@ class Worker:
                  cores: frozenset[int] | None = None,
                  backend_cores: frozenset[int] | None = None, devices: int | None = 1,
                  platform: str | None = None) -> None:
-        self._memory_limit = memory_limit
+        extra = PER_DEVICE_ALLOWANCE * max((devices or 1) - 1, 0)
+        self._memory_limit = memory_limit + extra if memory_limit > 0 else memory_limit
         self._python = python or sys.executable  # the interpreter (and so the jaxlib) it runs
         self._cores = cores  # the cores it is pinned to (None: those of its caller)
         self._backend_cores = backend_cores  # the cores its JAX backend starts on (see cores)

@@ -35,10 +35,10 @@ from delivery.imports import import_file
 from delivery.store import Store
 from hlo.environment import current_environment, store_key
 from hlo.interval import from_columns
-from pipelines.nightly import NightlySettings, run_nightly
-from ranking.beam_logging import quiet_beam_logging
+from pipelines.nightly import NightlySettings, coverage_by_night, run_nightly
 from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
+from storage.beam_logging import quiet_beam_logging
 from storage.store import entries_of
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
@@ -74,13 +74,15 @@ class DemoSettings:
     # A compiler release every week: one lands during the demo and is adopted gradually, so
     # some tuned keys go out of use mid-demo, as in a real fleet.
     release_every_days: int = 7
-    # A graph per night, the best-ranked one not tried yet. A task's race, pruning and
-    # verification in fresh workers come after its search's share of the budget, so the stage
-    # takes a minute or two; op-level tuning (`fdo tune --kind op`) would not fit in the nights.
-    top: int = 1
+    # The best-ranked graphs not tried yet, each with its share of the stage's evaluations and
+    # minutes by what it is worth (tuner.allot): a task searches until it stalls or its share is
+    # spent, and a task the stage's minutes leave no time for waits for the next night. A task's
+    # race, pruning and verification in fresh workers come after its search, so the stage takes
+    # a few minutes; op-level tuning (`fdo tune --kind op`) would not fit in the nights.
+    top: int = 4
     top_ops: int = 0
     tune_evals: int = 6
-    tune_minutes: float = 0.4
+    tune_minutes: float = 2.5
     validate_minutes: float = 0.75
     # A demo's days pass in minutes: the validator re-measures every entry it can each night,
     # where a real one leaves entries measured in the last day alone.
@@ -223,6 +225,11 @@ def print_summary(home: Path, first: datetime.date) -> None:
     booked = realized_savings(read_runs(home, first, last), realized).total
     print(f"booked {booked.booked / 3600:,.1f} chip-hours on the tuned runs; on the entries the fleet "
           f"decided, booked {booked.booked_decided / 3600:,.1f}, realized {booked.realized.estimate / 3600:,.1f}")
+    nights = coverage_by_night(home)
+    print("verified coverage (the share of the tunable chip-time, this machine's platform and device "
+          "kind, that runs a config the loop verified): " + (", ".join(
+              f"after night {n.night} {'-' if n.share is None else format(n.share, '.1%')}" for n in nights)
+              or "no night recorded one"))
     fdo = [*fdo_command(), "--home", str(home)]
     print(f"\ndata written to {home}; to look around:")
     for args, what in ((["serve"], "the dashboards, then open http://127.0.0.1:8470/"),

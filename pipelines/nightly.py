@@ -169,15 +169,20 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
           runner: Runner | None = None) -> dict[str, Any]:
     deadline = time.time() + 60 * settings.tune_minutes
     runner = runner or LocalRunner()
-    tasks = KINDS[Kind.GRAPH].candidates(home, settings.top, True, runner.environments()).tasks
-    # Graphs get the stage's budget but what the ops need, split evenly; ops get what is left.
+    # The stage's evaluations (tune_evals a graph) and time are shared by what each graph is
+    # worth (tuner.allot); ops get what is left of the time.
+    tasks, allotments = stages.planned_graphs(home, settings.date, settings.top, settings.tune_evals,
+                                              runner.environments(), settings.force)
     graphs = stages.tune_settings(Kind.GRAPH, budget_evals=settings.tune_evals,
                                   verify_workers=settings.verify_workers)
     outcomes = stages.tune_graphs(home, tasks, graphs, progress, deadline=deadline,
-                                  reserve=1 if settings.top_ops else 0, runner=runner)
+                                  reserve=1 if settings.top_ops else 0, runner=runner,
+                                  allotments=allotments)
     results = [o.result for o in outcomes if o.result is not None]
     counts = {"graphs": len(tasks), "tuned": len(results), "accepted": sum(r.accepted for r in results),
-              **_not_tuned(outcomes)}
+              "budget_shares": [round(a.share, 4) for a in allotments],
+              "budget_evals": [a.budget_evals for a in allotments],
+              "search_stops": [r.search_stop for r in results], **_not_tuned(outcomes)}
     if settings.top_kernels:
         counts.update(_tune_kernels(home, settings, progress, runner, deadline))
     left = (deadline - time.time()) / 60
@@ -235,14 +240,50 @@ def _validate(home: Home, settings: NightlySettings, progress: bool,
 def _savings(home: Home, settings: NightlySettings, progress: bool,
              runner: Runner | None = None) -> dict[str, Any]:
     from ranking.savings import BookedSavings, savings
+    from ranking.verified_coverage import verified_coverage
 
     first = settings.date - datetime.timedelta(days=settings.window_days - 1)
     rows = savings(home, first, settings.date, settings.beam_args)
     booked = BookedSavings.of(rows)
+    # What the night left the fleet: the store after its deliver and validate, over the window.
+    covered = verified_coverage(home, first, settings.date, (runner or LocalRunner()).environments())
     # The dashboard's names: run time, compile time, both.
     return {"rows": rows.num_rows, "chip_hours_saved": round(booked.runtime / 3600, 3),
             "compile_chip_hours_saved": round(booked.compile / 3600, 3),
-            "total_chip_hours_saved": round(booked.total / 3600, 3)}
+            "total_chip_hours_saved": round(booked.total / 3600, 3),
+            "coverage": covered.to_json()}
+
+
+@dataclass(frozen=True)
+class NightCoverage:
+    """The verified coverage a nightly run left (`ranking.verified_coverage`, as its savings
+    stage recorded it): the run's date, which night of the ledger it was (1 for the first that
+    recorded one), the covered share of the tunable chip-time (None: nothing tunable), and both
+    figures in chip-seconds."""
+
+    date: datetime.date
+    night: int
+    share: float | None
+    tunable_chip_seconds: float
+    covered_chip_seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready, the date in ISO form."""
+        return {**self.__dict__, "date": self.date.isoformat()}
+
+
+def coverage_by_night(home: Home) -> list[NightCoverage]:
+    """The verified coverage each nightly run recorded, oldest first: its savings stage's last
+    done attempt (a run from before coverage was recorded counts no night)."""
+    recorded: dict[datetime.date, dict[str, Any]] = {}
+    for row in ledger_rows(open_home(home)).to_pylist():
+        if row["stage"] == "savings" and row["status"] == StageStatus.DONE:
+            figure = json.loads(row["counts"] or "{}").get("coverage")
+            if figure is not None:
+                recorded[row["dt"]] = figure
+    return [NightCoverage(date, night, figure["share"], figure["tunable_chip_seconds"],
+                          figure["covered_chip_seconds"])
+            for night, (date, figure) in enumerate(sorted(recorded.items()), start=1)]
 
 
 # Each stage's function: (home, settings, progress, runner) -> its counts; the runner runs the

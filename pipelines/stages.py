@@ -18,6 +18,7 @@ from tuner.kinds import KINDS, Kind
 
 if TYPE_CHECKING:
     from tasks.records import TaskOutcome
+    from tuner.allot import Allotment
     from validator.validate import Measurer
     from tasks.runner import Runner
     from tuner.tune import TuneResult, TuneSettings
@@ -80,6 +81,7 @@ def open_runner(address: str | None) -> Runner:
 def tune_graphs(home: Home, tasks: Sequence[tuple[str, Any, str | None]], settings: TuneSettings,
                 progress: bool = False, deadline: float | None = None, reserve: int = 0,
                 runner: Runner | None = None, kind: Kind = Kind.GRAPH,
+                allotments: Sequence[Allotment] | None = None,
                 measure_mode: MeasureMode | None = None,
                 sharded: dict[str, Any] | None = None) -> list[TaskOutcome]:
     """Tune each task's (label, HloModule, env_key) module with `settings` on `runner` (default:
@@ -88,10 +90,14 @@ def tune_graphs(home: Home, tasks: Sequence[tuple[str, Any, str | None]], settin
     measured whole where this machine has the devices, else per device (`measure_mode` forces
     one: execution.sharded.choose_placement; on a cluster a node of its machine kind measures
     it); its partitioning is the warehouse's graphs', or `sharded`'s by env_key
-    (`tuner.candidates.Sharded`: a file's, not ingested). Returns each task's
-    outcome, in order. With a `deadline` (time.time()), each task's search gets a share of the
-    time left, `reserve` more shares kept for what the caller runs next, and a task the
-    deadline leaves no time for is not started (`tasks.runner.Runner`)."""
+    (`tuner.candidates.Sharded`: a file's, not ingested). With `allotments` (one per task,
+    `tuner.allot`), each task gets its own evaluations and carries its share. With a `deadline`
+    (time.time()), each task's search gets a share of the time left (its allotment's, else an
+    equal one), `reserve` more shares kept for what the caller runs next, and a task the
+    deadline leaves no time for is not started (`tasks.runner.Runner`). Returns each task's
+    outcome, in order."""
+    from dataclasses import replace
+
     from hlo.environment import current_environment
     from tasks.records import TuneTask
     from tasks.runner import Deadline, LocalRunner, run_all
@@ -101,17 +107,50 @@ def tune_graphs(home: Home, tasks: Sequence[tuple[str, Any, str | None]], settin
 
     here = current_environment()
     sharded = {**sharded_environments(home), **(sharded or {})}
+    given = allotments if allotments is not None else [None] * len(tasks)
     records = []
-    for label, module, env_key in tasks:
+    for (label, module, env_key), allotment in zip(tasks, given, strict=True):
         found = sharded.get(env_key) if env_key else None
         placement = choose_placement(found.partitioning if found else None,
                                      whole_capacity(here.platform), measure_mode)
+        task_settings = (settings if allotment is None else
+                         replace(settings, budget_evals=allotment.budget_evals, allotment=allotment))
         records.append(TuneTask.of(kind, label, graph_subject(module, placement),
-                                   env_key or here.key(), settings,
+                                   env_key or here.key(), task_settings,
                                    found.machine if found else None))
     return run_all(runner or LocalRunner(), records, home,
                    Deadline(deadline, reserve) if deadline is not None else None, progress,
                    "tune graphs")
+
+
+def planned_graphs(home: Home, date: Any, top: int, per_task_evals: int,
+                   environments: frozenset[str] | None, force: bool = False
+                   ) -> tuple[list[tuple[str, Any, str]], list[Allotment]]:
+    """The graph tasks of a night's tune stage (`date`) and each one's part of the stage's
+    budget, `per_task_evals` evaluations per task shared by what each graph is worth
+    (`tuner.allot`): the `top` ranked graphs this compiler has not tuned that `environments`
+    can measure, the worthiest first (a stage whose time runs out leaves the least worth for
+    the next night). The plan is written once per date (`tune-plans/<date>.json` under the
+    home's pipelines) and a resumed stage runs what is left of it, each task with the budget it
+    had (so it resumes from its journal); `force` plans again."""
+    import json
+
+    from tuner.allot import Allotment, allot, worths
+    from tuner.tune import graph_subject
+
+    found = KINDS[Kind.GRAPH].candidates(home, top, True, environments).tasks
+    keys = [(graph_subject(module).fingerprint, env_key) for _, module, env_key in found]
+    where = home.location("pipelines", "tune-plans", f"{date}.json")
+    if home.exists(where) and not force:
+        planned = [Allotment.from_json(a) for a in json.loads(home.read_bytes(where))]
+        tasks = dict(zip(keys, found))
+        left = [(tasks[key], a) for a in planned if (key := (a.worth.fingerprint, a.worth.env_key)) in tasks]
+        return [task for task, _ in left], [allotment for _, allotment in left]
+    allotted = allot(worths(home, keys), per_task_evals) if keys else []
+    order = sorted(range(len(allotted)), key=lambda i: -allotted[i].share)  # stable: rank for ties
+    tasks, allotments = [found[i] for i in order], [allotted[i] for i in order]
+    home.atomic_write(where, json.dumps([a.to_json() for a in allotments]) + "\n")
+    return tasks, allotments
 
 
 @dataclass

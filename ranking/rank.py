@@ -17,7 +17,6 @@ earlier ranking of that date.
 from __future__ import annotations
 
 import datetime
-import functools
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -26,9 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
-from ranking.beam_io import (ArrowSum, ReadPlan, ReadTables, Source, TaggedSums, partition_files,
-                             pipeline_options, plan_reads)
+from ranking.arrow_sums import ArrowSum, TaggedSums
 from ranking.tables import CANDIDATES, COVERAGE
+from storage.beam_io import ReadPlan, ReadTables, Source, WriteWarehouse, partition_files, plan_reads
+from storage.beam_runner import pipeline_options
 from storage.home import Home
 from storage.homes import open_home
 from storage.store import live_entries
@@ -75,37 +75,55 @@ _DISTINCT = ArrowSum(["fingerprint", "env_key"], [], _SYMBOLS)
 
 
 def rank_reads(home: Home, settings: RankSettings) -> ReadPlan:
-    """What the ranking reads: both kinds' runs in the window, summed per key where read, and
-    their symbols, reduced to distinct keys."""
+    """What the ranking reads: both kinds' runs in the window and their symbols."""
     sources = []
     for spec in KINDS:
-        graph_column = "fingerprint" if spec.kind == "graph" else "graph_fingerprint"
+        graph_column = _graph_column(spec)
         columns = list(dict.fromkeys([spec.key, graph_column, "env_key", "opted_out", "chip_seconds"]))
-        sources.append(Source(
-            (spec.kind, "costs"), partition_files(home, spec.runs, settings.first_day, settings.date),
-            columns, functools.partial(_cost_columns, key=spec.key, graph_column=graph_column),
-            empty=pa.schema([spec.runs.schema.field(c) for c in columns])))
-        sources.append(Source(
-            (spec.kind, "symbols"), partition_files(home, spec.symbols, None, None),
-            ["fingerprint", "env_key"], _DISTINCT.reduce, empty=_SYMBOLS))
+        sources.append(Source(spec.runs, partition_files(home, spec.runs, settings.first_day, settings.date),
+                              columns))
+        sources.append(Source(spec.symbols, partition_files(home, spec.symbols, None, None),
+                              ["fingerprint", "env_key"]))
     return plan_reads(sources)
+
+
+class Rank(beam.PTransform):
+    """The ranking of both kinds, from (table name, rows) of their runs in the window and of
+    their symbols, as `ReadTables` reads `rank_reads` (an empty table for a table without
+    files: a kind none of whose tables arrives is not ranked).
+
+    Each row group is summed per key where it is read; one combine keyed by kind sums the costs
+    and collects the symbol keys together; each kind is then classified against `tuned` (the
+    live store entries' kind, fingerprint and env_key). Yields {"candidates": ..., "coverage":
+    ...}, each (part, rows) per kind, the part named after the table and the kind, for
+    `WriteWarehouse`.
+    """
+
+    def __init__(self, settings: RankSettings, tuned: pa.Table) -> None:
+        super().__init__()
+        self.settings = settings
+        self.tuned_by_kind = {spec.kind: tuned.filter(pc.equal(tuned.column("kind"), spec.kind)).select(
+            ["fingerprint", "env_key"]) for spec in KINDS}
+
+    def expand(self, tables):
+        ranked = (tables
+                  | "Sum where read" >> beam.MapTuple(_kind_sums)
+                  | "Sum per kind" >> beam.CombinePerKey(TaggedSums({"costs": _COST, "symbols": _DISTINCT}))
+                  | "Classify" >> beam.Map(_classify_kind, self.tuned_by_kind, self.settings))
+        return {"candidates": ranked | "Candidates" >> beam.MapTuple(
+                    lambda kind, both: (f"candidates-{kind}", both[0])),
+                "coverage": ranked | "Coverage" >> beam.MapTuple(
+                    lambda kind, both: (f"coverage-{kind}", both[1]))}
 
 
 def build_rank_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: Home,
                         settings: RankSettings, tuned: pa.Table) -> None:
-    """Add the ranking of both kinds to `pipeline`; results land in the warehouse.
-
-    One read of every input (`rank_reads`), one combine keyed by kind that sums the costs and
-    collects the symbol keys together, then classify and write per kind.
-    """
-    tuned_by_kind = {spec.kind: tuned.filter(pc.equal(tuned.column("kind"), spec.kind)).select(
-        ["fingerprint", "env_key"]) for spec in KINDS}
-    (pipeline
-     | "Read" >> ReadTables(reads)
-     | "By kind" >> beam.MapTuple(lambda tag, table: (tag[0], (tag[1], table)))
-     | "Sum per kind" >> beam.CombinePerKey(TaggedSums({"costs": _COST, "symbols": _DISTINCT}))
-     | "Classify" >> beam.Map(_classify_kind, tuned_by_kind, settings)
-     | "Write" >> beam.Map(_write, home, settings.date))
+    """Add the ranking of both kinds to `pipeline`: read (`rank_reads`), `Rank`, and write
+    candidates and coverage to the warehouse under the ranking date."""
+    ranked = pipeline | "Read" >> ReadTables(reads) | "Rank" >> Rank(settings, tuned)
+    day = [settings.date.isoformat()]
+    ranked["candidates"] | "Write candidates" >> WriteWarehouse(home, CANDIDATES, day)
+    ranked["coverage"] | "Write coverage" >> WriteWarehouse(home, COVERAGE, day)
 
 
 def rank(home: Home, settings: RankSettings, beam_args: Iterable[str] = ()) -> tuple[pa.Table, pa.Table]:
@@ -168,11 +186,22 @@ def _classify_kind(summed: tuple[str, dict[str, pa.Table]], tuned_by_kind: dict[
     return kind, classify(sums["costs"], sums["symbols"], tuned_by_kind[kind], kind, settings)
 
 
-def _cost_columns(table: pa.Table, key: str, graph_column: str) -> pa.Table:
-    return _COST.reduce(pa.table({
-        "fingerprint": table.column(key), "graph_fingerprint": table.column(graph_column),
-        "env_key": table.column("env_key"), "opted_out": table.column("opted_out"),
-        "chip_seconds": table.column("chip_seconds")}))
+def _kind_sums(name: str, rows: pa.Table) -> tuple[str, tuple[str, pa.Table]]:
+    """(kind, ("costs" or "symbols", the partial sum)) of rows of table `name`."""
+    for spec in KINDS:
+        if name == spec.runs.name:
+            return spec.kind, ("costs", _COST.reduce(pa.table({
+                "fingerprint": rows.column(spec.key), "graph_fingerprint": rows.column(_graph_column(spec)),
+                "env_key": rows.column("env_key"), "opted_out": rows.column("opted_out"),
+                "chip_seconds": rows.column("chip_seconds")})))
+        if name == spec.symbols.name:
+            return spec.kind, ("symbols", _DISTINCT.reduce(rows))
+    raise ValueError(f"rank: no kind reads table {name!r}")
+
+
+def _graph_column(spec: KindSpec) -> str:
+    """The runs column holding the graph that ran."""
+    return "fingerprint" if spec.kind == "graph" else "graph_fingerprint"
 
 
 def _per_key(costs: pa.Table) -> pa.Table:
@@ -195,9 +224,3 @@ def _member(keys: pa.Table, members: pa.Table) -> pa.Array:
     joined = pc.binary_join_element_wise(keys.column("fingerprint"), keys.column("env_key"), "/")
     known = pc.binary_join_element_wise(members.column("fingerprint"), members.column("env_key"), "/")
     return pc.is_in(joined, value_set=pa.chunked_array(known, pa.string()).combine_chunks())
-
-
-def _write(result: tuple[str, tuple[pa.Table, pa.Table]], home: Home, date: datetime.date) -> None:
-    kind, (candidates, coverage) = result
-    Warehouse(home).replace(CANDIDATES, candidates, f"candidates-{kind}", [date.isoformat()])
-    Warehouse(home).replace(COVERAGE, coverage, f"coverage-{kind}", [date.isoformat()])

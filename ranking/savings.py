@@ -28,9 +28,8 @@ replaced in the `savings` table.
 from __future__ import annotations
 
 import datetime
-import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import apache_beam as beam
 import numpy as np
@@ -38,9 +37,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, partitioning_of
-from ranking.beam_io import (ArrowSum, ReadPlan, ReadTables, Source, TaggedSums, partition_files,
-                             pipeline_options, plan_reads)
+from ranking.arrow_sums import ArrowSum, TaggedSums
 from ranking.tables import SAVINGS
+from storage.beam_io import ReadPlan, ReadTables, Source, WriteWarehouse, partition_files, plan_reads
+from storage.beam_runner import pipeline_options
 from storage.home import Home
 from storage.homes import open_home
 from storage.store import live_entries
@@ -63,6 +63,7 @@ _COMPILE = ["compile_hits", "compile_unmeasured", "compile_chip_seconds_saved"]
 _SUMMED = pa.schema([SAVINGS.schema.field(name) for name in _KEYS + _RUNTIME + _COMPILE])
 _COLUMNS = ["team", "env_key", "chip_seconds", "config_key", "config_version", "expected_speedup"]
 _KIND_COLUMNS = {"graph": [*_COLUMNS, "holdout"], "op": _COLUMNS}  # op runs have no holdout arm
+_KIND_OF_RUNS = {GRAPH_RUNS.name: "graph", OP_RUNS.name: "op"}
 _HIT_COLUMNS = ["job_id", "key", "env_key", "outcome", "kind", "config_version", "compile_seconds"]
 _TRIED_KEYS = ["dt", "kind", "job_id", "key", "env_key", "config_version", "validator_updated"]
 
@@ -115,37 +116,52 @@ class BookedSavings:
                 "min_holdout_compiles": MIN_HOLDOUT_COMPILES}
 
 
-def savings_reads(home: Home, first: datetime.date, last: datetime.date,
-                  validator_keys: list[str]) -> ReadPlan:
-    """What the savings read, each reduced where read: both kinds' runs of [first, last] to
-    their hits' sums; the hits of [first, last] to the compiles that tried a config (summed per
-    job and entry) and to the holdout arm's compile seconds (counted per value); the graph runs'
-    job teams and the devices of a process of each graph environment, as distinct pairs."""
-    def source(tag: str, table: TableSchema, columns: list[str], prepare: Callable[[pa.Table], pa.Table],
-               days: tuple[datetime.date | None, datetime.date | None] = (first, last)) -> Source:
-        return Source(tag, partition_files(home, table, *days), columns, prepare,
-                      empty=pa.schema([table.schema.field(c) for c in columns]))
+def savings_reads(home: Home, first: datetime.date, last: datetime.date) -> ReadPlan:
+    """What the savings read: both kinds' runs of [first, last] (the graph runs with their
+    jobs' teams), the hits of [first, last], and every graph's environment and devices."""
+    def source(table: TableSchema, columns: list[str], first: datetime.date | None = first,
+               last: datetime.date | None = last) -> Source:
+        return Source(table, partition_files(home, table, first, last), columns)
 
-    return plan_reads([
-        *(source("runs", table, _KIND_COLUMNS[kind],
-                 functools.partial(_hit_sums, kind=kind, validator_keys=validator_keys))
-          for kind, table in (("graph", GRAPH_RUNS), ("op", OP_RUNS))),
-        source("tried", HITS, _HIT_COLUMNS, functools.partial(_tried_sums, validator_keys=validator_keys)),
-        source("held", HITS, _HIT_COLUMNS, _held_counts),
-        source("jobs", GRAPH_RUNS, ["job_id", "team"], _JOBS.reduce),
-        source("devices", GRAPHS, ["env_key", "device_count", "partitioning"], _process_devices,
-               (None, None))])  # every graph
+    return plan_reads([source(GRAPH_RUNS, [*_KIND_COLUMNS["graph"], "job_id"]),
+                       source(OP_RUNS, _KIND_COLUMNS["op"]),
+                       source(HITS, _HIT_COLUMNS),
+                       source(GRAPHS, ["env_key", "device_count", "partitioning"], None, None)])
 
 
-def build_savings_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: Home,
-                           first: datetime.date, last: datetime.date) -> None:
-    """Add the savings accounting of [first, last] to `pipeline`; results land in the warehouse."""
+class AccountSavings(beam.PTransform):
+    """The savings rows, from (table name, rows) of graph_runs, op_runs and hits of the days
+    accounted and of graphs, as `ReadTables` reads `savings_reads` (an empty table for a table
+    without files); `validator_keys`, the store keys whose live entry the validator
+    wrote last. Yields one ("savings", rows) for `WriteWarehouse`.
+
+    Each row group is reduced where it is read: runs to their hits' sums (and the graph runs to
+    their jobs' teams, as distinct pairs), hits to the compiles that tried a config (summed per
+    job and entry) and to the holdout arm's compile seconds (counted per value), graphs to the
+    devices of a process of each environment (distinct pairs); one combine sums them all, and
+    `account` makes the rows.
+    """
+
+    def __init__(self, validator_keys: list[str]) -> None:
+        super().__init__()
+        self.validator_keys = validator_keys
+
+    def expand(self, tables):
+        return (tables
+                | "Sum where read" >> beam.FlatMap(_partial_sums, self.validator_keys)
+                | "One key" >> beam.Map(lambda tagged: (None, tagged))
+                | "Sum" >> beam.CombinePerKey(_SUMS)
+                | "Account" >> beam.MapTuple(lambda _, sums: ("savings", account(**sums))))
+
+
+def build_savings_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: Home, first: datetime.date,
+                           last: datetime.date, validator_keys: list[str]) -> None:
+    """Add the savings accounting of [first, last] to `pipeline`: read (`savings_reads`),
+    `AccountSavings`, and replace the days' rows in the warehouse."""
     (pipeline
      | "Read" >> ReadTables(reads)
-     | "One key" >> beam.MapTuple(lambda tag, table: (None, (tag, table)))
-     | "Sum" >> beam.CombinePerKey(_SUMS)
-     | "Account" >> beam.MapTuple(lambda _, sums: account(**sums))
-     | "Write" >> beam.Map(_write, home, _days(first, last)))
+     | "Account" >> AccountSavings(validator_keys)
+     | "Write" >> WriteWarehouse(home, SAVINGS, _days(first, last)))
 
 
 def savings(home: Home, first: datetime.date, last: datetime.date,
@@ -156,9 +172,9 @@ def savings(home: Home, first: datetime.date, last: datetime.date,
     home.reach(pipeline_options(beam_args))
     entries = live_entries(home)
     validator_keys = entries.filter(pc.equal(entries.column("provenance"), "validator")).column("key")
-    reads = savings_reads(home, first, last, validator_keys.to_pylist())
+    reads = savings_reads(home, first, last)
     with beam.Pipeline(options=pipeline_options(beam_args, reads.rows)) as pipeline:
-        build_savings_pipeline(pipeline, reads, home, first, last)
+        build_savings_pipeline(pipeline, reads, home, first, last, validator_keys.to_pylist())
     days = set(_days(first, last))
     return Warehouse(home).read(SAVINGS, filter_dt=days.__contains__).sort_by([(name, "ascending") for name in _KEYS])
 
@@ -185,7 +201,7 @@ def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
 
 
 def account(runs: pa.Table, tried: pa.Table, held: pa.Table, jobs: pa.Table, devices: pa.Table) -> pa.Table:
-    """The savings rows, from the sums that `savings_reads` prepares: the runtime sums `runs`,
+    """The savings rows, from the sums of `AccountSavings`: the runtime sums `runs`,
     and the compile time saved by the compiles of `tried` against the median of their key's
     holdout compiles (`held`), each with its job's team (`jobs`) and the devices of a process
     of its environment (`devices`)."""
@@ -254,8 +270,17 @@ def _process_devices(graphs: pa.Table) -> pa.Table:
             pa.int32())}))
 
 
-def _hit_sums(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
-    return _RUNS.reduce(hit_rows(runs, kind, validator_keys))
+def _partial_sums(table: tuple[str, pa.Table], validator_keys: list[str]) -> list[tuple[str, pa.Table]]:
+    """(what `_SUMS` sums it as, the partial sum) of (table name, rows)."""
+    name, rows = table
+    if name in _KIND_OF_RUNS:
+        hits = [("runs", _RUNS.reduce(hit_rows(rows, _KIND_OF_RUNS[name], validator_keys)))]
+        return [*hits, ("jobs", _JOBS.reduce(rows))] if name == GRAPH_RUNS.name else hits
+    if name == HITS.name:
+        return [("tried", _tried_sums(rows, validator_keys)), ("held", _held_counts(rows))]
+    if name == GRAPHS.name:
+        return [("devices", _process_devices(rows))]
+    raise ValueError(f"savings: no input is table {name!r}")
 
 
 def _tried_sums(hits: pa.Table, validator_keys: list[str]) -> pa.Table:
@@ -283,7 +308,3 @@ def _validator_updated(keys: pa.ChunkedArray, validator_keys: list[str]) -> pa.C
 
 def _days(first: datetime.date, last: datetime.date) -> list[str]:
     return [(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
-
-
-def _write(summed: pa.Table, home: Home, days: list[str]) -> None:
-    Warehouse(home).replace(SAVINGS, summed, "savings", days)

@@ -36,7 +36,7 @@ from storage.home import Home
 from storage.homes import open_home
 from tasks.records import TaskOutcome, TaskStatus, Task, home_address, perform
 from tasks.resources import KIND_PREFIX, PREFIX, environment_key, kind_of, offered, offering
-from tasks.runner import Deadline, Runner, within
+from tasks.runner import Deadline, Runner, weight, within
 
 RETRIES = 3  # reruns after a worker or node died: four tries in all
 POLL_SECONDS = 1.0
@@ -125,9 +125,11 @@ class RayRunner(Runner):
                 yield index, _unroutable(task, "no live node offers its environment")
                 continue
             if deadline is not None:
-                same = sum(t.resources() == wanted for t in tasks)
-                share = max(1, -(-same // len(offering(wanted, nodes))))  # tasks per node, rounded up
-                task = within(task, deadline.left() / (share + deadline.reserve))
+                peers = [t for t in tasks if t.resources() == wanted]
+                share = max(1, -(-len(peers) // len(offering(wanted, nodes))))  # tasks per node, rounded up
+                # A node's slot, scaled by what the task weighs among the tasks of its resources.
+                scale = weight(task, len(peers)) * len(peers) / sum(weight(t, len(peers)) for t in peers)
+                task = within(task, deadline.left() / (share + deadline.reserve) * scale)
             ref = self._remote.options(resources=wanted, num_cpus=0, max_retries=self.retries,
                                        retry_exceptions=False).remote(task, address, run_id)
             pending[ref] = index

@@ -5,8 +5,9 @@ one `TaskOutcome` per task, as each ends. Its guarantees, whichever runner it is
 - every task gets exactly one outcome, in any order (`run_all` puts them in the tasks' order),
   but that the local runner lets a task's exception end the run, as a local stage always has;
 - a task runs with its own settings, except that under a `Deadline` a tuning task's search gets
-  a share of the time left (`budget_minutes`), and a task the deadline leaves no time for is not
-  started (TaskStatus.NOT_STARTED);
+  a share of the time left (`budget_minutes`): its stage's allotment where it has one (`weight`:
+  what its graph is worth, `tuner.allot`), an equal share otherwise; and a task the deadline
+  leaves no time for is not started (TaskStatus.NOT_STARTED);
 - a task's landing is its own (`tasks.records.perform`): idempotent by task id, so a task run
   twice lands once.
 The stages are given a runner; they do not build one (`pipelines.stages.open_runner` does,
@@ -42,6 +43,23 @@ class Deadline:
     def left(self) -> float:
         """Minutes left."""
         return (self.at - time.time()) / 60
+
+
+def weight(task: Task, count: int) -> float:
+    """What `task` weighs when time is shared among `count` tasks: its allotted share of its
+    stage (`TuneSettings.allotment`), else an equal share."""
+    if isinstance(task, TuneTask) and task.settings.allotment is not None:
+        return task.settings.allotment.share
+    return 1.0 / count
+
+
+def time_share(tasks: Sequence[Task], index: int, reserve: int) -> float:
+    """The part of the time left that task `index` gets when the tasks before it are done: its
+    weight over the weights of the tasks from it on plus `reserve` average tasks (equal weights:
+    one part in the tasks left plus `reserve`)."""
+    weights = [weight(task, len(tasks)) for task in tasks]
+    rest = sum(weights[index:]) + reserve * sum(weights) / len(weights)
+    return weights[index] / rest if rest > 0 else 1.0 / (len(tasks) - index + reserve)
 
 
 def within(task: Task, minutes: float) -> Task:
@@ -92,7 +110,7 @@ class LocalRunner(Runner):
                     yield index, TaskOutcome(task.label, TaskStatus.NOT_STARTED,
                                              reason="the deadline left it no time")
                     continue
-                task = within(task, left / (len(tasks) - index + deadline.reserve))
+                task = within(task, left * time_share(tasks, index, deadline.reserve))
             result = perform(task, home, progress)
             yield index, TaskOutcome(task.label, TaskStatus.DONE, LOCAL_NODE, 1, result)
 

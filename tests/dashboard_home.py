@@ -15,12 +15,15 @@ would cost minutes here is the measuring: the tuner's trials and the validator's
 are the stages' own result objects (tuner.trial.Trial, execution.evaluate.EvaluationResult)
 with figures set here, and the hook's records are spooled as the hook writes them. One entry's
 holdout arm is written here as graph_runs rows (HOLDOUT_PART): jobs of the defaults, HOLDOUT_SLOWDOWN
-times slower per execution than the entry's tuned jobs, so that its realized speedup is clear.
+times slower per execution than the entry's tuned jobs, so that its realized speedup is clear. The
+run ledger holds today's savings stage as a nightly run records it (`_night`), with the verified
+coverage its code computes.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import time
 from pathlib import Path
 
@@ -36,10 +39,12 @@ from hlo.interval import Interval
 from ingest.hits import STALE_SECONDS, ingest_hits, spool_path, to_line
 from ingest.tables import GRAPH_RUNS, GRAPHS
 from ranking.rank import RankSettings, rank
+from pipelines.tables import RUNS
 from ranking.savings import savings
+from ranking.verified_coverage import verified_coverage
 from storage.warehouse import Warehouse
 from tuner.candidates import latest_candidates
-from tuner.trial import Outcome, Trial
+from tuner.trial import Outcome, Trial, Verdict
 from tuner.tune import TuneResult, land_result, task_digest
 from validator.plan import Planner
 from validator.run import Run
@@ -96,7 +101,18 @@ def build_home(home: Path, today: datetime.date | None = None) -> Path:
     _import_op_entry(home)  # today, measured now (import stamps it so)
     rank(home, RankSettings(date=today, window_days=5, top_k=5), BEAM_ARGS)
     savings(home, day[0], today, BEAM_ARGS)
+    _night(home, day[0], today)
     return home
+
+
+def _night(home: Path, first: datetime.date, today: datetime.date) -> None:
+    """Today's savings stage in the run ledger, as `fdo nightly` records it: done, with the
+    verified coverage over the window (`ranking.verified_coverage`) among its counts."""
+    covered = verified_coverage(home, first, today)
+    Warehouse(home).append(RUNS, pa.Table.from_pylist([{
+        "dt": today, "stage": "savings", "attempt": 1, "status": "done",
+        "started_at": datetime.datetime.now(datetime.UTC), "seconds": 1.0,
+        "counts": json.dumps({"coverage": covered.to_json()}), "error": None}], RUNS.schema), "savings-1")
 
 
 def _tasks(home: Path) -> list[tuple[str, str]]:
@@ -141,7 +157,7 @@ def _tuned(home: Path, task: int, key: tuple[str, str], accepted: bool) -> TuneR
                             error="compile failed" if outcome == Outcome.FAILED else None))
     return TuneResult(
         task_id=task_digest("graph", fingerprint, env_key, "evolution", task), fingerprint=fingerprint,
-        env_key=env_key, status="accepted" if accepted else "no significant gain", accepted=accepted,
+        env_key=env_key, status=Verdict.ACCEPTED if accepted else Verdict.NO_GAIN,
         config=config, speedup=Interval(speedup, speedup - 0.05, speedup + 0.05), numerics_ok=True,
         evaluations=len(trials), measured=sum(t.outcome == Outcome.MEASURED for t in trials),
         strategy="evolution", compiler_version=_compiler(home, env_key), trials=trials)

@@ -131,6 +131,11 @@ def test_every_endpoint_answers_rows(served):
         assert rows and all(isinstance(r, dict) for r in rows), row["endpoint"]
     drawn = {card.endpoint for page in PAGES.values() for card in page.cards()}
     assert drawn == set(QUERIES)  # every endpoint is drawn on some page
+    # The verified coverage tile is the last night's, as the ledger recorded it.
+    (night,) = _api(served, "verified-coverage")
+    assert night["night"] == 1 and 0.0 < night["share"] <= 1.0
+    summary = _api(served, "summary")[0]
+    assert (summary["verified_coverage"], summary["verified_coverage_nights"]) == (night["share"], 1)
 
 
 @pytest.mark.xla
@@ -638,10 +643,11 @@ def test_filters_change_what_the_cards_show_and_stay_in_every_link(visit, dashbo
     kept = [link for link in shown["links"] if link != "/api"]
     without = [link for link in kept if f"team={urllib.parse.quote_plus(team)}" not in link]
     # Every link keeps the team, but "clear filters" and the rows of the fleet-wide cards.
-    assert {link.split("?")[0] for link in without} == {"/", "/api/coverage", "/api/store"}
+    assert {link.split("?")[0] for link in without} == {"/", "/api/coverage", "/api/store",
+                                                        "/api/verified-coverage"}
     assert {"/tuner", "/api/savings", "/api/top"} <= {link.split("?")[0] for link in kept}
     assert any(link.startswith("/graphs/") for link in kept)
-    assert everyone["fleet_wide"] == [] and shown["fleet_wide"] == ["coverage", "store"]
+    assert everyone["fleet_wide"] == [] and shown["fleet_wide"] == ["coverage", "verified-coverage", "store"]
 
     device = shown["charts"]["top-graphs"]["traces"][0]["customdata"][-1][1].split(" x ")[0]
     visit.page.select_option("select[name=device_kind]", device)

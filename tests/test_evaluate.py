@@ -20,7 +20,7 @@ from execution.evaluate import (EvaluationResult, evaluate, evaluate_independent
 from execution.flags import FLAGS, FlagError, is_default, parse_assignment, to_xla
 from execution.inputs import make_inputs, parameter_specs
 from execution.measure import TIME_SCALE_VARIABLE, MeasureSettings, measure_pair, median_interval, time_scale
-from execution.numerics import all_ok, compare_outputs
+from execution.numerics import OutputCheck, all_ok, compare_outputs
 from execution.worker import Worker, WorkerFailure
 from hlo.interval import Interval
 from hlo.module import from_lowered, from_text
@@ -78,12 +78,14 @@ def test_independent_workers_give_their_median_and_each_figure() -> None:
     assert same.identical_program and same.speedups == []
 
 
-def _measured(speedup: float, low: float, numerics_ok: bool = True) -> EvaluationResult:
+def _measured(speedup: float, low: float, numerics_ok: bool = True, checked: int = 1,
+              failed: int = 0, outputs: tuple[OutputCheck, ...] = ()) -> EvaluationResult:
     return EvaluationResult(speedup=Interval(speedup, low, speedup * 1.02),
                             significant=low > 1.01, numerics_ok=numerics_ok,
                             identical_program=False, compile_seconds=0.1,
                             default_compile_seconds=0.1, pairs=40, default_seconds=0.01,
-                            candidate_seconds=0.01 / speedup, stop_reason="time budget")
+                            candidate_seconds=0.01 / speedup, stop_reason="time budget",
+                            numerics=list(outputs), inputs_checked=checked, inputs_failed=failed)
 
 
 def test_the_median_of_workers_is_significant_only_where_most_of_them_are() -> None:
@@ -95,10 +97,27 @@ def test_the_median_of_workers_is_significant_only_where_most_of_them_are() -> N
     assert held.significant and held.speedup.estimate == 1.05
     assert held.speedups == [1.05, 1.01, 1.06]
     assert held.pairs == 120 and held.numerics_ok
-    # Numerics wrong in any worker are wrong.
-    wrong = median_of([_measured(1.05, 1.03), _measured(1.06, 1.04, numerics_ok=False),
-                       _measured(1.06, 1.04)], 0.01)
-    assert wrong.numerics_ok is False
+    # The numerics are judged over the inputs of every worker: a failure that held up in one
+    # worker (2 of its 3 sets of inputs) is outvoted where the others' inputs pass...
+    off = OutputCheck(3, False, 5e-3, "max error 5.00e-03 of scale 1", 2e-3)
+    outvoted = median_of([_measured(1.05, 1.03), _measured(1.06, 1.04, False, 3, 2, (off,)),
+                          _measured(1.06, 1.04)], 0.01)
+    assert outvoted.numerics_ok and (outvoted.inputs_checked, outvoted.inputs_failed) == (5, 2)
+    assert outvoted.numerics == [off]  # the record keeps the failure, though it did not decide
+    # ... not where it holds up over all of them, and a NaN the default did not produce decides
+    # in any worker.
+    wrong = median_of([_measured(1.05, 1.03, False, 3, 3, (off,)),
+                       _measured(1.06, 1.04, False, 3, 2, (off,)), _measured(1.06, 1.04)], 0.01)
+    assert wrong.numerics_ok is False and wrong.judged().describe().startswith("differ, failed on 5 of 7")
+    nan = OutputCheck(0, False, float("inf"), "1 NaN/Inf values the default did not produce",
+                      decisive=True)
+    assert median_of([_measured(1.05, 1.03), _measured(1.06, 1.04, False, 1, 1, (nan,)),
+                      _measured(1.06, 1.04)], 0.01).numerics == [nan]
+    assert median_of([_measured(1.05, 1.03), _measured(1.06, 1.04, False, 1, 1, (nan,)),
+                      _measured(1.06, 1.04)], 0.01).numerics_ok is False
+    # A result that does not count its inputs (made before they were) counts as one set.
+    assert median_of([_measured(1.05, 1.03, False, 0), _measured(1.06, 1.04, False, 0),
+                      _measured(1.06, 1.04, True, 0)], 0.01).numerics_ok is False
 
 
 def test_a_result_in_json_keeps_the_keys_results_were_written_with() -> None:
@@ -149,7 +168,8 @@ def test_codegen_flags_at_their_defaults_compile_the_default_program(worker) -> 
 
 
 def test_compiler_defaults_agree_with_jaxlib_and_leave_the_graph_space() -> None:
-    debug = compile_options({}).executable_build_options.debug_options
+    options = compile_options({})  # held: its debug options are a view into it
+    debug = options.executable_build_options.debug_options
     defaults = compiler_defaults()
     for name in ("xla_backend_optimization_level", "xla_cpu_enable_fast_math",
                  "xla_llvm_disable_expensive_passes"):  # the fields jaxlib has accessors for
@@ -271,6 +291,19 @@ def test_a_comparison_runs_past_no_gain_until_its_interval_is_tight() -> None:
     interval = tight.speedup
     assert (interval.high - interval.low) / 2 <= 0.004 * interval.estimate
     assert interval.low <= 1 / 1.01 <= interval.high
+
+
+def test_a_slow_program_is_warmed_once_and_its_pairs_follow_with_no_runs_of_their_own() -> None:
+    # Half a second a run: one warm-up run of each sets the repeats per sample (one), and every
+    # run after it is a timed pair's.
+    calls: list[int] = []
+
+    def runner(repeats: int) -> float:
+        calls.append(repeats)
+        return repeats * 0.5
+
+    measured = measure_pair(runner, runner, MeasureSettings(max_pairs=12, min_pairs=10))
+    assert measured.pairs == 10 and calls == [1] * (2 + 2 * 10)  # tight and decided at 10
 
 
 def test_the_time_budget_is_scaled_by_the_environment_and_a_bad_scale_is_named(monkeypatch) -> None:

@@ -24,9 +24,9 @@ from hlo.environment import store_key
 from ingest.hits import holdout_arm
 from ingest.profiles import ingest_profiles
 from ingest.tables import GRAPH_RUNS
-from ranking.beam_io import Source, _read_unit
 from ranking.reference import reference_savings
 from ranking.savings import hit_rows, savings
+from storage.beam_io import Source, _read_unit
 from storage.store import DEFAULT_HOLDOUT_SHARE, STORE_ENTRY_COLUMNS, StoreEntry
 from storage.warehouse import Warehouse
 from tests.serving import fdo, running_server
@@ -278,7 +278,5 @@ def test_a_graph_runs_drop_carries_holdout_and_booked_savings_leave_it_out(tmp_p
     old = tmp_path / "old" / "dt=2026-11-10" / "part.parquet"
     old.parent.mkdir(parents=True)
     pq.write_table(runs.drop_columns(["dt", "holdout"]), old)
-    source = Source("graph", [str(old)], ["config_key", "holdout"],
-                    empty=pa.schema([GRAPH_RUNS.schema.field(c) for c in ("config_key", "holdout")]))
-    _, table = _read_unit((0, str(old), 0), [source])
+    _, table = _read_unit((0, str(old), 0), [Source(GRAPH_RUNS, [str(old)], ["config_key", "holdout"])])
     assert table.column("holdout").null_count == table.num_rows == runs.num_rows

@@ -100,6 +100,11 @@ def test_a_nightly_run_killed_mid_stage_finishes_without_duplicates(fleet_home):
     assert trials and len(trials) == len(set(trials))
     tasks = warehouse.read(TUNING_RESULTS).column("task_id").to_pylist()
     assert len(tasks) == len(set(tasks)) == 1
+    # The one task had the whole stage's budget, said why, and why its search ended.
+    (result,) = warehouse.read(TUNING_RESULTS, ["budget_share", "budget_reason", "search_stop"]).to_pylist()
+    assert result["budget_share"] == 1.0 and result["budget_reason"].startswith("100.0% of the candidates' worth")
+    assert result["search_stop"] in {"budget", "stalled", "time", "exhausted"}
+    assert report["stages"][5]["counts"]["coverage"]["tunable_keys"] > 0
 
     again = fdo(home, "nightly", "--date", DATE.isoformat(), "--json", *FAST)
     assert again.returncode == 0

@@ -29,7 +29,7 @@ from tests.test_search_loop import COMPARE, SCREEN, TableEvaluator, listed, tabl
 from tuner.search import TaskClock, run_search
 from tuner.space import SearchSpace, config_key
 from tuner.tables import TUNING_RESULTS
-from tuner.trial import Outcome, Phase, Trial
+from tuner.trial import Outcome, Phase, Trial, Verdict
 from tuner.tune import (RelaxedOption, TuneResult, TuneSettings, TuneTarget, _relaxed_option,
                         finished_result, land_result, run_task, save_result)
 from tuner.winner import best_trial
@@ -69,10 +69,10 @@ def test_a_config_relaxes_numerics_by_its_values():
 
 def _run(evaluator: TableEvaluator, configs: list[dict], listed_only: bool = False):
     journal: list[Trial] = []
-    trials, winners = run_search(evaluator, listed(configs), [], len(configs), SCREEN, COMPARE,
-                                 lambda: True, journal.append, listed=listed_only,
-                                 clock=TaskClock([], now=evaluator.now))
-    return trials, winners, journal
+    outcome = run_search(evaluator, listed(configs), [], len(configs), SCREEN, COMPARE,
+                         lambda: True, journal.append, listed=listed_only,
+                         clock=TaskClock([], now=evaluator.now))
+    return outcome.trials, outcome.winners, journal
 
 
 def test_a_search_whose_best_relaxes_numerics_chooses_the_best_strict_config_too():
@@ -132,7 +132,7 @@ def test_the_opt_in_is_offered_only_where_it_holds_up_and_gains_more():
 
 
 def _result_with_opt_in() -> TuneResult:
-    return TuneResult("relaxed-task", "f" * 32, "e" * 32, "accepted", True,
+    return TuneResult("relaxed-task", "f" * 32, "e" * 32, Verdict.ACCEPTED,
                       {"placement:DOT": "xla"}, Interval(1.10, 1.08, 1.12), True, 5, 5, "evolution",
                       "jaxlib-test", relaxed=RelaxedOption({FAST_MATH: True, "placement:DOT": "xla"},
                                                            Interval(1.40, 1.37, 1.43)))

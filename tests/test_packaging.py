@@ -176,8 +176,8 @@ def test_a_hooked_job_of_the_base_install_applies_a_config_from_the_embedded_sto
     assert {r["outcome"] for r in records} == {"applied"}
     assert all(r["config_version"] == 1 and r["optimized_fingerprint"] for r in records)
     for record in records:  # spooled for symbol ingestion, as a dump directory
-        spooled = tuned / "spool" / "symbols" / record["fingerprint"][:2] / record["fingerprint"]
-        assert list(spooled.glob("*.before_optimizations.txt"))
+        spooled = tuned / "spool" / "symbols" / record["fingerprint"][:2]
+        assert list(spooled.glob(f"{record['fingerprint']}-{record['env_key'][:16]}/*.before_optimizations.txt"))
 
 
 def test_a_hooked_job_of_the_base_install_applies_a_config_from_the_service(untuned, base, tmp_path):
@@ -221,7 +221,7 @@ def test_every_command_of_the_base_install_runs_there(base, tmp_path):
     looked_up = energy_hit("first")
     assert looked_up["outcome"] == "error" and "no store published" in looked_up["reason"]
     fingerprint, env_key, key = looked_up["fingerprint"], looked_up["env_key"], looked_up["key"]
-    spooled = home / "spool" / "symbols" / fingerprint[:2] / fingerprint
+    spooled = home / "spool" / "symbols" / fingerprint[:2] / f"{fingerprint}-{env_key[:16]}"
     (module,) = spooled.glob("*.before_optimizations.txt")
 
     # fingerprint: the command keys the module as the hook did.

@@ -21,11 +21,11 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from hlo.environment import store_key
 from ingest.tables import GRAPH_RUNS
-from ranking.beam_io import pipeline_options
 from ranking.rank import CATEGORIES, RankSettings, rank
 from ranking.reference import reference_rank, reference_savings
 from ranking.savings import savings
 from ranking.tables import CANDIDATES, SAVINGS
+from storage.beam_runner import InProcessRunner, pipeline_options
 from storage.store import STORE_ENTRY_COLUMNS, live_entries
 from storage.warehouse import Warehouse
 from tests.url_home import UrlFileSystem
@@ -151,7 +151,8 @@ def test_standard_beam_options_reach_the_pipeline():
     assert everything["direct_running_mode"] != "multi_processing"  # defaults yield to --runner
     default = pipeline_options([]).get_all_options()
     assert (default["runner"], default["direct_running_mode"]) == (
-        "ranking.beam_io.InProcessRunner", "multi_processing")
+        "storage.beam_runner.InProcessRunner", "multi_processing")
+    assert isinstance(beam.Pipeline(options=pipeline_options([])).runner, InProcessRunner)
 
 
 @pytest.mark.subprocess

@@ -303,7 +303,9 @@ def test_fdo_savings_prints_booked_realized_and_the_return_on_cost(tmp_path, cap
     window = ["--from", FIRST.isoformat(), "--to", last.isoformat()]
     assert main(["--home", str(tmp_path), "savings", *window, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert set(printed) == {"rows", "booked", "entries", "totals", "teams", "versions", "cost"}
+    assert set(printed) == {"rows", "booked", "entries", "totals", "teams", "versions", "cost", "coverage"}
+    # No graph of these runs was ingested: nothing tunable, and no nightly run recorded a night.
+    assert printed["coverage"]["share"] is None and printed["coverage"]["nights"] == []
     assert {r["config_version"] for r in printed["rows"]} == {1, 2}
     by_key = {e["key"]: e for e in printed["entries"]}
     assert by_key[KEY]["realized_ci_low"] < by_key[KEY]["realized_speedup"] < by_key[KEY]["realized_ci_high"]
@@ -317,3 +319,4 @@ def test_fdo_savings_prints_booked_realized_and_the_return_on_cost(tmp_path, cap
     text = capsys.readouterr().out
     assert "realized in the fleet" in text and "undecided: too few holdout jobs" in text
     assert "team team-0" in text and "total" in text and "return on cost:" in text
+    assert "verified coverage: no tunable chip-time in these days" in text

@@ -38,7 +38,7 @@ def test_both_arms_of_a_real_job_give_a_realized_speedup_that_agrees_with_evalua
     run(home, "first", "--spool-hlo")
     hits = json.loads(fdo(home, "hits", "--job", "first", "--json").stdout)["records"]
     [step] = [h for h in hits if h["module_name"] == "jit_step"]
-    [module] = (home / "spool" / "symbols").glob(f"*/{step['fingerprint']}/*before_optimizations.txt")
+    [module] = (home / "spool" / "symbols").glob(f"*/{step['fingerprint']}-*/*before_optimizations.txt")
 
     measured = fdo(home, "evaluate", str(module), "--set", "placement:REDUCE=xla", "--workers", "3",
                    "--max-seconds", "4", "--json")

@@ -15,7 +15,7 @@ from execution.flags import (LIBRARY_FLAGS, FlagError, as_flags, as_placement, f
                              is_default, on_top_of, parse_assignment, routing, to_xla)
 from execution.measure import MeasureSettings, early_decision
 from hlo.interval import Interval
-from tuner.schedule import Scheduled, cold_rank, neighbourhood, order_moves
+from tuner.schedule import LIKELY_RANK, Scheduled, cold_rank, likely, neighbourhood, order_moves
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.search import SAME_PROGRAM
@@ -152,6 +152,34 @@ def test_the_early_stop_keeps_its_stated_error_rate_on_a_candidate_equal_to_the_
     assert faster <= bound and slower <= bound, (faster, slower)
 
 
+@pytest.mark.parametrize("noise", ["normal", "heavy tails", "skewed"])
+def test_the_stop_below_the_incumbent_keeps_its_stated_error_rate(noise):
+    # A candidate whose true median ratio is the incumbent's lower end (1.3x) is stopped below
+    # it at most early_alpha / 2 of the time, over all looks.
+    settings = MeasureSettings(early_looks=(10, 15, 20, 30), early_alpha=0.01, stop_below=1.3)
+    rng = np.random.default_rng(11)
+    draw = {"normal": lambda: rng.normal(0, 0.05, 30),
+            "heavy tails": lambda: rng.standard_t(2, 30) * 0.05,
+            "skewed": lambda: (rng.lognormal(0, 1, 30) - 1.0) * 0.05}[noise]
+    runs = 3000
+    decisions = [_first_decision(math.log(1.3) + draw(), settings)[0] for _ in range(runs)]
+    below = decisions.count("below the incumbent") / runs
+    bound = settings.early_alpha / 2 + 3 * math.sqrt(0.005 * 0.995 / runs)
+    assert below <= bound and "decided slower" not in decisions, below
+
+
+def test_a_candidate_clearly_below_the_incumbent_stops_at_the_first_look():
+    settings = MeasureSettings(early_looks=(10, 15, 20, 30), stop_below=1.5)
+    rng = np.random.default_rng(2)
+    # Faster than the default, but no match for a 1.5x incumbent: it stops, as below it.
+    assert _first_decision(math.log(1.1) + rng.normal(0, 0.03, 30), settings) == (
+        "below the incumbent", 10)
+    # One as fast as the incumbent is decided faster than the default, as without one.
+    assert _first_decision(math.log(1.5) + rng.normal(0, 0.03, 30), settings)[0] == "decided faster"
+    plain = MeasureSettings(early_looks=(10, 15, 20, 30))
+    assert _first_decision(math.log(1.1) + rng.normal(0, 0.03, 30), plain) == ("decided faster", 10)
+
+
 def test_a_clear_candidate_stops_at_the_first_look_and_a_close_one_does_not():
     settings = MeasureSettings(early_looks=(10, 15, 20, 30))
     rng = np.random.default_rng(1)
@@ -243,7 +271,7 @@ def test_neighbours_whose_program_was_known_cost_the_neighbour_phase_nothing():
     # Budget 5, reserve 2: three timed neighbours; the first two compiled to the default's
     # program (free), so the phase goes on to the fifth neighbour, then combines.
     strategy = Scheduled(STRATEGIES["evolution"](SPACE, budget=5, seed=0), reserve=2)
-    moves = [{n: v} for n, v in strategy.moves]
+    moves = [{n: v} for tier in strategy.tiers for n, v in tier]
     history = [TrialRecord({}, 0.0, 0.0)]
     history += [TrialRecord(c, 0.0, 0.0, timed=False) for c in moves[:2]]
     history += [_objective(c) for c in moves[2:4]]
@@ -252,6 +280,52 @@ def test_neighbours_whose_program_was_known_cost_the_neighbour_phase_nothing():
     assert strategy.sample(history, [moves[4]]) is None
     history.append(_objective(moves[4]))
     assert strategy.sample(history, []) not in moves  # the phase is over: combine or search
+
+
+def test_the_cold_start_screen_is_the_likeliest_moves_and_a_prior_only_adds_to_it():
+    space = graph_space("cpu", None, DEFAULTS, fusion_types=TYPES)
+    moves = neighbourhood(space)
+    screen = [m for m in moves if likely(m)]
+    assert screen and all(cold_rank(m)[0] <= LIKELY_RANK for m in screen)
+    assert ("placement:REDUCE", "xla") in screen and ("xla_cpu_optimize_for_size", True) not in screen
+    # What won elsewhere joins it; what lost elsewhere stays where its rank puts it.
+    won, lost = ("xla_llvm_dot_tiling_factor", 4), ("placement:REDUCE", "xla")
+    assert not likely(won) and likely(won, {won: 0.05}) and likely(lost, {lost: -0.5})
+    strategy = Scheduled(STRATEGIES["evolution"](space, budget=200, seed=0), prior={won: 0.05})
+    first, rest = strategy.tiers
+    assert first[0] == won and set(first) | set(rest) == set(moves) and not set(first) & set(rest)
+
+
+def _tiered(config: dict) -> TrialRecord:
+    """A CPU graph whose big lever is in the cold-start screen (REDUCE to XLA's emitters: 2x),
+    with a hopeful small one there (the scheduler: 1.005x), and one that is not (a dot tiling
+    factor of 4: 1.04x, tier two)."""
+    gains = {("placement:REDUCE", "xla"): 2.0, ("xla_cpu_scheduler_type", "MEMORY_OPTIMIZED"): 1.005,
+             ("xla_llvm_dot_tiling_factor", 4): 1.04}
+    speedup = math.prod(gains.get(move, 1.0) for move in config.items())
+    return TrialRecord(config, math.log(speedup), math.log(speedup) - 0.01)
+
+
+def test_the_schedule_combines_and_climbs_its_cold_start_screen_before_the_other_moves():
+    space = graph_space("cpu", None, DEFAULTS, fusion_types=TYPES)
+    strategy = Scheduled(STRATEGIES["evolution"](space, budget=200, seed=0), prior={})
+    first, rest = strategy.tiers
+    history = _searched(strategy, _tiered, 2 * len(first) + len(rest) + 4)
+    configs = [t.config for t in history[1:]]
+    assert configs[:len(first)] == [{n: v} for n, v in first]
+    assert not strategy.screened(history[:len(first) + 1])  # a tier tried, its combinations not
+    # One significant single, and the move that screened above 1 on top of it: combined; then
+    # the cold-start screen is over, and the best's neighbours by the tier's moves come before
+    # the second tier (a big lever changes what the others do).
+    best = {"placement:REDUCE": "xla", "xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"}
+    assert configs[len(first)] == best
+    assert strategy.screened(history[:len(first) + 2])
+    second = configs.index(dict([rest[0]]))
+    climbed = configs[len(first) + 1:second]
+    moved = [{k for k in c.keys() | best.keys() if c.get(k) != best.get(k)} for c in climbed]
+    assert climbed and all(len(m) == 1 for m in moved)  # each one move from the best
+    assert set().union(*moved) <= {name for name, _ in first}
+    assert {"xla_llvm_dot_tiling_factor": 4} in configs
 
 
 def test_the_schedule_waits_for_results_it_needs_and_never_proposes_twice():

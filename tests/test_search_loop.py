@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime
 import json
 from concurrent.futures import Future
+from dataclasses import replace
+from typing import Callable
 
 import pytest
 
@@ -17,12 +19,13 @@ from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from hlo.interval import Interval
 from tuner.schedule import Scheduled
-from tuner.search import (LOOP_PHASES, UNTIMED_PER_EVALUATION, Against, Build, TaskClock,
-                          evaluations, proposals, ready, run_search, search, seconds_to_find,
-                          spending)
+from tuner.search import (LOOP_PHASES, UNTIMED_PER_EVALUATION, Against, Build, Builds,
+                          SearchOutcome, Stall, TaskClock, evaluations, evaluations_since_gain,
+                          proposals, ready, run_search, screen_settings, search,
+                          seconds_to_find, spending)
 from tuner.space import Param, SearchSpace, config_key
-from tuner.strategies import STRATEGIES
-from tuner.trial import Outcome, Phase, Trial
+from tuner.strategies import STRATEGIES, Strategy
+from tuner.trial import Outcome, Phase, StopReason, Trial
 
 SCREEN = MeasureSettings(max_seconds=1.0)
 COMPARE = MeasureSettings(max_seconds=2.0)
@@ -37,7 +40,7 @@ class TableEvaluator:
     program of None does not compile. A comparison (`against`) is the ratio of the two
     configs' speedups measured again. Records every measurement: the program (a comparison:
     "program/baseline's program") and the settings. Each measurement takes MEASURE_SECONDS on
-    its clock (`now`); a compile, none."""
+    its clock (`now`); a compile, none. `outcome`: what the last `run` returned."""
 
     default_program = "default"
 
@@ -47,6 +50,7 @@ class TableEvaluator:
         self.measured: list[tuple[str, MeasureSettings]] = []
         self.built: list[CompilerConfig] = []
         self.seconds = 0.0
+        self.outcome: SearchOutcome | None = None
 
     def now(self) -> float:
         return self.seconds
@@ -99,11 +103,19 @@ def run(evaluator: TableEvaluator, next_config, budget: int, trials: list[Trial]
     """`run_search` from `trials` (journaled), on the evaluator's clock: every trial and the
     winner (these flags relax no numerics: no opt-in beside it)."""
     trials = list(trials or [])
-    trials, winners = run_search(evaluator, next_config, trials, budget, SCREEN, COMPARE,
-                                 lambda: True, (journal if journal is not None else []).append,
-                                 clock=TaskClock(trials, now=evaluator.now))
-    assert winners.relaxed is None
-    return trials, winners.strict
+    evaluator.outcome = run_search(evaluator, next_config, trials, budget, SCREEN, COMPARE,
+                                   lambda: True, (journal if journal is not None else []).append,
+                                   clock=TaskClock(trials, now=evaluator.now))
+    assert evaluator.outcome.winners.relaxed is None
+    return evaluator.outcome.trials, evaluator.outcome.winners.strict
+
+
+def timings(evaluator: TableEvaluator) -> list[tuple[str, str]]:
+    """What the evaluator timed: each program (or comparison) and whether it was a screen,
+    against the best so far where it had one (`stop_below`), or a comparison."""
+    return [(label, "compare" if settings == COMPARE else
+             "screen" if replace(settings, stop_below=None) == SCREEN else "other")
+            for label, settings in evaluator.measured]
 
 
 # A small space with a known best: a and c each give a gain, together the most; b changes
@@ -173,8 +185,8 @@ def test_the_race_times_each_finalist_against_the_one_ahead_and_the_fastest_wins
     assert [(t.phase, t.baseline) for t in journal] == [("search", None)] * 3 + [
         ("race", lucky), ("race", steady)]
     # Each program screened once; then B against A, and C against B, the winner so far.
-    assert evaluator.measured == [("A", SCREEN), ("B", SCREEN), ("C", SCREEN),
-                                  ("B/A", COMPARE), ("C/B", COMPARE)]
+    assert timings(evaluator) == [("A", "screen"), ("B", "screen"), ("C", "screen"),
+                                  ("B/A", "compare"), ("C/B", "compare")]
 
 
 def test_pruning_times_each_undo_against_the_winner_and_drops_a_change_that_costs_nothing():
@@ -189,7 +201,7 @@ def test_pruning_times_each_undo_against_the_winner_and_drops_a_change_that_cost
     # of {"a": 1} to go by); without b it is no slower: b goes.
     assert [(t.phase, t.config, t.baseline) for t in journal][2:] == [
         ("prune", {"a": 1}, {"a": 1, "b": 1})]
-    assert evaluator.measured == [("B", SCREEN), ("AB", SCREEN), ("A/AB", COMPARE)]
+    assert timings(evaluator) == [("B", "screen"), ("AB", "screen"), ("A/AB", "compare")]
 
 
 def test_a_comparison_the_race_made_is_not_made_again_in_the_pruning():
@@ -215,10 +227,12 @@ def test_a_search_without_a_significant_screen_makes_no_comparison():
 def test_a_fixed_list_is_evaluated_in_order_and_its_best_wins_as_measured():
     configs = [{"c": "X"}, {"a": 2}, {"a": 1}]
     evaluator = known_set()
-    trials, winners = run_search(evaluator, listed(configs), [], 10, SCREEN, COMPARE,
-                                 lambda: True, lambda trial: None, listed=True)
-    assert [t.config for t in trials] == configs and winners.strict.config == {"a": 2}
-    assert [settings for _, settings in evaluator.measured] == [SCREEN] * 3  # no race, no prune
+    outcome = run_search(evaluator, listed(configs), [], 10, SCREEN, COMPARE,
+                         lambda: True, lambda trial: None, listed=True)
+    assert [t.config for t in outcome.trials] == configs
+    assert outcome.winners.strict.config == {"a": 2}
+    assert [kind for _, kind in timings(evaluator)] == ["screen"] * 3  # no race, no prune
+    assert outcome.stop == StopReason.EXHAUSTED
 
 
 def test_the_loop_builds_ahead_without_proposing_a_pending_config_again():
@@ -280,6 +294,116 @@ def test_the_search_stops_when_time_is_up():
     assert len(trials) == 2
 
 
+class ScreenedAfter(Strategy):
+    """Every config of the space in order (`ExhaustiveStrategy`'s), its cold-start screen over
+    after `screen` trials."""
+
+    name = "screened-after"
+
+    def __init__(self, space: SearchSpace, budget: int, screen: int) -> None:
+        super().__init__(space, budget)
+        self.screen, self.order = screen, STRATEGIES["exhaustive"](space, budget)
+
+    def sample(self, history, pending=()):
+        return self.order.sample(history, pending)
+
+    def screened(self, history) -> bool:
+        return len(history) - 1 >= self.screen
+
+
+def flat(config: CompilerConfig) -> tuple[str, float, None]:
+    """Every config its own program, a=2 alone a gain (1.2x): nothing else ever beats it."""
+    return config_key(config), 1.2 if config == {"a": 2} else 1.0, None
+
+
+def every_config(row: Callable[[CompilerConfig], tuple]) -> TableEvaluator:
+    configs = [{}]
+    for param in SPACE.params:
+        configs = configs + [{**c, param.name: v} for c in configs for v in param.values]
+    return TableEvaluator(table(*((c, *row(c)) for c in configs[1:])))
+
+
+def test_evaluations_since_a_gain_count_the_timed_trials_after_the_last_significant_one():
+    def screen(speedup, timed=True, spread=0.02):
+        return Trial(0, {}, Outcome.MEASURED if timed else Outcome.DUPLICATE, "P",
+                     speedup=Interval(speedup, speedup * (1 - spread), speedup * (1 + spread)),
+                     numerics_ok=True)
+    trials = [screen(1.005), screen(1.3), screen(1.31), screen(1.2, timed=False), screen(1.0)]
+    # 1.3 lies wholly above the default; 1.31's interval reaches below 1.3: no significant gain
+    # on it; the duplicate is free.
+    assert evaluations_since_gain(trials) == 2
+    assert evaluations_since_gain(trials + [screen(1.4)]) == 0
+    # A lucky, wide screen raises the bar; a gain must clear its estimate.
+    lucky = [screen(1.3), screen(1.5, spread=0.3), screen(1.45)]
+    assert evaluations_since_gain(lucky) == 2
+    assert evaluations_since_gain([screen(1.005), screen(0.9)]) == 2  # none cleared the default
+    # Counted from a start (a cold-start screen's end), or from the last gain after it.
+    assert evaluations_since_gain(trials, start=4) == 1
+    assert evaluations_since_gain(trials + [screen(1.4), screen(1.0)], start=2) == 1
+
+
+def test_a_stalled_search_ends_after_its_cold_start_screen_and_says_so():
+    evaluator = every_config(flat)
+    strategy = ScreenedAfter(SPACE, budget=40, screen=3)
+    trials: list[Trial] = []
+    stop = search(evaluator, proposals(strategy), trials, 40, SCREEN, lambda: True,
+                  lambda trial: None, stalled=Stall(strategy, patience=2))
+    # a=1 (no gain), a=2 (the gain), b: the screen; then two evaluations after it without a
+    # significant gain: stalled.
+    assert stop == StopReason.STALLED and evaluations(trials) == 5
+    assert [t.config for t in trials][:2] == [{"a": 1}, {"a": 2}]
+
+
+def test_a_search_never_stalls_before_its_cold_start_screen():
+    evaluator = every_config(flat)
+    strategy = ScreenedAfter(SPACE, budget=40, screen=9)
+    trials: list[Trial] = []
+    stop = search(evaluator, proposals(strategy), trials, 40, SCREEN, lambda: True,
+                  lambda trial: None, stalled=Stall(strategy, patience=1))
+    # Patience ran out long before; it counts from the screen's end.
+    assert stop == StopReason.STALLED and len(trials) == 10
+    # A strategy alone has no cold-start screen: it runs its budget.
+    alone = STRATEGIES["exhaustive"](SPACE, budget=5)
+    trials = []
+    stop = search(every_config(flat), proposals(alone), trials, 5, SCREEN, lambda: True,
+                  lambda trial: None, stalled=Stall(alone, patience=1))
+    assert stop == StopReason.BUDGET and evaluations(trials) == 5
+
+
+def test_a_search_says_why_it_ended():
+    def ended(budget: int, in_time=lambda: True) -> StopReason:
+        return search(every_config(flat), proposals(STRATEGIES["exhaustive"](SPACE, budget)), [],
+                      budget, SCREEN, in_time, lambda trial: None)
+    assert ended(3) == StopReason.BUDGET
+    assert ended(100) == StopReason.EXHAUSTED  # every config of the space tried
+    calls = iter([True, False])
+    assert ended(100, lambda: next(calls)) == StopReason.TIME
+
+
+def test_each_screen_stops_below_the_best_so_far_where_it_clears_the_default():
+    evaluator = TableEvaluator(table(({"c": "X"}, "C", 1.005, None), ({"a": 1}, "A", 1.30, None),
+                                     ({"a": 2}, "B", 1.1, None)))
+    trials: list[Trial] = []
+    search(evaluator, listed([{"c": "X"}, {"a": 1}, {"a": 2}]), trials, 3, SCREEN, lambda: True,
+           lambda trial: None)
+    # No incumbent for the first two (1.005x reaches below 1); then A's interval's lower end.
+    assert [settings.stop_below for _, settings in evaluator.measured] == [None, None,
+                                                                          pytest.approx(1.30 * (1 - SPREAD))]
+    assert screen_settings(SCREEN, []) == SCREEN
+
+
+def test_the_search_keeps_the_builds_of_what_might_still_win():
+    evaluator = TableEvaluator(table(({"a": 1}, "A", 1.30, None), ({"a": 2}, "B", 1.28, None),
+                                     ({"c": "X"}, "C", 1.1, None), ({"a": 1, "b": 1}, "A", 1.30, None)))
+    trials: list[Trial] = []
+    kept = Builds()
+    search(evaluator, listed([{"a": 1}, {"a": 2}, {"c": "X"}, {"a": 1, "b": 1}]), trials, 4,
+           SCREEN, lambda: True, lambda trial: None, builds=kept)
+    # C lies wholly below A: let go. B's interval reaches A's; the duplicate of A adds nothing.
+    assert set(kept.kept) == {"A", "B"} and kept.get("A").artifact == {"a": 1}
+    assert kept.get("C") is None and kept.get(None) is None
+
+
 def test_each_trial_is_stamped_as_it_finishes_and_the_winner_with_when_it_was_found():
     # The race of test_the_race_times_each_finalist_...: three screens, then B against A and C
     # against B; C, screened third, wins.
@@ -298,9 +422,10 @@ def test_each_trial_is_stamped_as_it_finishes_and_the_winner_with_when_it_was_fo
     assert seconds_to_find(trials, None) is None
     # Each phase from the end of the one before; the last one to when the loop ended.
     evaluator.seconds += 5.0  # the workers stopping
-    spent = spending(trials, evaluator.now())
+    spent = spending(trials, evaluator.now(), evaluator.outcome.compiles)
+    # The race compares the three programs as the search built them: no compile.
     assert [(p.phase, p.configs, p.evaluations, p.measured, p.compiles, p.seconds)
-            for p in spent] == [(Phase.SEARCH, 3, 3, 3, 3, 30.0), (Phase.RACE, 2, 2, 2, 3, 25.0),
+            for p in spent] == [(Phase.SEARCH, 3, 3, 3, 3, 30.0), (Phase.RACE, 2, 2, 2, 0, 25.0),
                                 (Phase.PRUNE, 0, 0, 0, 0, 0.0)]
 
 
@@ -311,22 +436,24 @@ def test_the_winner_cut_down_by_pruning_was_found_when_its_program_first_ran():
                                      ({"a": 1}, "A", 1.202, None)))
     trials, best = run(evaluator, listed([{"b": 1}, {"a": 1, "b": 1}]), budget=2)
     assert best.phase == Phase.PRUNE and seconds_to_find(trials, best) == 30.0
-    spent = spending(trials, evaluator.now())
+    spent = spending(trials, evaluator.now(), evaluator.outcome.compiles)
+    # {a} is compiled for the pruning; AB, the baseline, is compared as the search built it.
     assert [(p.phase, p.compiles, p.seconds) for p in spent] == [
-        (Phase.SEARCH, 2, 20.0), (Phase.RACE, 0, 0.0), (Phase.PRUNE, 2, 10.0)]
+        (Phase.SEARCH, 2, 20.0), (Phase.RACE, 0, 0.0), (Phase.PRUNE, 1, 10.0)]
 
 
-def test_the_race_and_the_pruning_compile_each_config_once_between_them():
-    # AC beats AB in the race (AB built for it as the baseline, AC as the challenger); pruning AC
-    # times {c} and {a} (never screened) against it: two more compiles, AC's not again.
+def test_the_race_and_the_pruning_compile_only_what_the_search_did_not_build():
+    # AC beats AB in the race, both compared as the search built them; pruning AC times {c} and
+    # {a} (never screened) against it: two compiles, AC's not again.
     ab, ac = {"a": 1, "b": 1}, {"a": 1, "c": "X"}
     evaluator = TableEvaluator(table((ab, "AB", 1.30, 1.25), (ac, "AC", 1.29, 1.27)))
     trials, best = run(evaluator, listed([ab, ac]), budget=2)
     assert best.config == ac
-    spent = spending(trials, evaluator.now())
+    spent = spending(trials, evaluator.now(), evaluator.outcome.compiles)
     assert [(p.phase, p.configs, p.compiles) for p in spent] == [
-        (Phase.SEARCH, 2, 2), (Phase.RACE, 1, 2), (Phase.PRUNE, 2, 2)]
+        (Phase.SEARCH, 2, 2), (Phase.RACE, 1, 0), (Phase.PRUNE, 2, 2)]
     assert sum(p.compiles for p in spent) == len(evaluator.built)
+    assert [config_key(c) for c in evaluator.built] == [config_key(c) for c in (ab, ac, {"c": "X"}, {"a": 1})]
 
 
 def test_a_resumed_search_goes_on_from_the_seconds_of_its_last_journaled_trial():
@@ -353,7 +480,7 @@ def test_what_each_phase_spent_adds_up_to_the_loop_and_the_search_keeps_to_its_b
     evaluator.depth = depth
     strategy = Scheduled(STRATEGIES["evolution"](SPACE, budget=budget, seed=budget), prior={})
     trials, _ = run(evaluator, proposals(strategy), budget)
-    spent = spending(trials, evaluator.now())
+    spent = spending(trials, evaluator.now(), evaluator.outcome.compiles)
     assert [p.phase for p in spent] == list(LOOP_PHASES)
     assert spent[0].evaluations == evaluations([t for t in trials if t.phase == Phase.SEARCH])
     assert spent[0].evaluations <= budget

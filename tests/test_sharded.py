@@ -102,7 +102,7 @@ def test_a_sharded_step_is_measured_whole_on_its_devices_with_every_output_check
     # Every output of the step (3 layers' weights and biases, their velocities, the loss),
     # gathered whole.
     assert len(result.numerics) == len(global_output_shapes(module)) == 13
-    assert all(check["ok"] for check in result.numerics)
+    assert all(check.ok for check in result.numerics)
     assert not result.significant  # an A/A
 
 
@@ -198,6 +198,6 @@ def test_fdo_evaluate_measures_a_spooled_sharded_module_as_its_job_compiles_it(t
     assert whole["measure_mode"] == "whole" and whole["measured_as"] == "whole on 4 devices"
     assert whole["numerics_ok"]
     assert main(["evaluate", str(module_file), "--max-seconds", "2", "--json",
-                 "--measure-mode", "per_device"]) == 0
+                 "--measure-mode", "per-device"]) == 0
     local = json.loads(capsys.readouterr().out)
     assert local["measured_as"] == "per device of 4" and local["numerics_ok"]

@@ -38,7 +38,7 @@ from tuner.search import PhaseSpend, search, spending
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.trial import UNTIMED, Outcome, Phase, Trial
+from tuner.trial import UNTIMED, Outcome, Phase, StopReason, Trial, Verdict
 from tuner.tune import (TuneResult, TuneSettings, finished_result, land_result, save_result,
                         task_file, tune_module)
 from tuner.worker_evaluator import WorkerEvaluator
@@ -426,11 +426,12 @@ def _stamped_result() -> TuneResult:
     trials.append(dataclasses.replace(trials[0], index=3, program="A",
                                       speedup=dataclasses.replace(trials[0].speedup, estimate=0.9),
                                       phase=Phase.RACE, baseline={"a": 2}, elapsed_seconds=31.0))
-    phases = [*spending(trials, 33.0), PhaseSpend(Phase.VERIFY, 1, 1, 1, 6, 40.0)]
-    return TuneResult("new", "f" * 32, "e", "accepted", True, {"a": 2}, Interval(1.28, 1.2, 1.3),
+    phases = [*spending(trials, 33.0, {Phase.RACE: 2}), PhaseSpend(Phase.VERIFY, 1, 1, 1, 6, 40.0)]
+    return TuneResult("new", "f" * 32, "e", Verdict.ACCEPTED, {"a": 2}, Interval(1.28, 1.2, 1.3),
                       True, sum(p.evaluations for p in phases), sum(p.measured for p in phases),
                       "evolution", "jaxlib-test", trials=trials, phases=phases,
-                      speedups=[1.27, 1.28, 1.3], seconds_to_best=20.0)
+                      speedups=[1.27, 1.28, 1.3], seconds_to_best=20.0, search_stop=StopReason.STALLED,
+                      budget_share=0.25, budget_reason="25.0% of the candidates' worth")
 
 
 def test_trials_and_results_landed_before_the_stamps_still_read_beside_new_ones(tmp_path):
@@ -456,9 +457,11 @@ def test_trials_and_results_landed_before_the_stamps_still_read_beside_new_ones(
     assert [(r["task_id"], r["finished_at"], r["elapsed_seconds"]) for r in rows] == [
         ("old", None, None), *(("new", t.finished_at, t.elapsed_seconds)
                                for t in new.trials if t.baseline is None)]
-    results = warehouse.read(TUNING_RESULTS, ["task_id", "seconds_to_best"]).to_pylist()
+    results = warehouse.read(TUNING_RESULTS, ["task_id", "seconds_to_best", "search_stop",
+                                              "budget_share"]).to_pylist()
     assert sorted(results, key=lambda r: r["task_id"]) == [
-        {"task_id": "new", "seconds_to_best": 20.0}, {"task_id": "old", "seconds_to_best": None}]
+        {"task_id": "new", "seconds_to_best": 20.0, "search_stop": "stalled", "budget_share": 0.25},
+        {"task_id": "old", "seconds_to_best": None, "search_stop": None, "budget_share": None}]
     # DuckDB reads the files as they are, old and new together, naming columns.
     minutes = duckdb.sql(f"""
         select r.task_id, r.seconds_to_best / 60, max(t.elapsed_seconds)
@@ -485,10 +488,13 @@ def test_fdo_tune_tells_what_each_phase_spent_and_when_the_winner_was_found(tmp_
     assert finished_result(home, result.task_id) == result  # as `fdo tune` finds it again
     _print_tune_result("m.hlo", result)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[:2] == ["m.hlo: accepted 1.280x [1.200, 1.300] (workers 1.270x, 1.280x, 1.300x); "
+    assert lines[:4] == ["m.hlo: accepted 1.280x [1.200, 1.300] (workers 1.270x, 1.280x, 1.300x); "
                          "config a=2",
-                         "  found 0.3 minutes (20 s) into the task"]
-    table = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+                         "  found 0.3 minutes (20 s) into the task",
+                         "  search ended: stalled (after its cold-start screen, none of its last "
+                         "evaluations was a significant improvement on its best)",
+                         "  budget: 25.0% of the candidates' worth"]
+    table = {line.split()[0]: line.split()[1:] for line in lines[4:]}
     assert table == {"phase": ["configs", "evaluations", "measured", "compiles", "seconds"],
                      "search": ["3", "2", "2", "3", "21.0"], "race": ["1", "1", "1", "2", "12.0"],
                      "prune": ["0", "0", "0", "0", "0.0"], "verify": ["1", "1", "1", "6", "40.0"],
@@ -497,6 +503,7 @@ def test_fdo_tune_tells_what_each_phase_spent_and_when_the_winner_was_found(tmp_
     assert [p["phase"] for p in payload["phases"]] == ["search", "race", "prune", "verify"]
     assert sum(p["evaluations"] for p in payload["phases"]) == payload["evaluations"] == 4
     assert payload["seconds_to_best"] == 20.0 and "trials" not in payload
+    assert (payload["search_stop"], payload["budget_share"]) == ("stalled", 0.25)
 
 
 def test_a_result_written_before_speedups_were_intervals_still_reads(tmp_path):
@@ -517,5 +524,7 @@ def test_a_result_written_before_speedups_were_intervals_still_reads(tmp_path):
     assert read.relaxed.speedup == Interval(1.4, 1.35, 1.45)
     assert read.trials[0].outcome is Outcome.MEASURED
     assert read.trials[0].speedup == Interval(1.3, 1.27, 1.33)
-    # Written again, the same keys with the same values.
-    assert {k: v for k, v in read.to_json().items() if k in old} == old
+    assert (read.status, read.reason, read.accepted) == (Verdict.ACCEPTED, "", True)
+    # Written again, the same keys with the same values, but `failure`: the verdict says it.
+    assert {k: v for k, v in read.to_json().items() if k in old} == {
+        k: v for k, v in old.items() if k != "failure"}

@@ -13,6 +13,7 @@ import pytest
 
 from delivery.store import Store
 from execution.evaluate import EvaluationResult
+from execution.numerics import OutputCheck
 from hlo.environment import Environment, GpuDescription, Partitioning, gpu_environment, store_key
 from hlo.interval import Interval
 from ingest.tables import GRAPHS, HITS, partitioning_text
@@ -51,7 +52,7 @@ def entry(n: int, env: Environment = HERE, days_old: float = 3, expires_in: floa
 
 
 def result(speedup: float = 1.5, ci_low: float = 1.3, ci_high: float = 1.7, numerics_ok: bool = True,
-           identical: bool = False, numerics: list[dict] | None = None) -> EvaluationResult:
+           identical: bool = False, numerics: list[OutputCheck] | None = None) -> EvaluationResult:
     """A completed measurement, as execution.evaluate returns one."""
     return EvaluationResult(speedup=Interval(speedup, ci_low, ci_high), significant=ci_low > EDGE,
                             numerics_ok=numerics_ok, identical_program=identical, compile_seconds=0.1,
@@ -94,11 +95,12 @@ def test_a_program_identical_to_the_defaults_is_invalidated_however_fast_it_look
 
 
 def test_numerics_off_invalidates_naming_the_failed_checks():
-    checks = [{"ok": True, "detail": "out0 fine"}, {"ok": False, "detail": "out1 max error 3.0"}]
+    checks = [OutputCheck(0, True, 1e-7, "max error 1.00e-07 of scale 1", 2e-3),
+              OutputCheck(1, False, 3.0, "max error 3.00e+00 of scale 1", 2e-3)]
     outcome, reason = rules.measured_outcome(result(numerics_ok=False, numerics=checks), True, "jaxlib-new", BAND)
-    assert outcome == "invalidated" and "out1 max error 3.0" in reason and "out0" not in reason
-    _, reason = rules.measured_outcome(result(numerics_ok=False), True, "jaxlib-new", BAND)
-    assert reason.endswith("outputs differ")
+    assert outcome == "invalidated" and reason.endswith(
+        "numerics off on jaxlib-new: differ, failed on 1 of 1 set of inputs: "
+        "output 1: error 3.00e+00 > tolerance 2.00e-03")
 
 
 @pytest.mark.parametrize("ci_high, outcome", [

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from execution.sharded import MAX_PARTITION_DEVICES, spans
 from hlo.environment import Partitioning, current_environment, machine_kind, partitioning_from_json
 from hlo.module import HloModule, from_text
 from ingest.tables import GRAPHS, OPS
@@ -146,16 +147,21 @@ def _tried(home: Home, kind: Kind) -> set[tuple[str, str]]:
 
 def _measurable_graphs(home: Home, environments: frozenset[str] | None) -> dict[tuple[str, str], dict]:
     """The `graphs` rows, by (fingerprint, env_key), of the environments whose keys are
-    `environments` (a sharded graph's: its machine kind's, `tasks.resources`); None: of this
-    machine's platform and device kind."""
+    `environments` (a sharded graph's, or its machine kind's: `tasks.resources`); None: of this
+    machine's platform and device kind. A graph spanning more than MAX_PARTITION_DEVICES has
+    none: no per-device program of it can be built."""
     here = current_environment()
 
     def measurable(g: dict) -> bool:
+        if g.get("partitioning") is not None and spans(
+                partitioning_from_json(json.loads(g["partitioning"]))) > MAX_PARTITION_DEVICES:
+            return False
         if environments is None:
             return (g["platform"], g["device_kind"]) == (here.platform, here.device_kind)
-        if g.get("partitioning") is not None:
-            return machine_kind(g["platform"], g["device_kind"], g["compiler_version"]) in environments
-        return g["env_key"] in environments
+        if g["env_key"] in environments:
+            return True
+        return g.get("partitioning") is not None and machine_kind(
+            g["platform"], g["device_kind"], g["compiler_version"]) in environments
 
     return {(g["fingerprint"], g["env_key"]): g for g in Warehouse(home).read(GRAPHS).to_pylist()
             if measurable(g)}

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 
 from execution.autotune_results import AutotuneResults
-from execution.evaluate import (DEFAULT_FAILS, EvaluationResult, autotune_offline,
-                                compile_with_results, evaluate_built)
+from execution.evaluate import (EvaluationResult, autotune_offline, compile_with_results,
+                                evaluate_built)
 from execution.session import Offline
 from hlo.environment import current_environment
 from hlo.module import HloModule
@@ -36,8 +36,9 @@ from storage.home import Home
 from storage.homes import open_home
 from tuner.kinds import TuneTarget
 from tuner.search import PhaseSpend
-from tuner.trial import Phase
-from tuner.tune import TuneResult, TuneSettings, finished_result, land_result, save_result, task_digest
+from tuner.trial import Phase, Verdict
+from tuner.tune import (TuneResult, TuneSettings, finished_result, land_result, save_result,
+                        task_digest, verdict_of)
 
 
 @dataclass(frozen=True)
@@ -79,14 +80,19 @@ def run_kernels_task(target: TuneTarget, home: Home, settings: TuneSettings,
         land_result(home, finished)
         return finished
     started = time.monotonic()
-    found = offline_results(target.module, settings.budget_evals)
+    found = (None if target.unmeasurable is not None
+             else offline_results(target.module, settings.budget_evals))
     # XLA's exhaustive autotuning is the task's search: one config, no timing of ours.
     phases = [PhaseSpend(Phase.SEARCH, 1, 0, 0, 1, time.monotonic() - started)]
     base = dict(task_id=task_id, fingerprint=target.fingerprint, env_key=env_key, config={},
                 strategy=settings.strategy, compiler_version=environment.compiler_version,
                 kind=target.kind, phases=phases)
-    if found.chosen is None:
-        result = TuneResult(status=found.why, accepted=False, speedup=None, numerics_ok=None,
+    if found is None:
+        result = TuneResult(status=Verdict.DEFAULT_FAILS, reason=target.unmeasurable, speedup=None,
+                            numerics_ok=None, evaluations=0, measured=0, **base)
+    elif found.chosen is None:  # no results to verify: XLA's autotuning failed, or found none
+        status = Verdict.NO_GAIN if found.offline.error is None else Verdict.VERIFICATION_FAILED
+        result = TuneResult(status=status, reason=found.why, speedup=None, numerics_ok=None,
                             evaluations=0, measured=0, **base)
     else:
         result = _verified(target, found.chosen, settings, phases, base)
@@ -103,39 +109,31 @@ def _verified(target: TuneTarget, chosen: AutotuneResults, settings: TuneSetting
     built = compile_with_results(target.module, chosen)
     check: EvaluationResult | None = None
     if built.error is not None:
-        status = f"the compile with the results delivered fails: {built.error}"
+        status = Verdict.VERIFICATION_FAILED
+        reason = f"the compile with the results delivered fails: {built.error}"
     else:
         uptake = built.autotune.uptake
         if uptake.taken is not None and uptake.taken < uptake.delivered:
             # Measuring would time XLA's own autotuning: the results did not reach it.
-            status = (f"XLA took {uptake.taken} of the {uptake.delivered} results delivered "
+            status = Verdict.VERIFICATION_FAILED
+            reason = (f"XLA took {uptake.taken} of the {uptake.delivered} results delivered "
                       f"({uptake.autotuned} fusions autotuned by XLA): not measured")
         else:
             check = evaluate_built(target.module, built, settings.verify_workers,
                                    settings=settings.verify, seed=settings.seed + 1)
-            status = _status(check)
+            status, reason = verdict_of(check, settings.verify.noise_band)
+            if check.identical_program:
+                reason = "with the results delivered, XLA compiles the default's program"
     measured = int(check is not None and check.error is None and not check.identical_program)
     compiles = 1 + (0 if check is None else len(check.speedups) or 1)
     phases.append(PhaseSpend(Phase.VERIFY, 1, int(check is not None), measured, compiles,
                              time.monotonic() - started))
-    accepted = bool(check is not None and check.error is None and not check.identical_program
-                    and check.significant and check.numerics_ok)
-    return TuneResult(status=status, accepted=accepted,
+    return TuneResult(status=status, reason=reason,
                       speedup=check.speedup if measured else None,
                       numerics_ok=check.numerics_ok if check is not None else None,
+                      numerics=(check.judged().failures()
+                                if status == Verdict.NUMERICS_DIFFER else []),
                       evaluations=sum(p.evaluations for p in phases),
                       measured=sum(p.measured for p in phases),
-                      failure=DEFAULT_FAILS if check is not None and check.failure == DEFAULT_FAILS else None,
                       speedups=check.speedups if check is not None else [],
                       autotune_results=chosen.to_text(), **base)
-
-
-def _status(check: EvaluationResult) -> str:
-    """A verification's verdict, as a tuning result's status."""
-    if check.failure == DEFAULT_FAILS:
-        return check.error  # "default fails: <reason>"
-    if check.error is not None:
-        return f"verification failed: {check.error}"
-    if check.identical_program:
-        return "no significant gain: with the results delivered, XLA compiles the default's program"
-    return "accepted" if check.significant and check.numerics_ok else "no significant gain"

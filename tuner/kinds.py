@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable
 from execution.autotune_results import AUTOTUNING_PLATFORMS
 from execution.compile import compiler_defaults
 from execution.evaluate import per_device_program
+from execution.per_device import PerDeviceError
 from execution.flags import CompilerConfig
 from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
@@ -45,6 +46,9 @@ class TuneTarget:
     # How `module` is measured: whole (compiled for the devices `placement.compiled_for`
     # spans) or, per device, `module` is the graph's per-device program.
     placement: Placement = Placement()
+    # Why `module` cannot be measured at all (a per-device program XLA would not partition):
+    # the task ends as one whose default fails, without a search.
+    unmeasurable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -151,13 +155,16 @@ KINDS: dict[Kind, KindSpec] = {
 def make_target(kind: Kind, subject: Subject) -> TuneTarget:
     """The target of a task of `kind` tuning `subject` on this machine's platform (ValueError
     where the kind does not tune on it: `check_platform`). Measured per device, its module is
-    the subject's per-device program (`execution.evaluate.per_device_program`; PerDeviceError
-    where it has none)."""
+    the subject's per-device program (`execution.evaluate.per_device_program`), or where it has
+    none, the subject's module with `unmeasurable` saying why."""
     platform = current_environment().platform
     check_platform(kind, platform)
-    module, placement = subject.module, subject.placement
+    module, placement, unmeasurable = subject.module, subject.placement, None
     if placement.mode is MeasureMode.PER_DEVICE:
         assert placement.partitioning is not None
-        module = per_device_program(module, placement.partitioning)
+        try:
+            module = per_device_program(module, placement.partitioning)
+        except PerDeviceError as exc:
+            unmeasurable = f"no per-device program: {exc}"
     return TuneTarget(module, subject.fingerprint, kind, KINDS[kind].space(subject, platform),
-                      subject.label, placement=placement)
+                      subject.label, placement=placement, unmeasurable=unmeasurable)

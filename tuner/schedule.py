@@ -6,26 +6,33 @@ interface of `tuner.strategies`) in four phases; the strategy that `--strategy` 
 last one:
 
 1. neighbours: the one-move neighbourhood of the default (each param of the space to each of
-   its values), in the order of a prior (`order_moves`): what won on other graphs of this
-   warehouse first (`tuner.prior`), then a cold-start order (each flag's `FlagSpec.rank`:
-   fusion types to XLA's own emitters first, known-slow flags last; `cold_rank`), until they
-   have taken the budget but a reserve (`reserve`) for the next phases. Compiles come first in
-   the search loop: a neighbour whose program equals one already known costs no timing and no
-   evaluation (about half of them, on a real module: they move a fusion type it does not
-   have), so the phase goes on down the order; a screen stops early once its interval leaves
-   no doubt (`execution.measure.early_decision`).
-2. combine: the significant single moves (interval above the noise band), best first, the best
-   of each param, accumulated greedily: the best single, plus the next one when together they
-   measure better, and so on, then (`HOPEFUL`) the best moves that screened faster but not
-   significantly so, each kept only if it measures better on top (with no significant single,
-   the chain is those alone: small gains add up); then the pairs of the best significant
-   singles not tried yet.
-3. around the best: the one-move neighbours of the best config so far, by the moves that
-   changed the default's program (a timed single; a move that compiled to the default's program
-   moves a fusion type the module does not have), those that did least harm alone first; when
-   one beats the best, the phase goes on around the new best. A big lever changes the program
-   the other flags act on: on an n-body step, vector width 512 does nothing alone (0.999x) and
-   adds 18% once REDUCE runs in XLA's emitters.
+   its values), in two tiers: first the likeliest moves (`likely`: those of cold rank
+   `LIKELY_RANK` or better, and those that won on other graphs of this warehouse), the
+   cold-start screen, then the others; each tier in the order of a prior (`order_moves`): what
+   won on other graphs first (`tuner.prior`), then a cold-start order (each flag's
+   `FlagSpec.rank`: fusion types to XLA's own emitters first, known-slow flags last;
+   `cold_rank`), until they have taken the budget but a reserve (`reserve`) for the next
+   phases. Compiles come first in the search loop: a neighbour whose program equals one already
+   known costs no timing and no evaluation (about half of them, on a real module: they move a
+   fusion type it does not have), so the phase goes on down the order; a screen stops early
+   once its interval leaves no doubt (`execution.measure.early_decision`), against the
+   default or against the best so far.
+2. combine, after each tier: the significant single moves so far (interval above the noise
+   band), best first, the best of each param, accumulated greedily: the best single, plus the
+   next one when together they measure better, and so on, then (`HOPEFUL`) the best moves that
+   screened faster but not significantly so, each kept only if it measures better on top (with
+   no significant single, the chain is those alone: small gains add up); then the pairs of the
+   best significant singles not tried yet. Once the first tier and its combinations are tried
+   (`screened`: the cold-start screen), a search that has stalled may end
+   (`tuner.search.Stall`): the other tiers are moves that rarely gain.
+3. around the best, after each tier's combinations: the one-move neighbours of the best config
+   so far, by the moves of the tiers so far that changed the default's program (a timed single;
+   a move that compiled to the default's program moves a fusion type the module does not have),
+   those that did least harm alone first; when one beats the best, the phase goes on around the
+   new best. A big lever changes the program the other flags act on: on an n-body step, vector
+   width 512 does nothing alone (0.999x) and adds 18% once REDUCE runs in XLA's emitters. So the
+   climb over the likeliest moves comes before the next tier: a search that stalls after its
+   cold-start screen has climbed first (the stall rule's patience counts from the screen's end).
 4. search: the wrapped strategy, which sees every trial so far (anneal starts from the best,
    evolution's tournament holds it: see tuner.strategies), once the best's neighbourhood is
    tried; a new best it finds is searched around first.
@@ -47,6 +54,11 @@ from tuner.strategies import FAILED, Strategy, TrialRecord
 
 Move = tuple[str, FlagValue]
 NOISE_BAND = math.log1p(0.01)  # a single move counts when its interval's low end clears this
+# The cold-start screen: moves of this cold rank or better (`cold_rank`; on CPU the placements
+# to XLA's emitters and to YNNPACK, the scheduler, loop unrolling, copy insertion, fast math,
+# vector width, optimization level, XNNPACK and the fusion emitters: 16 moves), where the
+# levers of the zoo's oracles lie but a few (docs/tuner.md, "When the search ends").
+LIKELY_RANK = 3
 PAIRS_OF = 4  # pairs are formed among this many best significant singles
 HOPEFUL = 4  # single moves faster but not significantly so, tried on top of the best
 
@@ -71,6 +83,14 @@ def cold_rank(move: Move) -> tuple[int, int]:
     return (spec.rank, 1)
 
 
+def likely(move: Move, prior: dict[Move, float] | None = None) -> bool:
+    """Whether `move` belongs to the cold-start screen: its cold rank is `LIKELY_RANK` or
+    better, or it won on other graphs (a prior score above 0). Evidence only adds moves: one
+    that lost elsewhere is still screened where its rank says so (a lever of one graph loses
+    on most others)."""
+    return cold_rank(move)[0] <= LIKELY_RANK or (prior or {}).get(move, 0.0) > 0
+
+
 def order_moves(moves: Sequence[Move], prior: dict[Move, float] | None = None) -> list[Move]:
     """`moves` best first: by the prior's score (mean log speedup seen elsewhere; unseen 0),
     then by `cold_rank`, then as given."""
@@ -90,7 +110,10 @@ class Scheduled(Strategy):
         super().__init__(final.space, final.budget, prior=final.prior)
         self.final = final
         reserve = max(2, final.budget // 4) if reserve is None else reserve
-        self.moves = order_moves(neighbourhood(final.space), prior)
+        moves = order_moves(neighbourhood(final.space), prior)
+        screen = [move for move in moves if likely(move, prior)]
+        # The neighbours by tier: the cold-start screen, then the rest (`likely`).
+        self.tiers = [screen, [move for move in moves if move not in screen]]
         # Evaluations the neighbour phase may spend; free (untimed) neighbours do not count.
         self.neighbour_evaluations = max(1, final.budget - reserve)
 
@@ -99,24 +122,37 @@ class Scheduled(Strategy):
         done = {config_key(t.config): t for t in history}
         waiting = {config_key(c) for c in pending}
         neighbours, spent = [], 0  # spent: timed neighbours, and pending ones (until known)
-        for name, value in self.moves:
-            config = {name: value}
-            key = config_key(config)
-            if key not in done and key not in waiting:
-                if spent >= self.neighbour_evaluations:
-                    break
-                return config
-            spent += 1 if key in waiting else done[key].timed
-            neighbours.append(config)
-        if pending and any(config_key(c) in waiting for c in neighbours):
-            return None  # combining needs every neighbour's result
-        combined = self._combine(neighbours, done, waiting)
-        if combined is not None:
-            return combined or None  # {}: wait for a combination being measured
-        climbed = _around_best(history, neighbours, done, waiting)
-        if climbed is not None:
-            return climbed
+        for tier in self.tiers:
+            capped = False
+            for name, value in tier:
+                config = {name: value}
+                key = config_key(config)
+                if key not in done and key not in waiting:
+                    if spent >= self.neighbour_evaluations:
+                        capped = True
+                        break
+                    return config
+                spent += 1 if key in waiting else done[key].timed
+                neighbours.append(config)
+            if pending and any(config_key(c) in waiting for c in neighbours):
+                return None  # combining needs every neighbour's result
+            combined = self._combine(neighbours, done, waiting)
+            if combined is not None:
+                return combined or None  # {}: wait for a combination being measured
+            climbed = _around_best(history, neighbours, done, waiting)
+            if climbed is not None:
+                return climbed
+            if capped:
+                break
         return self.final.sample(history, pending)
+
+    def screened(self, history: list[TrialRecord]) -> bool:
+        """Whether the cold-start screen is over: every move of the first tier tried, and the
+        combinations of what the tier found (`_combine`) too."""
+        done = {config_key(t.config): t for t in history}
+        screen = [{name: value} for name, value in self.tiers[0]]
+        return (all(config_key(c) in done for c in screen)
+                and self._combine(screen, done, set()) is None)
 
     def _combine(self, neighbours: list[CompilerConfig], done: dict[str, TrialRecord],
                  waiting: set[str]) -> CompilerConfig | None:

@@ -17,14 +17,22 @@ recorded screens through this same loop with an evaluator that answers from its 
 (`tests/test_search_loop.py`).
 
 A task's phases (`run_search`, `tuner.trial.Phase`): the search proper (`search`: the
-strategy's proposals until the budget), then the finalists' race and the winner's pruning
-(`tuner.winner`), each a comparison of one config against another (`measure` with `against`; the
-tuner's evaluator runs it in fresh workers) and a trial of its phase. The budget bounds the search
+strategy's proposals until the budget, the time, or a stall: `Stall`, and it says which,
+`tuner.trial.StopReason`), then the finalists' race and the winner's pruning (`tuner.winner`),
+each a comparison of one config against another (`measure` with `against`; the tuner's
+evaluator runs it in fresh workers) and a trial of its phase. The budget bounds the search
 alone: the race and the pruning come on top (at most `tuner.winner.FINALISTS` - 1 comparisons,
 and at most one per change of the winner but the last; twice that where the winner relaxes
 numerics and the strict configs race again: `tuner.winner.Winners`). Each trial is stamped as
 it finishes with the time and the seconds into its task (`TaskClock`); `spending` says what each
 phase spent.
+
+Two economies. A screen is timed against the default with the search's best so far as its
+incumbent (`screen_settings`): it stops as soon as its interval lies wholly below the
+incumbent's (`execution.measure`, with its stated error rate), since it cannot win.
+And the search keeps what it built for the programs that might still win (`Builds`: those not
+screened wholly below the best), so the race and the pruning compare them as built, compiling
+only configs the search never built (or whose build it let go).
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from execution.measure import MeasureSettings
 from hlo.interval import Interval
 from tuner.space import config_key
 from tuner.strategies import Strategy, TrialRecord, propose
-from tuner.trial import Outcome, Phase, Trial
+from tuner.trial import Outcome, Phase, StopReason, Trial
 from tuner.winner import Winners, best_trial, prune, race, split_winners, strict
 
 # Free (untimed) trials a search may make per evaluation of its budget, at most.
@@ -138,14 +146,94 @@ def ready(build: Build) -> Future[Build]:
     return future
 
 
+def history(trials: list[Trial]) -> list[TrialRecord]:
+    """What a strategy learns from `trials`: the default (trial zero), then each of them."""
+    return [TrialRecord({}, 0.0, 0.0)] + [t.record() for t in trials]
+
+
 def proposals(strategy: Strategy) -> Propose:
     """The strategy's proposals, from the trials so far after the default (trial zero)."""
 
     def next_config(trials: list[Trial], pending: list[CompilerConfig]) -> CompilerConfig | None:
-        return propose(strategy, [TrialRecord({}, 0.0, 0.0)] + [t.record() for t in trials],
-                       pending)
+        return propose(strategy, history(trials), pending)
 
     return next_config
+
+
+@dataclass(frozen=True)
+class Stall:
+    """The rule that ends a search before its budget (docs/tuner.md): once its strategy's
+    cold-start screen of the likeliest moves is over (`Strategy.screened`: the schedule's first
+    tier of single moves and their combinations), the search has stalled when `patience`
+    evaluations have passed, after the screen, since the last that improved significantly on
+    the incumbent (`evaluations_since_gain`). A strategy alone has no such screen and never
+    stalls."""
+
+    strategy: Strategy
+    patience: int
+
+    def __call__(self, trials: list[Trial]) -> bool:
+        """Whether the search of `trials` (its search phase) has stalled."""
+        screen = self.screen_end(trials)
+        return screen is not None and evaluations_since_gain(trials, screen) >= self.patience
+
+    def screen_end(self, trials: list[Trial]) -> int | None:
+        """How many of `trials` the cold-start screen took (None: it is not over). Once over,
+        a screen stays over: later trials try no single move of its tier, nor any of its
+        combinations it has not tried."""
+        return next((n for n in range(len(trials) + 1)
+                     if self.strategy.screened(history(trials[:n]))), None)
+
+
+def evaluations_since_gain(trials: list[Trial], start: int = 0) -> int:
+    """Evaluations (timed trials) among `trials[start:]` since the last of `trials` that
+    improved significantly on the incumbent: whose interval lies wholly above the best screen's
+    estimate before it (the default's speedup of 1 to begin with). A screen that only estimates
+    a little higher than the best, as the luckiest of many noisy screens does, is no such
+    improvement."""
+    best, since = 0.0, 0
+    for index, trial in enumerate(trials):
+        since = 0 if trial.low > best else since + (trial.timed and index >= start)
+        best = max(best, trial.fitness)
+    return since
+
+
+def screen_settings(settings: MeasureSettings, trials: list[Trial]) -> MeasureSettings:
+    """`settings` for the next screen of a search of `trials`: it stops below the incumbent
+    (`MeasureSettings.stop_below`), the best screen so far, at its interval's lower end, where
+    that clears the default (below 1 the default's own test is the stricter)."""
+    incumbent = best_trial(trials)
+    if incumbent is None or incumbent.speedup.low <= 1.0:
+        return settings
+    return replace(settings, stop_below=incumbent.speedup.low)
+
+
+class Builds:
+    """What a search built, by program, for the programs that might still win: measured, and
+    not screened wholly below the best so far (a finalist's interval reaches the best one's; a
+    pruning compares no config screened wholly below the winner). The race and the pruning
+    compare these as built (`run_search`) instead of compiling them again; the others are let
+    go as the search goes (an executable can weigh megabytes)."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, Build] = {}
+
+    def add(self, trial: Trial, build: Build, trials: list[Trial]) -> None:
+        """Keep `build` of measured `trial`; let go of what `trials` (every trial so far, it
+        included) now show cannot win."""
+        if trial.outcome == Outcome.MEASURED and trial.program is not None:
+            self.kept[trial.program] = build
+        best = best_trial(trials)
+        if best is None:
+            return
+        below = {t.program for t in trials
+                 if t.outcome == Outcome.MEASURED and t.high < best.low}
+        for program in below & self.kept.keys():
+            del self.kept[program]
+
+    def get(self, program: str | None) -> Build | None:
+        """The build kept for `program`, if any."""
+        return self.kept.get(program) if program is not None else None
 
 
 def evaluations(trials: list[Trial]) -> int:
@@ -160,16 +248,26 @@ def most_trials(budget: int) -> int:
 
 def search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budget: int,
            settings: MeasureSettings, in_time: Callable[[], bool],
-           record: Callable[[Trial], None], clock: TaskClock | None = None) -> None:
+           record: Callable[[Trial], None], clock: TaskClock | None = None,
+           stalled: Callable[[list[Trial]], bool] | None = None,
+           builds: Builds | None = None) -> StopReason:
     """Evaluate configs from `next_config(trials, pending)` until `budget` evaluations (see
     `evaluations`; a config being built counts as one until it turns out free), `in_time()`
-    says stop, or it has none left; each new trial is stamped by `clock` (default: one from
-    `trials`), `record`ed, then appended to `trials`. While one candidate is measured, up to
-    `evaluator.depth - 1` more are built."""
+    says stop, `stalled(trials)` says the search has (`Stall`), or it has none left; returns
+    which. Each new trial is screened against the best so far (`screen_settings`), stamped by
+    `clock` (default: one from `trials`), `record`ed, then appended to `trials`; what it built
+    goes to `builds` where given. While one candidate is measured, up to `evaluator.depth - 1`
+    more are built (a stall leaves those unmeasured)."""
     clock = TaskClock(trials) if clock is None else clock
     queue: deque[tuple[CompilerConfig, Future[Build]]] = deque()  # building, in proposal order
     spent = evaluations(trials)
-    while in_time():
+    while True:
+        if not queue and (spent >= budget or len(trials) >= most_trials(budget)):
+            return StopReason.BUDGET
+        if not in_time():
+            return StopReason.TIME
+        if stalled is not None and stalled(trials):
+            return StopReason.STALLED
         while (len(queue) < evaluator.depth and spent + len(queue) < budget
                and len(trials) + len(queue) < most_trials(budget)):
             config = next_config(trials, [c for c, _ in queue])
@@ -177,13 +275,16 @@ def search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budg
                 break
             queue.append((config, evaluator.build(config)))
         if not queue:
-            return
+            return StopReason.EXHAUSTED
         config, building = queue.popleft()
-        trial = clock.stamp(finish(evaluator, len(trials), config, building.result(), trials,
-                                   settings))
+        build = building.result()
+        trial = clock.stamp(finish(evaluator, len(trials), config, build, trials,
+                                   screen_settings(settings, trials)))
         record(trial)
         trials.append(trial)
         spent += trial.timed
+        if builds is not None:
+            builds.add(trial, build, trials)
 
 
 def run_one(evaluator: Evaluator, index: int, config: CompilerConfig, earlier: list[Trial],
@@ -210,46 +311,70 @@ def finish(evaluator: Evaluator, index: int, config: CompilerConfig, build: Buil
     return evaluator.measure(index, config, build, settings)
 
 
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What `run_search` did: every trial, search phase first; the winners; why its search
+    phase ended; and the compiles its race and pruning started, per phase (a config whose
+    program the search built and kept is compared as built, and costs none)."""
+
+    trials: list[Trial]
+    winners: Winners
+    stop: StopReason
+    compiles: dict[Phase, int]
+
+
 def run_search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], budget: int,
                settings: MeasureSettings, compare_settings: MeasureSettings,
                in_time: Callable[[], bool], record: Callable[[Trial], None],
-               listed: bool = False, clock: TaskClock | None = None
-               ) -> tuple[list[Trial], Winners]:
+               listed: bool = False, clock: TaskClock | None = None,
+               stalled: Callable[[list[Trial]], bool] | None = None) -> SearchOutcome:
     """A task's search from its journaled `trials` (a resumed task repeats none): the search
-    phase to `budget`, then, where the best screen is a significant gain and the configs are
-    no fixed list (`listed`), the finalists' race and the winner's pruning, each a comparison
-    of one config against another measured with `compare_settings`; otherwise the best screen
-    as measured. Where that winner relaxes numerics, the strict winner is chosen the same way
-    among the strict configs alone (`tuner.winner.Winners`). Every new trial is stamped by
-    `clock` (default: one from `trials`). Returns every trial, search phase first, and the
-    winners."""
+    phase to `budget` (or until `stalled`: `Stall`), then, where the best screen is a
+    significant gain and the configs are no fixed list (`listed`), the finalists' race and the
+    winner's pruning, each a comparison of one config against another measured with
+    `compare_settings`, of the programs as the search built them where it kept them
+    (`Builds`); otherwise the best screen as measured. Where that winner relaxes numerics, the
+    strict winner is chosen the same way among the strict configs alone
+    (`tuner.winner.Winners`). Every new trial is stamped by `clock` (default: one from
+    `trials`)."""
     clock = TaskClock(trials) if clock is None else clock
     searched = [t for t in trials if t.phase == Phase.SEARCH]
-    search(evaluator, next_config, searched, budget, settings, in_time, record, clock)
+    kept = Builds()
+    stop = search(evaluator, next_config, searched, budget, settings, in_time, record, clock,
+                  stalled, kept)
     trials = searched + [t for t in trials if t.phase != Phase.SEARCH]
+    compiles = {Phase.RACE: 0, Phase.PRUNE: 0}
     leader = best_trial(searched)
     if listed or leader is None or leader.low <= math.log1p(settings.noise_band):
         # A fixed list is measured as it is; a search whose best screen is no significant gain
         # leaves it to the verification to say so, without comparisons.
-        return trials, split_winners(
-            leader, lambda: best_trial([t for t in searched if strict(t.config)]))
+        return SearchOutcome(trials, split_winners(
+            leader, lambda: best_trial([t for t in searched if strict(t.config)])), stop, compiles)
     builds: dict[str, Future[Build]] = {}  # the winner is a baseline again and again
+    programs = {config_key(t.config): t.program for t in searched if t.program is not None}
 
-    def build(config: CompilerConfig) -> Future[Build]:
+    def build(config: CompilerConfig, phase: Phase) -> Future[Build]:
         key = config_key(config)
         if key not in builds:
-            builds[key] = evaluator.build(config)
+            known = kept.get(programs.get(key))
+            if known is None:
+                compiles[phase] += 1
+            builds[key] = ready(known) if known is not None else evaluator.build(config)
         return builds[key]
 
-    def compare(index: int, config: CompilerConfig, baseline: CompilerConfig) -> Trial:
-        building, base = build(config), build(baseline)
-        return clock.stamp(finish_against(evaluator, index, config, building.result(),
-                                          (baseline, base.result()), compare_settings))
+    def comparing(phase: Phase) -> Callable[[int, CompilerConfig, CompilerConfig], Trial]:
+        def compare(index: int, config: CompilerConfig, baseline: CompilerConfig) -> Trial:
+            building, base = build(config, phase), build(baseline, phase)
+            return clock.stamp(finish_against(evaluator, index, config, building.result(),
+                                              (baseline, base.result()), compare_settings))
+        return compare
 
     def winner(admits: Callable[[CompilerConfig], bool]) -> Trial | None:
-        return prune(compare, trials, record, race(compare, trials, record, admits))
+        raced = race(comparing(Phase.RACE), trials, record, admits)
+        return prune(comparing(Phase.PRUNE), trials, record, raced)
 
-    return trials, split_winners(winner(lambda config: True), lambda: winner(strict))
+    winners = split_winners(winner(lambda config: True), lambda: winner(strict))
+    return SearchOutcome(trials, winners, stop, compiles)
 
 
 def seconds_to_find(trials: list[Trial], best: Trial | None) -> float | None:
@@ -264,28 +389,23 @@ def seconds_to_find(trials: list[Trial], best: Trial | None) -> float | None:
     return min(found, default=None)
 
 
-def spending(trials: list[Trial], ended: float) -> list[PhaseSpend]:
+def spending(trials: list[Trial], ended: float, compiles: dict[Phase, int]) -> list[PhaseSpend]:
     """What the search, the race and the pruning of a task (`run_search`'s `trials`, stamped)
     spent, in that order. A phase's seconds run from the end of the one before (the search's
     from the clock's zero) to its last trial; those of the last phase that made a trial, to
     `ended` (when the loop ended, on the trials' clock: a search that made none spent it all).
-    Compiles: one per search trial; in the race and the pruning, one per config compared or
-    compared against, each config once for both (as `run_search` builds them; a resumed task
-    counted as if it ran through)."""
+    Compiles: one per search trial; in the race and the pruning, `compiles` of the phase (what
+    `run_search` started: `SearchOutcome.compiles`)."""
     last = next((p for p in reversed(LOOP_PHASES) if any(t.phase == p for t in trials)),
                 Phase.SEARCH)
-    spent, start, built = [], 0.0, set()
+    spent, start = [], 0.0
     for phase in LOOP_PHASES:
         made = [t for t in trials if t.phase == phase]
-        if phase == Phase.SEARCH:
-            compiles = len(made)
-        else:
-            new = {config_key(c) for t in made for c in (t.config, t.baseline)} - built
-            compiles, built = len(new), built | new
         end = ended if phase == last else max((t.elapsed_seconds or 0.0 for t in made),
                                                 default=start)
         spent.append(PhaseSpend(phase, len(made), evaluations(made),
-                                sum(t.outcome == Outcome.MEASURED for t in made), compiles,
+                                sum(t.outcome == Outcome.MEASURED for t in made),
+                                len(made) if phase == Phase.SEARCH else compiles.get(phase, 0),
                                 max(end - start, 0.0)))
         start = max(start, end)
     return spent

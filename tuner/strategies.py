@@ -58,6 +58,12 @@ class Strategy(ABC):
         being compiled or measured: like Optuna's running trials). The driver skips a config
         already tried or pending. None: nothing until a pending config's result is in."""
 
+    def screened(self, history: list[TrialRecord]) -> bool:
+        """Whether its cold-start screen of the likeliest moves is over, after which a search
+        that has stalled may end before its budget (`tuner.search.Stall`). A strategy alone
+        screens no likeliest moves first: never, and it runs its budget."""
+        return False
+
     def mutate(self, config: CompilerConfig, changes: int = 1) -> CompilerConfig:
         """`config` with `changes` flags set to another value or back to the default."""
         mutated = dict(config)

@@ -33,7 +33,7 @@ TRIALS = TableSchema(
         # trials landed before version 2.
         added_column(pa.field("finished_at", pa.timestamp("us", tz="UTC"), nullable=True), 2),
         added_column(pa.field("elapsed_seconds", pa.float64(), nullable=True), 2),
-        # whole | per_device (execution.sharded.MeasureMode); null before version 3: whole.
+        # whole | per-device (execution.sharded.MeasureMode); null before version 3: whole.
         added_column(pa.field("measure_mode", pa.string(), nullable=True), 3),
     ]),
 )
@@ -42,7 +42,11 @@ TRIALS = TableSchema(
 # or failed; see `tuner.search.PhaseSpend`); version 1 counted every config tried, free ones too.
 # Version 3: the opt-in config that relaxes numerics (`tuner.tune.RelaxedOption`).
 # Version 4: a kernels task's autotune results (`tuner.kernels`).
-# Version 5: how the task measured its graph (`measure_mode`).
+# Version 5: `status` holds the verdict alone (`tuner.trial.Verdict`), its details in `reason`;
+# the outputs whose numerics failed in `numerics`. Earlier rows' status may carry the reason
+# after a colon ("default fails: <reason>"; `Verdict.parse` reads both). And how the task
+# measured its graph (`measure_mode`), why its search ended (`search_stop`), and a nightly
+# task's share of its stage's budget and why.
 TUNING_RESULTS = TableSchema(
     name="tuning_results",
     version=5,
@@ -59,7 +63,7 @@ TUNING_RESULTS = TableSchema(
         pa.field("numerics_ok", pa.bool_(), nullable=True),
         pa.field("compiler_version", pa.string(), nullable=False),
         pa.field("accepted", pa.bool_(), nullable=False),
-        pa.field("status", pa.string(), nullable=False),  # accepted | no significant gain | ...
+        pa.field("status", pa.string(), nullable=False),  # a tuner.trial.Verdict
         pa.field("strategy", pa.string(), nullable=False),
         pa.field("evaluations", pa.int64(), nullable=False),  # configs timed or failed, every phase
         pa.field("measured", pa.int64(), nullable=False),  # those timed to a result
@@ -78,9 +82,23 @@ TUNING_RESULTS = TableSchema(
         # A kernels task's autotune results (an xla.AutotuneResults in XLA's text format), which
         # deliver publishes as its entry's; null for the other kinds, or landed before version 4.
         added_column(pa.field("autotune_results", pa.string(), nullable=True), 4),
-        # whole | per_device (execution.sharded.MeasureMode): whole is the program the job runs,
-        # on the devices it spans; per_device its per-device program on one device. Null before
+        # Why the task ended so, for people (`TuneResult.reason`); null in rows landed before
+        # version 5, whose `status` carries it.
+        added_column(pa.field("reason", pa.string(), nullable=True), 5),
+        # Where the numerics differ: the outputs that failed, as JSON (index, max_error,
+        # tolerance, detail: `execution.numerics.OutputCheck`); null otherwise, or before 5.
+        added_column(pa.field("numerics", pa.string(), nullable=True), 5),
+        # whole | per-device (execution.sharded.MeasureMode): whole is the program the job runs,
+        # on the devices it spans; per-device its per-device program on one device. Null before
         # version 5: whole.
         added_column(pa.field("measure_mode", pa.string(), nullable=True), 5),
+        # Why the search ended: budget | stalled | time | exhausted (tuner.trial.StopReason);
+        # null where no search ran (a default that fails, a kernels task), or landed before
+        # version 5.
+        added_column(pa.field("search_stop", pa.string(), nullable=True), 5),
+        # A nightly task's share of its stage's budget and why (tuner.allot.Allotment); null
+        # for a task given its own budget, or landed before version 5.
+        added_column(pa.field("budget_share", pa.float64(), nullable=True), 5),
+        added_column(pa.field("budget_reason", pa.string(), nullable=True), 5),
     ]),
 )

@@ -28,6 +28,32 @@ class Outcome(StrEnum):
 UNTIMED = (Outcome.IDENTICAL, Outcome.DUPLICATE)
 
 
+class Verdict(StrEnum):
+    """How a tuning task ended (`tuner.tune.TuneResult.status`; its `reason` says more).
+    ACCEPTED: the verification showed a significant gain with numerics ok. NO_GAIN: nothing
+    beat the default, or the verification showed no significant gain. NUMERICS_DIFFER: the
+    verified config's outputs differ from the default's beyond what the check allows, on most of
+    the inputs checked (`TuneResult.numerics` names the outputs), whatever its speed.
+    VERIFICATION_FAILED: the verification could not measure the config (it failed to compile or
+    run, or its worker died). DEFAULT_FAILS: the default config does not compile or run the
+    module, so there is nothing to measure against."""
+
+    ACCEPTED = "accepted"
+    NO_GAIN = "no significant gain"
+    NUMERICS_DIFFER = "numerics differ"
+    VERIFICATION_FAILED = "verification failed"
+    DEFAULT_FAILS = "default fails"
+
+    @classmethod
+    def parse(cls, status: str) -> tuple["Verdict", str]:
+        """(verdict, reason) of a status as results wrote it before it was an enum: the verdict,
+        or the verdict, a colon and the reason ("default fails: <reason>")."""
+        for verdict in cls:
+            if status == verdict or status.startswith(f"{verdict}: "):
+                return verdict, status[len(verdict) + 2:]
+        raise ValueError(f"status {status!r}: not one of {', '.join(map(repr, cls))}")
+
+
 class Phase(StrEnum):
     """What a task spends its time on, in this order: the search proper (`tuner.search`), the
     finalists' race (a finalist against the best so far) and the winner's pruning (the winner
@@ -38,6 +64,25 @@ class Phase(StrEnum):
     RACE = "race"
     PRUNE = "prune"
     VERIFY = "verify"
+
+
+class StopReason(StrEnum):
+    """Why a task's search phase ended (`tuner.search.search`): its evaluations (or its trials,
+    free ones included) were spent (BUDGET); it had stalled, by the rule of docs/tuner.md
+    (STALLED: `tuner.search.Stall`); its minutes were spent (TIME: `--budget-minutes`, or a
+    nightly stage's deadline); or its strategy had nothing left to propose (EXHAUSTED: a fixed
+    list's end, a space tried whole)."""
+
+    BUDGET = "budget"
+    STALLED = "stalled"
+    TIME = "time"
+    EXHAUSTED = "exhausted"
+
+
+# A search that has screened its likeliest moves ends once this many evaluations in a row
+# brought no significant improvement on its best (`tuner.search.Stall`, docs/tuner.md): `fdo
+# tune`'s default (`TuneSettings.stall_after`, `--stall-after`).
+STALL_AFTER = 8
 
 
 @dataclass

@@ -25,8 +25,9 @@ winner (`tuner.winner`), and it is re-measured
 with a stricter interval and the numeric check in `TuneSettings.verify_workers` fresh workers,
 one after another (`execution.evaluate.evaluate_independently`: the spread between processes is
 as large as a small gain, and one worker's interval leaves it out). Only if the median of their
-intervals' lower ends clears the noise band is the result accepted; otherwise the task ends "no
-significant gain". The trials and the result land in the warehouse under the task id, so finishing a task
+intervals' lower ends clears the noise band and the numerics hold (judged over the inputs of all
+the workers, `execution.numerics`) is the result accepted; otherwise its status, a `Verdict`,
+names why (`verdict_of`), and its `reason` gives the figures. The trials and the result land in the warehouse under the task id, so finishing a task
 twice adds nothing. The home may be local or a URL (`storage.home.Home`): every file is named by
 its place under it.
 
@@ -37,7 +38,11 @@ Where the best config found relaxes numerics, the best strict one is chosen too
 result's opt-in (`TuneResult.relaxed`) where it holds up and verifies faster than the strict one.
 
 What a task spent is told per phase (`TuneResult.phases`: search, race, prune, verify; see
-`tuner.search.PhaseSpend`); `--budget-evals` bounds the search's evaluations alone. Each trial
+`tuner.search.PhaseSpend`); `--budget-evals` bounds the search's evaluations alone, and the
+search ends before it when it has stalled (`TuneSettings.stall_after`, `tuner.search.Stall`):
+the result says why it ended (`TuneResult.search_stop`). A nightly stage's task carries its
+share of the stage's budget and why (`TuneSettings.allotment`, `tuner.allot`), which its result
+records (`budget_share`, `budget_reason`). Each trial
 carries when it finished and the seconds into its task (`tuner.search.TaskClock`), and the result
 the seconds into the task at which the config it verified was found (`seconds_to_best`).
 """
@@ -48,6 +53,7 @@ import datetime
 import functools
 import hashlib
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -57,9 +63,10 @@ import pyarrow as pa
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
 from execution.evaluate import (DEFAULT_FAILS, FRESH_WORKERS, DefaultFails, EvaluationResult,
-                                Failure, evaluate_independently)
+                                evaluate_independently)
 from execution.flags import CompilerConfig, config_from_json
 from execution.measure import MeasureSettings
+from execution.numerics import OutputCheck
 from execution.per_device import PER_DEVICE_ERROR
 from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
@@ -70,29 +77,31 @@ from storage.home import Home
 from storage.homes import open_home
 from storage.journal import append_record, read_records
 from storage.warehouse import Warehouse
+from tuner.allot import Allotment
 from tuner.kinds import Kind, Subject, TuneTarget, make_target
 from tuner.op_cut import OpCut
 from tuner.prior import move_prior
 from tuner.schedule import Scheduled
-from tuner.search import (PhaseSpend, TaskClock, evaluations, proposals, run_search,
+from tuner.search import (PhaseSpend, Stall, TaskClock, evaluations, proposals, run_search,
                           seconds_to_find, spending)
 from tuner.space import config_key
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.trial import Phase, Trial
+from tuner.trial import STALL_AFTER, Phase, StopReason, Trial, Verdict
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
 
 # Screens stop as soon as a candidate is clearly faster or slower (execution.measure): a clear
 # candidate of a module that runs for half a second costs seconds, not a minute.
 SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
-                                  early_looks=(10, 15, 20, 30))
+                                  early_looks=(10, 15, 20, 30), min_pairs=10)
 # The winner's race and pruning time one config against another (tuner.winner), in fresh
 # workers (`TuneSettings.verify_workers` of them), each to a tight interval or 3 s, with no
 # early stop: they tell apart programs a percent apart, where a screen only tells a candidate
 # from the default.
 COMPARE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSettings().max_pairs,
-                           max_seconds=3.0, target_half_width=0.005, stop_when_no_gain=False)
+                           min_pairs=MeasureSettings().min_pairs, max_seconds=3.0,
+                           target_half_width=0.005, stop_when_no_gain=False)
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=10.0)
 
 
@@ -113,6 +122,16 @@ class TuneSettings:
     # Fresh workers per comparison of two candidates and for the winner's verification (`verify`
     # in each): the median decides; the verification keeps each one's (`TuneResult.speedups`).
     verify_workers: int = FRESH_WORKERS
+    # Evaluations without a significant gain after which a search that screened its likeliest
+    # moves ends (`tuner.search.Stall`); None: it runs its budget.
+    stall_after: int | None = STALL_AFTER
+    # A nightly stage's task: its share of the stage's budget, and why (`tuner.allot`).
+    allotment: Allotment | None = None
+
+    def __post_init__(self) -> None:
+        if self.stall_after is not None and self.stall_after < 1:
+            raise ValueError(f"stall_after {self.stall_after}: at least 1 evaluation (or None: "
+                             "never stop before the budget)")
 
 
 @dataclass(frozen=True)
@@ -134,8 +153,7 @@ class TuneResult:
     task_id: str
     fingerprint: str
     env_key: str
-    status: str
-    accepted: bool
+    status: Verdict  # why it ended so: `reason` says more
     config: CompilerConfig
     speedup: Interval | None
     numerics_ok: bool | None
@@ -146,7 +164,10 @@ class TuneResult:
     kind: Kind = Kind.GRAPH
     sources: list[str] = field(default_factory=list)  # a folded result's op tasks
     trials: list[Trial] = field(default_factory=list)
-    failure: Failure | None = None  # why nothing could be measured: "default_fails"
+    reason: str = ""  # the status's details, for people: what failed, or the figures that decided
+    # NUMERICS_DIFFER: the outputs that failed (by how much, against what tolerance), on the
+    # first set of inputs that failed in the verification; empty otherwise.
+    numerics: list[OutputCheck] = field(default_factory=list)
     speedups: list[float] = field(default_factory=list)  # each verification worker's
     # What each phase spent, search first, verify last (none in a result of a task landed
     # before phases were told).
@@ -160,15 +181,28 @@ class TuneResult:
     # A kernels task's (`tuner.kernels`): the autotune results it delivered with `config`, an
     # xla.AutotuneResults in XLA's text format; None for every other task.
     autotune_results: str | None = None
+    # Why its search ended (`tuner.trial.StopReason`); None where no search ran (a default that
+    # fails, a kernels task) or in a result landed before it was told.
+    search_stop: StopReason | None = None
+    # A nightly stage's task: its share of the stage's budget and why (`tuner.allot`); None
+    # for a task given its own budget.
+    budget_share: float | None = None
+    budget_reason: str | None = None
     # How the graph was measured (execution.sharded): whole, or its per-device program.
     measure_mode: MeasureMode = MeasureMode.WHOLE
 
+    @property
+    def accepted(self) -> bool:
+        """Whether its config is delivered: the verdict is ACCEPTED."""
+        return self.status == Verdict.ACCEPTED
+
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (without the trials); each speedup as `speedup`, `ci_low`,
-        `ci_high`, the opt-in's within `relaxed`."""
+        """A JSON-ready dict (without the trials): `accepted` beside `status`; each speedup as
+        `speedup`, `ci_low`, `ci_high`, the opt-in's within `relaxed`."""
         data = asdict(self)
         data.pop("trials")
-        data.update(columns(self.speedup), config=json.loads(config_key(self.config)))
+        data.update(columns(self.speedup), config=json.loads(config_key(self.config)),
+                    accepted=self.accepted)
         if self.relaxed is not None:
             data["relaxed"] = {"config": json.loads(config_key(self.relaxed.config)),
                                **columns(self.relaxed.speedup)}
@@ -239,25 +273,37 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
         else:  # the budget is spent: say what the minute or two after it goes to
             bar.set_postfix_str(f"choosing the winner ({trial.phase})")
 
+    stalled = None
     if target.configs:  # a fixed list, in order
         next_config = functools.partial(_listed, target.configs)
     else:
-        next_config = proposals(_strategy(target, home, settings, prior))
+        strategy = _strategy(target, home, settings, prior)
+        next_config = proposals(strategy)
+        if settings.stall_after is not None:
+            stalled = Stall(strategy, settings.stall_after)
     plan = plan_cores(settings.compile_workers, settings.cores)
-    default_fails, winners = None, Winners(None)
-    try:
-        with WorkerEvaluator(target.module.proto, settings.seed, plan, settings.verify_workers,
-                             target.placement.compiled_for) as evaluator:
-            trials, winners = run_search(evaluator, next_config, trials, settings.budget_evals,
-                                         settings.search, settings.compare, in_time, record,
-                                         listed=bool(target.configs), clock=clock)
-    except DefaultFails as failed:  # nothing to measure against: the task ends here
-        default_fails = str(failed)
-    searched = spending(trials, clock())  # the workers stopped: the search's last phase ends
+    # A target with nothing to measure (`unmeasurable`) ends as one whose default fails.
+    default_fails, winners, stop, compiles = target.unmeasurable, Winners(None), None, {}
+    if default_fails is None:
+        try:
+            with WorkerEvaluator(target.module.proto, settings.seed, plan, settings.verify_workers,
+                                 target.placement.compiled_for) as evaluator:
+                outcome = run_search(evaluator, next_config, trials, settings.budget_evals,
+                                     settings.search, settings.compare, in_time, record,
+                                     listed=bool(target.configs), clock=clock, stalled=stalled)
+                trials, winners, stop, compiles = (outcome.trials, outcome.winners, outcome.stop,
+                                                   outcome.compiles)
+        except DefaultFails as failed:  # nothing to measure against: the task ends here
+            default_fails = str(failed)
+    searched = spending(trials, clock(), compiles)  # the workers stopped: the loop ends
     if winners.strict is not None or winners.relaxed is not None:
         bar.set_postfix_str(f"verifying in {settings.verify_workers} fresh workers")
     result = _verify(target, trials, winners, settings, task_id, env_key,
                      environment.compiler_version, searched, default_fails)
+    allotment = settings.allotment
+    result = replace(result, search_stop=stop,
+                     budget_share=allotment.share if allotment is not None else None,
+                     budget_reason=allotment.reason if allotment is not None else None)
     bar.close()
     save_result(home, result)
     land_result(home, result)
@@ -307,7 +353,7 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
     """Re-measure the strict winner in fresh workers; accept it only if it holds up. Where the
     search's best config relaxes numerics (`winners.relaxed`), verify it too, after the strict
     one: the result's opt-in (`_relaxed_option`). A task whose default failed (`default_fails`
-    says why) ends "default fails", as does one whose default fails in the verification.
+    says why) ends DEFAULT_FAILS, as does one whose default fails in the verification.
     `searched`: what the phases before the verification spent."""
     started = time.monotonic()
     best = winners.strict
@@ -327,21 +373,42 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
                 relaxed=_relaxed_option(winners.relaxed, relaxed_check, check, target.placement),
                 measure_mode=target.placement.mode)
     if default_fails is not None:
-        return TuneResult(status=f"default fails: {default_fails}", accepted=False, config={},
-                          speedup=None, numerics_ok=None, failure=DEFAULT_FAILS, **base)
+        return TuneResult(status=Verdict.DEFAULT_FAILS, reason=default_fails, config={},
+                          speedup=None, numerics_ok=None, **base)
     if check is None:  # nothing beat the default: nothing to verify
-        return TuneResult(status="no significant gain", accepted=False, config={}, speedup=None,
-                          numerics_ok=None, **base)
+        return TuneResult(status=Verdict.NO_GAIN, reason="nothing beat the default in the search",
+                          config={}, speedup=None, numerics_ok=None, **base)
+    status, reason = verdict_of(check, settings.verify.noise_band, target.placement)
+    measured = check.error is None
+    return TuneResult(status=status, reason=reason, config=best.config,
+                      speedup=check.speedup if measured else None,
+                      numerics_ok=check.numerics_ok if measured else None,
+                      numerics=check.judged().failures() if status == Verdict.NUMERICS_DIFFER else [],
+                      speedups=check.speedups if measured else [], **base)
+
+
+def verdict_of(check: EvaluationResult, noise_band: float,
+               placement: Placement = Placement()) -> tuple[Verdict, str]:
+    """A verification's verdict, with its reason: the default fails; the verification failed;
+    the numerics differ (whatever the speed: a config that changes results is never delivered);
+    no significant gain (the interval's lower end under 1 + `noise_band`, measured per device
+    under 1 + the mode's error too: `holds_up`; or the default's very program); or accepted."""
     if check.failure == DEFAULT_FAILS:  # its error says "default fails: <reason>"
-        return TuneResult(status=check.error, accepted=False, config=best.config, speedup=None,
-                          numerics_ok=None, failure=DEFAULT_FAILS, **base)
-    if check.error:
-        return TuneResult(status=f"verification failed: {check.error}", accepted=False,
-                          config=best.config, speedup=None, numerics_ok=None, **base)
-    accepted = bool(holds_up(check, target.placement) and check.numerics_ok)
-    return TuneResult(status="accepted" if accepted else "no significant gain", accepted=accepted,
-                      config=best.config, speedup=check.speedup, numerics_ok=check.numerics_ok,
-                      speedups=check.speedups, **base)
+        return Verdict.DEFAULT_FAILS, check.error.removeprefix(f"{Verdict.DEFAULT_FAILS}: ")
+    if check.error is not None:
+        return Verdict.VERIFICATION_FAILED, check.error
+    if check.identical_program:
+        return Verdict.NO_GAIN, "it compiles to the default's program"
+    figure = check.speedup.as_speedup()
+    if not check.numerics_ok:
+        return Verdict.NUMERICS_DIFFER, f"{check.judged().describe()}; measured {figure}"
+    if not check.significant:
+        return Verdict.NO_GAIN, (f"measured {figure}: the interval's lower end is under "
+                                 f"{1 + noise_band:.3f}")
+    if not holds_up(check, placement):
+        return Verdict.NO_GAIN, (f"measured {figure} per device: the interval's lower end is "
+                                 f"under {1 + PER_DEVICE_ERROR:.3f}, the per-device mode's error")
+    return Verdict.ACCEPTED, f"measured {figure}, numerics {check.judged().describe()}"
 
 
 def _check(target: TuneTarget, winner: Trial | None,
@@ -409,7 +476,8 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
     warehouse.append(TRIALS, pa.Table.from_pylist(rows, TRIALS.schema), f"task-{result.task_id}")
     summary = {k: v for k, v in result.to_json().items()
                if k in TUNING_RESULTS.schema.names}
-    summary.update(dt=today, config=config_key(result.config))
+    summary.update(dt=today, config=config_key(result.config),
+                   numerics=failed_outputs_json(result.numerics) if result.numerics else None)
     if result.relaxed is not None:  # the columns are null without it
         summary.update(relaxed_config=config_key(result.relaxed.config),
                        **columns(result.relaxed.speedup, prefix="relaxed_"))
@@ -417,14 +485,35 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
                      f"task-{result.task_id}")
 
 
+def failed_outputs_json(checks: list[OutputCheck]) -> str:
+    """The `tuning_results` table's `numerics`: the failed outputs as JSON, an error or
+    tolerance that is not a finite number (a NaN the default did not produce) as null."""
+    def number(value: float) -> float | None:
+        return value if math.isfinite(value) else None
+
+    return json.dumps([{"index": c.index, "max_error": number(c.max_error),
+                        "tolerance": number(c.tolerance), "detail": c.detail} for c in checks])
+
+
 def _result_from_json(data: dict[str, Any]) -> TuneResult:
     """A TuneResult as `save_result` wrote it (or before a field was added): every field as
-    written, the config, trials, phases and opt-in decoded."""
+    written, the config, status, trials, phases and opt-in decoded. A result written before the
+    status was a `Verdict` ("default fails: <reason>", with `accepted` and `failure` beside it)
+    reads as its verdict and reason."""
     relaxed = data.get("relaxed")
-    written = {k: v for k, v in data.items() if k not in ("ci_low", "ci_high")}
+    written = {k: v for k, v in data.items()
+               if k not in ("ci_low", "ci_high", "accepted", "failure")}
+    if "reason" in data:
+        status, reason = Verdict(data["status"]), data["reason"]
+    else:
+        status, reason = Verdict.parse(data["status"])
     return TuneResult(**{**written, "config": config_from_json(data["config"]),
+                         "status": status, "reason": reason,
+                         "numerics": [OutputCheck(**check) for check in data.get("numerics", [])],
                          "speedup": from_columns(data),
                          "kind": Kind(data.get("kind", Kind.GRAPH)),
+                         "search_stop": (StopReason(data["search_stop"])
+                                         if data.get("search_stop") is not None else None),
                          "measure_mode": MeasureMode(data.get("measure_mode", MeasureMode.WHOLE)),
                          "relaxed": (RelaxedOption(config_from_json(relaxed["config"]),
                                                    from_columns(relaxed))

@@ -218,8 +218,7 @@ def measured_outcome(result: EvaluationResult, same_compiler: bool, compiler_ver
     if result.identical_program:
         return "invalidated", f"compiles to the same program as the defaults {where}: no gain left"
     if not result.numerics_ok:
-        bad = [c["detail"] for c in result.numerics if not c.get("ok")]
-        return "invalidated", f"numerics off {where}: {'; '.join(bad[:2]) or 'outputs differ'}"
+        return "invalidated", f"numerics off {where}: {result.judged().describe()}"
     figure = result.speedup.as_speedup()
     if len(result.speedups) > 1:
         figure += (f", the median of {len(result.speedups)} workers "

@@ -24,7 +24,7 @@ from pipelines.cli import cluster, ingest, loop, rank, store, tune, validate
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, HelpFormatter, Handler, closing_stdout,
                                   epilog, guarded, resolve_home)
 from pipelines.extras import MissingExtra
-from ranking.beam_logging import quiet_beam_logging
+from storage.beam_logging import quiet_beam_logging
 from storage.home import Home
 
 __all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "build_parser", "console", "main"]
@@ -136,7 +136,7 @@ def _home_problem(given: Home, writes: bool, beam_args: list[str]) -> str | None
     if missing, and writable if the command writes; a URL home must answer (`Home.reach`, with
     Beam's file systems set up from `beam_args`)."""
     if not given.is_local:
-        from ranking.beam_io import pipeline_options
+        from storage.beam_runner import pipeline_options
 
         try:
             given.reach(pipeline_options(beam_args))

@@ -83,10 +83,13 @@ def add_savings(sub: Subcommands) -> None:
 def cmd_savings(args: argparse.Namespace, home: Home) -> int:
     """Book the chip-time tuned configs saved per day, kind, team and store version, at run
     time and at compile time (Beam); then what they realized in the fleet (holdout arm against
-    tuned arm) and the loop's cost."""
+    tuned arm), the loop's cost, and its verified coverage (the share of the tunable chip-time
+    that runs a verified config: now, over these days, and after each nightly run)."""
     import datetime
 
+    from pipelines.nightly import coverage_by_night
     from ranking.cost import loop_cost, return_on_cost
+    from ranking.verified_coverage import verified_coverage
     from ranking.realized import read_runs, realized_savings, realized_speedups
     from ranking.savings import MIN_HOLDOUT_COMPILES, BookedSavings, savings
     from storage.warehouse import Warehouse
@@ -106,11 +109,14 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
                      realized, first, last)
     ratio = return_on_cost(split.total.realized.estimate, cost)
     booked = BookedSavings.of(rows)
+    covered = verified_coverage(home, first, last)
+    nights = [n for n in coverage_by_night(home) if n.date <= last]
     if args.json:
         print_json({"rows": json_rows(rows), "booked": booked.to_json(), "entries": [r.to_json() for r in realized],
                     "totals": split.total.to_json(), "teams": [s.to_json() for s in split.by_team],
                     "versions": [s.to_json() for s in split.by_version],
-                    "cost": {**cost.to_json(), "return_on_cost": ratio}})
+                    "cost": {**cost.to_json(), "return_on_cost": ratio},
+                    "coverage": {**covered.to_json(), "nights": [n.to_json() for n in nights]}})
         return EXIT_OK
     unmeasured = (f"; {_count(booked.compile_unmeasured, 'compile')} unmeasured: under {MIN_HOLDOUT_COMPILES} "
                   "holdout compiles of their key" if booked.compile_unmeasured else "")
@@ -131,7 +137,21 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
           f"{_chip_time(cost.tuning)}, validation {_chip_time(cost.validation)}, holdout "
           f"{_chip_time(cost.holdout)} forgone; return on cost: "
           + (f"{ratio:,.2f}x" if ratio is not None else "none spent"))
+    print_coverage(covered, nights)
     return EXIT_OK
+
+
+def print_coverage(covered: Any, nights: list[Any]) -> None:
+    """The verified coverage now (over the days asked), then after each nightly run."""
+    if covered.share is None:
+        print("verified coverage: no tunable chip-time in these days")
+    else:
+        print(f"verified coverage: {covered.share:.1%} of the tunable chip-time runs a verified config "
+              f"({_chip_time(covered.covered_chip_seconds)} of {_chip_time(covered.tunable_chip_seconds)}; "
+              f"{covered.covered_keys} of {covered.tunable_keys} graphs)")
+    if nights:
+        print("  after each night: " + ", ".join(
+            f"{n.night} ({n.date}) {'-' if n.share is None else format(n.share, '.1%')}" for n in nights))
 
 
 def print_realized(realized: Any, split: Any) -> None:

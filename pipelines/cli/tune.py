@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from storage.home import Home
 from pipelines import stages
 from tuner.kinds import KINDS, Kind, check_platform
 from tuner.strategies import STRATEGIES
+from tuner.trial import STALL_AFTER, StopReason
 
 
 def add_evaluate(sub: Subcommands) -> None:
@@ -55,8 +57,8 @@ def add_measure_mode(p: argparse.ArgumentParser) -> None:
                    help="how a module its job compiled across devices is measured (the "
                    "partitioning in the fdo-environment.json beside it, as the hook spools it): "
                    "whole, as the job compiles it on as many devices (a CPU's host devices), or "
-                   "per_device, its per-device program on one device (default: whole where this "
-                   "machine has the devices, else per_device; docs/sharded.md)")
+                   "per-device, its per-device program on one device (default: whole where this "
+                   "machine has the devices, else per-device; docs/sharded.md)")
 
 
 def module_placement(path: str, asked: str | None) -> tuple[Placement, Environment | None]:
@@ -134,7 +136,7 @@ def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
           f"{result.speedup.high:.3f}, {result.pairs} pairs, {verdict})")
     if len(result.speedups) > 1:
         print(f"  the median of {len(result.speedups)} workers: {_speedups(result.speedups)}")
-    print(f"  numerics {'ok' if result.numerics_ok else 'FAILED'}; "
+    print(f"  numerics {'ok' if result.numerics_ok else 'FAILED'}: {result.judged().describe()}; "
           f"compile {result.compile_seconds:.2f} s")
 
 
@@ -226,6 +228,12 @@ def add_tune(sub: Subcommands) -> None:
     p.add_argument("--budget-minutes", type=float, default=None, metavar="MINUTES",
                    help="time budget of each task's search; the phases after it come on top "
                    "(default: none, --budget-evals alone)")
+    p.add_argument("--stall-after", type=int, default=None, metavar="K",
+                   help="end a search before its budget once K evaluations in a row brought no "
+                   "significant improvement on its best so far, after its cold-start screen of "
+                   "the likeliest moves and their combinations (docs/tuner.md); the output says "
+                   "why each search ended: budget, stalled, time or exhausted (default: "
+                   f"{STALL_AFTER}; 0: never, the search runs its budget)")
     p.add_argument("--strategy", default=None, choices=sorted(STRATEGIES),
                    help="the search's last phase, after the default's one-move neighbours (by "
                    f"prior) and their combinations (default: {graph.strategy} for graphs, {op.strategy} "
@@ -348,9 +356,9 @@ def _measurers(runner: Any) -> str:
 def _tune_exit(outcomes: list[Any]) -> int:
     """`fdo tune`'s exit status: EXIT_DEFAULT_FAILS if any task's default failed; EXIT_FAILED
     if a task has no result (failed, or no node measures its environment)."""
-    from execution.evaluate import DEFAULT_FAILS
+    from tuner.trial import Verdict
 
-    if any(o.result is not None and o.result.failure == DEFAULT_FAILS for o in outcomes):
+    if any(o.result is not None and o.result.status == Verdict.DEFAULT_FAILS for o in outcomes):
         return EXIT_DEFAULT_FAILS
     return EXIT_FAILED if any(o.result is None for o in outcomes) else EXIT_OK
 
@@ -364,13 +372,27 @@ def _tune_settings(args: argparse.Namespace) -> Any:
         value = getattr(args, option)
         if value is not None and value < 1:
             raise ValueError(f"--{option.replace('_', '-')} {value}: at least one is needed")
+    if args.stall_after is not None and args.stall_after < 0:
+        raise ValueError(f"--stall-after {args.stall_after}: a count of evaluations, or 0 for never")
     # --budget-evals 0 asks for no budget of its own: the kind's default, as without it.
-    return stages.tune_settings(args.kind, budget_evals=args.budget_evals or None,
-                                budget_minutes=args.budget_minutes, strategy=args.strategy,
-                                schedule=not args.plain, seed=args.seed,
-                                cores=parse_cores(args.cores) if args.cores else None,
-                                compile_workers=args.compile_workers,
-                                verify_workers=args.verify_workers)
+    settings = stages.tune_settings(args.kind, budget_evals=args.budget_evals or None,
+                                    budget_minutes=args.budget_minutes, strategy=args.strategy,
+                                    schedule=not args.plain, seed=args.seed,
+                                    cores=parse_cores(args.cores) if args.cores else None,
+                                    compile_workers=args.compile_workers,
+                                    verify_workers=args.verify_workers,
+                                    stall_after=args.stall_after or None)
+    return replace(settings, stall_after=None) if args.stall_after == 0 else settings
+
+
+# Why a search ended, in words (tuner.trial.StopReason).
+STOP_TEXT = {
+    StopReason.BUDGET: "its evaluations were spent",
+    StopReason.STALLED: "after its cold-start screen, none of its last evaluations was a "
+                        "significant improvement on its best",
+    StopReason.TIME: "its minutes were spent",
+    StopReason.EXHAUSTED: "nothing was left to propose",
+}
 
 
 def _print_tune_result(label: str, r: Any) -> None:
@@ -383,6 +405,8 @@ def _print_tune_result(label: str, r: Any) -> None:
     if len(r.speedups) > 1:  # the verification's workers, each on its own
         speed += f" (workers {_speedups(r.speedups)})"
     print(f"{label}: {r.status} {speed}; config {config_text(r.to_json()['config'])}")
+    if r.reason:
+        print(f"  {r.reason}")
     if r.autotune_results is not None:
         from execution.autotune_results import parse_results
 
@@ -398,6 +422,10 @@ def _print_tune_result(label: str, r: Any) -> None:
     if r.seconds_to_best is not None:
         print(f"  found {r.seconds_to_best / 60:.1f} minutes ({r.seconds_to_best:.0f} s) into "
               "the task")
+    if r.search_stop is not None:
+        print(f"  search ended: {r.search_stop} ({STOP_TEXT[r.search_stop]})")
+    if r.budget_reason is not None:
+        print(f"  budget: {r.budget_reason}")
     if r.phases:
         rows = [(str(p.phase), str(p.configs), str(p.evaluations), str(p.measured),
                  str(p.compiles), f"{p.seconds:.1f}") for p in r.phases]

@@ -289,6 +289,22 @@ def coverage(rows: list[Row], window: Window) -> go.Figure | None:
     return fig
 
 
+def verified_coverage(rows: list[Row], window: Window) -> go.Figure | None:
+    """The share of the tunable chip-time that runs a verified config after each night (%)."""
+    if not rows:
+        return None
+    fig = go.Figure()
+    fig.add_bar(x=[f"night {r['night']}" for r in rows], y=[percent(r["share"]) or 0.0 for r in rows],
+                name="verified coverage", marker_color=KIND_COLORS["graph"],
+                customdata=[[r["date"], r["covered_chip_hours"], r["tunable_chip_hours"]] for r in rows],
+                hovertemplate="%{x} (%{customdata[0]}): %{y:.1f}% of the tunable chip-time, "
+                              "%{customdata[1]:,.0f} of %{customdata[2]:,.0f} chip-hours<extra></extra>")
+    base_layout(fig, yaxis_title="tunable chip-time on a verified config (%)")
+    fig.update_yaxes(range=[0, 100], ticksuffix="%")
+    fig.update_layout(bargap=bargap(len(rows)))
+    return fig
+
+
 def validator_outcomes(rows: list[Row], window: Window) -> go.Figure | None:
     """The validator's decisions per day, stacked by outcome."""
     if not rows:

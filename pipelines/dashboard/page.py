@@ -206,6 +206,9 @@ def _tiles(data: PageData) -> str:
          None),
         ("Tuning tasks", f"{summary.get('tasks_accepted', 0)} / {summary.get('tasks', 0)}", "accepted / run", tuner),
         ("Validations", f"{summary.get('validations', 0)}", "store entries re-validated", None),
+        ("Verified coverage", number(summary.get("verified_coverage"), ".1%"),
+         "of the tunable chip-time runs a verified config after "
+         + _count(summary.get("verified_coverage_nights", 0), "night", "nights"), None),
     )
     return "\n".join(
         f'<div class="tile"><div class="label">{html.escape(label)}</div>'
@@ -292,7 +295,7 @@ form.filters a.clear { color: var(--muted); }
 .quick a { color: var(--muted); text-decoration: none; margin-left: 4px; padding: 3px 9px;
            border: 1px solid var(--line); border-radius: 6px; background: #fff; }
 main { padding: 20px 28px 40px; max-width: 1480px; margin: 0 auto; }
-.tiles { display: grid; grid-template-columns: repeat(4, minmax(0, 1fr)); gap: 14px; }
+.tiles { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 14px; }
 .tile { background: #fff; border: 1px solid var(--line); border-radius: 10px; padding: 14px 16px; }
 .tile .label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: 0.04em; }
 .tile .value { font-size: 26px; font-weight: 650; margin: 4px 0 2px; font-variant-numeric: tabular-nums; }

@@ -26,6 +26,7 @@ from delivery.store import Store
 from hlo.interval import columns
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, OPS
 from pipelines.dashboard.scope import Scope
+from pipelines.nightly import coverage_by_night
 from ranking.cost import loop_cost as ranking_loop_cost
 from ranking.cost import return_on_cost
 from ranking.realized import RUN_COLUMNS, Realized, RealizedSavings, realized_speedups
@@ -374,6 +375,16 @@ def symbols(home: Home, scope: Scope) -> list[Row]:
         "hlo_blob", "optimized_blob", "optimized_fingerprint")])))
 
 
+def verified_coverage(home: Home, scope: Scope) -> list[Row]:
+    """The verified coverage each nightly run left, night by night: the share of the tunable
+    chip-time (graphs the loop's machines can measure, jobs that did not opt out) whose key has
+    a live config the loop measured, over the run's window (ranking.verified_coverage, as the
+    run's savings stage recorded it). Fleet-wide and not windowed: nights count from the first."""
+    return [{**night.to_json(), "tunable_chip_hours": night.tunable_chip_seconds / 3600,
+             "covered_chip_hours": night.covered_chip_seconds / 3600}
+            for night in coverage_by_night(home)]
+
+
 def store_versions(home: Home, scope: Scope) -> list[Row]:
     """Every published store version. Fleet-wide and not windowed: the store's whole history
     is short."""
@@ -406,6 +417,7 @@ QUERIES: dict[str, Query] = {
     "flags": flags,
     "symbols": symbols,
     "store": store_versions,
+    "verified-coverage": verified_coverage,
 }
 # The filters a query's tables cannot be narrowed by (no such column, see scope.py): an
 # endpoint refuses them rather than answer for more than was asked.
@@ -414,17 +426,19 @@ NOT_NARROWED: dict[str, frozenset[str]] = {
     "validator-hits": frozenset({"graph", "entry"}),
     "coverage": frozenset({"team", "device_kind", "compiler_version", "graph", "entry"}),
     "store": frozenset({"team", "device_kind", "compiler_version", "graph", "entry"}),
+    "verified-coverage": frozenset({"team", "device_kind", "compiler_version", "graph", "entry"}),
     **{name: frozenset({"entry"}) for name in ("tuner", "tuning-results", "flags", "symbols", "loop-cost")},
 }
 
 
 def summary(rows: dict[str, list[Row]]) -> Row:
     """The headline figures, from the rows of the other queries (the tuned coverage is the
-    ranking's: fleet-wide)."""
+    ranking's, the verified coverage the last nightly run's: both fleet-wide)."""
     graph_hits = [r for r in rows["hits"] if r["source"] == "profiles" and r["kind"] == "graph"]
     graph_coverage = [r for r in rows["coverage"] if r["kind"] == "graph"]
     last_ranking = max((r["dt"] for r in graph_coverage), default=None)
     live = [r for r in rows["store"] if r["live"]]
+    night = rows["verified-coverage"][-1] if rows["verified-coverage"] else None
     return {
         **{name: sum(r[name] for r in rows["savings"])
            for name in ("chip_hours_saved", "compile_chip_hours_saved", "total_chip_hours_saved")},
@@ -441,13 +455,15 @@ def summary(rows: dict[str, list[Row]]) -> Row:
            for key in ("booked_decided_chip_hours", "realized_chip_hours", "realized_low", "realized_high",
                        "decided_entries", "undecided_entries")},
         "regressed_entries": sum(r["regressed"] for r in rows["realized"]),
+        "verified_coverage": night["share"] if night else None,
+        "verified_coverage_nights": night["night"] if night else 0,
         "return_on_cost": rows["loop-cost"][0]["return_on_cost"] if rows["loop-cost"] else None,
         "cost_chip_hours": rows["loop-cost"][0]["cost_chip_hours"] if rows["loop-cost"] else None,
     }
 
 
 SUMMARY_INPUTS = ("savings", "hits", "coverage", "store", "tuning-results", "validations", "realized",
-                  "realized-savings", "loop-cost")
+                  "realized-savings", "loop-cost", "verified-coverage")
 
 
 def _read(home: Home, scope: Scope, table: TableSchema, columns: list[str] | None = None,

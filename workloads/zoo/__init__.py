@@ -21,7 +21,8 @@ from typing import Callable
 
 import jax
 
-from workloads.zoo import attention_kv, cnn, gnn, mlp, nbody, recommender, rnn, transformer, two_tower, unet
+from workloads.zoo import (attention_kv, cnn, gnn, mlp, nbody, recommender, rnn, transformer, two_tower,
+                           unet, vit)
 
 # Registry order is the public, deterministic order of all_workloads().
 _FAMILIES = {
@@ -35,6 +36,7 @@ _FAMILIES = {
     "unet": unet,
     "nbody": nbody,
     "two_tower": two_tower,
+    "vit": vit,
 }
 SIZES = ("s", "m")
 GPU_SIZE = "g"

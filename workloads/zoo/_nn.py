@@ -142,3 +142,16 @@ def adam(
         lambda p, m, v: p - scale * m / (jnp.sqrt(jnp.maximum(v, 0.0)) + eps), params, m, v
     )
     return params, {"m": m, "v": v, "step": step}
+
+
+def adamw(
+    params: PyTree,
+    grads: PyTree,
+    state: dict[str, PyTree],
+    lr: float = 1e-3,
+    weight_decay: float = 1e-2,
+) -> tuple[PyTree, dict[str, PyTree]]:
+    """One AdamW step (Adam with weight decay decoupled from the gradient, as
+    ``optax.adamw``): every parameter also shrinks by ``lr * weight_decay`` of itself."""
+    stepped, state = adam(params, grads, state, lr=lr)
+    return jax.tree.map(lambda new, old: new - lr * weight_decay * old, stepped, params), state

@@ -5,9 +5,9 @@ Importing Beam warns on the root logger where apitools is missing, and Python an
 on a root logger without handlers by giving it a stderr handler for everything; the worker's own
 notices then print there. Here stderr gets a handler of its own first, for errors only. Every
 record also goes to the runner's process through Beam's logging service, whose logging decides
-what shows (ranking.beam_logging).
+what shows (storage.beam_logging).
 
-    python -m ranking.beam_worker
+    python -m storage.beam_worker
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Beam logs notices nobody can act on at every pipeline: importing it warns on the
 where Google's apitools is not installed ("apitools not found"), and its workers' start-up
 ("No semi_persistent_directory found", "Discarding unparseable args") comes back through the
 runner's logging service. `quiet_beam_logging` keeps both out of a process's stderr; the
-in-process runner's workers start quietly too (ranking.beam_worker). Records of every other
+in-process runner's workers start quietly too (storage.beam_worker). Records of every other
 logger (fdo's own warnings included) are left as they are. Nothing here imports Beam.
 """
 

@@ -1,0 +1,101 @@
+"""Verified coverage: the share of the tunable chip-time that runs a verified config.
+
+The loop's reach as one figure, beside what it saved (`fdo savings --json`, the nightly's savings
+stage, the dashboard's overview, the demo's summary). Over a window of days:
+- tunable chip-time: the graph chip-time (`graph_runs`) of jobs that did not opt out, of graphs
+  the loop can tune: their HLO is in `graphs`, and their environment is one the tuner measures
+  (`environments`; by default this machine's platform and device kind, as the tuner's candidates
+  are chosen: `tuner.candidates`);
+- covered: the part of it whose key has a live store entry the loop measured (written by the
+  tuner or the validator; a team's imported config is its claim until the validator keeps it).
+The figure holds the live store against the window's runs, so taken after a night's deliver and
+validate it says what that night left the fleet: the nightly's savings stage records it in the
+run ledger (its `coverage` counts; `pipelines.nightly.coverage_by_night` reads them back).
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hlo.environment import current_environment
+from ingest.tables import GRAPH_RUNS, GRAPHS
+from storage.home import Home
+from storage.homes import open_home
+from storage.store import live_entries
+from storage.warehouse import Warehouse
+
+# Who last wrote an entry whose config the loop measured (`storage.store`'s provenance).
+MEASURED_BY_LOOP = ("tuner", "validator")
+
+
+@dataclass(frozen=True)
+class VerifiedCoverage:
+    """The tunable chip-time of [first, last] and the part of it with a verified config live,
+    in chip-seconds, and how many graph keys each holds."""
+
+    first: datetime.date
+    last: datetime.date
+    tunable_chip_seconds: float
+    covered_chip_seconds: float
+    tunable_keys: int
+    covered_keys: int
+
+    @property
+    def share(self) -> float | None:
+        """The covered share of the tunable chip-time; None where nothing was tunable."""
+        if self.tunable_chip_seconds <= 0:
+            return None
+        return self.covered_chip_seconds / self.tunable_chip_seconds
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready: every field (dates in ISO form) and the share."""
+        return {**asdict(self), "first": self.first.isoformat(), "last": self.last.isoformat(),
+                "share": self.share}
+
+
+def verified_coverage(home: Home, first: datetime.date, last: datetime.date,
+                      environments: frozenset[str] | None = None,
+                      entries: pa.Table | None = None) -> VerifiedCoverage:
+    """The verified coverage of the graph runs of [first, last] under the live store (see the
+    module docstring); `environments`: the env keys the tuner measures (None: this machine's
+    platform and device kind); `entries`: the store entries to count instead of the live
+    version's (an earlier version's, to say what it covered)."""
+    home = open_home(home)
+    warehouse = Warehouse(home)
+    graphs = warehouse.read(GRAPHS, ["fingerprint", "env_key", "platform", "device_kind"])
+    if environments is None:
+        here = current_environment()
+        measurable = pc.and_(pc.equal(graphs.column("platform"), here.platform),
+                             pc.equal(graphs.column("device_kind"), here.device_kind))
+    else:
+        measurable = pc.is_in(graphs.column("env_key"), value_set=pa.array(sorted(environments), pa.string()))
+    tunable_keys = _keys(graphs.filter(measurable))
+    days = {(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)}
+    runs = warehouse.read(GRAPH_RUNS, ["fingerprint", "env_key", "opted_out", "chip_seconds"],
+                          filter_dt=days.__contains__)
+    runs = runs.filter(pc.invert(runs.column("opted_out")))
+    per_key = runs.group_by(["fingerprint", "env_key"], use_threads=False).aggregate([("chip_seconds", "sum")])
+    per_key = per_key.filter(pc.is_in(_keys(per_key), value_set=tunable_keys))
+    entries = live_entries(home) if entries is None else entries
+    verified = entries.filter(pc.and_(pc.equal(entries.column("kind"), "graph"),
+                                      pc.is_in(entries.column("provenance"),
+                                               value_set=pa.array(MEASURED_BY_LOOP))))
+    covered = per_key.filter(pc.is_in(_keys(per_key), value_set=_keys(verified)))
+
+    def total(table: pa.Table) -> float:
+        return float(pc.sum(table.column("chip_seconds_sum")).as_py() or 0.0)
+
+    return VerifiedCoverage(first, last, total(per_key), total(covered), per_key.num_rows,
+                            covered.num_rows)
+
+
+def _keys(table: pa.Table) -> pa.Array:
+    """Each row's (fingerprint, env_key) as one string."""
+    joined = pc.binary_join_element_wise(table.column("fingerprint"), table.column("env_key"), "/")
+    return pa.chunked_array(joined, pa.string()).combine_chunks() if isinstance(
+        joined, pa.ChunkedArray) else joined
