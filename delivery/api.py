@@ -2,9 +2,10 @@
 bodies against them, and /openapi.json (so the docs pages) shows every one.
 
 Strict models: a value of the wrong type is refused, never converted (a version of true or
-"3", a key that is a number). A served entry's fields come from the store's own declaration
-(delivery.store.ENTRIES), its configs JSON objects, its holdout_share the effective one (the
-entry's, else its version's), and beside them its version's relaxed_numerics_teams.
+"3", a key that is a number). A served entry is the JSON form of the store's entry record
+(storage.store.StoreEntry.to_json), its columns' types the store's own declaration (ENTRIES),
+its configs JSON objects, its holdout_share the effective one (the entry's, else its
+version's), and beside them its version's relaxed_numerics_teams.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from delivery.imports import Hex32, ImportEntry
-from storage.store import ENTRIES
+from storage.store import ENTRIES, StoreEntry
 
 MAX_BATCH_KEYS = 1000
 
@@ -67,7 +68,7 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _python_type(field: pa.Field) -> Any:
-    if field.name in ("config", "relaxed_config"):
+    if field.name in StoreEntry.CONFIG_FIELDS:
         return dict[str, Any] | None
     if pa.types.is_timestamp(field.type):
         return datetime.datetime | None

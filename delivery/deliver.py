@@ -42,7 +42,7 @@ from storage.beam_io import ReadTables, Source, StageTable, partition_files, pla
 from storage.beam_runner import pipeline_options
 from storage.home import Home, temporary_name
 from storage.homes import open_home
-from storage.store import ENTRIES, conform_entries
+from storage.store import ENTRIES, Provenance, conform_entries
 from tuner.tables import TUNING_RESULTS
 
 log = logging.getLogger("fleet_fdo.deliver")
@@ -99,7 +99,7 @@ def accepted_as_entries(results: pa.Table, ttl: datetime.timedelta = DEFAULT_TTL
         "env_key": rows.column("env_key"), "kind": pa.repeat(pa.scalar("graph"), rows.num_rows),
         "speedup": rows.column("speedup"),
         "expires_at": pc.add(measured, pa.scalar(ttl, pa.duration("us"))),
-        "provenance": pa.repeat(pa.scalar("tuner"), rows.num_rows),
+        "provenance": pa.repeat(pa.scalar(Provenance.TUNER.value), rows.num_rows),
         "config": rows.column("config"), "ci_low": rows.column("ci_low"),
         "ci_high": rows.column("ci_high"), "compiler_version": rows.column("compiler_version"),
         "measured_at": measured, "source": rows.column("task_id"),

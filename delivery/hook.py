@@ -364,7 +364,7 @@ class Hook:
         plan.expected_speedup, plan.outcome, plan.reason = decision.expected_speedup, decision.outcome, decision.reason
         plan.checked = True
         if decision.apply:
-            results = decision.found.entry.get("autotune_results") if decision.results and decision.found else None
+            results = decision.found.entry.autotune_results if decision.results and decision.found else None
             try:
                 plan.config = from_json(json.loads(decision.config_text or ""))
                 plan.results = parse_results(results) if results is not None else None
@@ -406,18 +406,19 @@ class Hook:
         one where it has one and the job takes it), or refused, or sent to the holdout arm."""
         assert plan.found is not None
         entry = plan.found.entry
-        relaxed = entry.get("relaxed_config") is not None and self.settings.takes_relaxed(plan.found)
-        plan.config_text = entry["relaxed_config"] if relaxed else entry["config"]
-        plan.expected_speedup = entry.get("relaxed_speedup") if relaxed else entry.get("speedup")
+        if entry.relaxed_config is not None and self.settings.takes_relaxed(plan.found):
+            plan.config_text, plan.expected_speedup = entry.relaxed_config, entry.relaxed_speedup
+        else:
+            plan.config_text, plan.expected_speedup = entry.config, entry.speedup
         try:
             plan.config = from_json(json.loads(plan.config_text))
         except (FlagError, json.JSONDecodeError, TypeError) as exc:
             plan.outcome, plan.reason = "refused", f"config refused: {exc}"
             self._warn(f"entry {plan.key}: {plan.reason}", f"refused {plan.key}")
             return plan
-        if entry.get("autotune_results") is not None:
+        if entry.autotune_results is not None:
             try:
-                plan.results = parse_results(entry["autotune_results"])
+                plan.results = parse_results(entry.autotune_results)
             except ResultsError as exc:
                 plan.config, plan.outcome, plan.reason = None, "refused", f"entry refused: {exc}"
                 self._warn(f"entry {plan.key}: {plan.reason}", f"refused {plan.key}")
@@ -425,7 +426,7 @@ class Hook:
         if holdout_arm(self.job_id, plan.key, self.settings.holdout_share(plan.found)):
             # The arm compares the defaults with the entry as it stands: its own speedup.
             plan.config, plan.results, plan.outcome = None, None, "holdout"
-            plan.expected_speedup = entry.get("speedup")
+            plan.expected_speedup = entry.speedup
         return plan
 
     def _environment_for(self, computation: Any, compile_options: Any) -> Environment:
@@ -446,13 +447,12 @@ class Hook:
 
     def _record(self, plan: _Plan, optimized_fingerprint: str | None, hook_seconds: float,
                 compile_seconds: float) -> None:
-        entry = plan.found.entry if plan.found is not None else {}
         applied = plan.outcome in ("applied", "fallback")
         record = {
             "at": datetime.datetime.now(datetime.UTC), "job_id": self.job_id, "key": plan.key,
             "fingerprint": plan.fingerprint, "env_key": plan.env_key,
             "module_name": plan.module_name, "outcome": plan.outcome,
-            "kind": entry.get("kind"),
+            "kind": plan.found.entry.kind if plan.found is not None else None,
             "config_version": plan.found.version if plan.found is not None else None,
             "expected_speedup": plan.expected_speedup if plan.outcome in ("applied", "holdout") else None,
             "config": plan.config_text if applied else None,
@@ -583,7 +583,7 @@ def _compiled_with(plan: _Plan) -> str | None:
     its autotune results' (they change the optimized module's kernel configs)."""
     if plan.results is None or plan.found is None:
         return plan.config_text
-    return f"{plan.config_text}\n{plan.found.entry['autotune_results']}"
+    return f"{plan.config_text}\n{plan.found.entry.autotune_results}"
 
 
 def _bytecode(computation: Any) -> bytes:

@@ -24,7 +24,7 @@ from execution.autotune_results import MAX_RESULTS, ResultsError, parse_results
 from execution.flags import FlagError, from_json, to_json
 from hlo.environment import store_key
 from storage.home import Home
-from storage.store import ENTRIES, MAX_HOLDOUT_SHARE, check_holdout_share
+from storage.store import MAX_HOLDOUT_SHARE, Provenance, StoreEntry, check_holdout_share, entries_table
 
 MAX_IMPORT_BYTES = 16 << 20
 Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
@@ -122,7 +122,7 @@ def publish_import(home: Home, new: pa.Table, reason: str) -> int | None:
 def entry_rows(entries: Sequence[ImportEntry], source: str, now: datetime.datetime | None = None) -> pa.Table:
     """Store rows (ENTRIES) of imported entries, measured `now` and from `source`."""
     now = now or datetime.datetime.now(datetime.UTC)
-    return pa.Table.from_pylist([_row(entry, source, now) for entry in entries], ENTRIES)
+    return entries_table(_entry(entry, source, now) for entry in entries)
 
 
 def describe(errors: Iterable[ErrorDetails | dict[str, Any]], within: tuple[str, ...] = ()) -> str:
@@ -131,11 +131,10 @@ def describe(errors: Iterable[ErrorDetails | dict[str, Any]], within: tuple[str,
     return "; ".join(f"{'.'.join(map(str, (*within, *error['loc'])))}: {error['msg']}" for error in errors)
 
 
-def _row(entry: ImportEntry, source: str, now: datetime.datetime) -> dict[str, Any]:
-    return {"key": store_key(entry.fingerprint, entry.env_key), "fingerprint": entry.fingerprint,
-            "env_key": entry.env_key, "kind": entry.kind, "speedup": entry.speedup,
-            "expires_at": entry.expires_at or now + DEFAULT_TTL, "provenance": "import",
-            "config": json.dumps(entry.config, sort_keys=True), "ci_low": None, "ci_high": None,
-            "compiler_version": None, "measured_at": now, "source": source,
-            "holdout_share": entry.holdout_share, "relaxed_config": None, "relaxed_speedup": None,
-            "autotune_results": entry.autotune_results}
+def _entry(entry: ImportEntry, source: str, now: datetime.datetime) -> StoreEntry:
+    """An imported entry: no interval, compiler or relaxed config of its own."""
+    return StoreEntry(key=store_key(entry.fingerprint, entry.env_key), fingerprint=entry.fingerprint,
+                      env_key=entry.env_key, kind=entry.kind, speedup=entry.speedup,
+                      expires_at=entry.expires_at or now + DEFAULT_TTL, provenance=Provenance.IMPORT,
+                      config=json.dumps(entry.config, sort_keys=True), measured_at=now, source=source,
+                      holdout_share=entry.holdout_share, autotune_results=entry.autotune_results)

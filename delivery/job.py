@@ -52,7 +52,7 @@ import pyarrow as pa
 
 from delivery.lookup import Found
 from hlo.errors import first_line
-from storage.store import ENTRIES
+from storage.store import ENTRIES, StoreEntry
 
 KEY_PREFIX = "fleet_fdo/"
 JOB_ID_KEY = KEY_PREFIX + "job_id"
@@ -80,11 +80,13 @@ class Decision:
     results: bool = False  # and deliver `found`'s autotune results
 
     def to_text(self) -> str:
+        """The decision as JSON, its entry as a row of the store (StoreEntry.to_row: the configs
+        their text) with its times in ISO 8601."""
         found = None if self.found is None else {
             "version": self.found.version, "holdout_share": self.found.holdout_share,
             "relaxed_numerics_teams": list(self.found.relaxed_numerics_teams),
             "entry": {name: value.isoformat() if isinstance(value, datetime.datetime) else value
-                      for name, value in self.found.entry.items()}}
+                      for name, value in self.found.entry.to_row().items()}}
         return json.dumps({"format": FORMAT, "job_id": self.job_id, "key": self.key,
                            "outcome": self.outcome, "reason": self.reason, "found": found,
                            "config_text": self.config_text, "expected_speedup": self.expected_speedup,
@@ -99,10 +101,10 @@ class Decision:
                 raise ValueError(f"format {data.get('format')!r}, not {FORMAT}")
             found = data["found"]
             if found is not None:
-                entry = {name: datetime.datetime.fromisoformat(value)
-                         if name in _TIMESTAMPS and value is not None else value
-                         for name, value in found["entry"].items()}
-                found = Found(int(found["version"]), entry, float(found["holdout_share"]),
+                row = {name: datetime.datetime.fromisoformat(value)
+                       if name in _TIMESTAMPS and value is not None else value
+                       for name, value in found["entry"].items()}
+                found = Found(int(found["version"]), StoreEntry.from_row(row), float(found["holdout_share"]),
                               tuple(found["relaxed_numerics_teams"]))
             return cls(job_id=str(data["job_id"]), key=str(data["key"]), outcome=str(data["outcome"]),
                        reason=data["reason"], found=found, config_text=data["config_text"],

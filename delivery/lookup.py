@@ -1,8 +1,9 @@
 """Where the compiler hook finds tuned configs: the embedded snapshot or the remote service.
 
-Both answer `lookup(key)` with a `Found` (the entry and the store version that served it) or
-None, and raise `StoreUnavailable` when the store cannot answer (missing, corrupt, unreachable,
-slow); the hook then compiles with the defaults. Neither ever raises anything else.
+Both answer `lookup(key)` with a `Found` (the entry, a `storage.store.StoreEntry`, and the
+store version that served it) or None, and raise `StoreUnavailable` when the store cannot
+answer (missing, corrupt, unreachable, slow, or an answer that is no entry); the hook then
+compiles with the defaults. Neither ever raises anything else.
 
 Each `Found` carries its version's policies as they apply to the entry (delivery.hook): the
 effective holdout share, the entry's own, else its version's (the manifest's; the default for a
@@ -28,14 +29,12 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from delivery.store import Manifest, Store, check_relaxed_numerics_teams, relaxed_speedup_ok
-from storage.store import DEFAULT_HOLDOUT_SHARE, check_holdout_share
+from delivery.store import Manifest, Store, check_relaxed_numerics_teams
+from storage.store import DEFAULT_HOLDOUT_SHARE, StoreEntry, entries_of
 
 MAX_RESPONSE_BYTES = 1 << 20
-_ENTRY_FIELDS = {"key": str, "fingerprint": str, "env_key": str, "kind": str, "config": dict,
-                 "speedup": float}
 
 
 class StoreUnavailable(Exception):
@@ -44,11 +43,11 @@ class StoreUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Found:
-    """A live entry for a key and the store version that holds it. The entry is a row of the
-    store (delivery.store.ENTRIES) whichever source answered: its configs the JSON text."""
+    """A live entry for a key and the store version that holds it, whichever source answered
+    (from a service, its holdout share is the effective one, as below)."""
 
     version: int
-    entry: dict[str, Any]
+    entry: StoreEntry
     holdout_share: float = DEFAULT_HOLDOUT_SHARE  # the entry's, else its version's
     relaxed_numerics_teams: tuple[str, ...] = ()  # its version's (Manifest.relaxed_numerics_teams)
 
@@ -67,19 +66,19 @@ class EmbeddedStore:
     def __init__(self, home: Path, version: int | None = None) -> None:
         self.home, self.pinned = Path(home), version
         self._lock = threading.Lock()
-        self._loaded: tuple[Manifest, dict[str, dict[str, Any]]] | None = None
+        self._loaded: tuple[Manifest, dict[str, StoreEntry]] | None = None
         self._failure: str | None = None
 
     def lookup(self, key: str) -> Found | None:
         """The entry for `key` in the snapshot."""
         manifest, entries = self._snapshot()
         entry = entries.get(key)
-        if entry is None or _expired(entry):
+        if entry is None or entry.expired(_now()):
             return None
-        share = manifest.holdout_share if entry.get("holdout_share") is None else entry["holdout_share"]
+        share = manifest.holdout_share if entry.holdout_share is None else entry.holdout_share
         return Found(manifest.version, entry, share, tuple(manifest.relaxed_numerics_teams))
 
-    def _snapshot(self) -> tuple[Manifest, dict[str, dict[str, Any]]]:
+    def _snapshot(self) -> tuple[Manifest, dict[str, StoreEntry]]:
         with self._lock:
             if self._loaded is None and self._failure is None:
                 try:
@@ -91,13 +90,13 @@ class EmbeddedStore:
             assert self._loaded is not None
             return self._loaded
 
-    def _read(self) -> tuple[Manifest, dict[str, dict[str, Any]]]:
+    def _read(self) -> tuple[Manifest, dict[str, StoreEntry]]:
         store = Store(self.home)
         version = self.pinned if self.pinned is not None else store.current()
         if version is None:
             raise StoreUnavailable(f"no store published under {self.home}")
-        rows = store.entries(version).to_pylist()
-        return store.manifest(version), {row["key"]: row for row in rows}
+        entries = entries_of(store.entries(version))
+        return store.manifest(version), {entry.key: entry for entry in entries}
 
 
 class RemoteStore:
@@ -153,7 +152,7 @@ class RemoteStore:
         found = _parse_answer(body)
         if found is None:
             raise StoreUnavailable(f"store service {self.url}: malformed answer for {key}")
-        if found.entry["key"] != key or _expired(found.entry):
+        if found.entry.key != key or found.entry.expired(_now()):
             return None
         return found
 
@@ -196,47 +195,29 @@ class RemoteStore:
 
 
 def _parse_answer(body: bytes) -> Found | None:
+    """The service's answer for a key (api.Lookup: the entry's JSON form, StoreEntry.to_json,
+    with its version's policies on it); None where it is no such answer: not JSON, no version,
+    an entry that is no StoreEntry (a field of the wrong type, a relaxed config without its
+    speedup), a refused holdout share or team list."""
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
-    entry = data.get("entry") if isinstance(data, dict) else None
+    served = data.get("entry") if isinstance(data, dict) else None
     version = data.get("version") if isinstance(data, dict) else None
-    if not isinstance(entry, dict) or not isinstance(version, int) or isinstance(version, bool):
-        return None
-    for name, type_ in _ENTRY_FIELDS.items():
-        value = entry.get(name)
-        if type_ is float and isinstance(value, int) and not isinstance(value, bool):
-            value = entry[name] = float(value)
-        if not isinstance(value, type_):
-            return None
-    # The service sends the configs as objects; the store's text of them, as the store writes it.
-    entry["config"] = json.dumps(entry["config"], sort_keys=True)
-    relaxed = entry.get("relaxed_config")
-    if relaxed is not None:
-        if not isinstance(relaxed, dict) or not relaxed_speedup_ok(entry.get("relaxed_speedup")):
-            return None
-        entry["relaxed_config"] = json.dumps(relaxed, sort_keys=True)
-    # Checked as XLA's protos by the hook; here only its type (text, or none).
-    if not isinstance(entry.get("autotune_results"), (str, type(None))):
+    if not isinstance(served, dict) or not isinstance(version, int) or isinstance(version, bool):
         return None
     # The service serves the version's policies on the entry: the effective share and the
-    # version's teams; one from before them serves none. The teams are no column of the entry.
-    share, teams = entry.get("holdout_share"), entry.pop("relaxed_numerics_teams", None)
+    # version's teams; one from before them serves none. The teams are no field of the entry.
+    teams = served.get("relaxed_numerics_teams")
     try:
-        share = check_holdout_share(DEFAULT_HOLDOUT_SHARE if share is None else share, "holdout_share")
+        entry = StoreEntry.from_json(served)
+        share = DEFAULT_HOLDOUT_SHARE if entry.holdout_share is None else entry.holdout_share
         teams = check_relaxed_numerics_teams([] if teams is None else teams, "relaxed_numerics_teams")
     except ValueError:  # StoreError too
         return None
-    if entry.get("expires_at") is not None:
-        try:
-            expires = datetime.datetime.fromisoformat(entry["expires_at"])
-        except (TypeError, ValueError):
-            return None
-        entry["expires_at"] = expires if expires.tzinfo else expires.replace(tzinfo=datetime.UTC)
     return Found(version, entry, share, tuple(teams))
 
 
-def _expired(entry: dict[str, Any]) -> bool:
-    expires = entry.get("expires_at")
-    return expires is not None and expires <= datetime.datetime.now(datetime.UTC)
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)

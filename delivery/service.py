@@ -57,8 +57,9 @@ from delivery.api import (BatchLookup, BatchRequest, ErrorAnswer, Health, Import
                           InvalidateRequest, Lookup, Published, RollbackRequest, inline_schema)
 from delivery.imports import MAX_IMPORT_BYTES, describe, entry_rows, publish_import
 from delivery.metrics import ServiceMetrics
-from delivery.store import Store, StoreError, entry_json
+from delivery.store import Store, StoreError
 from storage.home import Home
+from storage.store import entries_of
 
 MAX_BODY_BYTES = MAX_IMPORT_BYTES  # an import
 MAX_JSON_BYTES = 1 << 20  # any other body: 1000 keys take 35 kB
@@ -367,18 +368,18 @@ def _render(home: Home) -> Rendering:
     version = store.current()
     if version is None:
         return None, None, {}
-    rows = store.entries(version).to_pylist()
+    entries = entries_of(store.entries(version))
     manifest = store.manifest(version)
     published = datetime.datetime.fromisoformat(manifest.created)
     # A served entry carries its version's policies as they apply to it (delivery.lookup.Found):
     # its effective holdout share and the version's relaxed-numerics teams; a client reads them
     # off the entry and never needs the version's manifest.
     return version, published, {
-        row["key"]: json.dumps(entry_json({**row, "holdout_share": manifest.holdout_share
-                                           if row["holdout_share"] is None else row["holdout_share"],
-                                           "relaxed_numerics_teams": manifest.relaxed_numerics_teams}),
-                               separators=(",", ":")).encode()
-        for row in rows}
+        entry.key: json.dumps({**replace(entry, holdout_share=manifest.holdout_share
+                                         if entry.holdout_share is None else entry.holdout_share).to_json(),
+                               "relaxed_numerics_teams": manifest.relaxed_numerics_teams},
+                              separators=(",", ":")).encode()
+        for entry in entries}
 
 
 def _import(home: Home, body: bytes) -> dict[str, Any]:

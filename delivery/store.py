@@ -24,9 +24,10 @@ entries; `update` and `rollback` retry on the new live version. Rollback publish
 version with an older version's entries, so history only grows. A version's policies are
 carried forward by every publish until one is set again (`set_holdout_share`,
 `set_relaxed_numerics_teams`). Every config is checked against the flag allowlist on the way in
-(`execution.flags.from_json`), the relaxed config too, every holdout share against its range
-(`storage.store.check_holdout_share`), every team list (`check_relaxed_numerics_teams`) and
-every entry's autotune results (`check_autotune_results`).
+(`execution.flags.from_json`), the relaxed config too, every row as the entry record it must
+make (`storage.store.StoreEntry`: each field's type, the holdout share within its range, a
+relaxed config's speedup), every team list (`check_relaxed_numerics_teams`) and every entry's
+autotune results (`check_autotune_results`).
 
 The store heals around what a crash or a careless hand leaves. A version number is never
 reused: the next one is past every `v<N>` name on disk (complete or not), CURRENT and
@@ -43,7 +44,6 @@ import contextlib
 import datetime
 import hashlib
 import json
-import math
 import random
 import re
 import time
@@ -60,12 +60,12 @@ from execution.flags import FlagError, from_json, to_json
 from ingest.tables import TEAM
 from storage.home import Home
 from storage.homes import open_home
-from storage.store import DEFAULT_HOLDOUT_SHARE, ENTRIES, check_holdout_share, conform_entries, current_version
+from storage.store import (DEFAULT_HOLDOUT_SHARE, ENTRIES, check_holdout_share, conform_entries,
+                           current_version, entries_of)
 
 DEFAULT_TTL = datetime.timedelta(days=30)
 _VERSION_NAME = re.compile(r"\.?v([0-9]+)(?:\.tmp-.*)?")  # v<N>, and .v<N>.tmp-* while staged
 LAST_VERSION = "LAST_VERSION"
-_CONFIG_COLUMNS = ("config", "relaxed_config")  # JSON text in the store, objects in JSON output
 
 
 class StoreError(ValueError):
@@ -196,21 +196,21 @@ class Store:
         """Publish `entries` as the next version, built on `parent`, made for `reason` by
         `writer`, with the policies `holdout_share` and `relaxed_numerics_teams` (see Manifest;
         None: the parent's); returns the new version. StoreError names an entry whose config,
-        relaxed config, holdout share or autotune results are refused, or a refused policy."""
+        relaxed config, autotune results or other field (storage.store.StoreEntry checks their
+        types, the holdout share, the relaxed speedup) is refused, or a refused policy."""
         entries = _sorted(conform_entries(entries))
-        for row in entries.select(["key", "config", "relaxed_config", "relaxed_speedup",
-                                   "holdout_share", "autotune_results"]).to_pylist():
-            where = f"entry {row['key']}"
-            _check_config(row["config"], where)
-            if row["relaxed_config"] is not None:
-                _check_config(row["relaxed_config"], f"{where} (relaxed config)")
-                if not relaxed_speedup_ok(row["relaxed_speedup"]):
-                    raise StoreError(f"{where}: relaxed speedup {row['relaxed_speedup']!r} refused: a "
-                                     "relaxed config needs the positive speedup it was measured at")
-            if row["holdout_share"] is not None:
-                _check_share(row["holdout_share"], where)
-            if row["autotune_results"] is not None:
-                check_autotune_results(row["autotune_results"], where)
+        for key, config, relaxed in zip(*(entries.column(name).to_pylist()
+                                          for name in ("key", "config", "relaxed_config"))):
+            _check_config(config, f"entry {key}")
+            if relaxed is not None:
+                _check_config(relaxed, f"entry {key} (relaxed config)")
+        try:
+            records = entries_of(entries)  # each checked: its fields' types, share, relaxed speedup
+        except ValueError as exc:
+            raise StoreError(str(exc)) from None
+        for entry in records:
+            if entry.autotune_results is not None:
+                check_autotune_results(entry.autotune_results, f"entry {entry.key}")
         given = {"holdout_share": holdout_share, "relaxed_numerics_teams": relaxed_numerics_teams}
         policies = {name: _POLICIES[name](value, "the version") for name, value in given.items()
                     if value is not None}
@@ -375,19 +375,6 @@ def merge_entries(current: pa.Table, new: pa.Table) -> pa.Table:
     new = conform_entries(new)
     kept = current.filter(pc.invert(pc.is_in(current.column("key"), value_set=new.column("key"))))
     return pa.concat_tables([conform_entries(kept), new])
-
-
-def entry_json(row: dict[str, Any]) -> dict[str, Any]:
-    """An entry (a row of ENTRIES) as JSON shows it: times in ISO 8601, the configs objects."""
-    return {k: json.loads(v) if k in _CONFIG_COLUMNS and v is not None
-            else v.isoformat() if hasattr(v, "isoformat") else v
-            for k, v in row.items()}
-
-
-def relaxed_speedup_ok(value: Any) -> bool:
-    """Whether `value` can be a relaxed config's speedup: a finite positive number (no bool)."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
 
 
 def _check_config(text: str, where: str) -> str:

@@ -39,6 +39,7 @@ from pipelines.nightly import NightlySettings, coverage_by_night, run_nightly
 from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
 from storage.beam_logging import quiet_beam_logging
+from storage.store import entries_of
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
 from validator.tables import OUTCOMES, VALIDATIONS
@@ -174,8 +175,8 @@ def first_tuned(home: Path, owned: OwnerConfig) -> list[str]:
     store = Store(home)
     if store.current() is None:
         return []
-    return sorted(e["key"] for e in store.entries().to_pylist()
-                  if e["kind"] == "graph" and e["key"] != owned_key(home, owned))
+    return sorted(e.key for e in entries_of(store.entries())
+                  if e.kind == "graph" and e.key != owned_key(home, owned))
 
 
 def print_summary(home: Path, first: datetime.date) -> None:
@@ -184,7 +185,7 @@ def print_summary(home: Path, first: datetime.date) -> None:
     warehouse = Warehouse(home)
     results = warehouse.read(TUNING_RESULTS).to_pylist()
     store = Store(home)
-    entries = {(e["fingerprint"], e["env_key"]) for e in store.entries().to_pylist()}
+    entries = {(e.fingerprint, e.env_key) for e in entries_of(store.entries())}
     print(f"\n{len(results)} tuning results (graph or op, per environment):")
     for row in results:
         interval = (f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]" if row["ci_low"] is not None else "")

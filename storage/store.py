@@ -1,4 +1,5 @@
-"""The config store's schema and its read path for every stage (`delivery.store` writes it).
+"""The config store's schema, its entry record and its read path for every stage
+(`delivery.store` writes it).
 
 Layout under `<home>/store/`: `CURRENT` holds the live version number N, `v<N>/entries.parquet`
 one row per entry (ENTRIES), `v<N>/manifest.json` what the version is and who wrote it
@@ -9,14 +10,26 @@ yet means no entries. The home may be a URL on any of Beam's file systems.
 
 Columns came to ENTRIES after the first versions (ADDED_ENTRY_COLUMNS): every reader takes a
 version's table through `conform_entries`, where a version written before them reads as null.
+
+One entry as Python sees it is a `StoreEntry`, the contract between the tuner's deliver, the
+hook, the service and the validator: a table of entries becomes records through `entries_of`
+(a row through `StoreEntry.from_row`) and records a table through `entries_table`; the
+service's JSON form of an entry is `to_json`/`from_json`. Nothing reads an entry as a dict
+(tests/test_architecture.py checks it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import enum
+import functools
+import json
 import math
+import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,7 +45,7 @@ STORE_ENTRY_COLUMNS = pa.schema([
     pa.field("kind", pa.string()),  # 'graph' or 'op'
     pa.field("speedup", pa.float64()),  # the measured speedup a hit is expected to give
     pa.field("expires_at", pa.timestamp("us", tz="UTC")),
-    pa.field("provenance", pa.string()),  # 'tuner', 'validator' or 'import': who wrote it last
+    pa.field("provenance", pa.string()),  # who wrote it last: a Provenance
 ])
 ENTRIES = pa.schema(list(STORE_ENTRY_COLUMNS) + [
     pa.field("config", pa.string()),  # JSON of allowlisted flags
@@ -52,6 +65,7 @@ ENTRIES = pa.schema(list(STORE_ENTRY_COLUMNS) + [
     # text format (execution.autotune_results); null where the entry carries none.
     pa.field("autotune_results", pa.string()),
 ])
+_ENTRY_NAMES = tuple(ENTRIES.names)  # Arrow makes the list anew each time it is asked
 ADDED_ENTRY_COLUMNS = frozenset({"holdout_share", "relaxed_config", "relaxed_speedup", "autotune_results"})
 # The share of jobs a key's holdout arm takes when neither the entry nor its version's manifest
 # says (versions made before shares existed), and the most any may say: the holdout arm is a
@@ -68,6 +82,140 @@ def conform_entries(entries: pa.Table) -> pa.Table:
         if name not in entries.column_names and name in ADDED_ENTRY_COLUMNS:
             entries = entries.append_column(name, pa.nulls(entries.num_rows, ENTRIES.field(name).type))
     return entries.select(ENTRIES.names).cast(ENTRIES)
+
+
+class Provenance(enum.StrEnum):
+    """Who wrote a store entry last: deliver, from a tuning result (TUNER); the validator,
+    re-measured or re-keyed (VALIDATOR); an owner's import, a file or the service (IMPORT)."""
+
+    TUNER = "tuner"
+    VALIDATOR = "validator"
+    IMPORT = "import"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreEntry:
+    """One entry of a store version, a row of ENTRIES: a tuned config for a graph (or op) in an
+    environment, under `key` = hlo.environment.store_key(fingerprint, env_key).
+
+    The configs are JSON text of allowlisted flags, as the store keeps them: the allowlist is
+    checked where they are written and where they are applied (delivery.store, the hook, the
+    validator), so that a config the allowlist stops taking is refused there, never an entry
+    that cannot be read. Times are aware datetimes. The fields that may be null are null in an
+    entry that never had them (an import carries no interval, compiler or measured relaxed
+    config; a version or a service answer from before a column has none of it); an entry with
+    no holdout share takes its version's. The fields are ENTRIES' columns in their order (that
+    of `to_row` and of the JSON form).
+
+    Making one checks it: each field's type (an int where a float goes reads as the float, a
+    provenance string as its Provenance), a holdout share within its range, a relaxed config
+    only with the positive speedup it was measured at; ValueError naming the entry, the field
+    and the value otherwise."""
+
+    key: str
+    fingerprint: str
+    env_key: str
+    kind: str  # 'graph' or 'op'
+    speedup: float  # the measured speedup a hit is expected to give
+    expires_at: datetime.datetime | None = None
+    provenance: Provenance | None = None
+    config: str
+    ci_low: float | None = None
+    ci_high: float | None = None
+    compiler_version: str | None = None
+    measured_at: datetime.datetime | None = None
+    source: str | None = None  # the tuning task id, the imported file, or "import via service"
+    holdout_share: float | None = None  # None: its version's
+    relaxed_config: str | None = None  # with numerics-relaxing flags, for jobs that opted in
+    relaxed_speedup: float | None = None
+    autotune_results: str | None = None  # XLA:GPU's, in XLA's text format (execution.autotune_results)
+
+    # The fields whose JSON form is an object (their text parsed), and those in ISO 8601.
+    CONFIG_FIELDS: ClassVar[tuple[str, ...]] = ("config", "relaxed_config")
+    TIME_FIELDS: ClassVar[tuple[str, ...]] = ("expires_at", "measured_at")
+
+    def __post_init__(self) -> None:
+        where = "entry" if self.key is None else f"entry {self.key}"
+        for name, kind, required in _entry_fields():
+            value = getattr(self, name)
+            if value is None:
+                if required:
+                    raise ValueError(f"{where}: no {name}")
+                continue
+            if type(value) is kind and kind is not datetime.datetime:  # as Arrow reads them: the common case
+                continue
+            typed = _typed(value, kind)
+            if typed is None:
+                raise ValueError(f"{where}: {name} {value!r} refused: must be {_KIND_NAMES[kind]}")
+            if typed is not value:
+                object.__setattr__(self, name, typed)
+        if self.holdout_share is not None:
+            check_holdout_share(self.holdout_share, where)
+        if self.relaxed_config is not None and not relaxed_speedup_ok(self.relaxed_speedup):
+            raise ValueError(f"{where}: relaxed speedup {self.relaxed_speedup!r} refused: a relaxed "
+                             "config needs the positive speedup it was measured at")
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> StoreEntry:
+        """The entry of a row of ENTRIES (Arrow's Python values); a column the row lacks reads
+        as null, one it has beyond ENTRIES is ignored. ValueError: see the class."""
+        return cls(**{name: row.get(name) for name in _ENTRY_NAMES})
+
+    def to_row(self) -> dict[str, Any]:
+        """The row of ENTRIES, columns in ENTRIES' order."""
+        return {name: getattr(self, name) for name in _ENTRY_NAMES}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StoreEntry:
+        """The entry of its JSON form (`to_json`, a service's answer): the configs objects, the
+        times ISO 8601 (one without a time zone is UTC); a field it lacks reads as null, one
+        beyond the entry's is ignored. ValueError naming the field otherwise (see the class)."""
+        row = dict(data)
+        key = data.get("key")
+        for name in cls.CONFIG_FIELDS:
+            value = row.get(name)
+            if value is not None:
+                if not isinstance(value, dict):
+                    raise ValueError(f"entry {key}: {name} {value!r} refused: must be a JSON object")
+                row[name] = json.dumps(value, sort_keys=True)
+        for name in cls.TIME_FIELDS:
+            value = row.get(name)
+            if value is not None:
+                try:
+                    moment = datetime.datetime.fromisoformat(value)
+                except (TypeError, ValueError):
+                    raise ValueError(f"entry {key}: {name} {value!r} refused: must be an ISO 8601 "
+                                     "time") from None
+                row[name] = moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
+        return cls.from_row(row)
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as JSON shows it (the service's answers, `fdo store show`): the configs
+        objects, the times ISO 8601, the fields in ENTRIES' order."""
+        return {name: json.loads(value) if name in self.CONFIG_FIELDS and value is not None
+                else value.isoformat() if isinstance(value, datetime.datetime) else value
+                for name, value in self.to_row().items()}
+
+    def expired(self, now: datetime.datetime) -> bool:
+        """Whether it is past its expiry at `now` (one without an expiry never is)."""
+        return self.expires_at is not None and self.expires_at <= now
+
+
+def entries_of(table: pa.Table) -> list[StoreEntry]:
+    """The entries of a table of ENTRIES' columns (a version's, conformed; or rows built for
+    one), in its order; ValueError naming the first entry refused (see StoreEntry)."""
+    return [StoreEntry.from_row(row) for row in table.to_pylist()]
+
+
+def entries_table(entries: Iterable[StoreEntry]) -> pa.Table:
+    """A table of ENTRIES holding `entries`, in their order."""
+    return pa.Table.from_pylist([entry.to_row() for entry in entries], ENTRIES)
+
+
+def relaxed_speedup_ok(value: Any) -> bool:
+    """Whether `value` can be a relaxed config's speedup: a finite positive number (no bool)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
 
 
 def check_holdout_share(value: Any, where: str) -> float:
@@ -103,3 +251,34 @@ def live_entries(home: Home | str | Path, now: datetime.datetime | None = None) 
     entries = pq.read_table(pa.BufferReader(data), columns=STORE_ENTRY_COLUMNS.names).cast(STORE_ENTRY_COLUMNS)
     now = now or datetime.datetime.now(datetime.UTC)
     return entries.filter(pc.greater(entries.column("expires_at"), pa.scalar(now, entries.schema.field("expires_at").type)))
+
+
+_PROVENANCES = {provenance.value: provenance for provenance in Provenance}
+_KIND_NAMES = {str: "text", float: "a number", datetime.datetime: "a time with a time zone",
+               Provenance: f"one of {', '.join(Provenance)}"}
+
+
+def _typed(value: Any, kind: type) -> Any:
+    """`value` as a `kind`, the one value it stands for (an int for a float, a string for a
+    Provenance) or itself; None where it is no `kind`."""
+    if isinstance(value, bool):
+        return None
+    if kind is float and isinstance(value, int):
+        return float(value)
+    if kind is Provenance and isinstance(value, str):
+        return _PROVENANCES.get(value)
+    if kind is datetime.datetime and isinstance(value, datetime.datetime) and value.tzinfo is None:
+        return None
+    return value if isinstance(value, kind) else None
+
+
+@functools.cache
+def _entry_fields() -> tuple[tuple[str, type, bool], ...]:
+    """Each StoreEntry field: its name, the type of its values and whether it must be set."""
+    hints = typing.get_type_hints(StoreEntry)
+    found = []
+    for field in dataclasses.fields(StoreEntry):
+        kinds = [kind for kind in typing.get_args(hints[field.name]) or (hints[field.name],)
+                 if kind is not type(None)]
+        found.append((field.name, kinds[0], field.default is not None))
+    return tuple(found)

@@ -107,7 +107,7 @@ class MeasureTask:
     @property
     def key(self) -> str:
         """What names the task's attempts in the home: the entry, the toolchain's compiler."""
-        return task_digest("validate", self.queued.entry["key"], self.chain.compiler_version)
+        return task_digest("validate", self.queued.entry.key, self.chain.compiler_version)
 
     @property
     def machine(self) -> str | None:

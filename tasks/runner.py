@@ -140,7 +140,7 @@ def measuring(runner: Runner) -> Measurer:
     def measure_all(queue: list[Queued], home: Home, chain: Toolchain, settings: ValidateSettings,
                     deadline: float | None) -> Iterator[Decision]:
         env_key = chain.env().key()
-        records = [MeasureTask(f"entry {q.entry['key'][:12]}", q, chain, env_key, settings)
+        records = [MeasureTask(f"entry {q.entry.key[:12]}", q, chain, env_key, settings)
                    for q in queue]
         for _, outcome in runner.run(records, home, Deadline(deadline) if deadline else None):
             if outcome.result is not None:

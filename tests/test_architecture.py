@@ -1,6 +1,7 @@
 """The layout the README's architecture section states is the one the imports make: each
 package imports exactly the packages its row lists, the packages form no cycle, and no two
-modules import each other, at load time or inside a function."""
+modules import each other, at load time or inside a function. And the store's entries reach
+Python only as their record: no module makes a table of them into dict rows."""
 
 from __future__ import annotations
 
@@ -112,3 +113,218 @@ def test_no_two_modules_import_each_other() -> None:
         if name not in index:
             visit(name)
     assert not cycles, f"modules importing each other: {cycles}"
+
+
+# --- A store entry is read through its record (storage.store.StoreEntry), never as a dict ------
+
+# Arrow's ways of handing a table's rows to Python as dicts (or a frame of them).
+_AS_ROWS = frozenset({"to_pylist", "to_pydict", "to_pandas"})
+# Arrow's methods whose result holds rows of the table they are called on: entries still.
+_VIEWS = frozenset({"filter", "select", "sort_by", "slice", "take", "cast", "combine_chunks", "drop",
+                    "drop_columns", "rename_columns", "append_column", "add_column", "set_column",
+                    "remove_column", "join", "replace_schema_metadata"})
+# The store's schemas (storage.store): a table made with one of them holds entries.
+_ENTRY_SCHEMAS = frozenset({"ENTRIES", "STORE_ENTRY_COLUMNS"})
+_RECORD_MODULE = "storage/store.py"  # where entries_of turns rows into records
+_ENTRIES = "<entries>"  # in a flow: a table of store entries, beside the parameter names it comes from
+_Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef
+
+
+class EntryFlows:
+    """Which expressions of a set of modules are tables of store entries, and where one is made
+    into Python rows.
+
+    A table of entries is: one made with the store's schemas (`.cast(ENTRIES)`,
+    `pa.Table.from_pylist(rows, ENTRIES)`, `STORE_ENTRY_COLUMNS.empty_table()`); what a function
+    returns that returns one, whatever its name (`Store.entries`, `live_entries`, any helper
+    around them: functions' returns are followed to a fixed point); a name bound to one; a view of one
+    (`filter`, `select`, `sort_by`, ...); `pa.concat_tables` of one; what a function returns of
+    its parameter when given one (`scope.select(store.entries())`); and a function's parameter
+    that some call hands one. What it cannot follow: a table handed on through a container, an
+    attribute, a closure or a callback (`Store.update`'s `change(live)`)."""
+
+    def __init__(self, trees: dict[str, ast.Module]) -> None:
+        """Follow the tables through `trees`, modules by path."""
+        self.scopes: dict[str, list[_Scope]] = {
+            path: [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+            for path, tree in trees.items()}
+        self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+        self._held: dict[int, list[ast.AST]] = {}  # each scope's nodes, not those of the functions in it
+        self._params: dict[int, list[str]] = {}  # each function's parameters
+        for scopes in self.scopes.values():
+            for scope in scopes:
+                self._held[id(scope)] = _held(scope)
+                if not isinstance(scope, ast.Module):
+                    self.functions.setdefault(scope.name, []).append(scope)
+                    self._params[id(scope)] = _params(scope)
+        self.returns: dict[str, frozenset[str]] = {name: frozenset() for name in self.functions}
+        self.given: dict[str, set[str]] = {name: set() for name in self.functions}  # parameters handed entries
+        while True:
+            before = (dict(self.returns), {name: set(params) for name, params in self.given.items()})
+            for name, defs in self.functions.items():
+                self.returns[name] = frozenset().union(*(self._returned(d) for d in defs))
+            for scope in (s for scopes in self.scopes.values() for s in scopes):
+                env = self._env(scope)
+                for call in self._nodes(scope, ast.Call):
+                    for callee, params in self._arguments(call):
+                        self.given[callee] |= {p for p, arg in params.items() if _ENTRIES in self.flows(arg, env)}
+            if (self.returns, self.given) == before:
+                break
+
+    def rows_made(self, skip: str = _RECORD_MODULE) -> list[str]:
+        """`path:line: call` of each call that makes a table of entries into rows, outside `skip`."""
+        found = []
+        for path, scopes in self.scopes.items():
+            if path == skip:
+                continue
+            for scope in scopes:
+                env = self._env(scope)
+                for call in self._nodes(scope, ast.Call):
+                    if (isinstance(call.func, ast.Attribute) and call.func.attr in _AS_ROWS
+                            and _ENTRIES in self.flows(call.func.value, env)):
+                        found.append(f"{path}:{call.lineno}: {ast.unparse(call)[:100]}")
+        return found
+
+    def flows(self, node: ast.AST, env: dict[str, frozenset[str]]) -> frozenset[str]:
+        """What `node`'s value is a table of (see the class), in a scope whose names hold `env`:
+        _ENTRIES, and the parameters of the scope it is a view of."""
+        if isinstance(node, ast.Name):
+            return env.get(node.id, frozenset())
+        if isinstance(node, ast.IfExp):
+            return self.flows(node.body, env) | self.flows(node.orelse, env)
+        if isinstance(node, ast.NamedExpr):
+            return self.flows(node.value, env)
+        if not isinstance(node, ast.Call):
+            return frozenset()
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
+        if any(isinstance(a, ast.Name) and a.id in _ENTRY_SCHEMAS for a in arguments) or (
+                name == "empty_table" and isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name) and func.value.id in _ENTRY_SCHEMAS):
+            return frozenset({_ENTRIES})
+        found: set[str] = set()
+        if isinstance(func, ast.Attribute) and name in _VIEWS:
+            found |= self.flows(func.value, env)
+        if name == "concat_tables" and node.args and isinstance(node.args[0], (ast.List, ast.Tuple)):
+            for element in node.args[0].elts:
+                found |= self.flows(element, env)
+        for callee, params in self._arguments(node):
+            for source in self.returns[callee]:
+                if source == _ENTRIES:
+                    found.add(_ENTRIES)
+                elif source in params:
+                    found |= self.flows(params[source], env)
+        return frozenset(found)
+
+    def _returned(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+        env = self._env(function, symbolic=True)
+        return frozenset().union(*(self.flows(r.value, env) for r in self._nodes(function, ast.Return)
+                                   if r.value is not None))
+
+    def _env(self, scope: _Scope, symbolic: bool = False) -> dict[str, frozenset[str]]:
+        """What the names of `scope` hold: its parameters themselves (and _ENTRIES where some call
+        hands them entries, unless `symbolic`), then what its assignments bind."""
+        env: dict[str, frozenset[str]] = {}
+        if not isinstance(scope, ast.Module):
+            for param in self._params[id(scope)]:
+                given = not symbolic and param in self.given[scope.name]
+                env[param] = frozenset({param, _ENTRIES} if given else {param})
+        assignments = [(target.id, node.value) for node in self._nodes(scope, (ast.Assign, ast.AnnAssign))
+                       for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                       if isinstance(target, ast.Name) and node.value is not None]
+        changed = bool(assignments)
+        while changed:  # a name bound from one bound further down (in a loop)
+            changed = False
+            for name, value in assignments:
+                flows = env.get(name, frozenset()) | self.flows(value, env)
+                changed |= flows != env.get(name)
+                env[name] = flows
+        return env
+
+    def _arguments(self, call: ast.Call) -> list[tuple[str, dict[str, ast.expr]]]:
+        """For each project function `call` may call (by its name): the arguments by parameter."""
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        found = []
+        for function in self.functions.get(name or "", ()):
+            params = self._params[id(function)]
+            bound = params[1:] if isinstance(func, ast.Attribute) and params[:1] in (["self"], ["cls"]) else params
+            arguments = dict(zip(bound, call.args))
+            arguments.update({k.arg: k.value for k in call.keywords if k.arg in params})
+            found.append((function.name, arguments))
+        return found
+
+    def _nodes(self, scope: _Scope, kind: type | tuple[type, ...]) -> list:
+        return [node for node in self._held[id(scope)] if isinstance(node, kind)]
+
+
+def _held(scope: _Scope) -> list[ast.AST]:
+    """The calls, assignments and returns in `scope`, not in the functions defined inside it
+    (scopes of their own)."""
+    found, pending = [], list(ast.iter_child_nodes(scope))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(node, (ast.Call, ast.Assign, ast.AnnAssign, ast.Return)):
+            found.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _params(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    return [a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)]
+
+
+def _flows_of(**sources: str) -> EntryFlows:
+    return EntryFlows({path: ast.parse(source) for path, source in sources.items()})
+
+
+def test_the_entry_check_finds_entries_made_rows_however_they_travel_and_names_nothing_else():
+    """The check below, on code written here: each way a table of entries reaches `to_pylist`
+    is found, in any name; rows of other tables, a column's values and the record are not."""
+    store = ("ENTRIES = schema()\n"
+             "class Store:\n"
+             "    def entries(self, version=None):\n"
+             "        return conform(read(version)).cast(ENTRIES)\n"
+             "def live_entries(home):\n"
+             "    table = Store(home).entries()\n"
+             "    return table.filter(alive(table))\n"
+             "def entries_of(table):\n"
+             "    return [StoreEntry.from_row(row) for row in table.to_pylist()]\n")
+    caught = {
+        "direct": "rows = Store(home).entries().to_pylist()",
+        "renamed, a view": "snapshot = live_entries(home)\nsnapshot = snapshot.select(['key'])\n"
+                           "keys = [r['key'] for r in snapshot.to_pylist()]",
+        "a helper of any name": "def newest(home):\n    return Store(home).entries().sort_by('measured_at')\n"
+                                "def show(home):\n    return newest(home).slice(0, 3).to_pydict()",
+        "through a pass-through": "class Scope:\n    def narrow(self, table):\n        return table.filter(m)\n"
+                                  "def rows(scope, home):\n    return scope.narrow(Store(home).entries()).to_pylist()",
+        "a parameter handed entries": "def apply(decisions, live):\n    return {r['key']: r for r in live.to_pylist()}\n"
+                                      "def run(home):\n    return apply([], Store(home).entries())",
+        "built on the schema": "table = pa.Table.from_pylist(rows, ENTRIES)\nfirst = table.to_pylist()[0]",
+        "concatenated": "both = pa.concat_tables([Store(h).entries(1), Store(h).entries(2)])\nboth.to_pandas()",
+    }
+    for what, source in caught.items():
+        found = _flows_of(**{"storage/store.py": store, "user.py": source}).rows_made()
+        assert len(found) == 1 and found[0].startswith("user.py:"), (what, found)
+    fine = ("records = entries_of(Store(home).entries())\n"
+            "keys = Store(home).entries().column('key').to_pylist()\n"
+            "results = warehouse.read(TUNING_RESULTS).to_pylist()\n"
+            "def rows(table):\n    return table.to_pylist()\n"
+            "def runs(home):\n    return rows(warehouse.read(GRAPH_RUNS))\n")
+    assert _flows_of(**{"storage/store.py": store, "user.py": fine}).rows_made() == []
+
+
+def test_no_module_reads_a_store_entry_as_a_dict():
+    """Outside storage/store.py, no production module makes a table of store entries into dict
+    rows (EntryFlows says what it follows): an entry reaches Python as a `StoreEntry`, through
+    `entries_of`/`StoreEntry.from_row`, and the record has no dict interface, so `entry["key"]`
+    or `entry.get("key")` on one fails at once."""
+    from storage.store import StoreEntry
+
+    trees = {str(path.relative_to(ROOT)): ast.parse(path.read_text(), str(path))
+             for package in packages() for path in modules(package)}
+    assert EntryFlows(trees).rows_made() == []
+    assert not any(hasattr(StoreEntry, name) for name in ("__getitem__", "get", "keys", "items"))

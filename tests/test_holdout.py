@@ -27,7 +27,7 @@ from ingest.tables import GRAPH_RUNS
 from ranking.reference import reference_savings
 from ranking.savings import hit_rows, savings
 from storage.beam_io import Source, _read_unit
-from storage.store import DEFAULT_HOLDOUT_SHARE, STORE_ENTRY_COLUMNS
+from storage.store import DEFAULT_HOLDOUT_SHARE, STORE_ENTRY_COLUMNS, StoreEntry
 from storage.warehouse import Warehouse
 from tests.serving import fdo, running_server
 
@@ -51,7 +51,7 @@ def test_the_arm_is_a_deterministic_function_of_job_and_key_taking_its_share():
 
 
 def test_the_share_is_forced_else_none_for_an_opt_out_else_the_entry_s(monkeypatch, tmp_path):
-    found = Found(3, {"key": KEY}, holdout_share=0.2)
+    found = Found(3, StoreEntry.from_json({**ENTRY, "key": KEY}), holdout_share=0.2)
     assert HookSettings(tmp_path).holdout_share(found) == 0.2
     assert HookSettings(tmp_path, opt_out=True).holdout_share(found) == 0.0
     assert HookSettings(tmp_path, opt_out=True, holdout=1.0).holdout_share(found) == 1.0
@@ -138,9 +138,9 @@ def test_an_old_version_reads_and_serves_with_the_default_share_and_a_new_share_
     assert (found.holdout_share, found.relaxed_numerics_teams) == (DEFAULT_HOLDOUT_SHARE, ())
     with running_server(tmp_path) as url:
         found = RemoteStore(url, timeout=5.0).lookup(KEY)
-    assert (found.version, found.holdout_share, found.relaxed_numerics_teams, found.entry["config"]) == (
+    assert (found.version, found.holdout_share, found.relaxed_numerics_teams, found.entry.config) == (
         1, DEFAULT_HOLDOUT_SHARE, (), json.dumps(NO_YNN))
-    assert "relaxed_numerics_teams" not in found.entry  # a policy of the version, no column
+    assert not hasattr(found.entry, "relaxed_numerics_teams")  # a policy of the version, no column
     # A service from before the policies answers without them; a malformed policy is no answer.
     answer = {"key": KEY, "fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph",
               "config": NO_YNN, "speedup": 1.3}

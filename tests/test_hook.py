@@ -368,7 +368,7 @@ def test_embedded_snapshot_is_read_once_and_can_be_pinned(tmp_path):
     running = EmbeddedStore(tmp_path)
     assert running.lookup(key).version == first
     store.update(lambda live: live.slice(0, 0), "empty")
-    assert running.lookup(key).entry["speedup"] == 1.3  # a job keeps the version it started with
+    assert running.lookup(key).entry.speedup == 1.3  # a job keeps the version it started with
     assert EmbeddedStore(tmp_path).lookup(key) is None
     assert EmbeddedStore(tmp_path, version=first).lookup(key).version == first
 
@@ -385,7 +385,7 @@ def test_remote_lookups_are_cached_hits_and_misses_alike(tmp_path):
     with running_server(tmp_path) as url:
         remote = RemoteStore(url, timeout=5.0)
         for _ in range(3):
-            assert remote.lookup(hit).entry["speedup"] == 1.3
+            assert remote.lookup(hit).entry.speedup == 1.3
             assert remote.lookup(miss) is None
         with urllib.request.urlopen(f"{url}/metrics") as response:
             metrics = {(s.labels.get("outcome"), s.value) for family in text_string_to_metric_families(

@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from delivery.lookup import RemoteStore, StoreUnavailable
+from delivery.lookup import Found, RemoteStore, StoreUnavailable, _parse_answer
 from execution.compile import compile_options
 from execution.flags import FLAGS, FlagError, FlagSpec, from_json
 from hlo.environment import current_environment, xla_flags_options
+from storage.store import Provenance
 from tests.serving import fdo
 from tests.test_hook import NO_YNN, hits, import_configs, run_job
 
@@ -73,6 +74,28 @@ def test_a_store_that_drips_its_answer_costs_one_deadline_then_backs_off():
         assert time.monotonic() - started < 1
     finally:
         server.close()
+
+
+def test_a_service_answer_whose_entry_is_no_store_entry_is_no_answer():
+    """The service's entry is read as the store's record (storage.store.StoreEntry): a field of
+    the wrong type anywhere, a relaxed config without its speedup, a refused share or team list
+    make the answer malformed (the hook compiles the defaults, the look-up unavailable). A config
+    off the allowlist still reads: the hook refuses it as it applies it, and records why."""
+    entry = {"key": "k" * 32, "fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph",
+             "config": NO_YNN, "speedup": 1.3, "provenance": "tuner", "ci_low": 1.2, "ci_high": 1.4,
+             "expires_at": "2099-01-01T00:00:00+00:00", "measured_at": "2026-01-01T00:00:00+00:00"}
+
+    def answer(**fields: object) -> Found | None:
+        return _parse_answer(json.dumps({"version": 2, "entry": {**entry, **fields}}).encode())
+
+    assert answer().entry.config == json.dumps(NO_YNN) and answer().entry.provenance is Provenance.TUNER
+    assert answer(config={"xla_dump_to": "/tmp"}).entry.config == '{"xla_dump_to": "/tmp"}'
+    hostile = [{"key": 7}, {"config": json.dumps(NO_YNN)}, {"config": None}, {"speedup": "1.3"},
+               {"speedup": True}, {"ci_low": "fast"}, {"provenance": "root"}, {"measured_at": "yesterday"},
+               {"expires_at": 5}, {"relaxed_config": NO_YNN}, {"relaxed_config": NO_YNN, "relaxed_speedup": -1},
+               {"autotune_results": 3}, {"holdout_share": 0.9}, {"relaxed_numerics_teams": "all"}]
+    for fields in hostile:
+        assert answer(**fields) is None, fields
 
 
 @pytest.mark.parametrize("config, flag", [

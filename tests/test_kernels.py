@@ -29,7 +29,7 @@ from hlo.fingerprint import graph_fingerprint
 from hlo.interval import Interval
 from hlo.module import from_text
 from pipelines.cli import main
-from storage.store import ENTRIES
+from storage.store import Provenance, StoreEntry, entries_table
 from tasks.records import MeasureTask
 from tuner.kinds import KINDS, Kind, TuneTarget, check_platform, make_target
 from tuner.tables import TUNING_RESULTS
@@ -220,19 +220,20 @@ TTL, MAX_AGE = datetime.timedelta(days=30), datetime.timedelta(days=180)
 
 
 def _queued(same_compiler: bool, stored: ar.AutotuneResults) -> Queued:
-    entry = {"key": "k" * 32, "fingerprint": "f" * 32, "env_key": "e" * 32, "kind": "graph", "config": "{}",
-             "source": "kernels-task", "speedup": 1.2, "ci_low": 1.1, "ci_high": 1.3,
-             "measured_at": NOW - datetime.timedelta(days=3), "expires_at": NOW + datetime.timedelta(days=20),
-             "provenance": "tuner", "compiler_version": "jaxlib-0.11.2", "autotune_results": stored.to_text()}
-    base = {"key": entry["key"], "fingerprint": entry["fingerprint"], "env_key": entry["env_key"],
-            "kind": "graph", "config": "{}", "source": entry["source"], "toolchain": "default",
+    entry = StoreEntry(key="k" * 32, fingerprint="f" * 32, env_key="e" * 32, kind="graph", config="{}",
+                       source="kernels-task", speedup=1.2, ci_low=1.1, ci_high=1.3,
+                       measured_at=NOW - datetime.timedelta(days=3), expires_at=NOW + datetime.timedelta(days=20),
+                       provenance=Provenance.TUNER, compiler_version="jaxlib-0.11.2",
+                       autotune_results=stored.to_text())
+    base = {"key": entry.key, "fingerprint": entry.fingerprint, "env_key": entry.env_key,
+            "kind": "graph", "config": "{}", "source": entry.source, "toolchain": "default",
             "compiler_version": "jaxlib-0.12.0", "fleet_hits": 0, "age_days": 3.0,
-            "decided_at": NOW.isoformat(), "origin_at": entry["measured_at"].isoformat(),
-            "entry_measured_at": entry["measured_at"].isoformat(),
-            "entry_expires_at": entry["expires_at"].isoformat()}
-    new_key = None if same_compiler else store_key(entry["fingerprint"], "n" * 32)
+            "decided_at": NOW.isoformat(), "origin_at": entry.measured_at.isoformat(),
+            "entry_measured_at": entry.measured_at.isoformat(),
+            "entry_expires_at": entry.expires_at.isoformat()}
+    new_key = None if same_compiler else store_key(entry.fingerprint, "n" * 32)
     return Queued(entry, base, "blob", same_compiler, new_key, None if same_compiler else "n" * 32,
-                  entry["measured_at"], (0,), results=stored)
+                  entry.measured_at, (0,), results=stored)
 
 
 def _measured(speedup: float, low: float, high: float) -> EvaluationResult:
@@ -291,7 +292,7 @@ def test_results_xla_keys_otherwise_are_relabelled_and_re_keyed_when_they_still_
     same = _decide(_queued(True, stored), check, _measured(1.2, 1.1, 1.3))
     assert (same.outcome, same.change, same.new_key) == ("rekeyed", rules.REFRESH, None)
     assert "relabelled from " in same.reason and "key version 24 to " in same.reason
-    live = pa.Table.from_pylist([{**_queued(True, stored).entry}], ENTRIES)
+    live = entries_table([_queued(True, stored).entry])
     applied, statuses = rules.apply([same], live)
     (row,) = applied.to_pylist()
     assert statuses == [rules.APPLIED] and row["key"] == "k" * 32

@@ -26,6 +26,7 @@ from delivery.lookup import Found
 from delivery.sandbox import CHECKED_DIR, mark_name
 from delivery.store import Store, merge_entries
 from ingest.hits import holdout_arm
+from storage.store import Provenance, StoreEntry
 from tests.serving import fdo, free_port
 
 JOB = str(Path(__file__).with_name("two_process_job.py"))
@@ -287,11 +288,11 @@ def test_at_holdout_share_half_the_processes_of_a_launch_never_split(baseline, t
 
 
 def test_a_decision_reads_back_as_it_was_written():
-    entry = {"key": "k" * 32, "kind": "graph", "config": json.dumps(NO_YNN), "speedup": 1.25,
-             "expires_at": datetime.datetime(2027, 1, 1, tzinfo=datetime.UTC), "measured_at": None,
-             "autotune_results": None, "relaxed_config": None}
+    entry = StoreEntry(key="k" * 32, fingerprint="f" * 32, env_key="e" * 32, kind="graph",
+                       config=json.dumps(NO_YNN), speedup=1.25, provenance=Provenance.TUNER,
+                       expires_at=datetime.datetime(2027, 1, 1, tzinfo=datetime.UTC))
     decision = Decision(job_id="job", key="k" * 32, outcome="miss", found=Found(7, entry, 0.05, ("search",)),
-                        config_text=entry["config"], expected_speedup=1.25, apply=True)
+                        config_text=entry.config, expected_speedup=1.25, apply=True)
     assert Decision.from_text(decision.to_text()) == decision
     none = Decision(job_id="job", key="", outcome="error", reason="store down")
     assert Decision.from_text(none.to_text()) == none

@@ -19,7 +19,7 @@ from delivery.hook import Hook, HookSettings, _Plan, install, uninstall
 from delivery.lookup import Found
 from delivery.store import Store, StoreError
 from hlo.environment import store_key
-from storage.store import ENTRIES
+from storage.store import ENTRIES, StoreEntry
 from tests.serving import fdo
 
 KEY = store_key("1" * 32, "2" * 32)
@@ -115,7 +115,9 @@ def test_the_hook_takes_the_relaxed_config_for_a_listed_team_or_an_opted_in_job_
     published(tmp_path, relaxed=False)  # an entry without a relaxed config: strict for all
     assert chosen(team="search") == chosen(relaxed_numerics=True) == strict
 
-    found = Found(3, {"key": KEY}, relaxed_numerics_teams=("ads", "search"))
+    entry = StoreEntry.from_json({"key": KEY, "fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph",
+                                  "config": STRICT, "speedup": 1.25})
+    found = Found(3, entry, relaxed_numerics_teams=("ads", "search"))
     assert HookSettings(tmp_path, team="ads").takes_relaxed(found)
     assert not HookSettings(tmp_path, team="infra").takes_relaxed(found)
     assert not HookSettings(tmp_path).takes_relaxed(found)
@@ -180,4 +182,4 @@ def test_a_relaxed_config_without_its_speedup_is_refused_by_the_store_and_from_a
     # A service that sends a relaxed config must send a number with it; else no answer at all.
     for bad in ({}, {"relaxed_speedup": "fast"}, {"relaxed_speedup": True}, {"relaxed_speedup": -2}):
         assert answer(**bad) is None, bad
-    assert answer(relaxed_speedup=2).entry["relaxed_speedup"] == 2
+    assert answer(relaxed_speedup=2).entry.relaxed_speedup == 2

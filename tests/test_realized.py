@@ -18,6 +18,7 @@ from ranking.cost import LoopCost, loop_cost, return_on_cost
 from hlo.interval import Interval
 from ranking.realized import (Arm, Realized, Undecided, read_realized, realized_savings,
                               realized_speedups)
+from storage.store import StoreEntry
 from storage.warehouse import Warehouse
 from tests.test_validator_rules import DAY, HERE, NOW, Home, entry, result
 from tests.url_home import url_of
@@ -230,11 +231,11 @@ def test_the_loop_cost_and_its_return():
 
 # --- the validator's fleet guard ----------------------------------------------------------------
 
-def fleet_runs(home: Home, row: dict, speedup: float, seed: int = 0, **options) -> None:
+def fleet_runs(home: Home, row: StoreEntry, speedup: float, seed: int = 0, **options) -> None:
     """The week before NOW of the fleet's runs of `row`'s entry (store version 1)."""
     first = (NOW - 6 * DAY).date()
-    Warehouse(home.path).append(GRAPH_RUNS, fleet(seed, speedup, key=row["key"], expected=row["speedup"],
-                                                  first=first, **options), f"runs-{row['key'][:6]}")
+    Warehouse(home.path).append(GRAPH_RUNS, fleet(seed, speedup, key=row.key, expected=row.speedup,
+                                                  first=first, **options), f"runs-{row.key[:6]}")
 
 
 def test_an_entry_that_regressed_in_the_fleet_is_invalidated_with_its_figures(home):
@@ -246,7 +247,7 @@ def test_an_entry_that_regressed_in_the_fleet_is_invalidated_with_its_figures(ho
     fleet_runs(home, flagged, 1.05, seed=2, tuned_jobs=80, holdout_jobs=20)  # expected 1.5
     fleet_runs(home, undecided, 0.5, seed=3, holdout_jobs=2)
     free, queue, skipped = home.plan(regressed, fine, flagged, undecided)
-    decision = free[regressed["key"]]
+    decision = free[regressed.key]
     assert (decision.outcome, decision.change) == ("invalidated", rules.REMOVE)
     assert decision.reason.startswith("regressed in the fleet: 0.8")
     assert f"tuned 80 jobs, {decision.fleet_tuned_runs} runs" in decision.reason
@@ -256,9 +257,9 @@ def test_an_entry_that_regressed_in_the_fleet_is_invalidated_with_its_figures(ho
     assert decision.fleet_tuned_jobs == 80 and decision.fleet_holdout_jobs >= 19  # a job may miss the week
     assert decision.fleet_tuned_runs > 80 and decision.fleet_holdout_runs > 19
     # Measured half a day ago: the fine and the undecided entries wait; the flagged one is measured now.
-    assert set(free) == {regressed["key"]} and skipped == 2
+    assert set(free) == {regressed.key} and skipped == 2
     [measure] = queue
-    assert measure.entry["key"] == flagged["key"] and measure.flagged.startswith("flagged in the fleet")
+    assert measure.entry.key == flagged.key and measure.flagged.startswith("flagged in the fleet")
     kept = measure.measured(result(speedup=1.4, ci_low=1.3, ci_high=1.5), HERE.compiler_version, 0.01,
                             NOW, 30 * DAY, 180 * DAY)
     assert kept.outcome == "kept" and kept.reason.startswith("flagged in the fleet, far short")
@@ -277,11 +278,11 @@ def test_the_guard_counts_only_versions_that_served_the_current_config(home):
     row = entry(1, days_old=0.5)
     fleet_runs(home, row, 0.85, tuned_jobs=80, holdout_jobs=20)  # served by version 1
     free, _, _ = home.plan(row)  # publishes version 1
-    assert free[row["key"]].reason.startswith("regressed in the fleet")
-    changed = {**row, "config": json.dumps({"xla_cpu_use_xnnpack": True}),
-               "measured_at": datetime.datetime.now(datetime.UTC)}
+    assert free[row.key].reason.startswith("regressed in the fleet")
+    changed = dataclasses.replace(row, config=json.dumps({"xla_cpu_use_xnnpack": True}),
+                                  measured_at=datetime.datetime.now(datetime.UTC))
     free, _, _ = home.plan(changed)  # version 2, a config first measured after version 1 was published
-    assert row["key"] not in free
+    assert row.key not in free
 
 
 @pytest.fixture

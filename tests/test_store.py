@@ -1,7 +1,10 @@
-"""The versioned config store: import, allowlist, deliver, rollback, and concurrent publishers."""
+"""The versioned config store: its entry record, import, allowlist, deliver, rollback, and
+concurrent publishers; every version written before reads into the record and serves the same
+bytes."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import shutil
@@ -12,14 +15,18 @@ import threading
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from delivery import store as store_module
 from delivery.deliver import deliver
 from delivery.imports import read_import
+from delivery.lookup import EmbeddedStore, _parse_answer
+from delivery.service import _render
 from delivery.store import ConcurrentPublish, Store, StoreError, merge_entries
 from hlo.environment import store_key
 from storage.homes import open_home
-from storage.store import live_entries
+from storage.store import ENTRIES, Provenance, StoreEntry, entries_of, entries_table, live_entries
 from storage.warehouse import Warehouse
 from tests.url_home import UrlFileSystem, url_of
 from tuner.tables import TUNING_RESULTS
@@ -290,3 +297,156 @@ def test_bad_inputs_of_store_and_serve_are_one_line_and_exit_2(tmp_path):
             result = fdo(where, *args)
             assert (result.returncode, result.stderr.count("\n")) == (2, 1), (args, result.stderr)
             assert named in result.stderr and "Traceback" not in result.stderr
+
+
+# --- the entry record ----------------------------------------------------------------------------
+
+UTC = datetime.UTC
+MEASURED = datetime.datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
+EXPIRES = datetime.datetime(2099, 1, 2, 3, 4, 5, tzinfo=UTC)
+# Each version's columns as stores wrote them: the first ones, then what each step added.
+FIRST_COLUMNS = [("key", pa.string()), ("fingerprint", pa.string()), ("env_key", pa.string()),
+                 ("kind", pa.string()), ("speedup", pa.float64()), ("expires_at", pa.timestamp("us", tz="UTC")),
+                 ("provenance", pa.string()), ("config", pa.string()), ("ci_low", pa.float64()),
+                 ("ci_high", pa.float64()), ("compiler_version", pa.string()),
+                 ("measured_at", pa.timestamp("us", tz="UTC")), ("source", pa.string())]
+ADDED = [[], [("holdout_share", pa.float64())],
+         [("holdout_share", pa.float64()), ("relaxed_config", pa.string()), ("relaxed_speedup", pa.float64())],
+         [("holdout_share", pa.float64()), ("relaxed_config", pa.string()), ("relaxed_speedup", pa.float64()),
+          ("autotune_results", pa.string())]]
+OLD_ROWS = [
+    {"key": "a" * 32, "fingerprint": "1" * 32, "env_key": "e" * 32, "kind": "graph", "speedup": 1.25,
+     "expires_at": EXPIRES, "provenance": "tuner", "config": '{"xla_cpu_use_xnnpack": false}', "ci_low": 1.2,
+     "ci_high": 1.3, "compiler_version": "jaxlib-0.4.35", "measured_at": MEASURED, "source": "task-1"},
+    {"key": "b" * 32, "fingerprint": "2" * 32, "env_key": "e" * 32, "kind": "op", "speedup": 1.1,
+     "expires_at": EXPIRES, "provenance": "import", "config": '{"xla_cpu_enable_fast_math": true}',
+     "ci_low": None, "ci_high": None, "compiler_version": None, "measured_at": None, "source": "owners.jsonl",
+     "holdout_share": 0.1},
+    {"key": "c" * 32, "fingerprint": "3" * 32, "env_key": "e" * 32, "kind": "graph", "speedup": 1.5,
+     "expires_at": EXPIRES, "provenance": "validator", "config": '{"xla_cpu_use_xnnpack": false}', "ci_low": 1.4,
+     "ci_high": 1.6, "compiler_version": "jaxlib-0.5.0", "measured_at": MEASURED, "source": "task-3",
+     "holdout_share": None, "relaxed_config": '{"xla_cpu_enable_fast_math": true}', "relaxed_speedup": 1.75},
+    {"key": "d" * 32, "fingerprint": "4" * 32, "env_key": "e" * 32, "kind": "graph", "speedup": 2.0,
+     "expires_at": EXPIRES, "provenance": "tuner", "config": "{}", "ci_low": 1.9, "ci_high": 2.1,
+     "compiler_version": "jaxlib-0.7.0", "measured_at": MEASURED, "source": "task-4", "holdout_share": 0.0,
+     "relaxed_config": None, "relaxed_speedup": None, "autotune_results": "version: 3\n"},  # its text as kept
+]
+
+# What the service answered for each of them before the record (the bytes, captured then).
+SERVED = [
+    ('{"key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",'
+     '"fingerprint":"11111111111111111111111111111111",'
+     '"env_key":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","kind":"graph","speedup":1.25,'
+     '"expires_at":"2099-01-02T03:04:05+00:00","provenance":"tuner",'
+     '"config":{"xla_cpu_use_xnnpack":false},"ci_low":1.2,"ci_high":1.3,'
+     '"compiler_version":"jaxlib-0.4.35","measured_at":"2026-03-04T05:06:07.890123+00:00",'
+     '"source":"task-1","holdout_share":0.05,"relaxed_config":null,"relaxed_speedup":null,'
+     '"autotune_results":null,"relaxed_numerics_teams":[]}').encode(),
+    ('{"key":"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",'
+     '"fingerprint":"22222222222222222222222222222222",'
+     '"env_key":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","kind":"op","speedup":1.1,'
+     '"expires_at":"2099-01-02T03:04:05+00:00","provenance":"import",'
+     '"config":{"xla_cpu_enable_fast_math":true},"ci_low":null,"ci_high":null,'
+     '"compiler_version":null,"measured_at":null,"source":"owners.jsonl","holdout_share":0.1,'
+     '"relaxed_config":null,"relaxed_speedup":null,"autotune_results":null,'
+     '"relaxed_numerics_teams":[]}').encode(),
+    ('{"key":"cccccccccccccccccccccccccccccccc",'
+     '"fingerprint":"33333333333333333333333333333333",'
+     '"env_key":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","kind":"graph","speedup":1.5,'
+     '"expires_at":"2099-01-02T03:04:05+00:00","provenance":"validator",'
+     '"config":{"xla_cpu_use_xnnpack":false},"ci_low":1.4,"ci_high":1.6,'
+     '"compiler_version":"jaxlib-0.5.0","measured_at":"2026-03-04T05:06:07.890123+00:00",'
+     '"source":"task-3","holdout_share":0.05,"relaxed_config":{"xla_cpu_enable_fast_math":true},'
+     '"relaxed_speedup":1.75,"autotune_results":null,"relaxed_numerics_teams":[]}').encode(),
+    ('{"key":"dddddddddddddddddddddddddddddddd",'
+     '"fingerprint":"44444444444444444444444444444444",'
+     '"env_key":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","kind":"graph","speedup":2.0,'
+     '"expires_at":"2099-01-02T03:04:05+00:00","provenance":"tuner","config":{},"ci_low":1.9,'
+     '"ci_high":2.1,"compiler_version":"jaxlib-0.7.0",'
+     '"measured_at":"2026-03-04T05:06:07.890123+00:00","source":"task-4","holdout_share":0.0,'
+     '"relaxed_config":null,"relaxed_speedup":null,"autotune_results":"version: 3\\n",'
+     '"relaxed_numerics_teams":[]}').encode(),
+]
+
+
+def _write_old_versions(home: Path) -> None:
+    """Versions 1 to 4 of a store under `home`, each file as the store wrote it when its columns
+    were the last ones (no holdout share, then no relaxed config, then no autotune results,
+    then today's); each manifest as the first versions wrote theirs. CURRENT names version 4."""
+    for version, (added, row) in enumerate(zip(ADDED, OLD_ROWS), start=1):
+        schema = pa.schema(FIRST_COLUMNS + added)
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist([row], schema), sink)
+        data = sink.getvalue().to_pybytes()
+        directory = home / "store" / f"v{version}"
+        directory.mkdir(parents=True)
+        (directory / "entries.parquet").write_bytes(data)
+        (directory / "manifest.json").write_text(json.dumps({
+            "version": version, "parent": version - 1 or None, "created": "2026-03-04T05:06:07+00:00",
+            "checksum": store_module._checksum(data), "counts": {row["kind"]: 1}, "compiler_versions": [],
+            "reason": "written before"}))
+    (home / "store" / "CURRENT").write_text("4\n")
+
+
+def test_an_entry_is_a_checked_record_whose_row_json_and_table_forms_round_trip():
+    entry = StoreEntry(key="k" * 32, fingerprint="1" * 32, env_key="e" * 32, kind="graph", speedup=1.5,
+                       expires_at=EXPIRES, provenance=Provenance.TUNER, config='{"xla_cpu_use_xnnpack": false}',
+                       ci_low=1.4, ci_high=1.6, compiler_version="jaxlib-0.7.0", measured_at=MEASURED,
+                       source="task-9", holdout_share=0.1, relaxed_config='{"xla_cpu_enable_fast_math": true}',
+                       relaxed_speedup=1.75, autotune_results="version: 3\n")
+    assert [field.name for field in dataclasses.fields(StoreEntry)] == ENTRIES.names == list(entry.to_row())
+    assert StoreEntry.from_row(entry.to_row()) == entry
+    shown = json.loads(json.dumps(entry.to_json()))
+    assert shown["config"] == {"xla_cpu_use_xnnpack": False} and shown["expires_at"] == "2099-01-02T03:04:05+00:00"
+    assert StoreEntry.from_json(shown) == entry
+    imported = StoreEntry(key="i" * 32, fingerprint="2" * 32, env_key="e" * 32, kind="op", speedup=2, config="{}")
+    assert entries_of(entries_table([entry, imported])) == [entry, imported]
+    # An int where a float goes reads as the float, a provenance as its enum; a JSON time without
+    # a zone is UTC; a column a row lacks (an older version's) is null, one it has beyond is ignored.
+    assert imported.speedup == 2.0 and isinstance(imported.speedup, float)
+    assert StoreEntry.from_row({**entry.to_row(), "provenance": "validator"}).provenance is Provenance.VALIDATOR
+    assert StoreEntry.from_json({**shown, "expires_at": "2099-01-02T03:04:05"}).expires_at == EXPIRES
+    bare = {name: value for name, value in entry.to_row().items() if name != "autotune_results"}
+    assert StoreEntry.from_row({**bare, "later_column": 1}) == dataclasses.replace(entry, autotune_results=None)
+    assert entry.expired(EXPIRES) and not entry.expired(EXPIRES - datetime.timedelta(microseconds=1))
+    assert not imported.expired(EXPIRES)  # an entry without an expiry
+    with pytest.raises(ValueError, match="^entry: no key$"):
+        StoreEntry.from_row({**entry.to_row(), "key": None})
+    refused = [({"config": None}, "no config"),
+               ({"speedup": True}, "speedup True refused: must be a number"),
+               ({"ci_low": "1.4"}, "ci_low '1.4' refused: must be a number"),
+               ({"provenance": "root"}, "provenance 'root' refused: must be one of tuner, validator, import"),
+               ({"measured_at": MEASURED.replace(tzinfo=None)}, "measured_at .* refused: must be a time with"),
+               ({"source": 7}, "source 7 refused: must be text"),
+               ({"holdout_share": 0.6}, "holdout share 0.6 refused"),
+               ({"relaxed_speedup": None}, "relaxed speedup None refused")]
+    for change, said in refused:
+        with pytest.raises(ValueError, match=f"entry {'k' * 32}: {said}"):
+            StoreEntry.from_row({**entry.to_row(), **change})
+    for change, said in [({"config": '{"xla_cpu_use_xnnpack": false}'}, "config .* must be a JSON object"),
+                         ({"measured_at": "yesterday"}, "measured_at 'yesterday' refused: must be an ISO 8601")]:
+        with pytest.raises(ValueError, match=said):
+            StoreEntry.from_json({**shown, **change})
+    assert not any(hasattr(entry, name) for name in ("__getitem__", "get"))  # no dict to read it as
+
+
+def test_every_version_written_before_reads_into_the_record_and_serves_the_same_bytes(tmp_path):
+    """Store versions as each earlier layout wrote them (no holdout share, no relaxed config, no
+    autotune results, today's) read into records; the service answers with the very bytes it
+    answered before the record, and a hook reads the same entry from either source."""
+    _write_old_versions(tmp_path)
+    store = Store(tmp_path)
+    assert store.problems() == {}
+    for version, row, served in zip((1, 2, 3, 4), OLD_ROWS, SERVED):
+        [entry] = entries_of(store.entries(version))
+        assert entry == StoreEntry(**row) and entry.to_row() == {**dict.fromkeys(ENTRIES.names), **row}
+        assert entry.provenance is Provenance(row["provenance"])
+        (tmp_path / "store" / "CURRENT").write_text(f"{version}\n")
+        assert _render(store.home) == (version, datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC),
+                                        {entry.key: served})
+        found = EmbeddedStore(tmp_path).lookup(entry.key)
+        share = 0.05 if entry.holdout_share is None else entry.holdout_share
+        assert (found.version, found.entry, found.holdout_share) == (version, entry, share)
+        remote = _parse_answer(json.dumps({"version": version, "entry": json.loads(served)}).encode())
+        assert (remote.version, remote.entry, remote.holdout_share) == (
+            version, dataclasses.replace(entry, holdout_share=share), share)

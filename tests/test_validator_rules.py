@@ -18,7 +18,7 @@ from hlo.environment import Environment, GpuDescription, Partitioning, gpu_envir
 from hlo.interval import Interval
 from ingest.tables import GRAPHS, HITS, partitioning_text
 from storage.blobs import BlobStore
-from storage.store import ENTRIES
+from storage.store import Provenance, StoreEntry, entries_of, entries_table
 from storage.warehouse import Warehouse
 from validator import decisions as rules
 from validator.decisions import Decision
@@ -43,14 +43,12 @@ def fp(n: int) -> str:
 
 
 def entry(n: int, env: Environment = HERE, days_old: float = 3, expires_in: float = 27,
-          kind: str = "graph", provenance: str = "tuner", config: str = CONFIG) -> dict:
+          kind: str = "graph", provenance: Provenance = Provenance.TUNER, config: str = CONFIG) -> StoreEntry:
     """A live store entry for fingerprint `n` measured `days_old` before NOW."""
-    measured = NOW - days_old * DAY
-    return {"key": store_key(fp(n), env.key()), "fingerprint": fp(n), "env_key": env.key(), "kind": kind,
-            "speedup": 1.5, "expires_at": NOW + expires_in * DAY, "provenance": provenance,
-            "config": config, "ci_low": 1.3, "ci_high": 1.7, "compiler_version": env.compiler_version,
-            "measured_at": measured, "source": f"task-{n}", "holdout_share": None, "relaxed_config": None,
-            "relaxed_speedup": None, "autotune_results": None}
+    return StoreEntry(key=store_key(fp(n), env.key()), fingerprint=fp(n), env_key=env.key(), kind=kind,
+                      speedup=1.5, expires_at=NOW + expires_in * DAY, provenance=provenance, config=config,
+                      ci_low=1.3, ci_high=1.7, compiler_version=env.compiler_version,
+                      measured_at=NOW - days_old * DAY, source=f"task-{n}")
 
 
 def result(speedup: float = 1.5, ci_low: float = 1.3, ci_high: float = 1.7, numerics_ok: bool = True,
@@ -61,31 +59,31 @@ def result(speedup: float = 1.5, ci_low: float = 1.3, ci_high: float = 1.7, nume
                             default_compile_seconds=0.1, numerics=numerics or [])
 
 
-def queued(row: dict, same_compiler: bool = True, origin: datetime.datetime | None = None) -> Queued:
+def queued(row: StoreEntry, same_compiler: bool = True, origin: datetime.datetime | None = None) -> Queued:
     """A queued entry as the planner makes it (its decision base included)."""
-    origin = origin or row["measured_at"]
-    base = {"key": row["key"], "fingerprint": row["fingerprint"], "env_key": row["env_key"],
-            "kind": row["kind"], "config": row["config"], "source": row["source"], "toolchain": "default",
+    origin = origin or row.measured_at
+    base = {"key": row.key, "fingerprint": row.fingerprint, "env_key": row.env_key,
+            "kind": row.kind, "config": row.config, "source": row.source, "toolchain": "default",
             "compiler_version": HERE.compiler_version, "fleet_hits": 0, "age_days": 3.0,
             "decided_at": NOW.isoformat(), "origin_at": origin.isoformat(),
-            "entry_measured_at": row["measured_at"].isoformat(),
-            "entry_expires_at": row["expires_at"].isoformat()}
+            "entry_measured_at": row.measured_at.isoformat(),
+            "entry_expires_at": row.expires_at.isoformat()}
     new_env = None if same_compiler else HERE.key()
-    new_key = None if same_compiler else store_key(row["fingerprint"], HERE.key())
+    new_key = None if same_compiler else store_key(row.fingerprint, HERE.key())
     return Queued(row, base, "blob", same_compiler, new_key, new_env, origin, ())
 
 
-def measured(row: dict, found: EvaluationResult, same_compiler: bool = True,
+def measured(row: StoreEntry, found: EvaluationResult, same_compiler: bool = True,
              origin: datetime.datetime | None = None) -> Decision:
     return queued(row, same_compiler, origin).measured(found, HERE.compiler_version, BAND, NOW, TTL, MAX_AGE)
 
 
-def table(*rows: dict) -> pa.Table:
-    return pa.Table.from_pylist(list(rows), ENTRIES)
+def table(*rows: StoreEntry) -> pa.Table:
+    return entries_table(rows)
 
 
-def by_key(entries: pa.Table) -> dict[str, dict]:
-    return {row["key"]: row for row in entries.to_pylist()}
+def by_key(entries: pa.Table) -> dict[str, StoreEntry]:
+    return {entry.key: entry for entry in entries_of(entries)}
 
 
 # --- validator.decisions: outcomes of a measurement -------------------------------------------
@@ -134,8 +132,8 @@ def test_on_another_compiler_only_a_clear_gain_rekeys(ci_low, outcome):
 
 def test_expired_at_its_expiry_not_a_moment_before():
     row = entry(1, expires_in=0)
-    assert "past its expiry" in rules.expired_reason(row, row["measured_at"], NOW, MAX_AGE)
-    assert rules.expired_reason(row, row["measured_at"], NOW - datetime.timedelta(microseconds=1), MAX_AGE) is None
+    assert "past its expiry" in rules.expired_reason(row, row.measured_at, NOW, MAX_AGE)
+    assert rules.expired_reason(row, row.measured_at, NOW - datetime.timedelta(microseconds=1), MAX_AGE) is None
 
 
 def test_the_absolute_lifetime_runs_from_the_first_measurement_whatever_was_refreshed():
@@ -174,7 +172,7 @@ def test_rekeyed_adds_under_the_new_environments_key():
     row = entry(1, OLDER)
     rekeyed = measured(row, result(1.4, 1.2, 1.6), same_compiler=False)
     assert (rekeyed.outcome, rekeyed.change) == ("rekeyed", rules.ADD)
-    assert rekeyed.new_key == store_key(row["fingerprint"], HERE.key()) != row["key"]
+    assert rekeyed.new_key == store_key(row.fingerprint, HERE.key()) != row.key
     assert rekeyed.new_env_key == HERE.key() and rekeyed.expires_at == (NOW + TTL).isoformat()
     assert Decision.from_json(json.loads(json.dumps(rekeyed.to_json()))) == rekeyed
 
@@ -184,7 +182,7 @@ def test_rekeyed_adds_under_the_new_environments_key():
 def test_a_removal_applies_to_the_entry_decided_on_and_leaves_the_others():
     gone, other = entry(1), entry(2)
     after, status = rules.apply([measured(gone, result(0.9, 0.85, 0.95))], table(gone, other))
-    assert status == [rules.APPLIED] and by_key(after) == {other["key"]: other}
+    assert status == [rules.APPLIED] and by_key(after) == {other.key: other}
     again, status = rules.apply([measured(gone, result(0.9, 0.85, 0.95))], after)
     assert status == [rules.APPLIED] and again.equals(after)  # a rerun after a kill: a no-op
 
@@ -193,20 +191,20 @@ def test_a_removal_applies_to_the_entry_decided_on_and_leaves_the_others():
                                     {"measured_at": NOW}, {"expires_at": NOW + 40 * DAY}])
 def test_an_entry_replaced_since_it_was_decided_on_is_left_alone(change):
     row = entry(1)
-    replaced = {**row, **change}  # deliver or an import wrote the key again meanwhile
+    replaced = dataclasses.replace(row, **change)  # deliver or an import wrote the key again meanwhile
     for decision in (measured(row, result(0.9, 0.85, 0.95)), measured(row, result(1.4, 1.2, 1.6))):
         after, status = rules.apply([decision], table(replaced))
-        assert status == [rules.STALE] and by_key(after) == {row["key"]: replaced}
+        assert status == [rules.STALE] and by_key(after) == {row.key: replaced}
 
 
 def test_a_kept_entry_is_refreshed_in_place_once():
     row = entry(1)
     kept = measured(row, result(1.4, 1.2, 1.6))
     after, status = rules.apply([kept], table(row))
-    refreshed = by_key(after)[row["key"]]
+    refreshed = by_key(after)[row.key]
     assert status == [rules.APPLIED]
-    assert refreshed == {**row, "provenance": "validator", "speedup": 1.4, "ci_low": 1.2, "ci_high": 1.6,
-                         "measured_at": NOW, "expires_at": NOW + TTL}
+    assert refreshed == dataclasses.replace(row, provenance=Provenance.VALIDATOR, speedup=1.4, ci_low=1.2,
+                                            ci_high=1.6, measured_at=NOW, expires_at=NOW + TTL)
     again, status = rules.apply([kept], after)
     assert status == [rules.APPLIED] and again.equals(after)
     assert rules.apply([kept], table())[1] == [rules.STALE]  # removed meanwhile: not brought back
@@ -217,13 +215,14 @@ def test_a_rekeyed_entry_is_added_once_beside_the_old_one():
     rekeyed = measured(row, result(1.4, 1.2, 1.6), same_compiler=False)
     after, status = rules.apply([rekeyed], table(row))
     rows = by_key(after)
-    assert status == [rules.APPLIED] and rows[row["key"]] == row
+    assert status == [rules.APPLIED] and rows[row.key] == row
     new = rows[rekeyed.new_key]
-    assert (new["env_key"], new["config"], new["source"], new["provenance"]) == (
-        HERE.key(), row["config"], row["source"], "validator")
+    assert (new.env_key, new.config, new.source, new.provenance) == (
+        HERE.key(), row.config, row.source, Provenance.VALIDATOR)
     again, status = rules.apply([rekeyed], after)
     assert status == [rules.APPLIED] and again.equals(after)
-    other = {**new, "config": json.dumps({"xla_cpu_use_thunk_runtime": False}), "provenance": "tuner"}
+    other = dataclasses.replace(new, config=json.dumps({"xla_cpu_use_thunk_runtime": False}),
+                                provenance=Provenance.TUNER)
     kept_other, status = rules.apply([rekeyed], table(row, other))
     assert status == [rules.STALE] and by_key(kept_other)[rekeyed.new_key] == other
 
@@ -291,11 +290,11 @@ class Home:
             "partitioning": partitioning_text(env.partitioning)}], GRAPHS.schema),
             f"graph-{n}-{env.key()[:6]}")
 
-    def hits(self, row: dict, n: int, outcome: str = "applied", at: datetime.datetime = NOW - DAY,
+    def hits(self, row: StoreEntry, n: int, outcome: str = "applied", at: datetime.datetime = NOW - DAY,
              config: str | None = CONFIG) -> None:
         """`n` compiles in the fleet that looked `row` up, at `at`."""
-        hits = [{"dt": at.date(), "at": at, "job_id": f"job-{i}", "key": row["key"], "fingerprint": row["fingerprint"],
-                 "env_key": row["env_key"], "module_name": "m", "outcome": outcome, "kind": "graph",
+        hits = [{"dt": at.date(), "at": at, "job_id": f"job-{i}", "key": row.key, "fingerprint": row.fingerprint,
+                 "env_key": row.env_key, "module_name": "m", "outcome": outcome, "kind": "graph",
                  "config_version": 1, "expected_speedup": 1.5, "config": config, "optimized_fingerprint": None,
                  "reason": "INTERNAL: tuned compile failed" if outcome == "fallback" else None,
                  "hook_seconds": 0.001, "compile_seconds": 0.1} for i in range(n)]
@@ -306,7 +305,7 @@ class Home:
         Warehouse(self.path).append(VALIDATIONS, pa.Table.from_pylist(
             [rules.audit_row(decision, run_id, 1, rules.APPLIED)], VALIDATIONS.schema), run_id)
 
-    def plan(self, *rows: dict, decided: frozenset[str] = frozenset(),
+    def plan(self, *rows: StoreEntry, decided: frozenset[str] = frozenset(),
              chain: Toolchain = CHAIN) -> tuple[dict[str, Decision], list[Queued], int]:
         store = Store(self.path)
         store.publish(table(*rows), store.current(), "test entries")
@@ -325,19 +324,19 @@ def test_expired_comes_before_every_other_rule(home):
     home.hits(past_expiry, 2, "fallback", at=NOW - DAY)
     free, queue, _ = home.plan(past_expiry, past_lifetime)
     assert {k: (d.outcome, d.change) for k, d in free.items()} == {
-        past_expiry["key"]: ("expired", rules.REMOVE), past_lifetime["key"]: ("expired", rules.REMOVE)}
-    assert "absolute lifetime" in free[past_lifetime["key"]].reason and queue == []
+        past_expiry.key: ("expired", rules.REMOVE), past_lifetime.key: ("expired", rules.REMOVE)}
+    assert "absolute lifetime" in free[past_lifetime.key].reason and queue == []
 
 
 def test_the_lifetime_of_a_validator_entry_runs_from_its_first_measurement(home):
     home.graph(1, HERE)
-    row = entry(1, days_old=2, provenance="validator")  # refreshed two days ago
+    row = entry(1, days_old=2, provenance=Provenance.VALIDATOR)  # refreshed two days ago
     first = NOW - 181 * DAY
     home.decided(dataclasses.replace(queued(row, origin=first).decide(
         "kept", "still faster", rules.REFRESH, NOW - 2 * DAY, TTL, MAX_AGE)), "run-0")
     free, queue, _ = home.plan(row)
-    assert free[row["key"]].outcome == "expired" and "absolute lifetime" in free[row["key"]].reason
-    assert free[row["key"]].origin_at == first.isoformat()
+    assert free[row.key].outcome == "expired" and "absolute lifetime" in free[row.key].reason
+    assert free[row.key].origin_at == first.isoformat()
 
 
 def test_fleet_fallbacks_since_the_last_measurement_invalidate_without_measuring(home):
@@ -345,13 +344,13 @@ def test_fleet_fallbacks_since_the_last_measurement_invalidate_without_measuring
         home.graph(n, HERE)
     failing, earlier, other_config = entry(1), entry(2), entry(3)
     home.hits(failing, 2, "fallback", at=NOW - DAY)
-    home.hits(earlier, 1, "fallback", at=earlier["measured_at"])  # not after it was measured
+    home.hits(earlier, 1, "fallback", at=earlier.measured_at)  # not after it was measured
     home.hits(other_config, 1, "fallback", config=json.dumps({"xla_cpu_use_xnnpack": True}))
     free, queue, _ = home.plan(failing, earlier, other_config)
-    decision = free[failing["key"]]
+    decision = free[failing.key]
     assert (decision.outcome, decision.change) == ("invalidated", rules.REMOVE)
     assert "failed 2 time(s)" in decision.reason and "tuned compile failed" in decision.reason
-    assert {q.entry["key"] for q in queue} == {earlier["key"], other_config["key"]}
+    assert {q.entry.key for q in queue} == {earlier.key, other_config.key}
 
 
 def test_what_cannot_be_measured_here_is_left_unmeasured_with_why(home):
@@ -362,8 +361,8 @@ def test_what_cannot_be_measured_here_is_left_unmeasured_with_why(home):
             "another machine": entry(4, elsewhere), "unknown environment": entry(5, Environment("cpu", "x", 2, "j"))}
     home.graph(5, HERE)  # symbols, but only in this machine's environment
     free, queue, skipped = home.plan(*rows.values())
-    reasons = {name: free[row["key"]].reason for name, row in rows.items()}
-    assert all(free[row["key"]].outcome == "unmeasured" and free[row["key"]].change == rules.NONE
+    reasons = {name: free[row.key].reason for name, row in rows.items()}
+    assert all(free[row.key].outcome == "unmeasured" and free[row.key].change == rules.NONE
                for row in rows.values())
     assert "op-level" in reasons["op"] and "blob" in reasons["no blob"]
     assert "no symbols" in reasons["no symbols"] and "TPU v5p" in reasons["another machine"]
@@ -377,7 +376,7 @@ def test_a_gpu_entry_is_left_unmeasured_on_a_cpu_machine_saying_where_it_runs(ho
     home.graph(1, h100)
     row = entry(1, h100, config=json.dumps({"xla_gpu_enable_triton_gemm": False}))
     free, queue, skipped = home.plan(row)
-    decision = free[row["key"]]
+    decision = free[row.key]
     assert (decision.outcome, decision.change, queue, skipped) == ("unmeasured", rules.NONE, [], 0)
     assert decision.reason == ("measured for gpu NVIDIA H100 80GB HBM3 (compute capability 9.0) x1; "
                                "toolchain default runs on cpu test-cpu x1")
@@ -386,10 +385,10 @@ def test_a_gpu_entry_is_left_unmeasured_on_a_cpu_machine_saying_where_it_runs(ho
 def test_an_unmeasured_entry_is_audited_once_per_compiler_and_reason(home):
     row = entry(3)
     first, _, _ = home.plan(row)
-    assert first[row["key"]].audited
-    home.decided(first[row["key"]], "run-1")
+    assert first[row.key].audited
+    home.decided(first[row.key], "run-1")
     again, _, _ = home.plan(row)
-    assert not again[row["key"]].audited
+    assert not again[row.key].audited
 
 
 @pytest.mark.parametrize("days_old, measured", [(1, True), (0.99, False)])
@@ -425,7 +424,7 @@ def test_a_partitioned_entry_is_rebuilt_with_its_partitioning_and_rekeyed_in_it(
     home.graph(2, here.with_partitioning(sharded))
     old, same = entry(1, older), entry(2, here.with_partitioning(sharded))
     free, queue, _ = home.plan(old, same, chain=chain)
-    assert free == {} and {q.entry["key"]: q.same_compiler for q in queue} == {old["key"]: False, same["key"]: True}
+    assert free == {} and {q.entry.key: q.same_compiler for q in queue} == {old.key: False, same.key: True}
     [rekeyed] = [q for q in queue if not q.same_compiler]
     # The new key is of this compiler in the entry's own partitioning, not the toolchain's bare one.
     new_env = here.with_partitioning(sharded).key()
@@ -436,9 +435,9 @@ def test_a_partitioned_entry_is_rebuilt_with_its_partitioning_and_rekeyed_in_it(
 def test_the_queue_runs_by_fleet_hits_then_least_recently_measured(home):
     rows = [entry(n, days_old=days) for n, days in ((1, 3), (2, 9), (3, 5), (4, 2))]
     for row in rows:
-        home.graph(int(row["fingerprint"], 16), HERE)
+        home.graph(int(row.fingerprint, 16), HERE)
     home.hits(rows[3], 4)
     home.hits(rows[0], 2, at=NOW - 40 * DAY)  # outside the window: not counted
-    _, queue, _ = home.plan(*rows, decided=frozenset({rows[2]["key"]}))
-    assert [q.entry["key"] for q in queue] == [rows[3]["key"], rows[1]["key"], rows[0]["key"]]
+    _, queue, _ = home.plan(*rows, decided=frozenset({rows[2].key}))
+    assert [q.entry.key for q in queue] == [rows[3].key, rows[1].key, rows[0].key]
     assert queue[0].base["fleet_hits"] == 4 and queue[1].base["fleet_hits"] == 0

@@ -45,7 +45,7 @@ from __future__ import annotations
 import datetime
 import enum
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import pyarrow as pa
@@ -55,7 +55,7 @@ from execution.evaluate import EvaluationResult
 from execution.sharded import MeasureMode
 from hlo.interval import Interval, columns, from_columns
 from ranking.realized import Realized
-from storage.store import ENTRIES
+from storage.store import Provenance, StoreEntry, entries_of, entries_table
 
 # How a decision changes the store.
 REFRESH, REMOVE, ADD, NONE = "refresh", "remove", "add", "none"
@@ -176,11 +176,11 @@ def expiry(now: datetime.datetime, origin: datetime.datetime, ttl: datetime.time
     return min(now + ttl, origin + max_age)
 
 
-def expired_reason(entry: dict[str, Any], origin: datetime.datetime, now: datetime.datetime,
+def expired_reason(entry: StoreEntry, origin: datetime.datetime, now: datetime.datetime,
                    max_age: datetime.timedelta) -> str | None:
     """Why `entry` is expired at `now`, or None if it is not."""
-    if now >= entry["expires_at"]:
-        return f"past its expiry ({entry['expires_at']:%Y-%m-%d %H:%M} UTC)"
+    if now >= entry.expires_at:
+        return f"past its expiry ({entry.expires_at:%Y-%m-%d %H:%M} UTC)"
     if now >= origin + max_age:
         return (f"past its absolute lifetime of {max_age.days} days since first measured "
                 f"({origin:%Y-%m-%d})")
@@ -276,12 +276,12 @@ def apply(decisions: list[Decision], live: pa.Table) -> tuple[pa.Table, list[str
     times): one that deliver or an import replaced meanwhile is left alone (STALE). A decision
     already applied (a rerun after a kill) applies again as a no-op.
     """
-    rows = {row["key"]: row for row in live.to_pylist()}
+    rows = {entry.key: entry for entry in entries_of(live)}
     status = [_apply_one(decision, rows) for decision in decisions]
-    return pa.Table.from_pylist(list(rows.values()), ENTRIES), status
+    return entries_table(rows.values()), status
 
 
-def _apply_one(decision: Decision, rows: dict[str, dict[str, Any]]) -> str:
+def _apply_one(decision: Decision, rows: dict[str, StoreEntry]) -> str:
     if decision.change == NONE:
         return APPLIED
     if decision.change == ADD:
@@ -290,7 +290,7 @@ def _apply_one(decision: Decision, rows: dict[str, dict[str, Any]]) -> str:
         if present is None:
             rows[decision.new_key] = wanted
             return APPLIED
-        return APPLIED if _same(present, wanted) else STALE
+        return APPLIED if present == wanted else STALE
     current = rows.get(decision.key)
     if decision.change == REMOVE:
         if current is None:
@@ -302,7 +302,7 @@ def _apply_one(decision: Decision, rows: dict[str, dict[str, Any]]) -> str:
     if current is None:
         return STALE
     refreshed = refreshed_entry(decision, current)
-    if _same(current, refreshed):
+    if current == refreshed:
         return APPLIED
     if not _decided_on(decision, current):
         return STALE
@@ -310,25 +310,24 @@ def _apply_one(decision: Decision, rows: dict[str, dict[str, Any]]) -> str:
     return APPLIED
 
 
-def refreshed_entry(decision: Decision, entry: dict[str, Any]) -> dict[str, Any]:
+def refreshed_entry(decision: Decision, entry: StoreEntry) -> StoreEntry:
     """A kept entry, or one re-keyed on its own compiler: re-measured now, by the validator,
     carrying the autotune results the decision names (relabelled ones), else its own."""
     results = {} if decision.autotune_results is None else {"autotune_results": decision.autotune_results}
-    return {**entry, "provenance": "validator", **columns(decision.speedup),
-            "compiler_version": decision.compiler_version,
-            "measured_at": _time(decision.decided_at), "expires_at": _time(decision.expires_at),
-            **results}
+    return replace(entry, provenance=Provenance.VALIDATOR, **columns(decision.speedup),
+                   compiler_version=decision.compiler_version, measured_at=_time(decision.decided_at),
+                   expires_at=_time(decision.expires_at), **results)
 
 
-def new_entry(decision: Decision) -> dict[str, Any]:
+def new_entry(decision: Decision) -> StoreEntry:
     """A re-keyed entry: the same config (and autotune results, as the decision carries them)
     under the new environment's key."""
-    return {"key": decision.new_key, "fingerprint": decision.fingerprint,
-            "env_key": decision.new_env_key, "kind": decision.kind, **columns(decision.speedup),
-            "expires_at": _time(decision.expires_at), "provenance": "validator",
-            "config": decision.config, "compiler_version": decision.compiler_version,
-            "measured_at": _time(decision.decided_at), "source": decision.source,
-            "autotune_results": decision.autotune_results}
+    assert decision.new_key is not None and decision.new_env_key is not None  # an ADD is a re-key
+    return StoreEntry(key=decision.new_key, fingerprint=decision.fingerprint, env_key=decision.new_env_key,
+                      kind=decision.kind, **columns(decision.speedup), expires_at=_time(decision.expires_at),
+                      provenance=Provenance.VALIDATOR, config=decision.config,
+                      compiler_version=decision.compiler_version, measured_at=_time(decision.decided_at),
+                      source=decision.source, autotune_results=decision.autotune_results)
 
 
 def audit_row(decision: Decision, run_id: str, store_version: int | None, status: str) -> dict[str, Any]:
@@ -361,14 +360,10 @@ def config_matches(recorded: str | None, config: str) -> bool:
         return False
 
 
-def _decided_on(decision: Decision, entry: dict[str, Any]) -> bool:
-    return (entry["config"] == decision.config
-            and entry["measured_at"] == _time(decision.entry_measured_at)
-            and entry["expires_at"] == _time(decision.entry_expires_at))
-
-
-def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(a.get(name) == b.get(name) for name in ENTRIES.names)
+def _decided_on(decision: Decision, entry: StoreEntry) -> bool:
+    return (entry.config == decision.config
+            and entry.measured_at == _time(decision.entry_measured_at)
+            and entry.expires_at == _time(decision.entry_expires_at))
 
 
 def _time(text: str | None) -> datetime.datetime | None:

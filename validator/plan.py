@@ -25,6 +25,7 @@ from hlo.environment import Environment, Partitioning, machine_kind, store_key
 from ingest.tables import GRAPHS, partitioning_of
 from storage.blobs import BlobStore
 from storage.home import Home
+from storage.store import StoreEntry, entries_of
 from storage.warehouse import Warehouse
 from validator import decisions as rules
 from validator.decisions import Decision, ResultsCheck
@@ -60,7 +61,7 @@ class Queued:
     """An entry to measure, and what its decision will carry. `results`: the entry's autotune
     results, checked (`parse_results`): they travel with it to the machine that measures."""
 
-    entry: dict[str, Any]
+    entry: StoreEntry
     base: dict[str, Any]
     blob: str
     same_compiler: bool
@@ -130,7 +131,7 @@ class Planner:
         self.home, self.chain, self.now = home, chain, now
         self.max_age, self.revalidate_after = max_age, revalidate_after
         self.here = chain.env()
-        self.entries = Store(home).entries().to_pylist()
+        self.entries = entries_of(Store(home).entries())
         graphs = Warehouse(home).read(GRAPHS, columns=["fingerprint", "env_key", "hlo_blob", *_ENV_FIELDS,
                                                        "partitioning"])
         # The HLO is the same in every environment (its blob is named by the fingerprint); an
@@ -144,28 +145,27 @@ class Planner:
         self.hits = fleet_hits(home, now)
         self.fallbacks = fallbacks(home)
         self.history = History(home)
-        self.fleet = fleet_realized(home, now, {
-            e["key"]: self.history.origin(e["key"], e["provenance"], e["measured_at"]) for e in self.entries},
-            fleet_window)
+        self.fleet = fleet_realized(home, now, {e.key: self.history.origin(e) for e in self.entries},
+                                    fleet_window)
 
     def plan(self, decided: set[str]) -> tuple[list[Decision], list[Queued], int]:
         """(decisions made without measuring, entries to measure by priority, entries skipped)."""
         free: list[Decision] = []
         queue: list[Queued] = []
         skipped = 0
-        live_keys = {e["key"] for e in self.entries}
+        live_keys = {e.key for e in self.entries}
         for entry in self.entries:
-            if entry["key"] in decided:
+            if entry.key in decided:
                 continue
-            origin = self.history.origin(entry["key"], entry["provenance"], entry["measured_at"])
-            fleet = self.fleet.get(entry["key"])
+            origin = self.history.origin(entry)
+            fleet = self.fleet.get(entry.key)
             base = {**self._base(entry, origin), **rules.fleet_figures(fleet)}
             expired = rules.expired_reason(entry, origin, self.now, self.max_age)
             if expired:
                 free.append(Decision(**base, outcome="expired", reason=expired, change=rules.REMOVE))
                 continue
-            failed = [f for f in self.fallbacks.get(entry["key"], [])
-                      if f.at > entry["measured_at"] and rules.config_matches(f.config, entry["config"])]
+            failed = [f for f in self.fallbacks.get(entry.key, [])
+                      if f.at > entry.measured_at and rules.config_matches(f.config, entry.config)]
             if failed:
                 reason = (f"the fleet's compile with it failed {len(failed)} time(s) since it was "
                           f"last measured (fell back to the defaults): {failed[-1].reason}")
@@ -181,8 +181,8 @@ class Planner:
                            + rules.fleet_summary(fleet))
             queued = self._queued(entry, base, origin, live_keys, flagged)
             if isinstance(queued, str):
-                known = self.history.decided(entry["key"], "unmeasured", self.chain.compiler_version,
-                                             entry["measured_at"], queued)
+                known = self.history.decided(entry.key, "unmeasured", self.chain.compiler_version,
+                                             entry.measured_at, queued)
                 free.append(Decision(**base, outcome="unmeasured", reason=queued, change=rules.NONE,
                                      audited=not known))
             elif queued is None:
@@ -191,18 +191,18 @@ class Planner:
                 queue.append(queued)
         return free, sorted(queue, key=lambda q: q.priority), skipped
 
-    def _queued(self, entry: dict[str, Any], base: dict[str, Any], origin: datetime.datetime,
+    def _queued(self, entry: StoreEntry, base: dict[str, Any], origin: datetime.datetime,
                 live_keys: set[str], flagged: str | None) -> Queued | str | None:
         """What to measure for `entry`; a reason why it cannot be measured; None: nothing to do.
         An entry the fleet `flagged` is measured on its own compiler however recently it was."""
-        if entry["kind"] != "graph":
+        if entry.kind != "graph":
             return "op-level configs cannot be re-measured yet"
-        blob = self.blobs.get(entry["fingerprint"])
+        blob = self.blobs.get(entry.fingerprint)
         if blob is None:
             return "no symbols: its graph is not in the warehouse"
         if not BlobStore(self.home).exists(blob):
             return f"its HLO blob {blob} is missing"
-        env = self.envs.get(entry["env_key"])
+        env = self.envs.get(entry.env_key)
         if env is None:
             return "its environment is unknown here: no graph seen in it, no toolchain runs it"
         # A sharded graph is measured on any machine of its kind, whole or per device
@@ -217,39 +217,39 @@ class Planner:
         machine = (machine_kind(env.platform, env.device_kind, self.chain.compiler_version)
                    if sharded else None)
         results = None
-        if entry.get("autotune_results") is not None:
+        if entry.autotune_results is not None:
             if not autotunes(env.platform):
                 return (f"its autotune results cannot be re-checked on {env.platform}: XLA "
                         "autotunes nothing there")
             try:
-                results = parse_results(entry["autotune_results"])
+                results = parse_results(entry.autotune_results)
             except ResultsError as exc:
                 return f"its autotune results do not parse here: {exc}"
-        priority = (-self.hits.get(entry["key"], 0), entry["measured_at"], entry["key"])
+        priority = (-self.hits.get(entry.key, 0), entry.measured_at, entry.key)
         if env.compiler_version == self.chain.compiler_version:
-            if self.now - entry["measured_at"] < self.revalidate_after and not flagged:
+            if self.now - entry.measured_at < self.revalidate_after and not flagged:
                 return None
             return Queued(entry, base, blob, True, None, None, origin, priority, flagged, results,
                           placement, machine)
-        if env.environment().key() != entry["env_key"]:
+        if env.environment().key() != entry.env_key:
             return "its environment has job options the warehouse does not record: cannot re-key it"
         # Re-keyed to this compiler; a sharded one in its own devices and partitioning.
         new_env_key = (replace(env.environment(), compiler_version=self.here.compiler_version).key()
                        if sharded else self.here.key())
-        new_key = store_key(entry["fingerprint"], new_env_key)
+        new_key = store_key(entry.fingerprint, new_env_key)
         if new_key in live_keys or any(
-                self.history.decided(entry["key"], outcome, self.chain.compiler_version, entry["measured_at"])
+                self.history.decided(entry.key, outcome, self.chain.compiler_version, entry.measured_at)
                 for outcome in ("rekeyed", "invalidated")):
             return None
         return Queued(entry, base, blob, False, new_key, new_env_key, origin, priority,
                       results=results, placement=placement, machine=machine)
 
-    def _base(self, entry: dict[str, Any], origin: datetime.datetime) -> dict[str, Any]:
-        return {"key": entry["key"], "fingerprint": entry["fingerprint"], "env_key": entry["env_key"],
-                "kind": entry["kind"], "config": entry["config"], "source": entry["source"],
+    def _base(self, entry: StoreEntry, origin: datetime.datetime) -> dict[str, Any]:
+        return {"key": entry.key, "fingerprint": entry.fingerprint, "env_key": entry.env_key,
+                "kind": entry.kind, "config": entry.config, "source": entry.source,
                 "toolchain": self.chain.name, "compiler_version": self.chain.compiler_version,
-                "fleet_hits": self.hits.get(entry["key"], 0),
-                "age_days": (self.now - entry["measured_at"]).total_seconds() / 86400,
+                "fleet_hits": self.hits.get(entry.key, 0),
+                "age_days": (self.now - entry.measured_at).total_seconds() / 86400,
                 "decided_at": self.now.isoformat(), "origin_at": origin.isoformat(),
-                "entry_measured_at": entry["measured_at"].isoformat(),
-                "entry_expires_at": entry["expires_at"].isoformat()}
+                "entry_measured_at": entry.measured_at.isoformat(),
+                "entry_expires_at": entry.expires_at.isoformat()}

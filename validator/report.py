@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from delivery.store import Store, StoreError
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
 from storage.home import Home
+from storage.store import Provenance, entries_of
 from storage.warehouse import Warehouse
 from validator.tables import VALIDATIONS
 
@@ -45,15 +46,15 @@ HIT_SHARE = pa.schema([
 def staleness(home: Home, now: datetime.datetime | None = None) -> pa.Table:
     """Live entries by days since last measured, one row per bucket (empty buckets included)."""
     now = now or datetime.datetime.now(datetime.UTC)
-    entries = Store(home).entries().select(["measured_at", "provenance"]).to_pylist()
-    ages = [((now - e["measured_at"]).total_seconds() / 86400, e["provenance"]) for e in entries]
+    ages = [((now - e.measured_at).total_seconds() / 86400, e.provenance)
+            for e in entries_of(Store(home).entries())]
     rows = []
     for low, high in zip(STALENESS_EDGES, STALENESS_EDGES[1:]):
         inside = [provenance for age, provenance in ages if low <= max(age, 0.0) < high]
         label = f"{low:g}-{high:g} days" if high != math.inf else f">= {low:g} days"
         rows.append({"bucket": label, "min_days": low, "max_days": None if high == math.inf else high,
                      "entries": len(inside), "share": len(inside) / len(ages) if ages else 0.0,
-                     "validator_entries": inside.count("validator")})
+                     "validator_entries": inside.count(Provenance.VALIDATOR)})
     return pa.Table.from_pylist(rows, STALENESS)
 
 
@@ -108,7 +109,7 @@ def _validator_written(store: Store, versions: list[int]) -> pa.Table:
             entries = store.entries(version).select(["key", "provenance"])
         except StoreError:  # a version this home does not hold (the hits came from elsewhere)
             continue
-        mine = entries.filter(pc.equal(entries.column("provenance"), "validator"))
+        mine = entries.filter(pc.equal(entries.column("provenance"), Provenance.VALIDATOR.value))
         pieces.append(pa.table({"config_version": pa.repeat(pa.scalar(version, pa.int64()), mine.num_rows),
                                 "key": mine.column("key"),
                                 "by_validator": pa.repeat(pa.scalar(True), mine.num_rows)}))

@@ -26,6 +26,7 @@ from delivery.store import Store
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
 from ranking.realized import Realized, read_runs, realized_speedups
 from storage.home import Home
+from storage.store import Provenance, StoreEntry
 from storage.warehouse import Warehouse
 from validator.tables import VALIDATIONS
 
@@ -119,12 +120,12 @@ class History:
             elif row["outcome"] == "rekeyed" and row["new_key"]:
                 self._origin[row["new_key"]] = row["origin_at"]
 
-    def origin(self, key: str, provenance: str, measured_at: datetime.datetime) -> datetime.datetime:
+    def origin(self, entry: StoreEntry) -> datetime.datetime:
         """When the entry's config was first measured: its own measurement unless the validator
         wrote it, else what the validation that wrote it carried forward."""
-        if provenance != "validator":
-            return measured_at
-        return self._origin.get(key, measured_at)
+        if entry.provenance != Provenance.VALIDATOR:
+            return entry.measured_at
+        return self._origin.get(entry.key, entry.measured_at)
 
     def decided(self, key: str, outcome: str, compiler_version: str, since: datetime.datetime,
                 reason: str | None = None) -> bool:

@@ -190,7 +190,7 @@ def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSett
                              settings.ttl, settings.max_age, result)
 
     try:
-        config = from_json(json.loads(entry["config"]))
+        config = from_json(json.loads(entry.config))
     except (FlagError, json.JSONDecodeError) as exc:
         return decide("invalidated", f"its config is no longer accepted: {exc}", invalidated)
     try:

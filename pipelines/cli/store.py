@@ -72,7 +72,8 @@ def cmd_store(args: argparse.Namespace, home: Home) -> int:
     """Run one action on the store: list, show, diff, roll back, export, import or set a policy
     (the holdout share, the relaxed-numerics teams)."""
     from delivery.imports import import_file
-    from delivery.store import Store, entry_json
+    from delivery.store import Store
+    from storage.store import entries_of
 
     store = Store(home)
     needed = _STORE_ARGUMENTS.get(args.action)
@@ -91,8 +92,8 @@ def cmd_store(args: argparse.Namespace, home: Home) -> int:
         print(json.dumps({"version": version}) if args.json else f"published v{version} = v{args.arg}")
         return EXIT_OK
     if args.action == "export":
-        for row in store.entries(_version(args.arg) if args.arg else None).to_pylist():
-            print(json.dumps(entry_json(row), sort_keys=True))
+        for entry in entries_of(store.entries(_version(args.arg) if args.arg else None)):
+            print(json.dumps(entry.to_json(), sort_keys=True))
         return EXIT_OK
     if args.action == "holdout-share":
         try:
@@ -168,15 +169,16 @@ def _version_mark(version: int, current: int | None, damaged: dict[str, str]) ->
 
 def _print_entries(store: Store, key: str, as_json: bool) -> int:
     """`fdo store show`: the live entries whose key or fingerprint is `key`; EXIT_FAILED if none."""
-    from delivery.store import entry_json
+    from storage.store import entries_of
 
-    entries = [entry_json(r) for r in store.entries().to_pylist() if key in (r["key"], r["fingerprint"])]
+    entries = [e for e in entries_of(store.entries()) if key in (e.key, e.fingerprint)]
     if as_json:
-        print_json(entries)
+        print_json([e.to_json() for e in entries])
     elif entries:
         print_table(("key", "kind", "speedup", "by", "expires", "config"),
-                    [(r["key"], r["kind"], f"{r['speedup']:.3f}x", r["provenance"], r["expires_at"][:10],
-                      config_text(r["config"])) for r in entries], "<<><<<")
+                    [(e.key, e.kind, f"{e.speedup:.3f}x", e.provenance or "-",
+                      f"{e.expires_at:%Y-%m-%d}" if e.expires_at else "-", config_text(json.loads(e.config)))
+                     for e in entries], "<<><<<")
     else:
         print(f"fdo store show: no live entry has the key or fingerprint {key}", file=sys.stderr)
     return EXIT_OK if entries else EXIT_FAILED
@@ -184,10 +186,9 @@ def _print_entries(store: Store, key: str, as_json: bool) -> int:
 
 def _print_diff(store: Store, old: int, new: int, as_json: bool) -> None:
     """`fdo store diff A B`: the keys B adds, removes and changes against A."""
-    from delivery.store import entry_json
+    from storage.store import entries_of
 
-    before, after = ({r["key"]: r for r in map(entry_json, store.entries(v).to_pylist())}
-                     for v in (old, new))
+    before, after = ({e.key: e.to_json() for e in entries_of(store.entries(v))} for v in (old, new))
     diff = {"added": sorted(after.keys() - before.keys()), "removed": sorted(before.keys() - after.keys()),
             "changed": sorted(k for k in before.keys() & after.keys() if before[k] != after[k])}
     if as_json:

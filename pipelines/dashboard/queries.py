@@ -33,6 +33,7 @@ from ranking.realized import RUN_COLUMNS, Realized, RealizedSavings, realized_sp
 from ranking.realized import realized_savings as ranking_realized_savings
 from ranking.tables import COVERAGE, SAVINGS
 from storage.home import Home
+from storage.store import entries_of
 from storage.warehouse import TableSchema, Warehouse
 from tuner.analyze import CONFIDENCE as FLAG_LEVEL
 from tuner.analyze import analyze_trials
@@ -178,18 +179,18 @@ def staleness(home: Home, scope: Scope) -> list[Row]:
     now = min(datetime.datetime.now(datetime.UTC),
               datetime.datetime.combine(scope.filters.window.last, datetime.time.max, datetime.UTC))
     rows = []
-    for entry in scope.select(Store(home).entries()).to_pylist():
-        measured = entry["measured_at"]
+    for entry in entries_of(scope.select(Store(home).entries())):
+        measured = entry.measured_at
         rows.append({
-            "key": entry["key"], "fingerprint": entry["fingerprint"], "env_key": entry["env_key"],
-            "environment": scope.label(entry["env_key"]), "kind": entry["kind"],
-            "provenance": entry["provenance"], "speedup": entry["speedup"],
-            "ci_low": entry["ci_low"], "ci_high": entry["ci_high"],
-            "ci_level": ENTRY_LEVELS.get(entry["provenance"]),
-            "compiler_version": entry["compiler_version"], "config": entry["config"],
+            "key": entry.key, "fingerprint": entry.fingerprint, "env_key": entry.env_key,
+            "environment": scope.label(entry.env_key), "kind": entry.kind,
+            "provenance": entry.provenance, "speedup": entry.speedup,
+            "ci_low": entry.ci_low, "ci_high": entry.ci_high,
+            "ci_level": ENTRY_LEVELS.get(entry.provenance),
+            "compiler_version": entry.compiler_version, "config": entry.config,
             "measured_at": measured.isoformat() if measured else None,
             "age_days": (now - measured).total_seconds() / SECONDS_PER_DAY if measured else None,
-            "expires_in_days": (entry["expires_at"] - now).total_seconds() / SECONDS_PER_DAY,
+            "expires_in_days": (entry.expires_at - now).total_seconds() / SECONDS_PER_DAY,
         })
     return sorted(rows, key=lambda r: (r["age_days"] is None, -(r["age_days"] or 0), r["key"]))
 

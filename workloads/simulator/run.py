@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from hlo.environment import ENVIRONMENT_FILE, current_environment
@@ -70,10 +71,12 @@ def store_lookup(home: Path) -> fleet.TunedLookup | None:
     version = current_version(home)
     if version is None:
         return None
-    entries = live_entries(home).to_pylist()
+    live = live_entries(home)
+    graphs = live.filter(pc.equal(live.column("kind"), "graph"))
     shares = _holdout_shares(home, version)
-    hits = {(e["fingerprint"], e["env_key"]): fleet.Hit(e["key"], version, e["speedup"], shares[e["key"]])
-            for e in entries if e["kind"] == "graph"}
+    hits = {(fingerprint, env_key): fleet.Hit(key, version, speedup, shares[key])
+            for key, fingerprint, env_key, speedup in zip(*(
+                graphs.column(name).to_pylist() for name in ("key", "fingerprint", "env_key", "speedup")))}
     return lambda fingerprint, env_key: hits.get((fingerprint, env_key))
 
 
