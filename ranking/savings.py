@@ -14,9 +14,10 @@ the entry's config (outcome applied, or fallback: the failed tuned compile and t
 after it, a cost of the entry) saved the median compile seconds of the key's holdout compiles
 in the accounted window minus the median of the compiles that tried the same config version in
 the window (a robust figure on both arms: one compile on a loaded host moves neither), negative
-where the tried ones were slower, times the devices of the process that compiled (`process_devices`: the environment's device count, or a process's local
-devices where its job spans processes: each process compiles, records its own hit and holds its
-own devices waiting; 1 where no graph of that environment was ingested). A key
+where the tried ones were slower, times the devices of the process that compiled
+(`process_devices`: the environment's device count, or a process's local devices where its job
+spans processes: each process compiles, records its own hit and holds its own devices
+waiting; 1 where no graph of that environment was ingested). A key
 with fewer than MIN_HOLDOUT_COMPILES holdout compiles in the window claims nothing: its
 compiles are counted `compile_unmeasured`. A compile's team is its job's in the window's
 graph runs (UNKNOWN_TEAM where the job ran no profiled graph there): hits carry no team.

@@ -289,7 +289,8 @@ def test_a_relaxed_config_is_decided_by_the_strict_ones_rules_and_a_failed_measu
     assert outcome(result(1.9, 1.7, 2.1), False) == "rekeyed"
     assert outcome(result(1.05, 0.95, 1.2), False) == "invalidated"
     failed = failed_result(CANDIDATE_FAILS, "candidate config does not compile")
-    assert rules.relaxed_outcome(failed, True, "new", BAND) == ("invalidated", "candidate config does not compile on new")
+    assert rules.relaxed_outcome(failed, True, "new", BAND) == (
+        "invalidated", "candidate config does not compile on new")
 
 
 def test_a_kept_entry_refreshes_its_relaxed_config_or_drops_it_keeping_its_strict_one():
