@@ -154,8 +154,8 @@ def honest(jobs: int, days: int, window: int, share: float, settings: dict, prog
     return Honest(
         jobs=jobs, entries=len(realized), decided=len(decided),
         true_saved=sum(d.truth.saved for d in history) / HOUR, true_saved_decided=true_decided / HOUR,
-        realized=savings.realized.estimate / HOUR,
-        realized_interval=(savings.realized.low / HOUR, savings.realized.high / HOUR) if savings.decided else None,
+        realized=savings.realized.estimate / HOUR if savings.realized else 0.0,
+        realized_interval=(savings.realized.low / HOUR, savings.realized.high / HOUR) if savings.realized else None,
         booked_decided=savings.booked_decided / HOUR,
         holdout_forgone=sum(d.truth.forgone for d in history) / HOUR, nightly_checks=checks,
         below_one=len(below), caught=len(flagged_keys & below), false_invalidations=len(flagged_keys - below),

@@ -48,7 +48,8 @@ compile_or_get_cached`; the hook wraps that function. Per compile it:
    autotune (the CPU), nor to a compile whose own compile options name a per-fusion cache
    directory (the job chose it): the reason says so;
 5. if the tuned compile fails, compiles again with the job's own options and records why;
-6. appends a hit record to its spool (ingest.hits): outcome, key, store version, expected
+6. appends a hit record to its spool (ingest.hits): outcome (a home that has published no
+   store yet records 'no store'; a store that cannot answer, 'error'), key, store version, expected
    speedup, and for a tuned or held-out executable the fingerprint of its optimized module,
    which is how a profile of the job finds the hit.
 Whatever goes wrong in the hook itself (store missing, corrupt, unreachable, slow; a module it
@@ -81,7 +82,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from delivery import job
-from delivery.lookup import ConfigSource, EmbeddedStore, Found, RemoteStore, StoreUnavailable
+from delivery.lookup import ConfigSource, EmbeddedStore, Found, NoStore, RemoteStore, StoreUnavailable
 from delivery.sandbox import CompileJob, SandboxCheck
 from execution.autotune_results import (AutotuneResults, CacheKeyed, Delivery, ResultsError, autotunes,
                                         job_cache_dir, job_sets_cache_dir, parse_results, persistent_cache_on)
@@ -393,6 +394,10 @@ class Hook:
         plan = self._identify(computation, compile_options)
         try:
             plan.found = self.source.lookup(plan.key)
+        except NoStore as exc:  # a fresh home: nothing is wrong, nothing is tuned yet
+            plan.outcome, plan.reason = "no store", str(exc)
+            self._warn(f"{exc}; compiling with the defaults", "store")
+            return plan
         except StoreUnavailable as exc:
             plan.outcome, plan.reason = "error", str(exc)
             self._warn(f"{exc}; compiling with the defaults", "store")

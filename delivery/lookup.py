@@ -2,8 +2,9 @@
 
 Both answer `lookup(key)` with a `Found` (the entry, a `storage.store.StoreEntry`, and the
 store version that served it) or None, and raise `StoreUnavailable` when the store cannot
-answer (missing, corrupt, unreachable, slow, or an answer that is no entry); the hook then
-compiles with the defaults. Neither ever raises anything else.
+answer (corrupt, unreachable, slow, or an answer that is no entry), `NoStore` (a kind of it)
+when a home has never published a store version; the hook then compiles with the defaults.
+Neither ever raises anything else.
 
 Each `Found` carries its version's policies as they apply to the entry (delivery.hook): the
 effective holdout share, the entry's own, else its version's (the manifest's; the default for a
@@ -41,6 +42,11 @@ class StoreUnavailable(Exception):
     """The store could not answer; the message says why."""
 
 
+class NoStore(StoreUnavailable):
+    """The home has no store version published yet (a fresh home): nothing is wrong, nothing
+    is tuned."""
+
+
 @dataclass(frozen=True)
 class Found:
     """A live entry for a key and the store version that holds it, whichever source answered
@@ -67,7 +73,7 @@ class EmbeddedStore:
         self.home, self.pinned = Path(home), version
         self._lock = threading.Lock()
         self._loaded: tuple[Manifest, dict[str, StoreEntry]] | None = None
-        self._failure: str | None = None
+        self._failure: StoreUnavailable | None = None
 
     def lookup(self, key: str) -> Found | None:
         """The entry for `key` in the snapshot."""
@@ -83,10 +89,12 @@ class EmbeddedStore:
             if self._loaded is None and self._failure is None:
                 try:
                     self._loaded = self._read()
+                except NoStore as exc:
+                    self._failure = exc
                 except Exception as exc:  # corrupt files raise many kinds: all mean "unusable"
-                    self._failure = f"embedded store {self.home / 'store'}: {exc}"
-            if self._failure is not None:
-                raise StoreUnavailable(self._failure)
+                    self._failure = StoreUnavailable(f"embedded store {self.home / 'store'}: {exc}")
+            if self._failure is not None:  # a fresh one each time: one raised again grows its traceback
+                raise type(self._failure)(*self._failure.args)
             assert self._loaded is not None
             return self._loaded
 
@@ -94,7 +102,7 @@ class EmbeddedStore:
         store = Store(self.home)
         version = self.pinned if self.pinned is not None else store.current()
         if version is None:
-            raise StoreUnavailable(f"no store published under {self.home}")
+            raise NoStore(f"no store published under {self.home}")
         entries = entries_of(store.entries(version))
         return store.manifest(version), {entry.key: entry for entry in entries}
 

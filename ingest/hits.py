@@ -36,7 +36,7 @@ from storage.homes import open_home
 from storage.warehouse import Warehouse, split_rows
 
 SPOOL_DIR = Path("spool") / "hits"
-OUTCOMES = ("applied", "holdout", "miss", "fallback", "refused", "error")
+OUTCOMES = ("applied", "holdout", "miss", "fallback", "refused", "no store", "error")
 STALE_SECONDS = 86400.0
 MAX_LINE_BYTES = 1 << 16
 

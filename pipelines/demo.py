@@ -224,7 +224,8 @@ def print_summary(home: Path, first: datetime.date) -> None:
               f"over {r.holdout.jobs} holdout / {r.tuned.jobs} tuned jobs{verdict}")
     booked = realized_savings(read_runs(home, first, last), realized).total
     print(f"booked {booked.booked / 3600:,.1f} chip-hours on the tuned runs; on the entries the fleet "
-          f"decided, booked {booked.booked_decided / 3600:,.1f}, realized {booked.realized.estimate / 3600:,.1f}")
+          f"decided, booked {booked.booked_decided / 3600:,.1f}, realized "
+          + ("-" if booked.realized is None else f"{booked.realized.estimate / 3600:,.1f}"))
     nights = coverage_by_night(home)
     print("verified coverage (the share of the tunable chip-time, this machine's platform and device "
           "kind, that runs a config the loop verified): " + (", ".join(

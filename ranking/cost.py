@@ -85,9 +85,12 @@ def validation_seconds(validations: pa.Table) -> float:
     return sum(span.total_seconds() for span in spans.to_pylist())
 
 
-def return_on_cost(realized_savings: float, cost: LoopCost) -> float | None:
-    """Realized chip-seconds saved per chip-second the loop spent; None when it spent none."""
-    return realized_savings / cost.total if cost.total > 0 else None
+def return_on_cost(realized_savings: float | None, cost: LoopCost) -> float | None:
+    """Realized chip-seconds saved per chip-second the loop spent; None when it spent none, or
+    when nothing is realized yet (`realized_savings` None: no entry decided)."""
+    if realized_savings is None or cost.total <= 0:
+        return None
+    return realized_savings / cost.total
 
 
 def _last_clock(trials: pa.Table) -> dict[str, float]:

@@ -121,19 +121,21 @@ class RealizedSavings:
     booked: float  # every tuned run of the slice x (expected - 1)
     booked_decided: float  # the same over the entries with a realized speedup: compare with `realized`
     # Tuned runs of decided entries x (realized - 1), its bounds those of each entry's speedup
-    # summed; 0 and [0, 0] where no entry of the slice is decided (`decided` is 0).
-    realized: Interval
+    # summed; None where no entry of the slice is decided (`decided` is 0): nothing is known,
+    # which is not a saving of 0.
+    realized: Interval | None
     decided: int  # entries with a realized speedup
     undecided: int
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready, in chip-seconds; the realized interval's bounds null where no entry is
-        decided."""
-        bounds = self.realized if self.decided else None
+        """JSON-ready, in chip-seconds; the realized figure and its bounds null where no entry
+        is decided."""
         return {"team": self.team, "config_version": self.config_version,
                 "tuned_chip_seconds": self.tuned_chip_seconds, "booked": self.booked,
-                "booked_decided": self.booked_decided, "realized": self.realized.estimate,
-                "realized_ci_low": bounds and bounds.low, "realized_ci_high": bounds and bounds.high,
+                "booked_decided": self.booked_decided,
+                "realized": self.realized and self.realized.estimate,
+                "realized_ci_low": self.realized and self.realized.low,
+                "realized_ci_high": self.realized and self.realized.high,
                 "decided": self.decided, "undecided": self.undecided}
 
 
@@ -206,7 +208,7 @@ def realized_savings(runs: pa.Table, realized: Iterable[Realized]) -> SavingsBre
         return RealizedSavings(
             team=team, config_version=version, tuned_chip_seconds=sum(c.chip_seconds for c in chosen),
             booked=sum(c.booked for c in chosen), booked_decided=sum(c.booked for c in decided),
-            realized=Interval(saved("estimate"), saved("low"), saved("high")),
+            realized=Interval(saved("estimate"), saved("low"), saved("high")) if decided else None,
             decided=len(decided_entries), undecided=len(entries - decided_entries))
 
     return SavingsBreakdown(

@@ -134,11 +134,14 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
                    (coalesce(m.n, 0) >= {MIN_HOLDOUT_COMPILES})::int as compile_hits,
                    (coalesce(m.n, 0) < {MIN_HOLDOUT_COMPILES})::int as compile_unmeasured,
                    case when m.n >= {MIN_HOLDOUT_COMPILES}
-                        then (m.median - h.compile_seconds) * coalesce(d.device_count, 1) else 0.0 end
+                        then (m.median - tm.median) * coalesce(d.device_count, 1) else 0.0 end
                         as compile_chip_seconds_saved
             from hits h
             left join (select key, env_key, count(*) as n, median(compile_seconds) as median
                        from hits where outcome = '{HELD_OUT}' group by key, env_key) m using (key, env_key)
+            left join (select key, env_key, config_version, median(compile_seconds) as median
+                       from hits where outcome in {TRIED} group by key, env_key, config_version) tm
+                using (key, env_key, config_version)
             left join ({teams}) t using (job_id)
             left join ({devices}) d using (env_key)
             where h.outcome in {TRIED}""")

@@ -12,10 +12,12 @@ skip autotuning, and flags change what XLA does). The counterfactual is the flee
 compiles of the entry's holdout arm ran the defaults. Per (key, env_key), a compile that tried
 the entry's config (outcome applied, or fallback: the failed tuned compile and the defaults'
 after it, a cost of the entry) saved the median compile seconds of the key's holdout compiles
-in the accounted window minus its own, negative where it was slower, times the devices of the
-process that compiled (`process_devices`: the environment's device count, or a process's local
-devices where its job spans processes: each process compiles, records its own hit and holds its
-own devices waiting; 1 where no graph of that environment was ingested). A key
+in the accounted window minus the median of the compiles that tried the same config version in
+the window (a robust figure on both arms: one compile on a loaded host moves neither), negative
+where the tried ones were slower, times the devices of the process that compiled
+(`process_devices`: the environment's device count, or a process's local devices where its job
+spans processes: each process compiles, records its own hit and holds its own devices
+waiting; 1 where no graph of that environment was ingested). A key
 with fewer than MIN_HOLDOUT_COMPILES holdout compiles in the window claims nothing: its
 compiles are counted `compile_unmeasured`. A compile's team is its job's in the window's
 graph runs (UNKNOWN_TEAM where the job ran no profiled graph there): hits carry no team.
@@ -69,18 +71,22 @@ _TRIED_KEYS = ["dt", "kind", "job_id", "key", "env_key", "config_version", "vali
 
 _RUNS = ArrowSum(_KEYS, _RUNTIME, pa.schema([_SUMMED.field(name) for name in _KEYS + _RUNTIME]))
 _TOTAL = ArrowSum(_KEYS, _RUNTIME + _COMPILE, _SUMMED)
-# Compiles that tried a config, summed per job (whose team is found later) and entry.
-_TRIED = ArrowSum(_TRIED_KEYS, ["compiles", "compile_seconds"], pa.schema(
+# Compiles that tried a config, counted per job (whose team is found later) and entry.
+_TRIED = ArrowSum(_TRIED_KEYS, ["compiles"], pa.schema(
     [HITS.schema.field(name) for name in _TRIED_KEYS if name != "validator_updated"]
-    + [("validator_updated", pa.bool_()), ("compiles", pa.int64()), HITS.schema.field("compile_seconds")]))
-# The holdout arm's compile seconds, counted per value: a sum that merges exactly, whose values
-# give the exact median.
-_HELD = ArrowSum(["key", "env_key", "compile_seconds"], ["compiles"], pa.schema(
-    [HITS.schema.field(name) for name in ("key", "env_key", "compile_seconds")] + [("compiles", pa.int64())]))
+    + [("validator_updated", pa.bool_()), ("compiles", pa.int64())]))
+# Each arm's compile seconds, counted per value: a sum that merges exactly, whose values give
+# the exact median. The holdout arm's per key, the tried compiles' per key and config version.
+_HELD_KEYS, _TRIED_MEDIAN_KEYS = ["key", "env_key"], ["key", "env_key", "config_version"]
+_HELD = ArrowSum([*_HELD_KEYS, "compile_seconds"], ["compiles"], pa.schema(
+    [HITS.schema.field(name) for name in (*_HELD_KEYS, "compile_seconds")] + [("compiles", pa.int64())]))
+_TRIED_SECONDS = ArrowSum([*_TRIED_MEDIAN_KEYS, "compile_seconds"], ["compiles"], pa.schema(
+    [HITS.schema.field(name) for name in (*_TRIED_MEDIAN_KEYS, "compile_seconds")] + [("compiles", pa.int64())]))
 _JOBS = ArrowSum(["job_id", "team"], [], pa.schema([GRAPH_RUNS.schema.field(name) for name in ("job_id", "team")]))
 _DEVICES = ArrowSum(["env_key", "process_devices"], [], pa.schema(
     [GRAPHS.schema.field("env_key"), ("process_devices", pa.int32())]))
-_SUMS = TaggedSums({"runs": _RUNS, "tried": _TRIED, "held": _HELD, "jobs": _JOBS, "devices": _DEVICES})
+_SUMS = TaggedSums({"runs": _RUNS, "tried": _TRIED, "tried_seconds": _TRIED_SECONDS, "held": _HELD,
+                    "jobs": _JOBS, "devices": _DEVICES})
 
 
 @dataclass(frozen=True)
@@ -136,8 +142,8 @@ class AccountSavings(beam.PTransform):
     wrote last. Yields one ("savings", rows) for `WriteWarehouse`.
 
     Each row group is reduced where it is read: runs to their hits' sums (and the graph runs to
-    their jobs' teams, as distinct pairs), hits to the compiles that tried a config (summed per
-    job and entry) and to the holdout arm's compile seconds (counted per value), graphs to the
+    their jobs' teams, as distinct pairs), hits to the compiles that tried a config (counted per
+    job and entry) and to each arm's compile seconds (counted per value), graphs to the
     devices of a process of each environment (distinct pairs); one combine sums them all, and
     `account` makes the rows.
     """
@@ -200,29 +206,31 @@ def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
     })
 
 
-def account(runs: pa.Table, tried: pa.Table, held: pa.Table, jobs: pa.Table, devices: pa.Table) -> pa.Table:
+def account(runs: pa.Table, tried: pa.Table, tried_seconds: pa.Table, held: pa.Table, jobs: pa.Table,
+            devices: pa.Table) -> pa.Table:
     """The savings rows, from the sums of `AccountSavings`: the runtime sums `runs`,
-    and the compile time saved by the compiles of `tried` against the median of their key's
-    holdout compiles (`held`), each with its job's team (`jobs`) and the devices of a process
-    of its environment (`devices`)."""
-    compiles = compile_rows(tried, held, jobs, devices)
+    and the compile time saved by the compiles of `tried`: the median of their key's holdout
+    compiles (`held`) less the median of the compiles that tried their config (`tried_seconds`),
+    each with its job's team (`jobs`) and the devices of a process of its environment
+    (`devices`)."""
+    compiles = compile_rows(tried, tried_seconds, held, jobs, devices)
     zeros = {name: pa.repeat(pa.scalar(0, _SUMMED.field(name).type), runs.num_rows) for name in _COMPILE}
     runtime = pa.table({**{name: runs.column(name) for name in _KEYS + _RUNTIME}, **zeros})
     return _TOTAL.reduce(pa.concat_tables([runtime.cast(_SUMMED), compiles])).cast(_SUMMED)
 
 
-def compile_rows(tried: pa.Table, held: pa.Table, jobs: pa.Table, devices: pa.Table) -> pa.Table:
+def compile_rows(tried: pa.Table, tried_seconds: pa.Table, held: pa.Table, jobs: pa.Table,
+                 devices: pa.Table) -> pa.Table:
     """The compile time saved, one row per row of `tried` (with `_SUMMED`'s columns, runtime 0)."""
-    medians = holdout_medians(held)
     team = jobs.group_by("job_id", use_threads=False).aggregate([("team", "min")])  # one per job
     count = devices.group_by("env_key", use_threads=False).aggregate([("process_devices", "max")])
-    joined = (tried.join(medians, ["key", "env_key"]).join(team, "job_id")
-              .join(count, "env_key"))
+    joined = (tried.join(holdout_medians(held), _HELD_KEYS).join(tried_medians(tried_seconds), _TRIED_MEDIAN_KEYS)
+              .join(team, "job_id").join(count, "env_key"))
     measured = pc.fill_null(pc.greater_equal(joined.column("holdout_compiles"), MIN_HOLDOUT_COMPILES), False)
     tries = joined.column("compiles")
-    # n compiles against the median m saved n x m minus their own seconds, in device-seconds.
-    saved = pc.multiply(pc.subtract(pc.multiply(pc.cast(tries, pa.float64()), joined.column("holdout_median")),
-                                    joined.column("compile_seconds")),
+    # n compiles saved n x (the holdout median - the tried median), in device-seconds.
+    saved = pc.multiply(pc.multiply(pc.cast(tries, pa.float64()),
+                                    pc.subtract(joined.column("holdout_median"), joined.column("tried_median"))),
                         pc.cast(pc.fill_null(joined.column("process_devices_max"), 1), pa.float64()))
     nothing = pa.scalar(0, pa.int64())
     return pa.table({
@@ -237,19 +245,32 @@ def compile_rows(tried: pa.Table, held: pa.Table, jobs: pa.Table, devices: pa.Ta
 
 
 def holdout_medians(held: pa.Table) -> pa.Table:
-    """Per (key, env_key) of `held` (compile seconds counted per value): the holdout compiles
-    and their median (of an even count, the mean of the middle two)."""
-    ordered = held.sort_by([("key", "ascending"), ("env_key", "ascending"), ("compile_seconds", "ascending")])
+    """Per (key, env_key) of `held` (the holdout arm's compile seconds counted per value): the
+    holdout compiles and their median (of an even count, the mean of the middle two)."""
+    return _medians(held, _HELD_KEYS, "holdout")
+
+
+def tried_medians(tried_seconds: pa.Table) -> pa.Table:
+    """Per (key, env_key, config_version) of `tried_seconds` (the compile seconds of the
+    compiles that tried that version's config, counted per value): those compiles and their
+    median, as `holdout_medians`."""
+    return _medians(tried_seconds, _TRIED_MEDIAN_KEYS, "tried")
+
+
+def _medians(counted: pa.Table, keys: list[str], arm: str) -> pa.Table:
+    """Per `keys` of `counted` (compile seconds counted per value): `{arm}_compiles` and
+    `{arm}_median`."""
+    ordered = counted.sort_by([(name, "ascending") for name in (*keys, "compile_seconds")])
     counts = ordered.column("compiles").to_numpy()
     seconds = np.repeat(ordered.column("compile_seconds").to_numpy(), counts)
-    groups = ordered.group_by(["key", "env_key"], use_threads=False).aggregate([("compiles", "sum")]).sort_by(
-        [("key", "ascending"), ("env_key", "ascending")])  # the order of `ordered`
+    groups = ordered.group_by(keys, use_threads=False).aggregate([("compiles", "sum")]).sort_by(
+        [(name, "ascending") for name in keys])  # the order of `ordered`
     sizes = groups.column("compiles_sum").to_numpy()
     starts = np.cumsum(sizes) - sizes
     median = (seconds[starts + (sizes - 1) // 2] + seconds[starts + sizes // 2]) / 2
-    return pa.table({"key": groups.column("key"), "env_key": groups.column("env_key"),
-                     "holdout_compiles": groups.column("compiles_sum"),
-                     "holdout_median": pa.array(median, pa.float64())})
+    return pa.table({**{name: groups.column(name) for name in keys},
+                     f"{arm}_compiles": groups.column("compiles_sum"),
+                     f"{arm}_median": pa.array(median, pa.float64())})
 
 
 def process_devices(device_count: int, partitioning: str | None) -> int:
@@ -277,28 +298,28 @@ def _partial_sums(table: tuple[str, pa.Table], validator_keys: list[str]) -> lis
         hits = [("runs", _RUNS.reduce(hit_rows(rows, _KIND_OF_RUNS[name], validator_keys)))]
         return [*hits, ("jobs", _JOBS.reduce(rows))] if name == GRAPH_RUNS.name else hits
     if name == HITS.name:
-        return [("tried", _tried_sums(rows, validator_keys)), ("held", _held_counts(rows))]
+        tried = rows.filter(pc.is_in(rows.column("outcome"), value_set=pa.array(TRIED)))
+        return [("tried", _tried_sums(tried, validator_keys)), ("tried_seconds", _counted(_TRIED_SECONDS, tried)),
+                ("held", _counted(_HELD, rows.filter(pc.equal(rows.column("outcome"), HELD_OUT))))]
     if name == GRAPHS.name:
         return [("devices", _process_devices(rows))]
     raise ValueError(f"savings: no input is table {name!r}")
 
 
-def _tried_sums(hits: pa.Table, validator_keys: list[str]) -> pa.Table:
-    tried = hits.filter(pc.is_in(hits.column("outcome"), value_set=pa.array(TRIED)))
+def _tried_sums(tried: pa.Table, validator_keys: list[str]) -> pa.Table:
     return _TRIED.reduce(pa.table({
         "dt": tried.column("dt"),
         "kind": pc.fill_null(pc.cast(tried.column("kind"), pa.string()), "graph"),  # the hook looks up graphs
         **{name: tried.column(name) for name in ("job_id", "key", "env_key", "config_version")},
         "validator_updated": _validator_updated(tried.column("key"), validator_keys),
-        "compiles": pa.repeat(pa.scalar(1, pa.int64()), tried.num_rows),
-        "compile_seconds": tried.column("compile_seconds")}))
+        "compiles": pa.repeat(pa.scalar(1, pa.int64()), tried.num_rows)}))
 
 
-def _held_counts(hits: pa.Table) -> pa.Table:
-    held = hits.filter(pc.is_in(hits.column("outcome"), value_set=pa.array([HELD_OUT])))
-    return _HELD.reduce(pa.table({
-        **{name: held.column(name) for name in ("key", "env_key", "compile_seconds")},
-        "compiles": pa.repeat(pa.scalar(1, pa.int64()), held.num_rows)}))
+def _counted(sums: ArrowSum, hits: pa.Table) -> pa.Table:
+    """The compile seconds of `hits`, counted per value and `sums`'s keys."""
+    return sums.reduce(pa.table({
+        **{name: hits.column(name) for name in sums.keys},
+        "compiles": pa.repeat(pa.scalar(1, pa.int64()), hits.num_rows)}))
 
 
 def _validator_updated(keys: pa.ChunkedArray, validator_keys: list[str]) -> pa.ChunkedArray:

@@ -42,7 +42,8 @@ STORE_ENTRY_COLUMNS = pa.schema([
     pa.field("key", pa.string()),  # the store key: hlo.environment.store_key(fingerprint, env_key)
     pa.field("fingerprint", pa.string()),
     pa.field("env_key", pa.string()),
-    pa.field("kind", pa.string()),  # 'graph' or 'op'
+    # 'graph' (a graph's or a kernels result: either applies to a whole compile) or 'op'
+    pa.field("kind", pa.string()),
     pa.field("speedup", pa.float64()),  # the measured speedup a hit is expected to give
     pa.field("expires_at", pa.timestamp("us", tz="UTC")),
     pa.field("provenance", pa.string()),  # who wrote it last: a Provenance
@@ -115,7 +116,7 @@ class StoreEntry:
     key: str
     fingerprint: str
     env_key: str
-    kind: str  # 'graph' or 'op'
+    kind: str  # 'graph' (graph and kernels results: delivery.deliver) or 'op' (imported)
     speedup: float  # the measured speedup a hit is expected to give
     expires_at: datetime.datetime | None = None
     provenance: Provenance | None = None

@@ -3,7 +3,7 @@
 A task is a plain, picklable record of everything its measurement needs besides the home: the
 module as serialized bytes (`hlo.module.HloModule`), its kind, its environment
 and its settings. The home travels as its string form (`home_address`): a URL, or a path that
-every node sees. A runner (`tasks.local`, `tasks.ray_runner`) runs a list of them and gives one
+every node sees. A runner (`tasks.runner.LocalRunner`, `tasks.ray_runner.RayRunner`) runs a list of them and gives one
 `TaskOutcome` per task, in the tasks' order, with its status as a `TaskStatus`, the node that
 ran it, how many tries it took, and its result or the reason it has none.
 

@@ -175,3 +175,19 @@ def test_a_pipeline_shows_none_of_beams_notices_but_its_errors_and_our_warnings(
     assert done.returncode == 0 and done.stdout == "done\n", done.stderr
     lines = done.stderr.splitlines()
     assert [line.split(":", 2)[2] for line in lines] == ["a real error of Beam's", "a warning of ours"], lines
+
+
+@pytest.mark.subprocess
+def test_the_demo_and_fdo_import_beam_only_after_quieting_it(tmp_path):
+    # Beam's import warns "apitools not found" once, on the root logger, at once: the demo's and
+    # fdo's main quiet Beam first (storage.beam_logging), so neither may import it before.
+    imported = subprocess.run(
+        [sys.executable, "-c", "import sys, pipelines.demo, pipelines.cli; "
+                               "print([m for m in sys.modules if m.split('.')[0] == 'apache_beam'])"],
+        capture_output=True, text=True, timeout=300)
+    assert imported.returncode == 0 and imported.stdout == "[]\n", imported.stderr
+    # A real Beam stage of the demo's nightly run, as the demo points a user to it: no notices.
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "--home", str(tmp_path), "rank"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "apitools" not in done.stdout + done.stderr and "WARNING" not in done.stderr, done.stderr

@@ -66,6 +66,28 @@ def test_the_share_is_forced_else_none_for_an_opt_out_else_the_entry_s(monkeypat
             HookSettings.from_environment()
 
 
+def test_op_entries_have_no_holdout_arm_their_runs_are_booked_and_never_realized(tmp_path):
+    # What the pages say (docs/hook.md, docs/realized.md): the hook holds out whatever entry it
+    # serves for a compiled module's key, an op's kernel form included; an op's runs inside
+    # graphs (op_runs) have no arm: booked, never realized.
+    from delivery.hook import Hook, _Plan
+    from ingest.tables import OP_RUNS
+    from ranking.realized import read_runs, realized_speedups
+
+    op = StoreEntry.from_json({**ENTRY, "kind": "op", "key": KEY})
+    plan = Hook(HookSettings(tmp_path, holdout=1.0))._decide(_Plan(key=KEY, found=Found(3, op)))
+    assert (plan.outcome, plan.config) == ("holdout", None)
+    assert "holdout" not in OP_RUNS.schema.names and "holdout" in GRAPH_RUNS.schema.names
+    day = datetime.date(2026, 6, 2)
+    runs = pa.Table.from_pylist([{
+        "dt": day, "job_id": f"job-{n}", "team": "ads", "op_fingerprint": "1" * 32, "graph_fingerprint": "3" * 32,
+        "env_key": "2" * 32, "chip_seconds": 10.0, "opted_out": False, "config_key": KEY, "config_version": 3,
+        "expected_speedup": 1.3} for n in range(40)], OP_RUNS.schema)
+    Warehouse(tmp_path).append(OP_RUNS, runs, "ops")
+    assert pa.compute.sum(hit_rows(runs, "op", []).column("chip_seconds_saved")).as_py() == pytest.approx(40 * 3.0)
+    assert read_runs(tmp_path, day, day).num_rows == 0 and realized_speedups(read_runs(tmp_path, day, day)) == []
+
+
 def test_bad_shares_are_refused_at_import_and_publish(tmp_path):
     for bad in ("0.7", "-0.01", "true", '"0.1"', "NaN"):
         path = tmp_path / "bad.jsonl"

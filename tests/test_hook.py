@@ -373,6 +373,57 @@ def test_embedded_snapshot_is_read_once_and_can_be_pinned(tmp_path):
     assert EmbeddedStore(tmp_path, version=first).lookup(key).version == first
 
 
+def test_a_fresh_home_has_no_store_and_a_broken_one_cannot_answer(tmp_path):
+    from delivery.lookup import EmbeddedStore, NoStore, StoreUnavailable
+
+    fresh = EmbeddedStore(tmp_path)
+    for _ in range(2):  # the failure is remembered, and its kind with it
+        with pytest.raises(NoStore, match="no store published under"):
+            fresh.lookup("0" * 32)
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "CURRENT").write_text("v-not-a-number\n")
+    with pytest.raises(StoreUnavailable) as broken:
+        EmbeddedStore(tmp_path).lookup("0" * 32)
+    assert not isinstance(broken.value, NoStore)
+
+
+def test_hit_lines_say_no_store_and_lines_from_before_it_still_read():
+    from ingest.hits import parse_spool
+
+    def line(outcome: str) -> str:
+        return json.dumps({"at": "2026-11-01T00:00:00+00:00", "job_id": "j", "key": "a" * 32,
+                           "fingerprint": "b" * 32, "env_key": "c" * 32, "module_name": "jit_step",
+                           "outcome": outcome, "reason": "no store published under /h",
+                           "hook_seconds": 0.001, "compile_seconds": 0.5}) + "\n"
+
+    good, bad, reasons = parse_spool("h-1-1.jsonl", (line("no store") + line("error") + line("nostore")).encode())
+    assert [row["outcome"] for row in good] == ["no store", "error"]  # 'error': a fresh home's before
+    assert len(bad) == 1 and "outcome must be one of" in reasons[0]
+
+
+@pytest.mark.xla
+def test_a_job_in_a_fresh_home_records_no_store_and_in_a_broken_one_error(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    from delivery import hook
+
+    fresh, broken = tmp_path / "fresh", tmp_path / "broken"
+    (broken / "store").mkdir(parents=True)
+    (broken / "store" / "CURRENT").write_text("v-not-a-number\n")
+    try:
+        for home in (fresh, broken):
+            hook.install(home=home, job_id=home.name)
+            jax.jit(lambda v: jnp.tanh(v @ v).sum() + len(home.name))(jnp.ones((16, 16)))
+    finally:
+        hook.uninstall()
+    for home, outcome in ((fresh, "no store"), (broken, "error")):
+        records = [json.loads(line) for path in (home / "spool" / "hits").glob("*.jsonl")
+                   for line in path.read_text().splitlines()]
+        assert records and {r["outcome"] for r in records} == {outcome}, home.name
+        assert {r["config_version"] for r in records} == {None}
+
+
 @pytest.mark.subprocess
 def test_remote_lookups_are_cached_hits_and_misses_alike(tmp_path):
     from delivery.lookup import RemoteStore

@@ -149,7 +149,7 @@ def untuned(base, tmp_path_factory):
     home = tmp_path_factory.mktemp("base-job") / "home"
     output = run_job(base, home, "--job-id", "untuned")
     records = hits(base, home, "untuned")
-    assert records and {r["outcome"] for r in records} == {"error"}  # looked up: no store yet
+    assert records and {r["outcome"] for r in records} == {"no store"}  # looked up: no store yet
     layer = [r for r in records if r["module_name"] == "jit_layer"]
     assert len(layer) >= 3  # plain, vmapped and sharded
     return home, output, layer
@@ -219,7 +219,7 @@ def test_every_command_of_the_base_install_runs_there(base, tmp_path):
     first = run_energy("first", "--spool-hlo")
     assert first["pydantic"] is False
     looked_up = energy_hit("first")
-    assert looked_up["outcome"] == "error" and "no store published" in looked_up["reason"]
+    assert looked_up["outcome"] == "no store" and "no store published" in looked_up["reason"]
     fingerprint, env_key, key = looked_up["fingerprint"], looked_up["env_key"], looked_up["key"]
     spooled = home / "spool" / "symbols" / fingerprint[:2] / f"{fingerprint}-{env_key[:16]}"
     (module,) = spooled.glob("*.before_optimizations.txt")

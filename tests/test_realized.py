@@ -192,9 +192,9 @@ def test_realized_savings_beside_booked_per_team_version_and_total():
     assert sum(s.realized.estimate for s in split.by_team) == pytest.approx(total.realized.estimate)
     assert sum(s.booked for s in split.by_team) == pytest.approx(total.booked)
     assert [(s.config_version, s.decided, s.undecided) for s in split.by_version] == [(1, 1, 0), (2, 0, 1)]
-    undecided = split.by_version[1].to_json()  # no bounds where nothing is decided
-    assert (undecided["realized_ci_low"], undecided["realized_ci_high"]) == (None, None)
-    assert split.by_version[1].realized == Interval(0.0, 0.0, 0.0)
+    undecided = split.by_version[1].to_json()  # no figure where nothing is decided: not a saving of 0
+    assert (undecided["realized"], undecided["realized_ci_low"], undecided["realized_ci_high"]) == (None,) * 3
+    assert split.by_version[1].realized is None
     assert split.by_version[1].booked == pytest.approx(used[OTHER] * 0.2)
 
 
@@ -319,4 +319,10 @@ def test_fdo_savings_prints_booked_realized_and_the_return_on_cost(tmp_path, cap
     text = capsys.readouterr().out
     assert "realized in the fleet" in text and "undecided: too few holdout jobs" in text
     assert "team team-0" in text and "total" in text and "return on cost:" in text
+    # v2's one entry is undecided: no realized figure, printed "-" and carried as null.
+    (v2,) = [line.split() for line in text.splitlines() if line.split()[:1] == ["v2"]]
+    assert v2[3:5] == ["-", "-"] and v2[5:] == ["0", "1"], v2
+    (v1,) = [line.split() for line in text.splitlines() if line.split()[:1] == ["v1"]]
+    assert v1[3] != "-" and v1[4].startswith("[") and v1[-2:] == ["1", "0"], v1
+    assert [v["realized"] is None for v in printed["versions"]] == [False, True]
     assert "verified coverage: no tunable chip-time in these days" in text

@@ -48,6 +48,11 @@ NO_YNN_REDUCE = {"xla_cpu_experimental_ynn_fusion_type": ["INDIVIDUAL_DOT", "IND
 # are compiled by XLA itself, without LLVM's optimizations (NO_YNN_REDUCE alone is slower on
 # row_sq_sum only where YNNPACK's reductions beat XLA's, as on the CPUs it was measured on).
 SLOWER = {**NO_YNN_REDUCE, "xla_backend_optimization_level": 0}
+# Relaxed-numerics configs for the entries whose strict config holds up: one that compiles to the
+# defaults' very program (fast math is off by default): no gain left, on any CPU; and the strict
+# config with fast min/max, which these sums (no min or max) leave as fast as the strict one.
+RELAXED_NOTHING = {"xla_cpu_enable_fast_math": False}
+RELAXED_FAST = {**NO_YNN_REDUCE, "xla_cpu_enable_fast_min_max": True}
 UTC = datetime.UTC
 
 # Tiny graphs where routing reductions away from YNN matters, measured on jaxlib 0.10.2 and
@@ -83,7 +88,7 @@ def ingest_graph(home: Path, name: str, compiler_version: str | None = None) -> 
 
 
 def entry(fingerprint: str, env_key: str, config: dict, days_old: float = 3, expires_in_days: float = 27,
-          compiler_version: str | None = None, source: str = "task") -> dict:
+          compiler_version: str | None = None, source: str = "task", relaxed: dict | None = None) -> dict:
     """A tuner's store entry measured `days_old` ago that expires `expires_in_days` from now."""
     now = datetime.datetime.now(UTC)
     measured = now - datetime.timedelta(days=days_old)
@@ -92,7 +97,8 @@ def entry(fingerprint: str, env_key: str, config: dict, days_old: float = 3, exp
             "provenance": "tuner", "config": json.dumps(config, sort_keys=True), "ci_low": 1.8,
             "ci_high": 2.2, "compiler_version": compiler_version or current_environment().compiler_version,
             "measured_at": measured, "source": source,
-            "holdout_share": None, "relaxed_config": None, "relaxed_speedup": None, "autotune_results": None}
+            "holdout_share": None, "relaxed_config": None if relaxed is None else json.dumps(relaxed, sort_keys=True),
+            "relaxed_speedup": None if relaxed is None else 2.5, "autotune_results": None}
 
 
 def publish(home: Path, rows: list[dict]) -> int:
@@ -131,9 +137,10 @@ def validated(tmp_path_factory):
     old = ingest_graph(home, "column_sum", compiler_version="jaxlib-0.0.1-older")
     flaky = ingest_graph(home, "narrow_sum_b")
     rows = {
-        "kept": entry(*fast, NO_YNN_REDUCE, source="t-fast"),
+        "kept": entry(*fast, NO_YNN_REDUCE, source="t-fast", relaxed=RELAXED_NOTHING),
         "slower": entry(*slow, SLOWER, source="t-slow"),
-        "other_compiler": entry(*old, NO_YNN_REDUCE, compiler_version="jaxlib-0.0.1-older", source="t-old"),
+        "other_compiler": entry(*old, NO_YNN_REDUCE, compiler_version="jaxlib-0.0.1-older", source="t-old",
+                                relaxed=RELAXED_FAST),
         "fallback": entry(*flaky, NO_YNN_REDUCE, source="t-flaky"),
         "expired": entry("1" * 32, fast[1], NO_YNN_REDUCE, days_old=40, expires_in_days=-10, source="t-exp"),
         "too_old": entry("2" * 32, fast[1], NO_YNN_REDUCE, days_old=200, expires_in_days=5, source="t-old2"),
@@ -165,6 +172,13 @@ def test_every_outcome_after_real_measurement(validated):
     assert "the median of 3 workers" in audit[keys["kept"]]["reason"], audit[keys["kept"]]
     assert kept["measured_at"] > rows["kept"]["measured_at"] + datetime.timedelta(days=2)
     assert kept["expires_at"] - kept["measured_at"] == datetime.timedelta(days=30)
+    # Its relaxed config, measured in the same run, compiles to the defaults' program: dropped,
+    # and the entry keeps its strict config.
+    assert (kept["relaxed_config"], kept["relaxed_speedup"]) == (None, None), kept
+    assert kept["config"] == rows["kept"]["config"]
+    relaxed = audit[keys["kept"]]
+    assert (relaxed["relaxed_config"], relaxed["relaxed_outcome"]) == (rows["kept"]["relaxed_config"], "invalidated")
+    assert "its relaxed-numerics config dropped: compiles to the same program as the defaults" in relaxed["reason"]
     # Slower, reported failing in the fleet, expired, past its absolute lifetime: gone.
     for name in ("slower", "fallback", "expired", "too_old"):
         assert keys[name] not in after, name
@@ -176,6 +190,10 @@ def test_every_outcome_after_real_measurement(validated):
         rows["other_compiler"]["config"], "t-old", "validator")
     assert rekeyed["compiler_version"] == current_environment().compiler_version, rekeyed
     assert rekeyed["ci_low"] > 1.01, rekeyed
+    # Its relaxed config, as fast as the strict one here, is re-keyed with it, at its new figure.
+    assert rekeyed["relaxed_config"] == rows["other_compiler"]["relaxed_config"], rekeyed
+    assert rekeyed["relaxed_speedup"] > 1.01 and rekeyed["relaxed_speedup"] != 2.5, rekeyed
+    assert audit[keys["other_compiler"]]["relaxed_outcome"] == "rekeyed"
     # Without symbols it cannot be measured: left as it is.
     assert after[keys["no_symbols"]] == rows["no_symbols"]
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from delivery.store import Store
-from execution.evaluate import EvaluationResult
+from execution.evaluate import CANDIDATE_FAILS, EvaluationResult, failed_result
 from execution.numerics import OutputCheck
 from hlo.environment import Environment, GpuDescription, Partitioning, gpu_environment, store_key
 from hlo.interval import Interval
@@ -63,7 +63,8 @@ def queued(row: StoreEntry, same_compiler: bool = True, origin: datetime.datetim
     """A queued entry as the planner makes it (its decision base included)."""
     origin = origin or row.measured_at
     base = {"key": row.key, "fingerprint": row.fingerprint, "env_key": row.env_key,
-            "kind": row.kind, "config": row.config, "source": row.source, "toolchain": "default",
+            "kind": row.kind, "config": row.config, "source": row.source, "relaxed_config": row.relaxed_config,
+            "toolchain": "default",
             "compiler_version": HERE.compiler_version, "fleet_hits": 0, "age_days": 3.0,
             "decided_at": NOW.isoformat(), "origin_at": origin.isoformat(),
             "entry_measured_at": row.measured_at.isoformat(),
@@ -259,6 +260,83 @@ def test_a_decision_reads_back_as_journaled_and_a_journal_line_from_before_still
            "speedup": 1.4, "ci_low": 1.2, "ci_high": 1.6}
     read = Decision.from_json(old)
     assert read.speedup == Interval(1.4, 1.2, 1.6) and read.fleet_speedup is None
+    # And one from before relaxed configs were measured.
+    read = Decision.from_json({k: v for k, v in old.items() if not k.startswith("relaxed_")})
+    assert (read.relaxed_config, read.relaxed_outcome, read.relaxed_speedup) == (None, None, None)
+
+
+# --- validator.decisions: an entry's relaxed-numerics config ------------------------------------
+
+RELAXED = json.dumps({"xla_cpu_enable_fast_math": True}, sort_keys=True)
+
+
+def relaxed_entry(n: int, env: Environment = HERE) -> StoreEntry:
+    return dataclasses.replace(entry(n, env), relaxed_config=RELAXED, relaxed_speedup=1.8)
+
+
+def with_relaxed(decision: Decision, found: EvaluationResult, same_compiler: bool = True) -> Decision:
+    """`decision` with its relaxed config decided on `found`, as validator.validate does."""
+    return rules.with_relaxed(decision, *rules.relaxed_outcome(found, same_compiler, "new", BAND), found)
+
+
+def test_a_relaxed_config_is_decided_by_the_strict_ones_rules_and_a_failed_measurement_drops_it():
+    def outcome(found: EvaluationResult, same_compiler: bool = True) -> str:
+        return rules.relaxed_outcome(found, same_compiler, "new", BAND)[0]
+
+    assert outcome(result(1.9, 1.7, 2.1)) == outcome(result(1.02, 0.98, 1.06)) == "kept"
+    assert outcome(result(0.9, 0.85, 0.95)) == outcome(result(identical=True)) == "invalidated"
+    assert outcome(result(1.9, 1.7, 2.1, numerics_ok=False)) == "invalidated"
+    assert outcome(result(1.9, 1.7, 2.1), False) == "rekeyed"
+    assert outcome(result(1.05, 0.95, 1.2), False) == "invalidated"
+    failed = failed_result(CANDIDATE_FAILS, "candidate config does not compile")
+    assert rules.relaxed_outcome(failed, True, "new", BAND) == (
+        "invalidated", "candidate config does not compile on new")
+
+
+def test_a_kept_entry_refreshes_its_relaxed_config_or_drops_it_keeping_its_strict_one():
+    row = relaxed_entry(1)
+    kept = measured(row, result(1.4, 1.2, 1.6))
+    assert (kept.relaxed_config, kept.relaxed_outcome, kept.relaxed_speedup) == (RELAXED, None, None)
+    faster, slower = with_relaxed(kept, result(1.9, 1.7, 2.1)), with_relaxed(kept, result(0.9, 0.85, 0.95))
+    assert (faster.relaxed_outcome, faster.relaxed_speedup, faster.outcome) == ("kept", Interval(1.9, 1.7, 2.1), "kept")
+    assert slower.outcome == "kept" and "its relaxed-numerics config dropped: no longer faster" in slower.reason
+    refreshed = by_key(rules.apply([faster], table(row))[0])[row.key]
+    assert (refreshed.config, refreshed.speedup, refreshed.relaxed_config, refreshed.relaxed_speedup) == (
+        row.config, 1.4, RELAXED, 1.9)
+    stripped = by_key(rules.apply([slower], table(row))[0])[row.key]
+    assert (stripped.config, stripped.speedup, stripped.relaxed_config, stripped.relaxed_speedup) == (
+        row.config, 1.4, None, None)
+    # Not measured (the run left it): the entry's relaxed config stays as it was.
+    assert by_key(rules.apply([kept], table(row))[0])[row.key].relaxed_speedup == 1.8
+    # Decided on one relaxed config: an entry whose relaxed config changed since is left alone.
+    other = dataclasses.replace(row, relaxed_config=json.dumps({"xla_cpu_enable_fast_min_max": True}))
+    assert rules.apply([slower], table(other))[1] == [rules.STALE]
+    # Journaled and audited with its figure.
+    assert Decision.from_json(json.loads(json.dumps(faster.to_json()))) == faster
+    audit = rules.audit_row(faster, "run-1", 7, rules.APPLIED)
+    assert (audit["relaxed_config"], audit["relaxed_outcome"]) == (RELAXED, "kept")
+    assert (audit["relaxed_speedup"], audit["relaxed_ci_low"], audit["relaxed_ci_high"]) == (1.9, 1.7, 2.1)
+    assert pa.Table.from_pylist([audit], VALIDATIONS.schema).num_rows == 1
+
+
+def test_audit_rows_landed_before_the_relaxed_columns_still_read(tmp_path):
+    from storage.warehouse import TableSchema
+
+    row = rules.audit_row(measured(entry(1), result(1.4, 1.2, 1.6)), "run-0", 3, rules.APPLIED)
+    version_5 = TableSchema(VALIDATIONS.name, 5, pa.schema([f for f in VALIDATIONS.schema
+                                                            if not f.name.startswith("relaxed_")]))
+    Warehouse(tmp_path).append(version_5, pa.Table.from_pylist([row], version_5.schema), "run-0")
+    read = Warehouse(tmp_path).read(VALIDATIONS).to_pylist()
+    assert [(r["speedup"], r["relaxed_outcome"], r["relaxed_speedup"]) for r in read] == [(1.4, None, None)]
+
+
+def test_a_rekeyed_entry_carries_its_relaxed_config_only_where_that_was_rekeyed_too():
+    row = relaxed_entry(1, OLDER)
+    rekeyed = measured(row, result(1.4, 1.2, 1.6), same_compiler=False)
+    for found, carried in ((result(1.9, 1.7, 2.1), (RELAXED, 1.9)), (result(1.05, 0.95, 1.2), (None, None))):
+        after = by_key(rules.apply([with_relaxed(rekeyed, found, same_compiler=False)], table(row))[0])
+        assert after[row.key] == row  # the old compiler's entry stays as it was
+        assert (after[rekeyed.new_key].relaxed_config, after[rekeyed.new_key].relaxed_speedup) == carried
 
 
 @pytest.mark.parametrize("recorded, matches", [

@@ -35,6 +35,12 @@ Rules (CATWILD 3.4), for an entry checked under a toolchain's compiler:
   device description changed) and measured as kept: re-keyed, the results carried as XLA keys
   them now, under the entry's own key on its own compiler, under the new environment's key on
   another (measured as re-keyed there).
+- an entry's relaxed-numerics config (`relaxed_config`, for jobs that opted in), where its
+  strict config was kept or re-keyed, is re-measured in the same run, the same way, and decided
+  by the same rules (`relaxed_outcome`): kept (its speedup refreshed) or re-keyed (carried to
+  the new entry), else invalidated: dropped from the entry, which keeps its strict config (a
+  re-keyed entry goes without it). Where the strict config goes or is not measured, the relaxed
+  one is not measured either.
 
 A decision is applied to the store entries live at publish time (not a snapshot from the start
 of a run), and only if the entry is still the one decided on; applying it twice changes nothing.
@@ -66,6 +72,8 @@ _FLEET_ARMS = ("fleet_tuned_jobs", "fleet_tuned_runs", "fleet_holdout_jobs", "fl
 # The prefix of the fleet's speedup in the journal and the audit row: fleet_speedup,
 # fleet_ci_low, fleet_ci_high.
 _FLEET = "fleet_"
+# Likewise of the relaxed-numerics config's speedup: relaxed_speedup, relaxed_ci_low, relaxed_ci_high.
+_RELAXED = "relaxed_"
 
 
 class ResultsFate(enum.StrEnum):
@@ -151,12 +159,18 @@ class Decision:
     autotune_fate: ResultsFate | None = None
     autotune_results: str | None = None
     measure_mode: MeasureMode = MeasureMode.WHOLE  # how its graph was measured (execution.sharded)
+    # The entry's relaxed-numerics config (None: it has none), its outcome in this run
+    # (`relaxed_outcome`; None: not measured) and its speedup as measured in this run.
+    relaxed_config: str | None = None
+    relaxed_outcome: str | None = None
+    relaxed_speedup: Interval | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The journal's form: every field, each speedup as flat keys (`speedup`, `ci_low`,
-        `ci_high`; `fleet_speedup`, `fleet_ci_low`, `fleet_ci_high`)."""
+        `ci_high`; `fleet_speedup`, `fleet_ci_low`, `fleet_ci_high`; `relaxed_speedup`,
+        `relaxed_ci_low`, `relaxed_ci_high`)."""
         return {**asdict(self), **columns(self.speedup),
-                **columns(self.fleet_speedup, prefix=_FLEET)}
+                **columns(self.fleet_speedup, prefix=_FLEET), **columns(self.relaxed_speedup, prefix=_RELAXED)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Decision":
@@ -166,6 +180,7 @@ class Decision:
         return cls(**{**{k: v for k, v in data.items() if k in names},
                       "speedup": from_columns(data),
                       "fleet_speedup": from_columns(data, prefix=_FLEET),
+                      "relaxed_speedup": from_columns(data, prefix=_RELAXED),
                       "autotune_fate": ResultsFate(fate) if fate is not None else None,
                       "measure_mode": MeasureMode(data.get("measure_mode", MeasureMode.WHOLE))})
 
@@ -230,6 +245,26 @@ def measured_outcome(result: EvaluationResult, same_compiler: bool, compiler_ver
     if result.speedup.low > 1.0 + noise_band:
         return "rekeyed", f"faster {where} too: {figure}"
     return "invalidated", f"not shown faster {where}: {figure}; not re-keyed"
+
+
+def relaxed_outcome(result: EvaluationResult, same_compiler: bool, compiler_version: str,
+                    noise_band: float) -> tuple[str, str]:
+    """(outcome, reason) of an entry's relaxed-numerics config, measured in the run that kept or
+    re-keyed its strict config: as `measured_outcome` decides the strict one; a measurement
+    that failed (the defaults ran for the strict one) invalidates it."""
+    if result.error is not None:
+        return "invalidated", f"{result.error} on {compiler_version}"
+    return measured_outcome(result, same_compiler, compiler_version, noise_band)
+
+
+def with_relaxed(decision: Decision, outcome: str, reason: str,
+                 result: EvaluationResult | None = None) -> Decision:
+    """`decision` (kept or re-keyed) with its relaxed-numerics config decided: `outcome`, why,
+    and the figure `result` measured (None: not measured)."""
+    said = "dropped: " if outcome == "invalidated" else ""
+    speedup = result.speedup if result is not None and result.error is None else None
+    return replace(decision, relaxed_outcome=outcome, relaxed_speedup=speedup,
+                   reason=f"{decision.reason}; its relaxed-numerics config {said}{reason}")
 
 
 def relabelled(results: AutotuneResults, outcome: AutotuneOutcome) -> AutotuneResults | None:
@@ -314,20 +349,29 @@ def refreshed_entry(decision: Decision, entry: StoreEntry) -> StoreEntry:
     """A kept entry, or one re-keyed on its own compiler: re-measured now, by the validator,
     carrying the autotune results the decision names (relabelled ones), else its own."""
     results = {} if decision.autotune_results is None else {"autotune_results": decision.autotune_results}
+    relaxed: dict[str, Any] = {}  # not measured: as it was
+    if decision.relaxed_outcome == "invalidated":
+        relaxed = {"relaxed_config": None, "relaxed_speedup": None}
+    elif decision.relaxed_outcome is not None:
+        assert decision.relaxed_speedup is not None  # kept: measured
+        relaxed = {"relaxed_speedup": decision.relaxed_speedup.estimate}
     return replace(entry, provenance=Provenance.VALIDATOR, **columns(decision.speedup),
                    compiler_version=decision.compiler_version, measured_at=_time(decision.decided_at),
-                   expires_at=_time(decision.expires_at), **results)
+                   expires_at=_time(decision.expires_at), **results, **relaxed)
 
 
 def new_entry(decision: Decision) -> StoreEntry:
     """A re-keyed entry: the same config (and autotune results, as the decision carries them)
-    under the new environment's key."""
+    under the new environment's key; its relaxed-numerics config too where that was re-keyed."""
     assert decision.new_key is not None and decision.new_env_key is not None  # an ADD is a re-key
+    relaxed = decision.relaxed_speedup if decision.relaxed_outcome == "rekeyed" else None
     return StoreEntry(key=decision.new_key, fingerprint=decision.fingerprint, env_key=decision.new_env_key,
                       kind=decision.kind, **columns(decision.speedup), expires_at=_time(decision.expires_at),
                       provenance=Provenance.VALIDATOR, config=decision.config,
                       compiler_version=decision.compiler_version, measured_at=_time(decision.decided_at),
-                      source=decision.source, autotune_results=decision.autotune_results)
+                      source=decision.source, autotune_results=decision.autotune_results,
+                      relaxed_config=decision.relaxed_config if relaxed is not None else None,
+                      relaxed_speedup=relaxed.estimate if relaxed is not None else None)
 
 
 def audit_row(decision: Decision, run_id: str, store_version: int | None, status: str) -> dict[str, Any]:
@@ -347,7 +391,9 @@ def audit_row(decision: Decision, run_id: str, store_version: int | None, status
             "config": decision.config, "origin_at": _time(decision.origin_at),
             **columns(decision.fleet_speedup, prefix=_FLEET),
             **{name: getattr(decision, name) for name in _FLEET_ARMS},
-            "autotune_fate": decision.autotune_fate, "measure_mode": decision.measure_mode}
+            "autotune_fate": decision.autotune_fate, "measure_mode": decision.measure_mode,
+            "relaxed_config": decision.relaxed_config, "relaxed_outcome": decision.relaxed_outcome,
+            **columns(decision.relaxed_speedup, prefix=_RELAXED)}
 
 
 def config_matches(recorded: str | None, config: str) -> bool:
@@ -361,7 +407,9 @@ def config_matches(recorded: str | None, config: str) -> bool:
 
 
 def _decided_on(decision: Decision, entry: StoreEntry) -> bool:
+    # A decision on the relaxed config holds only for the one decided on.
     return (entry.config == decision.config
+            and (decision.relaxed_outcome is None or entry.relaxed_config == decision.relaxed_config)
             and entry.measured_at == _time(decision.entry_measured_at)
             and entry.expires_at == _time(decision.entry_expires_at))
 

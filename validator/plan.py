@@ -247,6 +247,7 @@ class Planner:
     def _base(self, entry: StoreEntry, origin: datetime.datetime) -> dict[str, Any]:
         return {"key": entry.key, "fingerprint": entry.fingerprint, "env_key": entry.env_key,
                 "kind": entry.kind, "config": entry.config, "source": entry.source,
+                "relaxed_config": entry.relaxed_config,
                 "toolchain": self.chain.name, "compiler_version": self.chain.compiler_version,
                 "fleet_hits": self.hits.get(entry.key, 0),
                 "age_days": (self.now - entry.measured_at).total_seconds() / 86400,

@@ -19,9 +19,13 @@ OUTCOMES = ("kept", "rekeyed", "invalidated", "expired", "unmeasured")
 # null for an entry without them, and in rows landed before version 4.
 # Version 5: how the entry's graph was measured (execution.sharded.MeasureMode); null before
 # version 5: whole.
+# Version 6: the entry's relaxed-numerics config, and where the run measured it (its strict
+# config kept or re-keyed), its outcome ('kept', 'rekeyed' or 'invalidated': dropped) and its
+# speedup with the interval; null for an entry without one, where not measured, and before
+# version 6.
 VALIDATIONS = TableSchema(
     name="validations",
-    version=5,
+    version=6,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("run_id", pa.string(), nullable=False),
@@ -56,5 +60,11 @@ VALIDATIONS = TableSchema(
             pa.field("fleet_holdout_runs", pa.int64(), nullable=True))),
         added_column(pa.field("autotune_fate", pa.string(), nullable=True), 4),
         added_column(pa.field("measure_mode", pa.string(), nullable=True), 5),
+        *(added_column(column, 6) for column in (
+            pa.field("relaxed_config", pa.string(), nullable=True),
+            pa.field("relaxed_outcome", pa.string(), nullable=True),
+            pa.field("relaxed_speedup", pa.float64(), nullable=True),
+            pa.field("relaxed_ci_low", pa.float64(), nullable=True),
+            pa.field("relaxed_ci_high", pa.float64(), nullable=True))),
     ]),
 )

@@ -18,7 +18,10 @@ A run, under one toolchain (validator.toolchains; default: the running interpret
    keys otherwise are relabelled so and delivered again; results it does not take invalidate
    the entry unmeasured; else that executable is timed against the default
    (`execution.evaluate.evaluate_built`) and decided as any config (validator.decisions). What
-   the budget does not reach is deferred to the next run.
+   the budget does not reach is deferred to the next run. An entry's relaxed-numerics config,
+   where its strict one was kept or re-keyed, is measured next, the same way (with the
+   results as XLA took them), and decided by the same rules: kept, re-keyed with it, or
+   dropped from the entry (validator.decisions).
 3. Publishes one new store version with every decision applied to the entries live at that
    moment (Store.update retries when deliver, an import or the service published meanwhile).
 4. Writes one `validations` audit row per decision.
@@ -229,14 +232,47 @@ def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSett
                                     settings.timeout, settings.seed, chain.python, settled,
                                     settings.most_workers)
     if result is None or result.error is None:
-        return queued.measured(result, cv, band, datetime.datetime.now(datetime.UTC), settings.ttl,
-                               settings.max_age, check)
+        decision = queued.measured(result, cv, band, datetime.datetime.now(datetime.UTC), settings.ttl,
+                                   settings.max_age, check)
+        return _relaxed(decision, queued, module, check, chain, settings, settled, band)
     if result.failure == DEFAULT_FAILS:
         return decide("unmeasured", f"its graph fails on {cv}: {result.error}", rules.NONE)
     if result.failure == CANDIDATE_FAILS:
         return decide("invalidated", f"{result.error} on {cv}", invalidated)
     return _blamed(f"{result.error} with this config", module, chain, settings, decide, invalidated,
                    placement)
+
+
+def _relaxed(decision: Decision, queued: Queued, module: HloModule, check: ResultsCheck | None,
+             chain: Toolchain, settings: ValidateSettings, settled: Callable[[EvaluationResult], bool],
+             band: float) -> Decision:
+    """`decision` with the entry's relaxed-numerics config measured as its strict one was (on
+    `module`, with the autotune results as `check` left them) and decided by the same rules
+    (validator.decisions.relaxed_outcome); as it is where the entry has none, or its strict
+    config was not kept or re-keyed (the entry goes, or gains nothing on this compiler)."""
+    text = queued.entry.relaxed_config
+    if text is None or decision.outcome not in ("kept", "rekeyed"):
+        return decision
+    cv = chain.compiler_version
+    try:
+        config = from_json(json.loads(text))
+    except (FlagError, json.JSONDecodeError) as exc:
+        return rules.with_relaxed(decision, "invalidated", f"is no longer accepted: {exc}")
+    partitioning = queued.placement.compiled_for
+    if check is None:
+        result = evaluate_independently(
+            module, config, settings.workers, settings=settings.measure, timeout=settings.timeout,
+            seed=settings.seed, python=chain.python, most=settings.most_workers, settled=settled,
+            partitioning=partitioning)
+    else:
+        built = compile_with_results(module, check.results, config, settings.timeout, chain.python)
+        if built.error is not None:
+            return rules.with_relaxed(decision, "invalidated",
+                                      f"fails to compile with its autotune results on {cv} ({built.error})")
+        result = evaluate_built(module, built, settings.workers, config, settings.measure, settings.timeout,
+                                settings.seed, chain.python, settled, settings.most_workers)
+    outcome, reason = rules.relaxed_outcome(result, queued.same_compiler, cv, band)
+    return rules.with_relaxed(decision, outcome, reason, result)
 
 
 def _blamed(failed: str, module: HloModule, chain: Toolchain, settings: ValidateSettings,

@@ -107,7 +107,7 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
     cost = loop_cost(warehouse.read(TRIALS, ["dt", "task_id", "elapsed_seconds"], lambda dt: dt <= last_day),
                      warehouse.read(VALIDATIONS, ["dt", "run_id", "validated_at"], days.__contains__),
                      realized, first, last)
-    ratio = return_on_cost(split.total.realized.estimate, cost)
+    ratio = return_on_cost(split.total.realized and split.total.realized.estimate, cost)
     booked = BookedSavings.of(rows)
     covered = verified_coverage(home, first, last)
     nights = [n for n in coverage_by_night(home) if n.date <= last]
@@ -163,11 +163,13 @@ def print_realized(realized: Any, split: Any) -> None:
         return
     slices = ([(f"team {s.team}", s) for s in split.by_team]
               + [(f"v{s.config_version}", s) for s in split.by_version] + [("total", split.total)])
-    scale, unit = _chip_unit([abs(v) for _, s in slices for v in (s.booked, s.realized.estimate)])
+    scale, unit = _chip_unit([abs(v) for _, s in slices
+                              for v in (s.booked, s.realized.estimate if s.realized else 0.0)])
+    # A slice with no decided entry has no realized figure: "-", never a saving of 0.
     print_table(("slice", f"booked ({unit})", "on decided entries", "realized", "interval", "decided", "undecided"),
                 [(name, f"{s.booked / scale:,.1f}", f"{s.booked_decided / scale:,.1f}",
-                  f"{s.realized.estimate / scale:,.1f}",
-                  f"[{s.realized.low / scale:,.1f}, {s.realized.high / scale:,.1f}]" if s.decided else "-",
+                  f"{s.realized.estimate / scale:,.1f}" if s.realized else "-",
+                  f"[{s.realized.low / scale:,.1f}, {s.realized.high / scale:,.1f}]" if s.realized else "-",
                   str(s.decided), str(s.undecided)) for name, s in slices],
                 "<>>>>>>", indent="  ")
     print_table(("key", "version", "expected", "realized", "tuned jobs/runs", "holdout jobs/runs"),

@@ -319,10 +319,11 @@ def loop_cost(home: Home, scope: Scope) -> list[Row]:
     found = realized_speedups(runs, confidence=REALIZED_LEVEL)
     cost = ranking_loop_cost(trials, _read(home, scope, VALIDATIONS, ["dt", "run_id", "validated_at"]), found,
                              scope.filters.window.first, scope.filters.window.last)
-    saved = ranking_realized_savings(runs, found).total.realized.estimate
+    realized = ranking_realized_savings(runs, found).total.realized
+    saved = realized and realized.estimate
     return [{"days": cost.days, "tuning_chip_hours": cost.tuning / 3600,
              "validation_chip_hours": cost.validation / 3600, "holdout_chip_hours": cost.holdout / 3600,
-             "cost_chip_hours": cost.total / 3600, "realized_chip_hours": saved / 3600,
+             "cost_chip_hours": cost.total / 3600, "realized_chip_hours": saved and saved / 3600,
              "return_on_cost": return_on_cost(saved, cost)}]
 
 
@@ -508,10 +509,11 @@ def _realized_row(found: Realized, where: Row, names: dict[str, str], scope: Sco
 
 
 def _savings_row(name: str, part: RealizedSavings) -> Row:
-    interval = part.realized if part.decided else None
+    interval = part.realized
     return {"slice": name, "team": part.team, "config_version": part.config_version,
             "tuned_chip_hours": part.tuned_chip_seconds / 3600, "booked_chip_hours": part.booked / 3600,
-            "booked_decided_chip_hours": part.booked_decided / 3600, "realized_chip_hours": part.realized.estimate / 3600,
+            "booked_decided_chip_hours": part.booked_decided / 3600,
+            "realized_chip_hours": interval and interval.estimate / 3600,
             "realized_low": interval and interval.low / 3600, "realized_high": interval and interval.high / 3600,
             "ci_level": REALIZED_LEVEL, "decided_entries": part.decided, "undecided_entries": part.undecided}
 
