@@ -91,9 +91,9 @@ from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, 
 from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_proto_bytes, from_stablehlo
-from hlo.errors import first_line
 from ingest.hits import holdout_arm, spool_path, to_line
 from storage.homes import atomic_write, open_home
+from vocabulary.errors import first_line
 
 log = logging.getLogger("fleet_fdo.hook")
 SPOOL_SYMBOLS = Path("spool") / "symbols"

@@ -51,8 +51,8 @@ from typing import Any
 import pyarrow as pa
 
 from delivery.lookup import Found
-from hlo.errors import first_line
 from storage.store import ENTRIES, StoreEntry
+from vocabulary.errors import first_line
 
 KEY_PREFIX = "fleet_fdo/"
 JOB_ID_KEY = KEY_PREFIX + "job_id"

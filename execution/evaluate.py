@@ -37,13 +37,13 @@ from execution.compile import CompileError
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from execution.numerics import Numerics, OutputCheck, pooled
-from execution.worker import (CRASH, DEFAULT_TIMEOUT, ERROR, OOM, TIMEOUT, Fault, Worker,
-                              WorkerFailure)
-from hlo.interval import Interval, columns
 from execution.per_device import PerDeviceError, per_device_module
 from execution.sharded import spans
+from execution.worker import (CRASH, DEFAULT_TIMEOUT, ERROR, OOM, TIMEOUT, Fault, Worker,
+                              WorkerFailure)
 from hlo.environment import Partitioning
 from hlo.module import HloModule
+from vocabulary.interval import Interval, columns
 
 Reply = TypeVar("Reply", session.Built, session.Offline)
 

@@ -34,7 +34,6 @@ import pyarrow.compute as pc
 from delivery.imports import import_file
 from delivery.store import Store
 from hlo.environment import current_environment, store_key
-from hlo.interval import from_columns
 from pipelines.nightly import NightlySettings, coverage_by_night, run_nightly
 from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
@@ -43,6 +42,7 @@ from storage.store import entries_of
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
 from validator.tables import OUTCOMES, VALIDATIONS
+from vocabulary.interval import from_columns
 from workloads.simulator.catalog import CatalogGraph, build_catalog
 from workloads.simulator.run import simulate, store_lookup
 

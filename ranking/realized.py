@@ -35,10 +35,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hlo.interval import Interval, columns
 from ingest.tables import GRAPH_RUNS
 from storage.home import Home
 from storage.warehouse import Warehouse
+from vocabulary.interval import Interval, columns
 
 # What the computation reads of `graph_runs`.
 RUN_COLUMNS = ["dt", "job_id", "team", "chips", "executions", "chip_seconds", "config_key",

@@ -22,12 +22,12 @@ from execution.inputs import make_inputs, parameter_specs
 from execution.measure import TIME_SCALE_VARIABLE, MeasureSettings, measure_pair, median_interval, time_scale
 from execution.numerics import OutputCheck, all_ok, compare_outputs
 from execution.worker import Worker, WorkerFailure
-from hlo.interval import Interval
 from hlo.module import from_lowered, from_text
 from pipelines.cli import main
 from tests import worker_tasks
 from tuner.space import graph_space
 from validator import decisions as validator_rules
+from vocabulary.interval import Interval
 from workloads import zoo
 
 QUICK = MeasureSettings(max_seconds=4, max_pairs=120)

@@ -26,12 +26,11 @@ from execution.measure import MeasureSettings
 from execution.session import autotune_exhaustively, compile_serialized, measurable_module, program_key
 from hlo.environment import current_environment, environment_from_json, store_key
 from hlo.fingerprint import graph_fingerprint
-from hlo.interval import Interval
 from hlo.module import from_text
 from pipelines.cli import main
 from storage.store import Provenance, StoreEntry, entries_table
 from tasks.records import MeasureTask
-from tuner.kinds import KINDS, Kind, TuneTarget, check_platform, make_target
+from tuner.kinds import KINDS, TuneTarget, check_platform, make_target
 from tuner.tables import TUNING_RESULTS
 from tuner.tune import graph_subject
 from validator import decisions as rules
@@ -39,6 +38,8 @@ from validator.decisions import Decision, ResultsCheck, ResultsFate
 from validator.plan import Queued
 from validator.toolchains import Toolchain
 from validator.validate import ValidateSettings
+from vocabulary.interval import Interval
+from vocabulary.tuning import Kind
 
 DEVICE = "CUDA: 9.0, Cores: 132, GPU clock: 1.98 GHz, Memory bandwidth: 3352 GB/s, L2 cache: 50 MB"
 MODULE = from_text("""HloModule gemm

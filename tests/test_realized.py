@@ -15,7 +15,6 @@ import pytest
 from ingest.tables import GRAPH_RUNS
 from pipelines.cli import main
 from ranking.cost import LoopCost, loop_cost, return_on_cost
-from hlo.interval import Interval
 from ranking.realized import (Arm, Realized, Undecided, read_realized, realized_savings,
                               realized_speedups)
 from storage.store import StoreEntry
@@ -25,6 +24,7 @@ from tests.url_home import url_of
 from tuner.tables import TRIALS
 from validator import decisions as rules
 from validator.tables import VALIDATIONS
+from vocabulary.interval import Interval
 
 KEY, OTHER = "ab" * 16, "cd" * 16
 FIRST = datetime.date(2026, 5, 25)

@@ -15,7 +15,6 @@ from delivery.store import Store
 from execution.evaluate import EvaluationResult
 from execution.numerics import OutputCheck
 from hlo.environment import Environment, GpuDescription, Partitioning, gpu_environment, store_key
-from hlo.interval import Interval
 from ingest.tables import GRAPHS, HITS, partitioning_text
 from storage.blobs import BlobStore
 from storage.store import Provenance, StoreEntry, entries_of, entries_table
@@ -25,6 +24,7 @@ from validator.decisions import Decision
 from validator.plan import Planner, Queued
 from validator.tables import VALIDATIONS
 from validator.toolchains import Toolchain
+from vocabulary.interval import Interval
 
 UTC = datetime.UTC
 NOW = datetime.datetime(2026, 6, 1, 12, tzinfo=UTC)

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Callable
 from execution.autotune_results import AUTOTUNING_PLATFORMS
 from execution.compile import compiler_defaults
 from execution.evaluate import per_device_program
-from execution.per_device import PerDeviceError
 from execution.flags import CompilerConfig
+from execution.per_device import PerDeviceError
 from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
 from hlo.module import HloModule
 from storage.home import Home
-from tuner.space import Kind, SearchSpace, accepted_flags, graph_space, op_space
+from tuner.space import SearchSpace, accepted_flags, graph_space, op_space
 from tuner.strategies import EvolutionStrategy, ExhaustiveStrategy
+from vocabulary.tuning import Kind
 
 if TYPE_CHECKING:
     from tuner.candidates import Candidates

@@ -29,7 +29,6 @@ take about a second together.
 
 from __future__ import annotations
 
-import enum
 import functools
 import json
 from dataclasses import dataclass
@@ -37,18 +36,6 @@ from typing import Iterable
 
 from execution.flags import (FLAGS, LIBRARY_FLAGS, PLACEMENT, XLA_BACKEND, CompilerConfig,
                              FlagSpec, FlagValue, is_default, placement_key, to_json)
-
-
-class Kind(enum.StrEnum):
-    """What a tuning task tunes, and so which space it searches: a whole graph's flags
-    (`graph_space`), one kernel cut out of it (`op_space`), or a GPU graph's kernel configs,
-    XLA's own autotune results (`tuner.kernels`: no space, XLA's autotuner searches). Its value
-    is the `kind` column of the tuning results (and of the candidates, for graphs and ops); each
-    kind's facts are registered in `tuner.kinds`."""
-
-    GRAPH = "graph"
-    OP = "op"
-    KERNELS = "kernels"
 
 
 @dataclass(frozen=True)

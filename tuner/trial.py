@@ -9,8 +9,8 @@ from enum import StrEnum
 from typing import Any
 
 from execution.flags import CompilerConfig, config_from_json
-from hlo.interval import Interval, columns, from_columns
 from tuner.strategies import FAILED, TrialRecord
+from vocabulary.interval import Interval, columns, from_columns
 
 
 class Outcome(StrEnum):
@@ -26,32 +26,6 @@ class Outcome(StrEnum):
 
 # Outcomes of a config whose program the search knew already: compiled, not timed.
 UNTIMED = (Outcome.IDENTICAL, Outcome.DUPLICATE)
-
-
-class Verdict(StrEnum):
-    """How a tuning task ended (`tuner.tune.TuneResult.status`; its `reason` says more).
-    ACCEPTED: the verification showed a significant gain with numerics ok. NO_GAIN: nothing
-    beat the default, or the verification showed no significant gain. NUMERICS_DIFFER: the
-    verified config's outputs differ from the default's beyond what the check allows, on most of
-    the inputs checked (`TuneResult.numerics` names the outputs), whatever its speed.
-    VERIFICATION_FAILED: the verification could not measure the config (it failed to compile or
-    run, or its worker died). DEFAULT_FAILS: the default config does not compile or run the
-    module, so there is nothing to measure against."""
-
-    ACCEPTED = "accepted"
-    NO_GAIN = "no significant gain"
-    NUMERICS_DIFFER = "numerics differ"
-    VERIFICATION_FAILED = "verification failed"
-    DEFAULT_FAILS = "default fails"
-
-    @classmethod
-    def parse(cls, status: str) -> tuple["Verdict", str]:
-        """(verdict, reason) of a status as results wrote it before it was an enum: the verdict,
-        or the verdict, a colon and the reason ("default fails: <reason>")."""
-        for verdict in cls:
-            if status == verdict or status.startswith(f"{verdict}: "):
-                return verdict, status[len(verdict) + 2:]
-        raise ValueError(f"status {status!r}: not one of {', '.join(map(repr, cls))}")
 
 
 class Phase(StrEnum):

@@ -71,14 +71,13 @@ from execution.per_device import PER_DEVICE_ERROR
 from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
-from hlo.interval import Interval, columns, from_columns
 from hlo.module import HloModule
 from storage.home import Home
 from storage.homes import open_home
 from storage.journal import append_record, read_records
 from storage.warehouse import Warehouse
 from tuner.allot import Allotment
-from tuner.kinds import Kind, Subject, TuneTarget, make_target
+from tuner.kinds import Subject, TuneTarget, make_target
 from tuner.op_cut import OpCut
 from tuner.prior import move_prior
 from tuner.schedule import Scheduled
@@ -87,9 +86,12 @@ from tuner.search import (PhaseSpend, Stall, TaskClock, evaluations, proposals, 
 from tuner.space import config_key
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.trial import STALL_AFTER, Phase, StopReason, Trial, Verdict
+from tuner.trial import STALL_AFTER, Phase, StopReason, Trial
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
+from vocabulary.interval import Interval, columns, from_columns
+from vocabulary.tuning import Kind
+from vocabulary.tuning import Verdict
 
 # Screens stop as soon as a candidate is clearly faster or slower (execution.measure): a clear
 # candidate of a module that runs for half a second costs seconds, not a minute.

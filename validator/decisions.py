@@ -53,9 +53,9 @@ import pyarrow as pa
 from execution.autotune_results import AutotuneOutcome, AutotuneResults, Keying, Uptake
 from execution.evaluate import EvaluationResult
 from execution.sharded import MeasureMode
-from hlo.interval import Interval, columns, from_columns
 from ranking.realized import Realized
 from storage.store import Provenance, StoreEntry, entries_of, entries_table
+from vocabulary.interval import Interval, columns, from_columns
 
 # How a decision changes the store.
 REFRESH, REMOVE, ADD, NONE = "refresh", "remove", "add", "none"

@@ -12,15 +12,16 @@ from typing import Any
 
 from execution.sharded import MeasureMode, Placement
 from hlo.environment import Environment
+from pipelines import stages
 from pipelines.cli.cluster import add_cluster_option
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_DEFAULT_FAILS, EXIT_FAILED, EXIT_OK, JSON_HELP,
                                   Subcommands, add_command, config_text, print_json, print_table)
 from pipelines.extras import needs
 from storage.home import Home
-from pipelines import stages
-from tuner.kinds import KINDS, Kind, check_platform
+from tuner.kinds import KINDS, check_platform
 from tuner.strategies import STRATEGIES
 from tuner.trial import STALL_AFTER, StopReason
+from vocabulary.tuning import Kind
 
 
 def add_evaluate(sub: Subcommands) -> None:
@@ -356,8 +357,7 @@ def _measurers(runner: Any) -> str:
 def _tune_exit(outcomes: list[Any]) -> int:
     """`fdo tune`'s exit status: EXIT_DEFAULT_FAILS if any task's default failed; EXIT_FAILED
     if a task has no result (failed, or no node measures its environment)."""
-    from tuner.trial import Verdict
-
+    from vocabulary.tuning import Verdict
     if any(o.result is not None and o.result.status == Verdict.DEFAULT_FAILS for o in outcomes):
         return EXIT_DEFAULT_FAILS
     return EXIT_FAILED if any(o.result is None for o in outcomes) else EXIT_OK

@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from delivery.store import Store
-from hlo.interval import columns
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, OPS
 from pipelines.dashboard.scope import Scope
 from pipelines.nightly import coverage_by_night
@@ -41,6 +40,7 @@ from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS
 from validator.tables import VALIDATIONS
 from validator.validate import MEASURE_SETTINGS
+from vocabulary.interval import columns
 
 Row = dict[str, Any]
 TOP_KEYS = 10  # keys per kind in /api/top

@@ -1,8 +1,5 @@
 """A figure with its confidence interval: the one record of a speedup (or of savings) and its
-bounds that every stage shares, and the flat keys that JSON documents and tables hold it under.
-
-It lives here, beside the other records every stage shares (`hlo.errors`), so that the
-execution core and ranking, which import neither each other nor the stages, both use it."""
+bounds that every stage shares, and the flat keys that JSON documents and tables hold it under."""
 
 from __future__ import annotations
 
