@@ -92,11 +92,12 @@ def test_the_vocabulary_imports_nothing_of_the_project() -> None:
 
 def _outside_project(name: str) -> bool:
     """Whether the top-level module `name` is the standard library's or an installed
-    third-party distribution's, not a directory of this repository."""
+    third-party one: importable, and no directory or module at the repository's root (the
+    packages, tests/, benchmarks/)."""
     if name in sys.stdlib_module_names or name == "__future__":
         return True
-    spec = importlib.util.find_spec(name)
-    return spec is not None and spec.origin is not None and ROOT not in Path(spec.origin).resolve().parents
+    at_root = (ROOT / name).exists() or (ROOT / f"{name}.py").exists()
+    return not at_root and importlib.util.find_spec(name) is not None
 
 
 def test_the_packages_form_no_cycle() -> None:
