@@ -27,6 +27,7 @@ from pipelines.cli import main
 from tests import worker_tasks
 from tuner.space import graph_space
 from validator import decisions as validator_rules
+from vocabulary.failures import Fault
 from vocabulary.interval import Interval
 from workloads import zoo
 
@@ -329,13 +330,13 @@ def test_sandbox_survives_crash_timeout_and_oom() -> None:
     try:
         with pytest.raises(WorkerFailure) as crash:
             w.call(worker_tasks.crash, timeout=60)
-        assert crash.value.kind == "crash" and "SIGABRT" in crash.value.reason
+        assert crash.value.kind is Fault.CRASH and "SIGABRT" in crash.value.reason
         with pytest.raises(WorkerFailure) as hang:
             w.call(worker_tasks.hang, timeout=1)
-        assert hang.value.kind == "timeout"
+        assert hang.value.kind is Fault.TIMEOUT
         with pytest.raises(WorkerFailure) as oom:
             w.call(worker_tasks.allocate, timeout=60, gib=4)
-        assert oom.value.kind == "oom"
+        assert oom.value.kind is Fault.OOM
         assert w.call(worker_tasks.echo, timeout=60, value=7) == 7
     finally:
         w.close()

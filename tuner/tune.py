@@ -62,8 +62,7 @@ import pyarrow as pa
 
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
-from execution.evaluate import (DEFAULT_FAILS, FRESH_WORKERS, DefaultFails, EvaluationResult,
-                                evaluate_independently)
+from execution.evaluate import FRESH_WORKERS, DefaultFails, EvaluationResult, evaluate_independently
 from execution.flags import CompilerConfig, config_from_json
 from execution.measure import MeasureSettings
 from execution.numerics import OutputCheck
@@ -89,9 +88,9 @@ from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.trial import STALL_AFTER, Phase, StopReason, Trial
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
+from vocabulary.failures import Failure
 from vocabulary.interval import Interval, columns, from_columns
-from vocabulary.tuning import Kind
-from vocabulary.tuning import Verdict
+from vocabulary.tuning import Kind, Verdict
 
 # Screens stop as soon as a candidate is clearly faster or slower (execution.measure): a clear
 # candidate of a module that runs for half a second costs seconds, not a minute.
@@ -362,7 +361,7 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
     check, relaxed_check = None, None
     if default_fails is None:
         check = _check(target, best, settings)
-        if check is None or check.failure != DEFAULT_FAILS:
+        if check is None or check.failure != Failure.DEFAULT_FAILS:
             relaxed_check = _check(target, winners.relaxed, settings)
     done = [c for c in (check, relaxed_check) if c is not None]
     phases = [*searched, _verification_spent(done, time.monotonic() - started)]
@@ -395,7 +394,7 @@ def verdict_of(check: EvaluationResult, noise_band: float,
     the numerics differ (whatever the speed: a config that changes results is never delivered);
     no significant gain (the interval's lower end under 1 + `noise_band`, measured per device
     under 1 + the mode's error too: `holds_up`; or the default's very program); or accepted."""
-    if check.failure == DEFAULT_FAILS:  # its error says "default fails: <reason>"
+    if check.failure == Failure.DEFAULT_FAILS:  # its error says "default fails: <reason>"
         return Verdict.DEFAULT_FAILS, check.error.removeprefix(f"{Verdict.DEFAULT_FAILS}: ")
     if check.error is not None:
         return Verdict.VERIFICATION_FAILED, check.error

@@ -42,9 +42,9 @@ from typing import Any, Callable, Iterable
 
 from delivery.store import DEFAULT_TTL, Store
 from execution.autotune_results import AutotuneResults
-from execution.evaluate import (CANDIDATE_FAILS, DEFAULT_FAILS, FRESH_WORKERS, DefaultFails,
-                                EvaluationResult, compile_with_results, evaluate_built, evaluate_independently,
-                                per_device_program, prepare_default, worker_for)
+from execution.evaluate import (FRESH_WORKERS, DefaultFails, EvaluationResult, compile_with_results,
+                                evaluate_built, evaluate_independently, per_device_program, prepare_default,
+                                worker_for)
 from execution.flags import CompilerConfig, FlagError, from_json
 from execution.measure import MeasureSettings
 from execution.per_device import PER_DEVICE_ERROR, PerDeviceError
@@ -63,6 +63,7 @@ from validator.run import Run, exclusive
 from validator.signals import FLEET_WINDOW
 from validator.tables import OUTCOMES
 from validator.toolchains import Registry, Toolchain
+from vocabulary.failures import Failure
 
 MEASURE_SETTINGS = MeasureSettings(confidence=0.99, min_pairs=20, max_seconds=10.0)
 MAX_AGE = datetime.timedelta(days=180)
@@ -231,9 +232,9 @@ def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSett
     if result is None or result.error is None:
         return queued.measured(result, cv, band, datetime.datetime.now(datetime.UTC), settings.ttl,
                                settings.max_age, check)
-    if result.failure == DEFAULT_FAILS:
+    if result.failure == Failure.DEFAULT_FAILS:
         return decide("unmeasured", f"its graph fails on {cv}: {result.error}", rules.NONE)
-    if result.failure == CANDIDATE_FAILS:
+    if result.failure == Failure.CANDIDATE_FAILS:
         return decide("invalidated", f"{result.error} on {cv}", invalidated)
     return _blamed(f"{result.error} with this config", module, chain, settings, decide, invalidated,
                    placement)

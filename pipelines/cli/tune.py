@@ -21,6 +21,7 @@ from storage.home import Home
 from tuner.kinds import KINDS, check_platform
 from tuner.strategies import STRATEGIES
 from tuner.trial import STALL_AFTER, StopReason
+from vocabulary.failures import Failure
 from vocabulary.tuning import Kind
 
 
@@ -87,7 +88,7 @@ def cmd_evaluate(args: argparse.Namespace, home: Home) -> int:
     """Measure the --set config against the default on one module."""
     from hlo.module import load_file
     from execution.compile import check_options
-    from execution.evaluate import DEFAULT_FAILS, evaluate_independently, per_device_program
+    from execution.evaluate import evaluate_independently, per_device_program
     from execution.flags import parse_assignment, to_json
     from execution.measure import MeasureSettings
 
@@ -109,7 +110,7 @@ def cmd_evaluate(args: argparse.Namespace, home: Home) -> int:
                     "measure_mode": placement.mode, "measured_as": placement.describe()})
     else:
         _print_evaluation(f"{source} ({placement.describe()})", candidate, result)
-    if result.failure == DEFAULT_FAILS:
+    if result.failure == Failure.DEFAULT_FAILS:
         return EXIT_DEFAULT_FAILS
     if result.error is not None or result.numerics_ok is False:
         return EXIT_FAILED
@@ -117,11 +118,9 @@ def cmd_evaluate(args: argparse.Namespace, home: Home) -> int:
 
 
 def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
-    from execution.evaluate import DEFAULT_FAILS
-
     label = config_text(candidate) if candidate else "A/A (default vs default)"
     print(f"{source}: {label}")
-    if result.failure == DEFAULT_FAILS:
+    if result.failure == Failure.DEFAULT_FAILS:
         print(f"  {result.error}")  # "default fails: <reason>"
         if result.candidate_runs is not None:
             print(f"  {_without_default(result)}")
