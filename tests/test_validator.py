@@ -40,6 +40,7 @@ from validator.tables import VALIDATIONS
 from validator.toolchains import (Registry, RegistryUnreachable, build_venv, cache_dir, cached_venv_dir,
                                   venv_dir)
 from validator.validate import MEASURE_SETTINGS, ValidateSettings, validate
+from vocabulary.decisions import DecisionOutcome, StoreChange
 from vocabulary.interval import Interval
 
 OLD_JAX = "0.10.0"  # a second compiler: YNN's reductions apply there only to some shapes
@@ -353,7 +354,8 @@ def test_a_publish_that_loses_the_race_is_redone_on_the_new_live_entries(tmp_pat
     now = datetime.datetime.now(UTC)
     removal = rules.Decision(
         key=old["key"], fingerprint=old["fingerprint"], env_key=old["env_key"], kind="graph",
-        config=old["config"], source="t-a", outcome="invalidated", reason="test", change=rules.REMOVE,
+        config=old["config"], source="t-a", outcome=DecisionOutcome.INVALIDATED, reason="test",
+        change=StoreChange.REMOVE,
         toolchain="default", compiler_version="x", fleet_hits=0, age_days=3.0,
         decided_at=now.isoformat(), origin_at=old["measured_at"].isoformat(),
         entry_measured_at=old["measured_at"].isoformat(), entry_expires_at=old["expires_at"].isoformat())

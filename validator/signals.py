@@ -29,6 +29,7 @@ from storage.home import Home
 from storage.store import Provenance, StoreEntry
 from storage.warehouse import Warehouse
 from validator.tables import VALIDATIONS
+from vocabulary.decisions import DecisionOutcome
 from vocabulary.hits import HitOutcome, hit_ran_tuned, ran_tuned
 
 HIT_WINDOW = datetime.timedelta(days=30)
@@ -109,9 +110,9 @@ class History:
             # Later rows win: the latest decision that wrote the key.
             if row["origin_at"] is None:
                 continue
-            if row["outcome"] == "kept":
+            if row["outcome"] == DecisionOutcome.KEPT:
                 self._origin[row["key"]] = row["origin_at"]
-            elif row["outcome"] == "rekeyed" and row["new_key"]:
+            elif row["outcome"] == DecisionOutcome.REKEYED and row["new_key"]:
                 self._origin[row["new_key"]] = row["origin_at"]
 
     def origin(self, entry: StoreEntry) -> datetime.datetime:
