@@ -28,6 +28,7 @@ from tests import worker_tasks
 from tuner.space import graph_space
 from validator import decisions as validator_rules
 from vocabulary.failures import Fault
+from vocabulary.flags import Channel
 from vocabulary.interval import Interval
 from workloads import zoo
 
@@ -189,7 +190,7 @@ def test_overrides_are_typed_and_backend_extra_options_are_map_entries() -> None
                                "xla_cpu_optimize_for_size": False, "xla_llvm_dot_tiling_factor": 4})
     assert ("xla_cpu_use_xnnpack", False) in list(options.env_option_overrides)
     assert ("xla_cpu_prefer_vector_width", 512) in list(options.env_option_overrides)
-    assert not any(name in FLAGS and FLAGS[name].channel == "backend_extra"
+    assert not any(name in FLAGS and FLAGS[name].channel == Channel.BACKEND_EXTRA
                    for name, _ in options.env_option_overrides)
     # XLA tests its boolean keys for presence: a false one is left out.
     assert backend_extra_options(options) == {"xla_cpu_disable_loop_unrolling": "true",
