@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, TypeVar
 
 from execution import session
@@ -43,7 +43,7 @@ from execution.worker import DEFAULT_TIMEOUT, Worker, WorkerFailure
 from hlo.environment import Partitioning
 from hlo.module import HloModule
 from vocabulary.failures import Failure
-from vocabulary.interval import Interval, columns
+from vocabulary.interval import Interval, as_flat
 
 Reply = TypeVar("Reply", session.Built, session.Offline)
 
@@ -94,7 +94,7 @@ class EvaluationResult:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: every field, the speedup as `speedup`, `ci_low`, `ci_high`."""
-        return {**asdict(self), **columns(self.speedup)}
+        return as_flat(self)
 
 
 def numerics_fields(numerics: Numerics) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 XLA can segfault, abort, run out of memory or hang on an odd config. Each job therefore runs in
 a worker subprocess with a memory limit and a wall-clock timeout; whatever happens there comes
-back as a `WorkerFailure` with its kind (`Fault`) and reason and never takes the caller down. A
+back as a `WorkerFailure` with its kind (`vocabulary.failures.Fault`) and reason and never takes the caller down. A
 dead or timed-out worker is replaced; a live one is reused, because starting JAX costs seconds.
 
 The memory limit is on the data segment (RLIMIT_DATA: the private writable memory the process

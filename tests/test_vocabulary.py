@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import io
 import json
+from dataclasses import dataclass
 from enum import StrEnum
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from validator.tables import VALIDATIONS
 from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
 from vocabulary.failures import Failure, Fault
 from vocabulary.hits import RAN_TUNED, SERVED, TRIED, HitOutcome, hit_ran_tuned, ran_tuned
+from vocabulary.interval import Interval, as_flat, from_flat
 from vocabulary.tuning import Kind, Verdict
 
 UTC = datetime.UTC
@@ -134,3 +136,23 @@ def test_tuning_results_written_before_read_as_kinds_and_verdicts(tmp_path):
     assert [Kind(r["kind"]) for r in read] == [Kind.GRAPH, Kind.OP, Kind.KERNELS]
     assert [Verdict.parse(r["status"]) for r in read] == [
         (Verdict.ACCEPTED, ""), (Verdict.NO_GAIN, ""), (Verdict.DEFAULT_FAILS, "does not compile: x")]
+
+
+@dataclass(frozen=True)
+class _Figures:
+    name: str
+    speedup: Interval | None
+    fleet_speedup: Interval | None = None
+
+
+def test_a_records_intervals_travel_as_flat_keys_and_come_back_whole():
+    figures = _Figures("a", Interval(1.2, 1.1, 1.3), None)
+    flat = as_flat(figures, "", "fleet_")
+    assert flat == {"name": "a", "speedup": 1.2, "ci_low": 1.1, "ci_high": 1.3,
+                    "fleet_speedup": None, "fleet_ci_low": None, "fleet_ci_high": None}
+    assert _Figures(**from_flat(json.loads(json.dumps(flat)), "", "fleet_")) == figures
+    # Without prefixes, the one `speedup`; another interval stays a field as `asdict` has it.
+    both = _Figures("a", None, Interval(0.9, 0.8, 1.0))
+    assert as_flat(both) == {"name": "a", "speedup": None, "ci_low": None, "ci_high": None,
+                             "fleet_speedup": {"estimate": 0.9, "low": 0.8, "high": 1.0}}
+    assert from_flat({"name": "b"}) == {"name": "b", "speedup": None}  # written before it had one

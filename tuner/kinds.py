@@ -5,7 +5,7 @@ platforms it tunes on, how its target is made (the module compiled, the fingerpr
 are keyed by, the space searched), whether the tuner searches it and where its candidates come
 from. Every place that handles a kind reads it here: the tuner's entry points (`tuner.task`,
 `tuner.tune`), the candidates, the fold, the stage calls and the CLI. A new kind is one more
-`Kind` member and one more entry of `KINDS`.
+`Kind` member (`vocabulary.tuning`) and one more entry of `KINDS`.
 """
 
 from __future__ import annotations

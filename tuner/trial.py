@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import datetime
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from execution.flags import CompilerConfig, config_from_json
 from tuner.strategies import FAILED, TrialRecord
-from vocabulary.interval import Interval, columns, from_columns
+from vocabulary.interval import Interval, as_flat, from_flat
 
 
 class Outcome(StrEnum):
@@ -118,17 +118,16 @@ class Trial:
         """A JSON-ready dict: every field, the speedup as `speedup`, `ci_low`, `ci_high`, the
         time in ISO 8601."""
         finished = self.finished_at.isoformat() if self.finished_at is not None else None
-        return {**asdict(self), **columns(self.speedup), "finished_at": finished}
+        return {**as_flat(self), "finished_at": finished}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Trial":
         """The trial `to_json` wrote (or a journal line written before a field was added)."""
         decoded: dict[str, Any] = {name: config_from_json(data[name])
                                    for name in ("config", "baseline") if data.get(name) is not None}
-        decoded.update(outcome=Outcome(data["outcome"]), speedup=from_columns(data))
+        decoded["outcome"] = Outcome(data["outcome"])
         if "phase" in data:
             decoded["phase"] = Phase(data["phase"])
         if data.get("finished_at") is not None:
             decoded["finished_at"] = datetime.datetime.fromisoformat(data["finished_at"])
-        written = {k: v for k, v in data.items() if k not in ("ci_low", "ci_high")}
-        return cls(**{**written, **decoded})
+        return cls(**{**from_flat(data), **decoded})

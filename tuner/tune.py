@@ -55,7 +55,7 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -89,7 +89,7 @@ from tuner.trial import STALL_AFTER, Phase, StopReason, Trial
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
 from vocabulary.failures import Failure
-from vocabulary.interval import Interval, columns, from_columns
+from vocabulary.interval import Interval, as_flat, columns, from_columns, from_flat
 from vocabulary.tuning import Kind, Verdict
 
 # Screens stop as soon as a candidate is clearly faster or slower (execution.measure): a clear
@@ -200,10 +200,9 @@ class TuneResult:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (without the trials): `accepted` beside `status`; each speedup as
         `speedup`, `ci_low`, `ci_high`, the opt-in's within `relaxed`."""
-        data = asdict(self)
+        data = as_flat(self)
         data.pop("trials")
-        data.update(columns(self.speedup), config=json.loads(config_key(self.config)),
-                    accepted=self.accepted)
+        data.update(config=json.loads(config_key(self.config)), accepted=self.accepted)
         if self.relaxed is not None:
             data["relaxed"] = {"config": json.loads(config_key(self.relaxed.config)),
                                **columns(self.relaxed.speedup)}
@@ -502,8 +501,7 @@ def _result_from_json(data: dict[str, Any]) -> TuneResult:
     status was a `Verdict` ("default fails: <reason>", with `accepted` and `failure` beside it)
     reads as its verdict and reason."""
     relaxed = data.get("relaxed")
-    written = {k: v for k, v in data.items()
-               if k not in ("ci_low", "ci_high", "accepted", "failure")}
+    written = {k: v for k, v in from_flat(data).items() if k not in ("accepted", "failure")}
     if "reason" in data:
         status, reason = Verdict(data["status"]), data["reason"]
     else:
@@ -511,7 +509,6 @@ def _result_from_json(data: dict[str, Any]) -> TuneResult:
     return TuneResult(**{**written, "config": config_from_json(data["config"]),
                          "status": status, "reason": reason,
                          "numerics": [OutputCheck(**check) for check in data.get("numerics", [])],
-                         "speedup": from_columns(data),
                          "kind": Kind(data.get("kind", Kind.GRAPH)),
                          "search_stop": (StopReason(data["search_stop"])
                                          if data.get("search_stop") is not None else None),

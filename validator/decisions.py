@@ -45,7 +45,7 @@ from __future__ import annotations
 import datetime
 import enum
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pyarrow as pa
@@ -56,7 +56,7 @@ from execution.sharded import MeasureMode
 from ranking.realized import Realized
 from storage.store import Provenance, StoreEntry, entries_of, entries_table
 from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
-from vocabulary.interval import Interval, columns, from_columns
+from vocabulary.interval import Interval, as_flat, columns, from_flat
 
 # What the audit row carries of the fleet's arms: Decision fields and columns alike.
 _FLEET_ARMS = ("fleet_tuned_jobs", "fleet_tuned_runs", "fleet_holdout_jobs", "fleet_holdout_runs")
@@ -152,17 +152,14 @@ class Decision:
     def to_json(self) -> dict[str, Any]:
         """The journal's form: every field, each speedup as flat keys (`speedup`, `ci_low`,
         `ci_high`; `fleet_speedup`, `fleet_ci_low`, `fleet_ci_high`)."""
-        return {**asdict(self), **columns(self.speedup),
-                **columns(self.fleet_speedup, prefix=_FLEET)}
+        return as_flat(self, "", _FLEET)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Decision":
         """Back from the journal."""
         names = {f.name for f in fields(cls)}
         fate = data.get("autotune_fate")
-        return cls(**{**{k: v for k, v in data.items() if k in names},
-                      "speedup": from_columns(data),
-                      "fleet_speedup": from_columns(data, prefix=_FLEET),
+        return cls(**{**{k: v for k, v in from_flat(data, "", _FLEET).items() if k in names},
                       "outcome": DecisionOutcome(data["outcome"]), "change": StoreChange(data["change"]),
                       "autotune_fate": ResultsFate(fate) if fate is not None else None,
                       "measure_mode": MeasureMode(data.get("measure_mode", MeasureMode.WHOLE))})
