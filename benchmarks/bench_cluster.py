@@ -41,9 +41,9 @@ from tasks.ray_runner import RayRunner
 from tasks.records import TaskOutcome, TuneTask
 from tasks.resources import node_resources
 from tasks.runner import LocalRunner, Runner, run_all
-from tuner.kinds import Kind
 from tuner.space import config_key
 from tuner.tune import TuneSettings, graph_subject
+from vocabulary.tuning import Kind
 
 f32 = jax.ShapeDtypeStruct
 # (rows, columns, axis) of each graph's sum: narrow rows, where XLA's own reduction beats

@@ -81,7 +81,6 @@ from execution.flags import CompilerConfig, config_from_json, on_top_of, to_json
 from execution.measure import MeasureSettings
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
-from hlo.interval import Interval
 from hlo.module import HloModule, from_lowered
 from storage.homes import atomic_write
 from tuner.schedule import neighbourhood
@@ -91,6 +90,7 @@ from tuner.strategies import FAILED, STRATEGIES, TrialRecord
 from tuner.trial import Outcome, Trial
 from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS
 from tuner.worker_evaluator import WorkerEvaluator
+from vocabulary.interval import Interval
 from workloads import zoo
 
 OPTUNA = ("optuna-tpe", "optuna-random")

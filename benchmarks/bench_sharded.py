@@ -49,11 +49,12 @@ from execution.evaluate import evaluate_independently, per_device_program  # noq
 from execution.flags import CompilerConfig  # noqa: E402
 from execution.sharded import MeasureMode, Placement  # noqa: E402
 from hlo.module import HloModule, from_lowered  # noqa: E402
-from tuner.kinds import Kind, make_target  # noqa: E402
+from tuner.kinds import make_target  # noqa: E402
 from tuner.schedule import neighbourhood  # noqa: E402
 from tuner.search import Build  # noqa: E402
 from tuner.tune import SEARCH_SETTINGS, TuneSettings, VERIFY_SETTINGS, graph_subject, tune_module  # noqa: E402
 from tuner.worker_evaluator import WorkerEvaluator  # noqa: E402
+from vocabulary.tuning import Kind  # noqa: E402
 from workloads.zoo.sharded import get_sharded, sharded_workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

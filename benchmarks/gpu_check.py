@@ -79,13 +79,14 @@ from execution.flags import FLAGS, to_json  # noqa: E402
 from execution.measure import MeasureSettings  # noqa: E402
 from hlo.environment import GPU_PLATFORM, current_environment, describe_gpu, store_key  # noqa: E402
 from hlo.fingerprint import graph_fingerprint  # noqa: E402
-from hlo.interval import columns  # noqa: E402
 from hlo.module import HloModule, from_lowered, load_file  # noqa: E402
 from pipelines import stages  # noqa: E402
 from tuner.schedule import neighbourhood  # noqa: E402
 from tuner.space import accepted_flags, graph_space  # noqa: E402
 from tuner.trial import Outcome, Phase  # noqa: E402
 from tuner.tune import VERIFY_SETTINGS, TuneResult, TuneSettings, task_file  # noqa: E402
+from vocabulary.hits import HitOutcome  # noqa: E402
+from vocabulary.interval import columns  # noqa: E402
 from workloads import zoo  # noqa: E402
 
 RESULTS = "gpu_check.json"
@@ -505,7 +506,7 @@ def deliver_figures(plan: Plan, state: State, name: str) -> dict[str, Any]:
     return {"workload": name, "config": winner["config"], "claimed": winner["speedup"],
             "claimed_low": winner.get("ci_low"), "claimed_high": winner.get("ci_high"), "source": winner["source"],
             "hooked_run": run, "within_claimed_interval": within, "hits": hits.get("outcomes"),
-            "hit_keys": sorted({r["key"] for r in hits.get("records", []) if r["outcome"] == "applied"}),
+            "hit_keys": sorted({r["key"] for r in hits.get("records", []) if HitOutcome(r["outcome"]).ran_tuned}),
             "entry_key": store_key(fingerprint, env_key)}
 
 

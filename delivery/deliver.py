@@ -44,6 +44,7 @@ from storage.home import Home, temporary_name
 from storage.homes import open_home
 from storage.store import ENTRIES, Provenance, conform_entries
 from tuner.tables import TUNING_RESULTS
+from vocabulary.tuning import Kind
 
 log = logging.getLogger("fleet_fdo.deliver")
 
@@ -51,7 +52,7 @@ NOISE_BAND = 0.01
 _COLUMNS = ["task_id", "kind", "fingerprint", "env_key", "config", "speedup", "ci_low", "ci_high",
             "numerics_ok", "compiler_version", "accepted", "relaxed_config", "relaxed_speedup",
             "autotune_results"]
-_DELIVERED_KINDS = pa.array(["graph", "kernels"])  # tuner.space.Kind's that become entries
+_DELIVERED_KINDS = pa.array([Kind.GRAPH, Kind.KERNELS], pa.string())  # the kinds that become entries
 
 
 class BestPerKey(beam.CombineFn):

@@ -92,9 +92,10 @@ from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, 
 from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_proto_bytes, from_stablehlo
-from hlo.errors import first_line
 from ingest.hits import holdout_arm, spool_path, to_line
 from storage.homes import atomic_write, open_home
+from vocabulary.errors import first_line
+from vocabulary.hits import HitOutcome
 
 log = logging.getLogger("fleet_fdo.hook")
 SPOOL_SYMBOLS = Path("spool") / "symbols"
@@ -166,7 +167,7 @@ class _Plan:
     expected_speedup: float | None = None  # of `config_text`
     platform: str = ""  # of the compile's environment
     results: AutotuneResults | None = None  # the entry's autotune results, checked
-    outcome: str = "miss"
+    outcome: HitOutcome = HitOutcome.MISS
     reason: str | None = None
     checked: bool = False  # the sandbox's verdict on `config` is in: this compile's leader's (delivery.job)
 
@@ -222,27 +223,27 @@ class Hook:
                     _bytecode(computation), tuned.SerializeAsString(), _device_count(devices))
                 ) if plan.config and not plan.checked else None
                 if refused:
-                    plan.outcome, plan.reason = "refused", refused
+                    plan.outcome, plan.reason = HitOutcome.REFUSED, refused
                     self._warn(f"entry {plan.key}: {refused}", f"refused {plan.key}")
                 else:
                     executable = self._compile_tuned(
                         plan, lambda options: original(backend, computation, devices, options, *args, **kwargs),
                         tuned)
-                    plan.outcome = "applied"
+                    plan.outcome = HitOutcome.APPLIED
             except Exception as exc:  # any failure of the tuned compile: the job's own compile decides
-                plan.outcome, plan.reason = "fallback", f"tuned compile failed: {first_line(exc)}"
+                plan.outcome, plan.reason = HitOutcome.FALLBACK, f"tuned compile failed: {first_line(exc)}"
                 self._warn(plan.reason, f"fallback {plan.key}")
         if executable is None:
             executable = original(backend, computation, devices, compile_options, *args, **kwargs)
         compile_seconds = time.perf_counter() - started - hook_seconds
         if plan.fingerprint:
             extra_started = time.perf_counter()
-            if plan.outcome in ("applied", "holdout"):
+            if plan.outcome.served:
                 optimized_fingerprint = self._memo.optimized(
-                    plan.digest, plan.env_key, _compiled_with(plan) if plan.outcome == "applied" else None,
+                    plan.digest, plan.env_key, _compiled_with(plan) if plan.outcome.ran_tuned else None,
                     executable)
             if self.settings.spool_hlo and not self._spooled(plan):
-                self._spool_symbols(plan, None if plan.outcome == "applied"
+                self._spool_symbols(plan, None if plan.outcome.ran_tuned
                                     else _optimized_text(executable))
             hook_seconds += time.perf_counter() - extra_started
             self._record(plan, optimized_fingerprint, hook_seconds, compile_seconds)
@@ -289,7 +290,7 @@ class Hook:
         except Exception as exc:  # every process of the compile fails alike: the defaults in all
             reason = f"hook could not place this compile in its job: {first_line(exc)}"
             self._warn(reason, "job")
-            return _Plan(outcome="error", reason=reason)
+            return _Plan(outcome=HitOutcome.ERROR, reason=reason)
         if slot is None:
             return self._own_plan(computation, compile_options)
         assert channel is not None
@@ -303,7 +304,7 @@ class Hook:
         except Exception as exc:  # the hook's own failure must never fail the job's compile
             reason = f"hook could not look up this module: {first_line(exc)}"
             self._warn(reason, "plan")
-            return _Plan(outcome="error", reason=reason)
+            return _Plan(outcome=HitOutcome.ERROR, reason=reason)
 
     def _lead(self, channel: job.JobChannel, slot: job.Slot, computation: Any, compile_options: Any,
               devices: Any) -> _Plan:
@@ -321,7 +322,7 @@ class Hook:
         try:
             channel.publish(slot, decision)
         except job.ChannelError as exc:
-            plan.config, plan.results, plan.outcome, plan.reason = None, None, "error", str(exc)
+            plan.config, plan.results, plan.outcome, plan.reason = None, None, HitOutcome.ERROR, str(exc)
             self._warn(str(exc), "share")
         return plan
 
@@ -334,7 +335,7 @@ class Hook:
             tuned = apply_config(compile_options, plan.config)
         except Exception as exc:  # as the tuned compile would fail in every process: the defaults
             plan.config, plan.results = None, None
-            plan.outcome, plan.reason = "fallback", f"tuned compile failed: {first_line(exc)}"
+            plan.outcome, plan.reason = HitOutcome.FALLBACK, f"tuned compile failed: {first_line(exc)}"
             self._warn(plan.reason, f"fallback {plan.key}")
             return
         try:
@@ -344,7 +345,7 @@ class Hook:
         except Exception as exc:  # a sandbox that cannot start checks nothing: not risked
             refused = f"the sandbox could not check the tuned compile: {first_line(exc)}"
         if refused:
-            plan.config, plan.results, plan.outcome, plan.reason = None, None, "refused", refused
+            plan.config, plan.results, plan.outcome, plan.reason = None, None, HitOutcome.REFUSED, refused
             self._warn(f"entry {plan.key}: {refused}", f"refused {plan.key}")
 
     def _follow(self, channel: job.JobChannel, slot: job.Slot, computation: Any,
@@ -354,11 +355,11 @@ class Hook:
         try:
             plan = self._identify(computation, compile_options)
         except Exception as exc:  # its hit goes unrecorded; the decision still holds here
-            plan = _Plan(outcome="error", reason=f"hook could not fingerprint this module: {first_line(exc)}")
+            plan = _Plan(outcome=HitOutcome.ERROR, reason=f"hook could not fingerprint this module: {first_line(exc)}")
         try:
             decision = channel.wait(slot, self.settings.decision_timeout)
         except job.ChannelError as exc:
-            plan.outcome, plan.reason = "error", str(exc)
+            plan.outcome, plan.reason = HitOutcome.ERROR, str(exc)
             self._warn(str(exc), "decision")
             return plan
         plan.found, plan.config_text = decision.found, decision.config_text
@@ -372,7 +373,7 @@ class Hook:
             except (ValueError, TypeError) as exc:  # FlagError, ResultsError, JSON's
                 # The leader took it: this process runs another fleet-fdo; it compiles the defaults.
                 plan.config, plan.results = None, None
-                plan.outcome, plan.reason = "refused", f"process {slot.leader}'s decision refused here: {exc}"
+                plan.outcome, plan.reason = HitOutcome.REFUSED, f"process {slot.leader}'s decision refused here: {exc}"
                 self._warn(plan.reason, f"refused {plan.key}")
         if plan.key and decision.key and decision.key != plan.key:
             said = f"decided by process {slot.leader} for its key {decision.key}"
@@ -399,7 +400,7 @@ class Hook:
             self._warn(f"{exc}; compiling with the defaults", "store")
             return plan
         except StoreUnavailable as exc:
-            plan.outcome, plan.reason = "error", str(exc)
+            plan.outcome, plan.reason = HitOutcome.ERROR, str(exc)
             self._warn(f"{exc}; compiling with the defaults", "store")
             return plan
         if plan.found is None:
@@ -418,19 +419,19 @@ class Hook:
         try:
             plan.config = from_json(json.loads(plan.config_text))
         except (FlagError, json.JSONDecodeError, TypeError) as exc:
-            plan.outcome, plan.reason = "refused", f"config refused: {exc}"
+            plan.outcome, plan.reason = HitOutcome.REFUSED, f"config refused: {exc}"
             self._warn(f"entry {plan.key}: {plan.reason}", f"refused {plan.key}")
             return plan
         if entry.autotune_results is not None:
             try:
                 plan.results = parse_results(entry.autotune_results)
             except ResultsError as exc:
-                plan.config, plan.outcome, plan.reason = None, "refused", f"entry refused: {exc}"
+                plan.config, plan.outcome, plan.reason = None, HitOutcome.REFUSED, f"entry refused: {exc}"
                 self._warn(f"entry {plan.key}: {plan.reason}", f"refused {plan.key}")
                 return plan
         if holdout_arm(self.job_id, plan.key, self.settings.holdout_share(plan.found)):
             # The arm compares the defaults with the entry as it stands: its own speedup.
-            plan.config, plan.results, plan.outcome = None, None, "holdout"
+            plan.config, plan.results, plan.outcome = None, None, HitOutcome.HOLDOUT
             plan.expected_speedup = entry.speedup
         return plan
 
@@ -452,14 +453,14 @@ class Hook:
 
     def _record(self, plan: _Plan, optimized_fingerprint: str | None, hook_seconds: float,
                 compile_seconds: float) -> None:
-        applied = plan.outcome in ("applied", "fallback")
+        applied = plan.outcome.tried
         record = {
             "at": datetime.datetime.now(datetime.UTC), "job_id": self.job_id, "key": plan.key,
             "fingerprint": plan.fingerprint, "env_key": plan.env_key,
             "module_name": plan.module_name, "outcome": plan.outcome,
             "kind": plan.found.entry.kind if plan.found is not None else None,
             "config_version": plan.found.version if plan.found is not None else None,
-            "expected_speedup": plan.expected_speedup if plan.outcome in ("applied", "holdout") else None,
+            "expected_speedup": plan.expected_speedup if plan.outcome.served else None,
             "config": plan.config_text if applied else None,
             "optimized_fingerprint": optimized_fingerprint, "reason": plan.reason,
             "hook_seconds": hook_seconds, "compile_seconds": compile_seconds,

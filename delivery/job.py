@@ -51,8 +51,9 @@ from typing import Any
 import pyarrow as pa
 
 from delivery.lookup import Found
-from hlo.errors import first_line
 from storage.store import ENTRIES, StoreEntry
+from vocabulary.errors import first_line
+from vocabulary.hits import HitOutcome
 
 KEY_PREFIX = "fleet_fdo/"
 JOB_ID_KEY = KEY_PREFIX + "job_id"
@@ -71,7 +72,7 @@ class Decision:
 
     job_id: str
     key: str  # the store key the leader looked up ("" where it could not key the module)
-    outcome: str  # the hook's outcome before compiling: 'miss' also where `apply` (applied once compiled)
+    outcome: HitOutcome  # the hook's outcome before compiling: 'miss' also where `apply` (applied once compiled)
     reason: str | None = None
     found: Found | None = None  # the entry the leader's look-up found, and its version
     config_text: str | None = None  # the entry's config the leader chose: strict, or relaxed
@@ -106,7 +107,7 @@ class Decision:
                        for name, value in found["entry"].items()}
                 found = Found(int(found["version"]), StoreEntry.from_row(row), float(found["holdout_share"]),
                               tuple(found["relaxed_numerics_teams"]))
-            return cls(job_id=str(data["job_id"]), key=str(data["key"]), outcome=str(data["outcome"]),
+            return cls(job_id=str(data["job_id"]), key=str(data["key"]), outcome=HitOutcome(data["outcome"]),
                        reason=data["reason"], found=found, config_text=data["config_text"],
                        expected_speedup=data["expected_speedup"], apply=bool(data["apply"]),
                        results=bool(data["results"]))

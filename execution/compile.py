@@ -39,6 +39,7 @@ from execution.flags import (BUILD_OPTIONS, FLAGS, FUSION_TYPE_PREFIX, LIBRARY_F
 from execution.sharded import base_options, devices_for
 from hlo.environment import Partitioning, xla_flags_options
 from hlo.proto import build_messages
+from vocabulary.flags import Channel, FlagType
 
 # The flags whose defaults the installed compiler's options say (`FlagSpec.field`), by field.
 _OPTION_FLAGS = sorted((spec for spec in FLAGS.values() if spec.field is not None),
@@ -53,9 +54,9 @@ _UNSET_BUILD_OPTION = 0  # an effort level's UNKNOWN (jax.CompilerEffortLevel): 
 
 def _field(spec: FlagSpec) -> tuple[str, int, int, int, None]:
     """The DebugOptions field of an option flag, as `build_messages` declares it."""
-    type_ = (_F.TYPE_STRING if spec.text_field else _F.TYPE_BOOL if spec.type == "bool"
+    type_ = (_F.TYPE_STRING if spec.text_field else _F.TYPE_BOOL if spec.type == FlagType.BOOL
              else _F.TYPE_INT32)
-    label = _F.LABEL_REPEATED if spec.type == "repeated_enum" else _F.LABEL_OPTIONAL
+    label = _F.LABEL_REPEATED if spec.type == FlagType.REPEATED_ENUM else _F.LABEL_OPTIONAL
     return spec.name, spec.field, type_, label, None
 
 
@@ -296,7 +297,7 @@ def _compiler_defaults() -> tuple[tuple[str, Any], ...]:
         value = getattr(debug, spec.name)
         if spec.library:
             value = tuple(types.get(number, str(number)) for number in value)
-        elif spec.type == "repeated_enum":
+        elif spec.type == FlagType.REPEATED_ENUM:
             value = tuple(enum_of_number(spec, number) for number in value)
         elif spec.numbers:
             value = enum_of_number(spec, value)
@@ -305,7 +306,7 @@ def _compiler_defaults() -> tuple[tuple[str, Any], ...]:
     defaults += [(name, enum_of_number(spec, getattr(build, name)))
                  for name, spec in BUILD_OPTIONS.items() if hasattr(build, name)]
     return tuple(defaults) + tuple((spec.name, spec.absent) for spec in FLAGS.values()
-                                   if spec.channel == "backend_extra")
+                                   if spec.channel == Channel.BACKEND_EXTRA)
 
 
 def compiler_defaults() -> CompilerConfig:

@@ -11,8 +11,8 @@ interval covers the noise within its process, not the spread from one process to
 processes measure the same pair of programs a percent or more apart, and now and then one runs
 a library's kernels 20% slow), which is as large as the gains a tuner accepts.
 
-An evaluation that produces no measurement says why as data (`EvaluationResult.failure`, one of
-the kinds below) and as a message (`error`). When the default fails (it does not compile or
+An evaluation that produces no measurement says why as data (`EvaluationResult.failure`, a
+`vocabulary.failures.Failure`) and as a message (`error`). When the default fails (it does not compile or
 run), nothing can be timed; the candidate is still tried, and if it runs the module, its
 numerics are checked against `REFERENCE_CONFIG`, the default with every fusion type routed to
 XLA's own emitters instead of a library.
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import functools
 import statistics
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Literal, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, TypeVar
 
 from execution import session
 from execution.autotune_results import AutotuneResults
@@ -37,27 +37,16 @@ from execution.compile import CompileError
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from execution.numerics import Numerics, OutputCheck, pooled
-from execution.worker import (CRASH, DEFAULT_TIMEOUT, ERROR, OOM, TIMEOUT, Fault, Worker,
-                              WorkerFailure)
-from hlo.interval import Interval, columns
 from execution.per_device import PerDeviceError, per_device_module
 from execution.sharded import spans
+from execution.worker import DEFAULT_TIMEOUT, Worker, WorkerFailure
 from hlo.environment import Partitioning
 from hlo.module import HloModule
+from vocabulary.failures import Failure
+from vocabulary.interval import Interval, as_flat
 
 Reply = TypeVar("Reply", session.Built, session.Offline)
 
-# Why an evaluation produced no measurement. DEFAULT_FAILS: the default config does not compile
-# or run the module (nothing to compare with); CANDIDATE_FAILS: the default runs, the candidate
-# does not compile or run; WORKER_FAILS[fault]: the worker died running the evaluation (crash,
-# oom, timeout) or raised (error), with the default or the candidate, unknown which. Callers
-# compare these; the messages (`EvaluationResult.error`) are for people.
-Failure = Literal["default_fails", "candidate_fails", "worker_error", "worker_crash",
-                  "worker_oom", "worker_timeout"]
-DEFAULT_FAILS: Failure = "default_fails"
-CANDIDATE_FAILS: Failure = "candidate_fails"
-WORKER_FAILS: dict[Fault, Failure] = {ERROR: "worker_error", CRASH: "worker_crash",
-                                      OOM: "worker_oom", TIMEOUT: "worker_timeout"}
 # How many fresh workers a decision between two programs takes (`evaluate_independently`; the
 # tuner's comparisons and verification): the median of three outvotes one unlucky process.
 FRESH_WORKERS = 3
@@ -105,7 +94,7 @@ class EvaluationResult:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: every field, the speedup as `speedup`, `ci_low`, `ci_high`."""
-        return {**asdict(self), **columns(self.speedup)}
+        return as_flat(self)
 
 
 def numerics_fields(numerics: Numerics) -> dict[str, Any]:
@@ -165,7 +154,7 @@ def evaluate(
             partitioning=partitioning,
         )
     except WorkerFailure as failure:
-        return failed_result(WORKER_FAILS[failure.kind], f"{failure.kind}: {failure.reason}")
+        return failed_result(Failure.of_fault(failure.kind), f"{failure.kind}: {failure.reason}")
     finally:
         if own_worker:
             worker.close()
@@ -264,12 +253,12 @@ def run_evaluation(
         return _without_default(module_proto, candidate, default, seed, base.error, partitioning)
     tuned = session.compile_serialized(module_proto, config, partitioning=partitioning)
     if tuned.error is not None:
-        return failed_result(CANDIDATE_FAILS, f"candidate config {tuned.error}")
+        return failed_result(Failure.CANDIDATE_FAILS, f"candidate config {tuned.error}")
     if tuned.program == base.program and candidate:  # an empty candidate is an A/A check
         return identical_result(tuned.compile_seconds, base.compile_seconds)
     timed = session.measure_serialized(tuned.executable, config, settings)
     if timed.error is not None:
-        return failed_result(CANDIDATE_FAILS, f"candidate config {timed.error}",
+        return failed_result(Failure.CANDIDATE_FAILS, f"candidate config {timed.error}",
                              tuned.compile_seconds)
     return measured_result(timed, tuned.compile_seconds, base.compile_seconds)
 
@@ -356,15 +345,15 @@ def evaluate_built(module: HloModule, built: session.Built, workers: int,
             base = worker.call(session.prepare, timeout=timeout, module_proto=module_proto,
                                seed=seed + index)
             if base.error is not None:
-                return failed_result(DEFAULT_FAILS, f"default fails: {base.error}")
+                return failed_result(Failure.DEFAULT_FAILS, f"default fails: {base.error}")
             if base.program == built.program:
                 return identical_result(built.compile_seconds, base.compile_seconds)
             timed = worker.call(session.measure_serialized, timeout=timeout,
                                 executable=built.executable, config=config, settings=settings)
         except WorkerFailure as failure:
-            return failed_result(WORKER_FAILS[failure.kind], f"{failure.kind}: {failure.reason}")
+            return failed_result(Failure.of_fault(failure.kind), f"{failure.kind}: {failure.reason}")
         if timed.error is not None:
-            return failed_result(CANDIDATE_FAILS, f"candidate {timed.error}")
+            return failed_result(Failure.CANDIDATE_FAILS, f"candidate {timed.error}")
         return measured_result(timed, built.compile_seconds, base.compile_seconds)
 
     return in_fresh_workers(job, workers, settings.noise_band,
@@ -396,7 +385,7 @@ def _without_default(module_proto: bytes, candidate: CompilerConfig, default: Co
     """The result when the default fails (`reason`): whether the candidate runs the module
     instead, and if it does, its numerics checked against REFERENCE_CONFIG (an A/A check tries
     nothing)."""
-    failed = failed_result(DEFAULT_FAILS, f"default fails: {reason}")
+    failed = failed_result(Failure.DEFAULT_FAILS, f"default fails: {reason}")
     if not candidate:
         return failed
     try:

@@ -49,9 +49,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, Union
 
 from hlo.environment import SIDE_EFFECT_FLAG_PARTS
+from vocabulary.flags import Channel, FlagType
 
 FlagValue = Union[bool, int, float, str, tuple[str, ...]]
 CompilerConfig = dict[str, FlagValue]
@@ -66,10 +67,10 @@ class FlagSpec:
     """One compiler flag: its type, its domain, how it reaches XLA, and where a search tries it."""
 
     name: str
-    type: str  # "bool" | "int" | "float" | "enum" | "repeated_enum" | "string" | "placement"
+    type: FlagType
     choices: tuple[str, ...] = ()  # enum values, short names (without `enum_prefix`)
     enum_prefix: str = ""  # XLA's proto enum prefix, e.g. "LIBRARY_FUSION_TYPE_"
-    channel: str = "option"  # "option" | "backend_extra" | "placement" | "build_option" (`to_xla`)
+    channel: Channel = Channel.OPTION  # how it reaches XLA (`to_xla`)
     codegen: bool = False  # changes generated code without changing the optimized HLO
     # Changes the program where its key (execution.session.program_key: the optimized HLO's
     # fingerprint, which leaves the schedule out, and the kernels' machine code) cannot see it:
@@ -123,105 +124,105 @@ XLA_BACKEND = "xla"  # XLA's own emitters: the backend of a fusion type in no li
 FLAGS: dict[str, FlagSpec] = {
     spec.name: spec
     for spec in (
-        FlagSpec("xla_cpu_experimental_ynn_fusion_type", "repeated_enum",
+        FlagSpec("xla_cpu_experimental_ynn_fusion_type", FlagType.REPEATED_ENUM,
                  enum_prefix=FUSION_TYPE_PREFIX, library="ynn", field=422),
-        FlagSpec("xla_cpu_experimental_xnn_fusion_type", "repeated_enum",
+        FlagSpec("xla_cpu_experimental_xnn_fusion_type", FlagType.REPEATED_ENUM,
                  enum_prefix=FUSION_TYPE_PREFIX, library="xnn", field=400),
-        FlagSpec("xla_cpu_experimental_onednn_fusion_type", "repeated_enum",
+        FlagSpec("xla_cpu_experimental_onednn_fusion_type", FlagType.REPEATED_ENUM,
                  enum_prefix=FUSION_TYPE_PREFIX, library="onednn", field=399),
         # xla.DebugOptions.CpuSchedulerType
-        FlagSpec("xla_cpu_scheduler_type", "enum", ("DEFAULT", "MEMORY_OPTIMIZED"),
+        FlagSpec("xla_cpu_scheduler_type", FlagType.ENUM, ("DEFAULT", "MEMORY_OPTIMIZED"),
                  "CPU_SCHEDULER_TYPE_", rank=1, field=448, numbers=(0, 1)),
         # The flag most often in a best config: 1.13x on the two-tower model's training step,
         # 1.9x (with fast math) on attention with a KV cache (AMD EPYC); 2.2x on that attention,
         # 1.10x on the two-tower, 1.14x on a GNN (Intel Xeon; jaxlib 0.10.2,
         # docs/bench_search_quality.md). Listed here, before the flags of its rank, so that an
         # 8-evaluation search tries it (ties keep this table's order).
-        FlagSpec("xla_cpu_disable_loop_unrolling", "bool", channel="backend_extra",
+        FlagSpec("xla_cpu_disable_loop_unrolling", FlagType.BOOL, channel=Channel.BACKEND_EXTRA,
                  codegen=True, rank=1, absent=False),
-        FlagSpec("xla_cpu_copy_insertion_use_region_analysis", "bool", rank=1, field=337),
-        FlagSpec("xla_cpu_use_xnnpack", "bool", rank=3, field=359),
-        FlagSpec("xla_cpu_use_fusion_emitters", "bool", rank=3, field=376),
+        FlagSpec("xla_cpu_copy_insertion_use_region_analysis", FlagType.BOOL, rank=1, field=337),
+        FlagSpec("xla_cpu_use_xnnpack", FlagType.BOOL, rank=3, field=359),
+        FlagSpec("xla_cpu_use_fusion_emitters", FlagType.BOOL, rank=3, field=376),
         # Fast math lets LLVM reassociate, contract, and assume no NaN, infinity or signed zero;
         # each honor flag takes one of those assumptions back, and acts with fast math on
         # (XLA:CPU's fast-math flags): false relaxes, whatever fast math is set to, so that a
         # config relaxes by its own values alone. Fast min/max ignores NaN operands.
-        FlagSpec("xla_cpu_enable_fast_math", "bool", codegen=True, rank=2, field=99,
+        FlagSpec("xla_cpu_enable_fast_math", FlagType.BOOL, codegen=True, rank=2, field=99,
                  relaxing=(True,)),
-        FlagSpec("xla_cpu_enable_fast_min_max", "bool", codegen=True, rank=4, relaxing=(True,)),
-        *(FlagSpec(f"xla_cpu_fast_math_honor_{what}", "bool", codegen=True, rank=7, field=field,
+        FlagSpec("xla_cpu_enable_fast_min_max", FlagType.BOOL, codegen=True, rank=4, relaxing=(True,)),
+        *(FlagSpec(f"xla_cpu_fast_math_honor_{what}", FlagType.BOOL, codegen=True, rank=7, field=field,
                    relaxing=(False,))
           for what, field in (("nans", 120), ("infs", 121), ("division", 126), ("functions", 129))),
-        FlagSpec("xla_cpu_prefer_vector_width", "int", ("128", "256", "512"), codegen=True,
+        FlagSpec("xla_cpu_prefer_vector_width", FlagType.INT, ("128", "256", "512"), codegen=True,
                  rank=2, field=308),
-        FlagSpec("xla_cpu_max_isa", "enum", ("SSE4_2", "AVX", "AVX2", "AVX512"), codegen=True,
+        FlagSpec("xla_cpu_max_isa", FlagType.ENUM, ("SSE4_2", "AVX", "AVX2", "AVX512"), codegen=True,
                  rank=6, field=333, text_field=True),
-        FlagSpec("xla_cpu_parallel_codegen_split_count", "int", ("1", "8", "32"), codegen=True,
+        FlagSpec("xla_cpu_parallel_codegen_split_count", FlagType.INT, ("1", "8", "32"), codegen=True,
                  rank=6, field=323),
-        FlagSpec("xla_llvm_disable_expensive_passes", "bool", codegen=True, rank=5, field=73),
+        FlagSpec("xla_llvm_disable_expensive_passes", FlagType.BOOL, codegen=True, rank=5, field=73),
         # Level 2 is in the best config of an LSTM (with YNN ELTWISE) and of a two-tower model
         # (AMD EPYC, jaxlib 0.10.2; docs/bench_search_quality.md); 0 is reliably slower: the
         # values are tried highest first.
-        FlagSpec("xla_backend_optimization_level", "int", ("3", "2", "1", "0"), codegen=True,
+        FlagSpec("xla_backend_optimization_level", FlagType.INT, ("3", "2", "1", "0"), codegen=True,
                  rank=2, field=31),
-        FlagSpec("xla_cpu_optimize_for_size", "bool", channel="backend_extra", codegen=True,
+        FlagSpec("xla_cpu_optimize_for_size", FlagType.BOOL, channel=Channel.BACKEND_EXTRA, codegen=True,
                  rank=8, absent=False),
         # Absent, XLA tiles matrix-vector products by 8 (seen: 8 compiles to the same machine
         # code as no entry; jaxlib 0.10.2): the domain is half and double that, which keeps the
         # dot op space searchable.
-        FlagSpec("xla_llvm_dot_tiling_factor", "int", ("4", "16"),
-                 channel="backend_extra", codegen=True, rank=6, absent=8),
+        FlagSpec("xla_llvm_dot_tiling_factor", FlagType.INT, ("4", "16"),
+                 channel=Channel.BACKEND_EXTRA, codegen=True, rank=6, absent=8),
         # XLA:GPU. Fields read off the DebugOptions descriptor compiled into jaxlib 0.10.2 and
         # 0.11.2 (the same numbers in both), defaults off their compile options (docs/gpu.md);
         # ranks are priors (see `rank`). Triton GEMM fusions against cuBLAS/cuBLASLt: which library runs a
         # dot is GPU's routing lever, as library placement is CPU's.
-        FlagSpec("xla_gpu_enable_triton_gemm", "bool", platform="gpu", rank=1, field=188),
-        FlagSpec("xla_gpu_triton_gemm_any", "bool", platform="gpu", rank=2, field=190),
-        FlagSpec("xla_gpu_enable_cublaslt", "bool", platform="gpu", rank=2, field=166),
+        FlagSpec("xla_gpu_enable_triton_gemm", FlagType.BOOL, platform="gpu", rank=1, field=188),
+        FlagSpec("xla_gpu_triton_gemm_any", FlagType.BOOL, platform="gpu", rank=2, field=190),
+        FlagSpec("xla_gpu_enable_cublaslt", FlagType.BOOL, platform="gpu", rank=2, field=166),
         # Command buffers (CUDA graphs) save a launch per kernel, the lever of graphs of many
         # small kernels: none at all, or fusions alone, against the default types (FUSION, CUBLAS,
         # CUBLASLT, CUDNN, CUSTOM_CALL, CONDITIONAL, DYNAMIC_SLICE_FUSION on both jaxlibs).
-        FlagSpec("xla_gpu_enable_command_buffer", "repeated_enum",
+        FlagSpec("xla_gpu_enable_command_buffer", FlagType.REPEATED_ENUM,
                  ("FUSION", "CUBLAS", "CUDNN", "COLLECTIVES", "CONDITIONAL", "WHILE", "CUSTOM_CALL",
                   "CUBLASLT", "DYNAMIC_SLICE_FUSION", "CONVOLUTION"),
                  platform="gpu", rank=2, field=258, numbers=(1, 2, 3, 4, 5, 6, 7, 8, 9, 11),
                  unseen=True, lists=((), ("FUSION",), ("FUSION", "CUBLAS", "CUBLASLT", "CUDNN", "CUSTOM_CALL",
                                           "CONDITIONAL", "DYNAMIC_SLICE_FUSION", "WHILE"))),
-        FlagSpec("xla_gpu_graph_min_graph_size", "int", ("1", "2", "20"), platform="gpu", rank=3,
+        FlagSpec("xla_gpu_graph_min_graph_size", FlagType.INT, ("1", "2", "20"), platform="gpu", rank=3,
                  field=208, unseen=True),  # default 5
-        FlagSpec("xla_gpu_enable_dynamic_slice_fusion", "bool", platform="gpu", rank=3, field=105),
-        FlagSpec("xla_gpu_enable_latency_hiding_scheduler", "bool", platform="gpu", rank=3,
+        FlagSpec("xla_gpu_enable_dynamic_slice_fusion", FlagType.BOOL, platform="gpu", rank=3, field=105),
+        FlagSpec("xla_gpu_enable_latency_hiding_scheduler", FlagType.BOOL, platform="gpu", rank=3,
                  field=186, unseen=True),
-        FlagSpec("xla_gpu_cudnn_gemm_fusion_level", "int", ("1", "2", "3"), platform="gpu",
+        FlagSpec("xla_gpu_cudnn_gemm_fusion_level", FlagType.INT, ("1", "2", "3"), platform="gpu",
                  rank=3, field=285),  # default 0: no dot fusion goes to cuDNN
-        FlagSpec("xla_gpu_enable_cudnn_layer_norm", "bool", platform="gpu", rank=4, field=262),
-        FlagSpec("xla_gpu_enable_while_loop_double_buffering", "bool", platform="gpu", rank=4,
+        FlagSpec("xla_gpu_enable_cudnn_layer_norm", FlagType.BOOL, platform="gpu", rank=4, field=262),
+        FlagSpec("xla_gpu_enable_while_loop_double_buffering", FlagType.BOOL, platform="gpu", rank=4,
                  field=248),
-        FlagSpec("xla_gpu_enable_fast_min_max", "bool", platform="gpu", codegen=True, rank=4,
+        FlagSpec("xla_gpu_enable_fast_min_max", FlagType.BOOL, platform="gpu", codegen=True, rank=4,
                  field=100, relaxing=(True,)),
         # More Triton tile configs autotuned per GEMM fusion: a slower compile, perhaps a faster
         # kernel.
-        FlagSpec("xla_gpu_exhaustive_tiling_search", "bool", platform="gpu", rank=4, field=219),
+        FlagSpec("xla_gpu_exhaustive_tiling_search", FlagType.BOOL, platform="gpu", rank=4, field=219),
         # Level 0: no autotuning, XLA's heuristic picks each GEMM's algorithm and tiles. Levels
         # 1 to 4 (the default) time the same candidates and differ in the checks they make.
-        FlagSpec("xla_gpu_autotune_level", "int", ("0",), platform="gpu", rank=6, field=123),
-        FlagSpec("optimization_level", "enum", ("O0", "O1", "O2", "O3"), channel="build_option",
+        FlagSpec("xla_gpu_autotune_level", FlagType.INT, ("0",), platform="gpu", rank=6, field=123),
+        FlagSpec("optimization_level", FlagType.ENUM, ("O0", "O1", "O2", "O3"), channel=Channel.BUILD_OPTION,
                  platform="gpu", rank=5, numbers=(9, 19, 29, 39)),
         # Across devices only (min_devices): collective combining thresholds (int64 fields, read
         # as int32: the same varint below 2**31, where the 30 MiB defaults are) and pipelining,
         # as jaxlib 0.11.2 (an enum per collective) and 0.10.2 (a bool per collective) name it;
         # the installed compiler accepts one of the two (tuner.space.accepted_flags).
-        *(FlagSpec(f"xla_gpu_{collective}_combine_threshold_bytes", "int",
+        *(FlagSpec(f"xla_gpu_{collective}_combine_threshold_bytes", FlagType.INT,
                    ("8388608", "134217728", "536870912"), platform="gpu", rank=3, min_devices=2,
                    field=field)
           for collective, field in (("all_reduce", 157), ("all_gather", 212),
                                     ("reduce_scatter", 213))),
-        *(FlagSpec(f"xla_gpu_pipeline_{collective}", "enum", ("OFF", "ON"),
+        *(FlagSpec(f"xla_gpu_pipeline_{collective}", FlagType.ENUM, ("OFF", "ON"),
                    "COLLECTIVE_PIPELINING_MODE_", platform="gpu", rank=4, min_devices=2,
                    field=field, numbers=(1, 2))
           for collective, field in (("all_gather", 517), ("all_reduce", 518),
                                     ("reduce_scatter", 519))),
-        *(FlagSpec(f"xla_gpu_enable_pipelined_{collective}", "bool", platform="gpu", rank=4,
+        *(FlagSpec(f"xla_gpu_enable_pipelined_{collective}", FlagType.BOOL, platform="gpu", rank=4,
                    min_devices=2, field=field)
           for collective, field in (("all_reduce", 217), ("all_gather", 227),
                                     ("reduce_scatter", 231))),
@@ -234,12 +235,12 @@ LIBRARY_FLAGS: dict[str, str] = {spec.library: spec.name for spec in FLAGS.value
 # own emitters come first in a cold start: on CPU, library routing is the big lever. A move to a
 # library ranks PLACEMENT.rank plus its backend's offset here (tuner.schedule.cold_rank): XNNPACK
 # and oneDNN took no fusion type of any workload we measured on jaxlib 0.10.2.
-PLACEMENT = FlagSpec("placement", "placement", (XLA_BACKEND, *LIBRARY_FLAGS), channel="placement",
-                     rank=0)
+PLACEMENT = FlagSpec("placement", FlagType.PLACEMENT, (XLA_BACKEND, *LIBRARY_FLAGS),
+                     channel=Channel.PLACEMENT, rank=0)
 BACKEND_RANK_OFFSETS = {XLA_BACKEND: 0, "ynn": 1, "xnn": 4, "onednn": 5}
-# The build options a config may set (channel "build_option"), by name.
+# The build options a config may set (channel BUILD_OPTION), by name.
 BUILD_OPTIONS: dict[str, FlagSpec] = {name: spec for name, spec in FLAGS.items()
-                                      if spec.channel == "build_option"}
+                                      if spec.channel == Channel.BUILD_OPTION}
 _FUSION_TYPE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 # Names of flags that load something besides those of hlo.environment.SIDE_EFFECT_FLAG_PARTS
 # (`xla_gpu_load_autotune_results_from` reads a file): never applied. Left out of that list, which
@@ -279,33 +280,7 @@ def parse_value(name: str, raw: str) -> FlagValue:
     raw = raw.strip()
     if spec is None:
         return _guess_type(raw)
-    if spec.type == "bool":
-        lowered = raw.lower()
-        if lowered in ("true", "1", "yes", "on"):
-            return True
-        if lowered in ("false", "0", "no", "off"):
-            return False
-        raise FlagError(f"{name}: {raw!r} is not a bool (true/false)")
-    if spec.type == "int":
-        try:
-            return int(raw)
-        except ValueError:
-            raise FlagError(f"{name}: {raw!r} is not an integer") from None
-    if spec.type == "float":
-        try:
-            return float(raw)
-        except ValueError:
-            raise FlagError(f"{name}: {raw!r} is not a number") from None
-    if spec.type == "placement":
-        if raw.lower() not in spec.choices:
-            raise FlagError(f"{name}: {raw!r} is not a backend ({', '.join(spec.choices)})")
-        return raw.lower()
-    if spec.type == "enum":
-        return _enum_name(spec, raw)
-    if spec.type == "repeated_enum":
-        # An empty value is meaningful: it clears the list (e.g. no library fusions at all).
-        return tuple(_enum_name(spec, item) for item in raw.split(",") if item.strip())
-    return raw
+    return _READINGS[spec.type].parse(spec, name, raw)
 
 
 def _guess_type(raw: str) -> FlagValue:
@@ -429,10 +404,10 @@ def to_xla(config: CompilerConfig, defaults: CompilerConfig | None = None) -> Xl
     for name, value in sorted(as_flags(config, defaults or {}).items()):
         check_name(name)
         spec = FLAGS.get(name)
-        if spec is not None and spec.channel == "backend_extra":
+        if spec is not None and spec.channel == Channel.BACKEND_EXTRA:
             if value is not False:
                 backend_extra[name] = _to_text(spec, value)
-        elif spec is not None and spec.channel == "build_option":
+        elif spec is not None and spec.channel == Channel.BUILD_OPTION:
             build[name] = dict(zip(spec.choices, spec.numbers))[str(value)]
         elif isinstance(value, (bool, int, float)):
             overrides[name] = value
@@ -453,7 +428,7 @@ def _to_text(spec: FlagSpec | None, value: FlagValue) -> str:
         return "true" if value else "false"
     if isinstance(value, tuple):
         return ",".join(prefix + item for item in value)
-    if isinstance(value, str) and spec is not None and spec.type == "enum":
+    if isinstance(value, str) and spec is not None and spec.type == FlagType.ENUM:
         return prefix + value
     return str(value)
 
@@ -555,21 +530,7 @@ MAX_LIST_ITEMS = 32  # a library list longer than this is no config XLA was ever
 def expected_json(spec: FlagSpec) -> str:
     """What a config's JSON form must give a flag of `spec`, in words: the JSON type of its
     kind and its declared domain (`choices`: the values a search may set)."""
-    if spec.type == "bool":
-        return "a JSON boolean (true or false)"
-    if spec.type == "int":
-        return f"a JSON integer in its domain ({', '.join(spec.choices)})" if spec.choices else "a JSON integer"
-    if spec.type == "placement":
-        return f"a JSON string naming a backend ({', '.join(spec.choices)})"
-    names = (f"one of {', '.join(spec.choices)}" if spec.choices
-             else 'fusion type names such as "REDUCE" or "INDIVIDUAL_DOT"')
-    if spec.type == "enum":
-        return f"a JSON string, {names}"
-    if spec.type == "repeated_enum":
-        return f"a JSON list of at most {MAX_LIST_ITEMS} enum values ({names}); write [] for none"
-    # float and string: no flag of these kinds declares a domain, so no config may set one.
-    json_type = "number" if spec.type == "float" else "string"
-    return f"settable: a {spec.type} flag (a JSON {json_type}) has no declared domain"
+    return _READINGS[spec.type].expected(spec)
 
 
 def _value_from_json(name: str, spec: FlagSpec, value: object) -> FlagValue:
@@ -578,18 +539,96 @@ def _value_from_json(name: str, spec: FlagSpec, value: object) -> FlagValue:
     not values: a tiling factor of 0 aborts the process that compiles, a split count of 1e8
     hangs it."""
     try:
-        if spec.type == "bool" and isinstance(value, bool):
-            return value
-        if spec.type == "int" and type(value) is int and (not spec.choices or str(value) in spec.choices):
-            return value
-        if spec.type in ("enum", "placement") and isinstance(value, str):
-            return parse_value(name, value)
-        if (spec.type == "repeated_enum" and isinstance(value, list) and len(value) <= MAX_LIST_ITEMS
-                and all(isinstance(item, str) for item in value)):
-            return tuple(_enum_name(spec, item) for item in value)
+        read = _READINGS[spec.type].from_json(spec, name, value)
     except FlagError:
-        pass  # said below, with what the flag takes
-    raise FlagError(f"{name}: {_shown(value)} is not {expected_json(spec)}")
+        read = None  # said below, with what the flag takes
+    if read is None:
+        raise FlagError(f"{name}: {_shown(value)} is not {expected_json(spec)}")
+    return read
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How the values of one flag type are read: from text (`--set`, XLA_FLAGS; `parse`, of a
+    stripped text), from a config's JSON (`from_json`: None where the JSON value is not of the
+    type's form or domain), and what that form and domain are, in words (`expected`)."""
+
+    parse: Callable[[FlagSpec, str, str], FlagValue]
+    from_json: Callable[[FlagSpec, str, object], FlagValue | None]
+    expected: Callable[[FlagSpec], str]
+
+
+def _parse_bool(spec: FlagSpec, name: str, raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise FlagError(f"{name}: {raw!r} is not a bool (true/false)")
+
+
+def _parse_number(cast: Callable[[str], int | float], what: str) -> Callable[[FlagSpec, str, str], FlagValue]:
+    def parse(spec: FlagSpec, name: str, raw: str) -> FlagValue:
+        try:
+            return cast(raw)
+        except ValueError:
+            raise FlagError(f"{name}: {raw!r} is not {what}") from None
+    return parse
+
+
+def _parse_backend(spec: FlagSpec, name: str, raw: str) -> str:
+    if raw.lower() not in spec.choices:
+        raise FlagError(f"{name}: {raw!r} is not a backend ({', '.join(spec.choices)})")
+    return raw.lower()
+
+
+def _parse_list(spec: FlagSpec, name: str, raw: str) -> tuple[str, ...]:
+    # An empty value is meaningful: it clears the list (e.g. no library fusions at all).
+    return tuple(_enum_name(spec, item) for item in raw.split(",") if item.strip())
+
+
+def _text_from_json(spec: FlagSpec, name: str, value: object) -> FlagValue | None:
+    """A JSON string read as the flag's text is (an enum name, a backend)."""
+    return _READINGS[spec.type].parse(spec, name, value.strip()) if isinstance(value, str) else None
+
+
+def _list_from_json(spec: FlagSpec, name: str, value: object) -> FlagValue | None:
+    if (isinstance(value, list) and len(value) <= MAX_LIST_ITEMS
+            and all(isinstance(item, str) for item in value)):
+        return tuple(_enum_name(spec, item) for item in value)
+    return None
+
+
+def _names(spec: FlagSpec) -> str:
+    return (f"one of {', '.join(spec.choices)}" if spec.choices
+            else 'fusion type names such as "REDUCE" or "INDIVIDUAL_DOT"')
+
+
+def _no_domain(json_type: str) -> Callable[[FlagSpec], str]:
+    # float and string: no flag of these kinds declares a domain, so no config may set one.
+    return lambda spec: f"settable: a {spec.type} flag (a JSON {json_type}) has no declared domain"
+
+
+_READINGS: dict[FlagType, _Reading] = {
+    FlagType.BOOL: _Reading(_parse_bool, lambda spec, name, value: value if isinstance(value, bool) else None,
+                            lambda spec: "a JSON boolean (true or false)"),
+    FlagType.INT: _Reading(
+        _parse_number(int, "an integer"),
+        lambda spec, name, value: value if type(value) is int and (
+            not spec.choices or str(value) in spec.choices) else None,
+        lambda spec: (f"a JSON integer in its domain ({', '.join(spec.choices)})" if spec.choices
+                      else "a JSON integer")),
+    FlagType.FLOAT: _Reading(_parse_number(float, "a number"), lambda spec, name, value: None,
+                             _no_domain("number")),
+    FlagType.ENUM: _Reading(lambda spec, name, raw: _enum_name(spec, raw), _text_from_json,
+                            lambda spec: f"a JSON string, {_names(spec)}"),
+    FlagType.REPEATED_ENUM: _Reading(
+        _parse_list, _list_from_json,
+        lambda spec: f"a JSON list of at most {MAX_LIST_ITEMS} enum values ({_names(spec)}); write [] for none"),
+    FlagType.STRING: _Reading(lambda spec, name, raw: raw, lambda spec, name, value: None, _no_domain("string")),
+    FlagType.PLACEMENT: _Reading(_parse_backend, _text_from_json,
+                                 lambda spec: f"a JSON string naming a backend ({', '.join(spec.choices)})"),
+}
 
 
 def _shown(value: object) -> str:

@@ -35,7 +35,7 @@ from typing import Callable
 import numpy as np
 from scipy.stats import binom
 
-from hlo.interval import Interval
+from vocabulary.interval import Interval
 
 # Runs the executable `n` times back to back and returns the elapsed seconds.
 Runner = Callable[[int], float]

@@ -42,7 +42,7 @@ from hlo.environment import Partitioning
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule
 from hlo.proto import ModuleProto
-from hlo.errors import first_line
+from vocabulary.errors import first_line
 
 _STATE: dict[str, Any] = {}
 

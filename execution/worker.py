@@ -2,7 +2,7 @@
 
 XLA can segfault, abort, run out of memory or hang on an odd config. Each job therefore runs in
 a worker subprocess with a memory limit and a wall-clock timeout; whatever happens there comes
-back as a `WorkerFailure` with its kind (`Fault`) and reason and never takes the caller down. A
+back as a `WorkerFailure` with its kind (`vocabulary.failures.Fault`) and reason and never takes the caller down. A
 dead or timed-out worker is replaced; a live one is reused, because starting JAX costs seconds.
 
 The memory limit is on the data segment (RLIMIT_DATA: the private writable memory the process
@@ -40,10 +40,11 @@ import threading
 import traceback
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterator, Literal, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from execution.cores import parse_cores, pin, start_backend_on
 from hlo.environment import HOST_DEVICES_FLAG
+from vocabulary.failures import Fault
 
 T = TypeVar("T")
 DEFAULT_MEMORY_LIMIT = 8 * 1024**3
@@ -59,13 +60,6 @@ DEFAULT_TIMEOUT = 300.0
 # Every worker takes GPU memory as it needs it (a CPU backend ignores the variable).
 _ENVIRONMENT = {"JAX_ENABLE_X64": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
-# How a job failed in its worker: ERROR, the job raised (our code or its arguments; the worker
-# lives on); CRASH, OOM, TIMEOUT, the worker died or was killed running it (`WorkerFailure.died`).
-Fault = Literal["error", "crash", "oom", "timeout"]
-ERROR: Fault = "error"
-CRASH: Fault = "crash"
-OOM: Fault = "oom"
-TIMEOUT: Fault = "timeout"
 
 
 class WorkerFailure(RuntimeError):
@@ -80,7 +74,7 @@ class WorkerFailure(RuntimeError):
     def died(self) -> bool:
         """Whether the worker died with the job (a crash, out of memory, a timeout): the job may
         pass in a fresh worker; an ERROR would raise again."""
-        return self.kind != ERROR
+        return self.kind.died
 
 
 def _serve(connection: Any, memory_limit: int, cores: frozenset[int] | None,
@@ -104,10 +98,10 @@ def _serve(connection: Any, memory_limit: int, cores: frozenset[int] | None,
                 function = getattr(function, name)
             connection.send(("ok", function(**kwargs)))
         except MemoryError:
-            connection.send((OOM, "out of memory in the worker"))
+            connection.send((Fault.OOM, "out of memory in the worker"))
         except Exception as exc:  # every failure goes back to the caller as data
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            connection.send((ERROR, detail))
+            connection.send((Fault.ERROR, detail))
 
 
 class Worker:
@@ -142,13 +136,13 @@ class Worker:
         self._connection.send((module_name, qualified_name, kwargs))
         if not self._connection.poll(timeout):
             self._kill()
-            raise WorkerFailure(TIMEOUT, f"{module_name}.{qualified_name} ran past {timeout:.0f} s")
+            raise WorkerFailure(Fault.TIMEOUT, f"{module_name}.{qualified_name} ran past {timeout:.0f} s")
         try:
             status, payload = self._connection.recv()
         except (EOFError, ConnectionResetError):
-            raise WorkerFailure(CRASH, self._death_reason()) from None
+            raise WorkerFailure(Fault.CRASH, self._death_reason()) from None
         if status != "ok":
-            raise WorkerFailure(status, payload)
+            raise WorkerFailure(Fault(status), payload)
         return payload
 
     def __enter__(self) -> "Worker":
@@ -183,7 +177,7 @@ class Worker:
             )
         except OSError as exc:
             parent.close()
-            raise WorkerFailure(ERROR,
+            raise WorkerFailure(Fault.ERROR,
                                 f"cannot start a worker with {self._python}: {exc}") from None
         finally:
             child.close()

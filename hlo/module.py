@@ -16,9 +16,9 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from hlo.errors import first_line
 from hlo.layout import default_layout
 from hlo.proto import HloProtoWrapper, ModuleProto, ProgramShapeProto
+from vocabulary.errors import first_line
 
 # Refuse inputs larger than this unless the caller raises the limit (the scale of a 1M-instruction
 # module as text is ~70 MiB; this leaves ample room while bounding memory).

@@ -48,9 +48,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from hlo.errors import first_line
 from ingest.tables import GRAPH_RUNS, OP_RUNS
 from storage.warehouse import TableSchema, split_rows
+from vocabulary.errors import first_line
 
 BATCH_ROWS = 1 << 20
 MAX_CHIPS = 1 << 20

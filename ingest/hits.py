@@ -34,9 +34,9 @@ from ingest.tables import HITS
 from storage.home import Home, process_alive
 from storage.homes import open_home
 from storage.warehouse import Warehouse, split_rows
+from vocabulary.hits import HitOutcome
 
 SPOOL_DIR = Path("spool") / "hits"
-OUTCOMES = ("applied", "holdout", "miss", "fallback", "refused", "no store", "error")
 STALE_SECONDS = 86400.0
 MAX_LINE_BYTES = 1 << 16
 
@@ -150,8 +150,8 @@ def _row(line: str) -> dict[str, Any]:
         raise ValueError(f"not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
-    if data.get("outcome") not in OUTCOMES:
-        raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}")
+    if data.get("outcome") not in set(HitOutcome):
+        raise ValueError(f"outcome must be one of {', '.join(HitOutcome)}")
     try:
         at = datetime.datetime.fromisoformat(data["at"])
     except (KeyError, TypeError, ValueError):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from hlo.errors import first_line
+from vocabulary.errors import first_line
 
 # OSError: unreadable, vanished, a name the file system refuses. ValueError: every parser's
 # "not what it claims to be" (HloLoadError, TraceError, DropError, SchemaError, UnicodeError).

@@ -57,6 +57,7 @@ from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, partitioning_of
 from storage.home import Home
 from storage.homes import open_home
 from storage.warehouse import TableSchema, Warehouse, split_rows
+from vocabulary.hits import SERVED, HitOutcome
 
 if TYPE_CHECKING:
     from ingest.xplane import ModuleTime
@@ -221,7 +222,7 @@ def _ingest_trace(path: Path, digest: str, run: _Run) -> None:
             "chip_seconds": chips * module.seconds / module.devices,
             "opted_out": job.opted_out, "config_key": hit.get("key"),
             "config_version": hit.get("config_version"), "expected_speedup": hit.get("expected_speedup"),
-            "holdout": hit["outcome"] == "holdout" if hit else None,
+            "holdout": hit["outcome"] == HitOutcome.HOLDOUT if hit else None,
         })
         op_rows += [{
             "dt": dt, "job_id": job.job_id, "team": job.team, "op_fingerprint": op.op_fingerprint,
@@ -325,11 +326,11 @@ def _hits_by_optimized_fingerprint(hits: pa.Table, job_id: str) -> dict[str, dic
     counts too (its optimized module is the config's), a holdout only of this job (its
     optimized module is the default, which any job without a hit runs). The job's own compile
     wins over another job's, later over earlier."""
-    served = hits.filter(pc.and_(pc.is_in(hits.column("outcome"), value_set=pa.array(["applied", "holdout"])),
+    served = hits.filter(pc.and_(pc.is_in(hits.column("outcome"), value_set=pa.array(SERVED)),
                                  pc.is_valid(hits.column("optimized_fingerprint"))))
     found: dict[str, dict] = {}
     for row in sorted(served.to_pylist(), key=lambda r: (r["job_id"] == job_id, r["at"])):
-        if row["outcome"] == "applied" or row["job_id"] == job_id:
+        if HitOutcome(row["outcome"]).ran_tuned or row["job_id"] == job_id:
             found[row["optimized_fingerprint"]] = row
     return found
 

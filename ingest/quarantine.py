@@ -26,9 +26,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hlo.errors import first_line
 from storage.home import Home
 from storage.homes import open_home
+from vocabulary.errors import first_line
 
 # Of an input's name inside a quarantine file's name: file systems allow 255 bytes, and the
 # digest and suffixes (`.bad-rows.parquet.reason.json`) come on top.

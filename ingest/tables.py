@@ -135,10 +135,11 @@ HITS = TableSchema(
         _string("fingerprint", HEX_KEY),
         _string("env_key", HEX_KEY),
         _string("module_name", MODULE_NAME),
-        # 'applied' (tuned config compiled), 'holdout' (an entry, but this job is in its holdout
-        # arm: default compile), 'miss' (no entry), 'fallback' (tuned compile failed, default
-        # used), 'refused' (entry's config not allowlisted), 'no store' (the home has published
-        # none yet; rows from before it say 'error' there), 'error' (store unusable)
+        # a vocabulary.hits.HitOutcome: 'applied' (tuned config compiled), 'holdout' (an entry,
+        # but this job is in its holdout arm: default compile), 'miss' (no entry), 'fallback'
+        # (tuned compile failed, default used), 'refused' (entry's config not allowlisted),
+        # 'no store' (the home has published none yet; rows from before it say 'error' there),
+        # 'error' (store unusable)
         _string("outcome", OUTCOME),
         _string("kind", OP_KIND, nullable=True),
         _field("config_version", pa.int64(), nullable=True),  # store version that served it

@@ -36,8 +36,8 @@ from typing import Any
 
 from hlo.fingerprint import fingerprint_module, graph_fingerprint
 from hlo.module import HloLoadError, HloModule, from_proto_bytes, from_text
-from hlo.errors import first_line
 from ingest.xplane_metadata import METADATA_PLANE, MODULE_EVENT_NAME, CorruptMetadata, HloEntries, as_int, hlo_protos
+from vocabulary.errors import first_line
 
 DEVICE_PLANE_PREFIX = "/device:"
 XLA_MODULES_LINE = "XLA Modules"

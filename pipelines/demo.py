@@ -34,7 +34,6 @@ import pyarrow.compute as pc
 from delivery.imports import import_file
 from delivery.store import Store
 from hlo.environment import current_environment, store_key
-from hlo.interval import from_columns
 from pipelines.nightly import NightlySettings, coverage_by_night, run_nightly
 from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
@@ -42,7 +41,9 @@ from storage.beam_logging import quiet_beam_logging
 from storage.store import entries_of
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
-from validator.tables import OUTCOMES, VALIDATIONS
+from validator.tables import VALIDATIONS
+from vocabulary.decisions import DecisionOutcome
+from vocabulary.interval import from_columns
 from workloads.simulator.catalog import CatalogGraph, build_catalog
 from workloads.simulator.run import simulate, store_lookup
 
@@ -202,9 +203,9 @@ def print_summary(home: Path, first: datetime.date) -> None:
           + "; ".join(f"v{m.version} {m.reason}" for m in versions))
     decisions = warehouse.read(VALIDATIONS).sort_by("validated_at").to_pylist()
     outcomes = [d["outcome"] for d in decisions]
-    print("validator: " + ", ".join(f"{outcomes.count(o)} {o}" for o in OUTCOMES))
+    print("validator: " + ", ".join(f"{outcomes.count(o)} {o}" for o in DecisionOutcome))
     for d in decisions:
-        if d["outcome"] != "unmeasured":
+        if d["outcome"] != DecisionOutcome.UNMEASURED:
             print(f"  {d['outcome']:<11} {d['key'][:12]}  {d['reason']}")
     saved = warehouse.read(SAVINGS)
     by_day = saved.group_by("dt").aggregate([("chip_seconds_saved", "sum"), ("hit_chip_seconds", "sum")])

@@ -30,8 +30,9 @@ from storage.homes import open_home
 from storage.warehouse import Warehouse
 from tasks.records import TaskOutcome, TaskStatus
 from tasks.runner import LocalRunner, Runner
-from tuner.kinds import KINDS, Kind
+from tuner.kinds import KINDS
 
+from vocabulary.tuning import Kind
 STAGES = ("ingest", "rank", "tune", "deliver", "validate", "savings")
 
 

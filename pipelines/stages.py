@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from execution.sharded import MeasureMode
 from storage.home import Home
-from tuner.kinds import KINDS, Kind
+from tuner.kinds import KINDS
 
+from vocabulary.tuning import Kind
 if TYPE_CHECKING:
     from tasks.records import TaskOutcome
     from tuner.allot import Allotment

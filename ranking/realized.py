@@ -35,10 +35,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hlo.interval import Interval, columns
 from ingest.tables import GRAPH_RUNS
 from storage.home import Home
 from storage.warehouse import Warehouse
+from vocabulary.hits import ran_tuned
+from vocabulary.interval import Interval, columns
 
 # What the computation reads of `graph_runs`.
 RUN_COLUMNS = ["dt", "job_id", "team", "chips", "executions", "chip_seconds", "config_key",
@@ -185,8 +186,7 @@ def realized_savings(runs: pa.Table, realized: Iterable[Realized]) -> SavingsBre
     fleet-wide realized speedup of each (key, version) in `realized` applied to every team's
     tuned runs of it (one team's arms are seldom large enough for a speedup of its own)."""
     by_entry = {(r.key, r.config_version): r for r in realized if r.team is None}
-    tuned = runs.filter(pc.and_(pc.is_valid(runs.column("config_key")),
-                                pc.invert(pc.fill_null(runs.column("holdout"), False))))
+    tuned = runs.filter(ran_tuned(runs))
     cells = []
     for row in (tuned.group_by(["team", "config_key", "config_version"])
                 .aggregate([("chip_seconds", "sum"), ("expected_speedup", "max")]).to_pylist()):

@@ -11,8 +11,9 @@ import pyarrow as pa
 
 from ingest.tables import GRAPHS
 from ranking.rank import RankSettings
-from ranking.savings import HELD_OUT, MIN_HOLDOUT_COMPILES, TRIED, UNKNOWN_TEAM
+from ranking.savings import MIN_HOLDOUT_COMPILES, UNKNOWN_TEAM
 from storage.warehouse import Warehouse
+from vocabulary.hits import TRIED, HitOutcome, ran_tuned_sql, sql_list
 
 
 def _scan(home: Path, table: str) -> str:
@@ -107,8 +108,8 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
     columns either)."""
     parts = []
     # Runs of a holdout arm name their entry but ran with the defaults: no hit (graph runs only).
-    for kind, runs, tuned in (("graph", "graph_runs", "and not coalesce(holdout, false)"),
-                              ("op", "op_runs", "")):
+    for kind, runs, tuned in (("graph", "graph_runs", ran_tuned_sql()),
+                              ("op", "op_runs", ran_tuned_sql(holdout=False))):
         if _has(home, runs):
             parts.append(f"""
                 select dt, '{kind}' as kind, team, env_key, config_version,
@@ -117,7 +118,7 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
                        chip_seconds * (coalesce(expected_speedup, 1) - 1) as chip_seconds_saved,
                        0 as compile_hits, 0 as compile_unmeasured, 0.0 as compile_chip_seconds_saved
                 from {_scan(home, runs)}
-                where dt between $first and $last and config_key is not null {tuned}""")
+                where dt between $first and $last and {tuned}""")
     if _has(home, "hits"):
         teams = (f"select job_id, min(team) as team from {_scan(home, 'graph_runs')} "
                  "where dt between $first and $last group by job_id") if _has(home, "graph_runs") else \
@@ -138,13 +139,13 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
                         as compile_chip_seconds_saved
             from hits h
             left join (select key, env_key, count(*) as n, median(compile_seconds) as median
-                       from hits where outcome = '{HELD_OUT}' group by key, env_key) m using (key, env_key)
+                       from hits where outcome = '{HitOutcome.HOLDOUT}' group by key, env_key) m using (key, env_key)
             left join (select key, env_key, config_version, median(compile_seconds) as median
-                       from hits where outcome in {TRIED} group by key, env_key, config_version) tm
+                       from hits where outcome in {sql_list(TRIED)} group by key, env_key, config_version) tm
                 using (key, env_key, config_version)
             left join ({teams}) t using (job_id)
             left join ({devices}) d using (env_key)
-            where h.outcome in {TRIED}""")
+            where h.outcome in {sql_list(TRIED)}""")
     if not parts:
         return pa.table({})
     sql = (f"with hits as (select * from {_scan(home, 'hits')} where dt between $first and $last) "

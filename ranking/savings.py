@@ -47,6 +47,7 @@ from storage.home import Home
 from storage.homes import open_home
 from storage.store import live_entries
 from storage.warehouse import TableSchema, Warehouse
+from vocabulary.hits import TRIED, HitOutcome, ran_tuned
 
 # Holdout compiles a key needs before its compile time saved is claimed: the median of 3
 # discards one outlier (a compile on a loaded host, a cold cache); of 1 or 2 it would be one
@@ -55,9 +56,6 @@ MIN_HOLDOUT_COMPILES = 3
 # The team of a compile whose job ran no profiled graph in the window: ingestion's name for a
 # job that did not say (ingest.sidecars).
 UNKNOWN_TEAM = "unknown"
-# Hit outcomes of compiles that tried the entry's config, and of its holdout arm's compiles.
-TRIED = ("applied", "fallback")
-HELD_OUT = "holdout"
 
 _KEYS = ["dt", "kind", "team", "env_key", "config_version", "validator_updated"]
 _RUNTIME = ["hit_chip_seconds", "chip_seconds_saved"]
@@ -187,11 +185,8 @@ def savings(home: Home, first: datetime.date, last: datetime.date,
 
 def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
     """The runs that applied a tuned config, with their hit and saved chip-seconds: those with
-    a config key, but for runs of the holdout arm (`holdout` true, where runs have the column)."""
-    tuned = pc.is_valid(runs.column("config_key"))
-    if "holdout" in runs.column_names:
-        tuned = pc.and_(tuned, pc.invert(pc.fill_null(runs.column("holdout"), False)))
-    hits = runs.filter(tuned)
+    a config key, but for runs of the holdout arm (`vocabulary.hits.ran_tuned`)."""
+    hits = runs.filter(ran_tuned(runs))
     speedup = hits.column("expected_speedup")
     used = hits.column("chip_seconds")
     return pa.table({
@@ -298,9 +293,9 @@ def _partial_sums(table: tuple[str, pa.Table], validator_keys: list[str]) -> lis
         hits = [("runs", _RUNS.reduce(hit_rows(rows, _KIND_OF_RUNS[name], validator_keys)))]
         return [*hits, ("jobs", _JOBS.reduce(rows))] if name == GRAPH_RUNS.name else hits
     if name == HITS.name:
-        tried = rows.filter(pc.is_in(rows.column("outcome"), value_set=pa.array(TRIED)))
+        tried = rows.filter(pc.is_in(rows.column("outcome"), value_set=pa.array(TRIED, pa.string())))
         return [("tried", _tried_sums(tried, validator_keys)), ("tried_seconds", _counted(_TRIED_SECONDS, tried)),
-                ("held", _counted(_HELD, rows.filter(pc.equal(rows.column("outcome"), HELD_OUT))))]
+                ("held", _counted(_HELD, rows.filter(pc.equal(rows.column("outcome"), str(HitOutcome.HOLDOUT)))))]
     if name == GRAPHS.name:
         return [("devices", _process_devices(rows))]
     raise ValueError(f"savings: no input is table {name!r}")

@@ -20,17 +20,18 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from execution.sharded import Placement
-from tasks.resources import task_resources
 from hlo.module import HloModule
 from storage.home import Home
 from storage.homes import open_home
-from tuner.kinds import Kind, Subject
+from tasks.resources import task_resources
+from tuner.kinds import Subject
 from tuner.task import tune
 from tuner.tune import TuneResult, TuneSettings, task_digest
 from validator.decisions import Decision
 from validator.plan import Queued
 from validator.toolchains import Toolchain
 from validator.validate import ValidateSettings, measure
+from vocabulary.tuning import Kind
 
 R = TypeVar("R")
 

@@ -35,21 +35,22 @@ from delivery.imports import import_file
 from delivery.store import Store
 from execution.evaluate import EvaluationResult
 from hlo.environment import current_environment, store_key
-from hlo.interval import Interval
 from ingest.hits import STALE_SECONDS, ingest_hits, spool_path, to_line
 from ingest.tables import GRAPH_RUNS, GRAPHS
-from ranking.rank import RankSettings, rank
 from pipelines.tables import RUNS
+from ranking.rank import RankSettings, rank
 from ranking.savings import savings
 from ranking.verified_coverage import verified_coverage
 from storage.warehouse import Warehouse
 from tuner.candidates import latest_candidates
-from tuner.trial import Outcome, Trial, Verdict
+from tuner.trial import Outcome, Trial
 from tuner.tune import TuneResult, land_result, task_digest
 from validator.plan import Planner
 from validator.run import Run
 from validator.toolchains import Registry
 from validator.validate import ValidateSettings
+from vocabulary.interval import Interval
+from vocabulary.tuning import Verdict
 from workloads.simulator.run import simulate, store_lookup
 
 WORKLOADS = ["mlp-s"]

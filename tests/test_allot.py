@@ -22,9 +22,10 @@ from tasks.records import TuneTask
 from tasks.runner import time_share
 from tuner.allot import (FLOOR_EVALUATIONS, PRIOR_SPEEDUP, PSEUDO_COUNT, Allotment, Basis, Worth,
                          allot, expected_speedup, saved_share, worths)
-from tuner.kinds import Kind, Subject
+from tuner.kinds import Subject
 from tuner.tables import TUNING_RESULTS
 from tuner.tune import TuneSettings
+from vocabulary.tuning import Kind
 
 DAY = datetime.date(2026, 5, 2)
 HERE = Environment("cpu", "test-cpu", 1, "jaxlib-new")

@@ -1,15 +1,20 @@
 """The layout the README's architecture section states is the one the imports make: each
 package imports exactly the packages its row lists, the packages form no cycle, and no two
-modules import each other, at load time or inside a function. And the store's entries reach
-Python only as their record: no module makes a table of them into dict rows."""
+modules import each other, at load time or inside a function. The vocabulary (`vocabulary/`)
+lies below them all: any package may import it, and it imports nothing of the project. And the
+store's entries reach Python only as their record: no module makes a table of them into dict
+rows."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+GROUND = "vocabulary"  # the ground floor: every package may import it, the table leaves it out
 ROW = re.compile(r"^\| `(\w+)/`.*\| (?P<imports>[^|]*) \|\s*$")
 
 
@@ -59,9 +64,40 @@ def test_each_package_imports_exactly_what_the_readme_says() -> None:
     assert set(stated) == set(known), "the README's architecture table must have a row per package"
     for package in known:
         found = {name.split(".")[0] for path in modules(package) for name in imported(path, known)}
-        found.discard(package)
+        found -= {package, GROUND}
         assert found == stated[package], (
             f"{package}/ imports {sorted(found)}; its README row says {sorted(stated[package])}")
+
+
+def test_the_vocabulary_imports_nothing_of_the_project() -> None:
+    """The vocabulary is the ground floor: its modules import the standard library, third-party
+    packages and each other only, never another package of the project (whichever pyproject.toml lists),
+    so that every stage can import it."""
+    found: dict[str, set[str]] = {}
+    for path in modules(GROUND):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                names = {"." * node.level + (node.module or "")}
+            else:
+                continue
+            top = {name.split(".")[0] for name in names}
+            foreign = {name for name in top if name != GROUND and (name == "" or not _outside_project(name))}
+            if foreign:
+                found.setdefault(str(path.relative_to(ROOT)), set()).update(foreign)
+    assert modules(GROUND), f"{GROUND}/ has no modules"
+    assert not found, f"{GROUND}/ imports the project (or itself, relatively): {found}"
+
+
+def _outside_project(name: str) -> bool:
+    """Whether the top-level module `name` is the standard library's or an installed
+    third-party one: importable, and no directory or module at the repository's root (the
+    packages, tests/, benchmarks/)."""
+    if name in sys.stdlib_module_names or name == "__future__":
+        return True
+    at_root = (ROOT / name).exists() or (ROOT / f"{name}.py").exists()
+    return not at_root and importlib.util.find_spec(name) is not None
 
 
 def test_the_packages_form_no_cycle() -> None:

@@ -13,6 +13,7 @@ from execution.flags import FLAGS, FlagSpec
 from execution.inputs import make_inputs, parameter_specs
 from hlo.module import from_lowered
 from tuner.space import acting_backend_extra, accepted_flags, graph_space
+from vocabulary.flags import Channel, FlagType
 from workloads import zoo
 
 SMALL = {"xla_cpu_optimize_for_size": True}
@@ -58,13 +59,13 @@ def test_entries_the_options_set_already_stay_as_they_are():
 
 @pytest.mark.xla
 def test_spaces_keep_the_backend_extra_options_the_compiler_acts_on(monkeypatch):
-    declared = {name for name, spec in FLAGS.items() if spec.channel == "backend_extra"}
+    declared = {name for name, spec in FLAGS.items() if spec.channel == Channel.BACKEND_EXTRA}
     accepted = accepted_flags("cpu")
     assert declared <= accepted  # all three act on jaxlib's CPU backend
     assert declared <= {p.name for p in graph_space("cpu", accepted).params}
     # XLA ignores a key it does not know: declared (as if a newer XLA had dropped it), the
     # probe sees no effect and keeps it out.
-    unknown = FlagSpec("xla_fdo_no_such_backend_option", "bool", channel="backend_extra")
+    unknown = FlagSpec("xla_fdo_no_such_backend_option", FlagType.BOOL, channel=Channel.BACKEND_EXTRA)
     monkeypatch.setitem(FLAGS, unknown.name, unknown)
     assert acting_backend_extra([unknown, FLAGS["xla_cpu_optimize_for_size"]]) == {
         "xla_cpu_optimize_for_size"}

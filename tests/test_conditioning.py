@@ -23,15 +23,15 @@ from execution.measure import MeasureSettings
 from execution.numerics import (SPREAD_FACTOR, Numerics, OutputCheck, all_ok, compare_outputs,
                                 judge, pooled, recheck)
 from execution.session import Reference, measurable_module, run_once
-from hlo.interval import Interval
 from hlo.module import from_lowered
 from storage.homes import open_home
 from storage.warehouse import TableSchema, Warehouse
+from tests.numerics_programs import flax_train_step_module, ill_conditioned_module
 from tuner.tables import TUNING_RESULTS
-from tuner.trial import Verdict
 from tuner.tune import (TuneResult, finished_result, land_result, save_result, task_file,
                         verdict_of)
-from tests.numerics_programs import flax_train_step_module, ill_conditioned_module
+from vocabulary.interval import Interval
+from vocabulary.tuning import Verdict
 from workloads import zoo
 
 # The assertions hang on numerics, never on what a measurement finds.

@@ -22,12 +22,14 @@ from execution.inputs import make_inputs, parameter_specs
 from execution.measure import TIME_SCALE_VARIABLE, MeasureSettings, measure_pair, median_interval, time_scale
 from execution.numerics import OutputCheck, all_ok, compare_outputs
 from execution.worker import Worker, WorkerFailure
-from hlo.interval import Interval
 from hlo.module import from_lowered, from_text
 from pipelines.cli import main
 from tests import worker_tasks
 from tuner.space import graph_space
 from validator import decisions as validator_rules
+from vocabulary.failures import Fault
+from vocabulary.flags import Channel
+from vocabulary.interval import Interval
 from workloads import zoo
 
 QUICK = MeasureSettings(max_seconds=4, max_pairs=120)
@@ -188,7 +190,7 @@ def test_overrides_are_typed_and_backend_extra_options_are_map_entries() -> None
                                "xla_cpu_optimize_for_size": False, "xla_llvm_dot_tiling_factor": 4})
     assert ("xla_cpu_use_xnnpack", False) in list(options.env_option_overrides)
     assert ("xla_cpu_prefer_vector_width", 512) in list(options.env_option_overrides)
-    assert not any(name in FLAGS and FLAGS[name].channel == "backend_extra"
+    assert not any(name in FLAGS and FLAGS[name].channel == Channel.BACKEND_EXTRA
                    for name, _ in options.env_option_overrides)
     # XLA tests its boolean keys for presence: a false one is left out.
     assert backend_extra_options(options) == {"xla_cpu_disable_loop_unrolling": "true",
@@ -329,13 +331,13 @@ def test_sandbox_survives_crash_timeout_and_oom() -> None:
     try:
         with pytest.raises(WorkerFailure) as crash:
             w.call(worker_tasks.crash, timeout=60)
-        assert crash.value.kind == "crash" and "SIGABRT" in crash.value.reason
+        assert crash.value.kind is Fault.CRASH and "SIGABRT" in crash.value.reason
         with pytest.raises(WorkerFailure) as hang:
             w.call(worker_tasks.hang, timeout=1)
-        assert hang.value.kind == "timeout"
+        assert hang.value.kind is Fault.TIMEOUT
         with pytest.raises(WorkerFailure) as oom:
             w.call(worker_tasks.allocate, timeout=60, gib=4)
-        assert oom.value.kind == "oom"
+        assert oom.value.kind is Fault.OOM
         assert w.call(worker_tasks.echo, timeout=60, value=7) == 7
     finally:
         w.close()

@@ -27,6 +27,7 @@ from hlo.environment import Environment, GpuDescription, describe_gpu, gpu_envir
 from tests import worker_tasks
 from tuner.schedule import neighbourhood
 from tuner.space import accepted_flags, graph_space
+from vocabulary.flags import Channel, FlagType
 from workloads import zoo
 
 H100 = GpuDescription("NVIDIA H100 80GB HBM3", "9.0", 1, "0.11.2",
@@ -113,7 +114,7 @@ GPU_FILE_FLAGS = ("xla_gpu_cuda_data_dir", "xla_gpu_per_fusion_autotune_cache_di
 def test_no_flag_of_the_table_names_a_file_a_directory_or_a_cache():
     for name, spec in FLAGS.items():
         check_name(name)  # raises for a flag that touches files
-        assert spec.type != "string", f"{name}: a string flag names something; none is tunable"
+        assert spec.type != FlagType.STRING, f"{name}: a string flag names something; none is tunable"
     for name in GPU_FILE_FLAGS:
         with pytest.raises(FlagError, match="never applied"):
             parse_assignment(f"{name}=/tmp/x")
@@ -122,10 +123,10 @@ def test_no_flag_of_the_table_names_a_file_a_directory_or_a_cache():
 def test_each_gpu_flag_has_a_domain_a_prior_rank_and_a_default_to_read():
     for name in GPU_FLAGS:
         spec = FLAGS[name]
-        assert spec.type in ("bool", "int", "enum", "repeated_enum"), name
-        assert spec.type == "bool" or spec.choices, f"{name}: no declared domain"
-        assert spec.field is not None or spec.channel == "build_option", name
-        assert spec.type != "enum" or len(spec.numbers) == len(spec.choices), name
+        assert spec.type in (FlagType.BOOL, FlagType.INT, FlagType.ENUM, FlagType.REPEATED_ENUM), name
+        assert spec.type == FlagType.BOOL or spec.choices, f"{name}: no declared domain"
+        assert spec.field is not None or spec.channel == Channel.BUILD_OPTION, name
+        assert spec.type != FlagType.ENUM or len(spec.numbers) == len(spec.choices), name
     lists = FLAGS["xla_gpu_enable_command_buffer"]
     assert () in lists.lists and all(set(value) <= set(lists.choices) for value in lists.lists)
 
@@ -164,7 +165,7 @@ def test_acceptance_is_the_installed_compilers(monkeypatch):
     for collective in ("all_reduce", "all_gather", "reduce_scatter"):
         assert (f"xla_gpu_pipeline_{collective}" in accepted) != (
             f"xla_gpu_enable_pipelined_{collective}" in accepted), collective
-    monkeypatch.setitem(FLAGS, "xla_gpu_no_such_flag", FlagSpec("xla_gpu_no_such_flag", "bool", platform="gpu"))
+    monkeypatch.setitem(FLAGS, "xla_gpu_no_such_flag", FlagSpec("xla_gpu_no_such_flag", FlagType.BOOL, platform="gpu"))
     accepted_flags.cache_clear()
     try:
         assert "xla_gpu_no_such_flag" not in accepted_flags("gpu")
@@ -177,11 +178,11 @@ def test_compiler_defaults_of_the_gpu_flags_are_of_their_kinds():
     defaults = compiler_defaults()
     for name in GPU_FLAGS & accepted_flags("gpu"):
         spec, value = FLAGS[name], defaults[name]
-        if spec.type == "bool":
+        if spec.type == FlagType.BOOL:
             assert isinstance(value, bool), name
-        elif spec.type == "int":
+        elif spec.type == FlagType.INT:
             assert isinstance(value, int) and not isinstance(value, bool), name
-        elif spec.type == "repeated_enum":
+        elif spec.type == FlagType.REPEATED_ENUM:
             assert set(value) <= set(spec.choices), name
         else:
             assert value in spec.choices or value.isdigit(), name

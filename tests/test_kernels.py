@@ -26,12 +26,11 @@ from execution.measure import MeasureSettings
 from execution.session import autotune_exhaustively, compile_serialized, measurable_module, program_key
 from hlo.environment import current_environment, environment_from_json, store_key
 from hlo.fingerprint import graph_fingerprint
-from hlo.interval import Interval
 from hlo.module import from_text
 from pipelines.cli import main
 from storage.store import Provenance, StoreEntry, entries_table
 from tasks.records import MeasureTask
-from tuner.kinds import KINDS, Kind, TuneTarget, check_platform, make_target
+from tuner.kinds import KINDS, TuneTarget, check_platform, make_target
 from tuner.tables import TUNING_RESULTS
 from tuner.tune import graph_subject
 from validator import decisions as rules
@@ -39,6 +38,9 @@ from validator.decisions import Decision, ResultsCheck, ResultsFate
 from validator.plan import Queued
 from validator.toolchains import Toolchain
 from validator.validate import ValidateSettings
+from vocabulary.decisions import Applied, StoreChange
+from vocabulary.interval import Interval
+from vocabulary.tuning import Kind
 
 DEVICE = "CUDA: 9.0, Cores: 132, GPU clock: 1.98 GHz, Memory bandwidth: 3352 GB/s, L2 cache: 50 MB"
 MODULE = from_text("""HloModule gemm
@@ -251,10 +253,10 @@ def test_results_xla_takes_are_kept_on_the_measurement_and_carried_on():
     check = ResultsCheck(stored, ar.Uptake(2, 2, 0))
     assert check.fate == ResultsFate.TAKEN
     kept = _decide(_queued(True, stored), check, _measured(1.2, 1.1, 1.3))
-    assert (kept.outcome, kept.change, kept.autotune_fate) == ("kept", rules.REFRESH, ResultsFate.TAKEN)
+    assert (kept.outcome, kept.change, kept.autotune_fate) == ("kept", StoreChange.REFRESH, ResultsFate.TAKEN)
     assert kept.reason.startswith("still faster on jaxlib-0.12.0: 1.200x") and "2 of its 2 autotune results taken" in kept.reason
     slower = _decide(_queued(True, stored), check, _measured(0.9, 0.85, 0.95))
-    assert (slower.outcome, slower.change, slower.autotune_results) == ("invalidated", rules.REMOVE, None)
+    assert (slower.outcome, slower.change, slower.autotune_results) == ("invalidated", StoreChange.REMOVE, None)
     # No access times: the measurement alone decides, and the reason says so.
     unknown = _decide(_queued(True, stored), ResultsCheck(stored, ar.Uptake(2, None, 0)), _measured(1.2, 1.1, 1.3))
     assert unknown.outcome == "kept" and unknown.autotune_fate == ResultsFate.UNKNOWN
@@ -267,7 +269,7 @@ def test_results_xla_does_not_take_invalidate_the_entry_without_a_measurement():
     stored = results()
     check = ResultsCheck(stored, ar.Uptake(2, 0, 2))
     assert check.fate == ResultsFate.NOT_TAKEN
-    for same_compiler, change in ((True, rules.REMOVE), (False, rules.NONE)):
+    for same_compiler, change in ((True, StoreChange.REMOVE), (False, StoreChange.NONE)):
         decision = _decide(_queued(same_compiler, stored), check, None)
         assert (decision.outcome, decision.change, decision.speedup) == ("invalidated", change, None)
         assert decision.reason == ("XLA does not take its autotune results on jaxlib-0.12.0: 0 of its 2 autotune "
@@ -290,16 +292,16 @@ def test_results_xla_keys_otherwise_are_relabelled_and_re_keyed_when_they_still_
     assert check.fate == ResultsFate.REKEYED
     # On the entry's own compiler: the same key, its results replaced by the relabelled ones.
     same = _decide(_queued(True, stored), check, _measured(1.2, 1.1, 1.3))
-    assert (same.outcome, same.change, same.new_key) == ("rekeyed", rules.REFRESH, None)
+    assert (same.outcome, same.change, same.new_key) == ("rekeyed", StoreChange.REFRESH, None)
     assert "relabelled from " in same.reason and "key version 24 to " in same.reason
     live = entries_table([_queued(True, stored).entry])
     applied, statuses = rules.apply([same], live)
     (row,) = applied.to_pylist()
-    assert statuses == [rules.APPLIED] and row["key"] == "k" * 32
+    assert statuses == [Applied.APPLIED] and row["key"] == "k" * 32
     assert ar.parse_results(row["autotune_results"]) == relabelled
     # On another compiler: a new entry under the new key, carrying the relabelled results.
     other = _decide(_queued(False, stored), check, _measured(1.2, 1.1, 1.3))
-    assert (other.outcome, other.change) == ("rekeyed", rules.ADD)
+    assert (other.outcome, other.change) == ("rekeyed", StoreChange.ADD)
     added = {r["key"]: r for r in rules.apply([other], live)[0].to_pylist()}
     assert ar.parse_results(added[other.new_key]["autotune_results"]) == relabelled
     assert added["k" * 32]["autotune_results"] == stored.to_text()  # the old entry stays as it was

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from execution.evaluate import CANDIDATE_FAILS, DEFAULT_FAILS, evaluate
+from execution.evaluate import evaluate
 from execution.inputs import parameter_specs
 from execution.measure import MeasureSettings
 from execution.session import measurable_module, without_buffer_aliasing
@@ -21,6 +21,7 @@ from hlo.module import HloModule, from_text, xla_hlo
 from storage.warehouse import Warehouse
 from tests.serving import fdo
 from tuner.tables import TUNING_RESULTS
+from vocabulary.failures import Failure
 
 QUICK = MeasureSettings(max_seconds=3, max_pairs=120)
 
@@ -184,7 +185,7 @@ def test_fdo_evaluate_says_the_default_fails_and_exits_4(text: str, reason: str,
     done = fdo(home, "evaluate", str(path), "--set", "xla_cpu_experimental_ynn_fusion_type=",
                "--json")
     result = json.loads(done.stdout)
-    assert done.returncode == 4 and result["failure"] == DEFAULT_FAILS
+    assert done.returncode == 4 and result["failure"] == Failure.DEFAULT_FAILS
     assert result["error"].startswith(f"default fails: {reason}")
     assert result["candidate_runs"] is False and result["speedup"] is None
 
@@ -213,12 +214,12 @@ def test_a_candidate_that_runs_where_the_default_fails_is_checked_against_the_re
     refused = {"xla_cpu_experimental_ynn_fusion_type": ("NO_SUCH_TYPE",)}
     result = evaluate(module, {"xla_cpu_experimental_ynn_fusion_type": ("REDUCE",)},
                       default=refused, worker=worker)
-    assert result.failure == DEFAULT_FAILS and "NO_SUCH_TYPE" in result.error
+    assert result.failure is Failure.DEFAULT_FAILS and "NO_SUCH_TYPE" in result.error
     assert result.candidate_runs and result.numerics_ok and result.numerics_against == "reference"
     assert result.speedup is None and result.compile_seconds is not None
     # The default runs, the candidate does not: the candidate fails.
     result = evaluate(module, refused, worker=worker)
-    assert result.failure == CANDIDATE_FAILS and result.error.startswith("candidate config")
+    assert result.failure is Failure.CANDIDATE_FAILS and result.error.startswith("candidate config")
 
 
 def _parameter_shapes(module: HloModule) -> list:

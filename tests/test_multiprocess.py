@@ -28,6 +28,7 @@ from delivery.store import Store, merge_entries
 from ingest.hits import holdout_arm
 from storage.store import Provenance, StoreEntry
 from tests.serving import fdo, free_port
+from vocabulary.hits import HitOutcome
 
 JOB = str(Path(__file__).with_name("two_process_job.py"))
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": []}  # observable: no ynn_fusion in the step
@@ -291,11 +292,12 @@ def test_a_decision_reads_back_as_it_was_written():
     entry = StoreEntry(key="k" * 32, fingerprint="f" * 32, env_key="e" * 32, kind="graph",
                        config=json.dumps(NO_YNN), speedup=1.25, provenance=Provenance.TUNER,
                        expires_at=datetime.datetime(2027, 1, 1, tzinfo=datetime.UTC))
-    decision = Decision(job_id="job", key="k" * 32, outcome="miss", found=Found(7, entry, 0.05, ("search",)),
+    decision = Decision(job_id="job", key="k" * 32, outcome=HitOutcome.MISS, found=Found(7, entry, 0.05, ("search",)),
                         config_text=entry.config, expected_speedup=1.25, apply=True)
     assert Decision.from_text(decision.to_text()) == decision
-    none = Decision(job_id="job", key="", outcome="error", reason="store down")
+    none = Decision(job_id="job", key="", outcome=HitOutcome.ERROR, reason="store down")
     assert Decision.from_text(none.to_text()) == none
+    assert Decision.from_text(none.to_text()).outcome is HitOutcome.ERROR
     for bad in ("", "[]", json.dumps({"format": 99}), decision.to_text().replace('"job_id"', '"job"')):
         with pytest.raises(ValueError):
             Decision.from_text(bad)

@@ -20,7 +20,6 @@ from execution.evaluate import EvaluationResult
 from execution.flags import FLAGS, relaxes_numerics
 from execution.measure import MeasureSettings
 from hlo.fingerprint import graph_fingerprint
-from hlo.interval import Interval
 from hlo.module import from_lowered
 from pipelines.cli.tune import _print_tune_result
 from storage.homes import open_home
@@ -29,10 +28,12 @@ from tests.test_search_loop import COMPARE, SCREEN, TableEvaluator, listed, tabl
 from tuner.search import TaskClock, run_search
 from tuner.space import SearchSpace, config_key
 from tuner.tables import TUNING_RESULTS
-from tuner.trial import Outcome, Phase, Trial, Verdict
+from tuner.trial import Outcome, Phase, Trial
 from tuner.tune import (RelaxedOption, TuneResult, TuneSettings, TuneTarget, _relaxed_option,
                         finished_result, land_result, run_task, save_result)
 from tuner.winner import best_trial
+from vocabulary.interval import Interval
+from vocabulary.tuning import Verdict
 
 FAST_MATH = "xla_cpu_enable_fast_math"
 HONOR = [f"xla_cpu_fast_math_honor_{what}" for what in ("nans", "infs", "division", "functions")]

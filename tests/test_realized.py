@@ -15,7 +15,6 @@ import pytest
 from ingest.tables import GRAPH_RUNS
 from pipelines.cli import main
 from ranking.cost import LoopCost, loop_cost, return_on_cost
-from hlo.interval import Interval
 from ranking.realized import (Arm, Realized, Undecided, read_realized, realized_savings,
                               realized_speedups)
 from storage.store import StoreEntry
@@ -25,6 +24,8 @@ from tests.url_home import url_of
 from tuner.tables import TRIALS
 from validator import decisions as rules
 from validator.tables import VALIDATIONS
+from vocabulary.decisions import Applied, StoreChange
+from vocabulary.interval import Interval
 
 KEY, OTHER = "ab" * 16, "cd" * 16
 FIRST = datetime.date(2026, 5, 25)
@@ -248,7 +249,7 @@ def test_an_entry_that_regressed_in_the_fleet_is_invalidated_with_its_figures(ho
     fleet_runs(home, undecided, 0.5, seed=3, holdout_jobs=2)
     free, queue, skipped = home.plan(regressed, fine, flagged, undecided)
     decision = free[regressed.key]
-    assert (decision.outcome, decision.change) == ("invalidated", rules.REMOVE)
+    assert (decision.outcome, decision.change) == ("invalidated", StoreChange.REMOVE)
     assert decision.reason.startswith("regressed in the fleet: 0.8")
     assert f"tuned 80 jobs, {decision.fleet_tuned_runs} runs" in decision.reason
     assert f"holdout {decision.fleet_holdout_jobs} jobs, {decision.fleet_holdout_runs} runs" in decision.reason
@@ -265,7 +266,7 @@ def test_an_entry_that_regressed_in_the_fleet_is_invalidated_with_its_figures(ho
     assert kept.outcome == "kept" and kept.reason.startswith("flagged in the fleet, far short")
     assert kept.fleet_speedup.estimate == pytest.approx(1.05, abs=0.05)
     # The audit row carries the figures.
-    row = rules.audit_row(decision, "run-1", 2, rules.APPLIED)
+    row = rules.audit_row(decision, "run-1", 2, Applied.APPLIED)
     audited = pa.Table.from_pylist([row], VALIDATIONS.schema)
     assert audited.column("fleet_holdout_jobs").to_pylist() == [decision.fleet_holdout_jobs]
     Warehouse(home.path).append(VALIDATIONS, audited, "run-1")

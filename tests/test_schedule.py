@@ -14,13 +14,13 @@ from hypothesis import given, settings, strategies as st
 from execution.flags import (LIBRARY_FLAGS, FlagError, as_flags, as_placement, from_json,
                              is_default, on_top_of, parse_assignment, routing, to_xla)
 from execution.measure import MeasureSettings, early_decision
-from hlo.interval import Interval
 from tuner.schedule import LIKELY_RANK, Scheduled, cold_rank, likely, neighbourhood, order_moves
+from tuner.search import SAME_PROGRAM
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
-from tuner.search import SAME_PROGRAM
 from tuner.trial import Outcome, Trial
 from tuner.winner import finalists, prune, race
+from vocabulary.interval import Interval
 
 YNN, XNN, ONEDNN = (LIBRARY_FLAGS[b] for b in ("ynn", "xnn", "onednn"))
 # jaxlib 0.10.2's default routing, plus a type this project's code has never heard of.

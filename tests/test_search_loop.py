@@ -17,7 +17,6 @@ import pytest
 
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
-from hlo.interval import Interval
 from tuner.schedule import Scheduled
 from tuner.search import (LOOP_PHASES, UNTIMED_PER_EVALUATION, Against, Build, Builds,
                           SearchOutcome, Stall, TaskClock, evaluations, evaluations_since_gain,
@@ -26,6 +25,7 @@ from tuner.search import (LOOP_PHASES, UNTIMED_PER_EVALUATION, Against, Build, B
 from tuner.space import Param, SearchSpace, config_key
 from tuner.strategies import STRATEGIES, Strategy
 from tuner.trial import Outcome, Phase, StopReason, Trial
+from vocabulary.interval import Interval
 
 SCREEN = MeasureSettings(max_seconds=1.0)
 COMPARE = MeasureSettings(max_seconds=2.0)

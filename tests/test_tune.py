@@ -24,8 +24,8 @@ from execution.flags import FLAGS, from_json, relaxes_numerics
 from execution.measure import MeasureSettings
 from execution.session import Span
 from execution.worker import Worker
-from hlo.interval import Interval
 from hlo.module import from_lowered, from_text
+from pipelines.cli.tune import _print_tune_result
 from storage.homes import open_home
 from storage.warehouse import SchemaError, TableSchema, Warehouse, added_column
 from tests import worker_tasks
@@ -33,15 +33,16 @@ from tests.processes import kill_9_once_journaled, signal_once_journaled
 from tests.url_home import UrlFileSystem, url_of
 from tuner.prior import NO_CHANGE, move_prior
 from tuner.schedule import order_moves
-from pipelines.cli.tune import _print_tune_result
 from tuner.search import PhaseSpend, search, spending
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.trial import UNTIMED, Outcome, Phase, StopReason, Trial, Verdict
+from tuner.trial import UNTIMED, Outcome, Phase, StopReason, Trial
 from tuner.tune import (TuneResult, TuneSettings, finished_result, land_result, save_result,
                         task_file, tune_module)
 from tuner.worker_evaluator import WorkerEvaluator
+from vocabulary.interval import Interval
+from vocabulary.tuning import Verdict
 from workloads import zoo
 
 

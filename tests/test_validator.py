@@ -21,7 +21,6 @@ from delivery.store import Store
 from execution.evaluate import EvaluationResult, median_of
 from hlo.environment import current_environment, store_key
 from hlo.fingerprint import graph_fingerprint
-from hlo.interval import Interval
 from hlo.module import from_lowered
 from ingest.symbols import ingest_symbols
 from ingest.tables import HITS
@@ -36,11 +35,13 @@ from tests.url_home import UrlFileSystem, url_of
 from tuner.tables import TUNING_RESULTS
 from validator import decisions as rules
 from validator.report import outcomes_over_time, staleness, validator_hit_share
-from validator.tables import VALIDATIONS
 from validator.run import Run, run_file
+from validator.tables import VALIDATIONS
 from validator.toolchains import (Registry, RegistryUnreachable, build_venv, cache_dir, cached_venv_dir,
                                   venv_dir)
 from validator.validate import MEASURE_SETTINGS, ValidateSettings, validate
+from vocabulary.decisions import DecisionOutcome, StoreChange
+from vocabulary.interval import Interval
 
 OLD_JAX = "0.10.0"  # a second compiler: YNN's reductions apply there only to some shapes
 NO_YNN_REDUCE = {"xla_cpu_experimental_ynn_fusion_type": ["INDIVIDUAL_DOT", "INDIVIDUAL_CONVOLUTION"]}
@@ -371,7 +372,8 @@ def test_a_publish_that_loses_the_race_is_redone_on_the_new_live_entries(tmp_pat
     now = datetime.datetime.now(UTC)
     removal = rules.Decision(
         key=old["key"], fingerprint=old["fingerprint"], env_key=old["env_key"], kind="graph",
-        config=old["config"], source="t-a", outcome="invalidated", reason="test", change=rules.REMOVE,
+        config=old["config"], source="t-a", outcome=DecisionOutcome.INVALIDATED, reason="test",
+        change=StoreChange.REMOVE,
         toolchain="default", compiler_version="x", fleet_hits=0, age_days=3.0,
         decided_at=now.isoformat(), origin_at=old["measured_at"].isoformat(),
         entry_measured_at=old["measured_at"].isoformat(), entry_expires_at=old["expires_at"].isoformat())

@@ -15,7 +15,6 @@ from delivery.store import Store
 from execution.evaluate import CANDIDATE_FAILS, EvaluationResult, failed_result
 from execution.numerics import OutputCheck
 from hlo.environment import Environment, GpuDescription, Partitioning, gpu_environment, store_key
-from hlo.interval import Interval
 from ingest.tables import GRAPHS, HITS, partitioning_text
 from storage.blobs import BlobStore
 from storage.store import Provenance, StoreEntry, entries_of, entries_table
@@ -25,6 +24,8 @@ from validator.decisions import Decision
 from validator.plan import Planner, Queued
 from validator.tables import VALIDATIONS
 from validator.toolchains import Toolchain
+from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
+from vocabulary.interval import Interval
 
 UTC = datetime.UTC
 NOW = datetime.datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -154,7 +155,7 @@ def test_a_fresh_lease_never_runs_past_the_lifetime():
 def test_kept_refreshes_with_the_measured_figures_and_a_capped_lease():
     row = entry(1)
     kept = measured(row, result(1.4, 1.2, 1.6), origin=NOW - 175 * DAY)
-    assert (kept.outcome, kept.change) == ("kept", rules.REFRESH)
+    assert (kept.outcome, kept.change) == ("kept", StoreChange.REFRESH)
     assert (kept.speedup, kept.numerics_ok) == (Interval(1.4, 1.2, 1.6), True)
     assert kept.decided_at == NOW.isoformat() and kept.expires_at == (NOW + 5 * DAY).isoformat()
     assert kept.new_key is None
@@ -163,16 +164,16 @@ def test_kept_refreshes_with_the_measured_figures_and_a_capped_lease():
 def test_invalidated_removes_on_its_own_compiler_and_leaves_another_compilers_entry():
     row = entry(1, OLDER)
     slower = result(0.9, 0.85, 0.95)
-    assert measured(row, slower).change == rules.REMOVE
+    assert measured(row, slower).change == StoreChange.REMOVE
     elsewhere = measured(row, slower, same_compiler=False)
-    assert (elsewhere.outcome, elsewhere.change, elsewhere.new_key) == ("invalidated", rules.NONE, None)
+    assert (elsewhere.outcome, elsewhere.change, elsewhere.new_key) == ("invalidated", StoreChange.NONE, None)
     assert elsewhere.expires_at is None
 
 
 def test_rekeyed_adds_under_the_new_environments_key():
     row = entry(1, OLDER)
     rekeyed = measured(row, result(1.4, 1.2, 1.6), same_compiler=False)
-    assert (rekeyed.outcome, rekeyed.change) == ("rekeyed", rules.ADD)
+    assert (rekeyed.outcome, rekeyed.change) == ("rekeyed", StoreChange.ADD)
     assert rekeyed.new_key == store_key(row.fingerprint, HERE.key()) != row.key
     assert rekeyed.new_env_key == HERE.key() and rekeyed.expires_at == (NOW + TTL).isoformat()
     assert Decision.from_json(json.loads(json.dumps(rekeyed.to_json()))) == rekeyed
@@ -183,9 +184,9 @@ def test_rekeyed_adds_under_the_new_environments_key():
 def test_a_removal_applies_to_the_entry_decided_on_and_leaves_the_others():
     gone, other = entry(1), entry(2)
     after, status = rules.apply([measured(gone, result(0.9, 0.85, 0.95))], table(gone, other))
-    assert status == [rules.APPLIED] and by_key(after) == {other.key: other}
+    assert status == [Applied.APPLIED] and by_key(after) == {other.key: other}
     again, status = rules.apply([measured(gone, result(0.9, 0.85, 0.95))], after)
-    assert status == [rules.APPLIED] and again.equals(after)  # a rerun after a kill: a no-op
+    assert status == [Applied.APPLIED] and again.equals(after)  # a rerun after a kill: a no-op
 
 
 @pytest.mark.parametrize("change", [{"config": json.dumps({"xla_cpu_use_thunk_runtime": False})},
@@ -195,7 +196,7 @@ def test_an_entry_replaced_since_it_was_decided_on_is_left_alone(change):
     replaced = dataclasses.replace(row, **change)  # deliver or an import wrote the key again meanwhile
     for decision in (measured(row, result(0.9, 0.85, 0.95)), measured(row, result(1.4, 1.2, 1.6))):
         after, status = rules.apply([decision], table(replaced))
-        assert status == [rules.STALE] and by_key(after) == {row.key: replaced}
+        assert status == [Applied.STALE] and by_key(after) == {row.key: replaced}
 
 
 def test_a_kept_entry_is_refreshed_in_place_once():
@@ -203,12 +204,12 @@ def test_a_kept_entry_is_refreshed_in_place_once():
     kept = measured(row, result(1.4, 1.2, 1.6))
     after, status = rules.apply([kept], table(row))
     refreshed = by_key(after)[row.key]
-    assert status == [rules.APPLIED]
+    assert status == [Applied.APPLIED]
     assert refreshed == dataclasses.replace(row, provenance=Provenance.VALIDATOR, speedup=1.4, ci_low=1.2,
                                             ci_high=1.6, measured_at=NOW, expires_at=NOW + TTL)
     again, status = rules.apply([kept], after)
-    assert status == [rules.APPLIED] and again.equals(after)
-    assert rules.apply([kept], table())[1] == [rules.STALE]  # removed meanwhile: not brought back
+    assert status == [Applied.APPLIED] and again.equals(after)
+    assert rules.apply([kept], table())[1] == [Applied.STALE]  # removed meanwhile: not brought back
 
 
 def test_a_rekeyed_entry_is_added_once_beside_the_old_one():
@@ -216,29 +217,29 @@ def test_a_rekeyed_entry_is_added_once_beside_the_old_one():
     rekeyed = measured(row, result(1.4, 1.2, 1.6), same_compiler=False)
     after, status = rules.apply([rekeyed], table(row))
     rows = by_key(after)
-    assert status == [rules.APPLIED] and rows[row.key] == row
+    assert status == [Applied.APPLIED] and rows[row.key] == row
     new = rows[rekeyed.new_key]
     assert (new.env_key, new.config, new.source, new.provenance) == (
         HERE.key(), row.config, row.source, Provenance.VALIDATOR)
     again, status = rules.apply([rekeyed], after)
-    assert status == [rules.APPLIED] and again.equals(after)
+    assert status == [Applied.APPLIED] and again.equals(after)
     other = dataclasses.replace(new, config=json.dumps({"xla_cpu_use_thunk_runtime": False}),
                                 provenance=Provenance.TUNER)
     kept_other, status = rules.apply([rekeyed], table(row, other))
-    assert status == [rules.STALE] and by_key(kept_other)[rekeyed.new_key] == other
+    assert status == [Applied.STALE] and by_key(kept_other)[rekeyed.new_key] == other
 
 
 def test_an_unmeasured_decision_changes_nothing():
     row = entry(1)
-    unmeasured = queued(row).decide("unmeasured", "no symbols", rules.NONE, NOW, TTL, MAX_AGE)
+    unmeasured = queued(row).decide(DecisionOutcome.UNMEASURED, "no symbols", StoreChange.NONE, NOW, TTL, MAX_AGE)
     after, status = rules.apply([unmeasured], table(row))
-    assert status == [rules.APPLIED] and after.equals(table(row))
+    assert status == [Applied.APPLIED] and after.equals(table(row))
 
 
 def test_the_audit_row_says_when_a_decision_was_not_applied():
     kept = measured(entry(1), result(1.4, 1.2, 1.6))
-    applied = rules.audit_row(kept, "run-1", 7, rules.APPLIED)
-    stale = rules.audit_row(kept, "run-1", 7, rules.STALE)
+    applied = rules.audit_row(kept, "run-1", 7, Applied.APPLIED)
+    stale = rules.audit_row(kept, "run-1", 7, Applied.STALE)
     assert applied["store_version"] == 7 and applied["reason"] == kept.reason
     assert stale["store_version"] is None and stale["reason"].endswith("not applied: the entry changed meanwhile")
     assert (applied["dt"], applied["validated_at"]) == (NOW.date(), NOW)
@@ -381,7 +382,7 @@ class Home:
     def decided(self, decision: Decision, run_id: str) -> None:
         """A past run's audit row of `decision`."""
         Warehouse(self.path).append(VALIDATIONS, pa.Table.from_pylist(
-            [rules.audit_row(decision, run_id, 1, rules.APPLIED)], VALIDATIONS.schema), run_id)
+            [rules.audit_row(decision, run_id, 1, Applied.APPLIED)], VALIDATIONS.schema), run_id)
 
     def plan(self, *rows: StoreEntry, decided: frozenset[str] = frozenset(),
              chain: Toolchain = CHAIN) -> tuple[dict[str, Decision], list[Queued], int]:
@@ -402,7 +403,7 @@ def test_expired_comes_before_every_other_rule(home):
     home.hits(past_expiry, 2, "fallback", at=NOW - DAY)
     free, queue, _ = home.plan(past_expiry, past_lifetime)
     assert {k: (d.outcome, d.change) for k, d in free.items()} == {
-        past_expiry.key: ("expired", rules.REMOVE), past_lifetime.key: ("expired", rules.REMOVE)}
+        past_expiry.key: ("expired", StoreChange.REMOVE), past_lifetime.key: ("expired", StoreChange.REMOVE)}
     assert "absolute lifetime" in free[past_lifetime.key].reason and queue == []
 
 
@@ -411,7 +412,7 @@ def test_the_lifetime_of_a_validator_entry_runs_from_its_first_measurement(home)
     row = entry(1, days_old=2, provenance=Provenance.VALIDATOR)  # refreshed two days ago
     first = NOW - 181 * DAY
     home.decided(dataclasses.replace(queued(row, origin=first).decide(
-        "kept", "still faster", rules.REFRESH, NOW - 2 * DAY, TTL, MAX_AGE)), "run-0")
+        DecisionOutcome.KEPT, "still faster", StoreChange.REFRESH, NOW - 2 * DAY, TTL, MAX_AGE)), "run-0")
     free, queue, _ = home.plan(row)
     assert free[row.key].outcome == "expired" and "absolute lifetime" in free[row.key].reason
     assert free[row.key].origin_at == first.isoformat()
@@ -426,7 +427,7 @@ def test_fleet_fallbacks_since_the_last_measurement_invalidate_without_measuring
     home.hits(other_config, 1, "fallback", config=json.dumps({"xla_cpu_use_xnnpack": True}))
     free, queue, _ = home.plan(failing, earlier, other_config)
     decision = free[failing.key]
-    assert (decision.outcome, decision.change) == ("invalidated", rules.REMOVE)
+    assert (decision.outcome, decision.change) == ("invalidated", StoreChange.REMOVE)
     assert "failed 2 time(s)" in decision.reason and "tuned compile failed" in decision.reason
     assert {q.entry.key for q in queue} == {earlier.key, other_config.key}
 
@@ -440,7 +441,7 @@ def test_what_cannot_be_measured_here_is_left_unmeasured_with_why(home):
     home.graph(5, HERE)  # symbols, but only in this machine's environment
     free, queue, skipped = home.plan(*rows.values())
     reasons = {name: free[row.key].reason for name, row in rows.items()}
-    assert all(free[row.key].outcome == "unmeasured" and free[row.key].change == rules.NONE
+    assert all(free[row.key].outcome == "unmeasured" and free[row.key].change == StoreChange.NONE
                for row in rows.values())
     assert "op-level" in reasons["op"] and "blob" in reasons["no blob"]
     assert "no symbols" in reasons["no symbols"] and "TPU v5p" in reasons["another machine"]
@@ -455,7 +456,7 @@ def test_a_gpu_entry_is_left_unmeasured_on_a_cpu_machine_saying_where_it_runs(ho
     row = entry(1, h100, config=json.dumps({"xla_gpu_enable_triton_gemm": False}))
     free, queue, skipped = home.plan(row)
     decision = free[row.key]
-    assert (decision.outcome, decision.change, queue, skipped) == ("unmeasured", rules.NONE, [], 0)
+    assert (decision.outcome, decision.change, queue, skipped) == ("unmeasured", StoreChange.NONE, [], 0)
     assert decision.reason == ("measured for gpu NVIDIA H100 80GB HBM3 (compute capability 9.0) x1; "
                                "toolchain default runs on cpu test-cpu x1")
 

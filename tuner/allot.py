@@ -38,8 +38,8 @@ from ingest.tables import GRAPHS
 from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.candidates import latest_candidates
-from tuner.kinds import Kind
 from tuner.tables import TUNING_RESULTS
+from vocabulary.tuning import Kind
 
 # The fewest evaluations a task is allotted: the cold-start screen of the likeliest moves (16
 # single moves on CPU, about half of them free on a real module: `tuner.schedule.LIKELY_RANK`).

@@ -27,8 +27,8 @@ from storage.blobs import BlobStore
 from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.op_cut import OpCut, OpCutError, cut_op
-from tuner.space import Kind
 from tuner.tables import TUNING_RESULTS
+from vocabulary.tuning import Kind
 
 
 @dataclass

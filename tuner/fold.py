@@ -43,11 +43,12 @@ from ingest.tables import GRAPHS, OP_RUNS, OPS
 from storage.blobs import BlobStore
 from storage.home import Home
 from storage.warehouse import Warehouse
+from tuner.kinds import TuneTarget
 from tuner.op_cut import cut_ops
-from tuner.kinds import Kind, TuneTarget
 from tuner.space import OP_KNOBS, SearchSpace
 from tuner.tables import TUNING_RESULTS
 from tuner.tune import TuneResult, TuneSettings, run_task
+from vocabulary.tuning import Kind
 
 STRATEGY = "fold-ops"
 

@@ -36,9 +36,10 @@ from storage.home import Home
 from storage.homes import open_home
 from tuner.kinds import TuneTarget
 from tuner.search import PhaseSpend
-from tuner.trial import Phase, Verdict
+from tuner.trial import Phase
 from tuner.tune import (TuneResult, TuneSettings, finished_result, land_result, save_result,
                         task_digest, verdict_of)
+from vocabulary.tuning import Verdict
 
 
 @dataclass(frozen=True)

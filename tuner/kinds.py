@@ -5,7 +5,7 @@ platforms it tunes on, how its target is made (the module compiled, the fingerpr
 are keyed by, the space searched), whether the tuner searches it and where its candidates come
 from. Every place that handles a kind reads it here: the tuner's entry points (`tuner.task`,
 `tuner.tune`), the candidates, the fold, the stage calls and the CLI. A new kind is one more
-`Kind` member and one more entry of `KINDS`.
+`Kind` member (`vocabulary.tuning`) and one more entry of `KINDS`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Callable
 from execution.autotune_results import AUTOTUNING_PLATFORMS
 from execution.compile import compiler_defaults
 from execution.evaluate import per_device_program
-from execution.per_device import PerDeviceError
 from execution.flags import CompilerConfig
+from execution.per_device import PerDeviceError
 from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
 from hlo.module import HloModule
 from storage.home import Home
-from tuner.space import Kind, SearchSpace, accepted_flags, graph_space, op_space
+from tuner.space import SearchSpace, accepted_flags, graph_space, op_space
 from tuner.strategies import EvolutionStrategy, ExhaustiveStrategy
+from vocabulary.tuning import Kind
 
 if TYPE_CHECKING:
     from tuner.candidates import Candidates

@@ -47,11 +47,11 @@ from typing import Any, Callable, Protocol, Sequence
 
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
-from hlo.interval import Interval
 from tuner.space import config_key
 from tuner.strategies import Strategy, TrialRecord, propose
 from tuner.trial import Outcome, Phase, StopReason, Trial
 from tuner.winner import Winners, best_trial, prune, race, split_winners, strict
+from vocabulary.interval import Interval
 
 # Free (untimed) trials a search may make per evaluation of its budget, at most.
 UNTIMED_PER_EVALUATION = 2

@@ -29,7 +29,6 @@ take about a second together.
 
 from __future__ import annotations
 
-import enum
 import functools
 import json
 from dataclasses import dataclass
@@ -37,18 +36,7 @@ from typing import Iterable
 
 from execution.flags import (FLAGS, LIBRARY_FLAGS, PLACEMENT, XLA_BACKEND, CompilerConfig,
                              FlagSpec, FlagValue, is_default, placement_key, to_json)
-
-
-class Kind(enum.StrEnum):
-    """What a tuning task tunes, and so which space it searches: a whole graph's flags
-    (`graph_space`), one kernel cut out of it (`op_space`), or a GPU graph's kernel configs,
-    XLA's own autotune results (`tuner.kernels`: no space, XLA's autotuner searches). Its value
-    is the `kind` column of the tuning results (and of the candidates, for graphs and ops); each
-    kind's facts are registered in `tuner.kinds`."""
-
-    GRAPH = "graph"
-    OP = "op"
-    KERNELS = "kernels"
+from vocabulary.flags import Channel, FlagType
 
 
 @dataclass(frozen=True)
@@ -85,14 +73,14 @@ def config_key(config: CompilerConfig) -> str:
 def values_of(spec: FlagSpec) -> tuple[FlagValue, ...]:
     """The values a search may give a flag (library lists: none, they are searched as
     placements, see `placement_params`; other repeated enums: their declared `lists`)."""
-    if spec.type == "bool":
+    if spec.type == FlagType.BOOL:
         # A backend extra bool acts by its presence: false is the absent default (execution.flags).
-        return (True,) if spec.channel == "backend_extra" else (True, False)
-    if spec.type == "int":
+        return (True,) if spec.channel == Channel.BACKEND_EXTRA else (True, False)
+    if spec.type == FlagType.INT:
         return tuple(int(c) for c in spec.choices)
-    if spec.type in ("enum", "placement"):
+    if spec.type in (FlagType.ENUM, FlagType.PLACEMENT):
         return spec.choices
-    if spec.type == "repeated_enum":
+    if spec.type == FlagType.REPEATED_ENUM:
         return spec.lists
     return ()
 
@@ -204,7 +192,7 @@ def accepted_flags(platform: str = "cpu") -> frozenset[str]:
             continue
         accepted.add(spec.name)
     extra = [spec for spec in FLAGS.values()
-             if spec.platform == platform and spec.channel == "backend_extra" and values_of(spec)]
+             if spec.platform == platform and spec.channel == Channel.BACKEND_EXTRA and values_of(spec)]
     if extra and platform == "cpu":
         accepted |= acting_backend_extra(extra)
     return frozenset(accepted)

@@ -42,7 +42,7 @@ TRIALS = TableSchema(
 # or failed; see `tuner.search.PhaseSpend`); version 1 counted every config tried, free ones too.
 # Version 3: the opt-in config that relaxes numerics (`tuner.tune.RelaxedOption`).
 # Version 4: a kernels task's autotune results (`tuner.kernels`).
-# Version 5: `status` holds the verdict alone (`tuner.trial.Verdict`), its details in `reason`;
+# Version 5: `status` holds the verdict alone (`vocabulary.tuning.Verdict`), its details in `reason`;
 # the outputs whose numerics failed in `numerics`. Earlier rows' status may carry the reason
 # after a colon ("default fails: <reason>"; `Verdict.parse` reads both). And how the task
 # measured its graph (`measure_mode`), why its search ended (`search_stop`), and a nightly
@@ -63,7 +63,7 @@ TUNING_RESULTS = TableSchema(
         pa.field("numerics_ok", pa.bool_(), nullable=True),
         pa.field("compiler_version", pa.string(), nullable=False),
         pa.field("accepted", pa.bool_(), nullable=False),
-        pa.field("status", pa.string(), nullable=False),  # a tuner.trial.Verdict
+        pa.field("status", pa.string(), nullable=False),  # a vocabulary.tuning.Verdict
         pa.field("strategy", pa.string(), nullable=False),
         pa.field("evaluations", pa.int64(), nullable=False),  # configs timed or failed, every phase
         pa.field("measured", pa.int64(), nullable=False),  # those timed to a result

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from storage.home import Home
 from tuner.kernels import run_kernels_task
-from tuner.kinds import KINDS, Kind, Subject, make_target
+from tuner.kinds import KINDS, Subject, make_target
 from tuner.strategies import TrialRecord
 from tuner.tune import TuneResult, TuneSettings, run_task
+from vocabulary.tuning import Kind
 
 
 def tune(kind: Kind, subject: Subject, home: Home, settings: TuneSettings,

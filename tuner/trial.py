@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import datetime
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from execution.flags import CompilerConfig, config_from_json
-from hlo.interval import Interval, columns, from_columns
 from tuner.strategies import FAILED, TrialRecord
+from vocabulary.interval import Interval, as_flat, from_flat
 
 
 class Outcome(StrEnum):
@@ -26,32 +26,6 @@ class Outcome(StrEnum):
 
 # Outcomes of a config whose program the search knew already: compiled, not timed.
 UNTIMED = (Outcome.IDENTICAL, Outcome.DUPLICATE)
-
-
-class Verdict(StrEnum):
-    """How a tuning task ended (`tuner.tune.TuneResult.status`; its `reason` says more).
-    ACCEPTED: the verification showed a significant gain with numerics ok. NO_GAIN: nothing
-    beat the default, or the verification showed no significant gain. NUMERICS_DIFFER: the
-    verified config's outputs differ from the default's beyond what the check allows, on most of
-    the inputs checked (`TuneResult.numerics` names the outputs), whatever its speed.
-    VERIFICATION_FAILED: the verification could not measure the config (it failed to compile or
-    run, or its worker died). DEFAULT_FAILS: the default config does not compile or run the
-    module, so there is nothing to measure against."""
-
-    ACCEPTED = "accepted"
-    NO_GAIN = "no significant gain"
-    NUMERICS_DIFFER = "numerics differ"
-    VERIFICATION_FAILED = "verification failed"
-    DEFAULT_FAILS = "default fails"
-
-    @classmethod
-    def parse(cls, status: str) -> tuple["Verdict", str]:
-        """(verdict, reason) of a status as results wrote it before it was an enum: the verdict,
-        or the verdict, a colon and the reason ("default fails: <reason>")."""
-        for verdict in cls:
-            if status == verdict or status.startswith(f"{verdict}: "):
-                return verdict, status[len(verdict) + 2:]
-        raise ValueError(f"status {status!r}: not one of {', '.join(map(repr, cls))}")
 
 
 class Phase(StrEnum):
@@ -144,17 +118,16 @@ class Trial:
         """A JSON-ready dict: every field, the speedup as `speedup`, `ci_low`, `ci_high`, the
         time in ISO 8601."""
         finished = self.finished_at.isoformat() if self.finished_at is not None else None
-        return {**asdict(self), **columns(self.speedup), "finished_at": finished}
+        return {**as_flat(self), "finished_at": finished}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Trial":
         """The trial `to_json` wrote (or a journal line written before a field was added)."""
         decoded: dict[str, Any] = {name: config_from_json(data[name])
                                    for name in ("config", "baseline") if data.get(name) is not None}
-        decoded.update(outcome=Outcome(data["outcome"]), speedup=from_columns(data))
+        decoded["outcome"] = Outcome(data["outcome"])
         if "phase" in data:
             decoded["phase"] = Phase(data["phase"])
         if data.get("finished_at") is not None:
             decoded["finished_at"] = datetime.datetime.fromisoformat(data["finished_at"])
-        written = {k: v for k, v in data.items() if k not in ("ci_low", "ci_high")}
-        return cls(**{**written, **decoded})
+        return cls(**{**from_flat(data), **decoded})

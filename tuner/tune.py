@@ -55,15 +55,14 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
 
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
-from execution.evaluate import (DEFAULT_FAILS, FRESH_WORKERS, DefaultFails, EvaluationResult,
-                                evaluate_independently)
+from execution.evaluate import FRESH_WORKERS, DefaultFails, EvaluationResult, evaluate_independently
 from execution.flags import CompilerConfig, config_from_json
 from execution.measure import MeasureSettings
 from execution.numerics import OutputCheck
@@ -71,14 +70,13 @@ from execution.per_device import PER_DEVICE_ERROR
 from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
-from hlo.interval import Interval, columns, from_columns
 from hlo.module import HloModule
 from storage.home import Home
 from storage.homes import open_home
 from storage.journal import append_record, read_records
 from storage.warehouse import Warehouse
 from tuner.allot import Allotment
-from tuner.kinds import Kind, Subject, TuneTarget, make_target
+from tuner.kinds import Subject, TuneTarget, make_target
 from tuner.op_cut import OpCut
 from tuner.prior import move_prior
 from tuner.schedule import Scheduled
@@ -87,9 +85,12 @@ from tuner.search import (PhaseSpend, Stall, TaskClock, evaluations, proposals, 
 from tuner.space import config_key
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.trial import STALL_AFTER, Phase, StopReason, Trial, Verdict
+from tuner.trial import STALL_AFTER, Phase, StopReason, Trial
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
+from vocabulary.failures import Failure
+from vocabulary.interval import Interval, as_flat, columns, from_columns, from_flat
+from vocabulary.tuning import Kind, Verdict
 
 # Screens stop as soon as a candidate is clearly faster or slower (execution.measure): a clear
 # candidate of a module that runs for half a second costs seconds, not a minute.
@@ -199,10 +200,9 @@ class TuneResult:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (without the trials): `accepted` beside `status`; each speedup as
         `speedup`, `ci_low`, `ci_high`, the opt-in's within `relaxed`."""
-        data = asdict(self)
+        data = as_flat(self)
         data.pop("trials")
-        data.update(columns(self.speedup), config=json.loads(config_key(self.config)),
-                    accepted=self.accepted)
+        data.update(config=json.loads(config_key(self.config)), accepted=self.accepted)
         if self.relaxed is not None:
             data["relaxed"] = {"config": json.loads(config_key(self.relaxed.config)),
                                **columns(self.relaxed.speedup)}
@@ -360,7 +360,7 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
     check, relaxed_check = None, None
     if default_fails is None:
         check = _check(target, best, settings)
-        if check is None or check.failure != DEFAULT_FAILS:
+        if check is None or check.failure != Failure.DEFAULT_FAILS:
             relaxed_check = _check(target, winners.relaxed, settings)
     done = [c for c in (check, relaxed_check) if c is not None]
     phases = [*searched, _verification_spent(done, time.monotonic() - started)]
@@ -393,7 +393,7 @@ def verdict_of(check: EvaluationResult, noise_band: float,
     the numerics differ (whatever the speed: a config that changes results is never delivered);
     no significant gain (the interval's lower end under 1 + `noise_band`, measured per device
     under 1 + the mode's error too: `holds_up`; or the default's very program); or accepted."""
-    if check.failure == DEFAULT_FAILS:  # its error says "default fails: <reason>"
+    if check.failure == Failure.DEFAULT_FAILS:  # its error says "default fails: <reason>"
         return Verdict.DEFAULT_FAILS, check.error.removeprefix(f"{Verdict.DEFAULT_FAILS}: ")
     if check.error is not None:
         return Verdict.VERIFICATION_FAILED, check.error
@@ -501,8 +501,7 @@ def _result_from_json(data: dict[str, Any]) -> TuneResult:
     status was a `Verdict` ("default fails: <reason>", with `accepted` and `failure` beside it)
     reads as its verdict and reason."""
     relaxed = data.get("relaxed")
-    written = {k: v for k, v in data.items()
-               if k not in ("ci_low", "ci_high", "accepted", "failure")}
+    written = {k: v for k, v in from_flat(data).items() if k not in ("accepted", "failure")}
     if "reason" in data:
         status, reason = Verdict(data["status"]), data["reason"]
     else:
@@ -510,7 +509,6 @@ def _result_from_json(data: dict[str, Any]) -> TuneResult:
     return TuneResult(**{**written, "config": config_from_json(data["config"]),
                          "status": status, "reason": reason,
                          "numerics": [OutputCheck(**check) for check in data.get("numerics", [])],
-                         "speedup": from_columns(data),
                          "kind": Kind(data.get("kind", Kind.GRAPH)),
                          "search_stop": (StopReason(data["search_stop"])
                                          if data.get("search_stop") is not None else None),

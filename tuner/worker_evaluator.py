@@ -20,9 +20,8 @@ from typing import Any, Callable
 
 from execution import session
 from execution.cores import CorePlan, plan_cores
-from execution.evaluate import (CANDIDATE_FAILS, DEFAULT_FAILS, FRESH_WORKERS, WORKER_FAILS,
-                                DefaultFails, EvaluationResult, failed_result, in_fresh_workers,
-                                measured_result, prepare_default)
+from execution.evaluate import (FRESH_WORKERS, DefaultFails, EvaluationResult, failed_result,
+                                in_fresh_workers, measured_result, prepare_default)
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from execution.session import Span, measurable_module
@@ -31,6 +30,7 @@ from execution.worker import Worker, WorkerFailure, WorkerPool
 from hlo.environment import Partitioning
 from tuner.search import Against, Build
 from tuner.trial import Outcome, Trial
+from vocabulary.failures import Failure
 
 
 class WorkerEvaluator:
@@ -137,14 +137,14 @@ class WorkerEvaluator:
                                    executable=base.artifact, config=baseline,
                                    partitioning=self.partitioning)
                 if kept.error is not None:
-                    return failed_result(DEFAULT_FAILS, f"the baseline {kept.error}")
+                    return failed_result(Failure.DEFAULT_FAILS, f"the baseline {kept.error}")
                 timed = worker.call(session.measure_serialized, timeout=300,
                                     executable=build.artifact, config=config, settings=settings)
             except WorkerFailure as failure:
-                return failed_result(WORKER_FAILS[failure.kind],
+                return failed_result(Failure.of_fault(failure.kind),
                                      f"{failure.kind}: {failure.reason}")
             if timed.error is not None:
-                return failed_result(CANDIDATE_FAILS, timed.error)
+                return failed_result(Failure.CANDIDATE_FAILS, timed.error)
             self.timeline.append(timed.span)
             return measured_result(timed, build.compile_seconds, base.compile_seconds)
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 import datetime
 import enum
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pyarrow as pa
@@ -59,14 +59,11 @@ import pyarrow as pa
 from execution.autotune_results import AutotuneOutcome, AutotuneResults, Keying, Uptake
 from execution.evaluate import EvaluationResult
 from execution.sharded import MeasureMode
-from hlo.interval import Interval, columns, from_columns
 from ranking.realized import Realized
 from storage.store import Provenance, StoreEntry, entries_of, entries_table
+from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
+from vocabulary.interval import Interval, as_flat, columns, from_flat
 
-# How a decision changes the store.
-REFRESH, REMOVE, ADD, NONE = "refresh", "remove", "add", "none"
-# How applying it went.
-APPLIED, STALE = "applied", "stale"
 # What the audit row carries of the fleet's arms: Decision fields and columns alike.
 _FLEET_ARMS = ("fleet_tuned_jobs", "fleet_tuned_runs", "fleet_holdout_jobs", "fleet_holdout_runs")
 # The prefix of the fleet's speedup in the journal and the audit row: fleet_speedup,
@@ -131,9 +128,9 @@ class Decision:
     kind: str
     config: str
     source: str | None
-    outcome: str
+    outcome: DecisionOutcome
     reason: str
-    change: str
+    change: StoreChange
     toolchain: str
     compiler_version: str  # the toolchain's
     fleet_hits: int
@@ -162,25 +159,24 @@ class Decision:
     # The entry's relaxed-numerics config (None: it has none), its outcome in this run
     # (`relaxed_outcome`; None: not measured) and its speedup as measured in this run.
     relaxed_config: str | None = None
-    relaxed_outcome: str | None = None
+    relaxed_outcome: DecisionOutcome | None = None
     relaxed_speedup: Interval | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The journal's form: every field, each speedup as flat keys (`speedup`, `ci_low`,
         `ci_high`; `fleet_speedup`, `fleet_ci_low`, `fleet_ci_high`; `relaxed_speedup`,
         `relaxed_ci_low`, `relaxed_ci_high`)."""
-        return {**asdict(self), **columns(self.speedup),
-                **columns(self.fleet_speedup, prefix=_FLEET), **columns(self.relaxed_speedup, prefix=_RELAXED)}
+        return as_flat(self, "", _FLEET, _RELAXED)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Decision":
         """Back from the journal."""
         names = {f.name for f in fields(cls)}
         fate = data.get("autotune_fate")
-        return cls(**{**{k: v for k, v in data.items() if k in names},
-                      "speedup": from_columns(data),
-                      "fleet_speedup": from_columns(data, prefix=_FLEET),
-                      "relaxed_speedup": from_columns(data, prefix=_RELAXED),
+        return cls(**{**{k: v for k, v in from_flat(data, "", _FLEET, _RELAXED).items() if k in names},
+                      "outcome": DecisionOutcome(data["outcome"]), "change": StoreChange(data["change"]),
+                      "relaxed_outcome": (DecisionOutcome(data["relaxed_outcome"])
+                                          if data.get("relaxed_outcome") is not None else None),
                       "autotune_fate": ResultsFate(fate) if fate is not None else None,
                       "measure_mode": MeasureMode(data.get("measure_mode", MeasureMode.WHOLE))})
 
@@ -227,41 +223,41 @@ def fleet_summary(realized: Realized) -> str:
 
 
 def measured_outcome(result: EvaluationResult, same_compiler: bool, compiler_version: str,
-                     noise_band: float) -> tuple[str, str]:
+                     noise_band: float) -> tuple[DecisionOutcome, str]:
     """(outcome, reason) of a completed measurement (no harness error) under `compiler_version`."""
     where = f"on {compiler_version}"
     if result.identical_program:
-        return "invalidated", f"compiles to the same program as the defaults {where}: no gain left"
+        return DecisionOutcome.INVALIDATED, f"compiles to the same program as the defaults {where}: no gain left"
     if not result.numerics_ok:
-        return "invalidated", f"numerics off {where}: {result.judged().describe()}"
+        return DecisionOutcome.INVALIDATED, f"numerics off {where}: {result.judged().describe()}"
     figure = result.speedup.as_speedup()
     if len(result.speedups) > 1:
         figure += (f", the median of {len(result.speedups)} workers "
                    f"({', '.join(f'{s:.3f}x' for s in result.speedups)})")
     if same_compiler:
         if result.speedup.high < 1.0 + noise_band:
-            return "invalidated", f"no longer faster {where}: {figure}"
-        return "kept", f"still faster {where}: {figure}"
+            return DecisionOutcome.INVALIDATED, f"no longer faster {where}: {figure}"
+        return DecisionOutcome.KEPT, f"still faster {where}: {figure}"
     if result.speedup.low > 1.0 + noise_band:
-        return "rekeyed", f"faster {where} too: {figure}"
-    return "invalidated", f"not shown faster {where}: {figure}; not re-keyed"
+        return DecisionOutcome.REKEYED, f"faster {where} too: {figure}"
+    return DecisionOutcome.INVALIDATED, f"not shown faster {where}: {figure}; not re-keyed"
 
 
 def relaxed_outcome(result: EvaluationResult, same_compiler: bool, compiler_version: str,
-                    noise_band: float) -> tuple[str, str]:
+                    noise_band: float) -> tuple[DecisionOutcome, str]:
     """(outcome, reason) of an entry's relaxed-numerics config, measured in the run that kept or
     re-keyed its strict config: as `measured_outcome` decides the strict one; a measurement
     that failed (the defaults ran for the strict one) invalidates it."""
     if result.error is not None:
-        return "invalidated", f"{result.error} on {compiler_version}"
+        return DecisionOutcome.INVALIDATED, f"{result.error} on {compiler_version}"
     return measured_outcome(result, same_compiler, compiler_version, noise_band)
 
 
-def with_relaxed(decision: Decision, outcome: str, reason: str,
+def with_relaxed(decision: Decision, outcome: DecisionOutcome, reason: str,
                  result: EvaluationResult | None = None) -> Decision:
     """`decision` (kept or re-keyed) with its relaxed-numerics config decided: `outcome`, why,
     and the figure `result` measured (None: not measured)."""
-    said = "dropped: " if outcome == "invalidated" else ""
+    said = "dropped: " if outcome is DecisionOutcome.INVALIDATED else ""
     speedup = result.speedup if result is not None and result.error is None else None
     return replace(decision, relaxed_outcome=outcome, relaxed_speedup=speedup,
                    reason=f"{decision.reason}; its relaxed-numerics config {said}{reason}")
@@ -279,18 +275,18 @@ def relabelled(results: AutotuneResults, outcome: AutotuneOutcome) -> AutotuneRe
 
 
 def results_outcome(check: ResultsCheck, result: EvaluationResult | None, same_compiler: bool,
-                    compiler_version: str, noise_band: float) -> tuple[str, str]:
+                    compiler_version: str, noise_band: float) -> tuple[DecisionOutcome, str]:
     """(outcome, reason) of an entry with autotune results under `compiler_version`: what XLA
     did with them (`check`), then, unless that decides (NOT_TAKEN: nothing is measured, `result`
     may be None), the completed measurement of the graph compiled with them (`result`) as for
     any config (`measured_outcome`); a kept entry whose results were relabelled is re-keyed."""
     if check.fate == ResultsFate.NOT_TAKEN:
-        return "invalidated", (f"XLA does not take its autotune results on {compiler_version}: "
+        return DecisionOutcome.INVALIDATED, (f"XLA does not take its autotune results on {compiler_version}: "
                                f"{check.describe()} (the fusions they were made for are not this "
                                "compile's)")
     outcome, reason = measured_outcome(result, same_compiler, compiler_version, noise_band)
-    if outcome == "kept" and check.rekeyed_from is not None:
-        outcome = "rekeyed"
+    if outcome == DecisionOutcome.KEPT and check.rekeyed_from is not None:
+        outcome = DecisionOutcome.REKEYED
     return outcome, f"{reason}; {check.describe()}"
 
 
@@ -304,8 +300,8 @@ def settled(result: EvaluationResult, same_compiler: bool, noise_band: float) ->
     return result.speedup.high >= 1.0 + noise_band or max(result.speedups) <= 1.0 + noise_band
 
 
-def apply(decisions: list[Decision], live: pa.Table) -> tuple[pa.Table, list[str]]:
-    """The live entries with `decisions` applied, and how each went (APPLIED or STALE).
+def apply(decisions: list[Decision], live: pa.Table) -> tuple[pa.Table, list[Applied]]:
+    """The live entries with `decisions` applied, and how each went (`Applied`).
 
     A decision applies only to the entry it was made on (same config, measured and expiry
     times): one that deliver or an import replaced meanwhile is left alone (STALE). A decision
@@ -316,33 +312,33 @@ def apply(decisions: list[Decision], live: pa.Table) -> tuple[pa.Table, list[str
     return entries_table(rows.values()), status
 
 
-def _apply_one(decision: Decision, rows: dict[str, StoreEntry]) -> str:
-    if decision.change == NONE:
-        return APPLIED
-    if decision.change == ADD:
+def _apply_one(decision: Decision, rows: dict[str, StoreEntry]) -> Applied:
+    if decision.change == StoreChange.NONE:
+        return Applied.APPLIED
+    if decision.change == StoreChange.ADD:
         wanted = new_entry(decision)
         present = rows.get(decision.new_key)
         if present is None:
             rows[decision.new_key] = wanted
-            return APPLIED
-        return APPLIED if present == wanted else STALE
+            return Applied.APPLIED
+        return Applied.APPLIED if present == wanted else Applied.STALE
     current = rows.get(decision.key)
-    if decision.change == REMOVE:
+    if decision.change == StoreChange.REMOVE:
         if current is None:
-            return APPLIED  # gone already: removed by this decision before a kill, or by another
+            return Applied.APPLIED  # gone already: removed by this decision before a kill, or by another
         if not _decided_on(decision, current):
-            return STALE
+            return Applied.STALE
         del rows[decision.key]
-        return APPLIED
+        return Applied.APPLIED
     if current is None:
-        return STALE
+        return Applied.STALE
     refreshed = refreshed_entry(decision, current)
     if current == refreshed:
-        return APPLIED
+        return Applied.APPLIED
     if not _decided_on(decision, current):
-        return STALE
+        return Applied.STALE
     rows[decision.key] = refreshed
-    return APPLIED
+    return Applied.APPLIED
 
 
 def refreshed_entry(decision: Decision, entry: StoreEntry) -> StoreEntry:
@@ -350,7 +346,7 @@ def refreshed_entry(decision: Decision, entry: StoreEntry) -> StoreEntry:
     carrying the autotune results the decision names (relabelled ones), else its own."""
     results = {} if decision.autotune_results is None else {"autotune_results": decision.autotune_results}
     relaxed: dict[str, Any] = {}  # not measured: as it was
-    if decision.relaxed_outcome == "invalidated":
+    if decision.relaxed_outcome is DecisionOutcome.INVALIDATED:
         relaxed = {"relaxed_config": None, "relaxed_speedup": None}
     elif decision.relaxed_outcome is not None:
         assert decision.relaxed_speedup is not None  # kept: measured
@@ -364,7 +360,7 @@ def new_entry(decision: Decision) -> StoreEntry:
     """A re-keyed entry: the same config (and autotune results, as the decision carries them)
     under the new environment's key; its relaxed-numerics config too where that was re-keyed."""
     assert decision.new_key is not None and decision.new_env_key is not None  # an ADD is a re-key
-    relaxed = decision.relaxed_speedup if decision.relaxed_outcome == "rekeyed" else None
+    relaxed = decision.relaxed_speedup if decision.relaxed_outcome is DecisionOutcome.REKEYED else None
     return StoreEntry(key=decision.new_key, fingerprint=decision.fingerprint, env_key=decision.new_env_key,
                       kind=decision.kind, **columns(decision.speedup), expires_at=_time(decision.expires_at),
                       provenance=Provenance.VALIDATOR, config=decision.config,
@@ -374,10 +370,10 @@ def new_entry(decision: Decision) -> StoreEntry:
                       relaxed_speedup=relaxed.estimate if relaxed is not None else None)
 
 
-def audit_row(decision: Decision, run_id: str, store_version: int | None, status: str) -> dict[str, Any]:
+def audit_row(decision: Decision, run_id: str, store_version: int | None, status: Applied) -> dict[str, Any]:
     """The `validations` row of a decision."""
     reason = decision.reason
-    if status == STALE:
+    if status == Applied.STALE:
         reason += "; not applied: the entry changed meanwhile"
         store_version = None
     decided = _time(decision.decided_at)

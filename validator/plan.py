@@ -31,6 +31,7 @@ from validator import decisions as rules
 from validator.decisions import Decision, ResultsCheck
 from validator.signals import FLEET_WINDOW, History, fallbacks, fleet_hits, fleet_realized
 from validator.toolchains import Registry, Toolchain
+from vocabulary.decisions import DecisionOutcome, StoreChange
 
 _ENV_FIELDS = ("platform", "device_kind", "device_count", "compiler_version")
 
@@ -77,12 +78,12 @@ class Queued:
     machine: str | None = None
 
     @property
-    def invalidates(self) -> str:
+    def invalidates(self) -> StoreChange:
         """How invalidating it changes the store: removed on its own compiler; on another, the
         measurement says nothing of the entry's own compiler, so it stays."""
-        return rules.REMOVE if self.same_compiler else rules.NONE
+        return StoreChange.REMOVE if self.same_compiler else StoreChange.NONE
 
-    def decide(self, outcome: str, reason: str, change: str, now: datetime.datetime,
+    def decide(self, outcome: DecisionOutcome, reason: str, change: StoreChange, now: datetime.datetime,
                ttl: datetime.timedelta, max_age: datetime.timedelta,
                result: EvaluationResult | None = None,
                check: ResultsCheck | None = None) -> Decision:
@@ -92,13 +93,13 @@ class Queued:
         extra: dict[str, Any] = {}
         if result is not None and result.speedup is not None:
             extra = {"speedup": result.speedup, "numerics_ok": result.numerics_ok}
-        if outcome in ("kept", "rekeyed"):
+        if outcome.renewed:
             extra["expires_at"] = rules.expiry(now, self.origin, ttl, max_age).isoformat()
-        if outcome == "rekeyed":
+        if outcome == DecisionOutcome.REKEYED:
             extra.update(new_key=self.new_key, new_env_key=self.new_env_key)
         if check is not None:
             extra["autotune_fate"] = check.fate
-            if outcome in ("kept", "rekeyed"):
+            if outcome.renewed:
                 extra["autotune_results"] = check.results.to_text()
         if self.flagged:
             reason = f"{self.flagged}; {reason}"
@@ -117,8 +118,9 @@ class Queued:
         else:
             outcome, reason = rules.results_outcome(check, result, self.same_compiler,
                                                     compiler_version, noise_band)
-        rekeyed = rules.REFRESH if self.same_compiler else rules.ADD
-        change = {"kept": rules.REFRESH, "rekeyed": rekeyed}.get(outcome, self.invalidates)
+        rekeyed = StoreChange.REFRESH if self.same_compiler else StoreChange.ADD
+        change = {DecisionOutcome.KEPT: StoreChange.REFRESH,
+                  DecisionOutcome.REKEYED: rekeyed}.get(outcome, self.invalidates)
         return self.decide(outcome, reason, change, now, ttl, max_age, result, check)
 
 
@@ -162,17 +164,19 @@ class Planner:
             base = {**self._base(entry, origin), **rules.fleet_figures(fleet)}
             expired = rules.expired_reason(entry, origin, self.now, self.max_age)
             if expired:
-                free.append(Decision(**base, outcome="expired", reason=expired, change=rules.REMOVE))
+                free.append(Decision(**base, outcome=DecisionOutcome.EXPIRED, reason=expired,
+                                     change=StoreChange.REMOVE))
                 continue
             failed = [f for f in self.fallbacks.get(entry.key, [])
                       if f.at > entry.measured_at and rules.config_matches(f.config, entry.config)]
             if failed:
                 reason = (f"the fleet's compile with it failed {len(failed)} time(s) since it was "
                           f"last measured (fell back to the defaults): {failed[-1].reason}")
-                free.append(Decision(**base, outcome="invalidated", reason=reason, change=rules.REMOVE))
+                free.append(Decision(**base, outcome=DecisionOutcome.INVALIDATED, reason=reason,
+                                     change=StoreChange.REMOVE))
                 continue
             if fleet is not None and fleet.regressed:
-                free.append(Decision(**base, outcome="invalidated", change=rules.REMOVE,
+                free.append(Decision(**base, outcome=DecisionOutcome.INVALIDATED, change=StoreChange.REMOVE,
                                      reason=f"regressed in the fleet: {rules.fleet_summary(fleet)}"))
                 continue
             flagged = None
@@ -181,9 +185,9 @@ class Planner:
                            + rules.fleet_summary(fleet))
             queued = self._queued(entry, base, origin, live_keys, flagged)
             if isinstance(queued, str):
-                known = self.history.decided(entry.key, "unmeasured", self.chain.compiler_version,
+                known = self.history.decided(entry.key, DecisionOutcome.UNMEASURED, self.chain.compiler_version,
                                              entry.measured_at, queued)
-                free.append(Decision(**base, outcome="unmeasured", reason=queued, change=rules.NONE,
+                free.append(Decision(**base, outcome=DecisionOutcome.UNMEASURED, reason=queued, change=StoreChange.NONE,
                                      audited=not known))
             elif queued is None:
                 skipped += 1
@@ -239,7 +243,7 @@ class Planner:
         new_key = store_key(entry.fingerprint, new_env_key)
         if new_key in live_keys or any(
                 self.history.decided(entry.key, outcome, self.chain.compiler_version, entry.measured_at)
-                for outcome in ("rekeyed", "invalidated")):
+                for outcome in (DecisionOutcome.REKEYED, DecisionOutcome.INVALIDATED)):
             return None
         return Queued(entry, base, blob, False, new_key, new_env_key, origin, priority,
                       results=results, placement=placement, machine=machine)

@@ -24,6 +24,7 @@ from storage.home import Home
 from storage.store import Provenance, entries_of
 from storage.warehouse import Warehouse
 from validator.tables import VALIDATIONS
+from vocabulary.hits import hit_ran_tuned
 
 # Bucket edges in days: [0, 1), [1, 7), [7, 30), [30, 90), [90, inf).
 STALENESS_EDGES = (0.0, 1.0, 7.0, 30.0, 90.0, math.inf)
@@ -73,7 +74,7 @@ def validator_hit_share(home: Home) -> pa.Table:
     """Per day and source, hits and those served by entries the validator last wrote."""
     warehouse = Warehouse(home)
     hook = warehouse.read(HITS, columns=["dt", "key", "outcome", "config_version"])
-    hook = hook.filter(pc.equal(hook.column("outcome"), "applied"))
+    hook = hook.filter(hit_ran_tuned(hook))
     pieces = [_tagged(hook, "key", "hook")]
     for table in (GRAPH_RUNS, OP_RUNS):
         runs = warehouse.read(table, columns=["dt", "config_key", "config_version"])

@@ -24,6 +24,7 @@ from validator import decisions as rules
 from validator.decisions import Decision
 from validator.tables import VALIDATIONS
 from validator.toolchains import Toolchain
+from vocabulary.decisions import Applied, StoreChange
 
 _RUNS = ("validator", "runs")  # where the runs live under the home
 
@@ -82,7 +83,7 @@ class Run:
 
     def publish(self, store: Store) -> None:
         """Apply the decisions to the live entries as one new version; journal the outcome."""
-        statuses: list[str] = [rules.APPLIED] * len(self.decisions)
+        statuses: list[Applied] = [Applied.APPLIED] * len(self.decisions)
 
         def change(live: pa.Table) -> pa.Table:
             table, found = rules.apply(self.decisions, live)
@@ -90,7 +91,7 @@ class Run:
             return table
 
         version = None
-        if any(d.change != rules.NONE for d in self.decisions):
+        if any(d.change != StoreChange.NONE for d in self.decisions):
             counts = Counter(d.outcome for d in self.decisions)
             summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
             version = store.update(change, f"validate {self.run_id}: {summary}", writer=self.writer)
@@ -104,7 +105,7 @@ class Run:
 
     def land(self, warehouse: Warehouse) -> None:
         """The audit rows, once (the part is named after the run), then mark the run done."""
-        rows = [rules.audit_row(d, self.run_id, self.published["version"], status)
+        rows = [rules.audit_row(d, self.run_id, self.published["version"], Applied(status))
                 for d, status in zip(self.decisions, self.published["statuses"]) if d.audited]
         if rows:
             warehouse.append(VALIDATIONS, pa.Table.from_pylist(rows, VALIDATIONS.schema), f"run-{self.run_id}")

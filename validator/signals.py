@@ -29,6 +29,8 @@ from storage.home import Home
 from storage.store import Provenance, StoreEntry
 from storage.warehouse import Warehouse
 from validator.tables import VALIDATIONS
+from vocabulary.decisions import DecisionOutcome
+from vocabulary.hits import HitOutcome, hit_ran_tuned, ran_tuned
 
 HIT_WINDOW = datetime.timedelta(days=30)
 FLEET_WINDOW = datetime.timedelta(days=7)
@@ -42,21 +44,14 @@ def fleet_hits(home: Home, now: datetime.datetime, window: datetime.timedelta = 
     since = (now - window).date().isoformat()
     warehouse = Warehouse(home)
     counts: Counter = Counter()
-    for table, column, hit in ((HITS, "key", lambda rows: pc.equal(rows.column("outcome"), "applied")),
-                               (GRAPH_RUNS, "config_key", _tuned_run),
-                               (OP_RUNS, "config_key", lambda rows: pc.is_valid(rows.column("config_key")))):
+    for table, column, hit in ((HITS, "key", hit_ran_tuned), (GRAPH_RUNS, "config_key", ran_tuned),
+                               (OP_RUNS, "config_key", ran_tuned)):
         columns = {HITS: [column, "outcome"], GRAPH_RUNS: [column, "holdout"]}.get(table, [column])
         for rows in warehouse.read_files(table, columns, filter_dt=lambda dt: dt >= since):
             per_key = rows.filter(hit(rows)).group_by(column).aggregate([(column, "count")])
             counts.update(dict(zip(per_key.column(column).to_pylist(),
                                    per_key.column(f"{column}_count").to_pylist())))
     return counts
-
-
-def _tuned_run(rows: pa.Table) -> pa.Array:
-    """Graph runs that ran the entry's config (a holdout run ran the defaults: no hit)."""
-    return pc.and_(pc.is_valid(rows.column("config_key")),
-                   pc.invert(pc.fill_null(rows.column("holdout"), False)))
 
 
 def fleet_realized(home: Home, now: datetime.datetime, origins: dict[str, datetime.datetime],
@@ -95,7 +90,7 @@ class Fallback:
 def fallbacks(home: Home) -> dict[str, list[Fallback]]:
     """The fleet's fallbacks per store key, oldest first."""
     rows = Warehouse(home).read(HITS, columns=["key", "outcome", "at", "config", "reason"])
-    rows = rows.filter(pc.equal(rows.column("outcome"), "fallback")).sort_by("at")
+    rows = rows.filter(pc.equal(rows.column("outcome"), HitOutcome.FALLBACK)).sort_by("at")
     found: dict[str, list[Fallback]] = defaultdict(list)
     for row in rows.to_pylist():
         found[row["key"]].append(Fallback(row["at"], row["config"], row["reason"] or "no reason recorded"))
@@ -115,9 +110,9 @@ class History:
             # Later rows win: the latest decision that wrote the key.
             if row["origin_at"] is None:
                 continue
-            if row["outcome"] == "kept":
+            if row["outcome"] == DecisionOutcome.KEPT:
                 self._origin[row["key"]] = row["origin_at"]
-            elif row["outcome"] == "rekeyed" and row["new_key"]:
+            elif row["outcome"] == DecisionOutcome.REKEYED and row["new_key"]:
                 self._origin[row["new_key"]] = row["origin_at"]
 
     def origin(self, entry: StoreEntry) -> datetime.datetime:

@@ -6,10 +6,6 @@ import pyarrow as pa
 
 from storage.warehouse import TableSchema, added_column
 
-# 'unmeasured': the entry could not be measured here (no symbols, an op-level config, another
-# machine, ...); it is left as it is until it expires. The other four change the store.
-OUTCOMES = ("kept", "rekeyed", "invalidated", "expired", "unmeasured")
-
 # Version 3 added the fleet's figures of the entry (ranking.realized, over the window before the
 # run: validator.signals.FLEET_WINDOW) where it had any: the realized speedup (holdout over tuned
 # seconds per execution), its interval over jobs, and each arm's jobs and runs. Null where the
@@ -34,7 +30,7 @@ VALIDATIONS = TableSchema(
         pa.field("fingerprint", pa.string(), nullable=False),
         pa.field("env_key", pa.string(), nullable=False),
         pa.field("kind", pa.string(), nullable=False),
-        pa.field("outcome", pa.string(), nullable=False),  # one of OUTCOMES
+        pa.field("outcome", pa.string(), nullable=False),  # a vocabulary.decisions.DecisionOutcome
         pa.field("reason", pa.string(), nullable=False),
         pa.field("new_key", pa.string(), nullable=True),  # rekeyed: the key for the new environment
         pa.field("toolchain", pa.string(), nullable=False),  # the toolchain that measured it

@@ -45,9 +45,9 @@ from typing import Any, Callable, Iterable
 
 from delivery.store import DEFAULT_TTL, Store
 from execution.autotune_results import AutotuneResults
-from execution.evaluate import (CANDIDATE_FAILS, DEFAULT_FAILS, FRESH_WORKERS, DefaultFails,
-                                EvaluationResult, compile_with_results, evaluate_built, evaluate_independently,
-                                per_device_program, prepare_default, worker_for)
+from execution.evaluate import (FRESH_WORKERS, DefaultFails, EvaluationResult, compile_with_results,
+                                evaluate_built, evaluate_independently, per_device_program, prepare_default,
+                                worker_for)
 from execution.flags import CompilerConfig, FlagError, from_json
 from execution.measure import MeasureSettings
 from execution.per_device import PER_DEVICE_ERROR, PerDeviceError
@@ -64,8 +64,9 @@ from validator.decisions import Decision, ResultsCheck, ResultsFate
 from validator.plan import Planner, Queued
 from validator.run import Run, exclusive
 from validator.signals import FLEET_WINDOW
-from validator.tables import OUTCOMES
 from validator.toolchains import Registry, Toolchain
+from vocabulary.decisions import DecisionOutcome, StoreChange
+from vocabulary.failures import Failure
 
 MEASURE_SETTINGS = MeasureSettings(confidence=0.99, min_pairs=20, max_seconds=10.0)
 MAX_AGE = datetime.timedelta(days=180)
@@ -111,7 +112,7 @@ class RunReport:
     def counts(self) -> dict[str, int]:
         """Decisions per outcome (every outcome present, zero or not)."""
         found = Counter(d.outcome for d in self.decisions)
-        return {outcome: found[outcome] for outcome in OUTCOMES}
+        return {outcome: found[outcome] for outcome in DecisionOutcome}
 
     def to_json(self) -> dict[str, Any]:
         """The counts, the version and the run, JSON-ready."""
@@ -188,25 +189,25 @@ def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSett
     cv = chain.compiler_version
     invalidated = queued.invalidates
 
-    def decide(outcome: str, reason: str, change: str, result: Any = None) -> Decision:
+    def decide(outcome: DecisionOutcome, reason: str, change: StoreChange, result: Any = None) -> Decision:
         return queued.decide(outcome, reason, change, datetime.datetime.now(datetime.UTC),
                              settings.ttl, settings.max_age, result)
 
     try:
         config = from_json(json.loads(entry.config))
     except (FlagError, json.JSONDecodeError) as exc:
-        return decide("invalidated", f"its config is no longer accepted: {exc}", invalidated)
+        return decide(DecisionOutcome.INVALIDATED, f"its config is no longer accepted: {exc}", invalidated)
     try:
         module = from_text(BlobStore(home).get_text(queued.blob), source=queued.blob)
     except (BlobError, HloLoadError) as exc:
-        return decide("unmeasured", str(exc), rules.NONE)
+        return decide(DecisionOutcome.UNMEASURED, str(exc), StoreChange.NONE)
     placement = queued.placement
     if placement.mode is MeasureMode.PER_DEVICE:
         assert placement.partitioning is not None
         try:
             module = per_device_program(module, placement.partitioning, settings.timeout)
         except PerDeviceError as exc:
-            return decide("unmeasured", str(exc), rules.NONE)
+            return decide(DecisionOutcome.UNMEASURED, str(exc), StoreChange.NONE)
     # Measured per device, a gain must clear the mode's measured error too (tuner.tune.holds_up).
     band = (settings.measure.noise_band if placement.mode is MeasureMode.WHOLE
             else max(settings.measure.noise_band, PER_DEVICE_ERROR))
@@ -235,10 +236,10 @@ def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSett
         decision = queued.measured(result, cv, band, datetime.datetime.now(datetime.UTC), settings.ttl,
                                    settings.max_age, check)
         return _relaxed(decision, queued, module, check, chain, settings, settled, band)
-    if result.failure == DEFAULT_FAILS:
-        return decide("unmeasured", f"its graph fails on {cv}: {result.error}", rules.NONE)
-    if result.failure == CANDIDATE_FAILS:
-        return decide("invalidated", f"{result.error} on {cv}", invalidated)
+    if result.failure == Failure.DEFAULT_FAILS:
+        return decide(DecisionOutcome.UNMEASURED, f"its graph fails on {cv}: {result.error}", StoreChange.NONE)
+    if result.failure == Failure.CANDIDATE_FAILS:
+        return decide(DecisionOutcome.INVALIDATED, f"{result.error} on {cv}", invalidated)
     return _blamed(f"{result.error} with this config", module, chain, settings, decide, invalidated,
                    placement)
 
@@ -251,13 +252,13 @@ def _relaxed(decision: Decision, queued: Queued, module: HloModule, check: Resul
     (validator.decisions.relaxed_outcome); as it is where the entry has none, or its strict
     config was not kept or re-keyed (the entry goes, or gains nothing on this compiler)."""
     text = queued.entry.relaxed_config
-    if text is None or decision.outcome not in ("kept", "rekeyed"):
+    if text is None or not decision.outcome.renewed:
         return decision
     cv = chain.compiler_version
     try:
         config = from_json(json.loads(text))
     except (FlagError, json.JSONDecodeError) as exc:
-        return rules.with_relaxed(decision, "invalidated", f"is no longer accepted: {exc}")
+        return rules.with_relaxed(decision, DecisionOutcome.INVALIDATED, f"is no longer accepted: {exc}")
     partitioning = queued.placement.compiled_for
     if check is None:
         result = evaluate_independently(
@@ -267,7 +268,7 @@ def _relaxed(decision: Decision, queued: Queued, module: HloModule, check: Resul
     else:
         built = compile_with_results(module, check.results, config, settings.timeout, chain.python)
         if built.error is not None:
-            return rules.with_relaxed(decision, "invalidated",
+            return rules.with_relaxed(decision, DecisionOutcome.INVALIDATED,
                                       f"fails to compile with its autotune results on {cv} ({built.error})")
         result = evaluate_built(module, built, settings.workers, config, settings.measure, settings.timeout,
                                 settings.seed, chain.python, settled, settings.most_workers)
@@ -287,8 +288,9 @@ def _blamed(failed: str, module: HloModule, chain: Toolchain, settings: Validate
             prepare_default(worker, module.proto, settings.seed, settings.timeout,
                             placement.compiled_for)
     except (DefaultFails, WorkerFailure) as failure:
-        return decide("unmeasured", f"its graph fails on {cv} with the defaults too: {failure}", rules.NONE)
-    return decide("invalidated", f"{failed} on {cv}; the defaults run", invalidated)
+        return decide(DecisionOutcome.UNMEASURED, f"its graph fails on {cv} with the defaults too: {failure}",
+                      StoreChange.NONE)
+    return decide(DecisionOutcome.INVALIDATED, f"{failed} on {cv}; the defaults run", invalidated)
 
 
 def check_results(module: HloModule, results: AutotuneResults, config: CompilerConfig,

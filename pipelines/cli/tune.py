@@ -12,15 +12,17 @@ from typing import Any
 
 from execution.sharded import MeasureMode, Placement
 from hlo.environment import Environment
+from pipelines import stages
 from pipelines.cli.cluster import add_cluster_option
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_DEFAULT_FAILS, EXIT_FAILED, EXIT_OK, JSON_HELP,
                                   Subcommands, add_command, config_text, print_json, print_table)
 from pipelines.extras import needs
 from storage.home import Home
-from pipelines import stages
-from tuner.kinds import KINDS, Kind, check_platform
+from tuner.kinds import KINDS, check_platform
 from tuner.strategies import STRATEGIES
 from tuner.trial import STALL_AFTER, StopReason
+from vocabulary.failures import Failure
+from vocabulary.tuning import Kind
 
 
 def add_evaluate(sub: Subcommands) -> None:
@@ -86,7 +88,7 @@ def cmd_evaluate(args: argparse.Namespace, home: Home) -> int:
     """Measure the --set config against the default on one module."""
     from hlo.module import load_file
     from execution.compile import check_options
-    from execution.evaluate import DEFAULT_FAILS, evaluate_independently, per_device_program
+    from execution.evaluate import evaluate_independently, per_device_program
     from execution.flags import parse_assignment, to_json
     from execution.measure import MeasureSettings
 
@@ -108,7 +110,7 @@ def cmd_evaluate(args: argparse.Namespace, home: Home) -> int:
                     "measure_mode": placement.mode, "measured_as": placement.describe()})
     else:
         _print_evaluation(f"{source} ({placement.describe()})", candidate, result)
-    if result.failure == DEFAULT_FAILS:
+    if result.failure == Failure.DEFAULT_FAILS:
         return EXIT_DEFAULT_FAILS
     if result.error is not None or result.numerics_ok is False:
         return EXIT_FAILED
@@ -116,11 +118,9 @@ def cmd_evaluate(args: argparse.Namespace, home: Home) -> int:
 
 
 def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
-    from execution.evaluate import DEFAULT_FAILS
-
     label = config_text(candidate) if candidate else "A/A (default vs default)"
     print(f"{source}: {label}")
-    if result.failure == DEFAULT_FAILS:
+    if result.failure == Failure.DEFAULT_FAILS:
         print(f"  {result.error}")  # "default fails: <reason>"
         if result.candidate_runs is not None:
             print(f"  {_without_default(result)}")
@@ -356,8 +356,7 @@ def _measurers(runner: Any) -> str:
 def _tune_exit(outcomes: list[Any]) -> int:
     """`fdo tune`'s exit status: EXIT_DEFAULT_FAILS if any task's default failed; EXIT_FAILED
     if a task has no result (failed, or no node measures its environment)."""
-    from tuner.trial import Verdict
-
+    from vocabulary.tuning import Verdict
     if any(o.result is not None and o.result.status == Verdict.DEFAULT_FAILS for o in outcomes):
         return EXIT_DEFAULT_FAILS
     return EXIT_FAILED if any(o.result is None for o in outcomes) else EXIT_OK

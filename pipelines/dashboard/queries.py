@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from delivery.store import Store
-from hlo.interval import columns
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, OPS
 from pipelines.dashboard.scope import Scope
 from pipelines.nightly import coverage_by_night
@@ -41,6 +40,8 @@ from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS
 from validator.tables import VALIDATIONS
 from validator.validate import MEASURE_SETTINGS
+from vocabulary.hits import RAN_TUNED, ran_tuned_sql, sql_list
+from vocabulary.interval import columns
 
 Row = dict[str, Any]
 TOP_KEYS = 10  # keys per kind in /api/top
@@ -57,9 +58,12 @@ REALIZED_LEVEL = 0.99  # the confidence of the realized speedups' intervals over
 
 
 
-# A graph run that ran with a tuned config: keyed, and not of its entry's holdout arm (those ran
-# the defaults: they count as runs of the key, never as tuned chip-time).
-TUNED = "(config_key is not null and not coalesce(holdout, false))"
+# A run that ran with a tuned config (vocabulary.hits): graph runs of an entry's holdout arm ran
+# the defaults, and count as runs of the key, never as tuned chip-time; op runs have no holdout
+# arm. A hook's compile that ran tuned, by its outcome.
+TUNED = ran_tuned_sql()
+OP_TUNED = ran_tuned_sql(holdout=False)
+HOOK_TUNED = f"outcome in {sql_list(RAN_TUNED)}"
 
 def savings(home: Home, scope: Scope) -> list[Row]:
     """Chip-time saved per day, config kind, team and config version (the store version that
@@ -91,7 +95,7 @@ def hits(home: Home, scope: Scope) -> list[Row]:
         with runs as (
             select dt, 'graph' as kind, chip_seconds, {TUNED} as tuned from graph_runs
             union all
-            select dt, 'op' as kind, chip_seconds, config_key is not null from op_runs
+            select dt, 'op' as kind, chip_seconds, {OP_TUNED} from op_runs
         ), profiles as (
             select dt, kind, count(*) as runs, count(*) filter (where tuned) as hit_runs,
                    sum(chip_seconds) / 3600 as chip_hours,
@@ -99,7 +103,7 @@ def hits(home: Home, scope: Scope) -> list[Row]:
                        as hit_chip_hours
             from runs group by dt, kind
         ), hook as (
-            select dt, count(*) as runs, count(*) filter (where outcome = 'applied') as hit_runs
+            select dt, count(*) as runs, count(*) filter (where {HOOK_TUNED}) as hit_runs
             from hook_hits group by dt
         )
         select dt, 'profiles' as source, kind, runs, hit_runs, chip_hours, hit_chip_hours,
@@ -208,7 +212,7 @@ def top(home: Home, scope: Scope) -> list[Row]:
             select 'graph' as kind, fingerprint, env_key, chip_seconds, {TUNED} as tuned, expected_speedup
             from graph_runs where not opted_out
             union all
-            select 'op', op_fingerprint, env_key, chip_seconds, config_key is not null, expected_speedup
+            select 'op', op_fingerprint, env_key, chip_seconds, {OP_TUNED}, expected_speedup
             from op_runs where not opted_out
         ), per_key as (
             select kind, fingerprint, env_key, sum(chip_seconds) as chip_seconds,

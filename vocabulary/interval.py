@@ -1,12 +1,9 @@
 """A figure with its confidence interval: the one record of a speedup (or of savings) and its
-bounds that every stage shares, and the flat keys that JSON documents and tables hold it under.
-
-It lives here, beside the other records every stage shares (`hlo.errors`), so that the
-execution core and ranking, which import neither each other nor the stages, both use it."""
+bounds that every stage shares, and the flat keys that JSON documents and tables hold it under."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 
@@ -42,3 +39,22 @@ def from_columns(data: Mapping[str, Any], prefix: str = "", estimate: str = "spe
     if data.get(f"{prefix}{estimate}") is None:
         return None
     return Interval(data[f"{prefix}{estimate}"], data[f"{prefix}ci_low"], data[f"{prefix}ci_high"])
+
+
+def as_flat(record: Any, *prefixes: str) -> dict[str, Any]:
+    """A record's fields (a dataclass's, `asdict`) as its JSON form holds them: each interval,
+    the field `{prefix}speedup` for each of `prefixes` (none given: the one `speedup`), as its
+    flat keys (`columns`)."""
+    data = asdict(record)
+    for prefix in prefixes or ("",):
+        data.update(columns(getattr(record, f"{prefix}speedup"), prefix))
+    return data
+
+
+def from_flat(data: Mapping[str, Any], *prefixes: str) -> dict[str, Any]:
+    """The fields `as_flat` wrote into `data`: each interval back in its field (None where its
+    estimate is null or absent), its bounds' keys gone."""
+    prefixes = prefixes or ("",)
+    bounds = {f"{prefix}{bound}" for prefix in prefixes for bound in ("ci_low", "ci_high")}
+    return {**{k: v for k, v in data.items() if k not in bounds},
+            **{f"{prefix}speedup": from_columns(data, prefix) for prefix in prefixes}}

@@ -1,0 +1,158 @@
+"""The vocabulary's enums are the strings the loop wrote before they were enums: what earlier
+versions wrote (Parquet rows, spool lines, journals) reads back as their members, and what is
+written with the members is byte for byte what was written with the strings."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ingest.hits import parse_spool
+from ingest.tables import GRAPH_RUNS, HITS
+from storage.homes import open_home
+from storage.warehouse import TableSchema, Warehouse
+from tuner.tables import TUNING_RESULTS
+from validator import decisions as rules
+from validator.signals import fallbacks, fleet_hits
+from validator.tables import VALIDATIONS
+from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
+from vocabulary.failures import Failure, Fault
+from vocabulary.hits import RAN_TUNED, SERVED, TRIED, HitOutcome, hit_ran_tuned, ran_tuned
+from vocabulary.interval import Interval, as_flat, from_flat
+from vocabulary.tuning import Kind, Verdict
+
+UTC = datetime.UTC
+NOW = datetime.datetime(2026, 11, 20, 12, tzinfo=UTC)
+KEY, OTHER = "ab" * 16, "cd" * 16
+
+# Each closed set as the code before the vocabulary spelled it (tuples, Literals, constants).
+WRITTEN_BEFORE: dict[type[StrEnum], tuple[str, ...]] = {
+    HitOutcome: ("applied", "holdout", "miss", "fallback", "refused", "no store", "error"),
+    DecisionOutcome: ("kept", "rekeyed", "invalidated", "expired", "unmeasured"),
+    StoreChange: ("refresh", "remove", "add", "none"),
+    Applied: ("applied", "stale"),
+    Kind: ("graph", "op", "kernels"),
+    Verdict: ("accepted", "no significant gain", "numerics differ", "verification failed",
+              "default fails"),
+    Fault: ("error", "crash", "oom", "timeout"),
+    Failure: ("default_fails", "candidate_fails", "worker_error", "worker_crash", "worker_oom",
+              "worker_timeout"),
+}
+
+
+def test_each_closed_set_is_the_strings_written_before_and_json_holds_them_as_they_were():
+    for enum, strings in WRITTEN_BEFORE.items():
+        assert tuple(enum) == strings, enum  # members equal their strings, in the old order
+        assert [enum(s) for s in strings] == list(enum)
+        assert json.dumps({m: m for m in enum}) == json.dumps({s: s for s in strings})
+    assert (RAN_TUNED, TRIED, SERVED) == (("applied",), ("applied", "fallback"), ("applied", "holdout"))
+    assert [Failure.of_fault(f) for f in Fault] == ["worker_error", "worker_crash", "worker_oom", "worker_timeout"]
+    assert [f.died for f in Fault] == [False, True, True, True]
+
+
+def _hit_line(outcome: str, key: str, minutes: int) -> str:
+    """A spool line as the hook wrote it before its outcome was an enum."""
+    return json.dumps({"at": (NOW - datetime.timedelta(minutes=minutes)).isoformat(), "job_id": "job-1",
+                       "key": key, "fingerprint": "f" * 32, "env_key": "e" * 32, "module_name": "m",
+                       "outcome": outcome, "kind": "graph", "config_version": 3,
+                       "config": "{}" if outcome in ("applied", "fallback") else None,
+                       "reason": "tuned compile failed: x" if outcome == "fallback" else None,
+                       "hook_seconds": 0.01, "compile_seconds": 1.5})
+
+
+def test_hits_and_runs_written_before_read_as_outcomes_and_ran_tuned_counts_what_it_counted(tmp_path):
+    home = open_home(tmp_path)
+    lines = [_hit_line(outcome, KEY if outcome in ("applied", "fallback") else OTHER, i)
+             for i, outcome in enumerate(WRITTEN_BEFORE[HitOutcome])]
+    good, bad, reasons = parse_spool("host-1-0.jsonl", ("\n".join(lines) + "\n").encode())
+    assert not bad and not reasons and len(good) == 6
+    warehouse = Warehouse(home)
+    warehouse.append(HITS, pa.Table.from_pylist(good, HITS.schema), "hits-old")
+    runs = [{"dt": NOW.date(), "job_id": f"job-{i}", "team": "t", "fingerprint": "f" * 32,
+             "env_key": "e" * 32, "device_kind": "cpu", "compiler_version": "jaxlib-old", "chips": 1,
+             "executions": 10, "chip_seconds": 2.0, "opted_out": False, "config_key": key,
+             "config_version": 3 if key else None, "expected_speedup": 1.2 if key else None,
+             "holdout": holdout}
+            for i, (key, holdout) in enumerate([(KEY, False), (KEY, True), (KEY, None), (None, None)])]
+    warehouse.append(GRAPH_RUNS, pa.Table.from_pylist(runs, GRAPH_RUNS.schema), "runs-old")
+
+    hits = warehouse.read(HITS).sort_by([("at", "descending")])
+    assert [HitOutcome(o) for o in hits.column("outcome").to_pylist()] == list(HitOutcome)
+    assert hit_ran_tuned(hits).to_pylist() == [True, False, False, False, False, False]
+    # A holdout run (true) ran the defaults; a run that names its entry without saying ran it.
+    assert ran_tuned(warehouse.read(GRAPH_RUNS).sort_by("job_id")).to_pylist() == [True, False, True, False]
+    # The validator's signals read them as before: the applied compile and two tuned runs are
+    # hits of KEY; the fallback is its fallback.
+    assert fleet_hits(home, NOW) == {KEY: 3}
+    assert [f.reason for f in fallbacks(home)[KEY]] == ["tuned compile failed: x"]
+
+
+def _decision_json() -> dict:
+    """A decision as the validator's journal held it before its outcome and change were enums."""
+    return {"key": KEY, "fingerprint": "f" * 32, "env_key": "e" * 32, "kind": "graph", "config": "{}",
+            "source": None, "outcome": "kept", "reason": "still faster", "change": "refresh",
+            "toolchain": "default", "compiler_version": "jaxlib-old", "fleet_hits": 4, "age_days": 3.0,
+            "decided_at": NOW.isoformat(), "origin_at": NOW.isoformat(), "entry_measured_at": NOW.isoformat(),
+            "entry_expires_at": NOW.isoformat(), "expires_at": NOW.isoformat(),
+            "speedup": 1.2, "ci_low": 1.1, "ci_high": 1.3, "numerics_ok": True}
+
+
+def _parquet(rows: list[dict], schema: pa.Schema) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema), sink)
+    return sink.getvalue()
+
+
+def test_a_journaled_decision_reads_as_members_and_its_audit_row_is_the_bytes_it_was():
+    written = _decision_json()
+    decision = rules.Decision.from_json(written)
+    assert decision.outcome is DecisionOutcome.KEPT and decision.change is StoreChange.REFRESH
+    assert json.dumps(decision.to_json()) == json.dumps(rules.Decision.from_json(decision.to_json()).to_json())
+    assert {k: decision.to_json()[k] for k in ("outcome", "change")} == {"outcome": "kept", "change": "refresh"}
+    row = rules.audit_row(decision, "run-1", 7, Applied.APPLIED)
+    as_strings = {**row, "outcome": "kept"}
+    assert _parquet([row], VALIDATIONS.schema) == _parquet([as_strings], VALIDATIONS.schema)
+    assert "not applied" in rules.audit_row(decision, "run-1", 7, Applied("stale"))["reason"]
+
+
+def test_tuning_results_written_before_read_as_kinds_and_verdicts(tmp_path):
+    warehouse = Warehouse(tmp_path)
+    rows = [{"dt": NOW.date(), "task_id": f"t{i}", "kind": kind, "fingerprint": "f" * 32, "env_key": "e",
+             "strategy": "evolution", "config": "{}", "compiler_version": "jaxlib-old", "accepted": False,
+             "status": status, "evaluations": 3, "measured": 2}
+            for i, (kind, status) in enumerate([("graph", "accepted"), ("op", "no significant gain"),
+                                                ("kernels", "default fails: does not compile: x")])]
+    # Rows as earlier versions wrote them: the status a string (a verdict, or a verdict, a colon
+    # and the reason), beside `accepted`, in a file of schema version 1.
+    old = TableSchema(TUNING_RESULTS.name, 1, TUNING_RESULTS.schema)
+    warehouse.append(old, pa.Table.from_pylist(rows, old.schema), "task-old")
+    read = warehouse.read(TUNING_RESULTS).sort_by("task_id").to_pylist()
+    assert [Kind(r["kind"]) for r in read] == [Kind.GRAPH, Kind.OP, Kind.KERNELS]
+    assert [Verdict.parse(r["status"]) for r in read] == [
+        (Verdict.ACCEPTED, ""), (Verdict.NO_GAIN, ""), (Verdict.DEFAULT_FAILS, "does not compile: x")]
+
+
+@dataclass(frozen=True)
+class _Figures:
+    name: str
+    speedup: Interval | None
+    fleet_speedup: Interval | None = None
+
+
+def test_a_records_intervals_travel_as_flat_keys_and_come_back_whole():
+    figures = _Figures("a", Interval(1.2, 1.1, 1.3), None)
+    flat = as_flat(figures, "", "fleet_")
+    assert flat == {"name": "a", "speedup": 1.2, "ci_low": 1.1, "ci_high": 1.3,
+                    "fleet_speedup": None, "fleet_ci_low": None, "fleet_ci_high": None}
+    assert _Figures(**from_flat(json.loads(json.dumps(flat)), "", "fleet_")) == figures
+    # Without prefixes, the one `speedup`; another interval stays a field as `asdict` has it.
+    both = _Figures("a", None, Interval(0.9, 0.8, 1.0))
+    assert as_flat(both) == {"name": "a", "speedup": None, "ci_low": None, "ci_high": None,
+                             "fleet_speedup": {"estimate": 0.9, "low": 0.8, "high": 1.0}}
+    assert from_flat({"name": "b"}) == {"name": "b", "speedup": None}  # written before it had one

@@ -1,0 +1,31 @@
+"""What kind of value a compiler flag takes (`FlagType`) and how it reaches XLA (`Channel`): the
+closed sets of `execution.flags.FlagSpec`, which the tuner's spaces and the store's checks read."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class FlagType(StrEnum):
+    """A flag's value type. REPEATED_ENUM: a list of enum names; PLACEMENT: the backend one
+    fusion type is routed to (`execution.flags`, library routing)."""
+
+    BOOL = "bool"
+    INT = "int"
+    FLOAT = "float"
+    ENUM = "enum"
+    REPEATED_ENUM = "repeated_enum"
+    STRING = "string"
+    PLACEMENT = "placement"
+
+
+class Channel(StrEnum):
+    """How a flag reaches XLA (`execution.flags.to_xla`): OPTION, a compile-option override of
+    DebugOptions; BACKEND_EXTRA, an entry of DebugOptions' backend extra options map;
+    PLACEMENT, a move that becomes the library routing lists; BUILD_OPTION, a field of the
+    ExecutableBuildOptions."""
+
+    OPTION = "option"
+    BACKEND_EXTRA = "backend_extra"
+    PLACEMENT = "placement"
+    BUILD_OPTION = "build_option"
