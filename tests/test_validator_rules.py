@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from delivery.store import Store
-from execution.evaluate import CANDIDATE_FAILS, EvaluationResult, failed_result
+from execution.evaluate import EvaluationResult, failed_result
 from execution.numerics import OutputCheck
 from hlo.environment import Environment, GpuDescription, Partitioning, gpu_environment, store_key
 from ingest.tables import GRAPHS, HITS, partitioning_text
@@ -26,6 +26,7 @@ from validator.tables import VALIDATIONS
 from validator.toolchains import Toolchain
 from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
 from vocabulary.interval import Interval
+from vocabulary.failures import Failure
 
 UTC = datetime.UTC
 NOW = datetime.datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -289,7 +290,7 @@ def test_a_relaxed_config_is_decided_by_the_strict_ones_rules_and_a_failed_measu
     assert outcome(result(1.9, 1.7, 2.1, numerics_ok=False)) == "invalidated"
     assert outcome(result(1.9, 1.7, 2.1), False) == "rekeyed"
     assert outcome(result(1.05, 0.95, 1.2), False) == "invalidated"
-    failed = failed_result(CANDIDATE_FAILS, "candidate config does not compile")
+    failed = failed_result(Failure.CANDIDATE_FAILS, "candidate config does not compile")
     assert rules.relaxed_outcome(failed, True, "new", BAND) == (
         "invalidated", "candidate config does not compile on new")
 
@@ -311,10 +312,10 @@ def test_a_kept_entry_refreshes_its_relaxed_config_or_drops_it_keeping_its_stric
     assert by_key(rules.apply([kept], table(row))[0])[row.key].relaxed_speedup == 1.8
     # Decided on one relaxed config: an entry whose relaxed config changed since is left alone.
     other = dataclasses.replace(row, relaxed_config=json.dumps({"xla_cpu_enable_fast_min_max": True}))
-    assert rules.apply([slower], table(other))[1] == [rules.STALE]
+    assert rules.apply([slower], table(other))[1] == [Applied.STALE]
     # Journaled and audited with its figure.
     assert Decision.from_json(json.loads(json.dumps(faster.to_json()))) == faster
-    audit = rules.audit_row(faster, "run-1", 7, rules.APPLIED)
+    audit = rules.audit_row(faster, "run-1", 7, Applied.APPLIED)
     assert (audit["relaxed_config"], audit["relaxed_outcome"]) == (RELAXED, "kept")
     assert (audit["relaxed_speedup"], audit["relaxed_ci_low"], audit["relaxed_ci_high"]) == (1.9, 1.7, 2.1)
     assert pa.Table.from_pylist([audit], VALIDATIONS.schema).num_rows == 1
@@ -323,7 +324,7 @@ def test_a_kept_entry_refreshes_its_relaxed_config_or_drops_it_keeping_its_stric
 def test_audit_rows_landed_before_the_relaxed_columns_still_read(tmp_path):
     from storage.warehouse import TableSchema
 
-    row = rules.audit_row(measured(entry(1), result(1.4, 1.2, 1.6)), "run-0", 3, rules.APPLIED)
+    row = rules.audit_row(measured(entry(1), result(1.4, 1.2, 1.6)), "run-0", 3, Applied.APPLIED)
     version_5 = TableSchema(VALIDATIONS.name, 5, pa.schema([f for f in VALIDATIONS.schema
                                                             if not f.name.startswith("relaxed_")]))
     Warehouse(tmp_path).append(version_5, pa.Table.from_pylist([row], version_5.schema), "run-0")

@@ -71,7 +71,7 @@ def test_hits_and_runs_written_before_read_as_outcomes_and_ran_tuned_counts_what
     lines = [_hit_line(outcome, KEY if outcome in ("applied", "fallback") else OTHER, i)
              for i, outcome in enumerate(WRITTEN_BEFORE[HitOutcome])]
     good, bad, reasons = parse_spool("host-1-0.jsonl", ("\n".join(lines) + "\n").encode())
-    assert not bad and not reasons and len(good) == 6
+    assert not bad and not reasons and len(good) == len(WRITTEN_BEFORE[HitOutcome])
     warehouse = Warehouse(home)
     warehouse.append(HITS, pa.Table.from_pylist(good, HITS.schema), "hits-old")
     runs = [{"dt": NOW.date(), "job_id": f"job-{i}", "team": "t", "fingerprint": "f" * 32,
@@ -84,7 +84,7 @@ def test_hits_and_runs_written_before_read_as_outcomes_and_ran_tuned_counts_what
 
     hits = warehouse.read(HITS).sort_by([("at", "descending")])
     assert [HitOutcome(o) for o in hits.column("outcome").to_pylist()] == list(HitOutcome)
-    assert hit_ran_tuned(hits).to_pylist() == [True, False, False, False, False, False]
+    assert hit_ran_tuned(hits).to_pylist() == [o is HitOutcome.APPLIED for o in HitOutcome]
     # A holdout run (true) ran the defaults; a run that names its entry without saying ran it.
     assert ran_tuned(warehouse.read(GRAPH_RUNS).sort_by("job_id")).to_pylist() == [True, False, True, False]
     # The validator's signals read them as before: the applied compile and two tuned runs are
