@@ -32,9 +32,11 @@ from hlo.environment import Partitioning
 from hlo.module import HloModule, from_text
 from hlo.proto import ShapeProto, build_messages
 
-# How far a per-device speedup may be from the whole program's, as measured on the zoo's sharded
-# workloads (docs/sharded.md): a per-device win must clear it to be delivered.
-PER_DEVICE_ERROR = 0.05
+# How far a per-device speedup may overstate the whole program's: the 90th percentile of the
+# overstatement over every single move of the zoo's sharded workloads (0.112, 47 moves of three
+# workloads; benchmarks/bench_sharded.py, docs/sharded.md#figures). A per-device win must clear
+# it to be delivered, so that the whole program loses nothing 9 times in 10.
+PER_DEVICE_ERROR = 0.11
 # The pass after which XLA's dump holds the per-device program (xla/service/spmd).
 PARTITIONER_PASS = "spmd-partitioning"
 _TUPLE = 13  # xla.PrimitiveType.TUPLE
