@@ -396,7 +396,7 @@ class Hook:
         try:
             plan.found = self.source.lookup(plan.key)
         except NoStore as exc:  # a fresh home: nothing is wrong, nothing is tuned yet
-            plan.outcome, plan.reason = "no store", str(exc)
+            plan.outcome, plan.reason = HitOutcome.NO_STORE, str(exc)
             self._warn(f"{exc}; compiling with the defaults", "store")
             return plan
         except StoreUnavailable as exc:
