@@ -72,7 +72,6 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
-import execution
 import tuner
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores

@@ -47,7 +47,7 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from execution.evaluate import evaluate_independently, per_device_program  # noqa: E402
+from execution.evaluate import evaluate_independently  # noqa: E402
 from execution.flags import CompilerConfig  # noqa: E402
 from execution.sharded import MeasureMode, Placement  # noqa: E402
 from hlo.module import HloModule, from_lowered  # noqa: E402

@@ -25,6 +25,17 @@ def fdo(home: Path, *args: str, env: dict | None = None, timeout: float = 600) -
                           env={**os.environ, **(env or {})})
 
 
+def store_of_another_job(home: Path, config: dict) -> None:
+    """Make `home` and publish a store whose one entry (`config`) is no job's key: a job's
+    look-ups there find a store and miss."""
+    home.mkdir(parents=True, exist_ok=True)
+    unrelated = {"fingerprint": "0" * 32, "env_key": "0" * 32, "kind": "graph", "config": config,
+                 "speedup": 1.1}
+    (home / "unrelated.jsonl").write_text(json.dumps(unrelated) + "\n")
+    result = fdo(home, "store", "import", str(home / "unrelated.jsonl"))
+    assert result.returncode == 0, result.stderr
+
+
 _HANDED_OUT: set[int] = set()
 
 

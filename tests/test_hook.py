@@ -24,7 +24,7 @@ from hlo.environment import store_key
 from hlo.fingerprint import fingerprint_module
 from hlo.module import load_file
 from storage.store import ENTRIES
-from tests.serving import fdo, running_server
+from tests.serving import fdo, running_server, store_of_another_job
 
 JOB = str(Path(__file__).with_name("hook_job.py"))
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": []}  # observable: no ynn_fusion in the module
@@ -58,11 +58,7 @@ def import_configs(home: Path, records: list[dict], config: dict, speedup: float
 def baseline(tmp_path_factory):
     """A home whose store holds no entry for the job, and the job's default run in it."""
     home = tmp_path_factory.mktemp("hook") / "home"
-    home.mkdir()
-    unrelated = {"fingerprint": "0" * 32, "env_key": "0" * 32, "kind": "graph", "config": NO_YNN,
-                 "speedup": 1.1}
-    (home / "unrelated.jsonl").write_text(json.dumps(unrelated) + "\n")
-    assert fdo(home, "store", "import", str(home / "unrelated.jsonl")).returncode == 0
+    store_of_another_job(home, NO_YNN)
     output, _ = run_job(home, "--job-id", "default")
     records = hits(home, "default")
     return home, output, records

@@ -16,7 +16,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -27,7 +26,7 @@ from delivery.sandbox import CHECKED_DIR, mark_name
 from delivery.store import Store, merge_entries
 from ingest.hits import holdout_arm
 from storage.store import Provenance, StoreEntry
-from tests.serving import fdo, free_port
+from tests.serving import free_port, store_of_another_job
 from vocabulary.hits import HitOutcome
 
 JOB = str(Path(__file__).with_name("two_process_job.py"))
@@ -132,11 +131,7 @@ def assert_one_program(first: Process, second: Process) -> None:
 def baseline(tmp_path_factory):
     """A home whose store holds no entry for the job, and a default two-process run in it."""
     home = tmp_path_factory.mktemp("multiprocess") / "home"
-    home.mkdir()
-    unrelated = {"fingerprint": "0" * 32, "env_key": "0" * 32, "kind": "graph", "config": NO_YNN,
-                 "speedup": 1.1}
-    (home / "unrelated.jsonl").write_text(json.dumps(unrelated) + "\n")
-    assert fdo(home, "store", "import", str(home / "unrelated.jsonl")).returncode == 0
+    store_of_another_job(home, NO_YNN)
     first, second = launch(home, "--job-id", "baseline")
     return home, first, second
 
