@@ -3,6 +3,7 @@ mode on N host devices, the per-device program, and how a graph's mode is chosen
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -18,6 +19,10 @@ from hlo.environment import (Environment, Partitioning, environment_from_json, p
 from hlo.module import from_lowered, from_text
 from pipelines.cli import main
 from tests import worker_tasks
+from storage.homes import open_home
+from tuner.kinds import make_target
+from tuner.tune import TuneSettings, finished_result, graph_subject, tune_module
+from vocabulary.tuning import Kind, Verdict
 from workloads.zoo.sharded import get_sharded, sharded_workloads
 
 QUICK = MeasureSettings(max_seconds=4, max_pairs=120)
@@ -131,6 +136,22 @@ def test_the_per_device_program_has_per_device_shapes_and_no_collective():
     assert "f32[128,784]" in text and "f32[512,784]" not in text
     result = evaluate(local, {}, settings=QUICK)
     assert result.error is None and result.numerics_ok
+
+
+@pytest.mark.xla
+@pytest.mark.subprocess
+def test_a_graph_without_a_per_device_program_ends_its_task_as_default_fails(tmp_path):
+    # mlp-dp4's shardings name 4 devices; partitioned for 3, XLA refuses it. The task must end
+    # with the reason, not raise out of the tune stage.
+    workload = get_sharded("mlp-dp4")
+    module = from_lowered(workload.lower())
+    three = dataclasses.replace(workload.partitioning(), partitions=3, mesh=(("data", 3),))
+    placement = Placement(MeasureMode.PER_DEVICE, three)
+    assert "no per-device program" in make_target(Kind.GRAPH, graph_subject(module, placement)).unmeasurable
+    result = tune_module(module, tmp_path, TuneSettings(budget_evals=2), placement=placement)
+    assert result.status is Verdict.DEFAULT_FAILS and "no per-device program" in result.reason
+    assert not result.accepted and result.evaluations == 0 and result.measure_mode is MeasureMode.PER_DEVICE
+    assert finished_result(open_home(tmp_path), result.task_id) == result  # landed: a rerun does not try again
 
 
 def test_local_stand_ins_keep_each_collectives_shape():
