@@ -31,9 +31,7 @@ from storage.warehouse import Warehouse
 from tasks.records import TaskOutcome, TaskStatus
 from tasks.runner import LocalRunner, Runner
 from tuner.kinds import KINDS
-
 from vocabulary.tuning import Kind
-STAGES = ("ingest", "rank", "tune", "deliver", "validate", "savings")
 
 
 @dataclass(frozen=True)
@@ -287,12 +285,14 @@ def coverage_by_night(home: Home) -> list[NightCoverage]:
             for night, (date, figure) in enumerate(sorted(recorded.items()), start=1)]
 
 
-# Each stage's function: (home, settings, progress, runner) -> its counts; the runner runs the
-# tasks of the stages that have some (tune, validate).
+# The one table of the nightly stages, in the order a run takes them: each stage's name and its
+# function, (home, settings, progress, runner) -> its counts (the runner runs the tasks of the
+# stages that have some: tune, validate).
 _STAGE_FUNCTIONS: dict[str, Callable[[Home, NightlySettings, bool, Runner], dict[str, Any]]] = {
     "ingest": _ingest, "rank": _rank, "tune": _tune, "deliver": _deliver, "validate": _validate,
     "savings": _savings,
 }
+STAGES = tuple(_STAGE_FUNCTIONS)
 
 
 def _ledger(home: Home, date: datetime.date) -> dict[str, list[StageStatus]]:

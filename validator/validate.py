@@ -41,7 +41,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 from delivery.store import DEFAULT_TTL, Store
 from execution.autotune_results import AutotuneResults
@@ -122,11 +122,14 @@ class RunReport:
                 "resumed": self.resumed}
 
 
-# Measures queued entries (each as `measure` does) until a deadline (time.time(); None: no
-# deadline) and yields each decision as it comes, in any order; an entry it leaves out (out of
-# time, no machine to measure it) is deferred to the next run. The default measures here, in
-# order (`measure_in_order`); a cluster runner measures on the nodes (`tasks`).
-Measurer = Callable[[list[Queued], Home, Toolchain, ValidateSettings, float | None], Iterable[Decision]]
+class Measurer(Protocol):
+    """Measures queued entries (each as `measure` does) until a deadline (time.time(); None: no
+    deadline) and yields each decision as it comes, in any order; an entry it leaves out (out of
+    time, no machine to measure it) is deferred to the next run. The default measures here, in
+    order (`measure_in_order`); a cluster runner measures on the nodes (`tasks`)."""
+
+    def __call__(self, queue: list[Queued], home: Home, chain: Toolchain, settings: ValidateSettings,
+                 deadline: float | None) -> Iterable[Decision]: ...
 
 
 def validate(home: Home, toolchain: str | None = None,
