@@ -25,6 +25,7 @@ Figures measured with these rules are in docs/ranking.md.
 from __future__ import annotations
 
 import datetime
+import math
 import zlib
 from dataclasses import dataclass
 from enum import StrEnum
@@ -326,9 +327,13 @@ def _interval(speedup: float, holdout: dict[str, np.ndarray], tuned: dict[str, n
             studentized.append((log_h - log_t - log_speedup) / np.sqrt(var_h + var_t))
     t = np.concatenate(studentized)
     # 0/0: a resample that drew every job of each arm alike gives the estimate back; no evidence.
-    t = t[~np.isnan(t)]
-    # Bounded, so that a resampling with next to no spread gives a wide but finite interval.
-    half = min(float(np.quantile(np.abs(t), confidence)) * se, _MAX_LOG_HALF_WIDTH)
+    t = np.abs(t[~np.isnan(t)])
+    # A resample that drew one job for every draw of each arm has no spread: its t is infinite
+    # (with 3 jobs an arm, 1 resample in 81). The quantile is taken, not interpolated, since
+    # interpolating between two infinite t's is NaN; bounded, so that the interval is wide but
+    # finite.
+    quantile = float(np.quantile(t, confidence, method="higher")) if t.size else math.inf
+    half = min(quantile * se, _MAX_LOG_HALF_WIDTH)
     return Interval(speedup, float(np.exp(log_speedup - half)), float(np.exp(log_speedup + half)))
 
 
