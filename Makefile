@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test quick bench gpu-wheels clean
+.PHONY: venv demo test quick lint bench gpu-wheels clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ test: $(STAMP)
 # The pure-logic tests: no XLA compile, no process started, no browser, none slow.
 quick: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not (slow or xla or subprocess or browser)"
+
+# The type checker over the production packages, then the linter and import order
+# (configuration: pyproject.toml's [tool.mypy] and [tool.ruff]); what CI runs before the tests.
+lint: $(STAMP)
+	$(BIN)/mypy
+	$(BIN)/ruff check .
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_hook.py
