@@ -15,7 +15,7 @@ MLP's optimized LLVM IR from 25,310 to 10,192 bytes, and the zoo's mlp-s's machi
 (`object_code`) from 59,624 to 45,736 bytes.
 
 XLA:GPU's per-fusion autotune results reach a compile through a third channel, a directory
-(`execution.autotune_results.Delivery`): `compile_module` with `results` writes them into a
+(`execution.autotune.delivery.Delivery`): `compile_module` with `results` writes them into a
 directory of the process's own for that one compile, points XLA at it and has XLA dump the
 compile's results there, and the `Compiled` says what XLA did with them (`AutotuneOutcome`).
 """
@@ -32,8 +32,8 @@ from typing import Any
 
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
-from execution.autotune_results import (AutotuneOutcome, AutotuneResults, Delivery,
-                                        process_directory)
+from execution.autotune.delivery import AutotuneOutcome, Delivery, process_directory
+from execution.autotune.results import AutotuneResults
 from execution.flags import (BUILD_OPTIONS, FLAGS, FUSION_TYPE_PREFIX, LIBRARY_FLAGS,
                              PLACEMENT_PREFIX, CompilerConfig, FlagSpec, enum_of_number, to_xla)
 from execution.sharded import base_options, devices_for

@@ -17,7 +17,7 @@ run), nothing can be timed; the candidate is still tried, and if it runs the mod
 numerics are checked against `REFERENCE_CONFIG`, the default with every fusion type routed to
 XLA's own emitters instead of a library.
 
-Autotune results (XLA:GPU's per-fusion kernel configs, `execution.autotune_results`) are
+Autotune results (XLA:GPU's per-fusion kernel configs, `execution.autotune`) are
 evaluated in two steps that the kernels tuner and the validator share: `compile_with_results`
 compiles the module with them delivered, once, in a fresh worker of its own, and says what XLA
 did with them; `evaluate_built` times that executable against the default in fresh workers.
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, TypeVar
 
 from execution import session
-from execution.autotune_results import AutotuneResults
+from execution.autotune.results import AutotuneResults
 from execution.compile import CompileError
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
