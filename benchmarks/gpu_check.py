@@ -715,7 +715,7 @@ def default_autotuning(plan: Plan, module: HloModule) -> dict[str, Any]:
     """One compile with XLA's default autotuning in a fresh worker's own directory, its results
     dumped: how XLA names and writes its files, and its results (the costliest `plan.kernels`
     of them delivered where the exhaustive search gives none)."""
-    from execution.autotune_results import NO_RESULTS
+    from execution.autotune.results import NO_RESULTS
     from execution.evaluate import compile_with_results
 
     built = compile_with_results(module, NO_RESULTS)
@@ -742,7 +742,7 @@ def delivered_results(plan: Plan, state: State, name: str) -> tuple[Any, str] | 
     """The results run 2 delivers and where they come from: the exhaustive search's, else the
     default autotuning's (the delivery is checked all the same), else (the dry run) results made
     here; or why there are none."""
-    from execution.autotune_results import parse_results
+    from execution.autotune.results import parse_results
 
     if plan.synthetic_results:
         return parse_results(_synthetic_results(state.module(name))), "synthetic (dry run: XLA:CPU autotunes nothing)"
@@ -838,7 +838,7 @@ def measured_with_results(plan: Plan, module: HloModule, results: Any) -> dict[s
 def _synthetic_results(module_path: Path) -> str:
     """Autotune results for the dry run: one per dot of the module's text, as XLA's dump lays
     them out, for a device and key version of the dry run's own."""
-    from execution.autotune_results import parse_results
+    from execution.autotune.results import parse_results
 
     dots = [line.strip() for line in module_path.read_text().splitlines()
             if " dot(" in line or " convolution(" in line][:8]
@@ -878,10 +878,11 @@ def kernel_job(spec: dict[str, Any]) -> dict[str, Any]:
     from jax._src import monitoring
 
     from delivery import hook
-    from execution import autotune_results
+    from execution.autotune import jax_cache, results
+    from execution.autotune.delivery import CACHE_DIR_OPTION
 
     if spec.get("cpu_autotunes"):
-        autotune_results.AUTOTUNING_PLATFORMS = frozenset({GPU_PLATFORM, "cpu"})
+        results.AUTOTUNING_PLATFORMS = frozenset({GPU_PLATFORM, "cpu"})
     hits: list[str] = []
     cache = spec.get("jax_cache")
     if cache:
@@ -889,7 +890,7 @@ def kernel_job(spec: dict[str, Any]) -> dict[str, Any]:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
         monitoring.register_event_listener(
-            lambda event, **_: hits.append(event) if event == autotune_results.CACHE_HIT_EVENT else None)
+            lambda event, **_: hits.append(event) if event == jax_cache.CACHE_HIT_EVENT else None)
     fn, abstract = _workload(spec["workload"]).build()
     home = Path(spec["home"])
     job = f"{KERNEL_JOB}-{os.getpid()}"
@@ -906,7 +907,7 @@ def kernel_job(spec: dict[str, Any]) -> dict[str, Any]:
     answer = {"compile_seconds": seconds, "outcome": last.get("outcome"), "reason": last.get("reason"),
               "hook_compile_seconds": last.get("compile_seconds")}
     if cache:
-        jobs_own = Path(cache) / autotune_results.CACHE_DIR_OPTION  # where JAX points XLA for its cache
+        jobs_own = Path(cache) / CACHE_DIR_OPTION  # where JAX points XLA for its cache
         answer.update(persistent_cache_hits=len(hits),
                       job_dir_files=len(list(jobs_own.glob("*.textproto"))) if jobs_own.exists() else 0)
     return answer

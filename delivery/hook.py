@@ -33,7 +33,7 @@ compile_or_get_cached`; the hook wraps that function. Per compile it:
    options' `xla_backend_extra_options` map, both for this executable only; a flag the job set
    itself stays the job's. JAX's persistent compilation cache keys on the serialized options,
    map included, so it can never hand back an executable built with other flags;
-   an entry's XLA:GPU per-fusion autotune results (execution.autotune_results), checked as
+   an entry's XLA:GPU per-fusion autotune results (execution.autotune), checked as
    XLA's own protos in step 2 (a refused one refuses the entry), are written into a directory
    the hook creates for this compile alone under `$FDO_HOME/cache/autotune/` (never a path
    from the store), XLA is pointed at it for this executable only, and the directory is
@@ -84,8 +84,9 @@ from typing import Any, Callable
 from delivery import job
 from delivery.lookup import ConfigSource, EmbeddedStore, Found, NoStore, RemoteStore, StoreUnavailable
 from delivery.sandbox import CompileJob, SandboxCheck
-from execution.autotune_results import (AutotuneResults, CacheKeyed, Delivery, ResultsError, autotunes,
-                                        job_cache_dir, job_sets_cache_dir, parse_results, persistent_cache_on)
+from execution.autotune.delivery import Delivery, job_cache_dir, job_sets_cache_dir
+from execution.autotune.jax_cache import CacheKeyed, persistent_cache_on
+from execution.autotune.results import AutotuneResults, ResultsError, autotunes, parse_results
 from execution.compile import apply_config, job_build_options, job_partitioning
 from execution.flags import CompilerConfig, FlagError, from_json
 from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, parse_mesh, store_key

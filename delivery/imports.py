@@ -1,7 +1,7 @@
 """Owner-validated configs into the store (CATWILD 5.2): what an import entry is, declared once
 as a pydantic model (`ImportEntry`, which the service's OpenAPI schema shows too), read from a
 JSON-lines file (`fdo store import`) or from the service's `POST /v1/import` body, and made into
-store rows. An entry may carry XLA:GPU per-fusion autotune results (execution.autotune_results),
+store rows. An entry may carry XLA:GPU per-fusion autotune results (execution.autotune.results),
 checked as XLA's own protos on the way in.
 
 A module apart from delivery.store: the compiler hook's embedded look-ups import the store
@@ -20,7 +20,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstrai
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from delivery.store import DEFAULT_TTL, Store, StoreError, merge_entries
-from execution.autotune_results import MAX_RESULTS, ResultsError, parse_results
+from execution.autotune.results import MAX_RESULTS, ResultsError, parse_results
 from execution.flags import FlagError, from_json, to_json
 from hlo.environment import store_key
 from storage.home import Home

@@ -55,7 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from execution.autotune_results import ResultsError, parse_results
+from execution.autotune.results import ResultsError, parse_results
 from execution.flags import FlagError, from_json, to_json
 from ingest.tables import TEAM
 from storage.home import Home
@@ -386,7 +386,7 @@ def _check_config(text: str, where: str) -> str:
 
 
 def check_autotune_results(text: Any, where: str) -> None:
-    """Check `text` as an entry's autotune results (`execution.autotune_results.parse_results`);
+    """Check `text` as an entry's autotune results (`execution.autotune.results.parse_results`);
     StoreError naming `where` and the problem when they are refused."""
     try:
         parse_results(text)

@@ -15,7 +15,7 @@ MLP's optimized LLVM IR from 25,310 to 10,192 bytes, and the zoo's mlp-s's machi
 (`object_code`) from 59,624 to 45,736 bytes.
 
 XLA:GPU's per-fusion autotune results reach a compile through a third channel, a directory
-(`execution.autotune_results.Delivery`): `compile_module` with `results` writes them into a
+(`execution.autotune.delivery.Delivery`): `compile_module` with `results` writes them into a
 directory of the process's own for that one compile, points XLA at it and has XLA dump the
 compile's results there, and the `Compiled` says what XLA did with them (`AutotuneOutcome`).
 """
@@ -32,8 +32,8 @@ from typing import Any
 
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
-from execution.autotune_results import (AutotuneOutcome, AutotuneResults, Delivery,
-                                        process_directory)
+from execution.autotune.delivery import AutotuneOutcome, Delivery, process_directory
+from execution.autotune.results import AutotuneResults
 from execution.flags import (BUILD_OPTIONS, FLAGS, FUSION_TYPE_PREFIX, LIBRARY_FLAGS,
                              PLACEMENT_PREFIX, CompilerConfig, FlagSpec, enum_of_number, to_xla)
 from execution.sharded import base_options, devices_for
@@ -41,9 +41,10 @@ from hlo.environment import Partitioning, xla_flags_options
 from hlo.proto import build_messages
 from vocabulary.flags import Channel, FlagType
 
-# The flags whose defaults the installed compiler's options say (`FlagSpec.field`), by field.
-_OPTION_FLAGS = sorted((spec for spec in FLAGS.values() if spec.field is not None),
-                       key=lambda spec: spec.field)
+# The flags whose defaults the installed compiler's options say: DebugOptions field number
+# (`FlagSpec.field`) -> flag, in field order.
+_OPTION_FLAGS: dict[int, FlagSpec] = dict(sorted(
+    ((spec.field, spec) for spec in FLAGS.values() if spec.field is not None), key=lambda pair: pair[0]))
 # The library fusion types (xla.DebugOptions.LibraryFusionType) jaxlib 0.10.2 declares, for a
 # jaxlib whose binary cannot be read (see `library_fusion_types`).
 _KNOWN_FUSION_TYPES = {1: "DOT", 2: "ELTWISE", 3: "REDUCE", 4: "INDIVIDUAL_DOT",
@@ -52,12 +53,12 @@ _BACKEND_EXTRA_FIELD = 500  # DebugOptions.xla_backend_extra_options, map<string
 _UNSET_BUILD_OPTION = 0  # an effort level's UNKNOWN (jax.CompilerEffortLevel): JAX's default
 
 
-def _field(spec: FlagSpec) -> tuple[str, int, int, int, None]:
-    """The DebugOptions field of an option flag, as `build_messages` declares it."""
+def _field(number: int, spec: FlagSpec) -> tuple[str, int, int, int, None]:
+    """DebugOptions field `number`, option flag `spec`'s, as `build_messages` declares it."""
     type_ = (_F.TYPE_STRING if spec.text_field else _F.TYPE_BOOL if spec.type == FlagType.BOOL
              else _F.TYPE_INT32)
     label = _F.LABEL_REPEATED if spec.type == FlagType.REPEATED_ENUM else _F.LABEL_OPTIONAL
-    return spec.name, spec.field, type_, label, None
+    return spec.name, number, type_, label, None
 
 
 # The part of xla.CompileOptionsProto (xla/pjrt/proto/compile_options.proto) and xla.DebugOptions
@@ -65,7 +66,7 @@ def _field(spec: FlagSpec) -> tuple[str, int, int, int, None]:
 _COMPILE_OPTIONS = build_messages("fdo_compile", {
     "MapEntry": [("key", 1, _F.TYPE_STRING, _F.LABEL_OPTIONAL, None),
                  ("value", 2, _F.TYPE_STRING, _F.LABEL_OPTIONAL, None)],
-    "DebugOptions": [_field(spec) for spec in _OPTION_FLAGS]
+    "DebugOptions": [_field(number, spec) for number, spec in _OPTION_FLAGS.items()]
     + [("xla_backend_extra_options", _BACKEND_EXTRA_FIELD, _F.TYPE_MESSAGE, _F.LABEL_REPEATED,
         ".fdo_compile.MapEntry")],
     "ExecutableBuildOptions": [("debug_options", 3, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL,
@@ -293,7 +294,7 @@ def _compiler_defaults() -> tuple[tuple[str, Any], ...]:
     types = (_KNOWN_FUSION_TYPES if listed <= set(_KNOWN_FUSION_TYPES)
              else library_fusion_types())
     defaults = []
-    for spec in _OPTION_FLAGS:
+    for spec in _OPTION_FLAGS.values():
         value = getattr(debug, spec.name)
         if spec.library:
             value = tuple(types.get(number, str(number)) for number in value)

@@ -17,7 +17,7 @@ run), nothing can be timed; the candidate is still tried, and if it runs the mod
 numerics are checked against `REFERENCE_CONFIG`, the default with every fusion type routed to
 XLA's own emitters instead of a library.
 
-Autotune results (XLA:GPU's per-fusion kernel configs, `execution.autotune_results`) are
+Autotune results (XLA:GPU's per-fusion kernel configs, `execution.autotune`) are
 evaluated in two steps that the kernels tuner and the validator share: `compile_with_results`
 compiles the module with them delivered, once, in a fresh worker of its own, and says what XLA
 did with them; `evaluate_built` times that executable against the default in fresh workers.
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, TypeVar
 
 from execution import session
-from execution.autotune_results import AutotuneResults
+from execution.autotune.results import AutotuneResults
 from execution.compile import CompileError
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
@@ -122,8 +122,8 @@ def prepare_default(worker: Worker, module_proto: bytes, seed: int,
         if not failure.died:
             raise
         raise DefaultFails(f"{failure.kind}: {failure.reason}") from None
-    if prepared.error is not None:
-        raise DefaultFails(prepared.error)
+    if prepared.program is None:  # then `error` says why
+        raise DefaultFails(str(prepared.error))
     return prepared.program
 
 
@@ -214,17 +214,25 @@ def median_of(results: list[EvaluationResult], noise_band: float) -> EvaluationR
     where the failure holds up over them); `speedups` lists each."""
     median = statistics.median
     worst = min(results, key=lambda r: bool(r.numerics_ok))
-    speedup = Interval(median(r.speedup.estimate for r in results),
-                       median(r.speedup.low for r in results),
-                       median(r.speedup.high for r in results))
+    timed = [_timed(r) for r in results]
+    speedup = Interval(median(s.estimate for s, _, _ in timed), median(s.low for s, _, _ in timed),
+                       median(s.high for s, _, _ in timed))
     numerics = pooled([r.judged() for r in results])
     return replace(worst, speedup=speedup, significant=speedup.low > 1.0 + noise_band,
                    **numerics_fields(numerics),
                    pairs=sum(r.pairs for r in results),
-                   default_seconds=median(r.default_seconds for r in results),
-                   candidate_seconds=median(r.candidate_seconds for r in results),
+                   default_seconds=median(d for _, d, _ in timed),
+                   candidate_seconds=median(c for _, _, c in timed),
                    stop_reason="; ".join(r.stop_reason for r in results),
-                   speedups=[r.speedup.estimate for r in results])
+                   speedups=[s.estimate for s, _, _ in timed])
+
+
+def _timed(result: EvaluationResult) -> tuple[Interval, float, float]:
+    """A measured result's speedup and its default's and candidate's seconds; ValueError for a
+    result that timed nothing (an error, an identical program)."""
+    if result.speedup is None or result.default_seconds is None or result.candidate_seconds is None:
+        raise ValueError(f"not a measured result: {result.error or 'nothing was timed'}")
+    return result.speedup, result.default_seconds, result.candidate_seconds
 
 
 def failed_result(failure: Failure, error: str,
@@ -252,7 +260,7 @@ def run_evaluation(
     if base.error is not None:
         return _without_default(module_proto, candidate, default, seed, base.error, partitioning)
     tuned = session.compile_serialized(module_proto, config, partitioning=partitioning)
-    if tuned.error is not None:
+    if tuned.executable is None:  # then `error` says why
         return failed_result(Failure.CANDIDATE_FAILS, f"candidate config {tuned.error}")
     if tuned.program == base.program and candidate:  # an empty candidate is an A/A check
         return identical_result(tuned.compile_seconds, base.compile_seconds)
@@ -364,7 +372,9 @@ def measured_result(timed: session.Timed, compile_seconds: float | None,
                     default_compile_seconds: float | None) -> EvaluationResult:
     """The result of a candidate timed in a worker (`session.measure_serialized`, no error),
     compiled in `compile_seconds` and its baseline in `default_compile_seconds`."""
-    measured = timed.measurement
+    measured, numerics = timed.measurement, timed.numerics
+    if measured is None or numerics is None:
+        raise ValueError(f"a run that failed is no measured result: {timed.error}")
     return EvaluationResult(
         speedup=measured.speedup,
         significant=measured.significant,
@@ -375,7 +385,7 @@ def measured_result(timed: session.Timed, compile_seconds: float | None,
         default_seconds=measured.default_seconds,
         candidate_seconds=measured.candidate_seconds,
         stop_reason=measured.stop_reason,
-        **numerics_fields(timed.numerics),
+        **numerics_fields(numerics),
     )
 
 

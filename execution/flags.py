@@ -49,7 +49,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Callable, Union
+from collections.abc import Mapping
+from typing import Any, Callable, Union
 
 from hlo.environment import SIDE_EFFECT_FLAG_PARTS
 from vocabulary.flags import Channel, FlagType
@@ -327,14 +328,23 @@ def _enum_name(spec: FlagSpec, raw: str) -> str:
 def default_backends(fusion_type: str, defaults: CompilerConfig) -> frozenset[str]:
     """The libraries the compiler's `defaults` route `fusion_type` to (empty: XLA's emitters)."""
     return frozenset(library for library, flag in LIBRARY_FLAGS.items()
-                     if fusion_type in defaults.get(flag, ()))
+                     if fusion_type in listed(defaults, flag))
+
+
+def listed(config: CompilerConfig, flag: str) -> tuple[str, ...]:
+    """The enum values repeated-enum flag `flag` holds in `config` (none where it is unset);
+    FlagError where `config` gives it another kind of value."""
+    value = config.get(flag, ())
+    if not isinstance(value, tuple):
+        raise FlagError(f"{flag}: {value!r} is not a list of enum values")
+    return value
 
 
 def routing(config: CompilerConfig, defaults: CompilerConfig) -> dict[str, tuple[str, ...]]:
     """The three library lists a config compiles with: its own lists where it sets them, else the
     compiler's `defaults`, with each placement move applied (the type out of every list, then
     into its backend's). Lists are sorted: their order means nothing to XLA."""
-    lists = {flag: set(config.get(flag, defaults.get(flag, ()))) for flag in LIBRARY_FLAGS.values()}
+    lists = {flag: set(listed(config if flag in config else defaults, flag)) for flag in LIBRARY_FLAGS.values()}
     for name, backend in config.items():
         fusion_type = fusion_type_of(name)
         if fusion_type is None:
@@ -354,7 +364,7 @@ def as_flags(config: CompilerConfig, defaults: CompilerConfig) -> CompilerConfig
     flags = {name: value for name, value in config.items()
              if not name.startswith(PLACEMENT_PREFIX) and name not in LIBRARY_FLAGS.values()}
     for flag, members in routing(config, defaults).items():
-        if set(members) != set(defaults.get(flag, ())):
+        if set(members) != set(listed(defaults, flag)):
             flags[flag] = members
     return flags
 
@@ -368,7 +378,7 @@ def as_placement(config: CompilerConfig, defaults: CompilerConfig) -> CompilerCo
     lists = routing(config, defaults)
     moves: CompilerConfig = {}
     for fusion_type in sorted({t for members in lists.values() for t in members}
-                              | {t for flag in LIBRARY_FLAGS.values() for t in defaults.get(flag, ())}):
+                              | {t for flag in LIBRARY_FLAGS.values() for t in listed(defaults, flag)}):
         backends = {library for library, flag in LIBRARY_FLAGS.items() if fusion_type in lists[flag]}
         if len(backends) > 1:
             return dict(config)
@@ -489,7 +499,7 @@ def codegen_values(config: CompilerConfig) -> tuple[tuple[str, FlagValue], ...]:
     return tuple(
         (name, value)
         for name, value in sorted(config.items())
-        if spec_of(name) is None or spec_of(name).codegen  # undeclared: it may affect codegen
+        if (spec := spec_of(name)) is None or spec.codegen  # undeclared: it may affect codegen
     )
 
 
@@ -497,7 +507,7 @@ def unseen_values(config: CompilerConfig) -> tuple[tuple[str, FlagValue], ...]:
     """The config's flags that change the program where neither its optimized HLO's
     fingerprint nor its machine code shows it (`FlagSpec.unseen`)."""
     return tuple((name, value) for name, value in sorted(config.items())
-                 if spec_of(name) is not None and spec_of(name).unseen)
+                 if (spec := spec_of(name)) is not None and spec.unseen)
 
 
 def to_json(config: CompilerConfig) -> dict[str, object]:
@@ -637,7 +647,7 @@ def _shown(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def config_from_json(data: dict[str, object]) -> CompilerConfig:
+def config_from_json(data: Mapping[str, Any]) -> CompilerConfig:
     """A config as this project's own files hold it (journals, results): JSON lists back to
     tuples, nothing checked (these were checked on the way in)."""
     return {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}

@@ -167,9 +167,9 @@ def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSe
         half_width = (interval.high - interval.low) / 2.0
         tight = half_width <= settings.target_half_width * interval.estimate
         # A tight interval across the noise band decides nothing: a small gain needs more pairs.
-        decided = (interval.low > 1.0 + settings.noise_band
-                   or interval.high < 1.0 + settings.noise_band)
-        if tight and decided:
+        conclusive = (interval.low > 1.0 + settings.noise_band
+                      or interval.high < 1.0 + settings.noise_band)
+        if tight and conclusive:
             stop_reason = "interval tight"
             break
         # Not on the first batches: a short burst of load can make a few pairs look one-sided.

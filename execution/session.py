@@ -13,7 +13,7 @@ execute worker) and reuses the result for every other config that yields it. A c
 candidates (in a fresh worker: `keep_serialized` the baseline, then `measure_serialized`) loads
 both as compiled, compiling neither again.
 
-Autotune results (XLA:GPU's, `execution.autotune_results`) are a candidate too: compiled with
+Autotune results (XLA:GPU's, `execution.autotune`) are a candidate too: compiled with
 them delivered (`compile_serialized`'s `results`), the `Built` says what XLA did with them. XLA
 keeps a process's autotune results in memory and looks there before the directory, so such a
 compile runs in a fresh worker, which neither compiled the module before nor compiles its
@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from execution.autotune_results import (EXHAUSTIVE_FLAG, NO_RESULTS, AutotuneOutcome,
-                                        AutotuneResults)
+from execution.autotune.delivery import EXHAUSTIVE_FLAG, AutotuneOutcome
+from execution.autotune.results import NO_RESULTS, AutotuneResults
 from execution.compile import (CompileError, compile_module, compile_options,
                                compiler_defaults, elf_objects, object_code)
 from execution.flags import CompilerConfig, codegen_values, unseen_values, without_defaults

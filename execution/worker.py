@@ -39,6 +39,7 @@ import sys
 import threading
 import traceback
 from contextlib import contextmanager
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
@@ -124,23 +125,22 @@ class Worker:
         # JAX's platform for the worker (JAX_PLATFORMS), where it must not be the caller's: a
         # sharded module's partitioning runs on host devices whatever the machine's accelerator.
         self._platform = {"JAX_PLATFORMS": platform} if platform else {}
-        self._process: subprocess.Popen[bytes] | None = None
-        self._connection: Connection | None = None
+        self._running: _Running | None = None
 
     def call(self, function: Callable[..., T], timeout: float = DEFAULT_TIMEOUT,
              **kwargs: Any) -> T:
         """Run `function(**kwargs)` in the worker; its result, or WorkerFailure. `function` is
         a module-level function of an importable module (the worker imports it there)."""
         module_name, qualified_name = _importable(function)
-        self._ensure_started()
-        self._connection.send((module_name, qualified_name, kwargs))
-        if not self._connection.poll(timeout):
+        running = self._ensure_started()
+        running.connection.send((module_name, qualified_name, kwargs))
+        if not running.connection.poll(timeout):
             self._kill()
             raise WorkerFailure(Fault.TIMEOUT, f"{module_name}.{qualified_name} ran past {timeout:.0f} s")
         try:
-            status, payload = self._connection.recv()
+            status, payload = running.connection.recv()
         except (EOFError, ConnectionResetError):
-            raise WorkerFailure(Fault.CRASH, self._death_reason()) from None
+            raise WorkerFailure(Fault.CRASH, self._death_reason(running.process)) from None
         if status != "ok":
             raise WorkerFailure(Fault(status), payload)
         return payload
@@ -153,20 +153,21 @@ class Worker:
 
     def close(self) -> None:
         """Stop the worker (it exits when its pipe closes)."""
-        if self._process is not None:
-            self._connection.close()
+        if self._running is not None:
+            self._running.connection.close()
             try:
-                self._process.wait(timeout=10)
+                self._running.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self._kill()
-            self._process = None
+            self._running = None
 
-    def _ensure_started(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            return
+    def _ensure_started(self) -> _Running:
+        """The worker's process and pipe, a fresh process where none runs."""
+        if self._running is not None and self._running.process.poll() is None:
+            return self._running
         parent, child = socket.socketpair()
         try:
-            self._process = subprocess.Popen(
+            process = subprocess.Popen(
                 [self._python, "-m", "execution.worker", str(child.fileno()),
                  str(self._memory_limit), _core_list(self._cores),
                  _core_list(self._backend_cores)],
@@ -181,15 +182,16 @@ class Worker:
                                 f"cannot start a worker with {self._python}: {exc}") from None
         finally:
             child.close()
-        self._connection = Connection(parent.detach())
+        self._running = _Running(process, Connection(parent.detach()))
+        return self._running
 
-    def _death_reason(self) -> str:
+    def _death_reason(self, process: subprocess.Popen[bytes]) -> str:
         try:
-            code = self._process.wait(timeout=10)
+            code = process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self._kill()
             return "worker stopped answering"
-        self._process = None
+        self._running = None
         if code is not None and code < 0:
             name = signal.Signals(-code).name
             hint = " (out of memory or an abort)" if name == "SIGABRT" else ""
@@ -197,10 +199,18 @@ class Worker:
         return f"worker exited with status {code}"
 
     def _kill(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait()
-            self._process = None
+        if self._running is not None:
+            self._running.process.kill()
+            self._running.process.wait()
+            self._running = None
+
+
+@dataclass(frozen=True)
+class _Running:
+    """A worker's process and the pipe to it, from its start until it stops."""
+
+    process: subprocess.Popen[bytes]
+    connection: Connection
 
 
 def _importable(function: Callable[..., Any]) -> tuple[str, str]:

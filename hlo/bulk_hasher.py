@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
+from collections.abc import Iterator
 from itertools import accumulate, islice, repeat, starmap, tee
 from operator import attrgetter, itemgetter
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
 
 from hlo.module import HloModule
 from hlo.proto import INSTRUCTION_IDENTITY_FIELDS, ComputationProto, InstructionProto, ModuleProto
@@ -197,7 +199,7 @@ class _BulkSchema:
         pool = descriptor_pool.DescriptorPool()
         pool.Add(file)
 
-        def get(name: str) -> type:
+        def get(name: str) -> type[Message]:
             descriptor = pool.FindMessageTypeByName(f"{file.package}.{name}")
             return message_factory.GetMessageClass(descriptor)
 
@@ -226,9 +228,9 @@ def _id_counts(packed_lists: list[bytes]) -> list[int]:
     import numpy as np
 
     ends = np.fromiter(map(len, packed_lists), dtype=np.int64, count=len(packed_lists)).cumsum()
-    last_bytes = np.zeros(len(joined) + 1, dtype=np.int64)
-    np.cumsum(np.frombuffer(joined, dtype=np.uint8) < 0x80, out=last_bytes[1:])
-    return np.diff(last_bytes[ends], prepend=0).tolist()
+    last_bytes_before = np.zeros(len(joined) + 1, dtype=np.int64)  # [i]: last bytes in joined[:i]
+    np.cumsum(np.frombuffer(joined, dtype=np.uint8) < 0x80, out=last_bytes_before[1:])
+    return np.diff(last_bytes_before[ends], prepend=0).tolist()
 
 
 def _hashes(inputs: Any) -> Any:
@@ -256,7 +258,10 @@ class BulkHasher(ReferenceHasher):
 
     def __init__(self, computations: dict[int, Any], module: HloModule, view: Any) -> None:
         super().__init__(computations, module, view)
-        merged = _BULK.merged_module_class.FromString(module.proto).computations
+        if _BULK is None:
+            raise Unsupported("schema")
+        self._bulk = _BULK
+        merged = self._bulk.merged_module_class.FromString(module.proto).computations
         if len(merged) != len(view.computations):
             raise Unsupported("computations")
         # Keyed like `computations`: the last computation of an id wins.
@@ -281,6 +286,8 @@ class BulkHasher(ReferenceHasher):
         instructions = list(computation.instructions)
         ids = list(map(_get_id, instructions))
         operand_counts = _id_counts(list(map(_get_operands, instructions)))
+        called_counts: list[int] | None
+        control_counts: list[int] | None
         operand_ids = merged.operand_ids
         called_ids = merged.called_computation_ids
         control_ids = merged.control_predecessor_ids
@@ -312,17 +319,17 @@ class BulkHasher(ReferenceHasher):
         self._kernel_inputs[computation_id] = (ids, attributes, operand_counts, called_counts, merged)
         return digests
 
-    @staticmethod
     def _attributes(
-        computation: Any, instructions: list[Any], frontends: list[bytes] | None
+        self, computation: Any, instructions: list[Any], frontends: list[bytes] | None
     ) -> list[bytes]:
         """Each instruction's `_attribute_bytes` after the reference's clearing, in order."""
-        deque(map(_BULK.merge_from_string, instructions, repeat(_BULK.clear_suffix)), maxlen=0)
+        bulk = self._bulk
+        deque(map(bulk.merge_from_string, instructions, repeat(bulk.clear_suffix)), maxlen=0)
         serialized = computation.SerializeToString()
-        attributes = list(_BULK.raw_computation_class.FromString(serialized).instructions)
+        attributes = list(bulk.raw_computation_class.FromString(serialized).instructions)
         if len(attributes) != len(instructions):
             raise Unsupported("instructions")
-        constant = _BULK.constant_opcode
+        constant = bulk.constant_opcode
         if constant in serialized:
             for j, attr in enumerate(attributes):
                 if constant in attr:
@@ -348,7 +355,8 @@ class BulkHasher(ReferenceHasher):
         digests: dict[int, bytes] = {}
         get = digests.__getitem__
         operands = map(_join, map(islice, repeat(map(get, operand_ids)), operand_counts))
-        if called_counts is None:
+        parts: Iterator[tuple[bytes, ...]]
+        if called_counts is None or control_counts is None:  # None together: no called or control ids
             lengths = map(
                 pack_lengths, map(len, attributes), map(_times_digest, operand_counts),
                 repeat(0), repeat(0),

@@ -16,6 +16,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from google.protobuf.message import Message
+
 from hlo.module import HloModule
 from hlo.proto import (
     INSTRUCTION_IDENTITY_FIELDS,
@@ -79,7 +81,7 @@ def reference_fingerprint(module: HloModule, with_ops: bool = True) -> ModuleFin
 
 
 def fingerprint_with(
-    module: HloModule, with_ops: bool, module_class: type, hasher_class: type
+    module: HloModule, with_ops: bool, module_class: type[Message], hasher_class: type[ReferenceHasher]
 ) -> ModuleFingerprint:
     """The module's hash over its entry computation's digest, and its kernels with `with_ops`,
     parsing `module` with `module_class` and hashing its computations with `hasher_class`

@@ -68,16 +68,15 @@ def read_environment_file(path: Path) -> Capture:
 def read_job_file(path: Path) -> Job:
     """Parse a job file; ValueError naming the file and the problem."""
     data = _read_json(path)
-    job = Job(job_id=data.get("job_id"), team=data.get("team", "unknown"),
-              chips=data.get("chips", 1), opted_out=data.get("opted_out", False),
-              relaxed_numerics=data.get("relaxed_numerics", False))
-    if not (isinstance(job.job_id, str) and job.job_id and isinstance(job.team, str)
-            and isinstance(job.chips, int) and not isinstance(job.chips, bool)
-            and 1 <= job.chips <= MAX_CHIPS and isinstance(job.opted_out, bool)
-            and isinstance(job.relaxed_numerics, bool)):
+    job_id, team, chips = data.get("job_id"), data.get("team", "unknown"), data.get("chips", 1)
+    opted_out, relaxed_numerics = data.get("opted_out", False), data.get("relaxed_numerics", False)
+    if not (isinstance(job_id, str) and job_id and isinstance(team, str)
+            and isinstance(chips, int) and not isinstance(chips, bool)
+            and 1 <= chips <= MAX_CHIPS and isinstance(opted_out, bool)
+            and isinstance(relaxed_numerics, bool)):
         raise ValueError(f"{path}: bad job file: needs job_id (non-empty string), team (string), "
                          f"chips (1..{MAX_CHIPS}), opted_out (bool), relaxed_numerics (bool)")
-    return job
+    return Job(job_id=job_id, team=team, chips=chips, opted_out=opted_out, relaxed_numerics=relaxed_numerics)
 
 
 def _read_json(path: Path) -> dict:

@@ -280,7 +280,8 @@ def _modules(events: _Events, hlos: HloEntries, path: Path) -> list[ModuleTime]:
 def _resolve(module: _ModuleKey, names_by_id: dict[int, str]) -> tuple[str, int | None]:
     name, program_id = module
     if name is None:
-        name = names_by_id.get(program_id, f"program_{program_id}")
+        known = names_by_id.get(program_id) if program_id is not None else None
+        name = known if known is not None else f"program_{program_id}"
     return name, program_id
 
 

@@ -63,7 +63,7 @@ ENTRIES = pa.schema(list(STORE_ENTRY_COLUMNS) + [
     pa.field("relaxed_config", pa.string()),
     pa.field("relaxed_speedup", pa.float64()),
     # XLA:GPU per-fusion autotune results for the entry's graph, an xla.AutotuneResults in XLA's
-    # text format (execution.autotune_results); null where the entry carries none.
+    # text format (execution.autotune.results); null where the entry carries none.
     pa.field("autotune_results", pa.string()),
 ])
 _ENTRY_NAMES = tuple(ENTRIES.names)  # Arrow makes the list anew each time it is asked
@@ -129,7 +129,7 @@ class StoreEntry:
     holdout_share: float | None = None  # None: its version's
     relaxed_config: str | None = None  # with numerics-relaxing flags, for jobs that opted in
     relaxed_speedup: float | None = None
-    autotune_results: str | None = None  # XLA:GPU's, in XLA's text format (execution.autotune_results)
+    autotune_results: str | None = None  # XLA:GPU's, in XLA's text format (execution.autotune.results)
 
     # The fields whose JSON form is an object (their text parsed), and those in ISO 8601.
     CONFIG_FIELDS: ClassVar[tuple[str, ...]] = ("config", "relaxed_config")

@@ -21,20 +21,21 @@ from jax._src import compiler, monitoring
 from jax._src.lib.mlir import ir
 
 from delivery import hook
-from execution import autotune_results
+from execution.autotune import jax_cache, results
+from execution.autotune.delivery import CACHE_DIR_OPTION, job_cache_dir
 
 home, cache_dir, job_id, holdout = Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
 jax.config.update("jax_compilation_cache_dir", cache_dir)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-autotune_results.AUTOTUNING_PLATFORMS = frozenset({"gpu", "cpu"})
+results.AUTOTUNING_PLATFORMS = frozenset({"gpu", "cpu"})
 
 compiles: list[dict] = []
 local = threading.local()
 
 
 def on_event(event: str, **_: object) -> None:
-    if event == autotune_results.CACHE_HIT_EVENT and getattr(local, "compile", None) is not None:
+    if event == jax_cache.CACHE_HIT_EVENT and getattr(local, "compile", None) is not None:
         local.compile["cache_hits"] += 1
 
 
@@ -47,8 +48,7 @@ def noting(backend, computation, devices, options, *args, **kwargs):
     name = ir.StringAttr(computation.operation.attributes["sym_name"]).value
     if name != "jit_step":
         return jax_compile(backend, computation, devices, options, *args, **kwargs)
-    given = dict(options.env_option_overrides).get(autotune_results.CACHE_DIR_OPTION) or \
-        autotune_results.job_cache_dir(options)
+    given = dict(options.env_option_overrides).get(CACHE_DIR_OPTION) or job_cache_dir(options)
     local.compile = {"directory": given, "cache_hits": 0,
                      "files": sorted(p.name for p in Path(given).glob("*.textproto")) if given else []}
     try:

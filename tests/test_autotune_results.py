@@ -24,7 +24,12 @@ from google.protobuf import descriptor_pb2, text_format
 
 from delivery.imports import read_import
 from delivery.store import Store, StoreError
-from execution import autotune_results as ar
+from execution.autotune.delivery import (CACHE_DIR_OPTION, KEPT_STALE_SECONDS, STALE_SECONDS, Delivery, Uptake,
+                                         job_sets_cache_dir)
+from execution.autotune.jax_cache import CacheKeyed
+from execution.autotune.results import (MAX_HLO_CHARS, MAX_RESULT_BYTES, MAX_RESULTS, MAX_TEXT_BYTES, ResultsError,
+                                        parse_results)
+from execution.autotune.schema import declared_fields, declared_schema, extracted_schema, schema
 from hlo.environment import store_key
 from storage.store import ENTRIES
 
@@ -58,12 +63,12 @@ results {{
 
 
 def test_xla_classes_are_read_off_the_installed_compiler_and_agree_with_the_declared_ones():
-    extracted = ar.extracted_schema()
+    extracted = extracted_schema()
     assert extracted is not None and Path(extracted.source).name.endswith(".so")
-    assert ar.schema().source == extracted.source
+    assert schema().source == extracted.source
     pool = extracted.results.DESCRIPTOR.file.pool
     enum, int32 = descriptor_pb2.FieldDescriptorProto.TYPE_ENUM, descriptor_pb2.FieldDescriptorProto.TYPE_INT32
-    for name, declared in ar.declared_fields().items():
+    for name, declared in declared_fields().items():
         found = {f.number: (f.name, int32 if f.type == enum else f.type)
                  for f in pool.FindMessageTypeByName(name).fields}
         # Every declared field is XLA's, by name, number and wire type (an enum is its number).
@@ -73,11 +78,11 @@ def test_xla_classes_are_read_off_the_installed_compiler_and_agree_with_the_decl
 
 
 def test_results_round_trip_through_xla_classes_and_the_declared_ones_byte_for_byte():
-    results = ar.parse_results(RESULTS)
+    results = parse_results(RESULTS)
     assert [(f.kind, f.version, f.device) for f in results.fusions] == [("triton", 24, H100), ("gemm", 24, H100)]
     assert results.fusions[0].run_time_seconds == pytest.approx(41.984e-6)
-    assert ar.parse_results(results.to_text()) == results
-    declared = ar.declared_schema()
+    assert parse_results(results.to_text()) == results
+    declared = declared_schema()
     for fusion in results.fusions:
         as_declared = declared.result.FromString(fusion.result)
         assert as_declared.SerializeToString() == fusion.result
@@ -88,13 +93,13 @@ def test_results_round_trip_through_xla_classes_and_the_declared_ones_byte_for_b
 
 
 def test_a_result_for_another_gpu_or_xla_version_lands_where_xla_never_looks():
-    fusion = ar.parse_results(RESULTS).fusions[0]
+    fusion = parse_results(RESULTS).fusions[0]
     name = fusion.cache_file_name()
     digest = hashlib.sha256(f"<key model='{H100}', hlo='{GEMM_HLO}', version=24>".encode()).digest()
     # Web-safe base64 of the SHA-256, no padding (tsl::Base64Encode): 43 characters.
     assert name == base64.urlsafe_b64encode(digest).decode().rstrip("=") + ".textproto" and len(name) == 53
-    other_gpu = ar.parse_results(RESULTS).for_device(H100.replace("9.0", "8.0"), 24).fusions[0]
-    other_xla = ar.parse_results(RESULTS).for_device(H100, 25).fusions[0]
+    other_gpu = parse_results(RESULTS).for_device(H100.replace("9.0", "8.0"), 24).fusions[0]
+    other_xla = parse_results(RESULTS).for_device(H100, 25).fusions[0]
     assert len({name, other_gpu.cache_file_name(), other_xla.cache_file_name()}) == 3
 
 
@@ -108,21 +113,21 @@ def _entry_with(field: str) -> str:
     (RESULTS.replace("version: 3", 'version: 3\npath: "../../x"'), 'no field named "path"'),
     ("\x00\xff\x13garbage\x07", "unreadable"),
     (b"version: 3", "must be text"),
-    (RESULTS + " " * ar.MAX_TEXT_BYTES, "over 524288 bytes"),
+    (RESULTS + " " * MAX_TEXT_BYTES, "over 524288 bytes"),
     ("version: 3\n", "hold no result"),
     (RESULTS.replace("version: 3", "version: 0"), "carry no version"),
     (RESULTS.replace(f'device: "{H100}"', 'device: ""', 1), "result 0: its device"),
     (RESULTS.replace("  version: 24\n", "", 1), "result 0: no key version"),
     (RESULTS.replace("gemm { algorithm: 7 }", ""), "result 1: its result chose no config"),
-    (RESULTS.replace(json.dumps(GEMM_HLO), json.dumps("x" * (ar.MAX_HLO_CHARS + 1)), 1), "result 0: its HLO"),
-    (RESULTS.replace("gemm { algorithm: 7 }", f'other {{ name: "{"n" * ar.MAX_RESULT_BYTES}" }}'),
+    (RESULTS.replace(json.dumps(GEMM_HLO), json.dumps("x" * (MAX_HLO_CHARS + 1)), 1), "result 0: its HLO"),
+    (RESULTS.replace("gemm { algorithm: 7 }", f'other {{ name: "{"n" * MAX_RESULT_BYTES}" }}'),
      "result 1: its result is 4"),
-    ("version: 3\n" + "results { device: \"d\" hlo: \"h\" version: 1 result { gemm {} } }\n" * (ar.MAX_RESULTS + 1),
+    ("version: 3\n" + "results { device: \"d\" hlo: \"h\" version: 1 result { gemm {} } }\n" * (MAX_RESULTS + 1),
      "257 results, more than 256"),
 ])
 def test_hostile_results_are_refused_saying_what_is_wrong(text, said):
-    with pytest.raises(ar.ResultsError) as refused:
-        ar.parse_results(text)
+    with pytest.raises(ResultsError) as refused:
+        parse_results(text)
     assert said in str(refused.value) and "\n" not in str(refused.value)
 
 
@@ -150,19 +155,19 @@ def test_a_compile_gets_a_fresh_directory_of_the_callers_own_that_is_removed_aft
     parent = tmp_path / "owned"
     # Names that would escape a directory if a path were built from them: files are named by
     # the key's hash, so they cannot.
-    hostile = ar.parse_results(RESULTS).for_device("../../../../etc/cron.d/x", 24)
-    with ar.Delivery(hostile, parent) as delivery:
+    hostile = parse_results(RESULTS).for_device("../../../../etc/cron.d/x", 24)
+    with Delivery(hostile, parent) as delivery:
         directory = delivery.directory
         assert directory.parent == parent and sorted(p.name for p in directory.iterdir()) == sorted(
             f.cache_file_name() for f in hostile.fusions)
         options = delivery.options(_plain_options())
-        assert (ar.CACHE_DIR_OPTION, str(directory)) in options.env_option_overrides
-        assert ar.job_sets_cache_dir(options) and not ar.job_sets_cache_dir(_plain_options())
+        assert (CACHE_DIR_OPTION, str(directory)) in options.env_option_overrides
+        assert job_sets_cache_dir(options) and not job_sets_cache_dir(_plain_options())
         _compile_on_cpu(options)  # XLA:CPU takes the option and autotunes nothing
-        assert delivery.uptake() == ar.Uptake(delivered=2, taken=0, autotuned=0)
+        assert delivery.uptake() == Uptake(delivered=2, taken=0, autotuned=0)
     assert not directory.exists() and list(parent.iterdir()) == []
 
-    with pytest.raises(Exception, match="(?i)parse|invalid|error"), ar.Delivery(hostile, parent) as delivery:
+    with pytest.raises(Exception, match="(?i)parse|invalid|error"), Delivery(hostile, parent) as delivery:
         directory = delivery.directory
         _jaxlib_compile_of_garbage(delivery.options(_plain_options()))
     assert not directory.exists()
@@ -178,14 +183,14 @@ def _jaxlib_compile_of_garbage(options) -> None:
 
 @pytest.mark.xla
 def test_concurrent_compiles_each_get_their_own_directory(tmp_path):
-    results = ar.parse_results(RESULTS)
+    results = parse_results(RESULTS)
     seen: dict[int, Path] = {}
     errors: list[BaseException] = []
     both_inside = threading.Barrier(2, timeout=60)
 
     def compile_in_thread(index: int) -> None:
         try:
-            with ar.Delivery(results, tmp_path) as delivery:
+            with Delivery(results, tmp_path) as delivery:
                 seen[index] = delivery.directory
                 both_inside.wait()  # both directories exist at once
                 _compile_on_cpu(delivery.options(_plain_options()))
@@ -203,25 +208,25 @@ def test_concurrent_compiles_each_get_their_own_directory(tmp_path):
 
 
 def test_uptake_reads_what_xla_read_and_what_it_wrote(tmp_path):
-    results = ar.parse_results(RESULTS)
-    with ar.Delivery(results, tmp_path) as delivery:
+    results = parse_results(RESULTS)
+    with Delivery(results, tmp_path) as delivery:
         taken = delivery.directory / results.fusions[1].cache_file_name()
         taken.read_text()  # as XLA reads a result it found under its key
         # A fusion XLA autotuned itself: it writes the result under that fusion's key.
         (delivery.directory / "AbC-xla-own_key.textproto").write_text("scratch_bytes: 16\ngemm { algorithm: 3 }\n")
-        assert delivery.uptake() == ar.Uptake(delivered=2, taken=1, autotuned=1)
+        assert delivery.uptake() == Uptake(delivered=2, taken=1, autotuned=1)
         assert [r.gemm.algorithm for r in delivery.written_by_xla()] == [3]
-    assert "2 delivered, 1 taken, 1 fusions autotuned by XLA" in ar.Uptake(2, 1, 1).describe()
-    assert "unknown" in ar.Uptake(2, None, 0).describe()
+    assert "2 delivered, 1 taken, 1 fusions autotuned by XLA" in Uptake(2, 1, 1).describe()
+    assert "unknown" in Uptake(2, None, 0).describe()
 
 
 def test_directories_left_by_a_killed_process_are_swept_and_fresh_ones_kept(tmp_path):
     stale, running = tmp_path / "fusions-dead", tmp_path / "fusions-other-job"
     stale.mkdir()
     running.mkdir()
-    long_ago = time.time() - ar.STALE_SECONDS - 60
+    long_ago = time.time() - STALE_SECONDS - 60
     os.utime(stale, (long_ago, long_ago))
-    with ar.Delivery(ar.parse_results(RESULTS), tmp_path):
+    with Delivery(parse_results(RESULTS), tmp_path):
         pass
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fusions-other-job"]
 
@@ -266,7 +271,7 @@ def test_import_takes_valid_results_in_canonical_form_and_names_the_line_of_a_ho
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps({**line, "autotune_results": RESULTS}) + "\n")
     imported = read_import(good).column("autotune_results").to_pylist()
-    assert imported == [ar.parse_results(RESULTS).to_text()]
+    assert imported == [parse_results(RESULTS).to_text()]
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(line) + "\n" + json.dumps({**line, "autotune_results": "\x00garbage"}) + "\n")
     with pytest.raises(StoreError, match=r"bad\.jsonl:2: autotune_results: refused: autotune results unreadable"):
@@ -324,12 +329,12 @@ def test_on_a_gpu_the_hook_points_that_compile_alone_at_a_directory_of_its_home(
     from delivery.hook import AUTOTUNE_DIR, Hook, HookSettings, _Plan
 
     hook = Hook(HookSettings(home=tmp_path))
-    plan = _Plan(platform="gpu", config={}, results=ar.parse_results(RESULTS))
+    plan = _Plan(platform="gpu", config={}, results=parse_results(RESULTS))
     given: list[str | None] = []
 
     def compile_noting(compile: Callable) -> Callable:
         def noted(options):
-            given.append(dict(options.env_option_overrides).get(ar.CACHE_DIR_OPTION))
+            given.append(dict(options.env_option_overrides).get(CACHE_DIR_OPTION))
             return compile(options)
         return noted
 
@@ -341,19 +346,19 @@ def test_on_a_gpu_the_hook_points_that_compile_alone_at_a_directory_of_its_home(
     assert given[1] != given[0] and list((tmp_path / AUTOTUNE_DIR).iterdir()) == []
     # A compile that names a directory of its own keeps it, and gets no results.
     own = _plain_options()
-    own.env_option_overrides = [(ar.CACHE_DIR_OPTION, str(tmp_path / "jobs-own"))]
+    own.env_option_overrides = [(CACHE_DIR_OPTION, str(tmp_path / "jobs-own"))]
     hook._compile_tuned(plan, compile_noting(_compile_on_cpu), own)
     assert given[2] == str(tmp_path / "jobs-own")
     assert plan.reason == "autotune results not delivered: the job names its own per-fusion cache directory"
 
 
 def test_a_kept_directory_is_one_per_set_of_results_and_outlives_its_compiles(tmp_path):
-    results = ar.parse_results(RESULTS)
-    with ar.Delivery(results, tmp_path, kept=True) as first:
+    results = parse_results(RESULTS)
+    with Delivery(results, tmp_path, kept=True) as first:
         directory = first.directory
         assert directory == tmp_path / f"results-{results.digest()}"
         (directory / "AbC-xla-own_key.textproto").write_text("scratch_bytes: 16\ngemm { algorithm: 3 }\n")
-        assert first.uptake() == ar.Uptake(delivered=2, taken=0, autotuned=1)
+        assert first.uptake() == Uptake(delivered=2, taken=0, autotuned=1)
     assert sorted(p.name for p in directory.iterdir() if p.suffix == ".textproto") == sorted(
         [*(f.cache_file_name() for f in results.fusions), "AbC-xla-own_key.textproto"])
     # A delivered file that went missing or was changed is written again; XLA's own stays, and
@@ -361,28 +366,28 @@ def test_a_kept_directory_is_one_per_set_of_results_and_outlives_its_compiles(tm
     delivered = directory / results.fusions[0].cache_file_name()
     delivered.write_text("garbage")
     (directory / results.fusions[1].cache_file_name()).unlink()
-    with ar.Delivery(results, tmp_path, kept=True) as again:
-        assert again.directory == directory and again.uptake() == ar.Uptake(2, 0, 0)
+    with Delivery(results, tmp_path, kept=True) as again:
+        assert again.directory == directory and again.uptake() == Uptake(2, 0, 0)
         assert delivered.read_text() == results.fusions[0].cache_file_text()
     # Other results, another directory; one no compile used for a week is swept.
     other = results.for_device("another GPU", 24)
     assert other.digest() != results.digest()
-    long_ago = time.time() - ar.KEPT_STALE_SECONDS - 60
+    long_ago = time.time() - KEPT_STALE_SECONDS - 60
     os.utime(directory, (long_ago, long_ago))
-    with ar.Delivery(other, tmp_path, kept=True):
+    with Delivery(other, tmp_path, kept=True):
         pass
     assert [p.name for p in tmp_path.iterdir()] == [f"results-{other.digest()}"]
     with pytest.raises(ValueError, match="no dump"):
-        ar.Delivery(results, tmp_path, dump=True, kept=True)
+        Delivery(results, tmp_path, dump=True, kept=True)
 
 
 def test_cache_keyed_adds_the_results_to_jax_cache_key_in_its_thread_and_block_alone():
     from jax._src import cache_key
 
-    results = ar.parse_results(RESULTS)
+    results = parse_results(RESULTS)
     outside = cache_key.custom_hook()
     seen_elsewhere: list[str] = []
-    with ar.CacheKeyed(results) as keyed:
+    with CacheKeyed(results) as keyed:
         inside = cache_key.custom_hook()
         other = threading.Thread(target=lambda: seen_elsewhere.append(cache_key.custom_hook()))
         other.start()
@@ -426,7 +431,7 @@ def test_a_job_with_jax_persistent_cache_gets_results_and_its_cache_keeps_workin
         (record,) = [r for r in _hits(home) if r["job_id"] == job and r["module_name"] == "jit_step"]
         return record
 
-    results = ar.parse_results(RESULTS)
+    results = parse_results(RESULTS)
     kept = home / "cache" / "autotune" / f"results-{results.digest()}"
     names = sorted(f.cache_file_name() for f in results.fusions)
     publish(RESULTS)

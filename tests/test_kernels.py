@@ -19,7 +19,9 @@ import pytest
 
 from delivery.deliver import accepted_as_entries
 from delivery.store import Store
-from execution import autotune_results as ar
+from execution.autotune.delivery import (CACHE_DIR_OPTION, DUMP_FILE, DUMP_OPTION, AutotuneOutcome, Delivery, Uptake,
+                                         process_directory)
+from execution.autotune.results import AutotuneResults, parse_results
 from execution.compile import compile_module, compile_options
 from execution.evaluate import REFERENCE_CONFIG, EvaluationResult, compile_with_results, evaluate_built
 from execution.measure import MeasureSettings
@@ -53,14 +55,14 @@ ENTRY e {
 """, "gemm")
 
 
-def results(device: str = DEVICE, version: int = 24, count: int = 2) -> ar.AutotuneResults:
+def results(device: str = DEVICE, version: int = 24, count: int = 2) -> AutotuneResults:
     """Results of `count` fusions as XLA's dump lays them out, for `device` under key `version`;
     the costliest last."""
     entries = "".join(
         f'results {{ device: {json.dumps(device)} hlo: "fusion {i}" version: {version} '
         f'result {{ run_time {{ nanos: {1000 * (i + 1)} }} triton {{ block_m: 32 block_n: 64 block_k: 32 '
         f'split_k: 1 num_stages: 2 num_warps: 4 num_ctas: 1 }} }} }}\n' for i in range(count))
-    return ar.parse_results(f"version: 3\n{entries}")
+    return parse_results(f"version: 3\n{entries}")
 
 
 # --- the execution layer's channel ------------------------------------------------------------
@@ -68,13 +70,13 @@ def results(device: str = DEVICE, version: int = 24, count: int = 2) -> ar.Autot
 @pytest.mark.xla
 def test_a_compile_gets_its_results_in_a_directory_of_the_process_own_and_leaves_nothing():
     given = results(device="../../../escape", count=3)  # the data names no path: files are hashes
-    own = ar.process_directory()
+    own = process_directory()
     assert own.parent == Path(tempfile.gettempdir()) and own.name.startswith("fdo-autotune-")
-    with ar.Delivery(given, own, dump=True) as delivery:
+    with Delivery(given, own, dump=True) as delivery:
         overrides = dict(delivery.options(compile_options({})).env_option_overrides)
         assert delivery.directory.parent == own
-        assert overrides[ar.CACHE_DIR_OPTION] == str(delivery.directory)
-        assert overrides[ar.DUMP_OPTION] == str(delivery.directory / ar.DUMP_FILE)
+        assert overrides[CACHE_DIR_OPTION] == str(delivery.directory)
+        assert overrides[DUMP_OPTION] == str(delivery.directory / DUMP_FILE)
         assert sorted(p.name for p in delivery.directory.iterdir()) == sorted(
             f.cache_file_name() for f in given.fusions)
     # A real XLA:CPU compile: it takes the directory, reads nothing, autotunes and dumps nothing.
@@ -94,9 +96,9 @@ def test_a_compile_gets_its_results_in_a_directory_of_the_process_own_and_leaves
 def test_xla_s_exhaustive_autotuning_runs_in_a_directory_of_its_own_and_on_a_cpu_finds_nothing():
     offline = autotune_exhaustively(measurable_module(MODULE.proto), {})
     assert offline.error is None and offline.compile_seconds > 0
-    assert offline.autotune.uptake == ar.Uptake(0, offline.autotune.uptake.taken, 0)
+    assert offline.autotune.uptake == Uptake(0, offline.autotune.uptake.taken, 0)
     assert offline.autotune.dumped is None and offline.autotune.readable == 0
-    assert list(ar.process_directory().iterdir()) == []
+    assert list(process_directory().iterdir()) == []
 
 
 @pytest.mark.xla
@@ -211,7 +213,7 @@ def test_deliver_publishes_a_kernels_result_with_its_autotune_results_and_refuse
     store = Store(tmp_path)
     store.publish(entries, None, "test")  # the store's gate passes them
     live = {row["source"]: row for row in store.entries().to_pylist()}
-    assert ar.parse_results(live["kernels-ok"]["autotune_results"]) == results()
+    assert parse_results(live["kernels-ok"]["autotune_results"]) == results()
     assert json.loads(live["kernels-ok"]["config"]) == {}
 
 
@@ -221,7 +223,7 @@ NOW = datetime.datetime(2026, 11, 24, 12, tzinfo=datetime.UTC)
 TTL, MAX_AGE = datetime.timedelta(days=30), datetime.timedelta(days=180)
 
 
-def _queued(same_compiler: bool, stored: ar.AutotuneResults) -> Queued:
+def _queued(same_compiler: bool, stored: AutotuneResults) -> Queued:
     entry = StoreEntry(key="k" * 32, fingerprint="f" * 32, env_key="e" * 32, kind="graph", config="{}",
                        source="kernels-task", speedup=1.2, ci_low=1.1, ci_high=1.3,
                        measured_at=NOW - datetime.timedelta(days=3), expires_at=NOW + datetime.timedelta(days=20),
@@ -250,7 +252,7 @@ def _decide(queued: Queued, check: ResultsCheck, result: EvaluationResult | None
 
 def test_results_xla_takes_are_kept_on_the_measurement_and_carried_on():
     stored = results()
-    check = ResultsCheck(stored, ar.Uptake(2, 2, 0))
+    check = ResultsCheck(stored, Uptake(2, 2, 0))
     assert check.fate == ResultsFate.TAKEN
     kept = _decide(_queued(True, stored), check, _measured(1.2, 1.1, 1.3))
     assert (kept.outcome, kept.change, kept.autotune_fate) == ("kept", StoreChange.REFRESH, ResultsFate.TAKEN)
@@ -258,7 +260,7 @@ def test_results_xla_takes_are_kept_on_the_measurement_and_carried_on():
     slower = _decide(_queued(True, stored), check, _measured(0.9, 0.85, 0.95))
     assert (slower.outcome, slower.change, slower.autotune_results) == ("invalidated", StoreChange.REMOVE, None)
     # No access times: the measurement alone decides, and the reason says so.
-    unknown = _decide(_queued(True, stored), ResultsCheck(stored, ar.Uptake(2, None, 0)), _measured(1.2, 1.1, 1.3))
+    unknown = _decide(_queued(True, stored), ResultsCheck(stored, Uptake(2, None, 0)), _measured(1.2, 1.1, 1.3))
     assert unknown.outcome == "kept" and unknown.autotune_fate == ResultsFate.UNKNOWN
     assert "unknown how many (no access times here) of its 2" in unknown.reason
     # Journaled and read back as typed as it was.
@@ -267,7 +269,7 @@ def test_results_xla_takes_are_kept_on_the_measurement_and_carried_on():
 
 def test_results_xla_does_not_take_invalidate_the_entry_without_a_measurement():
     stored = results()
-    check = ResultsCheck(stored, ar.Uptake(2, 0, 2))
+    check = ResultsCheck(stored, Uptake(2, 0, 2))
     assert check.fate == ResultsFate.NOT_TAKEN
     for same_compiler, change in ((True, StoreChange.REMOVE), (False, StoreChange.NONE)):
         decision = _decide(_queued(same_compiler, stored), check, None)
@@ -275,20 +277,20 @@ def test_results_xla_does_not_take_invalidate_the_entry_without_a_measurement():
         assert decision.reason == ("XLA does not take its autotune results on jaxlib-0.12.0: 0 of its 2 autotune "
                                    "results taken (the fusions they were made for are not this compile's)")
     # Some taken is not all: the claim was measured with every one.
-    assert ResultsCheck(stored, ar.Uptake(2, 1, 1)).fate == ResultsFate.NOT_TAKEN
+    assert ResultsCheck(stored, Uptake(2, 1, 1)).fate == ResultsFate.NOT_TAKEN
 
 
 def test_results_xla_keys_otherwise_are_relabelled_and_re_keyed_when_they_still_measure_faster():
     stored = results(version=24)
     # XLA's dump of the compile they were delivered to keys its results under version 25.
     dumped = results(version=25, count=5)
-    outcome = ar.AutotuneOutcome(ar.Uptake(2, 0, 5), dumped, readable=5, named=5)
+    outcome = AutotuneOutcome(Uptake(2, 0, 5), dumped, readable=5, named=5)
     relabelled = rules.relabelled(stored, outcome)
     assert relabelled == stored.for_device(DEVICE, 25)
-    assert rules.relabelled(stored, ar.AutotuneOutcome(ar.Uptake(2, 2, 0), stored, 2, 2)) is None  # taken
-    assert rules.relabelled(stored, ar.AutotuneOutcome(ar.Uptake(2, 0, 2), None, 0, 0)) is None  # no dump
-    assert rules.relabelled(stored, ar.AutotuneOutcome(ar.Uptake(2, 0, 2), stored, 2, 2)) is None  # same key
-    check = ResultsCheck(relabelled, ar.Uptake(2, 2, 0), stored.keying())
+    assert rules.relabelled(stored, AutotuneOutcome(Uptake(2, 2, 0), stored, 2, 2)) is None  # taken
+    assert rules.relabelled(stored, AutotuneOutcome(Uptake(2, 0, 2), None, 0, 0)) is None  # no dump
+    assert rules.relabelled(stored, AutotuneOutcome(Uptake(2, 0, 2), stored, 2, 2)) is None  # same key
+    check = ResultsCheck(relabelled, Uptake(2, 2, 0), stored.keying())
     assert check.fate == ResultsFate.REKEYED
     # On the entry's own compiler: the same key, its results replaced by the relabelled ones.
     same = _decide(_queued(True, stored), check, _measured(1.2, 1.1, 1.3))
@@ -298,12 +300,12 @@ def test_results_xla_keys_otherwise_are_relabelled_and_re_keyed_when_they_still_
     applied, statuses = rules.apply([same], live)
     (row,) = applied.to_pylist()
     assert statuses == [Applied.APPLIED] and row["key"] == "k" * 32
-    assert ar.parse_results(row["autotune_results"]) == relabelled
+    assert parse_results(row["autotune_results"]) == relabelled
     # On another compiler: a new entry under the new key, carrying the relabelled results.
     other = _decide(_queued(False, stored), check, _measured(1.2, 1.1, 1.3))
     assert (other.outcome, other.change) == ("rekeyed", StoreChange.ADD)
     added = {r["key"]: r for r in rules.apply([other], live)[0].to_pylist()}
-    assert ar.parse_results(added[other.new_key]["autotune_results"]) == relabelled
+    assert parse_results(added[other.new_key]["autotune_results"]) == relabelled
     assert added["k" * 32]["autotune_results"] == stored.to_text()  # the old entry stays as it was
     # Relabelled and taken, but no longer faster: invalidated.
     slower = _decide(_queued(True, stored), check, _measured(0.9, 0.85, 0.95))

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from execution.autotune_results import AutotuneResults
+from execution.autotune.results import AutotuneResults
 from execution.evaluate import (EvaluationResult, autotune_offline, compile_with_results,
                                 evaluate_built)
 from execution.session import Offline

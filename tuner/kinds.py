@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from execution.autotune_results import AUTOTUNING_PLATFORMS
+from execution.autotune.results import AUTOTUNING_PLATFORMS
 from execution.compile import compiler_defaults
 from execution.evaluate import per_device_program
 from execution.flags import CompilerConfig

@@ -56,7 +56,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from execution.autotune_results import AutotuneOutcome, AutotuneResults, Keying, Uptake
+from execution.autotune.delivery import AutotuneOutcome, Uptake
+from execution.autotune.results import AutotuneResults, Keying
 from execution.evaluate import EvaluationResult
 from execution.sharded import MeasureMode
 from ranking.realized import Realized

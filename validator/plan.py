@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from delivery.store import Store
-from execution.autotune_results import AutotuneResults, ResultsError, autotunes, parse_results
+from execution.autotune.results import AutotuneResults, ResultsError, autotunes, parse_results
 from execution.evaluate import EvaluationResult
 from execution.sharded import Placement, choose_placement, whole_capacity
 from hlo.environment import Environment, Partitioning, machine_kind, store_key

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
 from delivery.store import DEFAULT_TTL, Store
-from execution.autotune_results import AutotuneResults
+from execution.autotune.results import AutotuneResults
 from execution.evaluate import (FRESH_WORKERS, DefaultFails, EvaluationResult, compile_with_results,
                                 evaluate_built, evaluate_independently, per_device_program, prepare_default,
                                 worker_for)

@@ -407,7 +407,7 @@ def _print_tune_result(label: str, r: Any) -> None:
     if r.reason:
         print(f"  {r.reason}")
     if r.autotune_results is not None:
-        from execution.autotune_results import parse_results
+        from execution.autotune.results import parse_results
 
         fusions = parse_results(r.autotune_results).fusions
         print(f"  autotune results of {len(fusions)} fusions "

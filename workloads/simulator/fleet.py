@@ -397,9 +397,9 @@ def op_run_batches(rows: DayRows, jobs: Jobs, spec: FleetSpec, day: int, fingerp
     width = max(1, int(counts_of.max(initial=0)))
     op_matrix = np.zeros((len(fingerprints), width), dtype=np.int64)
     share_matrix = np.zeros((len(fingerprints), width))
-    for g, (ops, shares) in enumerate(zip(op_fingerprints, op_shares)):
-        op_matrix[g, :len(ops)] = [op_index[fp] for fp in ops]
-        share_matrix[g, :len(shares)] = shares
+    for graph_index, (ops, shares) in enumerate(zip(op_fingerprints, op_shares)):
+        op_matrix[graph_index, :len(ops)] = [op_index[fp] for fp in ops]
+        share_matrix[graph_index, :len(shares)] = shares
     for start in range(0, len(sampled), ROW_CHUNK // width):
         part = sampled[start:start + ROW_CHUNK // width]
         counts = counts_of[rows.graph[part]]

@@ -16,7 +16,7 @@ import datetime
 import itertools
 import json
 import os
-from collections import Counter
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -109,12 +109,13 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
     `regressions` are (config key, true speedup) pairs: entries that slow the fleet down
     (`fleet.FleetSpec.regressions`). `epoch` is the date of the fleet's day 0
     (`fleet.FleetSpec.epoch`): the same days after the same epoch are the same fleet."""
-    home = open_home(home).local("fdo simulate")
+    home = open_home(home)
+    root = home.local("fdo simulate")
     start = start or datetime.date.today() - datetime.timedelta(days=days - 1)
     first_day = (start - epoch).days
     if first_day < 0:
         raise ValueError(f"--start must be on or after {epoch}")
-    catalog = build_catalog(home / "simulator" / "catalog", workloads, scales, progress)
+    catalog = build_catalog(root / "simulator" / "catalog", workloads, scales, progress)
     spec = fleet.FleetSpec(jobs=jobs, seed=seed, op_sample=op_sample,
                            release_every_days=release_every_days, regressions=regressions, epoch=epoch)
     population = fleet.make_jobs(spec, len(catalog))
@@ -128,7 +129,7 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
         rows = fleet.simulate_day(population, spec, day, step_seconds, here)
         rows, hits = fleet.apply_hits(rows, fingerprints, tuned, spec)
         dt = (epoch + datetime.timedelta(days=day)).isoformat()
-        fleet_dir = inbox or home / "fleet"
+        fleet_dir = inbox or root / "fleet"
         drop_dir = fleet_dir / "profiles" / dt
         name = f"fleet-s{seed}-j{jobs}-{dt}"
         graph_runs = _write_drop(drop_dir / f"{name}.graph_runs.parquet",
@@ -178,7 +179,7 @@ class _Totals:
         self.runs += len(chip_seconds)
         self.tail_runs += int(tail.sum())
         self.tail_chip_seconds += float(chip_seconds[tail].sum())
-        versions: Counter[str] = Counter()
+        versions: defaultdict[str, float] = defaultdict(float)
         per_env = np.bincount(rows.env, chip_seconds, len(rows.environments))
         for environment, seconds in zip(rows.environments, per_env):
             versions[environment.compiler_version] += float(seconds)

@@ -50,7 +50,7 @@ class ShardedSpec:
         """How a job compiles the step: one replica, a partition per device, SPMD with JAX's
         partitioner, one process."""
         return Partitioning(replicas=1, partitions=self.devices, spmd=True,
-                            shardy=bool(jax.config.jax_use_shardy_partitioner), mesh=self.mesh,
+                            shardy=bool(jax.config.values["jax_use_shardy_partitioner"]), mesh=self.mesh,
                             processes=1, local_devices=self.devices)
 
     def build(self) -> tuple[Callable, tuple]:
