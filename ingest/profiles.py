@@ -115,7 +115,7 @@ class _Run:
 def ingest_profiles(paths: Iterable[Path], home: Home, progress: bool = False) -> ProfileReport:
     """Ingest every drop and trace under `paths` (local) into `home` (local or a URL); bad
     inputs and rows go to quarantine."""
-    from ingest.progress import progress_bar
+    from console.progress import progress_bar
 
     home = open_home(home)
     warehouse = Warehouse(home)

@@ -87,7 +87,7 @@ def ingest_symbols(paths: Iterable[Path], home: Home, progress: bool = False) ->
     """Ingest every module under `paths` (local) into `home` (local or a URL): blobs first,
     then ops, then graphs (so a graph row means its blobs and ops are there); bad files go to
     quarantine."""
-    from ingest.progress import progress_bar
+    from console.progress import progress_bar
 
     home = open_home(home)
     paths = [Path(p) for p in paths]

@@ -25,9 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from console.progress import progress_bar
 from hlo.environment import ENVIRONMENT_FILE, current_environment
 from ingest.profiles import ingest_profiles
-from ingest.progress import progress_bar
 from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
 from storage.home import Home
