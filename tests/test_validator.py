@@ -520,7 +520,7 @@ def test_the_interval_job_runs_in_a_real_scheduler(tmp_path):
     from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    from validator.schedule import add_validation_job
+    from validator.validation_job import add_validation_job
 
     home = tmp_path / "home"
     expired = entry("1" * 32, "e" * 32, NO_YNN_REDUCE, days_old=40, expires_in_days=-1)

@@ -239,7 +239,7 @@ def cmd_serve(args: argparse.Namespace, home: Home) -> int:
     if args.validate_every:
         from apscheduler.schedulers.background import BackgroundScheduler
 
-        from validator.schedule import add_validation_job
+        from validator.validation_job import add_validation_job
 
         scheduler = BackgroundScheduler()
         add_validation_job(scheduler, home, args.validate_every, args.validate_budget_minutes)
