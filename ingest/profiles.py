@@ -7,7 +7,7 @@ are also identified by their content (ingest.rowids): rows the warehouse already
 again in another drop, are counted as duplicates and not landed twice.
 
 An input that cannot be read or parsed is quarantined with the reason, and the run goes on
-with the next (ingest.inputs); bad rows of a readable input are quarantined one by one (ingest.drops).
+with the next (ingest.input_files); bad rows of a readable input are quarantined one by one (ingest.drops).
 
 A trace (`*.xplane.pb`) says which modules ran for how long; who ran them comes from an
 `fdo-job.json` beside the trace or above it (see ingest.sidecars), else the trace's directory
@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 
 from hlo.environment import ENVIRONMENT_FILE, Partitioning, current_environment
 from ingest import drops
-from ingest.inputs import INPUT_ERRORS, Unlisted, reason, walk
+from ingest.input_files import INPUT_ERRORS, Unlisted, reason, walk
 from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.rowids import SeenRows
 from ingest.sidecars import JOB_FILE, Job, nearest_file, read_environment_file, read_job_file
