@@ -23,10 +23,10 @@ import pytest
 from google.protobuf import descriptor_pb2, text_format
 
 from delivery.imports import read_import
-from delivery.store import Store, StoreError
+from delivery.store_writer import Store, StoreError
 from execution import autotune_results as ar
 from hlo.environment import store_key
-from storage.store import ENTRIES
+from storage.store_schema import ENTRIES
 
 H100 = "CUDA: 9.0, Cores: 132, GPU clock: 1.98 GHz, Memory bandwidth: 3352 GB/s, L2 cache: 50 MB, DNN version: 9.8.0"
 GEMM_HLO = ("{\n  tmp_0 = f16[64,128]{1,0} parameter(0)\n  tmp_1 = f16[128,256]{1,0} parameter(1)\n"

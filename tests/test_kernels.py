@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from delivery.deliver import accepted_as_entries
-from delivery.store import Store
+from delivery.store_writer import Store
 from execution import autotune_results as ar
 from execution.compile import compile_module, compile_options
 from execution.evaluate import REFERENCE_CONFIG, EvaluationResult, compile_with_results, evaluate_built
@@ -28,7 +28,7 @@ from hlo.environment import current_environment, environment_from_json, store_ke
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_text
 from pipelines.cli import main
-from storage.store import Provenance, StoreEntry, entries_table
+from storage.store_schema import Provenance, StoreEntry, entries_table
 from tasks.records import MeasureTask
 from tuner.kinds import KINDS, TuneTarget, check_platform, make_target
 from tuner.tables import TUNING_RESULTS

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from delivery.deliver import deliver
-from delivery.store import Store
+from delivery.store_writer import Store
 from execution.evaluate import EvaluationResult, median_of
 from hlo.environment import current_environment, store_key
 from hlo.fingerprint import graph_fingerprint
@@ -27,7 +27,7 @@ from ingest.tables import HITS
 from storage.blobs import BlobStore
 from storage.homes import open_home
 from storage.journal import read_records
-from storage.store import ENTRIES
+from storage.store_schema import ENTRIES
 from storage.warehouse import Warehouse
 from tests.processes import kill_9_once_journaled
 from tests.serving import fdo

@@ -43,7 +43,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
-from delivery.store import DEFAULT_TTL, Store
+from delivery.store_writer import DEFAULT_TTL, Store
 from execution.autotune_results import AutotuneResults
 from execution.evaluate import (FRESH_WORKERS, DefaultFails, EvaluationResult, compile_with_results,
                                 evaluate_built, evaluate_independently, per_device_program, prepare_default,

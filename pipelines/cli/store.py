@@ -17,7 +17,7 @@ from pipelines.extras import needs
 from storage.home import Home
 
 if TYPE_CHECKING:
-    from delivery.store import Store
+    from delivery.store_writer import Store
 
 
 def add_deliver(sub: Subcommands) -> None:
@@ -72,8 +72,8 @@ def cmd_store(args: argparse.Namespace, home: Home) -> int:
     """Run one action on the store: list, show, diff, roll back, export, import or set a policy
     (the holdout share, the relaxed-numerics teams)."""
     from delivery.imports import import_file
-    from delivery.store import Store
-    from storage.store import entries_of
+    from delivery.store_writer import Store
+    from storage.store_schema import entries_of
 
     store = Store(home)
     needed = _STORE_ARGUMENTS.get(args.action)
@@ -139,7 +139,7 @@ def _version(text: str) -> int:
 def _print_versions(store: Store, as_json: bool) -> None:
     """`fdo store versions`: every version (* the live one), then what is damaged (! marks it:
     a stray or half-written directory, a version failing its checksum, a corrupt CURRENT)."""
-    from delivery.store import StoreError
+    from delivery.store_writer import StoreError
 
     damaged = store.problems()
     try:
@@ -169,7 +169,7 @@ def _version_mark(version: int, current: int | None, damaged: dict[str, str]) ->
 
 def _print_entries(store: Store, key: str, as_json: bool) -> int:
     """`fdo store show`: the live entries whose key or fingerprint is `key`; EXIT_FAILED if none."""
-    from storage.store import entries_of
+    from storage.store_schema import entries_of
 
     entries = [e for e in entries_of(store.entries()) if key in (e.key, e.fingerprint)]
     if as_json:
@@ -186,7 +186,7 @@ def _print_entries(store: Store, key: str, as_json: bool) -> int:
 
 def _print_diff(store: Store, old: int, new: int, as_json: bool) -> None:
     """`fdo store diff A B`: the keys B adds, removes and changes against A."""
-    from storage.store import entries_of
+    from storage.store_schema import entries_of
 
     before, after = ({e.key: e.to_json() for e in entries_of(store.entries(v))} for v in (old, new))
     diff = {"added": sorted(after.keys() - before.keys()), "removed": sorted(before.keys() - after.keys()),

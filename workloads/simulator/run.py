@@ -32,7 +32,8 @@ from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
 from storage.home import Home
 from storage.homes import atomic_write, open_home
-from storage.store import DEFAULT_HOLDOUT_SHARE, current_version, live_entries
+from storage.store_reader import current_version, live_entries
+from storage.store_schema import DEFAULT_HOLDOUT_SHARE
 from storage.warehouse import ROW_GROUP_ROWS
 from workloads.simulator import fleet
 from workloads.simulator.catalog import SCALES, CatalogGraph, build_catalog
