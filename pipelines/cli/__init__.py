@@ -20,7 +20,8 @@ import tempfile
 import threading
 from typing import NoReturn
 
-from pipelines.cli import cluster, fingerprint, hits, ingest, loop, rank, simulate, store, tune, validate
+from pipelines.cli import (analyze, cluster, evaluate, fingerprint, hits, ingest, loop, rank, simulate, store, tune,
+                           validate, workloads)
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, HelpFormatter, Handler, closing_stdout,
                                   epilog, guarded, resolve_home)
 from pipelines.extras import MissingExtra
@@ -36,8 +37,8 @@ MEASURING_COMMANDS = frozenset({"evaluate", "tune", "validate", "nightly"})
 GLOBAL_OPTIONS = (HOME_OPTION,)
 # Each command's parser, added by its group's module, in the order `fdo --help` lists them: the
 # loop's order, from a module's fingerprint to the savings of tuned configs.
-COMMANDS = (fingerprint.add_fingerprint, tune.add_evaluate, tune.add_workloads, ingest.add_ingest,
-            simulate.add_simulate, rank.add_rank, tune.add_tune, tune.add_analyze, store.add_deliver,
+COMMANDS = (fingerprint.add_fingerprint, evaluate.add_evaluate, workloads.add_workloads, ingest.add_ingest,
+            simulate.add_simulate, rank.add_rank, tune.add_tune, analyze.add_analyze, store.add_deliver,
             store.add_store, store.add_serve, loop.add_nightly, loop.add_scheduler, store.add_run,
             hits.add_hits, validate.add_toolchain, validate.add_validate, rank.add_savings,
             cluster.add_cluster)
