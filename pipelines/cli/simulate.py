@@ -38,11 +38,12 @@ def cmd_simulate(args: argparse.Namespace, home: Path) -> int:
     """Simulate a fleet's days and ingest what it hands over."""
     import datetime
 
+    from storage.homes import open_home
     from workloads.simulator.run import simulate, store_lookup
 
     start = datetime.date.fromisoformat(args.start) if args.start else None
     workloads = args.workloads.split(",") if args.workloads else None
-    report = simulate(home, args.days, args.jobs, args.seed, start=start, workloads=workloads,
+    report = simulate(open_home(home), args.days, args.jobs, args.seed, start=start, workloads=workloads,
                       op_sample=args.op_sample, tuned=store_lookup(home), progress=not args.json,
                       inbox=args.inbox.absolute() if args.inbox else None)
     if args.json:

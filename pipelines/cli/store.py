@@ -88,8 +88,8 @@ def cmd_store(args: argparse.Namespace, home: Home) -> int:
         _print_diff(store, _version(args.arg), _version(args.arg2), args.json)
         return EXIT_OK
     if args.action == "rollback":
-        version = store.rollback(_version(args.arg))
-        print(json.dumps({"version": version}) if args.json else f"published v{version} = v{args.arg}")
+        published = store.rollback(_version(args.arg))
+        print(json.dumps({"version": published}) if args.json else f"published v{published} = v{args.arg}")
         return EXIT_OK
     if args.action == "export":
         for entry in entries_of(store.entries(_version(args.arg) if args.arg else None)):
