@@ -35,8 +35,8 @@ HOME_OPTION = "--home"
 MEASURING_COMMANDS = frozenset({"evaluate", "tune", "validate", "nightly"})
 # fdo's own options, before the subcommand. After it, Beam commands would take them for Beam's.
 GLOBAL_OPTIONS = (HOME_OPTION,)
-# Each command's parser, added by its group's module, in the order `fdo --help` lists them: the
-# loop's order, from a module's fingerprint to the savings of tuned configs.
+# Each command's parser, added by its (or its group's) module, in the order `fdo --help` lists
+# them: the loop's order, from a module's fingerprint to the savings of tuned configs.
 COMMANDS = (fingerprint.add_fingerprint, evaluate.add_evaluate, workloads.add_workloads, ingest.add_ingest,
             simulate.add_simulate, rank.add_rank, tune.add_tune, analyze.add_analyze, store.add_deliver,
             store.add_store, store.add_serve, loop.add_nightly, loop.add_scheduler, run.add_run,
