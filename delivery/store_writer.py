@@ -1,8 +1,9 @@
-"""The versioned config store: immutable numbered snapshots of fingerprint -> config entries.
+"""The versioned config store's one writer: immutable numbered snapshots of fingerprint -> config
+entries (every stage reads the live ones through `storage.store_reader`).
 
 Layout under `<home>/store/`:
   v<N>/entries.parquet   one row per entry (storage.store_schema.ENTRIES, declared with the
-                         store's read path that every stage shares)
+                         entry record that every stage shares)
   v<N>/manifest.json     version, parent, created, checksum of entries.parquet, counts by kind,
                          compiler versions, what made it (deliver, import, rollback, ...),
                          who wrote it (`writer`, for a writer to find its own versions) and
