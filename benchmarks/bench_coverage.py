@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import tuner
-from delivery.store import Store
+from delivery.store_writer import Store
 from pipelines.nightly import ledger_rows
 from ranking.verified_coverage import verified_coverage
 from storage.homes import open_home

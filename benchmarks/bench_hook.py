@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def make_store(home: Path, entries: int) -> list[str]:
     import pyarrow as pa
 
-    from delivery.store import Store
+    from delivery.store_writer import Store
     from hlo.environment import store_key
-    from storage.store import ENTRIES
+    from storage.store_schema import ENTRIES
 
     rng = random.Random(0)
     now = datetime.datetime.now(datetime.UTC)

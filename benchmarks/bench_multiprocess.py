@@ -92,7 +92,7 @@ def main() -> None:
         return
 
     from delivery.imports import read_import
-    from delivery.store import Store, merge_entries
+    from delivery.store_writer import Store, merge_entries
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)

@@ -32,7 +32,7 @@ from ingest.tables import GRAPH_RUNS
 from ranking.rank import RankSettings, rank, rank_reads
 from ranking.reference import reference_rank
 from storage.beam_runner import default_workers, pipeline_options
-from storage.store import live_entries
+from storage.store_reader import live_entries
 from storage.warehouse import Warehouse
 
 DAY = datetime.date(2026, 6, 2)

@@ -38,11 +38,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from console.progress import progress_bar
 from hlo.environment import Environment, store_key
-from ingest.progress import progress_bar
 from pipelines.demo import DemoSettings
 from ranking.realized import MIN_JOBS, RUN_COLUMNS, realized_savings, realized_speedups
-from storage.store import DEFAULT_HOLDOUT_SHARE
+from storage.store_schema import DEFAULT_HOLDOUT_SHARE
 from workloads.simulator import fleet
 from workloads.simulator.catalog import SCALES
 

@@ -26,12 +26,12 @@ import jax
 import jax.numpy as jnp
 import pyarrow as pa
 
-from delivery.store import Store
+from delivery.store_writer import Store
 from hlo.environment import current_environment, store_key
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_lowered
 from ingest.symbols import ingest_symbols
-from storage.store import ENTRIES
+from storage.store_schema import ENTRIES
 from validator.toolchains import Registry, build_venv, cached_venv_dir
 from validator.validate import MEASURE_SETTINGS, ValidateSettings, validate
 from workloads import zoo

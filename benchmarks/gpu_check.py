@@ -577,8 +577,8 @@ def publish(home: Path, rows: list[dict[str, Any]]) -> None:
     """`rows` as the store's next version, replacing every entry (deliver needs Apache Beam)."""
     import pyarrow as pa
 
-    from delivery.store import Store
-    from storage.store import ENTRIES
+    from delivery.store_writer import Store
+    from storage.store_schema import ENTRIES
 
     store = Store(home)
     store.publish(pa.Table.from_pylist(rows, ENTRIES), store.current(), "gpu_check")

@@ -3,7 +3,7 @@ bodies against them, and /openapi.json (so the docs pages) shows every one.
 
 Strict models: a value of the wrong type is refused, never converted (a version of true or
 "3", a key that is a number). A served entry is the JSON form of the store's entry record
-(storage.store.StoreEntry.to_json), its columns' types the store's own declaration (ENTRIES),
+(storage.store_schema.StoreEntry.to_json), its columns' types the store's own declaration (ENTRIES),
 its configs JSON objects, its holdout_share the effective one (the entry's, else its
 version's), and beside them its version's relaxed_numerics_teams.
 """
@@ -17,7 +17,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from delivery.imports import Hex32, ImportEntry
-from storage.store import ENTRIES, StoreEntry
+from storage.store_schema import ENTRIES, StoreEntry
 
 MAX_BATCH_KEYS = 1000
 

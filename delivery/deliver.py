@@ -21,7 +21,7 @@ the graphs that hold the op (`tuner.fold`, results with strategy 'fold-ops'), wh
 results like any other. A kernels result (`tuner.kernels`) carries XLA:GPU autotune results
 with config {}; the entry carries them (`autotune_results`), and competes for its key with the
 graph's flags like any other result: one entry per key, the higher lower bound. A result whose
-autotune results the gate refuses (`delivery.store.check_autotune_results`) delivers nothing,
+autotune results the gate refuses (`delivery.store_writer.check_autotune_results`) delivers nothing,
 and says why on the log.
 """
 
@@ -36,13 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from delivery.store import DEFAULT_TTL, Store, StoreError, check_autotune_results, merge_entries
+from delivery.store_writer import DEFAULT_TTL, Store, StoreError, check_autotune_results, merge_entries
 from hlo.environment import store_key
 from storage.beam_io import ReadTables, Source, StageTable, partition_files, plan_reads
 from storage.beam_runner import pipeline_options
 from storage.home import Home, temporary_name
 from storage.homes import open_home
-from storage.store import ENTRIES, Provenance, conform_entries
+from storage.store_schema import ENTRIES, Provenance, conform_entries
 from tuner.tables import TUNING_RESULTS
 from vocabulary.tuning import Kind
 

@@ -4,7 +4,7 @@ JSON-lines file (`fdo store import`) or from the service's `POST /v1/import` bod
 store rows. An entry may carry XLA:GPU per-fusion autotune results (execution.autotune.results),
 checked as XLA's own protos on the way in.
 
-A module apart from delivery.store: the compiler hook's embedded look-ups import the store
+A module apart from delivery.store_writer: the compiler hook's embedded look-ups import the store
 inside users' jobs, and pydantic is no part of those.
 """
 
@@ -19,12 +19,12 @@ import pyarrow as pa
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from delivery.store import DEFAULT_TTL, Store, StoreError, merge_entries
+from delivery.store_writer import DEFAULT_TTL, Store, StoreError, merge_entries
 from execution.autotune.results import MAX_RESULTS, ResultsError, parse_results
 from execution.flags import FlagError, from_json, to_json
 from hlo.environment import store_key
 from storage.home import Home
-from storage.store import MAX_HOLDOUT_SHARE, Provenance, StoreEntry, check_holdout_share, entries_table
+from storage.store_schema import MAX_HOLDOUT_SHARE, Provenance, StoreEntry, check_holdout_share, entries_table
 
 MAX_IMPORT_BYTES = 16 << 20
 Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]

@@ -51,7 +51,7 @@ from typing import Any
 import pyarrow as pa
 
 from delivery.lookup import Found
-from storage.store import ENTRIES, StoreEntry
+from storage.store_schema import ENTRIES, StoreEntry
 from vocabulary.errors import first_line
 from vocabulary.hits import HitOutcome
 

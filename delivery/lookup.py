@@ -1,6 +1,6 @@
 """Where the compiler hook finds tuned configs: the embedded snapshot or the remote service.
 
-Both answer `lookup(key)` with a `Found` (the entry, a `storage.store.StoreEntry`, and the
+Both answer `lookup(key)` with a `Found` (the entry, a `storage.store_schema.StoreEntry`, and the
 store version that served it) or None, and raise `StoreUnavailable` when the store cannot
 answer (corrupt, unreachable, slow, or an answer that is no entry), `NoStore` (a kind of it)
 when a home has never published a store version; the hook then compiles with the defaults.
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from delivery.store import Manifest, Store, check_relaxed_numerics_teams
-from storage.store import DEFAULT_HOLDOUT_SHARE, StoreEntry, entries_of
+from delivery.store_writer import Manifest, Store, check_relaxed_numerics_teams
+from storage.store_schema import DEFAULT_HOLDOUT_SHARE, StoreEntry, entries_of
 
 MAX_RESPONSE_BYTES = 1 << 20
 

@@ -57,9 +57,9 @@ from delivery.api import (BatchLookup, BatchRequest, ErrorAnswer, Health, Import
                           InvalidateRequest, Lookup, Published, RollbackRequest, inline_schema)
 from delivery.imports import MAX_IMPORT_BYTES, describe, entry_rows, publish_import
 from delivery.metrics import ServiceMetrics
-from delivery.store import Store, StoreError
+from delivery.store_writer import Store, StoreError
 from storage.home import Home
-from storage.store import entries_of
+from storage.store_schema import entries_of
 
 MAX_BODY_BYTES = MAX_IMPORT_BYTES  # an import
 MAX_JSON_BYTES = 1 << 20  # any other body: 1000 keys take 35 kB

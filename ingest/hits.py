@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest.inputs import INPUT_ERRORS, reason
+from ingest.input_files import INPUT_ERRORS, reason
 from ingest.quarantine import Quarantine, Quarantined, name_of
 from ingest.tables import HITS
 from storage.home import Home, process_alive

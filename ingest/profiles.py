@@ -7,7 +7,7 @@ are also identified by their content (ingest.rowids): rows the warehouse already
 again in another drop, are counted as duplicates and not landed twice.
 
 An input that cannot be read or parsed is quarantined with the reason, and the run goes on
-with the next (ingest.inputs); bad rows of a readable input are quarantined one by one (ingest.drops).
+with the next (ingest.input_files); bad rows of a readable input are quarantined one by one (ingest.drops).
 
 A trace (`*.xplane.pb`) says which modules ran for how long; who ran them comes from an
 `fdo-job.json` beside the trace or above it (see ingest.sidecars), else the trace's directory
@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 
 from hlo.environment import ENVIRONMENT_FILE, Partitioning, current_environment
 from ingest import drops
-from ingest.inputs import INPUT_ERRORS, Unlisted, reason, walk
+from ingest.input_files import INPUT_ERRORS, Unlisted, reason, walk
 from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.rowids import SeenRows
 from ingest.sidecars import JOB_FILE, Job, nearest_file, read_environment_file, read_job_file
@@ -115,7 +115,7 @@ class _Run:
 def ingest_profiles(paths: Iterable[Path], home: Home, progress: bool = False) -> ProfileReport:
     """Ingest every drop and trace under `paths` (local) into `home` (local or a URL); bad
     inputs and rows go to quarantine."""
-    from ingest.progress import progress_bar
+    from console.progress import progress_bar
 
     home = open_home(home)
     warehouse = Warehouse(home)

@@ -11,7 +11,7 @@ How the job partitioned the module across devices and processes (the environment
 `partitioning`, which its key covers) lands beside it in `graphs.partitioning`.
 
 A module that cannot be read, parsed or stored in the tables (a name over its bound) is
-quarantined with the reason, and the other modules of the run land (see ingest.inputs).
+quarantined with the reason, and the other modules of the run land (see ingest.input_files).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pyarrow as pa
 from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment
 from hlo.fingerprint import ModuleFingerprint, fingerprint_module
 from hlo.module import load_file
-from ingest.inputs import INPUT_ERRORS, Unlisted, reason, walk
+from ingest.input_files import INPUT_ERRORS, Unlisted, reason, walk
 from ingest.quarantine import Quarantine, Quarantined, file_digest
 from ingest.sidecars import Capture, nearest_file, read_environment_file
 from ingest.tables import GRAPHS, OPS, partitioning_text
@@ -87,7 +87,7 @@ def ingest_symbols(paths: Iterable[Path], home: Home, progress: bool = False) ->
     """Ingest every module under `paths` (local) into `home` (local or a URL): blobs first,
     then ops, then graphs (so a graph row means its blobs and ops are there); bad files go to
     quarantine."""
-    from ingest.progress import progress_bar
+    from console.progress import progress_bar
 
     home = open_home(home)
     paths = [Path(p) for p in paths]

@@ -32,13 +32,13 @@ from typing import Any
 import pyarrow.compute as pc
 
 from delivery.imports import import_file
-from delivery.store import Store
+from delivery.store_writer import Store
 from hlo.environment import current_environment, store_key
 from pipelines.nightly import NightlySettings, coverage_by_night, run_nightly
 from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
 from storage.beam_logging import quiet_beam_logging
-from storage.store import entries_of
+from storage.store_schema import entries_of
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
 from validator.tables import VALIDATIONS

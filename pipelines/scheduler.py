@@ -75,7 +75,7 @@ def run_scheduler(home: Home, settings: SchedulerSettings, stop: threading.Event
         scheduler.start(paused=True)
         _schedule_nightly(scheduler, home, trigger, settings)
         if settings.validate_every_minutes:
-            from validator.schedule import add_validation_job
+            from validator.validation_job import add_validation_job
 
             add_validation_job(scheduler, home, settings.validate_every_minutes,
                                settings.validate_budget_minutes)

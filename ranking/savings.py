@@ -45,7 +45,7 @@ from storage.beam_io import ReadPlan, ReadTables, Source, WriteWarehouse, partit
 from storage.beam_runner import pipeline_options
 from storage.home import Home
 from storage.homes import open_home
-from storage.store import live_entries
+from storage.store_reader import live_entries
 from storage.warehouse import TableSchema, Warehouse
 from vocabulary.hits import TRIED, HitOutcome, ran_tuned
 

@@ -26,10 +26,10 @@ from hlo.environment import current_environment
 from ingest.tables import GRAPH_RUNS, GRAPHS
 from storage.home import Home
 from storage.homes import open_home
-from storage.store import live_entries
+from storage.store_reader import live_entries
 from storage.warehouse import Warehouse
 
-# Who last wrote an entry whose config the loop measured (`storage.store`'s provenance).
+# Who last wrote an entry whose config the loop measured (`storage.store_schema`'s provenance).
 MEASURED_BY_LOOP = ("tuner", "validator")
 
 

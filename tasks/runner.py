@@ -119,7 +119,7 @@ def run_all(runner: Runner, tasks: Sequence[Task], home: Home, deadline: Deadlin
             progress: bool = False, label: str = "tasks") -> list[TaskOutcome]:
     """Every task's outcome, in the tasks' order, with an overall bar (tasks done of all) when
     `progress` is on and there are several."""
-    from ingest.progress import progress_bar
+    from console.progress import progress_bar
 
     outcomes: list[TaskOutcome | None] = [None] * len(tasks)
     bar = progress_bar(total=len(tasks), desc=label, unit="task",

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from delivery.deliver import deliver
 from delivery.imports import import_file
-from delivery.store import Store
+from delivery.store_writer import Store
 from execution.evaluate import EvaluationResult
 from hlo.environment import current_environment, store_key
 from ingest.hits import STALE_SECONDS, ingest_hits, spool_path, to_line

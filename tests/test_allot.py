@@ -10,13 +10,13 @@ import json
 import pyarrow as pa
 import pytest
 
-from delivery.store import Store
+from delivery.store_writer import Store
 from hlo.environment import Environment, current_environment, store_key
 from ingest.tables import GRAPH_RUNS, GRAPHS
 from ranking.tables import CANDIDATES
 from ranking.verified_coverage import verified_coverage
 from storage.homes import open_home
-from storage.store import ENTRIES
+from storage.store_schema import ENTRIES
 from storage.warehouse import Warehouse
 from tasks.records import TuneTask
 from tasks.runner import time_share

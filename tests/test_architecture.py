@@ -151,7 +151,7 @@ def test_no_two_modules_import_each_other() -> None:
     assert not cycles, f"modules importing each other: {cycles}"
 
 
-# --- A store entry is read through its record (storage.store.StoreEntry), never as a dict ------
+# --- A store entry is read through its record (storage.store_schema.StoreEntry), never as a dict ------
 
 # Arrow's ways of handing a table's rows to Python as dicts (or a frame of them).
 _AS_ROWS = frozenset({"to_pylist", "to_pydict", "to_pandas"})
@@ -159,9 +159,9 @@ _AS_ROWS = frozenset({"to_pylist", "to_pydict", "to_pandas"})
 _VIEWS = frozenset({"filter", "select", "sort_by", "slice", "take", "cast", "combine_chunks", "drop",
                     "drop_columns", "rename_columns", "append_column", "add_column", "set_column",
                     "remove_column", "join", "replace_schema_metadata"})
-# The store's schemas (storage.store): a table made with one of them holds entries.
+# The store's schemas (storage.store_schema): a table made with one of them holds entries.
 _ENTRY_SCHEMAS = frozenset({"ENTRIES", "STORE_ENTRY_COLUMNS"})
-_RECORD_MODULE = "storage/store.py"  # where entries_of turns rows into records
+_RECORD_MODULE = "storage/store_schema.py"  # where entries_of turns rows into records
 _ENTRIES = "<entries>"  # in a flow: a table of store entries, beside the parameter names it comes from
 _Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -343,22 +343,22 @@ def test_the_entry_check_finds_entries_made_rows_however_they_travel_and_names_n
         "concatenated": "both = pa.concat_tables([Store(h).entries(1), Store(h).entries(2)])\nboth.to_pandas()",
     }
     for what, source in caught.items():
-        found = _flows_of(**{"storage/store.py": store, "user.py": source}).rows_made()
+        found = _flows_of(**{"storage/store_schema.py": store, "user.py": source}).rows_made()
         assert len(found) == 1 and found[0].startswith("user.py:"), (what, found)
     fine = ("records = entries_of(Store(home).entries())\n"
             "keys = Store(home).entries().column('key').to_pylist()\n"
             "results = warehouse.read(TUNING_RESULTS).to_pylist()\n"
             "def rows(table):\n    return table.to_pylist()\n"
             "def runs(home):\n    return rows(warehouse.read(GRAPH_RUNS))\n")
-    assert _flows_of(**{"storage/store.py": store, "user.py": fine}).rows_made() == []
+    assert _flows_of(**{"storage/store_schema.py": store, "user.py": fine}).rows_made() == []
 
 
 def test_no_module_reads_a_store_entry_as_a_dict():
-    """Outside storage/store.py, no production module makes a table of store entries into dict
+    """Outside storage/store_schema.py, no production module makes a table of store entries into dict
     rows (EntryFlows says what it follows): an entry reaches Python as a `StoreEntry`, through
     `entries_of`/`StoreEntry.from_row`, and the record has no dict interface, so `entry["key"]`
     or `entry.get("key")` on one fails at once."""
-    from storage.store import StoreEntry
+    from storage.store_schema import StoreEntry
 
     trees = {str(path.relative_to(ROOT)): ast.parse(path.read_text(), str(path))
              for package in packages() for path in modules(package)}

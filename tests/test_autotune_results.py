@@ -23,7 +23,7 @@ import pytest
 from google.protobuf import descriptor_pb2, text_format
 
 from delivery.imports import read_import
-from delivery.store import Store, StoreError
+from delivery.store_writer import Store, StoreError
 from execution.autotune.delivery import (CACHE_DIR_OPTION, KEPT_STALE_SECONDS, STALE_SECONDS, Delivery, Uptake,
                                          job_sets_cache_dir)
 from execution.autotune.jax_cache import CacheKeyed
@@ -31,7 +31,7 @@ from execution.autotune.results import (MAX_HLO_CHARS, MAX_RESULT_BYTES, MAX_RES
                                         parse_results)
 from execution.autotune.schema import declared_fields, declared_schema, extracted_schema, schema
 from hlo.environment import store_key
-from storage.store import ENTRIES
+from storage.store_schema import ENTRIES
 
 H100 = "CUDA: 9.0, Cores: 132, GPU clock: 1.98 GHz, Memory bandwidth: 3352 GB/s, L2 cache: 50 MB, DNN version: 9.8.0"
 GEMM_HLO = ("{\n  tmp_0 = f16[64,128]{1,0} parameter(0)\n  tmp_1 = f16[128,256]{1,0} parameter(1)\n"

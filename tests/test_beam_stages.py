@@ -21,7 +21,7 @@ from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, OPS
 from ranking.rank import CATEGORIES, Rank, RankSettings
 from ranking.savings import UNKNOWN_TEAM, AccountSavings
 from storage.beam_runner import pipeline_options
-from storage.store import ENTRIES, STORE_ENTRY_COLUMNS
+from storage.store_schema import ENTRIES, STORE_ENTRY_COLUMNS
 from storage.warehouse import TableSchema
 from tuner.tables import TUNING_RESULTS
 

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from ingest.progress import progress_bar
+from console.progress import progress_bar
 import pipelines.cli
 from pipelines.cli import COMMANDS, EXIT_BROKEN_PIPE, build_parser, main
 from serving import fdo

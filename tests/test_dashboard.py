@@ -20,7 +20,7 @@ import pytest
 from playwright.sync_api import Page
 
 from delivery.imports import import_file
-from delivery.store import Store
+from delivery.store_writer import Store
 from hlo.environment import Environment
 from ingest.profiles import ingest_profiles
 from ingest.symbols import ingest_symbols

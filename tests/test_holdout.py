@@ -19,7 +19,7 @@ import pytest
 from delivery.hook import HookSettings
 from delivery.imports import read_import
 from delivery.lookup import EmbeddedStore, Found, RemoteStore, _parse_answer
-from delivery.store import Store, StoreError, merge_entries
+from delivery.store_writer import Store, StoreError, merge_entries
 from hlo.environment import store_key
 from ingest.hits import holdout_arm
 from ingest.profiles import ingest_profiles
@@ -27,7 +27,7 @@ from ingest.tables import GRAPH_RUNS
 from ranking.reference import reference_savings
 from ranking.savings import hit_rows, savings
 from storage.beam_io import Source, _read_unit
-from storage.store import DEFAULT_HOLDOUT_SHARE, STORE_ENTRY_COLUMNS, StoreEntry
+from storage.store_schema import DEFAULT_HOLDOUT_SHARE, STORE_ENTRY_COLUMNS, StoreEntry
 from storage.warehouse import Warehouse
 from tests.serving import fdo, running_server
 
@@ -139,7 +139,7 @@ def _old_version(home: Path) -> None:
     directory = home / "store" / "v1"
     directory.mkdir(parents=True)
     (directory / "entries.parquet").write_bytes(data)
-    from delivery import store as store_module
+    from delivery import store_writer as store_module
 
     (directory / "manifest.json").write_text(json.dumps({
         "version": 1, "parent": None, "created": "2026-01-01T00:00:00+00:00",

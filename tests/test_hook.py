@@ -19,11 +19,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from delivery.sandbox import CHECKED_DIR, mark_name
-from delivery.store import Store
+from delivery.store_writer import Store
 from hlo.environment import store_key
 from hlo.fingerprint import fingerprint_module
 from hlo.module import load_file
-from storage.store import ENTRIES
+from storage.store_schema import ENTRIES
 from tests.serving import fdo, running_server, store_of_another_job
 
 JOB = str(Path(__file__).with_name("hook_job.py"))
@@ -327,7 +327,7 @@ def test_hits_land_once_and_a_profile_of_a_tuned_job_carries_its_hit(baseline, t
 def forge_version(home: Path, record: dict, config: dict) -> None:
     """Publish a version the way only someone with write access to the files could: checksum and
     all, but with a config the store's own checks would refuse."""
-    from delivery import store as store_module
+    from delivery import store_writer as store_module
 
     store = Store(home)
     live = store.entries()
@@ -353,7 +353,7 @@ def forge_version(home: Path, record: dict, config: dict) -> None:
 def test_embedded_snapshot_is_read_once_and_can_be_pinned(tmp_path):
     from delivery.imports import read_import
     from delivery.lookup import EmbeddedStore
-    from delivery.store import merge_entries
+    from delivery.store_writer import merge_entries
 
     entry = {"fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph", "config": NO_YNN,
              "speedup": 1.3}

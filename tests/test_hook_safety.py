@@ -17,7 +17,7 @@ from delivery.lookup import Found, RemoteStore, StoreUnavailable, _parse_answer
 from execution.compile import compile_options
 from execution.flags import FLAGS, FlagError, FlagSpec, from_json
 from hlo.environment import current_environment, xla_flags_options
-from storage.store import Provenance
+from storage.store_schema import Provenance
 from tests.serving import fdo
 from tests.test_hook import NO_YNN, hits, import_configs, run_job
 
@@ -77,7 +77,7 @@ def test_a_store_that_drips_its_answer_costs_one_deadline_then_backs_off():
 
 
 def test_a_service_answer_whose_entry_is_no_store_entry_is_no_answer():
-    """The service's entry is read as the store's record (storage.store.StoreEntry): a field of
+    """The service's entry is read as the store's record (storage.store_schema.StoreEntry): a field of
     the wrong type anywhere, a relaxed config without its speedup, a refused share or team list
     make the answer malformed (the hook compiles the defaults, the look-up unavailable). A config
     off the allowlist still reads: the hook refuses it as it applies it, and records why."""
@@ -208,9 +208,9 @@ def _forge_version(home: Path, records: list[dict], config: dict) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from delivery.store import Store
+    from delivery.store_writer import Store
     from hlo.environment import store_key
-    from storage.store import ENTRIES
+    from storage.store_schema import ENTRIES
 
     store = Store(home)
     live = store.current()

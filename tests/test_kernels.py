@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from delivery.deliver import accepted_as_entries
-from delivery.store import Store
+from delivery.store_writer import Store
 from execution.autotune.delivery import (CACHE_DIR_OPTION, DUMP_FILE, DUMP_OPTION, AutotuneOutcome, Delivery, Uptake,
                                          process_directory)
 from execution.autotune.results import AutotuneResults, parse_results
@@ -30,7 +30,7 @@ from hlo.environment import current_environment, environment_from_json, store_ke
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_text
 from pipelines.cli import main
-from storage.store import Provenance, StoreEntry, entries_table
+from storage.store_schema import Provenance, StoreEntry, entries_table
 from tasks.records import MeasureTask
 from tuner.kinds import KINDS, TuneTarget, check_platform, make_target
 from tuner.tables import TUNING_RESULTS

@@ -23,9 +23,9 @@ from delivery.imports import read_import
 from delivery.job import Decision, JobChannel, channel
 from delivery.lookup import Found
 from delivery.sandbox import CHECKED_DIR, mark_name
-from delivery.store import Store, merge_entries
+from delivery.store_writer import Store, merge_entries
 from ingest.hits import holdout_arm
-from storage.store import Provenance, StoreEntry
+from storage.store_schema import Provenance, StoreEntry
 from tests.serving import free_port, store_of_another_job
 from vocabulary.hits import HitOutcome
 

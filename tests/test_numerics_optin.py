@@ -17,9 +17,9 @@ import pytest
 
 from delivery.hook import Hook, HookSettings, _Plan, install, uninstall
 from delivery.lookup import Found
-from delivery.store import Store, StoreError
+from delivery.store_writer import Store, StoreError
 from hlo.environment import store_key
-from storage.store import ENTRIES, StoreEntry
+from storage.store_schema import ENTRIES, StoreEntry
 from tests.serving import fdo
 
 KEY = store_key("1" * 32, "2" * 32)

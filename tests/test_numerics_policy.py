@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from delivery.deliver import deliver
-from delivery.store import Store
+from delivery.store_writer import Store
 from execution.evaluate import EvaluationResult
 from execution.flags import FLAGS, relaxes_numerics
 from execution.measure import MeasureSettings

@@ -26,7 +26,8 @@ from ranking.reference import reference_rank, reference_savings
 from ranking.savings import savings
 from ranking.tables import CANDIDATES, SAVINGS
 from storage.beam_runner import InProcessRunner, pipeline_options
-from storage.store import STORE_ENTRY_COLUMNS, live_entries
+from storage.store_reader import live_entries
+from storage.store_schema import STORE_ENTRY_COLUMNS
 from storage.warehouse import Warehouse
 from tests.url_home import UrlFileSystem
 from workloads.simulator.run import simulate, store_lookup

@@ -17,7 +17,7 @@ from pipelines.cli import main
 from ranking.cost import LoopCost, loop_cost, return_on_cost
 from ranking.realized import (Arm, Realized, Undecided, read_realized, realized_savings,
                               realized_speedups)
-from storage.store import StoreEntry
+from storage.store_schema import StoreEntry
 from storage.warehouse import Warehouse
 from tests.test_validator_rules import DAY, HERE, NOW, Home, entry, result
 from tests.url_home import url_of

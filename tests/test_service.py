@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from delivery.service import MAX_BODY_BYTES, MAX_JSON_BYTES
 from hlo.environment import store_key
-from delivery.store import Store
+from delivery.store_writer import Store
 from storage.warehouse import Warehouse
 from tests.serving import call, running_server, serving_process
 from tests.url_home import url_of

@@ -18,7 +18,7 @@ from ingest.hits import holdout_arm
 from ingest.quarantine import file_digest
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
 from storage.homes import open_home
-from storage.store import DEFAULT_HOLDOUT_SHARE
+from storage.store_schema import DEFAULT_HOLDOUT_SHARE
 from ranking.realized import realized_speedups
 from storage.warehouse import Warehouse
 from workloads.simulator import fleet
@@ -254,8 +254,8 @@ def test_the_same_days_after_another_epoch_are_the_same_fleet_on_their_own_dates
 
 
 def test_the_store_lookup_gives_each_entry_its_holdout_share_as_the_hook_takes_it(tmp_path):
-    from delivery.store import Store
-    from storage.store import ENTRIES
+    from delivery.store_writer import Store
+    from storage.store_schema import ENTRIES
 
     now = datetime.datetime.now(datetime.UTC)
     rows = [{"key": store_key(f"{i:032x}", "e" * 32), "fingerprint": f"{i:032x}", "env_key": "e" * 32,
@@ -275,7 +275,7 @@ def test_the_store_lookup_gives_each_entry_its_holdout_share_as_the_hook_takes_i
 
 @pytest.mark.xla
 def test_the_demos_team_config_lands_in_the_store_as_an_import_does(tmp_path):
-    from delivery.store import Store
+    from delivery.store_writer import Store
     from hlo.environment import current_environment
     from pipelines.demo import DemoSettings, import_owner_config
 

@@ -19,7 +19,8 @@ from storage.home import Home, LockHeld
 from storage.homes import open_home
 from storage.journal import append_record, read_records
 from storage.local import LocalHome
-from storage.store import STORE_ENTRY_COLUMNS, current_version, live_entries
+from storage.store_reader import current_version, live_entries
+from storage.store_schema import STORE_ENTRY_COLUMNS
 from storage.url import UrlHome
 from storage.warehouse import SchemaError, Warehouse
 from tests.url_home import UrlFileSystem, url_of

@@ -18,15 +18,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from delivery import store as store_module
+from delivery import store_writer as store_module
 from delivery.deliver import deliver
 from delivery.imports import read_import
 from delivery.lookup import EmbeddedStore, _parse_answer
 from delivery.service import _render
-from delivery.store import ConcurrentPublish, Store, StoreError, merge_entries
+from delivery.store_writer import ConcurrentPublish, Store, StoreError, merge_entries
 from hlo.environment import store_key
 from storage.homes import open_home
-from storage.store import ENTRIES, Provenance, StoreEntry, entries_of, entries_table, live_entries
+from storage.store_reader import live_entries
+from storage.store_schema import ENTRIES, Provenance, StoreEntry, entries_of, entries_table
 from storage.warehouse import Warehouse
 from tests.url_home import UrlFileSystem, url_of
 from tuner.tables import TUNING_RESULTS

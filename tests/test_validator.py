@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from delivery.deliver import deliver
-from delivery.store import Store
+from delivery.store_writer import Store
 from execution.evaluate import EvaluationResult, median_of
 from hlo.environment import current_environment, store_key
 from hlo.fingerprint import graph_fingerprint
@@ -27,7 +27,7 @@ from ingest.tables import HITS
 from storage.blobs import BlobStore
 from storage.homes import open_home
 from storage.journal import read_records
-from storage.store import ENTRIES
+from storage.store_schema import ENTRIES
 from storage.warehouse import Warehouse
 from tests.processes import kill_9_once_journaled
 from tests.serving import fdo
@@ -520,7 +520,7 @@ def test_the_interval_job_runs_in_a_real_scheduler(tmp_path):
     from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    from validator.schedule import add_validation_job
+    from validator.validation_job import add_validation_job
 
     home = tmp_path / "home"
     expired = entry("1" * 32, "e" * 32, NO_YNN_REDUCE, days_old=40, expires_in_days=-1)

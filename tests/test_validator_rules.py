@@ -11,13 +11,13 @@ import json
 import pyarrow as pa
 import pytest
 
-from delivery.store import Store
+from delivery.store_writer import Store
 from execution.evaluate import EvaluationResult, failed_result
 from execution.numerics import OutputCheck
 from hlo.environment import Environment, GpuDescription, Partitioning, gpu_environment, store_key
 from ingest.tables import GRAPHS, HITS, partitioning_text
 from storage.blobs import BlobStore
-from storage.store import Provenance, StoreEntry, entries_of, entries_table
+from storage.store_schema import Provenance, StoreEntry, entries_of, entries_table
 from storage.warehouse import Warehouse
 from validator import decisions as rules
 from validator.decisions import Decision

@@ -241,7 +241,7 @@ def op_subject(cut: OpCut) -> Subject:
 def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: str | None = None,
              progress: bool = False, prior: list[TrialRecord] | None = None) -> TuneResult:
     """Search `target.space` for `target.module`, verify the best afresh, land the task."""
-    from ingest.progress import progress_bar
+    from console.progress import progress_bar
 
     home = open_home(home)
     environment = current_environment()

@@ -61,7 +61,7 @@ from execution.autotune.results import AutotuneResults, Keying
 from execution.evaluate import EvaluationResult
 from execution.sharded import MeasureMode
 from ranking.realized import Realized
-from storage.store import Provenance, StoreEntry, entries_of, entries_table
+from storage.store_schema import Provenance, StoreEntry, entries_of, entries_table
 from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
 from vocabulary.interval import Interval, as_flat, columns, from_flat
 

@@ -17,7 +17,7 @@ import datetime
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from delivery.store import Store
+from delivery.store_writer import Store
 from execution.autotune.results import AutotuneResults, ResultsError, autotunes, parse_results
 from execution.evaluate import EvaluationResult
 from execution.sharded import Placement, choose_placement, whole_capacity
@@ -25,7 +25,7 @@ from hlo.environment import Environment, Partitioning, machine_kind, store_key
 from ingest.tables import GRAPHS, partitioning_of
 from storage.blobs import BlobStore
 from storage.home import Home
-from storage.store import StoreEntry, entries_of
+from storage.store_schema import StoreEntry, entries_of
 from storage.warehouse import Warehouse
 from validator import decisions as rules
 from validator.decisions import Decision, ResultsCheck

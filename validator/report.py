@@ -18,10 +18,10 @@ import math
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delivery.store import Store, StoreError
+from delivery.store_writer import Store, StoreError
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
 from storage.home import Home
-from storage.store import Provenance, entries_of
+from storage.store_schema import Provenance, entries_of
 from storage.warehouse import Warehouse
 from validator.tables import VALIDATIONS
 from vocabulary.hits import hit_ran_tuned

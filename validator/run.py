@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from delivery.store import Store
+from delivery.store_writer import Store
 from storage.home import Home, LockHeld
 from storage.homes import open_home
 from storage.journal import append_record, read_records

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delivery.store import Store
+from delivery.store_writer import Store
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
 from ranking.realized import Realized, read_runs, realized_speedups
 from storage.home import Home
-from storage.store import Provenance, StoreEntry
+from storage.store_schema import Provenance, StoreEntry
 from storage.warehouse import Warehouse
 from validator.tables import VALIDATIONS
 from vocabulary.decisions import DecisionOutcome

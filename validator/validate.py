@@ -43,7 +43,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
-from delivery.store import DEFAULT_TTL, Store
+from delivery.store_writer import DEFAULT_TTL, Store
 from execution.autotune.results import AutotuneResults
 from execution.evaluate import (FRESH_WORKERS, DefaultFails, EvaluationResult, compile_with_results,
                                 evaluate_built, evaluate_independently, per_device_program, prepare_default,
@@ -160,7 +160,7 @@ def _measure_queue(queue: list[Queued], planner: Planner, run: Run, settings: Va
                    progress: bool, measurer: Measurer) -> int:
     """Measure the queue until the budget is spent, journaling each decision as it comes;
     returns how many were deferred."""
-    from ingest.progress import progress_bar
+    from console.progress import progress_bar
 
     deadline = None if settings.budget_minutes is None else time.time() + 60 * settings.budget_minutes
     bar = progress_bar(total=len(queue), desc=f"validate on {planner.chain.compiler_version}",

@@ -20,7 +20,8 @@ import tempfile
 import threading
 from typing import NoReturn
 
-from pipelines.cli import cluster, ingest, loop, rank, store, tune, validate
+from pipelines.cli import (analyze, cluster, evaluate, fingerprint, hits, ingest, loop, rank, run, simulate, store,
+                           tune, validate, workloads)
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, HelpFormatter, Handler, closing_stdout,
                                   epilog, guarded, resolve_home)
 from pipelines.extras import MissingExtra
@@ -34,12 +35,12 @@ HOME_OPTION = "--home"
 MEASURING_COMMANDS = frozenset({"evaluate", "tune", "validate", "nightly"})
 # fdo's own options, before the subcommand. After it, Beam commands would take them for Beam's.
 GLOBAL_OPTIONS = (HOME_OPTION,)
-# Each command's parser, added by its group's module, in the order `fdo --help` lists them: the
-# loop's order, from a module's fingerprint to the savings of tuned configs.
-COMMANDS = (ingest.add_fingerprint, tune.add_evaluate, tune.add_workloads, ingest.add_ingest,
-            ingest.add_simulate, rank.add_rank, tune.add_tune, tune.add_analyze, store.add_deliver,
-            store.add_store, store.add_serve, loop.add_nightly, loop.add_scheduler, store.add_run,
-            ingest.add_hits, validate.add_toolchain, validate.add_validate, rank.add_savings,
+# Each command's parser, added by its (or its group's) module, in the order `fdo --help` lists
+# them: the loop's order, from a module's fingerprint to the savings of tuned configs.
+COMMANDS = (fingerprint.add_fingerprint, evaluate.add_evaluate, workloads.add_workloads, ingest.add_ingest,
+            simulate.add_simulate, rank.add_rank, tune.add_tune, analyze.add_analyze, store.add_deliver,
+            store.add_store, store.add_serve, loop.add_nightly, loop.add_scheduler, run.add_run,
+            hits.add_hits, validate.add_toolchain, validate.add_validate, rank.add_savings,
             cluster.add_cluster)
 
 
@@ -124,11 +125,11 @@ def _main(argv: list[str] | None) -> int:
         except ValueError as exc:
             print(f"fdo {args.command}: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    run: Handler = args.run
+    handler: Handler = args.run
     # A command that works on any home (it sets home_url) gets the home as it is; the others
     # take a local one, and a URL home is refused by name (Home.local).
-    return guarded(args.command, lambda: run(args, home if takes_url
-                                                 else home.local(f"fdo {args.command}")))
+    return guarded(args.command, lambda: handler(args, home if takes_url
+                                                     else home.local(f"fdo {args.command}")))
 
 
 def _home_problem(given: Home, writes: bool, beam_args: list[str]) -> str | None:

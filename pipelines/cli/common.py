@@ -1,8 +1,9 @@
-"""What every command group of `fdo` shares: exit codes, the home, help pages, tables and JSON.
+"""What every command module of `fdo` shares: exit codes, the home, help pages, tables and JSON.
 
-A group module (pipelines/cli/ingest.py, rank.py, ...) adds each of its commands with
-`add_command` and gives it a handler: `handler(args, home) -> exit code`, where `home` is the
-data root the dispatcher resolved once (`resolve_home`) and hands to every command.
+A command's module (pipelines/cli/ingest.py), or a group's (rank.py: rank and savings), adds
+each of its commands with `add_command` and gives it a handler: `handler(args, home) -> exit
+code`, where `home` is the data root the dispatcher resolved once (`resolve_home`) and hands to
+every command.
 """
 
 from __future__ import annotations

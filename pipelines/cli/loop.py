@@ -103,9 +103,10 @@ def cmd_scheduler(args: argparse.Namespace, home: Path) -> int:
     import shlex
 
     from pipelines.scheduler import SchedulerSettings, run_scheduler
+    from storage.homes import open_home
 
     settings = SchedulerSettings(cron=args.cron, misfire_grace_minutes=args.misfire_grace_minutes,
                                  nightly_args=tuple(shlex.split(args.nightly_args)),
                                  validate_every_minutes=args.validate_every,
                                  validate_budget_minutes=args.validate_budget_minutes)
-    return run_scheduler(home, settings)
+    return run_scheduler(open_home(home), settings)

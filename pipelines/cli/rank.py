@@ -107,7 +107,7 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
     cost = loop_cost(warehouse.read(TRIALS, ["dt", "task_id", "elapsed_seconds"], lambda dt: dt <= last_day),
                      warehouse.read(VALIDATIONS, ["dt", "run_id", "validated_at"], days.__contains__),
                      realized, first, last)
-    ratio = return_on_cost(split.total.realized and split.total.realized.estimate, cost)
+    ratio = return_on_cost(split.total.realized.estimate if split.total.realized is not None else None, cost)
     booked = BookedSavings.of(rows)
     covered = verified_coverage(home, first, last)
     nights = [n for n in coverage_by_night(home) if n.date <= last]

@@ -1,202 +1,26 @@
-"""`fdo evaluate`, `workloads`, `tune`, `analyze`: measuring and searching compiler configs, and
-the workload zoo they are tried on. Each takes the home as it is: local or a URL."""
+"""`fdo tune`: searching compiler flags for HLO modules (or the top ranked graphs and ops) and
+verifying the best, on a local or a URL home."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from execution.sharded import MeasureMode, Placement
-from hlo.environment import Environment
+from execution.sharded import MeasureMode
 from pipelines import stages
 from pipelines.cli.cluster import add_cluster_option
-from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_DEFAULT_FAILS, EXIT_FAILED, EXIT_OK, JSON_HELP,
-                                  Subcommands, add_command, config_text, print_json, print_table)
+from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_DEFAULT_FAILS, EXIT_FAILED, EXIT_OK, Subcommands,
+                                  add_command, config_text, print_json, print_table)
+from pipelines.cli.evaluate import add_measure_mode, module_placement
+from pipelines.cli.evaluate import worker_speedups as _speedups
 from pipelines.extras import needs
 from storage.home import Home
 from tuner.kinds import KINDS, check_platform
 from tuner.strategies import STRATEGIES
 from tuner.trial import STALL_AFTER, StopReason
-from vocabulary.failures import Failure
 from vocabulary.tuning import Kind
-
-
-def add_evaluate(sub: Subcommands) -> None:
-    """`fdo evaluate`."""
-    p = add_command(sub, "evaluate", "measure a compiler config against the default",
-                    ["fdo evaluate module.txt",
-                     "fdo evaluate module.txt --set xla_cpu_enable_fast_math=true --max-seconds 10",
-                     "fdo evaluate module.txt --set placement:REDUCE=xla --json"],
-                    "Exit status 4: the module fails with the compiler's default config (it does not "
-                    "compile or run), so there is nothing to measure against; the candidate is still "
-                    "tried, and if it runs the module, its numerics are checked against a reference "
-                    "config that routes every fusion type to XLA's own emitters. 1: the candidate "
-                    "fails, or its numerics are off.")
-    p.add_argument("file", metavar="FILE", help="HLO module (unoptimized) to compile and run")
-    p.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE",
-                   help="a compiler flag of the candidate; repeat for more (default: none, an A/A "
-                   "check of the default against itself)")
-    p.add_argument("--json", action="store_true", help=JSON_HELP)
-    p.add_argument("--max-seconds", type=float, default=30.0, metavar="SECONDS",
-                   help="timing budget of the paired measurements (of each worker's)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="measure in N fresh workers, one after another, and report their median "
-                   "(the tuner verifies in 3: one process's interval leaves out the spread from "
-                   "one process to the next)")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="the worker process is stopped after this long")
-    add_measure_mode(p)
-    p.set_defaults(run=cmd_evaluate, home_use=None, home_url=True)
-
-
-def add_measure_mode(p: argparse.ArgumentParser) -> None:
-    """The --measure-mode option of the commands that measure a module."""
-    p.add_argument("--measure-mode", choices=[str(m) for m in MeasureMode], default=None,
-                   help="how a module its job compiled across devices is measured (the "
-                   "partitioning in the fdo-environment.json beside it, as the hook spools it): "
-                   "whole, as the job compiles it on as many devices (a CPU's host devices), or "
-                   "per-device, its per-device program on one device (default: whole where this "
-                   "machine has the devices, else per-device; docs/sharded.md)")
-
-
-def module_placement(path: str, asked: str | None) -> tuple[Placement, Environment | None]:
-    """How to measure the module in file `path`: from the environment file beside it (the
-    partitioning its job compiled it with), whole where this machine has the devices, else
-    per device, or as `asked`; and that environment, None where there is no such file.
-    ValueError naming the file when it is malformed, or whole is asked and cannot be."""
-    from execution.sharded import choose_placement, whole_capacity
-    from hlo.environment import ENVIRONMENT_FILE, current_environment, environment_from_json
-
-    beside = Path(path).parent / ENVIRONMENT_FILE
-    environment = None
-    if beside.is_file():
-        try:
-            environment = environment_from_json(json.loads(beside.read_text()))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{beside}: bad environment file: {exc}") from None
-    partitioning = environment.partitioning if environment is not None else None
-    capacity = whole_capacity(current_environment().platform)
-    return (choose_placement(partitioning, capacity, MeasureMode(asked) if asked else None),
-            environment)
-
-
-def cmd_evaluate(args: argparse.Namespace, home: Home) -> int:
-    """Measure the --set config against the default on one module."""
-    from hlo.module import load_file
-    from execution.compile import check_options
-    from execution.evaluate import evaluate_independently, per_device_program
-    from execution.flags import parse_assignment, to_json
-    from execution.measure import MeasureSettings
-
-    if args.workers < 1:
-        raise ValueError(f"--workers {args.workers}: at least one is needed")
-    module = load_file(args.file)
-    source = module.source
-    candidate = dict(parse_assignment(item) for item in args.set)
-    check_options(candidate)
-    placement, _ = module_placement(args.file, args.measure_mode)
-    if placement.mode is MeasureMode.PER_DEVICE:
-        assert placement.partitioning is not None
-        module = per_device_program(module, placement.partitioning, args.timeout)
-    settings = MeasureSettings(max_seconds=args.max_seconds)
-    result = evaluate_independently(module, candidate, args.workers, settings=settings,
-                                    timeout=args.timeout, partitioning=placement.compiled_for)
-    if args.json:
-        print_json({**result.to_json(), "config": to_json(candidate),
-                    "measure_mode": placement.mode, "measured_as": placement.describe()})
-    else:
-        _print_evaluation(f"{source} ({placement.describe()})", candidate, result)
-    if result.failure == Failure.DEFAULT_FAILS:
-        return EXIT_DEFAULT_FAILS
-    if result.error is not None or result.numerics_ok is False:
-        return EXIT_FAILED
-    return EXIT_OK
-
-
-def _print_evaluation(source: str, candidate: dict, result: Any) -> None:
-    label = config_text(candidate) if candidate else "A/A (default vs default)"
-    print(f"{source}: {label}")
-    if result.failure == Failure.DEFAULT_FAILS:
-        print(f"  {result.error}")  # "default fails: <reason>"
-        if result.candidate_runs is not None:
-            print(f"  {_without_default(result)}")
-        return
-    if result.error:
-        print(f"  failed: {result.error}")
-        return
-    if result.identical_program:
-        print("  the candidate compiles to the same program as the default: nothing to measure")
-        return
-    verdict = "significant gain" if result.significant else "no significant gain"
-    print(f"  speedup {result.speedup.estimate:.3f}x  (99% CI {result.speedup.low:.3f} .. "
-          f"{result.speedup.high:.3f}, {result.pairs} pairs, {verdict})")
-    if len(result.speedups) > 1:
-        print(f"  the median of {len(result.speedups)} workers: {_speedups(result.speedups)}")
-    print(f"  numerics {'ok' if result.numerics_ok else 'FAILED'}: {result.judged().describe()}; "
-          f"compile {result.compile_seconds:.2f} s")
-
-
-def _speedups(speedups: list[float]) -> str:
-    """Each worker's speedup, as `fdo evaluate` and `fdo tune` print them."""
-    return ", ".join(f"{x:.3f}x" for x in speedups)
-
-
-def _without_default(result: Any) -> str:
-    """What the candidate did where the default fails."""
-    if not result.candidate_runs:
-        return "the candidate does not run it either"
-    if result.numerics_ok is None:
-        return "the candidate runs it (its numerics unchecked: the reference config fails too)"
-    verdict = "ok" if result.numerics_ok else "FAILED"
-    return (f"the candidate runs it; numerics {verdict} against the reference config (every "
-            "fusion type on XLA's own emitters)")
-
-
-def add_workloads(sub: Subcommands) -> None:
-    """`fdo workloads`."""
-    p = add_command(sub, "workloads", "the workload zoo: list it, or dump its programs as XLA dump "
-                    "directories", ["fdo workloads list", "fdo workloads dump mlp-s cnn-s --out zoo-dump"])
-    p.add_argument("action", choices=["list", "dump"],
-                   help="list: name, family, size and description of each; dump: compile them and "
-                   "write XLA dump directories under --out")
-    p.add_argument("--out", default="zoo-dump", metavar="DIR", help="dump: output directory")
-    p.add_argument("names", nargs="*", metavar="NAME", help="dump: only these workloads (default: all)")
-    p.add_argument("--json", action="store_true", help="print the workloads (list) or the dump "
-                   "directories (dump) as JSON")
-    p.set_defaults(run=cmd_workloads, home_use=None, home_url=True)
-
-
-def cmd_workloads(args: argparse.Namespace, home: Home) -> int:
-    """List the zoo's workloads, or dump them."""
-    from workloads import zoo
-
-    if args.action == "list":
-        rows = [{"name": w.name, "family": w.family, "size": w.size,
-                 "description": w.description} for w in zoo.all_workloads()]
-        if args.json:
-            print_json(rows)
-        else:
-            print_table(("name", "family", "size", "description"),
-                        [(r["name"], r["family"], str(r["size"]), r["description"]) for r in rows], "<<<<")
-        return EXIT_OK
-    return _dump_workloads(args)
-
-
-@needs("pipeline")
-def _dump_workloads(args: argparse.Namespace) -> int:
-    from workloads.zoo.dump import dump_workloads
-
-    out = Path(args.out)
-    dirs = dump_workloads(out, names=args.names or None, progress=not args.json)
-    if args.json:
-        print_json([str(d) for d in dirs])
-    else:
-        print(f"dumped {len(dirs)} workloads under {out}")
-    return EXIT_OK
 
 
 def add_tune(sub: Subcommands) -> None:
@@ -433,36 +257,3 @@ def _print_tune_result(label: str, r: Any) -> None:
                  f"{sum(p.seconds for p in r.phases):.1f}")
         print_table(("phase", "configs", "evaluations", "measured", "compiles", "seconds"),
                     [*rows, total], "<>>>>>", indent="  ")
-
-
-def add_analyze(sub: Subcommands) -> None:
-    """`fdo analyze`."""
-    p = add_command(sub, "analyze", "which compiler flags matter, from every tuning trial",
-                    ["fdo analyze flags --top 10",
-                     "fdo analyze flags --graph 0123456789abcdef0123456789abcdef --json"])
-    p.add_argument("what", choices=["flags"], help="flags: each flag's importance and its values' effects")
-    p.add_argument("--top", type=int, default=None, metavar="N",
-                   help="only the N most important flags (default: all)")
-    p.add_argument("--graph", metavar="FINGERPRINT",
-                   help="only the trials of this graph fingerprint (default: every graph's)")
-    p.add_argument("--json", action="store_true", help="print the analysis as JSON")
-    p.set_defaults(run=cmd_analyze, home_use="read", home_url=True)
-
-
-def cmd_analyze(args: argparse.Namespace, home: Home) -> int:
-    """Which flags matter, from every tuning trial in the warehouse (or one graph's)."""
-    from tuner.analyze import analyze_flags, format_analysis
-
-    analysis = analyze_flags(home, fingerprint=args.graph)
-    if args.json:
-        payload = analysis.to_json()
-        payload["flags"] = payload["flags"][: args.top]
-        print_json(payload)
-    if analysis.trials == 0:
-        where = f" for graph {args.graph}" if args.graph else ""
-        print(f"no tuning trials in the warehouse under {home}{where}: run fdo tune first",
-              file=sys.stderr)
-        return EXIT_FAILED
-    if not args.json:
-        print(format_analysis(analysis, args.top))
-    return EXIT_OK

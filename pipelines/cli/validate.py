@@ -149,7 +149,7 @@ def _validate_forever(home: Home, args: argparse.Namespace) -> int:
 
     from apscheduler.schedulers.blocking import BlockingScheduler
 
-    from validator.schedule import add_validation_job
+    from validator.validation_job import add_validation_job
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     scheduler = BlockingScheduler()

@@ -22,7 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delivery.store import Store
+from delivery.store_writer import Store
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, OPS
 from pipelines.dashboard.scope import Scope
 from pipelines.nightly import coverage_by_night
@@ -32,7 +32,7 @@ from ranking.realized import RUN_COLUMNS, Realized, RealizedSavings, realized_sp
 from ranking.realized import realized_savings as ranking_realized_savings
 from ranking.tables import COVERAGE, SAVINGS
 from storage.home import Home
-from storage.store import entries_of
+from storage.store_schema import entries_of
 from storage.warehouse import TableSchema, Warehouse
 from tuner.analyze import CONFIDENCE as FLAG_LEVEL
 from tuner.analyze import analyze_trials

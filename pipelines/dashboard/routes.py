@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse, Response
 
 from delivery.service import ServiceError
-from delivery.store import StoreError
+from delivery.store_writer import StoreError
 from pipelines.dashboard import queries
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters, parse_fingerprint
 from pipelines.dashboard.layout import ENTRY, GRAPH, GRAPHS, OVERVIEW, TUNER, Page

@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from hlo.environment import Environment, Partitioning
 from ingest.hits import holdout_arm
-from storage.store import DEFAULT_HOLDOUT_SHARE
+from storage.store_schema import DEFAULT_HOLDOUT_SHARE
 
 EPOCH = datetime.date(2026, 1, 1)
 TEAMS = ("llm-pretrain", "llm-serving", "ads", "search", "recsys", "vision", "speech",

@@ -25,14 +25,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from console.progress import progress_bar
 from hlo.environment import ENVIRONMENT_FILE, current_environment
 from ingest.profiles import ingest_profiles
-from ingest.progress import progress_bar
 from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
 from storage.home import Home
 from storage.homes import atomic_write, open_home
-from storage.store import DEFAULT_HOLDOUT_SHARE, current_version, live_entries
+from storage.store_reader import current_version, live_entries
+from storage.store_schema import DEFAULT_HOLDOUT_SHARE
 from storage.warehouse import ROW_GROUP_ROWS
 from workloads.simulator import fleet
 from workloads.simulator.catalog import SCALES, CatalogGraph, build_catalog

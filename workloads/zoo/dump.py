@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ingest.progress import progress_bar
+from console.progress import progress_bar
 from storage.homes import open_home
 from workloads.zoo import Workload, all_workloads, get
 

@@ -1,12 +1,12 @@
-"""The config store's schema, its entry record and its read path for every stage
-(`delivery.store` writes it).
+"""The config store's schema and its entry record (`storage.store_reader` reads the live
+entries for every stage, `delivery.store_writer` writes the versions).
 
 Layout under `<home>/store/`: `CURRENT` holds the live version number N, `v<N>/entries.parquet`
 one row per entry (ENTRIES), `v<N>/manifest.json` what the version is and who wrote it
-(`delivery.store.Manifest`). Ranking skips keys with a live entry; savings attributes hits to
-entries the validator last updated; the fleet simulator applies the entries' speedups: they
-read `live_entries`, the columns of STORE_ENTRY_COLUMNS, which every version holds. No store
-yet means no entries. The home may be a URL on any of Beam's file systems.
+(`delivery.store_writer.Manifest`). Ranking skips keys with a live entry; savings attributes
+hits to entries the validator last updated; the fleet simulator applies the entries' speedups:
+they read `storage.store_reader.live_entries`, the columns of STORE_ENTRY_COLUMNS, which every
+version holds.
 
 Columns came to ENTRIES after the first versions (ADDED_ENTRY_COLUMNS): every reader takes a
 version's table through `conform_entries`, where a version written before them reads as null.
@@ -28,15 +28,9 @@ import json
 import math
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
-from storage.home import Home
-from storage.homes import open_home
 
 STORE_ENTRY_COLUMNS = pa.schema([
     pa.field("key", pa.string()),  # the store key: hlo.environment.store_key(fingerprint, env_key)
@@ -100,7 +94,7 @@ class StoreEntry:
     environment, under `key` = hlo.environment.store_key(fingerprint, env_key).
 
     The configs are JSON text of allowlisted flags, as the store keeps them: the allowlist is
-    checked where they are written and where they are applied (delivery.store, the hook, the
+    checked where they are written and where they are applied (delivery.store_writer, the hook, the
     validator), so that a config the allowlist stops taking is refused there, never an entry
     that cannot be read. Times are aware datetimes. The fields that may be null are null in an
     entry that never had them (an import carries no interval, compiler or measured relaxed
@@ -227,31 +221,6 @@ def check_holdout_share(value: Any, where: str) -> float:
         raise ValueError(f"{where}: holdout share {value!r} refused: must be a number from 0 "
                          f"to {MAX_HOLDOUT_SHARE}")
     return float(value)
-
-
-def current_version(home: Home | str | Path) -> int | None:
-    """The live store version, or None when nothing is published; ValueError when CURRENT
-    holds anything but a version number."""
-    home = open_home(home)
-    current = home.location("store", "CURRENT")
-    if not home.exists(current):
-        return None
-    text = home.read_bytes(current).decode(errors="replace").strip()
-    if not (text.isascii() and text.isdigit()):
-        raise ValueError(f"{current} holds {text[:40]!r}, not a version number")
-    return int(text)
-
-
-def live_entries(home: Home | str | Path, now: datetime.datetime | None = None) -> pa.Table:
-    """The live version's unexpired entries (STORE_ENTRY_COLUMNS); empty when there is no store."""
-    home = open_home(home)
-    version = current_version(home)
-    if version is None:
-        return STORE_ENTRY_COLUMNS.empty_table()
-    data = home.read_bytes(home.location("store", f"v{version}", "entries.parquet"))
-    entries = pq.read_table(pa.BufferReader(data), columns=STORE_ENTRY_COLUMNS.names).cast(STORE_ENTRY_COLUMNS)
-    now = now or datetime.datetime.now(datetime.UTC)
-    return entries.filter(pc.greater(entries.column("expires_at"), pa.scalar(now, entries.schema.field("expires_at").type)))
 
 
 _PROVENANCES = {provenance.value: provenance for provenance in Provenance}

@@ -1,8 +1,9 @@
-"""The versioned config store: immutable numbered snapshots of fingerprint -> config entries.
+"""The versioned config store's one writer: immutable numbered snapshots of fingerprint -> config
+entries (every stage reads the live ones through `storage.store_reader`).
 
 Layout under `<home>/store/`:
-  v<N>/entries.parquet   one row per entry (storage.store.ENTRIES, declared with the
-                         store's read path that every stage shares)
+  v<N>/entries.parquet   one row per entry (storage.store_schema.ENTRIES, declared with the
+                         entry record that every stage shares)
   v<N>/manifest.json     version, parent, created, checksum of entries.parquet, counts by kind,
                          compiler versions, what made it (deliver, import, rollback, ...),
                          who wrote it (`writer`, for a writer to find its own versions) and
@@ -25,7 +26,7 @@ version with an older version's entries, so history only grows. A version's poli
 carried forward by every publish until one is set again (`set_holdout_share`,
 `set_relaxed_numerics_teams`). Every config is checked against the flag allowlist on the way in
 (`execution.flags.from_json`), the relaxed config too, every row as the entry record it must
-make (`storage.store.StoreEntry`: each field's type, the holdout share within its range, a
+make (`storage.store_schema.StoreEntry`: each field's type, the holdout share within its range, a
 relaxed config's speedup), every team list (`check_relaxed_numerics_teams`) and every entry's
 autotune results (`check_autotune_results`).
 
@@ -60,8 +61,9 @@ from execution.flags import FlagError, from_json, to_json
 from ingest.tables import TEAM
 from storage.home import Home
 from storage.homes import open_home
-from storage.store import (DEFAULT_HOLDOUT_SHARE, ENTRIES, check_holdout_share, conform_entries,
-                           current_version, entries_of)
+from storage.store_reader import current_version
+from storage.store_schema import (DEFAULT_HOLDOUT_SHARE, ENTRIES, check_holdout_share, conform_entries,
+                                  entries_of)
 
 DEFAULT_TTL = datetime.timedelta(days=30)
 _VERSION_NAME = re.compile(r"\.?v([0-9]+)(?:\.tmp-.*)?")  # v<N>, and .v<N>.tmp-* while staged
@@ -196,7 +198,7 @@ class Store:
         """Publish `entries` as the next version, built on `parent`, made for `reason` by
         `writer`, with the policies `holdout_share` and `relaxed_numerics_teams` (see Manifest;
         None: the parent's); returns the new version. StoreError names an entry whose config,
-        relaxed config, autotune results or other field (storage.store.StoreEntry checks their
+        relaxed config, autotune results or other field (storage.store_schema.StoreEntry checks their
         types, the holdout share, the relaxed speedup) is refused, or a refused policy."""
         entries = _sorted(conform_entries(entries))
         for key, config, relaxed in zip(*(entries.column(name).to_pylist()
