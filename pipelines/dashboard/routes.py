@@ -1,7 +1,7 @@
 """The dashboards' FastAPI router: the pages (`/`, `/tuner`, `/graphs`, `/graphs/{fingerprint}`,
 `/entries/{key}`), JSON rows under `/api/`, Plotly's script.
 
-`fdo serve` mounts it onto the config service's app (delivery.service.create_app), whose
+`fdo serve` mounts it onto the config service's app (delivery.service.app.create_app), whose
 handler turns ServiceError into the service's JSON errors. Every page and endpoint takes the
 filters of filters.py as query parameters (`from`, `to`, `days`, `team`, `device_kind`,
 `compiler_version`, and on the endpoints `graph` and `entry`); a bad one is a 400 naming it, and so is a
@@ -16,7 +16,7 @@ from typing import Callable
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse, Response
 
-from delivery.service import ServiceError
+from delivery.service.errors import ServiceError
 from delivery.store import StoreError
 from pipelines.dashboard import queries
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters, parse_fingerprint
