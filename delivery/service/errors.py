@@ -11,11 +11,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from delivery.api import ErrorAnswer
 from delivery.imports import describe
 from delivery.metrics import ServiceMetrics
 from delivery.store import StoreError
 
 Handler = Callable[[Request, Any], Awaitable[JSONResponse]]
+# Every operation's OpenAPI answers: any of them may answer an error, in the one shape.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {"default": {"model": ErrorAnswer, "description": "an error"}}
 
 
 class ServiceError(HTTPException):

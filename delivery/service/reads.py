@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from delivery.api import BatchLookup, BatchRequest, ErrorAnswer, Health, Lookup
 from delivery.metrics import ServiceMetrics
-from delivery.service.errors import ServiceError, error_response
+from delivery.service.errors import ERROR_RESPONSES, ServiceError, error_response
 from delivery.service.snapshot import LiveSnapshot, Snapshot
 from delivery.store import Store, StoreError
 
@@ -19,7 +19,7 @@ _HEX = set("0123456789abcdef")
 def reads_router(live: LiveSnapshot, store: Store, metrics: ServiceMetrics) -> APIRouter:
     """The read endpoints: look-ups answered from `live`, downloads read from `store`, every
     look-up counted in `metrics`."""
-    router = APIRouter()
+    router = APIRouter(responses=ERROR_RESPONSES)
 
     @router.get("/v1/health", response_model=Health, responses={503: {"model": Health}})
     async def health() -> JSONResponse:

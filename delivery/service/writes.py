@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from delivery.api import Imported, ImportRequest, InvalidateRequest, Published, RollbackRequest, inline_schema
 from delivery.imports import describe, entry_rows, publish_import
-from delivery.service.errors import ServiceError
+from delivery.service.errors import ERROR_RESPONSES, ServiceError
 from delivery.service.limits import IMPORT_PATH
 from delivery.service.processes import Processes
 from delivery.service.snapshot import LiveSnapshot
@@ -29,7 +29,7 @@ T = TypeVar("T")
 def writes_router(home: Home, live: LiveSnapshot, token: str | None) -> APIRouter:
     """The write endpoints over the store in `home`, authorized by `token` (None: every write
     refused), each refreshing `live` before it answers."""
-    router = APIRouter()
+    router = APIRouter(responses=ERROR_RESPONSES)
     writer = Processes()
     bearer = HTTPBearer(auto_error=False, description="the service's write token (FDO_TOKEN or --token-file)")
 
