@@ -75,10 +75,11 @@ def _python_type(field: pa.Field) -> Any:
     return {pa.string(): str, pa.float64(): float}[field.type] | None
 
 
+# Any: create_model's keywords are the fields and its own options (`__base__`, ...) alike.
+_ENTRY_FIELDS: dict[str, Any] = {field.name: (_python_type(field), ...) for field in ENTRIES}
 StoredEntry = create_model("StoredEntry", __doc__="A store entry: the columns of its version's "
                            "entries.parquet, and its version's teams whose jobs take its relaxed config.",
-                           **{field.name: (_python_type(field), ...) for field in ENTRIES},
-                           relaxed_numerics_teams=(list[str], ...))
+                           **_ENTRY_FIELDS, relaxed_numerics_teams=(list[str], ...))
 
 
 class Lookup(BaseModel):

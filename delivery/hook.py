@@ -611,9 +611,12 @@ def install(home: Path | str | None = None, url: str | None = None, version: int
             job_id: str | None = None, team: str | None = None, holdout: float | None = None,
             opt_out: bool | None = None, relaxed_numerics: bool | None = None,
             decision_timeout: float | None = None) -> Hook:
-    """Route every JAX compile of this process through the hook; returns it. Arguments left
-    out come from the FDO_* environment variables. Installing again replaces the settings."""
+    """Route every JAX compile of this process through the hook; returns it. Each parameter is
+    the HookSettings field of its name: those given (not None) replace the settings of the FDO_*
+    environment variables. Installing again replaces the settings."""
     global _installed
+    # Read first, while the parameters are the only locals: the settings given, by field name.
+    given: dict[str, Any] = {name: value for name, value in locals().items() if value is not None}
     from jax._src import compiler
 
     base = HookSettings.from_environment()
@@ -621,18 +624,9 @@ def install(home: Path | str | None = None, url: str | None = None, version: int
         raise ValueError(f"holdout={holdout!r}: must be a share from 0 to 1")
     if decision_timeout is not None and not 0 < decision_timeout <= 3600:
         raise ValueError(f"decision_timeout={decision_timeout!r}: must be between 0 and 3600 seconds")
-    settings = HookSettings(
-        home=Path(home) if home is not None else base.home,
-        url=url if url is not None else base.url,
-        version=version if version is not None else base.version,
-        timeout=timeout if timeout is not None else base.timeout,
-        spool_hlo=spool_hlo if spool_hlo is not None else base.spool_hlo,
-        job_id=job_id if job_id is not None else base.job_id,
-        team=team if team is not None else base.team,
-        holdout=holdout if holdout is not None else base.holdout,
-        opt_out=opt_out if opt_out is not None else base.opt_out,
-        relaxed_numerics=relaxed_numerics if relaxed_numerics is not None else base.relaxed_numerics,
-        decision_timeout=decision_timeout if decision_timeout is not None else base.decision_timeout)
+    if home is not None:
+        given["home"] = Path(home)
+    settings = replace(base, **given)
     hook = Hook(settings)
     with _install_lock:
         original = getattr(compiler.compile_or_get_cached, "__wrapped__",

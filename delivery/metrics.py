@@ -22,11 +22,17 @@ LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 
 
 class Served(Protocol):
-    """What the service answers look-ups from (delivery.service.Snapshot)."""
+    """What the service answers look-ups from (delivery.service.snapshot.Snapshot)."""
 
-    version: int | None
-    published: datetime.datetime | None
-    problem: str | None
+    # Read-only: a snapshot is frozen, and the metrics only read it.
+    @property
+    def version(self) -> int | None: ...
+
+    @property
+    def published(self) -> datetime.datetime | None: ...
+
+    @property
+    def problem(self) -> str | None: ...
 
 
 class ServiceMetrics:

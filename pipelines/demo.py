@@ -38,6 +38,7 @@ from pipelines.nightly import NightlySettings, coverage_by_night, run_nightly
 from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
 from storage.beam_logging import quiet_beam_logging
+from storage.homes import open_home
 from storage.store_schema import entries_of
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
@@ -106,6 +107,7 @@ class DemoSettings:
 def run_demo(home: Path, settings: DemoSettings = DemoSettings()) -> int:
     """Run the demo in `home`; returns the exit code."""
     home.mkdir(parents=True, exist_ok=True)
+    root = open_home(home)  # the stages take a Home
     first = datetime.date.today() - datetime.timedelta(days=settings.days - 1)
     print(f"fleet-fdo demo: {settings.days} days of a simulated fleet ({settings.jobs} jobs running "
           f"{', '.join(settings.workloads)}), the nightly loop after each; data root {home}\n")
@@ -117,7 +119,7 @@ def run_demo(home: Path, settings: DemoSettings = DemoSettings()) -> int:
         injected = () if slowed else tuple(
             (key, settings.fleet_regression) for key in first_tuned(home, settings.imported)[:1])
         slowed += injected
-        day = simulate(home, days=1, jobs=settings.jobs, seed=settings.seed, start=date,
+        day = simulate(root, days=1, jobs=settings.jobs, seed=settings.seed, start=date,
                        workloads=list(settings.workloads), tuned=store_lookup(home), progress=True,
                        release_every_days=settings.release_every_days, inbox=home / "inbox" / "fleet",
                        regressions=(owned, *slowed))
@@ -136,7 +138,7 @@ def run_demo(home: Path, settings: DemoSettings = DemoSettings()) -> int:
             version = Store(home).set_holdout_share(settings.holdout_share)
             print(f"  the fleet holds {settings.holdout_share:.0%} of each key's jobs out to the "
                   f"defaults: store version {version}")
-        report = run_nightly(home, NightlySettings(
+        report = run_nightly(root, NightlySettings(
             date=date, top=settings.top, top_ops=settings.top_ops, tune_evals=settings.tune_evals,
             tune_minutes=settings.tune_minutes, validate_minutes=settings.validate_minutes,
             revalidate_after=settings.revalidate_after, beam_args=settings.beam_args), progress=True)
@@ -157,7 +159,7 @@ def import_owner_config(home: Path, owned: OwnerConfig) -> int | None:
     path.write_text(json.dumps({"fingerprint": graph.fingerprint, "env_key": current_environment().key(),
                                 "kind": "graph", "config": owned.config,
                                 "speedup": owned.claimed_speedup}) + "\n")
-    version, _ = import_file(home, path)
+    version, _ = import_file(open_home(home), path)
     return version
 
 
@@ -218,8 +220,7 @@ def print_summary(home: Path, first: datetime.date) -> None:
     realized = read_realized(home, first, last)
     print("realized in the fleet (holdout arm against tuned arm, 99% interval over jobs):")
     for r in realized:
-        figure = (r.speedup.as_speedup() if r.decided
-                  else f"undecided ({r.undecided})")
+        figure = r.speedup.as_speedup() if r.speedup is not None else f"undecided ({r.undecided})"
         verdict = ": regressed in the fleet" if r.regressed else ""
         print(f"  {r.key[:12]} v{r.config_version}: expected {r.expected_speedup:.3f}x, realized {figure} "
               f"over {r.holdout.jobs} holdout / {r.tuned.jobs} tuned jobs{verdict}")
@@ -227,7 +228,7 @@ def print_summary(home: Path, first: datetime.date) -> None:
     print(f"booked {booked.booked / 3600:,.1f} chip-hours on the tuned runs; on the entries the fleet "
           f"decided, booked {booked.booked_decided / 3600:,.1f}, realized "
           + ("-" if booked.realized is None else f"{booked.realized.estimate / 3600:,.1f}"))
-    nights = coverage_by_night(home)
+    nights = coverage_by_night(open_home(home))
     print("verified coverage (the share of the tunable chip-time, this machine's platform and device "
           "kind, that runs a config the loop verified): " + (", ".join(
               f"after night {n.night} {'-' if n.share is None else format(n.share, '.1%')}" for n in nights)

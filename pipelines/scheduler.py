@@ -63,26 +63,26 @@ def parse_cron(text: str) -> CronTrigger:
 def run_scheduler(home: Home, settings: SchedulerSettings, stop: threading.Event | None = None) -> int:
     """Run the daemon on `home` (a local one) until SIGTERM/SIGINT (or `stop`); returns the
     exit code."""
-    home = open_home(home).local("fdo scheduler")
+    root = open_home(home).local("fdo scheduler")
     trigger = parse_cron(settings.cron)
     stop = stop or threading.Event()
-    with open_home(home).lock(home / "pipelines" / "scheduler.lock", "fdo scheduler", wait=False):
+    with open_home(root).lock(root / "pipelines" / "scheduler.lock", "fdo scheduler", wait=False):
         scheduler = BackgroundScheduler(
-            jobstores={"default": SQLAlchemyJobStore(url=f"sqlite:///{home / 'pipelines' / 'scheduler.sqlite'}")},
+            jobstores={"default": SQLAlchemyJobStore(url=f"sqlite:///{root / 'pipelines' / 'scheduler.sqlite'}")},
             job_defaults={"coalesce": True, "max_instances": 1,
                           "misfire_grace_time": int(settings.misfire_grace_minutes * 60)},
             timezone=datetime.UTC)
         scheduler.start(paused=True)
-        _schedule_nightly(scheduler, home, trigger, settings)
+        _schedule_nightly(scheduler, root, trigger, settings)
         if settings.validate_every_minutes:
             from validator.validation_job import add_validation_job
 
-            add_validation_job(scheduler, home, settings.validate_every_minutes,
+            add_validation_job(scheduler, str(root), settings.validate_every_minutes,
                                settings.validate_budget_minutes)
         scheduler.resume()
         nightly = scheduler.get_job(NIGHTLY_JOB)
         print(f"fdo scheduler: nightly on '{settings.cron}' (UTC), next run {nightly.next_run_time}; "
-              f"job store {home / 'pipelines' / 'scheduler.sqlite'}", flush=True)
+              f"job store {root / 'pipelines' / 'scheduler.sqlite'}", flush=True)
         for number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(number, lambda *_: stop.set())
         stop.wait()

@@ -66,7 +66,7 @@ def loop_cost(trials: pa.Table, validations: pa.Table, realized: Iterable[Realiz
     return LoopCost(days=(last - first).days + 1, tuning=tuning_seconds(trials, first),
                     validation=validation_seconds(validations),
                     holdout=sum(r.holdout.chip_seconds * (1.0 - 1.0 / r.speedup.estimate)
-                                for r in realized if r.decided and r.team is None))
+                                for r in realized if r.speedup is not None and r.team is None))
 
 
 def tuning_seconds(trials: pa.Table, first: datetime.date) -> float:

@@ -195,16 +195,16 @@ def realized_savings(runs: pa.Table, realized: Iterable[Realized]) -> SavingsBre
         used = row["chip_seconds_sum"]
         cells.append(_Cell(row["team"], (row["config_key"], row["config_version"]), used,
                            used * ((row["expected_speedup_max"] or 1.0) - 1.0),
-                           entry if entry is not None and entry.decided else None))
+                           entry.speedup if entry is not None else None))
 
     def slice_of(team: str | None, version: int | None) -> RealizedSavings:
         chosen = [c for c in cells if team in (None, c.team) and version in (None, c.entry[1])]
         decided = [c for c in chosen if c.realized is not None]
+        gains = [(c.chip_seconds, c.realized) for c in chosen if c.realized is not None]
         entries, decided_entries = {c.entry for c in chosen}, {c.entry for c in decided}
 
         def saved(bound: str) -> float:
-            return sum((c.chip_seconds * (getattr(c.realized.speedup, bound) - 1.0) for c in decided),
-                       0.0)
+            return sum((chip_seconds * (getattr(speedup, bound) - 1.0) for chip_seconds, speedup in gains), 0.0)
 
         return RealizedSavings(
             team=team, config_version=version, tuned_chip_seconds=sum(c.chip_seconds for c in chosen),
@@ -225,7 +225,7 @@ class _Cell(NamedTuple):
     entry: tuple[str, int]  # (key, version)
     chip_seconds: float
     booked: float
-    realized: Realized | None  # None: the entry is undecided
+    realized: Interval | None  # the entry's realized speedup; None: it is undecided
 
 
 def _job_sums(rows: pa.Table, by_team: bool) -> pa.Table:
@@ -294,7 +294,8 @@ def _realize(key: str, version: int, team: str | None, expected: float, arms: di
     else:
         reason = None
     speedup = None
-    if reason is None:
+    # Both arms ran executions (NO_EXECUTIONS otherwise): each has its seconds per execution.
+    if reason is None and holdout.seconds_per_execution is not None and tuned.seconds_per_execution is not None:
         rng = np.random.default_rng([seed, zlib.crc32(f"{key}/{version}/{team}".encode())])
         speedup = _interval(holdout.seconds_per_execution / tuned.seconds_per_execution,
                             arms[True], arms[False], confidence, resamples, rng)

@@ -87,8 +87,8 @@ def reference_rank(home: Path, settings: RankSettings, tuned: pa.Table) -> tuple
             sql = sql.replace("left join tuned t", "left join tuned_kind t")
             rows = _arrow(db.execute(sql, [settings.first_day, settings.date, settings.min_share,
                                            settings.top_k]))
-            total = db.execute(f"select coalesce(sum(chip_seconds), 0) from {_scan(home, runs)} "
-                               "where dt between ? and ?", [settings.first_day, settings.date]).fetchone()[0]
+            (total,) = db.execute(f"select coalesce(sum(chip_seconds), 0) from {_scan(home, runs)} "
+                                  "where dt between ? and ?", [settings.first_day, settings.date]).fetchone() or (0,)
             by_category: dict[str, tuple[int, float]] = {}
             for row in rows.to_pylist():
                 keys, seconds = by_category.get(row["category"], (0, 0.0))

@@ -72,7 +72,8 @@ def plan_reads(sources: list[Source]) -> ReadPlan:
     names = [source.table.name for source in sources]
     if len(set(names)) < len(names):
         raise ValueError(f"one source per table, not {names}")
-    units, rows = [], 0
+    units: list[tuple[int, str | None, int]] = []
+    rows = 0
     for index, source in enumerate(sources):
         for path in source.files:
             with open_home(path).open(path) as handle:

@@ -71,7 +71,7 @@ class Home(abc.ABC):
         return self.root
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.root == self.root  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.root == self.root
 
     def __hash__(self) -> int:
         return hash(self.root)

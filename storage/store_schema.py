@@ -154,7 +154,8 @@ class StoreEntry:
     def from_row(cls, row: Mapping[str, Any]) -> StoreEntry:
         """The entry of a row of ENTRIES (Arrow's Python values); a column the row lacks reads
         as null, one it has beyond ENTRIES is ignored. ValueError: see the class."""
-        return cls(**{name: row.get(name) for name in _ENTRY_NAMES})
+        values: dict[str, Any] = {name: row.get(name) for name in _ENTRY_NAMES}  # checked by __post_init__
+        return cls(**values)
 
     def to_row(self) -> dict[str, Any]:
         """The row of ENTRIES, columns in ENTRIES' order."""

@@ -223,8 +223,9 @@ class Warehouse:
                         continue
                     pending = self.home.create(final)
                     writers[dt] = (pq.ParquetWriter(pending.handle, table.stored_schema), pending)
-                if writers[dt] is not None:
-                    writers[dt][0].write_table(_stored(rows, table), row_group_size=ROW_GROUP_ROWS)
+                open_part = writers[dt]
+                if open_part is not None:
+                    open_part[0].write_table(_stored(rows, table), row_group_size=ROW_GROUP_ROWS)
 
         try:
             yield write

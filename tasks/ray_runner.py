@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import socket
 import uuid
@@ -95,7 +96,7 @@ class RayRunner(Runner):
         if self._owns:
             _answers(address)
             try:
-                ray.init(address=address, log_to_driver=False, logging_level="ERROR",
+                ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
                          configure_logging=True)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ConnectionError(f"--cluster {address}: no Ray cluster answers there "

@@ -5,7 +5,9 @@ the hook's choice between an entry's strict and relaxed configs."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import inspect
 import json
 import subprocess
 import sys
@@ -131,6 +133,23 @@ def test_the_team_comes_from_fdo_team_or_install(monkeypatch, tmp_path):
     try:
         assert install(home=tmp_path, team="ads").settings.team == "ads"
         assert install(home=tmp_path).settings.team == "search"
+    finally:
+        uninstall()
+
+
+def test_install_takes_each_setting_it_is_given_and_the_environment_s_for_the_rest(monkeypatch, tmp_path):
+    """Every parameter of install() is the HookSettings field of its name (it merges them by
+    name): those given replace the environment's settings, the others (None) keep them."""
+    assert set(inspect.signature(install).parameters) == {f.name for f in dataclasses.fields(HookSettings)}
+    monkeypatch.setenv("FDO_TEAM", "search")
+    monkeypatch.setenv("FDO_STORE_TIMEOUT", "0.5")
+    try:
+        settings = install(home=str(tmp_path), timeout=None, holdout=0.0, opt_out=True, decision_timeout=7.0).settings
+        assert settings == dataclasses.replace(HookSettings.from_environment(), home=tmp_path, holdout=0.0,
+                                               opt_out=True, decision_timeout=7.0)
+        assert (settings.team, settings.timeout) == ("search", 0.5)
+        with pytest.raises(ValueError, match="holdout=1.5"):
+            install(home=tmp_path, holdout=1.5)
     finally:
         uninstall()
 

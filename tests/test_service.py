@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from delivery.service import MAX_BODY_BYTES, MAX_JSON_BYTES
+from delivery.service.limits import MAX_BODY_BYTES, MAX_JSON_BYTES
 from hlo.environment import store_key
 from delivery.store_writer import Store
 from storage.warehouse import Warehouse

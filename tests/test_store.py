@@ -22,7 +22,7 @@ from delivery import store_writer as store_module
 from delivery.deliver import deliver
 from delivery.imports import read_import
 from delivery.lookup import EmbeddedStore, _parse_answer
-from delivery.service import _render
+from delivery.service.snapshot import render
 from delivery.store_writer import ConcurrentPublish, Store, StoreError, merge_entries
 from hlo.environment import store_key
 from storage.homes import open_home
@@ -443,7 +443,7 @@ def test_every_version_written_before_reads_into_the_record_and_serves_the_same_
         assert entry == StoreEntry(**row) and entry.to_row() == {**dict.fromkeys(ENTRIES.names), **row}
         assert entry.provenance is Provenance(row["provenance"])
         (tmp_path / "store" / "CURRENT").write_text(f"{version}\n")
-        assert _render(store.home) == (version, datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC),
+        assert render(store.home) == (version, datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC),
                                         {entry.key: served})
         found = EmbeddedStore(tmp_path).lookup(entry.key)
         share = 0.05 if entry.holdout_share is None else entry.holdout_share

@@ -111,9 +111,9 @@ class ResultsCheck:
         """One phrase for a decision's reason."""
         taken = "unknown how many (no access times here)" if self.uptake.taken is None else self.uptake.taken
         text = f"{taken} of its {self.uptake.delivered} autotune results taken"
-        if self.rekeyed_from is not None:
-            text += (f" relabelled from {self.rekeyed_from.describe()} to "
-                     f"{self.results.keying().describe()}, as XLA keys them now")
+        keyed = self.results.keying()
+        if self.rekeyed_from is not None and keyed is not None:  # relabelled: some results, keyed anew
+            text += f" relabelled from {self.rekeyed_from.describe()} to {keyed.describe()}, as XLA keys them now"
         return text
 
 
@@ -188,11 +188,27 @@ def expiry(now: datetime.datetime, origin: datetime.datetime, ttl: datetime.time
     return min(now + ttl, origin + max_age)
 
 
+def measured_at(entry: StoreEntry) -> datetime.datetime:
+    """When `entry` was last measured. Every writer of the store sets it (deliver, an import,
+    the validator), and the validator needs it; ValueError naming the entry where it is null."""
+    if entry.measured_at is None:
+        raise ValueError(f"entry {entry.key}: no measured_at: the validator cannot tell its age")
+    return entry.measured_at
+
+
+def expires_at(entry: StoreEntry) -> datetime.datetime:
+    """When `entry` expires. Every writer of the store sets it (deliver, an import, the
+    validator), and the validator needs it; ValueError naming the entry where it is null."""
+    if entry.expires_at is None:
+        raise ValueError(f"entry {entry.key}: no expires_at: the validator cannot tell its expiry")
+    return entry.expires_at
+
+
 def expired_reason(entry: StoreEntry, origin: datetime.datetime, now: datetime.datetime,
                    max_age: datetime.timedelta) -> str | None:
     """Why `entry` is expired at `now`, or None if it is not."""
-    if now >= entry.expires_at:
-        return f"past its expiry ({entry.expires_at:%Y-%m-%d %H:%M} UTC)"
+    if now >= expires_at(entry):
+        return f"past its expiry ({expires_at(entry):%Y-%m-%d %H:%M} UTC)"
     if now >= origin + max_age:
         return (f"past its absolute lifetime of {max_age.days} days since first measured "
                 f"({origin:%Y-%m-%d})")
@@ -217,7 +233,8 @@ def short_of_expected(realized: Realized) -> bool:
 
 def fleet_summary(realized: Realized) -> str:
     """The fleet's figures of an entry, for a decision's reason."""
-    return (f"{realized.speedup.as_speedup()} against {realized.expected_speedup:.3f}x expected "
+    figure = "undecided" if realized.speedup is None else realized.speedup.as_speedup()
+    return (f"{figure} against {realized.expected_speedup:.3f}x expected "
             f"(v{realized.config_version}; "
             f"tuned {realized.tuned.jobs} jobs, {realized.tuned.runs} runs; "
             f"holdout {realized.holdout.jobs} jobs, {realized.holdout.runs} runs)")
@@ -231,15 +248,16 @@ def measured_outcome(result: EvaluationResult, same_compiler: bool, compiler_ver
         return DecisionOutcome.INVALIDATED, f"compiles to the same program as the defaults {where}: no gain left"
     if not result.numerics_ok:
         return DecisionOutcome.INVALIDATED, f"numerics off {where}: {result.judged().describe()}"
-    figure = result.speedup.as_speedup()
+    speedup = _timed(result)
+    figure = speedup.as_speedup()
     if len(result.speedups) > 1:
         figure += (f", the median of {len(result.speedups)} workers "
                    f"({', '.join(f'{s:.3f}x' for s in result.speedups)})")
     if same_compiler:
-        if result.speedup.high < 1.0 + noise_band:
+        if speedup.high < 1.0 + noise_band:
             return DecisionOutcome.INVALIDATED, f"no longer faster {where}: {figure}"
         return DecisionOutcome.KEPT, f"still faster {where}: {figure}"
-    if result.speedup.low > 1.0 + noise_band:
+    if speedup.low > 1.0 + noise_band:
         return DecisionOutcome.REKEYED, f"faster {where} too: {figure}"
     return DecisionOutcome.INVALIDATED, f"not shown faster {where}: {figure}; not re-keyed"
 
@@ -285,6 +303,8 @@ def results_outcome(check: ResultsCheck, result: EvaluationResult | None, same_c
         return DecisionOutcome.INVALIDATED, (f"XLA does not take its autotune results on {compiler_version}: "
                                f"{check.describe()} (the fusions they were made for are not this "
                                "compile's)")
+    if result is None:
+        raise ValueError(f"no measurement to decide on: {check.describe()}")
     outcome, reason = measured_outcome(result, same_compiler, compiler_version, noise_band)
     if outcome == DecisionOutcome.KEPT and check.rekeyed_from is not None:
         outcome = DecisionOutcome.REKEYED
@@ -298,7 +318,7 @@ def settled(result: EvaluationResult, same_compiler: bool, noise_band: float) ->
     of three, not two, so more workers measure it; `ValidateSettings.most_workers`)."""
     if not same_compiler or result.identical_program or not result.numerics_ok:
         return True
-    return result.speedup.high >= 1.0 + noise_band or max(result.speedups) <= 1.0 + noise_band
+    return _timed(result).high >= 1.0 + noise_band or max(result.speedups) <= 1.0 + noise_band
 
 
 def apply(decisions: list[Decision], live: pa.Table) -> tuple[pa.Table, list[Applied]]:
@@ -318,9 +338,9 @@ def _apply_one(decision: Decision, rows: dict[str, StoreEntry]) -> Applied:
         return Applied.APPLIED
     if decision.change == StoreChange.ADD:
         wanted = new_entry(decision)
-        present = rows.get(decision.new_key)
+        present = rows.get(wanted.key)
         if present is None:
-            rows[decision.new_key] = wanted
+            rows[wanted.key] = wanted
             return Applied.APPLIED
         return Applied.APPLIED if present == wanted else Applied.STALE
     current = rows.get(decision.key)
@@ -345,16 +365,19 @@ def _apply_one(decision: Decision, rows: dict[str, StoreEntry]) -> Applied:
 def refreshed_entry(decision: Decision, entry: StoreEntry) -> StoreEntry:
     """A kept entry, or one re-keyed on its own compiler: re-measured now, by the validator,
     carrying the autotune results the decision names (relabelled ones), else its own."""
-    results = {} if decision.autotune_results is None else {"autotune_results": decision.autotune_results}
-    relaxed: dict[str, Any] = {}  # not measured: as it was
+    speedup = _decided_speedup(decision)
+    relaxed_config, relaxed_speedup = entry.relaxed_config, entry.relaxed_speedup  # not measured: as it was
     if decision.relaxed_outcome is DecisionOutcome.INVALIDATED:
-        relaxed = {"relaxed_config": None, "relaxed_speedup": None}
+        relaxed_config, relaxed_speedup = None, None
     elif decision.relaxed_outcome is not None:
         assert decision.relaxed_speedup is not None  # kept: measured
-        relaxed = {"relaxed_speedup": decision.relaxed_speedup.estimate}
-    return replace(entry, provenance=Provenance.VALIDATOR, **columns(decision.speedup),
-                   compiler_version=decision.compiler_version, measured_at=_time(decision.decided_at),
-                   expires_at=_time(decision.expires_at), **results, **relaxed)
+        relaxed_speedup = decision.relaxed_speedup.estimate
+    return replace(entry, provenance=Provenance.VALIDATOR, speedup=speedup.estimate, ci_low=speedup.low,
+                   ci_high=speedup.high, compiler_version=decision.compiler_version,
+                   measured_at=_time(decision.decided_at), expires_at=_optional_time(decision.expires_at),
+                   autotune_results=(entry.autotune_results if decision.autotune_results is None
+                                     else decision.autotune_results),
+                   relaxed_config=relaxed_config, relaxed_speedup=relaxed_speedup)
 
 
 def new_entry(decision: Decision) -> StoreEntry:
@@ -362,8 +385,10 @@ def new_entry(decision: Decision) -> StoreEntry:
     under the new environment's key; its relaxed-numerics config too where that was re-keyed."""
     assert decision.new_key is not None and decision.new_env_key is not None  # an ADD is a re-key
     relaxed = decision.relaxed_speedup if decision.relaxed_outcome is DecisionOutcome.REKEYED else None
+    speedup = _decided_speedup(decision)
     return StoreEntry(key=decision.new_key, fingerprint=decision.fingerprint, env_key=decision.new_env_key,
-                      kind=decision.kind, **columns(decision.speedup), expires_at=_time(decision.expires_at),
+                      kind=decision.kind, speedup=speedup.estimate, ci_low=speedup.low, ci_high=speedup.high,
+                      expires_at=_optional_time(decision.expires_at),
                       provenance=Provenance.VALIDATOR, config=decision.config,
                       compiler_version=decision.compiler_version, measured_at=_time(decision.decided_at),
                       source=decision.source, autotune_results=decision.autotune_results,
@@ -411,5 +436,23 @@ def _decided_on(decision: Decision, entry: StoreEntry) -> bool:
             and entry.expires_at == _time(decision.entry_expires_at))
 
 
-def _time(text: str | None) -> datetime.datetime | None:
-    return None if text is None else datetime.datetime.fromisoformat(text)
+def _timed(result: EvaluationResult) -> Interval:
+    """The speedup of a completed measurement, which one with no harness error always has."""
+    if result.speedup is None:
+        raise ValueError(f"a measurement that timed nothing has no outcome: {result.error}")
+    return result.speedup
+
+
+def _decided_speedup(decision: Decision) -> Interval:
+    """The speedup a kept or re-keyed entry was measured at now, which such a decision carries."""
+    if decision.speedup is None:
+        raise ValueError(f"entry {decision.key}: {decision.outcome} with no speedup measured")
+    return decision.speedup
+
+
+def _time(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text)
+
+
+def _optional_time(text: str | None) -> datetime.datetime | None:
+    return None if text is None else _time(text)

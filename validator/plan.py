@@ -50,11 +50,12 @@ class EnvFields(NamedTuple):
     @classmethod
     def of(cls, env: Environment) -> EnvFields:
         """The fields of `env` the warehouse records."""
-        return cls(*(getattr(env, f) for f in _ENV_FIELDS), env.partitioning)
+        return cls(env.platform, env.device_kind, env.device_count, env.compiler_version, env.partitioning)
 
     def environment(self) -> Environment:
         """The environment of these fields, with no job options."""
-        return Environment(*(getattr(self, f) for f in _ENV_FIELDS), partitioning=self.partitioning)
+        return Environment(self.platform, self.device_kind, self.device_count, self.compiler_version,
+                           partitioning=self.partitioning)
 
 
 @dataclass
@@ -113,11 +114,13 @@ class Queued:
         and for an entry with autotune results, from what XLA did with them (`check`; `result`
         None: they were not taken, nothing was measured). Re-keyed on the entry's own compiler
         (its results relabelled) refreshes the entry; on another, adds one under the new key."""
-        if check is None:
-            outcome, reason = rules.measured_outcome(result, self.same_compiler, compiler_version, noise_band)
-        else:
+        if check is not None:
             outcome, reason = rules.results_outcome(check, result, self.same_compiler,
                                                     compiler_version, noise_band)
+        elif result is not None:
+            outcome, reason = rules.measured_outcome(result, self.same_compiler, compiler_version, noise_band)
+        else:
+            raise ValueError(f"entry {self.entry.key}: nothing measured and no autotune results to decide on")
         rekeyed = StoreChange.REFRESH if self.same_compiler else StoreChange.ADD
         change = {DecisionOutcome.KEPT: StoreChange.REFRESH,
                   DecisionOutcome.REKEYED: rekeyed}.get(outcome, self.invalidates)
@@ -139,7 +142,8 @@ class Planner:
         # The HLO is the same in every environment (its blob is named by the fingerprint); an
         # environment is known from any graph seen in it, or from a toolchain (re-keyed entries).
         self.blobs = dict(zip(graphs.column("fingerprint").to_pylist(), graphs.column("hlo_blob").to_pylist()))
-        self.envs = {row["env_key"]: EnvFields(*(row[f] for f in _ENV_FIELDS), partitioning_of(row["partitioning"]))
+        self.envs = {row["env_key"]: EnvFields(row["platform"], row["device_kind"], row["device_count"],
+                                               row["compiler_version"], partitioning_of(row["partitioning"]))
                      for row in graphs.select(["env_key", *_ENV_FIELDS, "partitioning"]).to_pylist()}
         for known in [*Registry(home).list(), chain]:
             env = known.env()
@@ -168,7 +172,7 @@ class Planner:
                                      change=StoreChange.REMOVE))
                 continue
             failed = [f for f in self.fallbacks.get(entry.key, [])
-                      if f.at > entry.measured_at and rules.config_matches(f.config, entry.config)]
+                      if f.at > rules.measured_at(entry) and rules.config_matches(f.config, entry.config)]
             if failed:
                 reason = (f"the fleet's compile with it failed {len(failed)} time(s) since it was "
                           f"last measured (fell back to the defaults): {failed[-1].reason}")
@@ -186,7 +190,7 @@ class Planner:
             queued = self._queued(entry, base, origin, live_keys, flagged)
             if isinstance(queued, str):
                 known = self.history.decided(entry.key, DecisionOutcome.UNMEASURED, self.chain.compiler_version,
-                                             entry.measured_at, queued)
+                                             rules.measured_at(entry), queued)
                 free.append(Decision(**base, outcome=DecisionOutcome.UNMEASURED, reason=queued, change=StoreChange.NONE,
                                      audited=not known))
             elif queued is None:
@@ -229,9 +233,10 @@ class Planner:
                 results = parse_results(entry.autotune_results)
             except ResultsError as exc:
                 return f"its autotune results do not parse here: {exc}"
-        priority = (-self.hits.get(entry.key, 0), entry.measured_at, entry.key)
+        measured_at = rules.measured_at(entry)
+        priority = (-self.hits.get(entry.key, 0), measured_at, entry.key)
         if env.compiler_version == self.chain.compiler_version:
-            if self.now - entry.measured_at < self.revalidate_after and not flagged:
+            if self.now - measured_at < self.revalidate_after and not flagged:
                 return None
             return Queued(entry, base, blob, True, None, None, origin, priority, flagged, results,
                           placement, machine)
@@ -242,19 +247,20 @@ class Planner:
                        if sharded else self.here.key())
         new_key = store_key(entry.fingerprint, new_env_key)
         if new_key in live_keys or any(
-                self.history.decided(entry.key, outcome, self.chain.compiler_version, entry.measured_at)
+                self.history.decided(entry.key, outcome, self.chain.compiler_version, measured_at)
                 for outcome in (DecisionOutcome.REKEYED, DecisionOutcome.INVALIDATED)):
             return None
         return Queued(entry, base, blob, False, new_key, new_env_key, origin, priority,
                       results=results, placement=placement, machine=machine)
 
     def _base(self, entry: StoreEntry, origin: datetime.datetime) -> dict[str, Any]:
+        measured_at = rules.measured_at(entry)
         return {"key": entry.key, "fingerprint": entry.fingerprint, "env_key": entry.env_key,
                 "kind": entry.kind, "config": entry.config, "source": entry.source,
                 "relaxed_config": entry.relaxed_config,
                 "toolchain": self.chain.name, "compiler_version": self.chain.compiler_version,
                 "fleet_hits": self.hits.get(entry.key, 0),
-                "age_days": (self.now - entry.measured_at).total_seconds() / 86400,
+                "age_days": (self.now - measured_at).total_seconds() / 86400,
                 "decided_at": self.now.isoformat(), "origin_at": origin.isoformat(),
-                "entry_measured_at": entry.measured_at.isoformat(),
-                "entry_expires_at": entry.expires_at.isoformat()}
+                "entry_measured_at": measured_at.isoformat(),
+                "entry_expires_at": rules.expires_at(entry).isoformat()}

@@ -23,6 +23,7 @@ from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
 from storage.home import Home
 from storage.store_schema import Provenance, entries_of
 from storage.warehouse import Warehouse
+from validator.decisions import measured_at
 from validator.tables import VALIDATIONS
 from vocabulary.hits import hit_ran_tuned
 
@@ -47,7 +48,7 @@ HIT_SHARE = pa.schema([
 def staleness(home: Home, now: datetime.datetime | None = None) -> pa.Table:
     """Live entries by days since last measured, one row per bucket (empty buckets included)."""
     now = now or datetime.datetime.now(datetime.UTC)
-    ages = [((now - e.measured_at).total_seconds() / 86400, e.provenance)
+    ages = [((now - measured_at(e)).total_seconds() / 86400, e.provenance)
             for e in entries_of(Store(home).entries())]
     rows = []
     for low, high in zip(STALENESS_EDGES, STALENESS_EDGES[1:]):

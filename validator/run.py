@@ -11,6 +11,7 @@ import datetime
 import json
 import secrets
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -33,6 +34,26 @@ class ValidatorBusy(LockHeld):
     """Another validation run holds this home."""
 
 
+@dataclass(frozen=True)
+class Publication:
+    """How a run published, as its journal's last record holds it: the store version that holds
+    its decisions (None: there is no version at all), whether the run published that version
+    itself, and how each decision applied, in the order they were journaled."""
+
+    version: int | None
+    published: bool
+    statuses: tuple[Applied, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The journal's record."""
+        return {"version": self.version, "published": self.published, "statuses": list(self.statuses)}
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> Publication:
+        """Back from the journal."""
+        return cls(record["version"], record["published"], tuple(Applied(s) for s in record["statuses"]))
+
+
 class Run:
     """One run's journal: its decisions so far, and whether (and as which version) it published."""
 
@@ -40,12 +61,12 @@ class Run:
         self.home, self.run_id, self.resumed = home, run_id, resumed
         self.journal = self.file("journal.jsonl")
         self.decisions: list[Decision] = []
-        self.published: dict[str, Any] | None = None
+        self.published: Publication | None = None
         for record in read_records(home, self.journal):
             if "decision" in record:
                 self.decisions.append(Decision.from_json(record["decision"]))
             else:
-                self.published = record
+                self.published = Publication.from_json(record)
 
     @property
     def writer(self) -> str:
@@ -98,19 +119,23 @@ class Run:
             # Nothing left to change: this run published before a kill cut it short, or it
             # changes nothing. Its own version, if any, holds the decisions.
             version = version or next((m.version for m in store.versions() if m.writer == self.writer), None)
-        record = {"version": version if version is not None else store.current(),
-                  "published": version is not None, "statuses": statuses}
-        append_record(self.home, self.journal, record)
-        self.published = record
+        publication = Publication(version if version is not None else store.current(), version is not None,
+                                  tuple(statuses))
+        append_record(self.home, self.journal, publication.to_json())
+        self.published = publication
 
-    def land(self, warehouse: Warehouse) -> None:
-        """The audit rows, once (the part is named after the run), then mark the run done."""
-        rows = [rules.audit_row(d, self.run_id, self.published["version"], Applied(status))
-                for d, status in zip(self.decisions, self.published["statuses"]) if d.audited]
+    def land(self, warehouse: Warehouse) -> Publication:
+        """The audit rows, once (the part is named after the run), then mark the run done; how
+        it published. ValueError if it has not published yet (`publish`)."""
+        published = self.published
+        if published is None:
+            raise ValueError(f"validation run {self.run_id} lands before it published")
+        rows = [rules.audit_row(d, self.run_id, published.version, status)
+                for d, status in zip(self.decisions, published.statuses) if d.audited]
         if rows:
             warehouse.append(VALIDATIONS, pa.Table.from_pylist(rows, VALIDATIONS.schema), f"run-{self.run_id}")
-        _write_json(self.home, self.file("done.json"), {"version": self.published["version"],
-                                                        "decisions": len(rows)})
+        _write_json(self.home, self.file("done.json"), {"version": published.version, "decisions": len(rows)})
+        return published
 
 
 def _run_of(location: Any) -> str:

@@ -28,6 +28,7 @@ from ranking.realized import Realized, read_runs, realized_speedups
 from storage.home import Home
 from storage.store_schema import Provenance, StoreEntry
 from storage.warehouse import Warehouse
+from validator.decisions import measured_at
 from validator.tables import VALIDATIONS
 from vocabulary.decisions import DecisionOutcome
 from vocabulary.hits import HitOutcome, hit_ran_tuned, ran_tuned
@@ -118,9 +119,10 @@ class History:
     def origin(self, entry: StoreEntry) -> datetime.datetime:
         """When the entry's config was first measured: its own measurement unless the validator
         wrote it, else what the validation that wrote it carried forward."""
+        measured = measured_at(entry)
         if entry.provenance != Provenance.VALIDATOR:
-            return entry.measured_at
-        return self._origin.get(entry.key, entry.measured_at)
+            return measured
+        return self._origin.get(entry.key, measured)
 
     def decided(self, key: str, outcome: str, compiler_version: str, since: datetime.datetime,
                 reason: str | None = None) -> bool:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
 from delivery.store_writer import DEFAULT_TTL, Store
+from execution.autotune.delivery import AutotuneOutcome
 from execution.autotune.results import AutotuneResults
 from execution.evaluate import (FRESH_WORKERS, DefaultFails, EvaluationResult, compile_with_results,
                                 evaluate_built, evaluate_independently, per_device_program, prepare_default,
@@ -151,9 +152,9 @@ def validate(home: Home, toolchain: str | None = None,
             deferred = _measure_queue(queue, planner, run, settings, progress,
                                       measurer or measure_in_order)
             run.publish(Store(home))
-        run.land(Warehouse(home))
-        return RunReport(run.run_id, chain.name, chain.compiler_version, run.published["version"],
-                         run.published["published"], run.resumed, skipped, deferred, run.decisions)
+        published = run.land(Warehouse(home))
+        return RunReport(run.run_id, chain.name, chain.compiler_version, published.version,
+                         published.published, run.resumed, skipped, deferred, run.decisions)
 
 
 def _measure_queue(queue: list[Queued], planner: Planner, run: Run, settings: ValidateSettings,
@@ -226,7 +227,7 @@ def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSett
             partitioning=placement.compiled_for)
     else:
         check, built = check_results(module, queued.results, config, chain.python, settings.timeout)
-        if built.error is not None:
+        if check is None:  # the compile failed: `built.error` says why
             return _blamed(f"its compile with its autotune results failed ({built.error})", module,
                            chain, settings, decide, invalidated)
         if check.fate == ResultsFate.NOT_TAKEN:  # timing it would time XLA's own autotuning
@@ -306,10 +307,18 @@ def check_results(module: HloModule, results: AutotuneResults, config: CompilerC
     built = compile_with_results(module, results, config, timeout, python)
     if built.error is not None:
         return None, built
-    relabelled = rules.relabelled(results, built.autotune)
+    relabelled = rules.relabelled(results, _results_outcome(built))
     if relabelled is None:
-        return ResultsCheck(results, built.autotune.uptake), built
+        return ResultsCheck(results, _results_outcome(built).uptake), built
     built = compile_with_results(module, relabelled, config, timeout, python)
     if built.error is not None:
         return None, built
-    return ResultsCheck(relabelled, built.autotune.uptake, results.keying()), built
+    return ResultsCheck(relabelled, _results_outcome(built).uptake, results.keying()), built
+
+
+def _results_outcome(built: Built) -> AutotuneOutcome:
+    """What XLA did with the autotune results delivered to a compile that succeeded, which such
+    a compile always reports (`Built.autotune`)."""
+    if built.autotune is None:
+        raise ValueError("a compile given autotune results reported nothing of them")
+    return built.autotune

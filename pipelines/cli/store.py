@@ -222,7 +222,7 @@ def cmd_serve(args: argparse.Namespace, home: Home) -> int:
     """Serve the store and the dashboards of `home` until interrupted."""
     import uvicorn
 
-    from delivery.service import create_app
+    from delivery.service.app import create_app
     from pipelines.dashboard.routes import dashboard_router
 
     token = os.environ.get("FDO_TOKEN")

@@ -477,9 +477,9 @@ def _top(rows: list[Row], kind: str) -> go.Figure | None:
         return fig
     # One series per writer of the entries: their intervals are measured at different levels.
     for provenance in present([r for _, r in tuned], "provenance", PROVENANCE_COLORS):
-        mine = [(label, r) for label, r in tuned if r["provenance"] == provenance]
-        fig.add_scatter(**interval_trace([r for _, r in mine], [label for label, _ in mine]),
-                        name=f"{provenance} entry, {interval_name([r for _, r in mine])}",
+        written = [(label, r) for label, r in tuned if r["provenance"] == provenance]
+        fig.add_scatter(**interval_trace([r for _, r in written], [label for label, _ in written]),
+                        name=f"{provenance} entry, {interval_name([r for _, r in written])}",
                         marker={"color": PROVENANCE_COLORS.get(provenance, GREY), "size": 9},
                         hovertemplate="%{x:.3f}×<extra>" + provenance + "</extra>", row=1, col=2)
     fig.add_vline(x=1, line={"color": GREY, "dash": "dash", "width": 1}, row=1, col=2)

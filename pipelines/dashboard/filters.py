@@ -11,7 +11,6 @@ FilterError naming the parameter.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import re
 import urllib.parse
@@ -81,10 +80,6 @@ class Filters:
         """`params` as a URL's query string."""
         return urllib.parse.urlencode(self.params(leave_out))
 
-    def replace(self, **changes: object) -> Filters:
-        """These filters with some changed."""
-        return dataclasses.replace(self, **changes)
-
 
 def parse_filters(first: str | None = None, last: str | None = None, days: str | None = None,
                   team: str | None = None, device_kind: str | None = None,
@@ -115,8 +110,12 @@ def parse_window(first: str | None, last: str | None, days: str | None) -> Windo
 def parse_fingerprint(name: str, text: str | None, what: str = "fingerprint") -> str | None:
     """A graph fingerprint or store key (`what`: 32 lowercase hex digits), or None for an
     empty one."""
-    if not text:
-        return None
+    return check_fingerprint(name, text, what) if text else None
+
+
+def check_fingerprint(name: str, text: str, what: str = "fingerprint") -> str:
+    """`text`, a graph fingerprint or store key (`what`: 32 lowercase hex digits); FilterError
+    naming `name` otherwise."""
     if not _KEY.fullmatch(text):
         raise FilterError(f"{name}: {text[:40]!r} is not a {what} (32 hex digits)")
     return text

@@ -10,7 +10,7 @@ HTML table. Every link keeps the filters (filters.py). Plotly's script is served
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import plotly.io as pio
 
@@ -162,9 +162,9 @@ def _form(data: PageData) -> str:
     days = (window.last - window.first).days + 1
     quick = " ".join(
         f'<a class="{"on" if n == days else ""}" href="{html.escape(data.path)}?'
-        f'{html.escape(filters.replace(window=Window.last_days(n, window.last)).query(PAGE_FILTERS))}">{n} d</a>'
+        f'{html.escape(replace(filters, window=Window.last_days(n, window.last)).query(PAGE_FILTERS))}">{n} d</a>'
         for n in WINDOW_CHOICES)
-    clear = f"{data.path}?{filters.replace(team=None, device_kind=None, compiler_version=None).query(PAGE_FILTERS)}"
+    clear = f"{data.path}?{replace(filters, team=None, device_kind=None, compiler_version=None).query(PAGE_FILTERS)}"
     return f"""
 <form class="filters" method="get" action="{html.escape(data.path)}">
   <label>from <input type="date" name="from" value="{window.first}"></label>

@@ -184,17 +184,17 @@ def staleness(home: Home, scope: Scope) -> list[Row]:
               datetime.datetime.combine(scope.filters.window.last, datetime.time.max, datetime.UTC))
     rows = []
     for entry in entries_of(scope.select(Store(home).entries())):
-        measured = entry.measured_at
+        measured, expires = entry.measured_at, entry.expires_at
         rows.append({
             "key": entry.key, "fingerprint": entry.fingerprint, "env_key": entry.env_key,
             "environment": scope.label(entry.env_key), "kind": entry.kind,
             "provenance": entry.provenance, "speedup": entry.speedup,
             "ci_low": entry.ci_low, "ci_high": entry.ci_high,
-            "ci_level": ENTRY_LEVELS.get(entry.provenance),
+            "ci_level": ENTRY_LEVELS.get(entry.provenance) if entry.provenance is not None else None,
             "compiler_version": entry.compiler_version, "config": entry.config,
             "measured_at": measured.isoformat() if measured else None,
             "age_days": (now - measured).total_seconds() / SECONDS_PER_DAY if measured else None,
-            "expires_in_days": (entry.expires_at - now).total_seconds() / SECONDS_PER_DAY,
+            "expires_in_days": (expires - now).total_seconds() / SECONDS_PER_DAY if expires else None,
         })
     return sorted(rows, key=lambda r: (r["age_days"] is None, -(r["age_days"] or 0), r["key"]))
 
@@ -324,7 +324,7 @@ def loop_cost(home: Home, scope: Scope) -> list[Row]:
     cost = ranking_loop_cost(trials, _read(home, scope, VALIDATIONS, ["dt", "run_id", "validated_at"]), found,
                              scope.filters.window.first, scope.filters.window.last)
     realized = ranking_realized_savings(runs, found).total.realized
-    saved = realized and realized.estimate
+    saved = realized.estimate if realized is not None else None
     return [{"days": cost.days, "tuning_chip_hours": cost.tuning / 3600,
              "validation_chip_hours": cost.validation / 3600, "holdout_chip_hours": cost.holdout / 3600,
              "cost_chip_hours": cost.total / 3600, "realized_chip_hours": saved and saved / 3600,

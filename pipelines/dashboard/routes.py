@@ -1,7 +1,7 @@
 """The dashboards' FastAPI router: the pages (`/`, `/tuner`, `/graphs`, `/graphs/{fingerprint}`,
 `/entries/{key}`), JSON rows under `/api/`, Plotly's script.
 
-`fdo serve` mounts it onto the config service's app (delivery.service.create_app), whose
+`fdo serve` mounts it onto the config service's app (delivery.service.app.create_app), whose
 handler turns ServiceError into the service's JSON errors. Every page and endpoint takes the
 filters of filters.py as query parameters (`from`, `to`, `days`, `team`, `device_kind`,
 `compiler_version`, and on the endpoints `graph` and `entry`); a bad one is a 400 naming it, and so is a
@@ -11,15 +11,16 @@ filter that an endpoint's data cannot be narrowed by (queries.NOT_NARROWED).
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Callable
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse, Response
 
-from delivery.service import ServiceError
+from delivery.service.errors import ServiceError
 from delivery.store_writer import StoreError
 from pipelines.dashboard import queries
-from pipelines.dashboard.filters import FilterError, Filters, parse_filters, parse_fingerprint
+from pipelines.dashboard.filters import FilterError, Filters, check_fingerprint, parse_filters
 from pipelines.dashboard.layout import ENTRY, GRAPH, GRAPHS, OVERVIEW, TUNER, Page
 from pipelines.dashboard.page import FILTER_LABELS, PageData, render
 from pipelines.dashboard.queries import NOT_NARROWED, QUERIES, SUMMARY_INPUTS, Query as RowsQuery, Row
@@ -53,20 +54,20 @@ def dashboard_router(home: Home) -> APIRouter:
 
     @router.get("/", response_class=HTMLResponse, include_in_schema=False)
     def overview(filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
-        return _render(home, OVERVIEW, "/", "Overview", _resolve(home, filters.replace(graph=None, entry=None)))
+        return _render(home, OVERVIEW, "/", "Overview", _resolve(home, _unnarrowed(filters)))
 
     @router.get("/tuner", response_class=HTMLResponse, include_in_schema=False)
     def tuner(filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
-        return _render(home, TUNER, "/tuner", "Tuner", _resolve(home, filters.replace(graph=None, entry=None)))
+        return _render(home, TUNER, "/tuner", "Tuner", _resolve(home, _unnarrowed(filters)))
 
     @router.get("/graphs", response_class=HTMLResponse, include_in_schema=False)
     def graph_index(filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
-        return _render(home, GRAPHS, "/graphs", "Graphs", _resolve(home, filters.replace(graph=None, entry=None)))
+        return _render(home, GRAPHS, "/graphs", "Graphs", _resolve(home, _unnarrowed(filters)))
 
     @router.get("/graphs/{fingerprint}", response_class=HTMLResponse, include_in_schema=False)
     def graph(fingerprint: str, filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
         chosen = _path_key("fingerprint", fingerprint, "fingerprint")
-        scope = _resolve(home, filters.replace(graph=chosen, entry=None))
+        scope = _resolve(home, replace(filters, graph=chosen, entry=None))
         rows, errors = _run(home, scope, GRAPH.endpoints())
         names = [r["module_name"] for r in rows["symbols"]]
         if not errors and not names and not rows["hits"]:
@@ -80,7 +81,7 @@ def dashboard_router(home: Home) -> APIRouter:
     @router.get("/entries/{key}", response_class=HTMLResponse, include_in_schema=False)
     def entry(key: str, filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
         chosen = _path_key("key", key, "store key")
-        scope = _resolve(home, filters.replace(graph=None, entry=chosen))
+        scope = _resolve(home, replace(filters, graph=None, entry=chosen))
         rows, errors = _run(home, scope, ENTRY.endpoints())
         found = rows["realized"] + rows["staleness"] + rows["decisions"]
         if not errors and not found:
@@ -123,10 +124,15 @@ def _render(home: Home, page: Page, path: str, heading: str, scope: Scope) -> HT
     return HTMLResponse(render(PageData(page, path, heading, home, scope, rows, errors, summary, PLOTLY_PATH)))
 
 
+def _unnarrowed(filters: Filters) -> Filters:
+    """`filters` less a graph and an entry: for the pages over every graph."""
+    return replace(filters, graph=None, entry=None)
+
+
 def _path_key(name: str, text: str, what: str) -> str:
     """A fingerprint or store key from the URL's path; ServiceError 400 naming a bad one."""
     try:
-        return parse_fingerprint(name, text, what)
+        return check_fingerprint(name, text, what)
     except FilterError as exc:
         raise ServiceError(400, "bad_request", str(exc)) from None
 

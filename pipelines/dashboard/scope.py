@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 import duckdb
 import pyarrow as pa
@@ -110,7 +110,8 @@ class Scope:
 
     def _rules(self, names: set[str]) -> list[tuple[str, tuple[str, ...]]]:
         """How the filters narrow a table with columns `names`: (rule, the columns it reads)."""
-        filters, rules = self.filters, []
+        filters = self.filters
+        rules: list[tuple[str, tuple[str, ...]]] = []
         graph = next((c for c in ("fingerprint", "graph_fingerprint") if c in names), None)
         if filters.graph is not None and graph is not None:
             rules.append(("graph", (graph,)))
@@ -161,5 +162,5 @@ def _labelled(environments: list[tuple]) -> pa.Table:
     repeated = Counter(labels)
     labels = [f"{label} (env {env[0][:6]})" if repeated[label] > 1 else label
               for label, env in zip(labels, environments)]
-    columns = list(zip(*environments)) if environments else [[] for _ in range(5)]
-    return pa.Table.from_arrays([*map(list, columns), labels], schema=ENVIRONMENTS)
+    columns: list[list[Any]] = [list(column) for column in zip(*environments)] or [[] for _ in range(5)]
+    return pa.Table.from_arrays([*columns, labels], schema=ENVIRONMENTS)
