@@ -13,6 +13,7 @@ Field numbers are XLA's and are stable: protobuf forbids renumbering.
 from __future__ import annotations
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
 
 _F = descriptor_pb2.FieldDescriptorProto
 _OPT, _REP = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
@@ -123,7 +124,7 @@ FieldSpec = tuple[str, int, int, int, "str | None"]
 
 
 def build_messages(package: str, schema: dict[str, list[FieldSpec]],
-                   oneofs: dict[str, tuple[str, frozenset[int]]] | None = None) -> dict[str, type]:
+                   oneofs: dict[str, tuple[str, frozenset[int]]] | None = None) -> dict[str, type[Message]]:
     """Message classes for a partial schema of XLA protos (message types named
     `.<package>.<Name>`); fields left out stay unknown fields, kept byte for byte. `oneofs`:
     per message, the name of its one oneof and the numbers of the fields in it."""
