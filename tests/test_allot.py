@@ -22,7 +22,7 @@ from tasks.records import TuneTask
 from tasks.runner import time_share
 from tuner.allot import (FLOOR_EVALUATIONS, PRIOR_SPEEDUP, PSEUDO_COUNT, Allotment, Basis, Worth,
                          allot, expected_speedup, saved_share, worths)
-from tuner.kinds import Subject
+from tuner.target import Subject
 from tuner.tables import TUNING_RESULTS
 from tuner.tune import TuneSettings
 from vocabulary.tuning import Kind
