@@ -54,6 +54,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
@@ -65,7 +66,6 @@ from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
 from storage.home import Home
 from storage.homes import open_home
-from tuner.allot import Allotment
 from tuner.persist import finished_result, journal_trial, journaled_trials, land_result, save_result, task_digest
 from tuner.prior import move_prior
 from tuner.result import RelaxedOption, TuneResult
@@ -80,6 +80,11 @@ from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
 from vocabulary.failures import Failure
 from vocabulary.tuning import Verdict
+
+if TYPE_CHECKING:
+    # The allotment's module reads the ranking's candidates (the pipeline extra); the base
+    # install reads this module through the kinds registry for the CLI's help pages.
+    from tuner.allot import Allotment
 
 # Screens stop as soon as a candidate is clearly faster or slower (execution.measure): a clear
 # candidate of a module that runs for half a second costs seconds, not a minute.
