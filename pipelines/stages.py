@@ -20,7 +20,7 @@ from vocabulary.tuning import Kind
 if TYPE_CHECKING:
     import datetime
 
-    from tasks.records import TaskOutcome
+    from tasks.records import TaskOutcome, TuneTask
     from tasks.runner import Runner
     from tuner.allot import Allotment
     from tuner.candidates import Candidate, Sharded
@@ -118,19 +118,34 @@ def tune_candidates(kind: Kind, home: Home, candidates: Sequence[Candidate], set
     time for is not started (`tasks.runner.Runner`). A kind whose results are folded into graphs
     (`KindSpec.folded`: ops) has them folded here, unless `fold` is False
     (`tuner.fold.fold_tuned`). Returns each task's outcome, in order, and the folds."""
+    from tasks.runner import Deadline, LocalRunner, run_all
+    from tuner.fold import fold_tuned
+
+    records = tune_tasks(kind, home, candidates, settings, allotments, measure_mode, sharded)
+    outcomes: list[TaskOutcome[TuneResult]] = run_all(
+        runner or LocalRunner(), records, home, Deadline(deadline, reserve) if deadline is not None else None,
+        progress, f"tune {kind} tasks")
+    if not (KINDS[kind].folded and fold):
+        return TuneRound(outcomes)
+    done = [(o.result.fingerprint, o.result.env_key) for o in outcomes if o.result is not None]
+    return TuneRound(outcomes, fold_tuned(home, done, settings))
+
+
+def tune_tasks(kind: Kind, home: Home, candidates: Sequence[Candidate], settings: TuneSettings,
+               allotments: Sequence[Allotment] | None = None, measure_mode: MeasureMode | None = None,
+               sharded: dict[str, Sharded] | None = None) -> list[TuneTask]:
+    """The task of each candidate, as `tune_candidates` runs them: placed and routed as its
+    kind says, with its allotment's budget where there is one."""
     from dataclasses import replace
 
     from execution.sharded import choose_placement, whole_capacity
     from hlo.environment import current_environment
     from tasks.records import TuneTask
-    from tasks.runner import Deadline, LocalRunner, run_all
     from tuner.candidates import sharded_environments
-    from tuner.fold import fold_tuned
 
-    spec = KINDS[kind]
     here = current_environment()
     # Only a whole graph is measured as its environment partitions it.
-    placed = {**sharded_environments(home), **(sharded or {})} if spec.whole_graph else {}
+    placed = {**sharded_environments(home), **(sharded or {})} if KINDS[kind].whole_graph else {}
     capacity = whole_capacity(here.platform)
     given: Sequence[Allotment | None] = allotments if allotments is not None else [None] * len(candidates)
     records = []
@@ -140,15 +155,8 @@ def tune_candidates(kind: Kind, home: Home, candidates: Sequence[Candidate], set
         task_settings = (settings if allotment is None else
                          replace(settings, budget_evals=allotment.budget_evals, allotment=allotment))
         records.append(TuneTask.of(kind, candidate.label, replace(candidate.subject, placement=placement),
-                                   candidate.env_key, task_settings,
-                                   found.machine if found else None))
-    outcomes: list[TaskOutcome[TuneResult]] = run_all(
-        runner or LocalRunner(), records, home, Deadline(deadline, reserve) if deadline is not None else None,
-        progress, f"tune {kind} tasks")
-    if not (spec.folded and fold):
-        return TuneRound(outcomes)
-    done = [(o.result.fingerprint, o.result.env_key) for o in outcomes if o.result is not None]
-    return TuneRound(outcomes, fold_tuned(home, done, settings))
+                                   candidate.env_key, task_settings, found.machine if found else None))
+    return records
 
 
 def planned_graphs(home: Home, date: datetime.date, top: int, per_task_evals: int,
