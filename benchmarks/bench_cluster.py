@@ -42,7 +42,8 @@ from tasks.records import TaskOutcome, TuneTask
 from tasks.resources import node_resources
 from tasks.runner import LocalRunner, Runner, run_all
 from tuner.space import config_key
-from tuner.tune import TuneSettings, graph_subject
+from tuner.target import graph_subject
+from tuner.tune import TuneSettings
 from vocabulary.tuning import Kind
 
 f32 = jax.ShapeDtypeStruct

@@ -25,7 +25,10 @@ from storage.blobs import BlobStore
 from storage.warehouse import Warehouse
 from tuner.candidates import tunable_op_candidates
 from tuner.fold import fold_graph, graphs_holding
-from tuner.tune import VERIFY_SETTINGS, TuneResult, TuneSettings, tune_op
+from tuner.result import TuneResult
+from tuner.task import tune
+from tuner.tune import VERIFY_SETTINGS, TuneSettings
+from vocabulary.tuning import Kind
 from workloads.simulator.run import simulate
 
 
@@ -49,11 +52,12 @@ def main() -> None:
     settings = TuneSettings(budget_evals=200, strategy="exhaustive")
     print(f"{'op':<44} {'class':<12} {'configs':>7} {'speedup [99.9% interval]':>26}  status")
     graphs = set()
-    for label, cut, env_key in found.tasks:
-        result = tune_op(cut, home, settings, env_key=env_key, progress=True)
-        print(f"{label[:44]:<44} {cut.op_class:<12} {len(result.trials) + 1:>7} "
+    for candidate in found.tunable:
+        op, env_key = candidate.subject, candidate.env_key
+        result = tune(Kind.OP, op, home, settings, env_key=env_key, progress=True)
+        print(f"{candidate.label[:44]:<44} {op.op_class:<12} {len(result.trials) + 1:>7} "
               f"{_figure(result):>26}  {result.status}")
-        graphs.update((g, env_key) for g in graphs_holding(home, [cut.fingerprint], env_key))
+        graphs.update((g, env_key) for g in graphs_holding(home, [op.fingerprint], env_key))
     rows = {(g["fingerprint"], g["env_key"]): g for g in Warehouse(home).read(GRAPHS).to_pylist()}
     print(f"\n{'graph':<34} {'ops':>4} {'fold (99.9%)':>26} {'re-measured (99.9%)':>26}  config")
     for graph, env_key in sorted(graphs):

@@ -15,7 +15,7 @@ Parts (docs/sharded.md has the figures and what they decide):
   pooled: Spearman's rank correlation of the two modes' speedups, the median and 90th percentile
   of |log(per-device / whole)| as a relative error, and how often the two agree on the screen's
   decision (faster, slower, or neither: the interval's side of 1 +- the noise band).
-- tuning: `fdo tune`'s task (`tuner.tune.tune_module`, a fresh home each) on one workload in
+- tuning: `fdo tune`'s task (`tuner.task.tune_module`, a fresh home each) on one workload in
   each mode at `--budget-evals`: wall minutes, the verified speedup and whether it was accepted,
   and the per-device winner's whole-program speedup (re-measured whole: what the fleet would get).
 - oracle: on the sharded transformer (transformer-tp4), the tuner's verified gain in whole mode
@@ -54,7 +54,9 @@ from hlo.module import HloModule, from_lowered  # noqa: E402
 from tuner.kinds import make_target  # noqa: E402
 from tuner.schedule import neighbourhood  # noqa: E402
 from tuner.search import Build  # noqa: E402
-from tuner.tune import SEARCH_SETTINGS, TuneSettings, VERIFY_SETTINGS, graph_subject, tune_module  # noqa: E402
+from tuner.target import graph_subject  # noqa: E402
+from tuner.task import tune_module  # noqa: E402
+from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, TuneSettings  # noqa: E402
 from tuner.worker_evaluator import WorkerEvaluator  # noqa: E402
 from vocabulary.tuning import Kind  # noqa: E402
 from workloads.zoo.sharded import get_sharded, sharded_workloads  # noqa: E402

@@ -17,7 +17,7 @@ the state, for a run on a fresh machine. docs/gpu.md says how a device session r
 1. The whole loop on the first workload (transformer-g): the environment and its key, the GPU
    flags the installed compiler accepts and their defaults, the one-GPU space; an A/A `fdo
    evaluate` (no --set) in one process, and the default against itself across two processes as
-   the tuner's execute and compile workers build it; the tuner (`pipelines.stages.tune_graphs`,
+   the tuner's execute and compile workers build it; the tuner (`pipelines.stages.tune_candidates`,
    what `fdo tune` runs) at a budget that fits: its schedule screens every single move of the
    space first, each timed once (the screen the GPU flags' ranks are to come from), then
    combines, races, prunes and verifies its winner in fresh workers; the best single move
@@ -81,12 +81,17 @@ from hlo.environment import GPU_PLATFORM, current_environment, describe_gpu, sto
 from hlo.fingerprint import graph_fingerprint  # noqa: E402
 from hlo.module import HloModule, from_lowered, load_file  # noqa: E402
 from pipelines import stages  # noqa: E402
+from tuner.candidates import Candidate  # noqa: E402
+from tuner.persist import RESULT, task_file  # noqa: E402
+from tuner.result import TuneResult  # noqa: E402
 from tuner.schedule import neighbourhood  # noqa: E402
 from tuner.space import accepted_flags, graph_space  # noqa: E402
+from tuner.target import graph_subject  # noqa: E402
 from tuner.trial import Outcome, Phase  # noqa: E402
-from tuner.tune import VERIFY_SETTINGS, TuneResult, TuneSettings, task_file  # noqa: E402
+from tuner.tune import VERIFY_SETTINGS, TuneSettings  # noqa: E402
 from vocabulary.hits import HitOutcome  # noqa: E402
 from vocabulary.interval import columns  # noqa: E402
+from vocabulary.tuning import Kind  # noqa: E402
 from workloads import zoo  # noqa: E402
 
 RESULTS = "gpu_check.json"
@@ -399,15 +404,16 @@ def tune_figures(plan: Plan, state: State, name: str, module: HloModule, minutes
     search: its screen (every single move of the space it reached, each timed once or known by
     its program), its winner and that verification. A search the run's time cut is marked
     `cut_short`: the next run takes it up from its journal (its result is dropped, so the task
-    is unfinished again and resumes; `tuner.tune.run_task`)."""
+    is unfinished again and resumes; `tuner.persist`)."""
     from storage.homes import open_home
 
     home = state.home(f"{name}-tune")
     earlier = state.results.get(f"tune:{name}") or {}
     if earlier.get("cut_short"):
         local = open_home(home)
-        local.delete([task_file(local, earlier["task_id"], "result.json")])
-    outcome = stages.tune_graphs(home, [(name, module, None)], plan.tune_settings(minutes))[0]
+        local.delete([task_file(local, earlier["task_id"], RESULT)])
+    candidate = Candidate(name, graph_subject(module), current_environment().key())
+    outcome = stages.tune_candidates(Kind.GRAPH, home, [candidate], plan.tune_settings(minutes)).outcomes[0]
     if outcome.result is None:
         return {"error": f"{outcome.status}: {outcome.reason}"}
     result = outcome.result

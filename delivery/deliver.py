@@ -11,7 +11,7 @@ or let expire, or that a rollback removed, is not brought back by its old result
 no new version.
 
 An entry carries its result's opt-in config that relaxes numerics (`relaxed_config`,
-`relaxed_speedup`: `tuner.tune.RelaxedOption`), which the hook applies only for jobs that opted
+`relaxed_speedup`: `tuner.result.RelaxedOption`), which the hook applies only for jobs that opted
 in; a result landed before tuning_results had them (version 3) reads as having none. A result
 whose strict config was not accepted delivers nothing, its opt-in neither.
 

@@ -170,26 +170,27 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     runner = runner or LocalRunner()
     # The stage's evaluations (tune_evals a graph) and time are shared by what each graph is
     # worth (tuner.allot); ops get what is left of the time.
-    tasks, allotments = stages.planned_graphs(home, settings.date, settings.top, settings.tune_evals,
-                                              runner.environments(), settings.force)
+    candidates, allotments = stages.planned_graphs(home, settings.date, settings.top, settings.tune_evals,
+                                                   runner.environments(), settings.force)
     graphs = stages.tune_settings(Kind.GRAPH, budget_evals=settings.tune_evals,
                                   verify_workers=settings.verify_workers)
-    outcomes = stages.tune_graphs(home, tasks, graphs, progress, deadline=deadline,
-                                  reserve=1 if settings.top_ops else 0, runner=runner,
-                                  allotments=allotments)
-    results = [o.result for o in outcomes if o.result is not None]
-    counts = {"graphs": len(tasks), "tuned": len(results), "accepted": sum(r.accepted for r in results),
+    tuned = stages.tune_candidates(Kind.GRAPH, home, candidates, graphs, progress, deadline=deadline,
+                                   reserve=1 if settings.top_ops else 0, runner=runner,
+                                   allotments=allotments)
+    results = tuned.results
+    counts = {"graphs": len(candidates), "tuned": len(results), "accepted": sum(r.accepted for r in results),
               "budget_shares": [round(a.share, 4) for a in allotments],
               "budget_evals": [a.budget_evals for a in allotments],
-              "search_stops": [r.search_stop for r in results], **_not_tuned(outcomes)}
+              "search_stops": [r.search_stop for r in results], **_not_tuned(tuned.outcomes)}
     if settings.top_kernels:
         counts.update(_tune_kernels(home, settings, progress, runner, deadline))
     left = (deadline - time.time()) / 60
     if settings.top_ops and left > 0:
-        ops = stages.tune_ops(home, settings.top_ops,
-                              stages.tune_settings(Kind.OP, budget_minutes=left / settings.top_ops,
-                                                   verify_workers=settings.verify_workers),
-                              progress=progress, untried=True, runner=runner)
+        found = KINDS[Kind.OP].candidates(home, settings.top_ops, True, runner.environments())
+        ops = stages.tune_candidates(Kind.OP, home, found.tunable,
+                                     stages.tune_settings(Kind.OP, budget_minutes=left / settings.top_ops,
+                                                          verify_workers=settings.verify_workers),
+                                     progress, runner=runner)
         counts.update(ops=len(ops.results), ops_accepted=sum(r.accepted for r in ops.results),
                       folds=len(ops.folds), folds_accepted=sum(f.accepted for _, f in ops.folds))
     return counts
@@ -199,14 +200,13 @@ def _tune_kernels(home: Home, settings: NightlySettings, progress: bool, runner:
                   deadline: float) -> dict[str, int]:
     """The kernels tasks of the top GPU graphs not tuned so far that the runner's machines can
     measure (none where no machine autotunes: a CPU's), within the stage's `deadline`."""
-    tasks = KINDS[Kind.KERNELS].candidates(home, settings.top_kernels, True, runner.environments()).tasks
-    if not tasks:
+    candidates = KINDS[Kind.KERNELS].candidates(home, settings.top_kernels, True, runner.environments()).tunable
+    if not candidates:
         return {"kernels": 0}
     kernels = stages.tune_settings(Kind.KERNELS, verify_workers=settings.verify_workers)
-    outcomes = stages.tune_graphs(home, tasks, kernels, progress, deadline=deadline,
-                                  reserve=1 if settings.top_ops else 0, runner=runner, kind=Kind.KERNELS)
-    results = [o.result for o in outcomes if o.result is not None]
-    return {"kernels": len(tasks), "kernels_tuned": len(results),
+    results = stages.tune_candidates(Kind.KERNELS, home, candidates, kernels, progress, deadline=deadline,
+                                     reserve=1 if settings.top_ops else 0, runner=runner).results
+    return {"kernels": len(candidates), "kernels_tuned": len(results),
             "kernels_accepted": sum(r.accepted for r in results)}
 
 

@@ -15,14 +15,18 @@ from typing import TYPE_CHECKING, Any, Sequence
 from execution.sharded import MeasureMode
 from storage.home import Home
 from tuner.kinds import KINDS
-
 from vocabulary.tuning import Kind
+
 if TYPE_CHECKING:
-    from tasks.records import TaskOutcome
-    from tuner.allot import Allotment
-    from validator.validate import Measurer
+    import datetime
+
+    from tasks.records import TaskOutcome, TuneTask
     from tasks.runner import Runner
-    from tuner.tune import TuneResult, TuneSettings
+    from tuner.allot import Allotment
+    from tuner.candidates import Candidate, Sharded
+    from tuner.result import TuneResult
+    from tuner.tune import TuneSettings
+    from validator.validate import Measurer
 
 CLUSTER_ENV = "FDO_CLUSTER"  # the cluster's address where --cluster is not given
 INGEST_KINDS = ("symbols", "profiles", "hits")
@@ -79,55 +83,86 @@ def open_runner(address: str | None) -> Runner:
     return RayRunner(address)
 
 
-def tune_graphs(home: Home, tasks: Sequence[tuple[str, Any, str | None]], settings: TuneSettings,
-                progress: bool = False, deadline: float | None = None, reserve: int = 0,
-                runner: Runner | None = None, kind: Kind = Kind.GRAPH,
-                allotments: Sequence[Allotment] | None = None,
-                measure_mode: MeasureMode | None = None,
-                sharded: dict[str, Any] | None = None) -> list[TaskOutcome]:
-    """Tune each task's (label, HloModule, env_key) module with `settings` on `runner` (default:
-    here, in order), as a task of `kind` (a graph's flags, or its kernels); an env_key of None
-    is this machine's environment. A graph its environment partitions across devices is
-    measured whole where this machine has the devices, else per device (`measure_mode` forces
-    one: execution.sharded.choose_placement; on a cluster a node of its machine kind measures
-    it); its partitioning is the warehouse's graphs', or `sharded`'s by env_key
-    (`tuner.candidates.Sharded`: a file's, not ingested). With `allotments` (one per task,
-    `tuner.allot`), each task gets its own evaluations and carries its share. With a `deadline`
-    (time.time()), each task's search gets a share of the time left (its allotment's, else an
-    equal one), `reserve` more shares kept for what the caller runs next, and a task the
-    deadline leaves no time for is not started (`tasks.runner.Runner`). Returns each task's
-    outcome, in order."""
+@dataclass
+class TuneRound:
+    """One round of tasks of a kind: each candidate's outcome, in order, and where the kind's
+    results are folded into graphs (`tuner.kinds.KindSpec.folded`), each graph their results
+    were folded into, with its folded result."""
+
+    outcomes: list[TaskOutcome[TuneResult]]
+    folds: list[tuple[str, TuneResult]] = field(default_factory=list)  # (graph, folded result)
+
+    @property
+    def results(self) -> list[TuneResult]:
+        """The results of the tasks that ran to one."""
+        return [o.result for o in self.outcomes if o.result is not None]
+
+
+def tune_candidates(kind: Kind, home: Home, candidates: Sequence[Candidate], settings: TuneSettings,
+                    progress: bool = False, deadline: float | None = None, reserve: int = 0,
+                    runner: Runner | None = None, allotments: Sequence[Allotment] | None = None,
+                    measure_mode: MeasureMode | None = None,
+                    sharded: dict[str, Sharded] | None = None, fold: bool = True) -> TuneRound:
+    """Tune each candidate as a task of `kind` with `settings` on `runner` (default: here, in
+    order).
+
+    A whole graph (`tuner.kinds.KindSpec.whole_graph`) its environment partitions across
+    devices is measured whole where this machine has the devices, else per device
+    (`measure_mode` forces one: execution.sharded.choose_placement; on a cluster a node of its
+    machine kind measures it); its partitioning is the warehouse's graphs', or `sharded`'s by
+    env_key (`tuner.candidates.Sharded`: a file's, not ingested). An op's kernel is measured on
+    one device of its very environment. With `allotments` (one per candidate, `tuner.allot`),
+    each task gets its own evaluations and carries its share. With a `deadline` (time.time()),
+    each task's search gets a share of the time left (its allotment's, else an equal one),
+    `reserve` more shares kept for what the caller runs next, and a task the deadline leaves no
+    time for is not started (`tasks.runner.Runner`). A kind whose results are folded into graphs
+    (`KindSpec.folded`: ops) has them folded here, unless `fold` is False
+    (`tuner.fold.fold_tuned`). Returns each task's outcome, in order, and the folds."""
+    from tasks.runner import Deadline, LocalRunner, run_all
+    from tuner.fold import fold_tuned
+
+    records = tune_tasks(kind, home, candidates, settings, allotments, measure_mode, sharded)
+    outcomes: list[TaskOutcome[TuneResult]] = run_all(
+        runner or LocalRunner(), records, home, Deadline(deadline, reserve) if deadline is not None else None,
+        progress, f"tune {kind} tasks")
+    if not (KINDS[kind].folded and fold):
+        return TuneRound(outcomes)
+    done = [(o.result.fingerprint, o.result.env_key) for o in outcomes if o.result is not None]
+    return TuneRound(outcomes, fold_tuned(home, done, settings))
+
+
+def tune_tasks(kind: Kind, home: Home, candidates: Sequence[Candidate], settings: TuneSettings,
+               allotments: Sequence[Allotment] | None = None, measure_mode: MeasureMode | None = None,
+               sharded: dict[str, Sharded] | None = None) -> list[TuneTask]:
+    """The task of each candidate, as `tune_candidates` runs them: placed and routed as its
+    kind says, with its allotment's budget where there is one."""
     from dataclasses import replace
 
+    from execution.sharded import choose_placement, whole_capacity
     from hlo.environment import current_environment
     from tasks.records import TuneTask
-    from tasks.runner import Deadline, LocalRunner, run_all
-    from execution.sharded import choose_placement, whole_capacity
     from tuner.candidates import sharded_environments
-    from tuner.tune import graph_subject
 
     here = current_environment()
-    sharded = {**sharded_environments(home), **(sharded or {})}
-    given = allotments if allotments is not None else [None] * len(tasks)
+    # Only a whole graph is measured as its environment partitions it.
+    placed = {**sharded_environments(home), **(sharded or {})} if KINDS[kind].whole_graph else {}
+    capacity = whole_capacity(here.platform)
+    given: Sequence[Allotment | None] = allotments if allotments is not None else [None] * len(candidates)
     records = []
-    for (label, module, env_key), allotment in zip(tasks, given, strict=True):
-        found = sharded.get(env_key) if env_key else None
-        placement = choose_placement(found.partitioning if found else None,
-                                     whole_capacity(here.platform), measure_mode)
+    for candidate, allotment in zip(candidates, given, strict=True):
+        found = placed.get(candidate.env_key)
+        placement = choose_placement(found.partitioning if found else None, capacity, measure_mode)
         task_settings = (settings if allotment is None else
                          replace(settings, budget_evals=allotment.budget_evals, allotment=allotment))
-        records.append(TuneTask.of(kind, label, graph_subject(module, placement),
-                                   env_key or here.key(), task_settings,
-                                   found.machine if found else None))
-    return run_all(runner or LocalRunner(), records, home,
-                   Deadline(deadline, reserve) if deadline is not None else None, progress,
-                   "tune graphs")
+        records.append(TuneTask.of(kind, candidate.label, replace(candidate.subject, placement=placement),
+                                   candidate.env_key, task_settings, found.machine if found else None))
+    return records
 
 
-def planned_graphs(home: Home, date: Any, top: int, per_task_evals: int,
+def planned_graphs(home: Home, date: datetime.date, top: int, per_task_evals: int,
                    environments: frozenset[str] | None, force: bool = False
-                   ) -> tuple[list[tuple[str, Any, str]], list[Allotment]]:
-    """The graph tasks of a night's tune stage (`date`) and each one's part of the stage's
+                   ) -> tuple[list[Candidate], list[Allotment]]:
+    """The graph candidates of a night's tune stage (`date`) and each one's part of the stage's
     budget, `per_task_evals` evaluations per task shared by what each graph is worth
     (`tuner.allot`): the `top` ranked graphs this compiler has not tuned that `environments`
     can measure, the worthiest first (a stage whose time runs out leaves the least worth for
@@ -137,57 +172,20 @@ def planned_graphs(home: Home, date: Any, top: int, per_task_evals: int,
     import json
 
     from tuner.allot import Allotment, allot, worths
-    from tuner.tune import graph_subject
 
-    found = KINDS[Kind.GRAPH].candidates(home, top, True, environments).tasks
-    keys = [(graph_subject(module).fingerprint, env_key) for _, module, env_key in found]
+    found = KINDS[Kind.GRAPH].candidates(home, top, True, environments).tunable
+    keys = [(c.subject.fingerprint, c.env_key) for c in found]
     where = home.location("pipelines", "tune-plans", f"{date}.json")
     if home.exists(where) and not force:
         planned = [Allotment.from_json(a) for a in json.loads(home.read_bytes(where))]
-        tasks = dict(zip(keys, found))
-        left = [(tasks[key], a) for a in planned if (key := (a.worth.fingerprint, a.worth.env_key)) in tasks]
-        return [task for task, _ in left], [allotment for _, allotment in left]
+        by_key = dict(zip(keys, found))
+        left = [(by_key[key], a) for a in planned if (key := (a.worth.fingerprint, a.worth.env_key)) in by_key]
+        return [candidate for candidate, _ in left], [allotment for _, allotment in left]
     allotted = allot(worths(home, keys), per_task_evals) if keys else []
     order = sorted(range(len(allotted)), key=lambda i: -allotted[i].share)  # stable: rank for ties
-    tasks, allotments = [found[i] for i in order], [allotted[i] for i in order]
+    candidates, allotments = [found[i] for i in order], [allotted[i] for i in order]
     home.atomic_write(where, json.dumps([a.to_json() for a in allotments]) + "\n")
-    return tasks, allotments
-
-
-@dataclass
-class OpRound:
-    """One round of op tuning: the ops tuned, then the graphs their results were folded into."""
-
-    skipped: list[str]
-    tasks: list[tuple[str, Any, str]]  # (label, cut op, env_key)
-    outcomes: list[TaskOutcome]
-    folds: list[tuple[str, TuneResult]] = field(default_factory=list)  # (graph, folded result)
-
-    @property
-    def results(self) -> list[TuneResult]:
-        """The results of the op tasks that ran to one."""
-        return [o.result for o in self.outcomes if o.result is not None]
-
-
-def tune_ops(home: Home, top: int, settings: TuneSettings, fold: bool = True,
-             progress: bool = False, untried: bool = False,
-             runner: Runner | None = None) -> OpRound:
-    """Tune the `top` ranked ops that `runner`'s machines can measure on it (default: this
-    machine, in order), then fold the results into each graph that holds one of them, here
-    (`tuner.fold.fold_tuned`). `untried`: skip ops this compiler has a result for."""
-    from tasks.records import TuneTask
-    from tasks.runner import LocalRunner, run_all
-    from tuner.fold import fold_tuned
-    from tuner.tune import op_subject
-
-    runner = runner or LocalRunner()
-    found = KINDS[Kind.OP].candidates(home, top, untried, runner.environments())
-    records = [TuneTask.of(Kind.OP, label, op_subject(cut), env_key, settings)
-               for label, cut, env_key in found.tasks]
-    outcomes = run_all(runner, records, home, progress=progress, label="tune ops")
-    done = [(o.result.fingerprint, o.result.env_key) for o in outcomes if o.result is not None]
-    folds = fold_tuned(home, done, settings) if fold else []
-    return OpRound(list(found.skipped), list(found.tasks), outcomes, folds)
+    return candidates, allotments
 
 
 def measurer(runner: Runner | None) -> Measurer | None:

@@ -33,6 +33,7 @@ from storage.home import Home
 from storage.homes import open_home
 from storage.store_reader import live_entries
 from storage.warehouse import TableSchema, Warehouse
+from vocabulary.tuning import Kind
 
 CATEGORIES = ("candidate", "beyond_top_k", "tuned", "opted_out", "missing_symbols", "long_tail")
 
@@ -53,17 +54,26 @@ class RankSettings:
 
 
 @dataclass(frozen=True)
-class KindSpec:
-    """Where one kind's costs and symbols come from."""
+class RankedKind:
+    """Where one ranked kind's costs and symbols come from: its runs table, the runs column
+    holding its fingerprint (`key`) and the one holding the graph that ran (`graph_key`), and
+    its symbols table."""
 
-    kind: str
+    kind: Kind
     runs: TableSchema
-    key: str  # the runs column holding the fingerprint
+    key: str
+    graph_key: str
     symbols: TableSchema
 
 
-KINDS = (KindSpec("graph", GRAPH_RUNS, "fingerprint", GRAPHS),
-         KindSpec("op", OP_RUNS, "op_fingerprint", OPS))
+# The kinds ranked, by the tuning kind (`vocabulary.tuning.Kind`) their candidates are tasks of.
+# A kernels task's candidates are the graph ranking's (`tuner.candidates`): it has no entry. The
+# tuner's registry of kinds (`tuner.kinds`) lies above ranking and cannot hold these facts for
+# it, so ranking keeps its own, keyed by the same enum.
+RANKED: dict[Kind, RankedKind] = {
+    Kind.GRAPH: RankedKind(Kind.GRAPH, GRAPH_RUNS, "fingerprint", "fingerprint", GRAPHS),
+    Kind.OP: RankedKind(Kind.OP, OP_RUNS, "op_fingerprint", "graph_fingerprint", OPS),
+}
 
 _COSTS = pa.schema([("fingerprint", pa.string()), ("graph_fingerprint", pa.string()),
                     ("env_key", pa.string()), ("opted_out", pa.bool_()), ("chip_seconds", pa.float64())])
@@ -77,9 +87,8 @@ _DISTINCT = ArrowSum(["fingerprint", "env_key"], [], _SYMBOLS)
 def rank_reads(home: Home, settings: RankSettings) -> ReadPlan:
     """What the ranking reads: both kinds' runs in the window and their symbols."""
     sources = []
-    for spec in KINDS:
-        graph_column = _graph_column(spec)
-        columns = list(dict.fromkeys([spec.key, graph_column, "env_key", "opted_out", "chip_seconds"]))
+    for spec in RANKED.values():
+        columns = list(dict.fromkeys([spec.key, spec.graph_key, "env_key", "opted_out", "chip_seconds"]))
         sources.append(Source(spec.runs, partition_files(home, spec.runs, settings.first_day, settings.date),
                               columns))
         sources.append(Source(spec.symbols, partition_files(home, spec.symbols, None, None),
@@ -102,8 +111,8 @@ class Rank(beam.PTransform):
     def __init__(self, settings: RankSettings, tuned: pa.Table) -> None:
         super().__init__()
         self.settings = settings
-        self.tuned_by_kind = {spec.kind: tuned.filter(pc.equal(tuned.column("kind"), spec.kind)).select(
-            ["fingerprint", "env_key"]) for spec in KINDS}
+        self.tuned_by_kind = {kind: tuned.filter(pc.equal(tuned.column("kind"), kind)).select(
+            ["fingerprint", "env_key"]) for kind in RANKED}
 
     def expand(self, tables):
         ranked = (tables
@@ -141,7 +150,7 @@ def rank(home: Home, settings: RankSettings, beam_args: Iterable[str] = ()) -> t
             coverage.sort_by([("kind", "descending"), ("category", "ascending")]))
 
 
-def classify(costs: pa.Table, symbols: pa.Table, tuned: pa.Table, kind: str,
+def classify(costs: pa.Table, symbols: pa.Table, tuned: pa.Table, kind: Kind,
              settings: RankSettings) -> tuple[pa.Table, pa.Table]:
     """(candidates, coverage) of one kind from its summed costs; vectorized over keys."""
     total = pc.sum(costs.column("chip_seconds")).as_py() or 0.0
@@ -180,28 +189,23 @@ def classify(costs: pa.Table, symbols: pa.Table, tuned: pa.Table, kind: str,
     return CANDIDATES.conform(candidates), pa.Table.from_pylist(rows, COVERAGE.schema)
 
 
-def _classify_kind(summed: tuple[str, dict[str, pa.Table]], tuned_by_kind: dict[str, pa.Table],
-                   settings: RankSettings) -> tuple[str, tuple[pa.Table, pa.Table]]:
+def _classify_kind(summed: tuple[Kind, dict[str, pa.Table]], tuned_by_kind: dict[Kind, pa.Table],
+                   settings: RankSettings) -> tuple[Kind, tuple[pa.Table, pa.Table]]:
     kind, sums = summed
     return kind, classify(sums["costs"], sums["symbols"], tuned_by_kind[kind], kind, settings)
 
 
-def _kind_sums(name: str, rows: pa.Table) -> tuple[str, tuple[str, pa.Table]]:
+def _kind_sums(name: str, rows: pa.Table) -> tuple[Kind, tuple[str, pa.Table]]:
     """(kind, ("costs" or "symbols", the partial sum)) of rows of table `name`."""
-    for spec in KINDS:
+    for spec in RANKED.values():
         if name == spec.runs.name:
             return spec.kind, ("costs", _COST.reduce(pa.table({
-                "fingerprint": rows.column(spec.key), "graph_fingerprint": rows.column(_graph_column(spec)),
+                "fingerprint": rows.column(spec.key), "graph_fingerprint": rows.column(spec.graph_key),
                 "env_key": rows.column("env_key"), "opted_out": rows.column("opted_out"),
                 "chip_seconds": rows.column("chip_seconds")})))
         if name == spec.symbols.name:
             return spec.kind, ("symbols", _DISTINCT.reduce(rows))
     raise ValueError(f"rank: no kind reads table {name!r}")
-
-
-def _graph_column(spec: KindSpec) -> str:
-    """The runs column holding the graph that ran."""
-    return "fingerprint" if spec.kind == "graph" else "graph_fingerprint"
 
 
 def _per_key(costs: pa.Table) -> pa.Table:

@@ -24,9 +24,11 @@ from hlo.module import HloModule
 from storage.home import Home
 from storage.homes import open_home
 from tasks.resources import task_resources
-from tuner.kinds import Subject
+from tuner.persist import task_digest
+from tuner.result import TuneResult
+from tuner.target import Subject
 from tuner.task import tune
-from tuner.tune import TuneResult, TuneSettings, task_digest
+from tuner.tune import TuneSettings
 from validator.decisions import Decision
 from validator.plan import Queued
 from validator.toolchains import Toolchain
@@ -70,7 +72,7 @@ class TuneTask:
     @classmethod
     def of(cls, kind: Kind, label: str, subject: Subject, env_key: str,
            settings: TuneSettings, machine: str | None = None) -> TuneTask:
-        """The task tuning `subject` (see `tuner.tune.graph_subject`, `op_subject`), a sharded
+        """The task tuning `subject` (see `tuner.target.graph_subject`, `op_subject`), a sharded
         one on machines of kind `machine`."""
         return cls(kind, label, subject.module, subject.fingerprint, env_key, settings,
                    subject.op_class, subject.placement, machine)

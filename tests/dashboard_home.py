@@ -9,7 +9,7 @@ environment keys (this machine's ISA features, the releases' dates): which jobs 
 entry, and its true effect in the fleet.
 
 Every table is written by its stage's own code: the simulator and ingestion, the Beam ranking
-and savings, deliver and import, the tuner's landing (tuner.tune.land_result) and the
+and savings, deliver and import, the tuner's landing (tuner.persist.land_result) and the
 validator's plan, decisions and run (validator.plan, validator.run), and hit ingestion. What
 would cost minutes here is the measuring: the tuner's trials and the validator's measurements
 are the stages' own result objects (tuner.trial.Trial, execution.evaluate.EvaluationResult)
@@ -43,8 +43,9 @@ from ranking.savings import savings
 from ranking.verified_coverage import verified_coverage
 from storage.warehouse import Warehouse
 from tuner.candidates import latest_candidates
+from tuner.persist import land_result, task_digest
+from tuner.result import TuneResult
 from tuner.trial import Outcome, Trial
-from tuner.tune import TuneResult, land_result, task_digest
 from validator.plan import Planner
 from validator.run import Run
 from validator.toolchains import Registry

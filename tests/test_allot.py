@@ -22,7 +22,7 @@ from tasks.records import TuneTask
 from tasks.runner import time_share
 from tuner.allot import (FLOOR_EVALUATIONS, PRIOR_SPEEDUP, PSEUDO_COUNT, Allotment, Basis, Worth,
                          allot, expected_speedup, saved_share, worths)
-from tuner.kinds import Subject
+from tuner.target import Subject
 from tuner.tables import TUNING_RESULTS
 from tuner.tune import TuneSettings
 from vocabulary.tuning import Kind
@@ -220,9 +220,9 @@ def test_a_nights_plan_is_made_once_and_a_resumed_stage_runs_what_is_left_of_it(
          "graph_fingerprint": fingerprints[n], "chip_seconds": hours * 3600, "share": 0.5, "rank": rank}
         for rank, (n, hours) in enumerate(((2, 80.0), (3, 20.0)), start=1)], CANDIDATES.schema),
         "candidates", [DAY.isoformat()])
-    tasks, plan = planned_graphs(home, DAY, 2, 10, None)
+    candidates, plan = planned_graphs(home, DAY, 2, 10, None)
     assert [a.worth.fingerprint for a in plan] == [fingerprints[2], fingerprints[3]]
-    assert [a.budget_evals for a in plan] == [16, 8] and len(tasks) == 2
+    assert [a.budget_evals for a in plan] == [16, 8] and len(candidates) == 2
     # The first task lands (what similar graphs gained changes); the stage is killed and resumed.
     Warehouse(tmp_path).append(TUNING_RESULTS, pa.Table.from_pylist([{
         "dt": DAY, "task_id": "first", "kind": "graph", "fingerprint": fingerprints[2],
@@ -230,6 +230,6 @@ def test_a_nights_plan_is_made_once_and_a_resumed_stage_runs_what_is_left_of_it(
         "accepted": True, "status": "accepted", "strategy": "evolution", "evaluations": 8,
         "measured": 8}], TUNING_RESULTS.schema), "first")
     left, again = planned_graphs(home, DAY, 2, 10, None)
-    assert [t[2] for t in left] == [here.key()] and again == plan[1:]  # its budget, as planned
+    assert [c.env_key for c in left] == [here.key()] and again == plan[1:]  # its budget, as planned
     _, replanned = planned_graphs(home, DAY, 2, 10, None, force=True)
     assert [a.share for a in replanned] == [1.0]

@@ -22,7 +22,8 @@ from storage.warehouse import Warehouse
 from tuner.analyze import RIDGE, analyze_flags
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.tune import TuneSettings, TuneTarget, run_task
+from tuner.target import TuneTarget
+from tuner.tune import TuneSettings, run_task
 from workloads import zoo
 
 # One flag each, evaluated in this order as a fixed list, so every trial sets exactly one flag

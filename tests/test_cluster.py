@@ -36,7 +36,8 @@ from tasks.resources import node_resources  # noqa: E402
 from tasks.runner import run_all  # noqa: E402
 from tests.test_nightly import wait_for  # noqa: E402
 from tuner.tables import TUNING_RESULTS  # noqa: E402
-from tuner.tune import TuneSettings, graph_subject  # noqa: E402
+from tuner.target import graph_subject  # noqa: E402
+from tuner.tune import TuneSettings  # noqa: E402
 from vocabulary.tuning import Kind  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]

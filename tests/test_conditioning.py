@@ -27,9 +27,10 @@ from hlo.module import from_lowered
 from storage.homes import open_home
 from storage.warehouse import TableSchema, Warehouse
 from tests.numerics_programs import flax_train_step_module, ill_conditioned_module
+from tuner.persist import finished_result, land_result, save_result, task_file
+from tuner.result import TuneResult
 from tuner.tables import TUNING_RESULTS
-from tuner.tune import (TuneResult, finished_result, land_result, save_result, task_file,
-                        verdict_of)
+from tuner.tune import verdict_of
 from vocabulary.interval import Interval
 from vocabulary.tuning import Verdict
 from workloads import zoo

@@ -32,9 +32,9 @@ from hlo.module import from_text
 from pipelines.cli import main
 from storage.store_schema import Provenance, StoreEntry, entries_table
 from tasks.records import MeasureTask
-from tuner.kinds import KINDS, TuneTarget, check_platform, make_target
+from tuner.kinds import KINDS, check_platform, make_target
 from tuner.tables import TUNING_RESULTS
-from tuner.tune import graph_subject
+from tuner.target import TuneTarget, graph_subject
 from validator import decisions as rules
 from validator.decisions import Decision, ResultsCheck, ResultsFate
 from validator.plan import Queued
@@ -158,11 +158,11 @@ def test_kernel_candidates_are_ranked_graphs_of_gpu_environments_only(tmp_path):
             for rank, name in ((1, "cpu"), (2, "gpu"))]
     Warehouse(home).append(CANDIDATES, pa.Table.from_pylist(rows, CANDIDATES.schema), "test")
     both = frozenset(keys.values())  # a cluster whose nodes offer both
-    kernels = KINDS[Kind.KERNELS].candidates(home, 5, False, both).tasks
-    assert [env_key for _, _, env_key in kernels] == [keys["gpu"]]
-    assert KINDS[Kind.KERNELS].candidates(home, 5, False, None).tasks == []  # this CPU: none
-    graphs = KINDS[Kind.GRAPH].candidates(home, 5, False, both).tasks
-    assert [env_key for _, _, env_key in graphs] == [keys["cpu"], keys["gpu"]]
+    kernels = KINDS[Kind.KERNELS].candidates(home, 5, False, both).tunable
+    assert [c.env_key for c in kernels] == [keys["gpu"]]
+    assert KINDS[Kind.KERNELS].candidates(home, 5, False, None).tunable == []  # this CPU: none
+    graphs = KINDS[Kind.GRAPH].candidates(home, 5, False, both).tunable
+    assert [c.env_key for c in graphs] == [keys["cpu"], keys["gpu"]]
 
 
 @pytest.mark.xla

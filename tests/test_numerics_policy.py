@@ -25,12 +25,14 @@ from pipelines.cli.tune import _print_tune_result
 from storage.homes import open_home
 from storage.warehouse import TableSchema, Warehouse
 from tests.test_search_loop import COMPARE, SCREEN, TableEvaluator, listed, table
+from tuner.persist import finished_result, land_result, save_result
+from tuner.result import RelaxedOption, TuneResult
 from tuner.search import TaskClock, run_search
 from tuner.space import SearchSpace, config_key
 from tuner.tables import TUNING_RESULTS
+from tuner.target import TuneTarget
 from tuner.trial import Outcome, Phase, Trial
-from tuner.tune import (RelaxedOption, TuneResult, TuneSettings, TuneTarget, _relaxed_option,
-                        finished_result, land_result, run_task, save_result)
+from tuner.tune import TuneSettings, _relaxed_option, run_task
 from tuner.winner import best_trial
 from vocabulary.interval import Interval
 from vocabulary.tuning import Verdict

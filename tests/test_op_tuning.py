@@ -32,7 +32,9 @@ from tuner.op_cut import cut_op, cut_ops
 from tuner.space import accepted_flags, op_space
 from tuner.strategies import ExhaustiveStrategy
 from tuner.tables import TRIALS, TUNING_RESULTS
-from tuner.tune import TuneSettings, tune_op
+from tuner.task import tune
+from tuner.tune import TuneSettings
+from vocabulary.tuning import Kind
 from workloads import zoo
 from workloads.zoo.dump import dump_workload
 
@@ -167,10 +169,10 @@ def tuned_home(tmp_path_factory):
                  "chip_seconds": seconds[fingerprint], "share": 1.0, "rank": 1}
     warehouse.append(CANDIDATES, pa.Table.from_pylist([candidate], CANDIDATES.schema), "test")
     found = tunable_op_candidates(home, 1)
-    assert not found.skipped and len(found.tasks) == 1
-    _, cut, env_key = found.tasks[0]
-    assert cut.fingerprint == fingerprint and env_key == graph["env_key"]
-    return home, graph, cut, tune_op(cut, home, QUICK, env_key=env_key)
+    assert not found.skipped and len(found.tunable) == 1
+    op, env_key = found.tunable[0].subject, found.tunable[0].env_key
+    assert op.fingerprint == fingerprint and env_key == graph["env_key"]
+    return home, graph, op, tune(Kind.OP, op, home, QUICK, env_key=env_key)
 
 
 @pytest.mark.slow
@@ -200,7 +202,7 @@ def test_op_search_on_a_real_convolution_covers_its_space(tuned_home):
     assert [(r["kind"], r["fingerprint"], r["accepted"]) for r in rows] == [
         ("op", cut.fingerprint, result.accepted)]
     # Tuning it again is the finished task: nothing is searched or landed twice.
-    assert tune_op(cut, home, QUICK, env_key=graph["env_key"]).task_id == result.task_id
+    assert tune(Kind.OP, cut, home, QUICK, env_key=graph["env_key"]).task_id == result.task_id
     assert Warehouse(home).read(TRIALS).num_rows == len(trials)
 
 

@@ -195,13 +195,14 @@ def test_tunable_candidates_are_this_machines_with_their_hlo(fleet_home, ranked)
     _, candidates, _ = ranked
     tasks = tunable_candidates(fleet_home, top=10)
     assert tasks
-    assert [label for label, _, _ in tunable_candidates(fleet_home, top=1)] == [tasks[0][0]]
+    assert [c.label for c in tunable_candidates(fleet_home, top=1)] == [tasks[0].label]
     assert tunable_candidates(fleet_home, top=0) == []  # none asked: none, not all
     here = current_environment()
     graphs = {(g["fingerprint"], g["env_key"]): g for g in Warehouse(fleet_home).read(GRAPHS).to_pylist()}
     ranked_keys = {(c["fingerprint"], c["env_key"]) for c in candidates.to_pylist() if c["kind"] == "graph"}
-    for _, module, env_key in tasks:
-        key = (graph_fingerprint(module), env_key)
+    for candidate in tasks:
+        key = (graph_fingerprint(candidate.subject.module), candidate.env_key)
+        assert key[0] == candidate.subject.fingerprint
         assert key in ranked_keys
         assert graphs[key]["device_kind"] == here.device_kind
     # A cluster's: the candidates of the environments its nodes offer, whatever this machine is
@@ -210,7 +211,7 @@ def test_tunable_candidates_are_this_machines_with_their_hlo(fleet_home, ranked)
     assert foreign
     offered = frozenset(sorted(foreign)[:2])
     on_nodes = tunable_candidates(fleet_home, top=100, environments=offered)
-    assert on_nodes and {env_key for _, _, env_key in on_nodes} <= offered
+    assert on_nodes and {c.env_key for c in on_nodes} <= offered
     # Less a graph spanning more devices than a per-device program can be partitioned for.
     def partitionable(key: tuple[str, str]) -> bool:
         text = graphs[key]["partitioning"]
@@ -219,7 +220,7 @@ def test_tunable_candidates_are_this_machines_with_their_hlo(fleet_home, ranked)
     best = [(c["fingerprint"], c["env_key"]) for c in candidates.to_pylist()
             if c["kind"] == "graph" and c["env_key"] in offered and (c["fingerprint"], c["env_key"]) in graphs
             and partitionable((c["fingerprint"], c["env_key"]))]
-    assert [(graph_fingerprint(m), e) for _, m, e in on_nodes] == best
+    assert [(c.subject.fingerprint, c.env_key) for c in on_nodes] == best
 
 
 @pytest.mark.slow

@@ -21,7 +21,10 @@ from pipelines.cli import main
 from tests import worker_tasks
 from storage.homes import open_home
 from tuner.kinds import make_target
-from tuner.tune import TuneSettings, finished_result, graph_subject, tune_module
+from tuner.persist import finished_result
+from tuner.target import graph_subject
+from tuner.task import tune_module
+from tuner.tune import TuneSettings
 from vocabulary.tuning import Kind, Verdict
 from workloads.zoo.sharded import get_sharded, sharded_workloads
 

@@ -31,15 +31,17 @@ from storage.warehouse import SchemaError, TableSchema, Warehouse, added_column
 from tests import worker_tasks
 from tests.processes import kill_9_once_journaled, signal_once_journaled
 from tests.url_home import UrlFileSystem, url_of
+from tuner.persist import finished_result, land_result, save_result, task_file
 from tuner.prior import NO_CHANGE, move_prior
+from tuner.result import TuneResult
 from tuner.schedule import order_moves
 from tuner.search import PhaseSpend, search, spending
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.task import tune_module
 from tuner.trial import UNTIMED, Outcome, Phase, StopReason, Trial
-from tuner.tune import (TuneResult, TuneSettings, finished_result, land_result, save_result,
-                        task_file, tune_module)
+from tuner.tune import TuneSettings
 from tuner.worker_evaluator import WorkerEvaluator
 from vocabulary.interval import Interval
 from vocabulary.tuning import Verdict

@@ -139,8 +139,9 @@ def worths(home: Home, keys: Sequence[tuple[str, str]]) -> list[Worth]:
     return found
 
 
-# (platform, module name) -> the chip-time shares that platform's graph results of that name saved.
-Evidence = dict[tuple[str, str], list[float]]
+# (platform, module name) -> the chip-time shares that platform's graph results of that name saved
+# (either null where the graphs table holds none).
+Evidence = dict[tuple[str | None, str | None], list[float]]
 
 
 def expected_speedup(evidence: Evidence, module_name: str | None,

@@ -242,7 +242,8 @@ def format_analysis(analysis: FlagAnalysis, top: int | None = None) -> str:
         lines.append(f"{flag.flag:<48}{estimate:>28}{flag.trials:>8}{flag.failed:>8}{flag.winners:>8}")
         for value in flag.values:
             estimate = (f"{value.speedup:.3f}x [{math.exp(value.low):.3f}, {math.exp(value.high):.3f}]"
-                        if value.effect is not None else "all failed")
+                        if value.effect is not None and value.low is not None and value.high is not None
+                        else "all failed")
             lines.append(f"  = {value.value:<44}{estimate:>28}{value.trials:>8}{value.failed:>8}"
                          f"{value.winners:>8}")
     return "\n".join(lines)

@@ -4,10 +4,12 @@ the blob store.
 A config is measured on the machine that runs the tuner, so a candidate is tunable here when it
 was ranked for this platform and device kind; the result is keyed to the candidate's own
 environment. On a cluster (`environments`: the keys its nodes offer, `tasks.runner.Runner`), a
-candidate is tunable when a node offers its very environment. A graph candidate brings its unoptimized module. An op candidate brings its kernel
-cut out of an optimized graph that holds it (`tuner.op_cut`), found deterministically: among the
-`ops` rows of (op fingerprint, environment), the graph ranking named (the one that spends the
-most on the op) first, then the earliest sighting, by instruction name and blob.
+candidate is tunable when a node offers its very environment. Each is a `Candidate`: a label,
+the task's subject (`tuner.target.Subject`) and the environment its results are keyed to. A
+graph candidate's subject is its unoptimized module. An op candidate's is its kernel cut out of
+an optimized graph that holds it (`tuner.op_cut`), found deterministically: among the `ops` rows
+of (op fingerprint, environment), the graph ranking named (the one that spends the most on the
+op) first, then the earliest sighting, by instruction name and blob.
 """
 
 from __future__ import annotations
@@ -20,23 +22,35 @@ import pyarrow.compute as pc
 
 from execution.sharded import MAX_PARTITION_DEVICES, spans
 from hlo.environment import Partitioning, current_environment, machine_kind, partitioning_from_json
-from hlo.module import HloModule, from_text
+from hlo.module import from_text
 from ingest.tables import GRAPHS, OPS
 from ranking.tables import CANDIDATES
 from storage.blobs import BlobStore
 from storage.home import Home
 from storage.warehouse import Warehouse
-from tuner.op_cut import OpCut, OpCutError, cut_op
+from tuner.op_cut import OpCutError, cut_op
 from tuner.tables import TUNING_RESULTS
+from tuner.target import Subject, graph_subject, op_subject
 from vocabulary.tuning import Kind
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One thing to tune: a label for people (its rank, name and fingerprint), the task's
+    subject (a graph's module, or an op's kernel cut out of its graph), and the environment its
+    results are keyed to (a module given as a file: the one beside it, else this machine's)."""
+
+    label: str
+    subject: Subject
+    env_key: str
 
 
 @dataclass
 class Candidates:
-    """The candidates of one kind to tune, as (label, subject, env_key), the subject an
-    HloModule (graphs) or an OpCut (ops); and the ones that could not be made tasks, with why."""
+    """The candidates of one kind to tune, best first; and the ones that could not be made
+    tasks, with why."""
 
-    tasks: list[tuple[str, HloModule | OpCut, str]] = field(default_factory=list)
+    tunable: list[Candidate] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
 
@@ -52,27 +66,27 @@ def latest_candidates(home: Home, kind: Kind) -> pa.Table:
 
 def tunable_candidates(home: Home, top: int, untried: bool = False,
                        environments: frozenset[str] | None = None, kind: Kind = Kind.GRAPH,
-                       platforms: frozenset[str] | None = None) -> list[tuple[str, HloModule, str]]:
-    """(label, module, env_key) of the best-ranked graph candidates of the latest ranking that
-    can be measured (`_measurable_graphs`), at most `top`, for tasks of `kind` (a graph's flags,
-    or its kernels), of environments on `platforms` only where given. `untried`: only those this
+                       platforms: frozenset[str] | None = None) -> list[Candidate]:
+    """The best-ranked graph candidates of the latest ranking that can be measured
+    (`_measurable_graphs`), at most `top`, for tasks of `kind` (a graph's flags, or its
+    kernels), of environments on `platforms` only where given. `untried`: only those this
     compiler has no `kind` result for yet, so that a nightly run moves down the ranking."""
     graphs = _measurable_graphs(home, environments)
     if platforms is not None:
         graphs = {key: g for key, g in graphs.items() if g["platform"] in platforms}
     tried = _tried(home, kind) if untried else set()
     blobs = BlobStore(home)
-    tasks: list[tuple[str, HloModule, str]] = []
+    found: list[Candidate] = []
     for candidate in latest_candidates(home, Kind.GRAPH).to_pylist():
-        if len(tasks) >= top:  # before the first too: a `top` of 0 takes none
+        if len(found) >= top:  # before the first too: a `top` of 0 takes none
             break
         graph = graphs.get((candidate["fingerprint"], candidate["env_key"]))
         if graph is None or (candidate["fingerprint"], candidate["env_key"]) in tried:
             continue
         module = from_text(blobs.get_text(graph["hlo_blob"]), source=graph["hlo_blob"])
-        tasks.append((f"#{candidate['rank']} {graph['module_name']} {candidate['fingerprint'][:8]}",
-                      module, candidate["env_key"]))
-    return tasks
+        label = f"#{candidate['rank']} {graph['module_name']} {candidate['fingerprint'][:8]}"
+        found.append(Candidate(label, graph_subject(module), candidate["env_key"]))
+    return found
 
 
 def tunable_op_candidates(home: Home, top: int, untried: bool = False,
@@ -87,7 +101,7 @@ def tunable_op_candidates(home: Home, top: int, untried: bool = False,
     blobs = BlobStore(home)
     found = Candidates()
     for candidate in latest_candidates(home, Kind.OP).to_pylist():
-        if len(found.tasks) >= top:  # before the first too: a `top` of 0 takes none
+        if len(found.tunable) >= top:  # before the first too: a `top` of 0 takes none
             break
         key = (candidate["fingerprint"], candidate["env_key"])
         if key in tried:
@@ -108,7 +122,8 @@ def tunable_op_candidates(home: Home, top: int, untried: bool = False,
             found.skipped.append(f"{label}: kernel {row['name']!r} of {row['hlo_blob']} "
                                  "fingerprints differently now (compiler or hash changed)")
             continue
-        found.tasks.append((f"{label} ({cut.kind}, {cut.op_class})", cut, candidate["env_key"]))
+        found.tunable.append(Candidate(f"{label} ({cut.kind}, {cut.op_class})", op_subject(cut),
+                                       candidate["env_key"]))
     return found
 
 

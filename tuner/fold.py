@@ -1,7 +1,7 @@
 """CPU op results folded into graph-level configs, measured on the whole graph.
 
 XLA's CPU backend has no per-op channel: the flags of one compile apply to every kernel of the
-graph. So the winners of op-level tuning (`tuner.tune.tune_op`) reach users this way: for each
+graph. So the winners of op-level tuning (`tuner.task.tune_op`) reach users this way: for each
 graph holding tuned ops (the `ops` table), graph-level configs are built from its ops' results
 and measured against the default on the whole graph, as a graph tuning task (`run_task` over a
 fixed list of configs: journal, dedupe, fresh verification) with strategy 'fold-ops' and the op
@@ -43,11 +43,12 @@ from ingest.tables import GRAPHS, OP_RUNS, OPS
 from storage.blobs import BlobStore
 from storage.home import Home
 from storage.warehouse import Warehouse
-from tuner.kinds import TuneTarget
 from tuner.op_cut import cut_ops
+from tuner.result import TuneResult
 from tuner.space import OP_KNOBS, SearchSpace
 from tuner.tables import TUNING_RESULTS
-from tuner.tune import TuneResult, TuneSettings, run_task
+from tuner.target import TuneTarget
+from tuner.tune import TuneSettings, run_task
 from vocabulary.tuning import Kind
 
 STRATEGY = "fold-ops"

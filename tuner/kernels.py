@@ -34,11 +34,12 @@ from hlo.environment import current_environment
 from hlo.module import HloModule
 from storage.home import Home
 from storage.homes import open_home
-from tuner.kinds import TuneTarget
+from tuner.persist import finished_result, land_result, save_result, task_digest
+from tuner.result import TuneResult
 from tuner.search import PhaseSpend
+from tuner.target import TuneTarget
 from tuner.trial import Phase
-from tuner.tune import (TuneResult, TuneSettings, finished_result, land_result, save_result,
-                        task_digest, verdict_of)
+from tuner.tune import TuneSettings, verdict_of
 from vocabulary.tuning import Verdict
 
 
@@ -60,6 +61,7 @@ def offline_results(module: HloModule, count: int, timeout: float = 600.0) -> Of
     if offline.error is not None:
         return OfflineResults(offline, why=f"XLA's exhaustive autotuning failed: {offline.error}")
     outcome = offline.autotune
+    assert outcome is not None, "an offline compile that did not fail reports its autotuning"
     if outcome.dump_error is not None:
         return OfflineResults(offline, why=f"XLA's dump of its autotune results refused: {outcome.dump_error}")
     if outcome.dumped is None:
@@ -85,27 +87,48 @@ def run_kernels_task(target: TuneTarget, home: Home, settings: TuneSettings,
              else offline_results(target.module, settings.budget_evals))
     # XLA's exhaustive autotuning is the task's search: one config, no timing of ours.
     phases = [PhaseSpend(Phase.SEARCH, 1, 0, 0, 1, time.monotonic() - started)]
-    base = dict(task_id=task_id, fingerprint=target.fingerprint, env_key=env_key, config={},
-                strategy=settings.strategy, compiler_version=environment.compiler_version,
-                kind=target.kind, phases=phases)
     if found is None:
-        result = TuneResult(status=Verdict.DEFAULT_FAILS, reason=target.unmeasurable, speedup=None,
-                            numerics_ok=None, evaluations=0, measured=0, **base)
+        verification = Verification(Verdict.DEFAULT_FAILS, target.unmeasurable or "")
     elif found.chosen is None:  # no results to verify: XLA's autotuning failed, or found none
-        status = Verdict.NO_GAIN if found.offline.error is None else Verdict.VERIFICATION_FAILED
-        result = TuneResult(status=status, reason=found.why, speedup=None, numerics_ok=None,
-                            evaluations=0, measured=0, **base)
+        verification = Verification(Verdict.NO_GAIN if found.offline.error is None
+                                    else Verdict.VERIFICATION_FAILED, found.why or "")
     else:
-        result = _verified(target, found.chosen, settings, phases, base)
+        verification = _verified(target, found.chosen, settings, phases)
+    check = verification.check
+    result = TuneResult(task_id=task_id, fingerprint=target.fingerprint, env_key=env_key,
+                        status=verification.status, reason=verification.reason, config={},
+                        speedup=check.speedup if check is not None and verification.measured else None,
+                        numerics_ok=check.numerics_ok if check is not None else None,
+                        numerics=(check.judged().failures() if check is not None
+                                  and verification.status == Verdict.NUMERICS_DIFFER else []),
+                        evaluations=sum(p.evaluations for p in phases),
+                        measured=sum(p.measured for p in phases),
+                        speedups=check.speedups if check is not None else [],
+                        autotune_results=verification.results, strategy=settings.strategy,
+                        compiler_version=environment.compiler_version, kind=target.kind,
+                        phases=phases)
     save_result(home, result)
     land_result(home, result)
     return result
 
 
+@dataclass(frozen=True)
+class Verification:
+    """How a kernels task's results were verified: the verdict and why; the check that measured
+    them against the default (None: none ran) and whether it measured a figure; the results'
+    text (None: there were none to deliver)."""
+
+    status: Verdict
+    reason: str
+    check: EvaluationResult | None = None
+    measured: bool = False
+    results: str | None = None
+
+
 def _verified(target: TuneTarget, chosen: AutotuneResults, settings: TuneSettings,
-              phases: list[PhaseSpend], base: dict) -> TuneResult:
-    """The result of `chosen` delivered to the graph's compile and verified against the
-    default; `phases` gains the verification's spend."""
+              phases: list[PhaseSpend]) -> Verification:
+    """`chosen` delivered to the graph's compile and verified against the default; `phases`
+    gains the verification's spend."""
     started = time.monotonic()
     built = compile_with_results(target.module, chosen)
     check: EvaluationResult | None = None
@@ -113,6 +136,7 @@ def _verified(target: TuneTarget, chosen: AutotuneResults, settings: TuneSetting
         status = Verdict.VERIFICATION_FAILED
         reason = f"the compile with the results delivered fails: {built.error}"
     else:
+        assert built.autotune is not None, "a compile with results delivered reports their uptake"
         uptake = built.autotune.uptake
         if uptake.taken is not None and uptake.taken < uptake.delivered:
             # Measuring would time XLA's own autotuning: the results did not reach it.
@@ -125,16 +149,8 @@ def _verified(target: TuneTarget, chosen: AutotuneResults, settings: TuneSetting
             status, reason = verdict_of(check, settings.verify.noise_band)
             if check.identical_program:
                 reason = "with the results delivered, XLA compiles the default's program"
-    measured = int(check is not None and check.error is None and not check.identical_program)
+    measured = check is not None and check.error is None and not check.identical_program
     compiles = 1 + (0 if check is None else len(check.speedups) or 1)
-    phases.append(PhaseSpend(Phase.VERIFY, 1, int(check is not None), measured, compiles,
+    phases.append(PhaseSpend(Phase.VERIFY, 1, int(check is not None), int(measured), compiles,
                              time.monotonic() - started))
-    return TuneResult(status=status, reason=reason,
-                      speedup=check.speedup if measured else None,
-                      numerics_ok=check.numerics_ok if check is not None else None,
-                      numerics=(check.judged().failures()
-                                if status == Verdict.NUMERICS_DIFFER else []),
-                      evaluations=sum(p.evaluations for p in phases),
-                      measured=sum(p.measured for p in phases),
-                      speedups=check.speedups if check is not None else [],
-                      autotune_results=chosen.to_text(), **base)
+    return Verification(status, reason, check, measured, chosen.to_text())

@@ -2,10 +2,11 @@
 
 A kind says what a task tunes and how: its defaults (the search's budget and strategy), the
 platforms it tunes on, how its target is made (the module compiled, the fingerprint its results
-are keyed by, the space searched), whether the tuner searches it and where its candidates come
-from. Every place that handles a kind reads it here: the tuner's entry points (`tuner.task`,
-`tuner.tune`), the candidates, the fold, the stage calls and the CLI. A new kind is one more
-`Kind` member (`vocabulary.tuning`) and one more entry of `KINDS`.
+are keyed by, the space searched), how its task runs (the tuner's search, or XLA's autotuner),
+whether its subject is a whole graph, whether its results reach users folded into graphs, and
+where its candidates come from. Every place that handles a kind reads it here: the tuner's
+entry point (`tuner.task`), the candidates, the fold, the stage calls and the CLI. A new kind
+is one more `Kind` member (`vocabulary.tuning`) and one more entry of `KINDS`.
 """
 
 from __future__ import annotations
@@ -16,53 +17,28 @@ from typing import TYPE_CHECKING, Callable
 from execution.autotune.results import AUTOTUNING_PLATFORMS
 from execution.compile import compiler_defaults
 from execution.evaluate import per_device_program
-from execution.flags import CompilerConfig
 from execution.per_device import PerDeviceError
-from execution.sharded import MeasureMode, Placement
+from execution.sharded import MeasureMode
 from hlo.environment import current_environment
-from hlo.module import HloModule
 from storage.home import Home
+from tuner.kernels import run_kernels_task
+from tuner.result import TuneResult
 from tuner.space import SearchSpace, accepted_flags, graph_space, op_space
-from tuner.strategies import EvolutionStrategy, ExhaustiveStrategy
+from tuner.strategies import EvolutionStrategy, ExhaustiveStrategy, TrialRecord
+from tuner.target import Subject, TuneTarget
+from tuner.tune import TuneSettings, run_task
 from vocabulary.tuning import Kind
 
 if TYPE_CHECKING:
     from tuner.candidates import Candidates
 
-__all__ = ["Kind", "KindSpec", "KINDS", "TuneTarget", "check_platform", "make_target"]
+__all__ = ["Kind", "KindSpec", "KINDS", "RunTask", "check_platform", "make_target"]
 
-
-@dataclass(frozen=True)
-class TuneTarget:
-    """What a task tunes: the module it compiles, the fingerprint and kind its results are keyed
-    by, and the space it searches."""
-
-    module: HloModule
-    fingerprint: str
-    kind: Kind
-    space: SearchSpace
-    label: str
-    configs: tuple[CompilerConfig, ...] = ()  # a fixed list to evaluate in order, not a search
-    sources: tuple[str, ...] = ()  # the tasks the target was derived from (a fold's op tasks)
-    # How `module` is measured: whole (compiled for the devices `placement.compiled_for`
-    # spans) or, per device, `module` is the graph's per-device program.
-    placement: Placement = Placement()
-    # Why `module` cannot be measured at all (a per-device program XLA would not partition):
-    # the task ends as one whose default fails, without a search.
-    unmeasurable: str | None = None
-
-
-@dataclass(frozen=True)
-class Subject:
-    """What a task of some kind is given to tune: the module the tuner compiles (a graph, or an
-    op cut out as a runnable module), its fingerprint, a label, and for an op its class (which
-    knobs act on it: `tuner.space.OP_KNOBS`)."""
-
-    module: HloModule
-    fingerprint: str
-    label: str
-    op_class: str | None = None
-    placement: Placement = Placement()  # how a graph compiled across devices is measured
+# How a task of a kind runs, here: tune `target` with `settings`, resuming it where it was left,
+# and land the result (`env_key`: None, this machine's; `progress`: show a bar; `prior`: what
+# won on other graphs, which a search orders its first moves by).
+RunTask = Callable[[TuneTarget, Home, TuneSettings, str | None, bool, list[TrialRecord] | None],
+                   TuneResult]
 
 
 @dataclass(frozen=True)
@@ -71,18 +47,27 @@ class KindSpec:
 
     `space(subject, platform)` is the space a task of the kind searches on `platform`, on the
     machine that measures (the accepted flags are that compiler's), one of `platforms` (None:
-    any; elsewhere `check_platform` refuses, saying `refusal`). `searched`: a task is the
-    tuner's search of that space (`tuner.tune.run_task`), or else XLA's own autotuner's
-    (`tuner.kernels`; `tuner.task.tune` runs either). `candidates(home, top, untried,
-    environments)` are the latest ranking's best candidates of the kind that this machine
-    (None) or machines of those environment keys can measure (`tuner.candidates`)."""
+    any; elsewhere `check_platform` refuses, saying `refusal`). `run` runs a task of the kind
+    (`tuner.task.tune` calls it): the tuner's search of that space (`tuner.tune.run_task`), or
+    XLA's own autotuner's (`tuner.kernels`). `candidates(home, top, untried, environments)`
+    are the latest ranking's best candidates of the kind that this machine (None) or machines
+    of those environment keys can measure (`tuner.candidates`).
+
+    `whole_graph`: a task's subject is a whole graph (a module given as a file is one), which
+    a sharded environment's graph is measured as its partitioning says (whole or per device:
+    `execution.sharded.choose_placement`) on a machine of its kind; otherwise it is a kernel
+    cut out of a graph, measured on one device of its very environment. `folded`: the kind's
+    results reach users folded into their graphs' configs (`tuner.fold`), which a round of its
+    tasks ends with."""
 
     kind: Kind
     budget_evals: int  # the search's evaluations unless told otherwise
     strategy: str  # the search's last phase, a key of tuner.strategies.STRATEGIES
     space: Callable[[Subject, str], SearchSpace] = field(repr=False)
     candidates: Callable[[Home, int, bool, frozenset[str] | None], Candidates] = field(repr=False)
-    searched: bool = True
+    run: RunTask = field(default=run_task, repr=False)
+    whole_graph: bool = True
+    folded: bool = False
     platforms: frozenset[str] | None = None
     refusal: str = ""  # why not elsewhere; "{platform}" and "{PLATFORM}" name the platform
 
@@ -117,7 +102,7 @@ def _graph_candidates(home: Home, top: int, untried: bool,
                       environments: frozenset[str] | None) -> Candidates:
     from tuner.candidates import Candidates, tunable_candidates
 
-    return Candidates(list(tunable_candidates(home, top, untried, environments)))
+    return Candidates(tunable_candidates(home, top, untried, environments))
 
 
 def _op_candidates(home: Home, top: int, untried: bool,
@@ -131,8 +116,14 @@ def _kernels_candidates(home: Home, top: int, untried: bool,
                         environments: frozenset[str] | None) -> Candidates:
     from tuner.candidates import Candidates, tunable_candidates
 
-    return Candidates(list(tunable_candidates(home, top, untried, environments, Kind.KERNELS,
-                                              AUTOTUNING_PLATFORMS)))
+    return Candidates(tunable_candidates(home, top, untried, environments, Kind.KERNELS,
+                                         AUTOTUNING_PLATFORMS))
+
+
+def _run_kernels(target: TuneTarget, home: Home, settings: TuneSettings, env_key: str | None,
+                 progress: bool, prior: list[TrialRecord] | None) -> TuneResult:
+    # XLA's autotuner searches, in one compile: no bar of evaluations to show, no moves to order.
+    return run_kernels_task(target, home, settings, env_key)
 
 
 # A graph's search ends in evolution, within a budget; an op's space is small, so it is searched
@@ -143,11 +134,11 @@ def _kernels_candidates(home: Home, top: int, untried: bool,
 KINDS: dict[Kind, KindSpec] = {
     Kind.GRAPH: KindSpec(Kind.GRAPH, 40, EvolutionStrategy.name, _graph_space, _graph_candidates),
     Kind.OP: KindSpec(Kind.OP, 200, ExhaustiveStrategy.name, _op_space, _op_candidates,
-                      platforms=frozenset({"cpu"}),
+                      whole_graph=False, folded=True, platforms=frozenset({"cpu"}),
                       refusal="op-level tuning on {platform} is not built (CPU only; a GPU's "
                       "kernels are the kernels kind's)"),
     Kind.KERNELS: KindSpec(Kind.KERNELS, 8, ExhaustiveStrategy.name, _kernels_space,
-                           _kernels_candidates, searched=False, platforms=AUTOTUNING_PLATFORMS,
+                           _kernels_candidates, run=_run_kernels, platforms=AUTOTUNING_PLATFORMS,
                            refusal="kernel tuning on {platform}: XLA:{PLATFORM} does not autotune "
                            "its kernels, so it has no autotune results to tune (a GPU's only)"),
 }

@@ -203,7 +203,7 @@ def screen_settings(settings: MeasureSettings, trials: list[Trial]) -> MeasureSe
     (`MeasureSettings.stop_below`), the best screen so far, at its interval's lower end, where
     that clears the default (below 1 the default's own test is the stricter)."""
     incumbent = best_trial(trials)
-    if incumbent is None or incumbent.speedup.low <= 1.0:
+    if incumbent is None or incumbent.speedup is None or incumbent.speedup.low <= 1.0:
         return settings
     return replace(settings, stop_below=incumbent.speedup.low)
 
@@ -227,7 +227,7 @@ class Builds:
         if best is None:
             return
         below = {t.program for t in trials
-                 if t.outcome == Outcome.MEASURED and t.high < best.low}
+                 if t.outcome == Outcome.MEASURED and t.program is not None and t.high < best.low}
         for program in below & self.kept.keys():
             del self.kept[program]
 

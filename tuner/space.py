@@ -104,7 +104,11 @@ def known_fusion_types(defaults: CompilerConfig) -> tuple[str, ...]:
     """The fusion types of the installed compiler, and any its default lists hold besides."""
     from execution.compile import library_fusion_types
 
-    listed = {t for flag in LIBRARY_FLAGS.values() for t in defaults.get(flag, ())}
+    listed: set[str] = set()
+    for flag in LIBRARY_FLAGS.values():
+        value = defaults.get(flag, ())
+        if isinstance(value, tuple):  # a library flag's value is the fusion types it lists
+            listed.update(value)
     return tuple(sorted(set(library_fusion_types().values()) | listed))
 
 

@@ -40,7 +40,7 @@ TRIALS = TableSchema(
 
 # Version 2: `evaluations` and `measured` count every phase in the budget's unit (a config timed
 # or failed; see `tuner.search.PhaseSpend`); version 1 counted every config tried, free ones too.
-# Version 3: the opt-in config that relaxes numerics (`tuner.tune.RelaxedOption`).
+# Version 3: the opt-in config that relaxes numerics (`tuner.result.RelaxedOption`).
 # Version 4: a kernels task's autotune results (`tuner.kernels`).
 # Version 5: `status` holds the verdict alone (`vocabulary.tuning.Verdict`), its details in `reason`;
 # the outputs whose numerics failed in `numerics`. Earlier rows' status may carry the reason

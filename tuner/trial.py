@@ -93,14 +93,14 @@ class Trial:
     @property
     def low(self) -> float:
         """log of the interval's lower end of a correct trial; FAILED otherwise."""
-        if self.fitness == FAILED or not self.speedup.low:
+        if self.fitness == FAILED or self.speedup is None or not self.speedup.low:
             return FAILED
         return math.log(self.speedup.low)
 
     @property
     def high(self) -> float:
         """log of the interval's upper end of a correct trial; FAILED otherwise."""
-        if self.fitness == FAILED or not self.speedup.high:
+        if self.fitness == FAILED or self.speedup is None or not self.speedup.high:
             return FAILED
         return math.log(self.speedup.high)
 

@@ -1,10 +1,11 @@
 """One tuning task: search a module's compiler flags, then verify the best config afresh.
 
-A task tunes a graph (`tune_module`: the unoptimized module, the graph-level space, results
-keyed by the graph fingerprint) or an op (`tune_op`: a kernel cut out of its optimized graph,
-the op-level space of its class, results keyed by the op fingerprint); both run `run_task`,
-as does every task of a searched kind that `tuner.task.tune` runs (a GPU graph's kernels are
-`tuner.kernels`', which searches nothing itself).
+A task tunes a target (`tuner.target.TuneTarget`): a graph (the unoptimized module, the
+graph-level space, results keyed by the graph fingerprint) or an op (a kernel cut out of its
+optimized graph, the op-level space of its class, results keyed by the op fingerprint). Every
+task of a searched kind runs `run_task` (`tuner.kinds.KindSpec.run`; a GPU graph's kernels are
+`tuner.kernels`', which searches nothing itself). This module is the task's orchestration; its
+records are kept by `tuner.persist` and its result is a `tuner.result.TuneResult`.
 
 The search loop (`tuner.search`) runs over the tuner's evaluator (`tuner.worker_evaluator`):
 candidates compile in a pool of sandboxed compile workers and are measured, one at a time, in a
@@ -13,8 +14,8 @@ workers are pinned to disjoint cores (`execution.cores`), so compiles of the nex
 on while one is measured without disturbing it. If a candidate's program (optimized module +
 machine code, `execution.session.program_key`) equals the default's or one already measured,
 the known result is reused instead of running it again. Each trial is appended to the task's
-journal (`<home>/tuner/tasks/<task>/trials.jsonl`, durable before the next: `storage.journal`),
-so a task killed at any moment resumes without repeating a finished trial. A crash or timeout is
+journal, durable before the next (`tuner.persist.journal_trial`), so a task killed at any
+moment resumes without repeating a finished trial. A crash or timeout is
 recorded for its candidate (after one retry in a new worker) and the search goes on.
 
 What a search proposes comes from its strategy: by default the schedule of `tuner.schedule`
@@ -27,9 +28,10 @@ one after another (`execution.evaluate.evaluate_independently`: the spread betwe
 as large as a small gain, and one worker's interval leaves it out). Only if the median of their
 intervals' lower ends clears the noise band and the numerics hold (judged over the inputs of all
 the workers, `execution.numerics`) is the result accepted; otherwise its status, a `Verdict`,
-names why (`verdict_of`), and its `reason` gives the figures. The trials and the result land in the warehouse under the task id, so finishing a task
-twice adds nothing. The home may be local or a URL (`storage.home.Home`): every file is named by
-its place under it.
+names why (`verdict_of`), and its `reason` gives the figures. The trials and the result land
+in the warehouse under the task id (`tuner.persist.land_result`), so finishing a task twice adds
+nothing. The home may be local or a URL (`storage.home.Home`): every file is named by its place
+under it.
 
 Numerics-relaxing flags are opt-in (`execution.flags.relaxes_numerics`, docs/tuner.md): the
 search measures them like any flag, but the config a task delivers by default relaxes nothing.
@@ -49,48 +51,40 @@ the seconds into the task at which the config it verified was found (`seconds_to
 
 from __future__ import annotations
 
-import datetime
 import functools
-import hashlib
-import json
-import math
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any
-
-import pyarrow as pa
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
 from execution.evaluate import FRESH_WORKERS, DefaultFails, EvaluationResult, evaluate_independently
-from execution.flags import CompilerConfig, config_from_json
+from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
-from execution.numerics import OutputCheck
 from execution.per_device import PER_DEVICE_ERROR
 from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
-from hlo.fingerprint import graph_fingerprint
-from hlo.module import HloModule
 from storage.home import Home
 from storage.homes import open_home
-from storage.journal import append_record, read_records
-from storage.warehouse import Warehouse
-from tuner.allot import Allotment
-from tuner.kinds import Subject, TuneTarget, make_target
-from tuner.op_cut import OpCut
+from tuner.persist import finished_result, journal_trial, journaled_trials, land_result, save_result, task_digest
 from tuner.prior import move_prior
+from tuner.result import RelaxedOption, TuneResult
 from tuner.schedule import Scheduled
-from tuner.search import (PhaseSpend, Stall, TaskClock, evaluations, proposals, run_search,
+from tuner.search import (PhaseSpend, Propose, Stall, TaskClock, evaluations, proposals, run_search,
                           seconds_to_find, spending)
 from tuner.space import config_key
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
-from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.target import TuneTarget
 from tuner.trial import STALL_AFTER, Phase, StopReason, Trial
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
 from vocabulary.failures import Failure
-from vocabulary.interval import Interval, as_flat, columns, from_columns, from_flat
-from vocabulary.tuning import Kind, Verdict
+from vocabulary.tuning import Verdict
+
+if TYPE_CHECKING:
+    # The allotment's module reads the ranking's candidates (the pipeline extra); the base
+    # install reads this module through the kinds registry for the CLI's help pages.
+    from tuner.allot import Allotment
 
 # Screens stop as soon as a candidate is clearly faster or slower (execution.measure): a clear
 # candidate of a module that runs for half a second costs seconds, not a minute.
@@ -135,109 +129,6 @@ class TuneSettings:
                              "never stop before the budget)")
 
 
-@dataclass(frozen=True)
-class RelaxedOption:
-    """A config that relaxes numerics (`execution.flags.relaxes_numerics`), verified a
-    significant gain with numerics ok, and a larger one than the task's strict config where that
-    was accepted: what a job that opts in to relaxed numerics would gain. Its verification's
-    speedup over the default, as a result's."""
-
-    config: CompilerConfig
-    speedup: Interval
-
-
-@dataclass
-class TuneResult:
-    """How a task ended: `speedup`, the verification's over the default (None: nothing
-    verified to a figure)."""
-
-    task_id: str
-    fingerprint: str
-    env_key: str
-    status: Verdict  # why it ended so: `reason` says more
-    config: CompilerConfig
-    speedup: Interval | None
-    numerics_ok: bool | None
-    evaluations: int  # configs timed or failed, in every phase (the sum over `phases`)
-    measured: int  # those timed to a result, in every phase (the sum over `phases`)
-    strategy: str
-    compiler_version: str
-    kind: Kind = Kind.GRAPH
-    sources: list[str] = field(default_factory=list)  # a folded result's op tasks
-    trials: list[Trial] = field(default_factory=list)
-    reason: str = ""  # the status's details, for people: what failed, or the figures that decided
-    # NUMERICS_DIFFER: the outputs that failed (by how much, against what tolerance), on the
-    # first set of inputs that failed in the verification; empty otherwise.
-    numerics: list[OutputCheck] = field(default_factory=list)
-    speedups: list[float] = field(default_factory=list)  # each verification worker's
-    # What each phase spent, search first, verify last (none in a result of a task landed
-    # before phases were told).
-    phases: list[PhaseSpend] = field(default_factory=list)
-    # Seconds into the task when the config verified was found: the first trial that ran its
-    # program (`tuner.search.seconds_to_find`). None: no config to verify.
-    seconds_to_best: float | None = None
-    # The opt-in config that relaxes numerics, where the best config found did and it held up
-    # in its verification (`RelaxedOption`); None otherwise. `config` relaxes nothing.
-    relaxed: RelaxedOption | None = None
-    # A kernels task's (`tuner.kernels`): the autotune results it delivered with `config`, an
-    # xla.AutotuneResults in XLA's text format; None for every other task.
-    autotune_results: str | None = None
-    # Why its search ended (`tuner.trial.StopReason`); None where no search ran (a default that
-    # fails, a kernels task) or in a result landed before it was told.
-    search_stop: StopReason | None = None
-    # A nightly stage's task: its share of the stage's budget and why (`tuner.allot`); None
-    # for a task given its own budget.
-    budget_share: float | None = None
-    budget_reason: str | None = None
-    # How the graph was measured (execution.sharded): whole, or its per-device program.
-    measure_mode: MeasureMode = MeasureMode.WHOLE
-
-    @property
-    def accepted(self) -> bool:
-        """Whether its config is delivered: the verdict is ACCEPTED."""
-        return self.status == Verdict.ACCEPTED
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (without the trials): `accepted` beside `status`; each speedup as
-        `speedup`, `ci_low`, `ci_high`, the opt-in's within `relaxed`."""
-        data = as_flat(self)
-        data.pop("trials")
-        data.update(config=json.loads(config_key(self.config)), accepted=self.accepted)
-        if self.relaxed is not None:
-            data["relaxed"] = {"config": json.loads(config_key(self.relaxed.config)),
-                               **columns(self.relaxed.speedup)}
-        return data
-
-
-def tune_module(module: HloModule, home: Home, settings: TuneSettings, env_key: str | None = None,
-                progress: bool = False, prior: list[TrialRecord] | None = None,
-                placement: Placement = Placement()) -> TuneResult:
-    """Tune `module`'s graph-level flags within the budget, measured as `placement` says (a
-    sharded graph whole, or per device); resumes the task if interrupted."""
-    return run_task(make_target(Kind.GRAPH, graph_subject(module, placement)), home, settings,
-                    env_key, progress, prior)
-
-
-def tune_op(cut: OpCut, home: Home, settings: TuneSettings, env_key: str | None = None,
-            progress: bool = False) -> TuneResult:
-    """Tune one kernel cut out of its graph (`tuner.op_cut`) over its op-level space; the
-    result is keyed by the op fingerprint, with kind 'op'. On CPU it reaches users folded into
-    a graph-level config (`tuner.fold`)."""
-    return run_task(make_target(Kind.OP, op_subject(cut)), home, settings, env_key, progress)
-
-
-def graph_subject(module: HloModule, placement: Placement = Placement()) -> Subject:
-    """A graph as a task's subject, measured as `placement` says: keyed by its graph
-    fingerprint."""
-    fingerprint = graph_fingerprint(module)
-    return Subject(module, fingerprint, module.name or fingerprint[:8], placement=placement)
-
-
-def op_subject(cut: OpCut) -> Subject:
-    """An op cut out of its graph as a task's subject: keyed by the op fingerprint."""
-    return Subject(cut.module, cut.fingerprint, cut.name, cut.op_class)
-
-
 def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: str | None = None,
              progress: bool = False, prior: list[TrialRecord] | None = None) -> TuneResult:
     """Search `target.space` for `target.module`, verify the best afresh, land the task."""
@@ -256,8 +147,7 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     if finished is not None:  # landing again is a no-op unless a kill cut it short
         land_result(home, finished)
         return finished
-    journal = task_file(home, task_id, "trials.jsonl")
-    trials = [Trial.from_json(data) for data in read_records(home, journal)]
+    trials = journaled_trials(home, task_id)
     started = time.monotonic()
     clock = TaskClock(trials)
     bar = progress_bar(total=settings.budget_evals,
@@ -267,13 +157,14 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
         return not settings.budget_minutes or time.monotonic() - started < 60 * settings.budget_minutes
 
     def record(trial: Trial) -> None:
-        append_record(home, journal, trial.to_json())
+        journal_trial(home, task_id, trial)
         if trial.phase == Phase.SEARCH:
             bar.update(int(trial.timed))
         else:  # the budget is spent: say what the minute or two after it goes to
             bar.set_postfix_str(f"choosing the winner ({trial.phase})")
 
     stalled = None
+    next_config: Propose
     if target.configs:  # a fixed list, in order
         next_config = functools.partial(_listed, target.configs)
     else:
@@ -283,7 +174,9 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
             stalled = Stall(strategy, settings.stall_after)
     plan = plan_cores(settings.compile_workers, settings.cores)
     # A target with nothing to measure (`unmeasurable`) ends as one whose default fails.
-    default_fails, winners, stop, compiles = target.unmeasurable, Winners(None), None, {}
+    default_fails, winners = target.unmeasurable, Winners(None)
+    stop: StopReason | None = None
+    compiles: dict[Phase, int] = {}
     if default_fails is None:
         try:
             with WorkerEvaluator(target.module.proto, settings.seed, plan, settings.verify_workers,
@@ -328,25 +221,6 @@ def _listed(configs: tuple[CompilerConfig, ...], trials: list[Trial],
     return dict(configs[index]) if index < len(configs) else None
 
 
-def task_file(home: Home, task_id: str, name: str) -> Any:
-    """Where a task keeps file `name`: its journal (`trials.jsonl`) and, once finished, its
-    result (`result.json`), under `tuner/tasks/<task>/` of the home."""
-    return home.location("tuner", "tasks", task_id, name)
-
-
-def save_result(home: Home, result: TuneResult) -> None:
-    """Write a finished task's result and trials, atomically: the task is then done."""
-    trials = [t.to_json() for t in result.trials]
-    home.atomic_write(task_file(home, result.task_id, "result.json"),
-                      json.dumps({**result.to_json(), "trials": trials}) + "\n")
-
-
-def finished_result(home: Home, task_id: str) -> TuneResult | None:
-    """The result of task `task_id` finished before, if it was."""
-    done = task_file(home, task_id, "result.json")
-    return _result_from_json(json.loads(home.read_bytes(done))) if home.exists(done) else None
-
-
 def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings: TuneSettings,
             task_id: str, env_key: str, compiler_version: str, searched: list[PhaseSpend],
             default_fails: str | None = None) -> TuneResult:
@@ -364,27 +238,27 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
             relaxed_check = _check(target, winners.relaxed, settings)
     done = [c for c in (check, relaxed_check) if c is not None]
     phases = [*searched, _verification_spent(done, time.monotonic() - started)]
-    base = dict(task_id=task_id, fingerprint=target.fingerprint, env_key=env_key,
-                evaluations=sum(p.evaluations for p in phases),
-                measured=sum(p.measured for p in phases), phases=phases,
-                seconds_to_best=seconds_to_find(trials, best),
-                strategy=settings.strategy, compiler_version=compiler_version, kind=target.kind,
-                sources=list(target.sources), trials=trials,
-                relaxed=_relaxed_option(winners.relaxed, relaxed_check, check, target.placement),
-                measure_mode=target.placement.mode)
-    if default_fails is not None:
-        return TuneResult(status=Verdict.DEFAULT_FAILS, reason=default_fails, config={},
-                          speedup=None, numerics_ok=None, **base)
-    if check is None:  # nothing beat the default: nothing to verify
-        return TuneResult(status=Verdict.NO_GAIN, reason="nothing beat the default in the search",
-                          config={}, speedup=None, numerics_ok=None, **base)
-    status, reason = verdict_of(check, settings.verify.noise_band, target.placement)
-    measured = check.error is None
-    return TuneResult(status=status, reason=reason, config=best.config,
-                      speedup=check.speedup if measured else None,
-                      numerics_ok=check.numerics_ok if measured else None,
-                      numerics=check.judged().failures() if status == Verdict.NUMERICS_DIFFER else [],
-                      speedups=check.speedups if measured else [], **base)
+    config: CompilerConfig = {}
+    verified: EvaluationResult | None = None  # the strict winner's verification, where it measured a figure
+    if check is None or best is None:  # the default failed, or no winner: nothing verified
+        status, reason = ((Verdict.DEFAULT_FAILS, default_fails) if default_fails is not None
+                          else (Verdict.NO_GAIN, "nothing beat the default in the search"))
+    else:
+        status, reason = verdict_of(check, settings.verify.noise_band, target.placement)
+        config, verified = best.config, (check if check.error is None else None)
+    return TuneResult(
+        task_id=task_id, fingerprint=target.fingerprint, env_key=env_key, status=status,
+        reason=reason, config=config,
+        speedup=verified.speedup if verified is not None else None,
+        numerics_ok=verified.numerics_ok if verified is not None else None,
+        numerics=(verified.judged().failures()
+                  if verified is not None and status == Verdict.NUMERICS_DIFFER else []),
+        speedups=verified.speedups if verified is not None else [],
+        evaluations=sum(p.evaluations for p in phases), measured=sum(p.measured for p in phases),
+        phases=phases, seconds_to_best=seconds_to_find(trials, best), strategy=settings.strategy,
+        compiler_version=compiler_version, kind=target.kind, sources=list(target.sources),
+        trials=trials, relaxed=_relaxed_option(winners.relaxed, relaxed_check, check, target.placement),
+        measure_mode=target.placement.mode)
 
 
 def verdict_of(check: EvaluationResult, noise_band: float,
@@ -393,12 +267,13 @@ def verdict_of(check: EvaluationResult, noise_band: float,
     the numerics differ (whatever the speed: a config that changes results is never delivered);
     no significant gain (the interval's lower end under 1 + `noise_band`, measured per device
     under 1 + the mode's error too: `holds_up`; or the default's very program); or accepted."""
-    if check.failure == Failure.DEFAULT_FAILS:  # its error says "default fails: <reason>"
-        return Verdict.DEFAULT_FAILS, check.error.removeprefix(f"{Verdict.DEFAULT_FAILS}: ")
     if check.error is not None:
+        if check.failure == Failure.DEFAULT_FAILS:  # its error says "default fails: <reason>"
+            return Verdict.DEFAULT_FAILS, check.error.removeprefix(f"{Verdict.DEFAULT_FAILS}: ")
         return Verdict.VERIFICATION_FAILED, check.error
     if check.identical_program:
         return Verdict.NO_GAIN, "it compiles to the default's program"
+    assert check.speedup is not None, "an evaluation without an error timed its candidate"
     figure = check.speedup.as_speedup()
     if not check.numerics_ok:
         return Verdict.NUMERICS_DIFFER, f"{check.judged().describe()}; measured {figure}"
@@ -438,10 +313,11 @@ def _relaxed_option(relaxed: Trial | None, check: EvaluationResult | None,
     winner's must (a significant gain, numerics ok) and gains more than the `strict` winner's
     verification, where that holds up; None otherwise (an opt-in that gains nothing more is
     no option)."""
-    if relaxed is None or check is None or check.error or not (
+    if relaxed is None or check is None or check.error or check.speedup is None or not (
             holds_up(check, placement) and check.numerics_ok):
         return None
-    if (strict is not None and not strict.error and holds_up(strict, placement) and strict.numerics_ok
+    if (strict is not None and not strict.error and strict.speedup is not None
+            and holds_up(strict, placement) and strict.numerics_ok
             and check.speedup.estimate <= strict.speedup.estimate):
         return None
     return RelaxedOption(relaxed.config, check.speedup)
@@ -456,71 +332,3 @@ def _verification_spent(checks: list[EvaluationResult], seconds: float) -> Phase
     measured = sum(check.error is None and not check.identical_program for check in checks)
     compiles = sum(2 * (len(check.speedups) or 1) for check in checks)
     return PhaseSpend(Phase.VERIFY, len(checks), len(checks), measured, compiles, seconds)
-
-
-def land_result(home: Home, result: TuneResult, on: datetime.date | None = None) -> None:
-    """The task's trials and result into the warehouse, named by the task: idempotent. They
-    land under the day `on` (default today: the day the task finished). The `trials` table
-    holds speedups over the default: the race's and pruning's comparisons of one config with
-    another stay in the task's own files (`save_result`)."""
-    today = on or datetime.date.today()
-    rows = [{"dt": today, "trial_id": task_digest(result.task_id, t.index),
-             "task_id": result.task_id, "kind": result.kind, "fingerprint": result.fingerprint,
-             "env_key": result.env_key, "strategy": result.strategy, "index": t.index,
-             "config": config_key(t.config), "program": t.program, "outcome": t.outcome,
-             **columns(t.speedup), "numerics_ok": t.numerics_ok,
-             "compile_seconds": t.compile_seconds, "error": t.error, "finished_at": t.finished_at,
-             "elapsed_seconds": t.elapsed_seconds, "measure_mode": result.measure_mode}
-            for t in result.trials if t.baseline is None]
-    warehouse = Warehouse(home)
-    warehouse.append(TRIALS, pa.Table.from_pylist(rows, TRIALS.schema), f"task-{result.task_id}")
-    summary = {k: v for k, v in result.to_json().items()
-               if k in TUNING_RESULTS.schema.names}
-    summary.update(dt=today, config=config_key(result.config),
-                   numerics=failed_outputs_json(result.numerics) if result.numerics else None)
-    if result.relaxed is not None:  # the columns are null without it
-        summary.update(relaxed_config=config_key(result.relaxed.config),
-                       **columns(result.relaxed.speedup, prefix="relaxed_"))
-    warehouse.append(TUNING_RESULTS, pa.Table.from_pylist([summary], TUNING_RESULTS.schema),
-                     f"task-{result.task_id}")
-
-
-def failed_outputs_json(checks: list[OutputCheck]) -> str:
-    """The `tuning_results` table's `numerics`: the failed outputs as JSON, an error or
-    tolerance that is not a finite number (a NaN the default did not produce) as null."""
-    def number(value: float) -> float | None:
-        return value if math.isfinite(value) else None
-
-    return json.dumps([{"index": c.index, "max_error": number(c.max_error),
-                        "tolerance": number(c.tolerance), "detail": c.detail} for c in checks])
-
-
-def _result_from_json(data: dict[str, Any]) -> TuneResult:
-    """A TuneResult as `save_result` wrote it (or before a field was added): every field as
-    written, the config, status, trials, phases and opt-in decoded. A result written before the
-    status was a `Verdict` ("default fails: <reason>", with `accepted` and `failure` beside it)
-    reads as its verdict and reason."""
-    relaxed = data.get("relaxed")
-    written = {k: v for k, v in from_flat(data).items() if k not in ("accepted", "failure")}
-    if "reason" in data:
-        status, reason = Verdict(data["status"]), data["reason"]
-    else:
-        status, reason = Verdict.parse(data["status"])
-    return TuneResult(**{**written, "config": config_from_json(data["config"]),
-                         "status": status, "reason": reason,
-                         "numerics": [OutputCheck(**check) for check in data.get("numerics", [])],
-                         "kind": Kind(data.get("kind", Kind.GRAPH)),
-                         "search_stop": (StopReason(data["search_stop"])
-                                         if data.get("search_stop") is not None else None),
-                         "measure_mode": MeasureMode(data.get("measure_mode", MeasureMode.WHOLE)),
-                         "relaxed": (RelaxedOption(config_from_json(relaxed["config"]),
-                                                   from_columns(relaxed))
-                                     if relaxed is not None else None),
-                         "trials": [Trial.from_json(t) for t in data.get("trials", [])],
-                         "phases": [PhaseSpend(**{**p, "phase": Phase(p["phase"])})
-                                    for p in data.get("phases", [])]})
-
-
-def task_digest(*parts: object) -> str:
-    """A task's (or a trial's) id from what defines it."""
-    return hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=16).hexdigest()

@@ -117,7 +117,8 @@ def prune(compare: Compare, trials: list[Trial], record: Callable[[Trial], None]
         return best
     alone = {next(iter(t.config.items())): t.fitness for t in trials
              if len(t.config) == 1 and t.baseline is None}
-    order = sorted(best.config, key=lambda name: alone.get((name, best.config[name]), -math.inf))
+    chosen = best.config
+    order = sorted(chosen, key=lambda name: alone.get((name, chosen[name]), -math.inf))
     for name in order:
         if len(best.config) == 1:  # the last change is the gain itself
             break

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Callable, TypeVar
 
 from execution import session
 from execution.cores import CorePlan, plan_cores
@@ -89,7 +89,7 @@ class WorkerEvaluator:
             return Build(error=f"compile {failure.kind}: {failure.reason}")
         if compiled.error is not None:
             return Build(error=compiled.error)
-        self.timeline.append(compiled.span)
+        self._ran(compiled.span)
         return Build(compiled.program, compiled.compile_seconds, artifact=compiled.executable)
 
     def _compile(self, config: CompilerConfig) -> session.Built:
@@ -105,8 +105,9 @@ class WorkerEvaluator:
             return self._compare(index, config, build, against, settings)
         measure = functools.partial(self.executor.call, session.measure_serialized, timeout=300,
                                     executable=build.artifact, config=config, settings=settings)
+        error: str | None  # why it failed, if it did
         try:
-            timed = _once_more(measure, lambda: (self._prepare(), measure())[1])
+            timed = _once_more(measure, functools.partial(self._prepared, measure))
         except WorkerFailure as failure:
             if failure.died:
                 self._prepare()  # the execute worker died with the default in it
@@ -116,10 +117,21 @@ class WorkerEvaluator:
         if error is not None:
             return Trial(index, config, Outcome.FAILED, build.program,
                          compile_seconds=build.compile_seconds, error=error)
-        self.timeline.append(timed.span)
+        assert timed.measurement is not None, "a run that did not fail was measured (session.Timed)"
+        self._ran(timed.span)
         return Trial(index, config, Outcome.MEASURED, build.program,
                      speedup=timed.measurement.speedup, numerics_ok=timed.numerics_ok,
                      compile_seconds=build.compile_seconds)
+
+    def _prepared(self, measure: Callable[[], session.Timed]) -> session.Timed:
+        """`measure()` in a fresh execute worker: the default prepared in it first."""
+        self._prepare()
+        return measure()
+
+    def _ran(self, span: Span | None) -> None:
+        """Add what a worker ran, and when, to the timeline (a run that failed reports none)."""
+        if span is not None:
+            self.timeline.append(span)
 
     def _compare(self, index: int, config: CompilerConfig, build: Build,
                  against: Against, settings: MeasureSettings) -> Trial:
@@ -145,7 +157,7 @@ class WorkerEvaluator:
                                      f"{failure.kind}: {failure.reason}")
             if timed.error is not None:
                 return failed_result(Failure.CANDIDATE_FAILS, timed.error)
-            self.timeline.append(timed.span)
+            self._ran(timed.span)
             return measured_result(timed, build.compile_seconds, base.compile_seconds)
 
         result = in_fresh_workers(compare, self.fresh_workers, settings.noise_band,
@@ -159,7 +171,10 @@ class WorkerEvaluator:
                      baseline=baseline)
 
 
-def _once_more(first: Callable[[], Any], retry: Callable[[], Any]) -> Any:
+T = TypeVar("T")
+
+
+def _once_more(first: Callable[[], T], retry: Callable[[], T]) -> T:
     """`first()`; after a crash, out-of-memory or timeout, `retry()` once after a back-off."""
     try:
         return first()

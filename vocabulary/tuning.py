@@ -19,7 +19,7 @@ class Kind(StrEnum):
 
 
 class Verdict(StrEnum):
-    """How a tuning task ended (`tuner.tune.TuneResult.status`; its `reason` says more).
+    """How a tuning task ended (`tuner.result.TuneResult.status`; its `reason` says more).
     ACCEPTED: the verification showed a significant gain with numerics ok. NO_GAIN: nothing
     beat the default, or the verification showed no significant gain. NUMERICS_DIFFER: the
     verified config's outputs differ from the default's beyond what the check allows, on most of

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from execution.sharded import MeasureMode
 from pipelines import stages
@@ -14,13 +15,16 @@ from pipelines.cli.cluster import add_cluster_option
 from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_DEFAULT_FAILS, EXIT_FAILED, EXIT_OK, Subcommands,
                                   add_command, config_text, print_json, print_table)
 from pipelines.cli.evaluate import add_measure_mode, module_placement
-from pipelines.cli.evaluate import worker_speedups as _speedups
+from pipelines.cli.evaluate import worker_speedups
 from pipelines.extras import needs
 from storage.home import Home
 from tuner.kinds import KINDS, check_platform
 from tuner.strategies import STRATEGIES
 from tuner.trial import STALL_AFTER, StopReason
 from vocabulary.tuning import Kind
+
+if TYPE_CHECKING:
+    from tuner.candidates import Candidate, Sharded
 
 
 def add_tune(sub: Subcommands) -> None:
@@ -85,71 +89,74 @@ def add_tune(sub: Subcommands) -> None:
 
 @needs("pipeline")
 def cmd_tune(args: argparse.Namespace, home: Home) -> int:
-    """Tune the modules given, or the top ranked graphs (or ops, folded into their graphs)."""
+    """Tune the modules given, or the top ranked candidates of the kind (ops are then folded
+    into their graphs)."""
     from hlo.environment import current_environment
-    from hlo.module import load_file
-    from tasks.resources import kind_of
-    from tuner.candidates import Sharded
 
     kind = Kind(args.kind)
+    spec = KINDS[kind]
     settings = _tune_settings(args)  # bad options are told before a cluster is reached
+    if args.files and not spec.whole_graph:
+        print(f"fdo tune --kind {kind}: {kind}s come from the ranking (fdo rank); give no files",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
     address = stages.cluster_address(args.cluster)
     if address is None:  # this machine tunes: a kind it cannot is refused before any work
         check_platform(kind, current_environment().platform)
     with stages.open_runner(address) as runner:
-        if kind == Kind.OP:
-            return _tune_ops(args, home, settings, runner)
-        sharded = {}
+        sharded: dict[str, Sharded] = {}
         if args.files:
-            tasks = []
-            for path in args.files:  # a file's environment is the one beside it, if any
-                _, environment = module_placement(path, args.measure_mode)
-                env_key = environment.key() if environment is not None else None
-                if environment is not None and environment.partitioning is not None:
-                    sharded[env_key] = Sharded(environment.partitioning, kind_of(environment))
-                tasks.append((str(path), load_file(path), env_key))
+            candidates = [_file_candidate(path, args.measure_mode, sharded) for path in args.files]
         else:
-            tasks = KINDS[kind].candidates(home, args.top, False, runner.environments()).tasks
-            if not tasks:
-                print(f"no ranked graph candidates that {_measurers(runner)} can measure for "
-                      f"--kind {kind} (run fdo rank)", file=sys.stderr)
+            found = spec.candidates(home, args.top, False, runner.environments())
+            for reason in found.skipped:
+                print(f"skipped {reason}", file=sys.stderr)
+            candidates = found.tunable
+            if not candidates:
+                asked = f" for --kind {kind}" if spec.whole_graph else ""
+                print(f"no ranked {'graph' if spec.whole_graph else kind} candidates that "
+                      f"{_measurers(runner)} can measure{asked} (run fdo rank)", file=sys.stderr)
                 return EXIT_FAILED
-        outcomes = stages.tune_graphs(
-            home, tasks, settings, progress=not args.json, runner=runner, kind=kind,
+        done = stages.tune_candidates(
+            kind, home, candidates, settings, progress=not args.json, runner=runner,
             measure_mode=MeasureMode(args.measure_mode) if args.measure_mode else None,
-            sharded=sharded)
-    if args.json:
-        payload = [_outcome_json(o, runner.name) for o in outcomes]
-        print_json(payload[0] if len(payload) == 1 else payload)
-    else:
-        for (label, _, _), o in zip(tasks, outcomes):
-            _print_outcome(label, o, runner.name)
-    return _tune_exit(outcomes)
-
-
-def _tune_ops(args: argparse.Namespace, home: Home, settings: Any, runner: Any) -> int:
-    """`fdo tune --kind op`: tune the top ranked ops, then fold them into their graphs."""
-    if args.files:
-        print("fdo tune --kind op: ops come from the ranking (fdo rank); give no files",
-              file=sys.stderr)
-        return EXIT_BAD_INPUT
-    done = stages.tune_ops(home, args.top, settings, fold=not args.no_fold,
-                           progress=not args.json, runner=runner)
-    for reason in done.skipped:
-        print(f"skipped {reason}", file=sys.stderr)
-    if not done.tasks:
-        print(f"no ranked op candidates that {_measurers(runner)} can measure (run fdo rank)",
-              file=sys.stderr)
-        return EXIT_FAILED
-    if args.json:
-        print_json({"ops": [_outcome_json(o, runner.name) for o in done.outcomes],
-                    "folds": [f.to_json() for _, f in done.folds]})
-    else:
-        for (label, _, _), o in zip(done.tasks, done.outcomes):
-            _print_outcome(label, o, runner.name)
-        for graph, f in done.folds:
-            _print_tune_result(f"graph {graph[:8]} folded from {len(f.sources)} op results", f)
+            sharded=sharded, fold=not args.no_fold)
+    _print_round(candidates, done, runner.name, args.json, spec.folded)
     return _tune_exit(done.outcomes)
+
+
+def _file_candidate(path: str, measure_mode: str | None, sharded: dict[str, Sharded]) -> Candidate:
+    """The candidate of a module file: keyed to the environment beside it (`module_placement`),
+    else this machine's; a partitioned environment is added to `sharded`."""
+    from hlo.environment import current_environment
+    from hlo.module import load_file
+    from tasks.resources import kind_of
+    from tuner.candidates import Candidate, Sharded
+    from tuner.target import graph_subject
+
+    _, environment = module_placement(path, measure_mode)
+    if environment is not None and environment.partitioning is not None:
+        sharded[environment.key()] = Sharded(environment.partitioning, kind_of(environment))
+    env_key = environment.key() if environment is not None else current_environment().key()
+    return Candidate(str(path), graph_subject(load_file(path)), env_key)
+
+
+def _print_round(candidates: list[Candidate], done: stages.TuneRound, runner: str, as_json: bool,
+                 folded: bool) -> None:
+    """Each task's outcome, and for a kind whose results are folded (`folded`), the folds:
+    as JSON (one task alone as its own document; with folds, {"ops": ..., "folds": ...}), or
+    for people."""
+    if as_json:
+        payload = [_outcome_json(o, runner) for o in done.outcomes]
+        if folded:
+            print_json({"ops": payload, "folds": [f.to_json() for _, f in done.folds]})
+        else:
+            print_json(payload[0] if len(payload) == 1 else payload)
+        return
+    for candidate, o in zip(candidates, done.outcomes):
+        _print_outcome(candidate.label, o, runner)
+    for graph, f in done.folds:
+        _print_tune_result(f"graph {graph[:8]} folded from {len(f.sources)} op results", f)
 
 
 def _outcome_json(outcome: Any, runner: str) -> dict[str, Any]:
@@ -226,7 +233,7 @@ def _print_tune_result(label: str, r: Any) -> None:
 
     speed = r.speedup.as_speedup() if r.speedup is not None else ""
     if len(r.speedups) > 1:  # the verification's workers, each on its own
-        speed += f" (workers {_speedups(r.speedups)})"
+        speed += f" (workers {worker_speedups(r.speedups)})"
     print(f"{label}: {r.status} {speed}; config {config_text(r.to_json()['config'])}")
     if r.reason:
         print(f"  {r.reason}")

@@ -1,0 +1,106 @@
+"""Where a tuning task's records live, and how they are written and read back.
+
+A task is named by its id (`task_digest` of what defines it) and keeps its files under
+`tuner/tasks/<task>/` of the home (`task_file`): its journal of trials, `trials.jsonl`, one
+appended per trial and durable before the next (`journal_trial`, `journaled_trials`:
+`storage.journal`), so a task killed at any moment resumes without repeating a finished one;
+and once finished, its result with every trial, `result.json`, written atomically
+(`save_result`): the task is then done, and running it again reads it back
+(`finished_result`). A finished task lands in the warehouse's `trials` and `tuning_results`
+tables under its id (`land_result`), so landing it twice adds nothing. The home may be local or
+a URL (`storage.home.Home`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import math
+from typing import Any
+
+import pyarrow as pa
+
+from execution.numerics import OutputCheck
+from storage.home import Home
+from storage.journal import append_record, read_records
+from storage.warehouse import Warehouse
+from tuner.result import TuneResult
+from tuner.space import config_key
+from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.trial import Trial
+from vocabulary.interval import columns
+
+JOURNAL = "trials.jsonl"  # a task's trials, one appended per trial
+RESULT = "result.json"  # a finished task's result, with its trials
+
+
+def task_digest(*parts: object) -> str:
+    """A task's (or a trial's) id from what defines it."""
+    return hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=16).hexdigest()
+
+
+def task_file(home: Home, task_id: str, name: str) -> Any:
+    """Where a task keeps file `name`: its journal (`JOURNAL`) and, once finished, its result
+    (`RESULT`), under `tuner/tasks/<task>/` of the home."""
+    return home.location("tuner", "tasks", task_id, name)
+
+
+def journaled_trials(home: Home, task_id: str) -> list[Trial]:
+    """The trials task `task_id` journaled so far, in order (none for a task not started)."""
+    return [Trial.from_json(data) for data in read_records(home, task_file(home, task_id, JOURNAL))]
+
+
+def journal_trial(home: Home, task_id: str, trial: Trial) -> None:
+    """Append `trial` to the task's journal, durably, before the task goes on."""
+    append_record(home, task_file(home, task_id, JOURNAL), trial.to_json())
+
+
+def save_result(home: Home, result: TuneResult) -> None:
+    """Write a finished task's result and trials, atomically: the task is then done."""
+    trials = [t.to_json() for t in result.trials]
+    home.atomic_write(task_file(home, result.task_id, RESULT),
+                      json.dumps({**result.to_json(), "trials": trials}) + "\n")
+
+
+def finished_result(home: Home, task_id: str) -> TuneResult | None:
+    """The result of task `task_id` finished before, if it was."""
+    done = task_file(home, task_id, RESULT)
+    return TuneResult.from_json(json.loads(home.read_bytes(done))) if home.exists(done) else None
+
+
+def land_result(home: Home, result: TuneResult, on: datetime.date | None = None) -> None:
+    """The task's trials and result into the warehouse, named by the task: idempotent. They
+    land under the day `on` (default today: the day the task finished). The `trials` table
+    holds speedups over the default: the race's and pruning's comparisons of one config with
+    another stay in the task's own files (`save_result`)."""
+    today = on or datetime.date.today()
+    rows = [{"dt": today, "trial_id": task_digest(result.task_id, t.index),
+             "task_id": result.task_id, "kind": result.kind, "fingerprint": result.fingerprint,
+             "env_key": result.env_key, "strategy": result.strategy, "index": t.index,
+             "config": config_key(t.config), "program": t.program, "outcome": t.outcome,
+             **columns(t.speedup), "numerics_ok": t.numerics_ok,
+             "compile_seconds": t.compile_seconds, "error": t.error, "finished_at": t.finished_at,
+             "elapsed_seconds": t.elapsed_seconds, "measure_mode": result.measure_mode}
+            for t in result.trials if t.baseline is None]
+    warehouse = Warehouse(home)
+    warehouse.append(TRIALS, pa.Table.from_pylist(rows, TRIALS.schema), f"task-{result.task_id}")
+    summary = {k: v for k, v in result.to_json().items()
+               if k in TUNING_RESULTS.schema.names}
+    summary.update(dt=today, config=config_key(result.config),
+                   numerics=_failed_outputs_json(result.numerics) if result.numerics else None)
+    if result.relaxed is not None:  # the columns are null without it
+        summary.update(relaxed_config=config_key(result.relaxed.config),
+                       **columns(result.relaxed.speedup, prefix="relaxed_"))
+    warehouse.append(TUNING_RESULTS, pa.Table.from_pylist([summary], TUNING_RESULTS.schema),
+                     f"task-{result.task_id}")
+
+
+def _failed_outputs_json(checks: list[OutputCheck]) -> str:
+    """The `tuning_results` table's `numerics`: the failed outputs as JSON, an error or
+    tolerance that is not a finite number (a NaN the default did not produce) as null."""
+    def number(value: float) -> float | None:
+        return value if math.isfinite(value) else None
+
+    return json.dumps([{"index": c.index, "max_error": number(c.max_error),
+                        "tolerance": number(c.tolerance), "detail": c.detail} for c in checks])
