@@ -115,8 +115,10 @@ def main() -> None:
             if night >= len(rows):
                 continue
             r = rows[night]
+            tuned = r['tuned'] if r['tuned'] is not None else '-'
+            accepted = r['accepted'] if r['accepted'] is not None else '-'
             print(f"{r['night']:>5} {code:<7} {r['coverage']:>9.1%} {r['covered_keys']:>3}/{r['tunable_keys'] or 0:<3} "
-                  f"{r['tuned'] if r['tuned'] is not None else '-':>6} {r['accepted'] if r['accepted'] is not None else '-':>9} "
+                  f"{tuned:>6} {accepted:>9} "
                   f"{r['tune_seconds'] or 0:>7.0f} {r['night_seconds']:>8.0f}")
     for code in ("before", "after"):
         print(f"{code}: the demo took {results[code]['demo_seconds'] / 60:.1f} minutes")

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import duckdb
 
-ROWS_PER_JOB = 3.2  # graph_runs rows per job and day in the simulated fleet (measured: 3.19; a row per profiled process)
+# graph_runs rows per job and day in the simulated fleet (measured: 3.19; a row per profiled process)
+ROWS_PER_JOB = 3.2
 
 
 def run_fdo(home: Path, *args: str) -> tuple[float, float, str]:

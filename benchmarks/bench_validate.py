@@ -112,7 +112,8 @@ def main() -> None:
         print(json.dumps({"entries": rows, "seconds_per_entry": seconds, "reps": args.reps,
                           "workers": args.workers}))
         return
-    print(f"{args.reps} repetitions, {args.workers} workers per entry; median speedup of the stored config and the validator's decisions")
+    print(f"{args.reps} repetitions, {args.workers} workers per entry; "
+          "median speedup of the stored config and the validator's decisions")
     print(f"{'graph':<18} {'config':<22} " + "  ".join(f"{v:<32}" for v in versions))
     for row in rows:
         cells = "  ".join(f"{row[v]['median_speedup']:>6.2f}x {_decisions(row[v]['decisions']):<24}"

@@ -759,7 +759,8 @@ def delivered_results(plan: Plan, state: State, name: str) -> tuple[Any, str] | 
     if default.get("chosen"):
         why = exhaustive.get("why") or exhaustive.get("error") or exhaustive.get("skipped")
         return parse_results(default["chosen"]), f"XLA's default autotuning (the exhaustive search gave none: {why})"
-    return (f"no autotune results to deliver: default autotuning: {default.get('error') or default.get('skipped') or 'none'}; "
+    why_default = default.get('error') or default.get('skipped') or 'none'
+    return (f"no autotune results to deliver: default autotuning: {why_default}; "
             f"exhaustive: {exhaustive.get('why') or exhaustive.get('error') or exhaustive.get('skipped')}")
 
 
@@ -977,7 +978,8 @@ def report(results: dict[str, Any]) -> str:
     if env and "skipped" not in env:
         lines += [f"{env.get('date')}, commit {env.get('commit')}, JAX {env['jax']}, Python {env.get('python')}, "
                   f"devices {', '.join(env['devices'])}.", "",
-                  f"Environment key `{env['env_key']}`: " + ", ".join(f"{k} `{v}`" for k, v in env["environment"].items()),
+                  f"Environment key `{env['env_key']}`: "
+                  + ", ".join(f"{k} `{v}`" for k, v in env["environment"].items()),
                   f"{env['single_moves']} single moves in the graph space.", "",
                   "| GPU flag | accepted | default | rank | devices |", "|---|---|---|---:|---:|"]
         lines += [f"| {name} | {'yes' if f['accepted'] else 'no'} | {f['default']} | {f['rank']} | "

@@ -62,8 +62,7 @@ from ingest.tables import TEAM
 from storage.home import Home
 from storage.homes import open_home
 from storage.store_reader import current_version
-from storage.store_schema import (DEFAULT_HOLDOUT_SHARE, ENTRIES, check_holdout_share, conform_entries,
-                                  entries_of)
+from storage.store_schema import DEFAULT_HOLDOUT_SHARE, ENTRIES, check_holdout_share, conform_entries, entries_of
 
 DEFAULT_TTL = datetime.timedelta(days=30)
 _VERSION_NAME = re.compile(r"\.?v([0-9]+)(?:\.tmp-.*)?")  # v<N>, and .v<N>.tmp-* while staged

@@ -34,8 +34,17 @@ from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
 from execution.autotune.delivery import AutotuneOutcome, Delivery, process_directory
 from execution.autotune.results import AutotuneResults
-from execution.flags import (BUILD_OPTIONS, FLAGS, FUSION_TYPE_PREFIX, LIBRARY_FLAGS,
-                             PLACEMENT_PREFIX, CompilerConfig, FlagSpec, enum_of_number, to_xla)
+from execution.flags import (
+    BUILD_OPTIONS,
+    FLAGS,
+    FUSION_TYPE_PREFIX,
+    LIBRARY_FLAGS,
+    PLACEMENT_PREFIX,
+    CompilerConfig,
+    FlagSpec,
+    enum_of_number,
+    to_xla,
+)
 from execution.sharded import base_options, devices_for
 from hlo.environment import Partitioning, xla_flags_options
 from hlo.proto import build_messages

@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-
 # Below this many cores, a quarter of them for compiles changes the measured program too much.
 MIN_CORES_TO_SPLIT = 8
 

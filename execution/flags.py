@@ -48,8 +48,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 from hlo.environment import SIDE_EFFECT_FLAG_PARTS

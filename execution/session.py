@@ -6,7 +6,8 @@ These functions are the jobs of sandboxed `execution.worker` processes (`worker.
 one channel for a failure of the compiler or of a run; an exception from a job is a bug of ours,
 which the worker hands back as a `WorkerFailure`. Every compile is of the module as measured
 (`measurable_module`). The execute worker keeps the module's state between calls (`prepare`),
-so the default is compiled, run and checked once per search instead of once per candidate. A candidate is compiled in a compile worker (`compile_serialized`), which names its
+so the default is compiled, run and checked once per search instead of once per candidate. A
+candidate is compiled in a compile worker (`compile_serialized`), which names its
 program (the optimized module's fingerprint plus its machine code, see `program_key`) and hands
 the executable back serialized. The caller measures a program once (`measure_serialized`, in the
 execute worker) and reuses the result for every other config that yields it. A comparison of two
@@ -30,12 +31,10 @@ from typing import Any, Literal
 
 from execution.autotune.delivery import EXHAUSTIVE_FLAG, AutotuneOutcome
 from execution.autotune.results import NO_RESULTS, AutotuneResults
-from execution.compile import (CompileError, compile_module, compile_options,
-                               compiler_defaults, elf_objects, object_code)
+from execution.compile import CompileError, compile_module, compile_options, compiler_defaults, elf_objects, object_code
 from execution.flags import CompilerConfig, codegen_values, unseen_values, without_defaults
-from execution.measure import MeasureSettings, Measurement, Runner, measure_pair
-from execution.numerics import (PROBES, RECHECKS, Numerics, OutputCheck, compare_outputs, judge,
-                                movement, recheck)
+from execution.measure import Measurement, MeasureSettings, Runner, measure_pair
+from execution.numerics import PROBES, RECHECKS, Numerics, OutputCheck, compare_outputs, judge, movement, recheck
 from execution.sharded import Placed, devices_for, global_output_shapes
 from execution.tuple_parameters import flatten_tuple_parameters
 from hlo.environment import Partitioning

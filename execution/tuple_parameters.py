@@ -20,8 +20,7 @@ from typing import Any
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
 from execution.hlo_edit import fresh_id, set_entry, unique_name
-from hlo.proto import (ComputationProto, InstructionProto, ModuleProto, ShapeProto,
-                              build_messages)
+from hlo.proto import ComputationProto, InstructionProto, ModuleProto, ShapeProto, build_messages
 
 _TUPLE = 13  # xla.PrimitiveType.TUPLE
 # HloInstructionProto.tuple_index, read on its own: declaring it in hlo.proto's schema

@@ -184,7 +184,8 @@ def _checks(batch: pa.Table, fmt: DropFormat) -> list[tuple[str, pa.ChunkedArray
             ("holdout without a config_key", pc.or_(pc.invert(holdout), pc.is_valid(config_key))),
             (f"chips outside 1 .. {MAX_CHIPS}",
              _or_null(chips, pc.and_(pc.greater_equal(chips, 1), pc.less_equal(chips, MAX_CHIPS)))),
-            ("executions negative", _or_null(batch.column("executions"), pc.greater_equal(batch.column("executions"), 0))),
+            ("executions negative",
+             _or_null(batch.column("executions"), pc.greater_equal(batch.column("executions"), 0))),
             (f"seconds not a number in 0 .. {MAX_SECONDS_PER_DAY:.0f}",
              pc.and_(pc.greater_equal(seconds, 0.0), pc.less_equal(seconds, MAX_SECONDS_PER_DAY))),
         ]

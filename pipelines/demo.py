@@ -4,7 +4,8 @@ Each simulated day the fleet runs its jobs, picking up the configs the store hol
 (so savings appear once something is delivered), and hands its dumps and profile drops over to
 the home's inbox; then the nightly loop runs for that date: ingest (which lands the inbox),
 rank, tune the top graph within a small budget, deliver, validate and account the savings.
-Two days by default: the first night delivers, the second day's fleet runs tuned. The fleet's compiler changes under it (a release
+Two days by default: the first night delivers, the second day's fleet runs tuned. The fleet's
+compiler changes under it (a release
 every few days, adopted gradually), as a real fleet's does. Part of the fleet runs on this
 machine's environment (the simulator's "here" jobs), so the validator re-measures their
 configs every night for real: kept while the gain holds, invalidated when it is gone. The

@@ -24,6 +24,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger

@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlo.environment import current_environment
 from execution.sharded import whole_capacity
+from hlo.environment import current_environment
 from tasks.resources import node_resources
 
 

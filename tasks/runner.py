@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
 from storage.home import Home
-from tasks.records import MeasureTask, TaskOutcome, TaskStatus, Task, TuneTask, perform
+from tasks.records import MeasureTask, Task, TaskOutcome, TaskStatus, TuneTask, perform
 from validator.decisions import Decision
 from validator.plan import Queued
 from validator.toolchains import Toolchain

@@ -20,10 +20,20 @@ from storage.store_schema import ENTRIES
 from storage.warehouse import Warehouse
 from tasks.records import TuneTask
 from tasks.runner import time_share
-from tuner.allot import (FLOOR_EVALUATIONS, PRIOR_SPEEDUP, PSEUDO_COUNT, Allotment, Basis, Worth,
-                         allot, expected_speedup, saved_share, worths)
-from tuner.target import Subject
+from tuner.allot import (
+    FLOOR_EVALUATIONS,
+    PRIOR_SPEEDUP,
+    PSEUDO_COUNT,
+    Allotment,
+    Basis,
+    Worth,
+    allot,
+    expected_speedup,
+    saved_share,
+    worths,
+)
 from tuner.tables import TUNING_RESULTS
+from tuner.target import Subject
 from tuner.tune import TuneSettings
 from vocabulary.tuning import Kind
 

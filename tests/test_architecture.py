@@ -337,7 +337,8 @@ def test_the_entry_check_finds_entries_made_rows_however_they_travel_and_names_n
                                 "def show(home):\n    return newest(home).slice(0, 3).to_pydict()",
         "through a pass-through": "class Scope:\n    def narrow(self, table):\n        return table.filter(m)\n"
                                   "def rows(scope, home):\n    return scope.narrow(Store(home).entries()).to_pylist()",
-        "a parameter handed entries": "def apply(decisions, live):\n    return {r['key']: r for r in live.to_pylist()}\n"
+        "a parameter handed entries": "def apply(decisions, live):\n"
+                                      "    return {r['key']: r for r in live.to_pylist()}\n"
                                       "def run(home):\n    return apply([], Store(home).entries())",
         "built on the schema": "table = pa.Table.from_pylist(rows, ENTRIES)\nfirst = table.to_pylist()[0]",
         "concatenated": "both = pa.concat_tables([Store(h).entries(1), Store(h).entries(2)])\nboth.to_pandas()",

@@ -24,11 +24,23 @@ from google.protobuf import descriptor_pb2, text_format
 
 from delivery.imports import read_import
 from delivery.store_writer import Store, StoreError
-from execution.autotune.delivery import (CACHE_DIR_OPTION, KEPT_STALE_SECONDS, STALE_SECONDS, Delivery, Uptake,
-                                         job_sets_cache_dir)
+from execution.autotune.delivery import (
+    CACHE_DIR_OPTION,
+    KEPT_STALE_SECONDS,
+    STALE_SECONDS,
+    Delivery,
+    Uptake,
+    job_sets_cache_dir,
+)
 from execution.autotune.jax_cache import CacheKeyed
-from execution.autotune.results import (MAX_HLO_CHARS, MAX_RESULT_BYTES, MAX_RESULTS, MAX_TEXT_BYTES, ResultsError,
-                                        parse_results)
+from execution.autotune.results import (
+    MAX_HLO_CHARS,
+    MAX_RESULT_BYTES,
+    MAX_RESULTS,
+    MAX_TEXT_BYTES,
+    ResultsError,
+    parse_results,
+)
 from execution.autotune.schema import declared_fields, declared_schema, extracted_schema, schema
 from hlo.environment import store_key
 from storage.store_schema import ENTRIES

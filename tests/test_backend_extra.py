@@ -12,7 +12,7 @@ from execution.compile import apply_config, backend_extra_options, compile_modul
 from execution.flags import FLAGS, FlagSpec
 from execution.inputs import make_inputs, parameter_specs
 from hlo.module import from_lowered
-from tuner.space import acting_backend_extra, accepted_flags, graph_space
+from tuner.space import accepted_flags, acting_backend_extra, graph_space
 from vocabulary.flags import Channel, FlagType
 from workloads import zoo
 

@@ -200,7 +200,8 @@ def test_deliver_keeps_the_best_accepted_result_per_key_as_an_entry():
               _result("t7", 5, 1.30),  # a tie on the lower bound: the later task wins
               _result("t8", 6, 1.50, accepted=False)]
     inputs = [read(TUNING_RESULTS, first)[1], read(TUNING_RESULTS, second, dictionary=False)[1]]
-    want = sorted([(store_key(fp(1), ENV), fp(1), "t2", 1.20, earlier), (store_key(fp(5), ENV), fp(5), "t7", 1.30, DAY)])
+    want = sorted([(store_key(fp(1), ENV), fp(1), "t2", 1.20, earlier),
+                   (store_key(fp(5), ENV), fp(5), "t7", 1.30, DAY)])
 
     def entries(tables: list[pa.Table]) -> None:
         [table] = tables

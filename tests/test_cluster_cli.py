@@ -7,12 +7,10 @@ import json
 
 import pytest
 
-from hlo.environment import Environment
+from hlo.environment import Environment, machine_kind
 from pipelines.cli import main
 from tasks.node import start_command
-from hlo.environment import machine_kind
-from tasks.resources import (kind_of, node_resources, offered, offering, resource_name,
-                             task_resources)
+from tasks.resources import kind_of, node_resources, offered, offering, resource_name, task_resources
 
 
 @pytest.mark.parametrize("argv, named", [

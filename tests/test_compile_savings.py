@@ -23,8 +23,7 @@ from pipelines.dashboard import charts, queries
 from pipelines.dashboard.filters import Filters, Window
 from pipelines.dashboard.scope import Scope
 from ranking.reference import reference_savings
-from ranking.savings import (MIN_HOLDOUT_COMPILES, UNKNOWN_TEAM, BookedSavings, holdout_medians, savings,
-                             tried_medians)
+from ranking.savings import MIN_HOLDOUT_COMPILES, UNKNOWN_TEAM, BookedSavings, holdout_medians, savings, tried_medians
 from ranking.tables import SAVINGS
 from storage.warehouse import TableSchema, Warehouse
 

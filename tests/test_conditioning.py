@@ -20,8 +20,7 @@ from execution.compile import compile_module
 from execution.evaluate import EvaluationResult, evaluate_independently
 from execution.inputs import make_inputs, parameter_specs, perturbed
 from execution.measure import MeasureSettings
-from execution.numerics import (SPREAD_FACTOR, Numerics, OutputCheck, all_ok, compare_outputs,
-                                judge, pooled, recheck)
+from execution.numerics import SPREAD_FACTOR, Numerics, OutputCheck, all_ok, compare_outputs, judge, pooled, recheck
 from execution.session import Reference, measurable_module, run_once
 from hlo.module import from_lowered
 from storage.homes import open_home

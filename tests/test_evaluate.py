@@ -13,10 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from execution.compile import (CompileError, backend_extra_options, check_options,
-                               compile_options, compiler_defaults)
-from execution.evaluate import (EvaluationResult, evaluate, evaluate_independently,
-                                in_fresh_workers, median_of)
+from execution.compile import CompileError, backend_extra_options, check_options, compile_options, compiler_defaults
+from execution.evaluate import EvaluationResult, evaluate, evaluate_independently, in_fresh_workers, median_of
 from execution.flags import FLAGS, FlagError, is_default, parse_assignment, to_xla
 from execution.inputs import make_inputs, parameter_specs
 from execution.measure import TIME_SCALE_VARIABLE, MeasureSettings, measure_pair, median_interval, time_scale

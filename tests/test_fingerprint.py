@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from hlo.bulk_hasher import Unsupported, bulk_fingerprint
 from hlo.fingerprint import fingerprint_module, graph_fingerprint

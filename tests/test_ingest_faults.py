@@ -1,6 +1,7 @@
 """Ingestion and the `fdo` command line as an unlucky operator meets them, each fault caused for
 real: unreadable files and directories, 240-character and undecodable names, truncated traces
-and modules among good ones, a `1e400` and a 10,000-character job id among good rows; and every bad input of the command line told in one line with exit status 2."""
+and modules among good ones, a `1e400` and a 10,000-character job id among good rows; and every bad input of the command
+line told in one line with exit status 2."""
 
 from __future__ import annotations
 

@@ -19,8 +19,15 @@ import pytest
 
 from delivery.deliver import accepted_as_entries
 from delivery.store_writer import Store
-from execution.autotune.delivery import (CACHE_DIR_OPTION, DUMP_FILE, DUMP_OPTION, AutotuneOutcome, Delivery, Uptake,
-                                         process_directory)
+from execution.autotune.delivery import (
+    CACHE_DIR_OPTION,
+    DUMP_FILE,
+    DUMP_OPTION,
+    AutotuneOutcome,
+    Delivery,
+    Uptake,
+    process_directory,
+)
 from execution.autotune.results import AutotuneResults, parse_results
 from execution.compile import compile_module, compile_options
 from execution.evaluate import REFERENCE_CONFIG, EvaluationResult, compile_with_results, evaluate_built
@@ -256,7 +263,8 @@ def test_results_xla_takes_are_kept_on_the_measurement_and_carried_on():
     assert check.fate == ResultsFate.TAKEN
     kept = _decide(_queued(True, stored), check, _measured(1.2, 1.1, 1.3))
     assert (kept.outcome, kept.change, kept.autotune_fate) == ("kept", StoreChange.REFRESH, ResultsFate.TAKEN)
-    assert kept.reason.startswith("still faster on jaxlib-0.12.0: 1.200x") and "2 of its 2 autotune results taken" in kept.reason
+    assert kept.reason.startswith("still faster on jaxlib-0.12.0: 1.200x")
+    assert "2 of its 2 autotune results taken" in kept.reason
     slower = _decide(_queued(True, stored), check, _measured(0.9, 0.85, 0.95))
     assert (slower.outcome, slower.change, slower.autotune_results) == ("invalidated", StoreChange.REMOVE, None)
     # No access times: the measurement alone decides, and the reason says so.

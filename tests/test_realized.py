@@ -15,8 +15,7 @@ import pytest
 from ingest.tables import GRAPH_RUNS
 from pipelines.cli import main
 from ranking.cost import LoopCost, loop_cost, return_on_cost
-from ranking.realized import (Arm, Realized, Undecided, read_realized, realized_savings,
-                              realized_speedups)
+from ranking.realized import Arm, Realized, Undecided, read_realized, realized_savings, realized_speedups
 from storage.store_schema import StoreEntry
 from storage.warehouse import Warehouse
 from tests.test_validator_rules import DAY, HERE, NOW, Home, entry, result

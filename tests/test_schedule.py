@@ -9,10 +9,21 @@ from typing import Callable
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from execution.flags import (LIBRARY_FLAGS, FlagError, as_flags, as_placement, from_json,
-                             is_default, on_top_of, parse_assignment, routing, to_xla)
+from execution.flags import (
+    LIBRARY_FLAGS,
+    FlagError,
+    as_flags,
+    as_placement,
+    from_json,
+    is_default,
+    on_top_of,
+    parse_assignment,
+    routing,
+    to_xla,
+)
 from execution.measure import MeasureSettings, early_decision
 from tuner.schedule import LIKELY_RANK, Scheduled, cold_rank, likely, neighbourhood, order_moves
 from tuner.search import SAME_PROGRAM

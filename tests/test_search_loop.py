@@ -18,10 +18,25 @@ import pytest
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from tuner.schedule import Scheduled
-from tuner.search import (LOOP_PHASES, UNTIMED_PER_EVALUATION, Against, Build, Builds,
-                          SearchOutcome, Stall, TaskClock, evaluations, evaluations_since_gain,
-                          proposals, ready, run_search, screen_settings, search,
-                          seconds_to_find, spending)
+from tuner.search import (
+    LOOP_PHASES,
+    UNTIMED_PER_EVALUATION,
+    Against,
+    Build,
+    Builds,
+    SearchOutcome,
+    Stall,
+    TaskClock,
+    evaluations,
+    evaluations_since_gain,
+    proposals,
+    ready,
+    run_search,
+    screen_settings,
+    search,
+    seconds_to_find,
+    spending,
+)
 from tuner.space import Param, SearchSpace, config_key
 from tuner.strategies import STRATEGIES, Strategy
 from tuner.trial import Outcome, Phase, StopReason, Trial
@@ -278,7 +293,10 @@ def test_a_config_whose_program_is_known_costs_no_evaluation():
 
 def test_a_strategy_that_only_proposes_known_programs_still_ends():
     evaluator = known_set()
-    endless = lambda trials, pending: {"b": True, "n": len(trials) + len(pending)}
+
+    def endless(trials, pending):
+        return {"b": True, "n": len(trials) + len(pending)}
+
     trials: list[Trial] = []
     search(evaluator, endless, trials, 4, SCREEN, lambda: True, lambda trial: None)
     assert evaluations(trials) == 0 and evaluator.measured == []

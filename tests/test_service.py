@@ -23,8 +23,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from delivery.service.limits import MAX_BODY_BYTES, MAX_JSON_BYTES
-from hlo.environment import store_key
 from delivery.store_writer import Store
+from hlo.environment import store_key
 from storage.warehouse import Warehouse
 from tests.serving import call, running_server, serving_process
 from tests.url_home import url_of
@@ -57,8 +57,9 @@ def test_reads_and_writes_through_a_real_server(server):
     assert status == 422 and body["error"]["message"].startswith("body.entries.0.config: refused: xla_dump_to")
     status, body, _ = call(f"{server}/v1/import", _imports({**_entry(1, {}), "speedup": "1.5"}), TOKEN)
     assert status == 422 and "body.entries.0.speedup" in body["error"]["message"]  # strict: never converted
-    status, body, _ = call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False}),
-                                                           _entry(2, {"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"})), TOKEN)
+    entries = _imports(_entry(1, {"xla_cpu_use_xnnpack": False}),
+                       _entry(2, {"xla_cpu_scheduler_type": "MEMORY_OPTIMIZED"}))
+    status, body, _ = call(f"{server}/v1/import", entries, TOKEN)
     assert (status, body) == (200, {"version": 1, "imported": 2})
     key = store_key(f"{1:032x}", "e" * 32)
     status, body, _ = call(f"{server}/v1/configs/{key}")
@@ -225,7 +226,8 @@ def test_api_docs_render_with_every_other_host_blocked(server, browser):
     finally:
         page.close()
     assert {"/v1/configs/{key}", "/v1/configs:batch", "/v1/import", "/v1/rollback", "/metrics"} <= swagger
-    assert [["GET", "Lookup"], ["POST", "Import", "Entries"]] == [item for item in redoc if item[-1] in ("Lookup", "Entries")]
+    assert [["GET", "Lookup"], ["POST", "Import", "Entries"]] == [item for item in redoc
+                                                                 if item[-1] in ("Lookup", "Entries")]
     assert elsewhere["/docs"] == [] and {kind for kind, _ in elsewhere["/redoc"]} <= {"image"}, elsewhere
     assert errors == []
 
@@ -278,7 +280,8 @@ def test_lookups_answer_while_writes_wait_on_the_store_lock_or_run_beam(tmp_path
     Warehouse(home).append(TUNING_RESULTS, pa.Table.from_pylist([_accepted_result("t1", "d" * 32)],
                                                                 TUNING_RESULTS.schema), "test")
     with running_server(home, {"FDO_TOKEN": TOKEN}) as server:
-        assert call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False})), TOKEN)[1]["version"] == 1
+        imported = call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False})), TOKEN)
+        assert imported[1]["version"] == 1
         key = store_key(f"{1:032x}", "e" * 32)
         lock = home / "store" / ".lock"
         answered_during_deliver = 0
@@ -420,7 +423,8 @@ def test_the_last_good_snapshot_is_served_while_the_store_is_broken(tmp_path):
     store = home / "store"
     key = store_key(f"{1:032x}", "e" * 32)
     with running_server(home, {"FDO_TOKEN": TOKEN}) as server:
-        assert call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False})), TOKEN)[1]["version"] == 1
+        imported = call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False})), TOKEN)
+        assert imported[1]["version"] == 1
 
         def breaks(damage, because: str, rollback_gives: int) -> None:
             version = call(f"{server}/v1/health")[1]["version"]

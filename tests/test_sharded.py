@@ -11,15 +11,13 @@ import pytest
 from execution.evaluate import evaluate, per_device_program
 from execution.measure import MeasureSettings
 from execution.per_device import COLLECTIVES, PerDeviceError, local_stand_ins
-from execution.sharded import (MeasureMode, Placement, choose_placement, global_output_shapes,
-                               whole_capacity)
+from execution.sharded import MeasureMode, Placement, choose_placement, global_output_shapes, whole_capacity
 from execution.worker import Worker
-from hlo.environment import (Environment, Partitioning, environment_from_json, parse_mesh,
-                             partitioning_from_json)
+from hlo.environment import Environment, Partitioning, environment_from_json, parse_mesh, partitioning_from_json
 from hlo.module import from_lowered, from_text
 from pipelines.cli import main
-from tests import worker_tasks
 from storage.homes import open_home
+from tests import worker_tasks
 from tuner.kinds import make_target
 from tuner.persist import finished_result
 from tuner.target import graph_subject

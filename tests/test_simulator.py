@@ -17,9 +17,9 @@ from hlo.environment import Environment, store_key
 from ingest.hits import holdout_arm
 from ingest.quarantine import file_digest
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
+from ranking.realized import realized_speedups
 from storage.homes import open_home
 from storage.store_schema import DEFAULT_HOLDOUT_SHARE
-from ranking.realized import realized_speedups
 from storage.warehouse import Warehouse
 from workloads.simulator import fleet
 from workloads.simulator.catalog import build_catalog

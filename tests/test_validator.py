@@ -37,8 +37,7 @@ from validator import decisions as rules
 from validator.report import outcomes_over_time, staleness, validator_hit_share
 from validator.run import Run, run_file
 from validator.tables import VALIDATIONS
-from validator.toolchains import (Registry, RegistryUnreachable, build_venv, cache_dir, cached_venv_dir,
-                                  venv_dir)
+from validator.toolchains import Registry, RegistryUnreachable, build_venv, cache_dir, cached_venv_dir, venv_dir
 from validator.validate import MEASURE_SETTINGS, ValidateSettings, validate
 from vocabulary.decisions import DecisionOutcome, StoreChange
 from vocabulary.interval import Interval

@@ -25,8 +25,8 @@ from validator.plan import Planner, Queued
 from validator.tables import VALIDATIONS
 from validator.toolchains import Toolchain
 from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
-from vocabulary.interval import Interval
 from vocabulary.failures import Failure
+from vocabulary.interval import Interval
 
 UTC = datetime.UTC
 NOW = datetime.datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -378,7 +378,8 @@ class Home:
                  "config_version": 1, "expected_speedup": 1.5, "config": config, "optimized_fingerprint": None,
                  "reason": "INTERNAL: tuned compile failed" if outcome == "fallback" else None,
                  "hook_seconds": 0.001, "compile_seconds": 0.1} for i in range(n)]
-        Warehouse(self.path).append(HITS, pa.Table.from_pylist(hits, HITS.schema), f"hits-{len(self.rows)}-{n}-{outcome}")
+        Warehouse(self.path).append(HITS, pa.Table.from_pylist(hits, HITS.schema),
+                                    f"hits-{len(self.rows)}-{n}-{outcome}")
 
     def decided(self, decision: Decision, run_id: str) -> None:
         """A past run's audit row of `decision`."""

@@ -27,8 +27,7 @@ import time
 from dataclasses import dataclass
 
 from execution.autotune.results import AutotuneResults
-from execution.evaluate import (EvaluationResult, autotune_offline, compile_with_results,
-                                evaluate_built)
+from execution.evaluate import EvaluationResult, autotune_offline, compile_with_results, evaluate_built
 from execution.session import Offline
 from hlo.environment import current_environment
 from hlo.module import HloModule

@@ -30,7 +30,6 @@ from tuner.schedule import Move
 from tuner.strategies import FAILED
 from tuner.tables import TRIALS, TUNING_RESULTS
 
-
 # A move that compiled to the default's program: known to do nothing there, so it waits
 # behind moves never tried, which might do something.
 NO_CHANGE = -1e-3

@@ -34,8 +34,18 @@ import json
 from dataclasses import dataclass
 from typing import Iterable
 
-from execution.flags import (FLAGS, LIBRARY_FLAGS, PLACEMENT, XLA_BACKEND, CompilerConfig,
-                             FlagSpec, FlagValue, is_default, placement_key, to_json)
+from execution.flags import (
+    FLAGS,
+    LIBRARY_FLAGS,
+    PLACEMENT,
+    XLA_BACKEND,
+    CompilerConfig,
+    FlagSpec,
+    FlagValue,
+    is_default,
+    placement_key,
+    to_json,
+)
 from vocabulary.flags import Channel, FlagType
 
 

@@ -70,8 +70,17 @@ from tuner.persist import finished_result, journal_trial, journaled_trials, land
 from tuner.prior import move_prior
 from tuner.result import RelaxedOption, TuneResult
 from tuner.schedule import Scheduled
-from tuner.search import (PhaseSpend, Propose, Stall, TaskClock, evaluations, proposals, run_search,
-                          seconds_to_find, spending)
+from tuner.search import (
+    PhaseSpend,
+    Propose,
+    Stall,
+    TaskClock,
+    evaluations,
+    proposals,
+    run_search,
+    seconds_to_find,
+    spending,
+)
 from tuner.space import config_key
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.target import TuneTarget

@@ -20,8 +20,15 @@ from typing import Callable, TypeVar
 
 from execution import session
 from execution.cores import CorePlan, plan_cores
-from execution.evaluate import (FRESH_WORKERS, DefaultFails, EvaluationResult, failed_result,
-                                in_fresh_workers, measured_result, prepare_default)
+from execution.evaluate import (
+    FRESH_WORKERS,
+    DefaultFails,
+    EvaluationResult,
+    failed_result,
+    in_fresh_workers,
+    measured_result,
+    prepare_default,
+)
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from execution.session import Span, measurable_module

@@ -86,8 +86,9 @@ def probe(python: str, name: str = DEFAULT_NAME) -> Toolchain:
     """Run `python` once and read its jaxlib version and environment; ToolchainError if it
     cannot run, has no jaxlib, or cannot import this project."""
     if name == DEFAULT_NAME and python == sys.executable:
-        from hlo.environment import current_environment
         import jaxlib
+
+        from hlo.environment import current_environment
 
         return Toolchain(name, python, jaxlib.__version__, current_environment().to_json(), _now())
     path = shutil.which(python) or python

@@ -46,9 +46,17 @@ from typing import Any, Callable, Iterable, Protocol
 from delivery.store_writer import DEFAULT_TTL, Store
 from execution.autotune.delivery import AutotuneOutcome
 from execution.autotune.results import AutotuneResults
-from execution.evaluate import (FRESH_WORKERS, DefaultFails, EvaluationResult, compile_with_results,
-                                evaluate_built, evaluate_independently, per_device_program, prepare_default,
-                                worker_for)
+from execution.evaluate import (
+    FRESH_WORKERS,
+    DefaultFails,
+    EvaluationResult,
+    compile_with_results,
+    evaluate_built,
+    evaluate_independently,
+    per_device_program,
+    prepare_default,
+    worker_for,
+)
 from execution.flags import CompilerConfig, FlagError, from_json
 from execution.measure import MeasureSettings
 from execution.per_device import PER_DEVICE_ERROR, PerDeviceError

@@ -43,8 +43,15 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from execution.autotune.results import (CACHE_FILE_SUFFIX, MAX_RESULTS, AutotuneResults, Keying, ResultsError,
-                                        parse_results, read_result_file)
+from execution.autotune.results import (
+    CACHE_FILE_SUFFIX,
+    MAX_RESULTS,
+    AutotuneResults,
+    Keying,
+    ResultsError,
+    parse_results,
+    read_result_file,
+)
 
 CACHE_DIR_OPTION = "xla_gpu_per_fusion_autotune_cache_dir"
 # Where XLA writes every autotune result of a compile (text, for a name ending in .txt), and the

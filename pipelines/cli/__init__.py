@@ -20,10 +20,32 @@ import tempfile
 import threading
 from typing import NoReturn
 
-from pipelines.cli import (analyze, cluster, evaluate, fingerprint, hits, ingest, loop, rank, run, simulate, store,
-                           tune, validate, workloads)
-from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, HelpFormatter, Handler, closing_stdout,
-                                  epilog, guarded, resolve_home)
+from pipelines.cli import (
+    analyze,
+    cluster,
+    evaluate,
+    fingerprint,
+    hits,
+    ingest,
+    loop,
+    rank,
+    run,
+    simulate,
+    store,
+    tune,
+    validate,
+    workloads,
+)
+from pipelines.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_BROKEN_PIPE,
+    Handler,
+    HelpFormatter,
+    closing_stdout,
+    epilog,
+    guarded,
+    resolve_home,
+)
 from pipelines.extras import MissingExtra
 from storage.beam_logging import quiet_beam_logging
 from storage.home import Home

@@ -118,8 +118,8 @@ def guarded(command: str, run: Callable[[], int]) -> int:
     """`run()`'s exit code, or a failure it raised told in one line on stderr (`fdo COMMAND:
     ...`) and turned into its exit code. A reader of stdout that went away is left to
     `closing_stdout`."""
-    from storage.home import LockHeld
     from execution.compile import CompileError
+    from storage.home import LockHeld
 
     try:
         return run()

@@ -11,8 +11,16 @@ from typing import Any
 
 from execution.sharded import MeasureMode, Placement
 from hlo.environment import Environment
-from pipelines.cli.common import (EXIT_DEFAULT_FAILS, EXIT_FAILED, EXIT_OK, JSON_HELP, Subcommands, add_command,
-                                  config_text, print_json)
+from pipelines.cli.common import (
+    EXIT_DEFAULT_FAILS,
+    EXIT_FAILED,
+    EXIT_OK,
+    JSON_HELP,
+    Subcommands,
+    add_command,
+    config_text,
+    print_json,
+)
 from storage.home import Home
 from vocabulary.failures import Failure
 
@@ -78,11 +86,11 @@ def module_placement(path: str, asked: str | None) -> tuple[Placement, Environme
 
 def cmd_evaluate(args: argparse.Namespace, home: Home) -> int:
     """Measure the --set config against the default on one module."""
-    from hlo.module import load_file
     from execution.compile import check_options
     from execution.evaluate import evaluate_independently, per_device_program
     from execution.flags import parse_assignment, to_json
     from execution.measure import MeasureSettings
+    from hlo.module import load_file
 
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers}: at least one is needed")

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipelines import stages
 from pipelines.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_QUARANTINED, Subcommands, add_command, print_json
 from pipelines.extras import needs
-from pipelines import stages
 from storage.home import Home
 
 

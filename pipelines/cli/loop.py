@@ -7,8 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.cli.cluster import add_cluster_option
-from pipelines.cli.common import (BEAM_NOTE, EXIT_FAILED, EXIT_OK, Subcommands, add_command, add_validation_options,
-                                  print_json, print_table)
+from pipelines.cli.common import (
+    BEAM_NOTE,
+    EXIT_FAILED,
+    EXIT_OK,
+    Subcommands,
+    add_command,
+    add_validation_options,
+    print_json,
+    print_table,
+)
 from pipelines.extras import needs
 from storage.home import Home
 

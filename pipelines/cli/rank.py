@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pipelines.cli.common import (BEAM_NOTE, EXIT_OK, Subcommands, add_command, json_rows, print_json,
-                                  print_table)
+from pipelines.cli.common import BEAM_NOTE, EXIT_OK, Subcommands, add_command, json_rows, print_json, print_table
 from pipelines.extras import needs
 from storage.home import Home
 
@@ -89,9 +88,9 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
 
     from pipelines.nightly import coverage_by_night
     from ranking.cost import loop_cost, return_on_cost
-    from ranking.verified_coverage import verified_coverage
     from ranking.realized import read_runs, realized_savings, realized_speedups
     from ranking.savings import MIN_HOLDOUT_COMPILES, BookedSavings, savings
+    from ranking.verified_coverage import verified_coverage
     from storage.warehouse import Warehouse
     from tuner.tables import TRIALS
     from validator.tables import VALIDATIONS

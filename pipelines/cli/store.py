@@ -11,8 +11,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipelines.cli.common import (BEAM_NOTE, EXIT_FAILED, EXIT_OK, JSON_HELP, Subcommands, add_command,
-                                  add_validation_options, config_text, print_json, print_table)
+from pipelines.cli.common import (
+    BEAM_NOTE,
+    EXIT_FAILED,
+    EXIT_OK,
+    JSON_HELP,
+    Subcommands,
+    add_command,
+    add_validation_options,
+    config_text,
+    print_json,
+    print_table,
+)
 from pipelines.extras import needs
 from storage.home import Home
 

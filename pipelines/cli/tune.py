@@ -6,16 +6,23 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execution.sharded import MeasureMode
 from pipelines import stages
 from pipelines.cli.cluster import add_cluster_option
-from pipelines.cli.common import (EXIT_BAD_INPUT, EXIT_DEFAULT_FAILS, EXIT_FAILED, EXIT_OK, Subcommands,
-                                  add_command, config_text, print_json, print_table)
-from pipelines.cli.evaluate import add_measure_mode, module_placement
-from pipelines.cli.evaluate import worker_speedups
+from pipelines.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_DEFAULT_FAILS,
+    EXIT_FAILED,
+    EXIT_OK,
+    Subcommands,
+    add_command,
+    config_text,
+    print_json,
+    print_table,
+)
+from pipelines.cli.evaluate import add_measure_mode, module_placement, worker_speedups
 from pipelines.extras import needs
 from storage.home import Home
 from tuner.kinds import KINDS, check_platform

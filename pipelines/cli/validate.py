@@ -8,8 +8,7 @@ import json
 import sys
 
 from pipelines.cli.cluster import add_cluster_option
-from pipelines.cli.common import (EXIT_OK, JSON_HELP, Subcommands, add_command, json_rows, print_json,
-                                  print_table)
+from pipelines.cli.common import EXIT_OK, JSON_HELP, Subcommands, add_command, json_rows, print_json, print_table
 from pipelines.extras import needs
 from storage.home import Home
 

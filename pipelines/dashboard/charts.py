@@ -18,10 +18,37 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from pipelines.dashboard.figures import (
-    BLUE, CATEGORY_COLORS, CATEGORY_LABELS, DARK_GREY, GREEN, GREY, HEIGHT, KIND_COLORS, LIGHT_BLUE, ORANGE,
-    OUTCOME_COLORS, PROVENANCE_COLORS, PURPLE, TEAM_COLORS, bargap, base_layout, count_axis, count_by, day_layout,
-    elide, error_bars, interval_name, interval_trace, percent, percent_axis, present, speedup_range, stacked_days,
-    sum_by, version_text)
+    BLUE,
+    CATEGORY_COLORS,
+    CATEGORY_LABELS,
+    DARK_GREY,
+    GREEN,
+    GREY,
+    HEIGHT,
+    KIND_COLORS,
+    LIGHT_BLUE,
+    ORANGE,
+    OUTCOME_COLORS,
+    PROVENANCE_COLORS,
+    PURPLE,
+    TEAM_COLORS,
+    bargap,
+    base_layout,
+    count_axis,
+    count_by,
+    day_layout,
+    elide,
+    error_bars,
+    interval_name,
+    interval_trace,
+    percent,
+    percent_axis,
+    present,
+    speedup_range,
+    stacked_days,
+    sum_by,
+    version_text,
+)
 from pipelines.dashboard.filters import Window
 from pipelines.dashboard.queries import Row
 
@@ -433,7 +460,8 @@ def flag_importance(rows: list[Row], window: Window) -> go.Figure | None:
         customdata=[[r["trials"], r["failed"], r["winners"]] for r in scored],
         hovertemplate="%{y}: %{x:.4f} (%{customdata[0]} trials, %{customdata[1]} failed, "
                       "%{customdata[2]} winners)<extra></extra>"))
-    base_layout(fig, xaxis_title=f"importance: mean |Shapley value| on log speedup, {interval_name(scored, 'bootstrap')}",
+    base_layout(fig,
+                xaxis_title=f"importance: mean |Shapley value| on log speedup, {interval_name(scored, 'bootstrap')}",
             height=max(HEIGHT, 70 + 26 * len(scored)))
     fig.update_layout(bargap=bargap(len(scored)))
     return fig

@@ -80,8 +80,8 @@ def _card_head(card: Card, data: PageData) -> str:
     ignored = NOT_NARROWED.get(card.endpoint, frozenset())
     json_link = f"/api/{card.endpoint}?{data.filters.query(ignored)}"
     unnarrowed = sorted(ignored & data.filters.given())
-    badge = (f'<span class="badge" title="not narrowed by {html.escape(", ".join(FILTER_LABELS[f] for f in unnarrowed))}">'
-             "fleet-wide</span>" if unnarrowed else "")
+    narrowed_not = html.escape(", ".join(FILTER_LABELS[f] for f in unnarrowed))
+    badge = (f'<span class="badge" title="not narrowed by {narrowed_not}">fleet-wide</span>' if unnarrowed else "")
     return f"""
   <header><h3>{html.escape(card.title)}{badge}</h3><a class="json" href="{html.escape(json_link)}">JSON</a></header>
   <p class="note">{html.escape(card.note)}</p>"""
@@ -315,7 +315,8 @@ section h2 { font-size: 15px; font-weight: 650; margin: 28px 0 10px; color: #344
          border: 1px solid #f3d9a4; border-radius: 5px; padding: 0 6px; vertical-align: 2px; }
 .graph-links { font-size: 12.5px; color: var(--muted); margin: 4px 0 2px; line-height: 2; }
 .graph-links a, td a { color: var(--accent); text-decoration: none; }
-.graph-links a { margin-left: 6px; border: 1px solid #cfd9ee; border-radius: 5px; padding: 1px 7px; white-space: nowrap; }
+.graph-links a { margin-left: 6px; border: 1px solid #cfd9ee; border-radius: 5px; padding: 1px 7px;
+                 white-space: nowrap; }
 .scroll { overflow: auto; max-height: 560px; }
 table.sortable { border-collapse: collapse; width: 100%; font-size: 12.5px; font-variant-numeric: tabular-nums; }
 table.sortable th { position: sticky; top: 0; background: #fafbfc; text-align: left; font-weight: 600;
@@ -327,7 +328,8 @@ table.sortable td.num, table.sortable th[data-numeric] { text-align: right; whit
 .chart .empty, .rows .empty { display: flex; align-items: center; justify-content: center; height: 180px;
                 color: var(--muted); background: #fafbfc; border: 1px dashed var(--line); border-radius: 8px;
                 text-align: center; padding: 0 24px; }
-.chart[data-state=error] .empty, .rows[data-state=error] .empty { color: #b42318; border-color: #f4c7c3; background: #fffafa; }
+.chart[data-state=error] .empty, .rows[data-state=error] .empty { color: #b42318; border-color: #f4c7c3;
+                                                                  background: #fffafa; }
 @media (max-width: 1100px) { .grid { grid-template-columns: 1fr; }
                              .tiles { grid-template-columns: repeat(2, minmax(0, 1fr)); } }
 """

@@ -14,7 +14,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from console.progress import progress_bar
 from hlo.fingerprint import fingerprint_module, graph_fingerprint
 from hlo.module import load_file

@@ -84,8 +84,8 @@ def store_lookup(home: Path) -> fleet.TunedLookup | None:
 def _holdout_shares(home: Path, version: int) -> dict[str, float]:
     """Each entry's effective holdout share in store version `version`, as the hook takes it
     (delivery.lookup): the entry's own, else the version manifest's, else DEFAULT_HOLDOUT_SHARE
-    (versions made before shares existed, or a bare version without its manifest). Read here, not through delivery, which the
-    simulator may not import."""
+    (versions made before shares existed, or a bare version without its manifest). Read here,
+    not through delivery, which the simulator may not import."""
     store = open_home(home)
     manifest_path = store.location("store", f"v{version}", "manifest.json")
     manifest = json.loads(store.read_bytes(manifest_path)) if store.exists(manifest_path) else {}

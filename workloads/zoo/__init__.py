@@ -21,8 +21,7 @@ from typing import Callable
 
 import jax
 
-from workloads.zoo import (attention_kv, cnn, gnn, mlp, nbody, recommender, rnn, transformer, two_tower,
-                           unet, vit)
+from workloads.zoo import attention_kv, cnn, gnn, mlp, nbody, recommender, rnn, transformer, two_tower, unet, vit
 
 # Registry order is the public, deterministic order of all_workloads().
 _FAMILIES = {
