@@ -15,6 +15,12 @@
   the job's chips.
 - Each job runs a main program and maybe an eval or serving program, picked by a Zipf-like
   popularity over the catalog, so a few graphs dominate fleet chip-time.
+- The reach fleet (`FleetMode.REACH`; what it is for: `run`'s docstring) is a long tail of
+  models, each run at several shapes: each of a job's programs is a family (the workload a
+  graph is a shape of) drawn by the Zipf popularity over families, then one of that family's
+  shapes by fixed weights (`SHAPE_WEIGHTS`, its shapes ranked in an order of its own). These
+  draws have a stream of their own: the reach fleet's other draws are the default fleet's,
+  and the default fleet draws as it always did.
 - About `opt_out_share` of chip-time belongs to jobs that opted out of tuning.
 - The compiler has a release every `release_every_days` days (counted from a fixed epoch,
   `FleetSpec.epoch`, so day-by-day runs agree); each job adopts a release after its own lag of
@@ -35,6 +41,7 @@ import dataclasses
 import datetime
 import hashlib
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Callable, Iterator
 
 import numpy as np
@@ -69,6 +76,15 @@ MAX_PROFILED_PROCESSES = 8
 LAG_DAYS = 7
 DAY_SECONDS = 86_400.0
 ROW_CHUNK = 1 << 20
+# The reach fleet's weights of a family's shapes, by rank: its main shape, then the others.
+SHAPE_WEIGHTS = (0.5, 0.3, 0.2)
+
+
+class FleetMode(StrEnum):
+    """How a fleet's jobs pick their programs."""
+
+    DEFAULT = "default"  # each graph its own rank in one Zipf popularity over the catalog
+    REACH = "reach"  # a Zipf popularity over families, then a family's shape by SHAPE_WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,7 @@ class FleetSpec:
     # The date of the fleet's day 0: its releases and each day's draws count days from it, so
     # the same days after the same epoch are the same fleet whatever their dates.
     epoch: datetime.date = EPOCH
+    mode: FleetMode = FleetMode.DEFAULT
 
 
 @dataclass(frozen=True)
@@ -126,8 +143,10 @@ class Jobs:
     pace: np.ndarray  # factor on seconds per execution: how much slower than the catalog's
 
 
-def make_jobs(spec: FleetSpec, n_graphs: int) -> Jobs:
+def make_jobs(spec: FleetSpec, n_graphs: int, family: np.ndarray | None = None) -> Jobs:
     """The fleet's jobs, a pure function of the spec (so day-by-day runs see the same fleet).
+    `family` labels each graph with its family (the graphs of one label are one program's
+    shapes); the reach fleet (`spec.mode`) needs it, the default fleet ignores it.
 
     Drawn with float32 uniforms and inverse CDFs in compact types: a large fleet has tens of
     millions of jobs.
@@ -152,7 +171,14 @@ def make_jobs(spec: FleetSpec, n_graphs: int) -> Jobs:
     hours = np.where(long_running, 12 + 12 * uniform(), 0.5 + 7.5 * uniform())
     hours = np.where(tiny, 1 / 60 + 0.28 * uniform(), hours).astype(np.float32)
     popularity = rng.permutation(n_graphs).astype(np.int16)  # which graph has which rank
-    graphs = popularity[_draw(uniform(n, 3), _zipf(n_graphs, spec.zipf_exponent))]
+    if spec.mode is FleetMode.REACH:
+        if family is None or len(family) != n_graphs:
+            raise ValueError(f"the reach fleet needs each of its {n_graphs} graphs' family")
+        # The uniforms that pick a graph in the default fleet pick a family here: every other
+        # draw of the main stream stays the default fleet's.
+        graphs = _by_family(spec, family, uniform(n, 3))
+    else:
+        graphs = popularity[_draw(uniform(n, 3), _zipf(n_graphs, spec.zipf_exponent))]
     graphs[:, 1] = np.where(uniform() < 0.5, graphs[:, 1], -1)
     graphs[:, 2] = np.where(uniform() < 0.2, graphs[:, 2], -1)
     split = np.where(graphs >= 0, np.array([0.8, 0.15, 0.05], dtype=np.float32), np.float32(0))
@@ -163,6 +189,36 @@ def make_jobs(spec: FleetSpec, n_graphs: int) -> Jobs:
     pace = np.exp(np.random.default_rng([spec.seed, 4]).normal(0.0, spec.job_sigma, n)).astype(np.float32)
     return Jobs(team, size_class, chips, kind, long_running, duty, hours, graphs, split,
                 opted_out, lag, pace)
+
+
+def _by_family(spec: FleetSpec, family: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """Graphs picked by family: a family per uniform by the Zipf popularity over families
+    (ranked by a permutation of the seed's), then one of its shapes by SHAPE_WEIGHTS (cut to the
+    shapes it has), its shapes ranked in a random order of its own. Its own draws come from a
+    stream of their own (`[seed, 6]`), so the reach fleet changes no other draw."""
+    rng = np.random.default_rng([spec.seed, 6])
+    names, members = np.unique(family, return_inverse=True)
+    members = members.reshape(-1)
+    counts = np.bincount(members, minlength=len(names))
+    width = int(counts.max())
+    if width > len(SHAPE_WEIGHTS):
+        raise ValueError(f"a family has {width} shapes; SHAPE_WEIGHTS weighs {len(SHAPE_WEIGHTS)}")
+    # shapes[f, r]: the graph of family f at shape rank r (-1 past its count), ranks shuffled.
+    shapes = np.full((len(names), width), -1, dtype=np.int16)
+    for f in range(len(names)):
+        graphs = np.flatnonzero(members == f)
+        shapes[f, :len(graphs)] = graphs[rng.permutation(len(graphs))]
+    popularity = rng.permutation(len(names)).astype(np.int16)  # which family has which rank
+    chosen = popularity[_draw(uniforms, _zipf(len(names), spec.zipf_exponent))]
+    # Each family's shape CDF over its ranks, the weights cut to its count.
+    weights = np.where(np.arange(width) < counts[:, None], np.array(SHAPE_WEIGHTS[:width]), 0.0)
+    cdf = np.cumsum(weights / weights.sum(axis=1, keepdims=True), axis=1).astype(np.float32)
+    cdf[np.arange(width) >= counts[:, None] - 1] = 1.0  # never past a family's last shape
+    pick = rng.random(uniforms.shape, dtype=np.float32)
+    rank = np.zeros(uniforms.shape, dtype=np.int16)
+    for r in range(width - 1):  # a column at a time: memory of one draw per slot
+        rank += pick >= cdf[chosen, r]
+    return shapes[chosen, rank]
 
 
 def _draw(uniforms: np.ndarray, weights: np.ndarray) -> np.ndarray:
