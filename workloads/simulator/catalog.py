@@ -4,7 +4,8 @@ profiled for real on this machine.
 Each catalog graph is an XLA dump of the program (what the fleet hands us as symbols), its
 graph fingerprint, the measured seconds per execution, and each op's share of that time from
 a real profiler trace (what op-level profiles of the fleet say). Built once per home and
-cached; a graph's directory appears atomically with its `graph.json` last.
+cached; a graph's directory appears atomically with its `graph.json` last. The graphs come in
+catalog order, each workload's shapes together (the reach fleet's families).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from workloads import zoo
 from workloads.zoo.dump import dump_workload
 
 SCALES = (1, 4)
+REACH_SCALES = (1, 2, 4)  # the reach fleet's shapes of each workload
 MAX_OPS = 8  # ops kept per graph: the ones that cover most of its time
 _GRAPH_FILE = "graph.json"
 _PROFILED_RUNS = 10
@@ -32,6 +34,8 @@ class CatalogGraph:
     """One program of the fleet at one shape."""
 
     name: str
+    workload: str  # the zoo workload it is a shape of: its family
+    scale: int  # its batch's factor (zoo.variant)
     dump_dir: Path  # holds the unoptimized and optimized module files, as XLA names them
     fingerprint: str
     step_seconds: float  # measured seconds per execution on this machine
@@ -46,15 +50,16 @@ class CatalogGraph:
 def build_catalog(root: Path, names: list[str] | None = None, scales: tuple[int, ...] = SCALES,
                   progress: bool = False) -> list[CatalogGraph]:
     """The catalog of the named zoo workloads (all by default) at `scales`, built where missing."""
-    workloads = [zoo.variant(w.name, s) for w in (
+    shapes = [(w.name, s, zoo.variant(w.name, s)) for w in (
         zoo.all_workloads() if names is None else [zoo.get(n) for n in names]) for s in scales]
     catalog = []
-    for workload in progress_bar(workloads, desc="fleet programs", unit="graph", enabled=progress):
+    for name, scale, workload in progress_bar(shapes, desc="fleet programs", unit="graph", enabled=progress):
         graph_file = root / workload.name / _GRAPH_FILE
         if not graph_file.exists():
             _build_graph(workload, root)
         data = json.loads(graph_file.read_text())
-        catalog.append(CatalogGraph(**{**data, "dump_dir": graph_file.parent,
+        catalog.append(CatalogGraph(**{**data, "workload": name, "scale": scale,
+                                       "dump_dir": graph_file.parent,
                                        "op_fingerprints": tuple(data["op_fingerprints"]),
                                        "op_shares": tuple(data["op_shares"])}))
     return catalog

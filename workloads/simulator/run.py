@@ -7,7 +7,14 @@ Per day the fleet writes what a real one would give us, under `<home>/fleet/`:
 Then both go through `ingest_symbols` and `ingest_profiles`, the same path as real input.
 Given an inbox instead, the fleet writes the same files there and ingests nothing: the nightly
 run's ingest stage lands them, as it lands a real fleet's. Files are written atomically and
-named by seed and size, so a rerun writes the same bytes and ingestion skips them.
+named by mode, seed and size, so a rerun writes the same bytes and ingestion skips them.
+
+The fleet's mode (`fleet.FleetMode`) says what it runs. The default fleet runs the named
+workloads at the catalog's `SCALES`, each graph ranked on its own. The reach fleet runs them
+(the whole zoo by default) at `REACH_SCALES`, three shapes each, and ranks families: a
+long tail of models, each at several shapes, as a real fleet's sweeps, eval and serving
+variants and resized runs are. It is the fleet for measuring the loop's reach: how much of
+the tunable chip-time the nightly loop decides when a model's time is split over its shapes.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from storage.store_reader import current_version, live_entries
 from storage.store_schema import DEFAULT_HOLDOUT_SHARE
 from storage.warehouse import ROW_GROUP_ROWS
 from workloads.simulator import fleet
-from workloads.simulator.catalog import SCALES, CatalogGraph, build_catalog
+from workloads.simulator.catalog import REACH_SCALES, SCALES, CatalogGraph, build_catalog
 
 CHIP_HOUR = 3600.0
 
@@ -47,8 +54,11 @@ class SimulationReport:
 
     days: list[dict] = field(default_factory=list)  # per day: graph_runs rows, chip-hours, shares
     graphs: int = 0
+    families: int = 0  # workloads the graphs are shapes of
+    mode: fleet.FleetMode = fleet.FleetMode.DEFAULT
     chip_hours: float = 0.0
     top_graph_shares: dict[str, float] = field(default_factory=dict)  # top-1/5/10 share
+    top_family_shares: dict[str, float] = field(default_factory=dict)  # of families, the same
     size_class_shares: dict[str, float] = field(default_factory=dict)
     opted_out_share: float = 0.0
     long_tail: dict[str, float] = field(default_factory=dict)  # runs under a chip-hour: their share
@@ -99,32 +109,40 @@ def _holdout_shares(home: Path, version: int) -> dict[str, float]:
 
 
 def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.date | None = None,
-             workloads: list[str] | None = None, scales: tuple[int, ...] = SCALES,
+             workloads: list[str] | None = None, scales: tuple[int, ...] | None = None,
              op_sample: float = 1.0, tuned: fleet.TunedLookup | None = None,
              progress: bool = False, release_every_days: int = 4,
              inbox: Path | None = None,
              regressions: tuple[tuple[str, float], ...] = (),
-             epoch: datetime.date = fleet.EPOCH) -> SimulationReport:
+             epoch: datetime.date = fleet.EPOCH,
+             mode: fleet.FleetMode = fleet.FleetMode.DEFAULT) -> SimulationReport:
     """Simulate `days` days (ending today unless `start` is given) and ingest them into
     `home` (a local one); with an `inbox`, hand them over there for a later ingest instead.
     `regressions` are (config key, true speedup) pairs: entries that slow the fleet down
     (`fleet.FleetSpec.regressions`). `epoch` is the date of the fleet's day 0
-    (`fleet.FleetSpec.epoch`): the same days after the same epoch are the same fleet."""
+    (`fleet.FleetSpec.epoch`): the same days after the same epoch are the same fleet. `mode`
+    is the fleet's (`fleet.FleetMode`): the reach fleet runs the `workloads` (default: all) at
+    `REACH_SCALES` with popularity by family; `scales` overrides the mode's shapes."""
     home = open_home(home)
     root = home.local("fdo simulate")
     start = start or datetime.date.today() - datetime.timedelta(days=days - 1)
     first_day = (start - epoch).days
     if first_day < 0:
         raise ValueError(f"--start must be on or after {epoch}")
+    if scales is None:
+        scales = REACH_SCALES if mode is fleet.FleetMode.REACH else SCALES
     catalog = build_catalog(root / "simulator" / "catalog", workloads, scales, progress)
     spec = fleet.FleetSpec(jobs=jobs, seed=seed, op_sample=op_sample,
-                           release_every_days=release_every_days, regressions=regressions, epoch=epoch)
-    population = fleet.make_jobs(spec, len(catalog))
+                           release_every_days=release_every_days, regressions=regressions, epoch=epoch,
+                           mode=mode)
+    family = np.array([g.workload for g in catalog])
+    population = fleet.make_jobs(spec, len(catalog), family)
     here = current_environment()
     fingerprints = [g.fingerprint for g in catalog]
     step_seconds = np.array([g.step_seconds for g in catalog])
     totals = _Totals(len(catalog))
-    report = SimulationReport(graphs=len(catalog), inbox=str(inbox) if inbox else None)
+    report = SimulationReport(graphs=len(catalog), families=len(set(family.tolist())), mode=mode,
+                              inbox=str(inbox) if inbox else None)
     for day in progress_bar(range(first_day, first_day + days), desc="fleet days", unit="day",
                             enabled=progress):
         rows = fleet.simulate_day(population, spec, day, step_seconds, here)
@@ -132,7 +150,8 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
         dt = (epoch + datetime.timedelta(days=day)).isoformat()
         fleet_dir = inbox or root / "fleet"
         drop_dir = fleet_dir / "profiles" / dt
-        name = f"fleet-s{seed}-j{jobs}-{dt}"
+        # A reach fleet's drops are named apart: a default one of the same seed and size differs.
+        name = f"fleet{'-reach' if mode is fleet.FleetMode.REACH else ''}-s{seed}-j{jobs}-{dt}"
         graph_runs = _write_drop(drop_dir / f"{name}.graph_runs.parquet",
                                  fleet.graph_run_batches(rows, hits, population, day, fingerprints, epoch))
         op_runs = _write_drop(drop_dir / f"{name}.op_runs.parquet", fleet.op_run_batches(
@@ -154,7 +173,7 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
         report.days.append({**totals.add_day(dt, rows, population),
                             "true_chip_hours_saved": truth.saved / CHIP_HOUR,
                             "holdout_chip_hours_forgone": truth.forgone / CHIP_HOUR})
-    totals.finish(report)
+    totals.finish(report, family)
     return report
 
 
@@ -189,11 +208,15 @@ class _Totals:
                 "opted_out_share": opted / max(total, 1e-9),
                 "compiler_versions": {v: s / max(total, 1e-9) for v, s in sorted(versions.items())}}
 
-    def finish(self, report: SimulationReport) -> None:
+    def finish(self, report: SimulationReport, family: np.ndarray) -> None:
+        """Fill the report's totals; `family` is each graph's (its workload)."""
         total = max(float(self.by_graph.sum()), 1e-9)
-        ranked = np.sort(self.by_graph)[::-1]
+        _, members = np.unique(family, return_inverse=True)
         report.chip_hours = total / CHIP_HOUR
-        report.top_graph_shares = {f"top{k}": float(ranked[:k].sum() / total) for k in (1, 5, 10)}
+        for shares, tally in ((report.top_graph_shares, self.by_graph),
+                              (report.top_family_shares, np.bincount(members.reshape(-1), self.by_graph))):
+            ranked = np.sort(tally)[::-1]
+            shares.update({f"top{k}": float(ranked[:k].sum() / total) for k in (1, 5, 10)})
         report.size_class_shares = {name: float(s / total) for (name, _, _), s in
                                     zip(fleet.SIZE_CLASSES, self.by_class)}
         report.opted_out_share = self.opted_out / total
