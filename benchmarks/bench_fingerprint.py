@@ -1,8 +1,9 @@
 """Fingerprint throughput: instructions per second from HLO proto and from HLO text.
 
-Prints, side by side in one run, XLA's own text parse time, our graph fingerprint time and the
-time of the full fingerprint with op fingerprints, for generated modules of growing size (a random
-DAG of elementwise ops), and the zoo's modules. Times are medians of several runs: the machine may
+Prints, side by side in one run, XLA's own text parse time, our graph fingerprint time, the
+time of the full fingerprint with op fingerprints and the family fingerprint's time (and its
+ratio to the graph fingerprint's), for generated modules of growing size (a random DAG of
+elementwise ops), and the zoo's modules. Times are medians of several runs: the machine may
 be shared.
 """
 
@@ -13,6 +14,7 @@ import statistics
 import sys
 import time
 
+from hlo.family import family_fingerprint
 from hlo.fingerprint import fingerprint_module, graph_fingerprint
 from hlo.module import from_lowered, from_text
 from workloads import zoo
@@ -43,7 +45,7 @@ def timed(fn, repeats: int) -> float:
 
 def main(sizes: list[int]) -> None:
     print(f"{'instructions':>12} {'XLA text parse s':>17} {'fingerprint s':>14} {'instr/s':>10}"
-          f" {'with ops s':>11}")
+          f" {'with ops s':>11} {'family s':>9} {'family/fp':>10}")
     for n in sizes:
         text = generated_module_text(n)
         repeats = 5 if n <= 100_000 else 3
@@ -51,13 +53,17 @@ def main(sizes: list[int]) -> None:
         module = from_text(text)
         hashing = timed(lambda: graph_fingerprint(module), repeats)
         with_ops = timed(lambda: fingerprint_module(module, with_ops=True), repeats)
-        print(f"{n:>12} {parse:>17.2f} {hashing:>14.2f} {n / hashing:>10.0f} {with_ops:>11.2f}")
-    total, seconds = 0, 0.0
+        family = timed(lambda: family_fingerprint(module), repeats)
+        print(f"{n:>12} {parse:>17.2f} {hashing:>14.2f} {n / hashing:>10.0f} {with_ops:>11.2f}"
+              f" {family:>9.2f} {family / hashing:>10.2f}")
+    total, seconds, family_seconds = 0, 0.0, 0.0
     for workload in zoo.all_workloads():
         module = from_lowered(workload.lower())
         total += module.n_instructions()
         seconds += timed(lambda: graph_fingerprint(module), 5)
-    print(f"zoo: {total} instructions in 16 modules, {total / seconds:.0f} instr/s (median of 5)")
+        family_seconds += timed(lambda: family_fingerprint(module), 5)
+    print(f"zoo: {total} instructions in {len(zoo.all_workloads())} modules, {total / seconds:.0f} instr/s "
+          f"(median of 5); family fingerprints {family_seconds / seconds:.2f}x the time")
 
 
 if __name__ == "__main__":

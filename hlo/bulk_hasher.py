@@ -91,13 +91,15 @@ class Unsupported(Exception):
     """The bulk path cannot vouch for this module (or this schema): use the reference."""
 
 
-def bulk_fingerprint(module: HloModule, with_ops: bool = True) -> ModuleFingerprint:
-    """`module`'s fingerprint as the reference computes it, computed in bulk. Raises
-    `Unsupported` where the bulk path cannot vouch for the module, and ValueError or
-    DecodeError on some malformed ones (the reference raises its own error for those)."""
+def bulk_fingerprint(module: HloModule, with_ops: bool = True,
+                     hasher_class: type[BulkHasher] | None = None) -> ModuleFingerprint:
+    """`module`'s fingerprint as the reference computes it, computed in bulk (by
+    `hasher_class`, a subclass of `BulkHasher`, if given). Raises `Unsupported` where the bulk
+    path cannot vouch for the module, and ValueError or DecodeError on some malformed ones (the
+    reference raises its own error for those)."""
     if _BULK is None:
         raise Unsupported("schema")
-    return fingerprint_with(module, with_ops, _BULK.module_class, BulkHasher)
+    return fingerprint_with(module, with_ops, _BULK.module_class, hasher_class or BulkHasher)
 
 
 def _varint(value: int) -> bytes:

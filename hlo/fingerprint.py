@@ -32,11 +32,18 @@ import gc
 
 from google.protobuf.message import DecodeError
 
-from hlo.bulk_hasher import Unsupported, bulk_fingerprint
+from hlo.bulk_hasher import BulkHasher, Unsupported, bulk_fingerprint
 from hlo.module import HloModule
-from hlo.reference_hasher import DOMAIN, ModuleFingerprint, OpFingerprint, reference_fingerprint
+from hlo.proto import ModuleProto
+from hlo.reference_hasher import (
+    DOMAIN,
+    ModuleFingerprint,
+    OpFingerprint,
+    ReferenceHasher,
+    fingerprint_with,
+)
 
-__all__ = ["DOMAIN", "ModuleFingerprint", "OpFingerprint", "fingerprint_module",
+__all__ = ["DOMAIN", "ModuleFingerprint", "OpFingerprint", "fingerprint_by", "fingerprint_module",
            "graph_fingerprint"]
 
 # Below this size (about 20 instructions) the bulk path's fixed costs outweigh what it saves.
@@ -50,6 +57,14 @@ def graph_fingerprint(module: HloModule) -> str:
 
 def fingerprint_module(module: HloModule, with_ops: bool = True) -> ModuleFingerprint:
     """Graph fingerprint, instruction count and (optionally) op fingerprints in one pass."""
+    return fingerprint_by(module, with_ops, ReferenceHasher, BulkHasher)
+
+
+def fingerprint_by(module: HloModule, with_ops: bool, reference: type[ReferenceHasher],
+                   bulk: type[BulkHasher]) -> ModuleFingerprint:
+    """`fingerprint_module` with other hashers of one scheme: `reference` defines the digests
+    (a subclass of `ReferenceHasher`), `bulk` computes the same ones faster (a subclass of
+    `BulkHasher` with the same overrides) where it can vouch for the module."""
     # The hash loop allocates millions of small objects and no cycles; the cyclic collector
     # would rescan the growing heap again and again (superlinear on large modules).
     gc_was_enabled = gc.isenabled()
@@ -57,10 +72,10 @@ def fingerprint_module(module: HloModule, with_ops: bool = True) -> ModuleFinger
     try:
         if len(module.proto) >= _BULK_FROM_BYTES:
             try:
-                return bulk_fingerprint(module, with_ops)
+                return bulk_fingerprint(module, with_ops, bulk)
             except (Unsupported, ValueError, DecodeError):
                 pass  # the reference below either agrees or raises its own error for this module
-        return reference_fingerprint(module, with_ops)
+        return fingerprint_with(module, with_ops, ModuleProto, reference)
     finally:
         if gc_was_enabled:
             gc.enable()

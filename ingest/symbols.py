@@ -8,7 +8,9 @@ assignments, LLVM IR, ...) are not modules and are skipped. The environment come
 `fdo-environment.json` in the module's directory or above it (see ingest.sidecars), else the
 running machine's; the time it was seen from that file's `captured_at`, else the file's mtime.
 How the job partitioned the module across devices and processes (the environment's
-`partitioning`, which its key covers) lands beside it in `graphs.partitioning`.
+`partitioning`, which its key covers) lands beside it in `graphs.partitioning`, and the family
+of the module that keys the graph (`hlo.family`: the same program at other shapes) in
+`graphs.family`.
 
 A module that cannot be read, parsed or stored in the tables (a name over its bound) is
 quarantined with the reason, and the other modules of the run land (see ingest.input_files).
@@ -24,6 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment
+from hlo.family import family_fingerprint
 from hlo.fingerprint import ModuleFingerprint, fingerprint_module
 from hlo.module import load_file
 from ingest.input_files import INPUT_ERRORS, Unlisted, reason, walk
@@ -136,11 +139,13 @@ def ingest_symbols(paths: Iterable[Path], home: Home, progress: bool = False) ->
 
 @dataclass(frozen=True)
 class _Stored:
-    """A module file, fingerprinted and its text in the blob store."""
+    """A module file, fingerprinted and its text in the blob store; its family if it keys a
+    graph."""
 
     name: str
     fingerprint: ModuleFingerprint
     blob: str
+    family: str | None
 
 
 class _Loader:
@@ -151,15 +156,20 @@ class _Loader:
         self.blobs, self.quarantine, self.report = blobs, quarantine, report
         self.done: dict[str, _Stored | None] = {}
 
-    def load(self, path: Path, with_ops: bool) -> _Stored | None:
-        """The module in `path`, stored; None (and `path` quarantined) if it cannot be read."""
+    def load(self, path: Path, with_ops: bool, keys_graph: bool) -> _Stored | None:
+        """The module in `path`, stored, with its family if it `keys_graph`; None (and `path`
+        quarantined) if it cannot be read."""
         digest = None
         try:
             digest = file_digest(path)
             if digest in self.done:
-                return self.done[digest]
+                done = self.done[digest]
+                # An optimized module that keys another graph too is loaded again, for its family.
+                if done is None or done.family or not keys_graph:
+                    return done
             module = load_file(path)
             result = fingerprint_module(module, with_ops=with_ops)
+            family = family_fingerprint(module) if keys_graph else None
             text = module.to_text()
         except INPUT_ERRORS as exc:
             if digest is not None:
@@ -167,17 +177,17 @@ class _Loader:
             self.report.quarantined.append(self.quarantine.put_file(path, reason(path, exc)))
             return None
         # Outside the try: a blob store that cannot be written is no fault of the input.
-        self.done[digest] = _Stored(module.name, result, self.blobs.put_text(result.fingerprint, text))
+        self.done[digest] = _Stored(module.name, result, self.blobs.put_text(result.fingerprint, text), family)
         return self.done[digest]
 
 
 def _module_rows(files: ModuleFiles, environment: Environment, seen: datetime.datetime,
                  loader: _Loader) -> tuple[dict, list[dict]] | None:
-    graph = loader.load(files.main, with_ops=files.unoptimized is None)
+    graph = loader.load(files.main, with_ops=files.unoptimized is None, keys_graph=True)
     if graph is None:
         return None
     optimized = graph if files.unoptimized is None else (
-        loader.load(files.optimized, with_ops=True) if files.optimized else None)
+        loader.load(files.optimized, with_ops=True, keys_graph=False) if files.optimized else None)
     env_key = environment.key()
     row = {
         "dt": seen.date(), "fingerprint": graph.fingerprint.fingerprint, "env_key": env_key,
@@ -186,6 +196,7 @@ def _module_rows(files: ModuleFiles, environment: Environment, seen: datetime.da
         "platform": environment.platform, "device_kind": environment.device_kind,
         "device_count": environment.device_count, "compiler_version": environment.compiler_version,
         "first_seen": seen, "last_seen": seen, "partitioning": partitioning_text(environment.partitioning),
+        "family": graph.family,
     }
     ops: list[dict] = []
     if optimized is not None:
@@ -207,7 +218,8 @@ def _row_problem(table: TableSchema, rows: list[dict]) -> str | None:
 
 def _merge_graphs(rows: pa.Table) -> pa.Table:
     """One row per (fingerprint, env_key): earliest first_seen, latest last_seen, the optimized
-    module from the latest sighting that had one."""
+    module from the latest sighting that had one, a family over none (rows landed before
+    `graphs.family` have none)."""
     merged: dict[tuple[str, str], dict] = {}
     for row in sorted(rows.to_pylist(), key=lambda r: (r["last_seen"], r["optimized_blob"] or "")):
         key = (row["fingerprint"], row["env_key"])
@@ -217,6 +229,7 @@ def _merge_graphs(rows: pa.Table) -> pa.Table:
             if row["optimized_blob"] is None:
                 row["optimized_blob"] = old["optimized_blob"]
                 row["optimized_fingerprint"] = old["optimized_fingerprint"]
+            row["family"] = row["family"] or old["family"]
         row["dt"] = row["first_seen"].date()
         merged[key] = row
     return pa.Table.from_pylist(list(merged.values()), GRAPHS.schema)

@@ -40,9 +40,11 @@ PARTITIONING_JSON = 1 << 12  # a mesh of a few named axes, as a rule: far less
 
 # Version 2 added `partitioning`: how the job compiled the module across devices and processes
 # (`partitioning_text`), null for one device of one process and in files of version 1.
+# Version 3 added `family`: the graph's family fingerprint (`hlo.family`: the same program at
+# other shapes), null in files of earlier versions (`ingest.families` computes those).
 GRAPHS = TableSchema(
     name="graphs",
-    version=2,
+    version=3,
     key=("fingerprint", "env_key"),
     schema=pa.schema([
         _field("dt", pa.date32()),  # the date first seen
@@ -60,6 +62,7 @@ GRAPHS = TableSchema(
         _field("first_seen", TIMESTAMP),
         _field("last_seen", TIMESTAMP),
         added_column(_string("partitioning", PARTITIONING_JSON, nullable=True), 2),
+        added_column(_string("family", HEX_KEY, nullable=True), 3),
     ]),
 )
 

@@ -97,8 +97,8 @@ def _graph(home, n: int, name: str, env: Environment = HERE) -> None:
         "dt": DAY, "fingerprint": fp(n), "env_key": env.key(), "module_name": name, "n_instructions": 3,
         "hlo_blob": f"{fp(n)}.hlo.zst", "optimized_blob": None, "optimized_fingerprint": None,
         "platform": env.platform, "device_kind": env.device_kind, "device_count": env.device_count,
-        "compiler_version": env.compiler_version, "first_seen": NOW, "last_seen": NOW}], GRAPHS.schema),
-        f"graph-{n}-{env.platform}")
+        "compiler_version": env.compiler_version, "first_seen": NOW, "last_seen": NOW, "family": None}],
+        GRAPHS.schema), f"graph-{n}-{env.platform}")
 
 
 def _result(home, n: int, speedup: float | None, accepted: bool, env: Environment = HERE) -> None:
@@ -208,6 +208,7 @@ def _hlo(n: int) -> str:
 
 @pytest.mark.slow  # the candidates ask jaxlib for this machine's environment
 def test_a_nights_plan_is_made_once_and_a_resumed_stage_runs_what_is_left_of_it(tmp_path):
+    from hlo.family import family_fingerprint
     from hlo.fingerprint import graph_fingerprint
     from hlo.module import from_text
     from pipelines.stages import planned_graphs
@@ -223,8 +224,8 @@ def test_a_nights_plan_is_made_once_and_a_resumed_stage_runs_what_is_left_of_it(
             "n_instructions": 2, "hlo_blob": BlobStore(home).put_text(fingerprints[n], text),
             "optimized_blob": None, "optimized_fingerprint": None, "platform": here.platform,
             "device_kind": here.device_kind, "device_count": here.device_count,
-            "compiler_version": here.compiler_version, "first_seen": NOW, "last_seen": NOW}], GRAPHS.schema),
-            f"graph-{n}")
+            "compiler_version": here.compiler_version, "first_seen": NOW, "last_seen": NOW,
+            "family": family_fingerprint(from_text(text))}], GRAPHS.schema), f"graph-{n}")
     Warehouse(tmp_path).replace(CANDIDATES, pa.Table.from_pylist([
         {"dt": DAY, "kind": "graph", "fingerprint": fingerprints[n], "env_key": here.key(),
          "graph_fingerprint": fingerprints[n], "chip_seconds": hours * 3600, "share": 0.5, "rank": rank}

@@ -346,9 +346,11 @@ def test_cli_fingerprint_json(tmp_path, capsys) -> None:
     path.write_text(zoo.get("mlp-s").lower().as_text(dialect="hlo"))
     assert main(["fingerprint", str(path), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert set(payload) == {"fingerprint", "env_key", "key", "n_instructions"}
+    assert set(payload) == {"fingerprint", "family", "env_key", "key", "n_instructions"}
     assert main(["fingerprint", str(path)]) == 0
     assert capsys.readouterr().out.strip() == payload["fingerprint"]
+    assert main(["fingerprint", str(path), "--family"]) == 0
+    assert capsys.readouterr().out == payload["family"] + "\n"
 
 
 @pytest.mark.xla

@@ -136,7 +136,8 @@ def test_a_trace_row_counts_its_process_s_share_of_the_job_and_every_device_it_s
 @pytest.mark.xla
 def test_graphs_written_before_the_partitioning_column_still_read_and_merge(tmp_path):
     home = tmp_path / "home"
-    version_1 = TableSchema(GRAPHS.name, 1, pa.schema([f for f in GRAPHS.schema if f.name != "partitioning"]))
+    version_1 = TableSchema(GRAPHS.name, 1, pa.schema([f for f in GRAPHS.schema
+                                                       if f.name not in ("partitioning", "family")]))
     seen = datetime.datetime(2026, 6, 1, 12, tzinfo=datetime.UTC)
     old = {"dt": seen.date(), "fingerprint": "1" * 32, "env_key": "e" * 32, "module_name": "old",
            "n_instructions": 3, "hlo_blob": "hlo/11/" + "1" * 32 + ".hlo.zst", "optimized_blob": None,

@@ -367,7 +367,7 @@ class Home:
             "n_instructions": 3, "hlo_blob": name, "optimized_blob": None, "optimized_fingerprint": None,
             "platform": env.platform, "device_kind": env.device_kind, "device_count": env.device_count,
             "compiler_version": env.compiler_version, "first_seen": at, "last_seen": at,
-            "partitioning": partitioning_text(env.partitioning)}], GRAPHS.schema),
+            "partitioning": partitioning_text(env.partitioning), "family": None}], GRAPHS.schema),
             f"graph-{n}-{env.key()[:6]}")
 
     def hits(self, row: StoreEntry, n: int, outcome: str = "applied", at: datetime.datetime = NOW - DAY,
