@@ -10,7 +10,9 @@ entry's `source`, in no version yet), so an entry the validator has since invali
 or let expire, or that a rollback removed, is not brought back by its old result. Nothing new,
 no new version.
 
-An entry carries its result's opt-in config that relaxes numerics (`relaxed_config`,
+An entry carries where its result's config came from (`origin`, `transferred_from`: a search,
+a transfer from a sibling's verified config, or a key measured alike; `tuner.transfer`), and
+its opt-in config that relaxes numerics (`relaxed_config`,
 `relaxed_speedup`: `tuner.result.RelaxedOption`), which the hook applies only for jobs that opted
 in; a result landed before tuning_results had them (version 3) reads as having none. A result
 whose strict config was not accepted delivers nothing, its opt-in neither.
@@ -44,14 +46,14 @@ from storage.home import Home, temporary_name
 from storage.homes import open_home
 from storage.store_schema import ENTRIES, Provenance, conform_entries
 from tuner.tables import TUNING_RESULTS
-from vocabulary.tuning import Kind
+from vocabulary.tuning import Kind, Origin
 
 log = logging.getLogger("fleet_fdo.deliver")
 
 NOISE_BAND = 0.01
 _COLUMNS = ["task_id", "kind", "fingerprint", "env_key", "config", "speedup", "ci_low", "ci_high",
             "numerics_ok", "compiler_version", "accepted", "relaxed_config", "relaxed_speedup",
-            "autotune_results"]
+            "autotune_results", "origin", "transferred_from"]
 _DELIVERED_KINDS = pa.array([Kind.GRAPH, Kind.KERNELS], pa.string())  # the kinds that become entries
 
 
@@ -109,6 +111,9 @@ def accepted_as_entries(results: pa.Table, ttl: datetime.timedelta = DEFAULT_TTL
         "relaxed_config": rows.column("relaxed_config"),
         "relaxed_speedup": rows.column("relaxed_speedup"),
         "autotune_results": rows.column("autotune_results"),
+        # A result landed before origins were recorded (tuning_results version 6) was a search's.
+        "origin": pc.fill_null(rows.column("origin").cast(pa.string()), Origin.SEARCH.value),
+        "transferred_from": rows.column("transferred_from"),
     }).cast(ENTRIES)
 
 

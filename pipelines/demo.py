@@ -230,9 +230,9 @@ def print_summary(home: Path, first: datetime.date) -> None:
           f"decided, booked {booked.booked_decided / 3600:,.1f}, realized "
           + ("-" if booked.realized is None else f"{booked.realized.estimate / 3600:,.1f}"))
     nights = coverage_by_night(open_home(home))
-    print("verified coverage (the share of the tunable chip-time, this machine's platform and device "
-          "kind, that runs a config the loop verified): " + (", ".join(
-              f"after night {n.night} {'-' if n.share is None else format(n.share, '.1%')}" for n in nights)
+    print("reach (shares of the tunable chip-time, this machine's platform and device kind: running a "
+          "config the loop verified faster / decided, that or its defaults verified best): " + (", ".join(
+              f"after night {n.night} {_share(n.share)} / {_share(n.decided_share)}" for n in nights)
               or "no night recorded one"))
     fdo = [*fdo_command(), "--home", str(home)]
     print(f"\ndata written to {home}; to look around:")
@@ -241,6 +241,11 @@ def print_summary(home: Path, first: datetime.date) -> None:
                        (["validate", "--report"], "the validator's decisions and the entries' staleness"),
                        (["savings", "--from", first.isoformat()], "chip-time saved per day, team and version")):
         print(f"  {shlex.join(fdo + args):<{len(shlex.join(fdo)) + 28}} # {what}")
+
+
+def _share(value: float | None) -> str:
+    """A share as a percentage; "-" for none."""
+    return "-" if value is None else format(value, ".1%")
 
 
 def fdo_command() -> list[str]:

@@ -33,6 +33,9 @@ from tasks.runner import LocalRunner, Runner
 from tuner.kinds import KINDS
 from vocabulary.tuning import Kind
 
+# The share of a tune stage's minutes its transfer checks may take: the rest is the searches'.
+CHECK_SHARE = 0.75
+
 
 @dataclass(frozen=True)
 class NightlySettings:
@@ -41,12 +44,18 @@ class NightlySettings:
     date: datetime.date
     inbox: tuple[Path, ...] = ()  # where inputs arrive (default: HOME/inbox on a local home)
     window_days: int = 7
-    top: int = 3  # graphs to tune
+    top: int = 3  # graph searches a night (transfer checks and shared results come on top)
     top_ops: int = 2  # ops to tune, then fold into their graphs
     # GPU graphs whose kernels XLA's autotuner tunes offline (where a node autotunes: a GPU's)
     top_kernels: int = 2
     tune_evals: int = 24  # per graph
     tune_minutes: float = 20.0  # for the whole stage
+    # Graph candidates the ranking keeps (`ranking.rank.RankSettings.top_k`): the keys a night
+    # may cover with checks and shared results, beyond the `top` it searches.
+    rank_top: int = 20
+    # Transfer checks before searches, and searches seeded with transfers (`tuner.transfer`);
+    # False: searches alone (keys measured alike still share a result).
+    transfer: bool = True
     validate_minutes: float = 10.0
     # Fresh workers per tuned winner and per validated entry (None: the tuner's default).
     verify_workers: int | None = None
@@ -158,30 +167,48 @@ def _rank(home: Home, settings: NightlySettings, progress: bool,
           runner: Runner | None = None) -> dict[str, Any]:
     from ranking.rank import RankSettings, rank
 
-    candidates, _ = rank(home, RankSettings(date=settings.date, window_days=settings.window_days),
-                         settings.beam_args)
+    candidates, _ = rank(home, RankSettings(date=settings.date, window_days=settings.window_days,
+                                            top_k=settings.rank_top), settings.beam_args)
     kinds = candidates.column("kind").to_pylist()
     return {"graph_candidates": kinds.count(Kind.GRAPH), "op_candidates": kinds.count(Kind.OP)}
 
 
 def _tune(home: Home, settings: NightlySettings, progress: bool,
           runner: Runner | None = None) -> dict[str, Any]:
+    """The night's graph tasks as `tuner.plan` plans them, covering before deepening: keys
+    measured alike with a concluded one share its result; transfer checks, worthiest first,
+    within `CHECK_SHARE` of the stage's minutes; then searches by worth, at most `top`, sharing
+    `tune_evals` evaluations a graph and the stage's minutes by what each is worth; then the
+    kernels and the ops, in what time is left."""
+    from tuner.plan import NightState, night_counts, plan_checks, plan_searches, share_standing
+    from tuner.transfer import transferred
+
     deadline = time.time() + 60 * settings.tune_minutes
     runner = runner or LocalRunner()
-    # The stage's evaluations (tune_evals a graph) and time are shared by what each graph is
-    # worth (tuner.allot); ops get what is left of the time.
-    candidates, allotments = stages.planned_graphs(home, settings.date, settings.top, settings.tune_evals,
-                                                   runner.environments(), settings.force)
-    graphs = stages.tune_settings(Kind.GRAPH, budget_evals=settings.tune_evals,
-                                  verify_workers=settings.verify_workers)
-    tuned = stages.tune_candidates(Kind.GRAPH, home, candidates, graphs, progress, deadline=deadline,
-                                   reserve=1 if settings.top_ops else 0, runner=runner,
-                                   allotments=allotments)
-    results = tuned.results
-    counts = {"graphs": len(candidates), "tuned": len(results), "accepted": sum(r.accepted for r in results),
-              "budget_shares": [round(a.share, 4) for a in allotments],
-              "budget_evals": [a.budget_evals for a in allotments],
-              "search_stops": [r.search_stop for r in results], **_not_tuned(tuned.outcomes)}
+    base = stages.tune_settings(Kind.GRAPH, budget_evals=settings.tune_evals,
+                                verify_workers=settings.verify_workers)
+    state = NightState.load(home, runner.environments(), settings.date)
+    shared = share_standing(home, state)
+    checks = plan_checks(home, settings.date, state, settings.force) if settings.transfer else []
+    checked = stages.run_planned(home, checks, state, base, runner,
+                                 deadline=time.time() + CHECK_SHARE * (deadline - time.time()),
+                                 progress=progress)
+    accepted = {task.key: transfer for task, result in zip(checks, checked.results)
+                if result is not None and result.accepted
+                and (transfer := transferred(result.config, task.transfers)) is not None}
+    state = NightState.load(home, runner.environments(), settings.date)  # what the checks concluded
+    searches = plan_searches(home, settings.date, state, settings.top, settings.tune_evals, accepted,
+                             settings.transfer, settings.force)
+    searched = stages.run_planned(home, searches, state, base, runner, deadline=deadline,
+                                  reserve=1 if settings.top_ops else 0, progress=progress)
+    results = [r for r in searched.results if r is not None]
+    counts = {"graphs": len(searches), "tuned": len(results), "accepted": sum(r.accepted for r in results),
+              "budget_shares": [round(t.allotment.share, 4) for t in searches if t.allotment is not None],
+              "budget_evals": [t.allotment.budget_evals for t in searches if t.allotment is not None],
+              "search_stops": [r.search_stop for r in results],
+              **night_counts(checks, checked.results, searches, searched.results,
+                             len(shared) + len(checked.shared) + len(searched.shared)),
+              **_not_tuned(checked.outcomes + searched.outcomes)}
     if settings.top_kernels:
         counts.update(_tune_kernels(home, settings, progress, runner, deadline))
     left = (deadline - time.time()) / 60
@@ -240,12 +267,15 @@ def _savings(home: Home, settings: NightlySettings, progress: bool,
              runner: Runner | None = None) -> dict[str, Any]:
     from ranking.savings import BookedSavings, savings
     from ranking.verified_coverage import verified_coverage
+    from tuner.decided import defaults_kept
 
     first = settings.date - datetime.timedelta(days=settings.window_days - 1)
     rows = savings(home, first, settings.date, settings.beam_args)
     booked = BookedSavings.of(rows)
-    # What the night left the fleet: the store after its deliver and validate, over the window.
-    covered = verified_coverage(home, first, settings.date, (runner or LocalRunner()).environments())
+    # What the night left the fleet: the store after its deliver and validate, and the keys
+    # whose defaults it verified best, over the window.
+    covered = verified_coverage(home, first, settings.date, (runner or LocalRunner()).environments(),
+                                defaults_kept=defaults_kept(home, settings.date))
     # The dashboard's names: run time, compile time, both.
     return {"rows": rows.num_rows, "chip_hours_saved": round(booked.runtime / 3600, 3),
             "compile_chip_hours_saved": round(booked.compile / 3600, 3),
@@ -257,14 +287,17 @@ def _savings(home: Home, settings: NightlySettings, progress: bool,
 class NightCoverage:
     """The verified coverage a nightly run left (`ranking.verified_coverage`, as its savings
     stage recorded it): the run's date, which night of the ledger it was (1 for the first that
-    recorded one), the covered share of the tunable chip-time (None: nothing tunable), and both
-    figures in chip-seconds."""
+    recorded one), the covered share of the tunable chip-time (running a verified faster config;
+    None: nothing tunable), and its figures in chip-seconds; and the decided share (covered, or
+    defaults verified best; None: nothing tunable, or a night recorded before it was)."""
 
     date: datetime.date
     night: int
     share: float | None
     tunable_chip_seconds: float
     covered_chip_seconds: float
+    decided_share: float | None = None
+    decided_chip_seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, the date in ISO form."""
@@ -281,7 +314,8 @@ def coverage_by_night(home: Home) -> list[NightCoverage]:
             if figure is not None:
                 recorded[row["dt"]] = figure
     return [NightCoverage(date, night, figure["share"], figure["tunable_chip_seconds"],
-                          figure["covered_chip_seconds"])
+                          figure["covered_chip_seconds"], figure.get("decided_share"),
+                          figure.get("decided_chip_seconds"))
             for night, (date, figure) in enumerate(sorted(recorded.items()), start=1)]
 
 

@@ -18,13 +18,14 @@ from tuner.kinds import KINDS
 from vocabulary.tuning import Kind
 
 if TYPE_CHECKING:
-    import datetime
 
     from tasks.records import TaskOutcome, TuneTask
     from tasks.runner import Runner
     from tuner.allot import Allotment
     from tuner.candidates import Candidate, Sharded
+    from tuner.plan import NightState, PlannedTask
     from tuner.result import TuneResult
+    from tuner.transfer import Transfer
     from tuner.tune import TuneSettings
     from validator.validate import Measurer
 
@@ -102,7 +103,8 @@ def tune_candidates(kind: Kind, home: Home, candidates: Sequence[Candidate], set
                     progress: bool = False, deadline: float | None = None, reserve: int = 0,
                     runner: Runner | None = None, allotments: Sequence[Allotment] | None = None,
                     measure_mode: MeasureMode | None = None,
-                    sharded: dict[str, Sharded] | None = None, fold: bool = True) -> TuneRound:
+                    sharded: dict[str, Sharded] | None = None, fold: bool = True,
+                    task_settings: Sequence[TuneSettings] | None = None) -> TuneRound:
     """Tune each candidate as a task of `kind` with `settings` on `runner` (default: here, in
     order).
 
@@ -115,13 +117,14 @@ def tune_candidates(kind: Kind, home: Home, candidates: Sequence[Candidate], set
     each task gets its own evaluations and carries its share. With a `deadline` (time.time()),
     each task's search gets a share of the time left (its allotment's, else an equal one),
     `reserve` more shares kept for what the caller runs next, and a task the deadline leaves no
-    time for is not started (`tasks.runner.Runner`). A kind whose results are folded into graphs
-    (`KindSpec.folded`: ops) has them folded here, unless `fold` is False
+    time for is not started (`tasks.runner.Runner`). `task_settings`: each candidate's own
+    settings instead of `settings` (a night's planned tasks: `tuner.plan`). A kind whose results
+    are folded into graphs (`KindSpec.folded`: ops) has them folded here, unless `fold` is False
     (`tuner.fold.fold_tuned`). Returns each task's outcome, in order, and the folds."""
     from tasks.runner import Deadline, LocalRunner, run_all
     from tuner.fold import fold_tuned
 
-    records = tune_tasks(kind, home, candidates, settings, allotments, measure_mode, sharded)
+    records = tune_tasks(kind, home, candidates, settings, allotments, measure_mode, sharded, task_settings)
     outcomes: list[TaskOutcome[TuneResult]] = run_all(
         runner or LocalRunner(), records, home, Deadline(deadline, reserve) if deadline is not None else None,
         progress, f"tune {kind} tasks")
@@ -133,9 +136,11 @@ def tune_candidates(kind: Kind, home: Home, candidates: Sequence[Candidate], set
 
 def tune_tasks(kind: Kind, home: Home, candidates: Sequence[Candidate], settings: TuneSettings,
                allotments: Sequence[Allotment] | None = None, measure_mode: MeasureMode | None = None,
-               sharded: dict[str, Sharded] | None = None) -> list[TuneTask]:
+               sharded: dict[str, Sharded] | None = None,
+               task_settings: Sequence[TuneSettings] | None = None) -> list[TuneTask]:
     """The task of each candidate, as `tune_candidates` runs them: placed and routed as its
-    kind says, with its allotment's budget where there is one."""
+    kind says, with its allotment's budget where there is one, or its own settings
+    (`task_settings`)."""
     from dataclasses import replace
 
     from execution.sharded import choose_placement, whole_capacity
@@ -148,44 +153,69 @@ def tune_tasks(kind: Kind, home: Home, candidates: Sequence[Candidate], settings
     placed = {**sharded_environments(home), **(sharded or {})} if KINDS[kind].whole_graph else {}
     capacity = whole_capacity(here.platform)
     given: Sequence[Allotment | None] = allotments if allotments is not None else [None] * len(candidates)
+    own: Sequence[TuneSettings | None] = task_settings if task_settings is not None else [None] * len(candidates)
     records = []
-    for candidate, allotment in zip(candidates, given, strict=True):
+    for candidate, allotment, chosen in zip(candidates, given, own, strict=True):
         found = placed.get(candidate.env_key)
         placement = choose_placement(found.partitioning if found else None, capacity, measure_mode)
-        task_settings = (settings if allotment is None else
-                         replace(settings, budget_evals=allotment.budget_evals, allotment=allotment))
+        if chosen is None:
+            chosen = (settings if allotment is None else
+                      replace(settings, budget_evals=allotment.budget_evals, allotment=allotment))
         records.append(TuneTask.of(kind, candidate.label, replace(candidate.subject, placement=placement),
-                                   candidate.env_key, task_settings, found.machine if found else None))
+                                   candidate.env_key, chosen, found.machine if found else None))
     return records
 
 
-def planned_graphs(home: Home, date: datetime.date, top: int, per_task_evals: int,
-                   environments: frozenset[str] | None, force: bool = False
-                   ) -> tuple[list[Candidate], list[Allotment]]:
-    """The graph candidates of a night's tune stage (`date`) and each one's part of the stage's
-    budget, `per_task_evals` evaluations per task shared by what each graph is worth
-    (`tuner.allot`): the `top` ranked graphs this compiler has not tuned that `environments`
-    can measure, the worthiest first (a stage whose time runs out leaves the least worth for
-    the next night). The plan is written once per date (`tune-plans/<date>.json` under the
-    home's pipelines) and a resumed stage runs what is left of it, each task with the budget it
-    had (so it resumes from its journal); `force` plans again."""
-    import json
+def run_planned(home: Home, planned: Sequence[PlannedTask], state: NightState, settings: TuneSettings,
+                runner: Runner, deadline: float | None = None, reserve: int = 0,
+                progress: bool = False) -> PlannedRound:
+    """A night's planned graph tasks (`tuner.plan`) on `runner`, each with its own settings
+    from the stage's `settings` (`PlannedTask.settings`), within `deadline` (`reserve`: as
+    `tune_candidates`); then each result's group, the other keys measured alike, takes it
+    (`tuner.plan.land_shared`). Returns each task's outcome and result (None: none, the outcome
+    says why), and the shared results."""
+    from storage.blobs import BlobStore
+    from tuner.candidates import RankedGraph
+    from tuner.plan import land_shared
 
-    from tuner.allot import Allotment, allot, worths
+    blobs = BlobStore(home)
+    candidates = [RankedGraph(0, 0.0, state.measurable[task.key]).candidate(blobs) for task in planned]
+    done = tune_candidates(Kind.GRAPH, home, candidates, settings, progress, deadline, reserve, runner,
+                           task_settings=[task.settings(settings) for task in planned])
+    results = [o.result for o in done.outcomes]
+    shared = [r for task, result in zip(planned, results) if result is not None
+              for r in land_shared(home, task, result)]
+    return PlannedRound(done.outcomes, results, shared)
 
-    found = KINDS[Kind.GRAPH].candidates(home, top, True, environments).tunable
-    keys = [(c.subject.fingerprint, c.env_key) for c in found]
-    where = home.location("pipelines", "tune-plans", f"{date}.json")
-    if home.exists(where) and not force:
-        planned = [Allotment.from_json(a) for a in json.loads(home.read_bytes(where))]
-        by_key = dict(zip(keys, found))
-        left = [(by_key[key], a) for a in planned if (key := (a.worth.fingerprint, a.worth.env_key)) in by_key]
-        return [candidate for candidate, _ in left], [allotment for _, allotment in left]
-    allotted = allot(worths(home, keys), per_task_evals) if keys else []
-    order = sorted(range(len(allotted)), key=lambda i: -allotted[i].share)  # stable: rank for ties
-    candidates, allotments = [found[i] for i in order], [allotted[i] for i in order]
-    home.atomic_write(where, json.dumps([a.to_json() for a in allotments]) + "\n")
-    return candidates, allotments
+
+@dataclass
+class PlannedRound:
+    """What a night's planned tasks did: each task's outcome and result (None: none), in the
+    plan's order, and the results the keys measured alike took from them."""
+
+    outcomes: list[TaskOutcome[TuneResult]]
+    results: list[TuneResult | None]
+    shared: list[TuneResult]
+
+
+def transfers_for(home: Home, candidates: Sequence[Candidate]) -> list[tuple[Transfer, ...]]:
+    """Each graph candidate's transfers (`tuner.transfer`), from `home`'s warehouse and store:
+    a graph of the warehouse by its key; a module given as a file by its family, on this
+    machine's platform and device kind."""
+    from hlo.environment import current_environment
+    from hlo.family import family_fingerprint
+    from ingest.families import graph_families
+    from tuner.transfer import GraphFacts, TransferSources
+
+    sources = TransferSources.load(home, graph_families(home))
+    here = current_environment()
+    found = []
+    for candidate in candidates:
+        key = (candidate.subject.fingerprint, candidate.env_key)
+        facts = sources.graphs.get(key) or GraphFacts(family_fingerprint(candidate.subject.module),
+                                                      here.platform, here.device_kind)
+        found.append(tuple(sources.candidates(key, facts)))
+    return found
 
 
 def measurer(runner: Runner | None) -> Measurer | None:

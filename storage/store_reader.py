@@ -1,6 +1,6 @@
 """The config store's read path for every stage: the live version and its unexpired entries,
-in the columns every version holds (`storage.store_schema.STORE_ENTRY_COLUMNS`). No store yet
-means no entries. The home may be a URL on any of Beam's file systems.
+in the columns every version holds (`storage.store_schema.STORE_ENTRY_COLUMNS`), or as records
+(`live_records`). No store yet means no entries. The home may be a URL on any of Beam's file systems.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from storage.home import Home
 from storage.homes import open_home
-from storage.store_schema import STORE_ENTRY_COLUMNS
+from storage.store_schema import STORE_ENTRY_COLUMNS, StoreEntry, conform_entries, entries_of
 
 
 def current_version(home: Home | str | Path) -> int | None:
@@ -36,8 +36,27 @@ def live_entries(home: Home | str | Path, now: datetime.datetime | None = None) 
     version = current_version(home)
     if version is None:
         return STORE_ENTRY_COLUMNS.empty_table()
+    entries = _version_table(home, version, STORE_ENTRY_COLUMNS.names).cast(STORE_ENTRY_COLUMNS)
+    return _unexpired(entries, now)
+
+
+def live_records(home: Home | str | Path, now: datetime.datetime | None = None) -> list[StoreEntry]:
+    """The live version's unexpired entries as records, every column (a version written before
+    a column was added reads null there); none when there is no store. ValueError naming an
+    entry that is no StoreEntry."""
+    home = open_home(home)
+    version = current_version(home)
+    if version is None:
+        return []
+    return entries_of(_unexpired(conform_entries(_version_table(home, version)), now))
+
+
+def _version_table(home: Home, version: int, columns: list[str] | None = None) -> pa.Table:
     data = home.read_bytes(home.location("store", f"v{version}", "entries.parquet"))
-    entries = pq.read_table(pa.BufferReader(data), columns=STORE_ENTRY_COLUMNS.names).cast(STORE_ENTRY_COLUMNS)
+    return pq.read_table(pa.BufferReader(data), columns=columns)
+
+
+def _unexpired(entries: pa.Table, now: datetime.datetime | None) -> pa.Table:
     now = now or datetime.datetime.now(datetime.UTC)
     expires_at = entries.column("expires_at")
     return entries.filter(pc.greater(expires_at, pa.scalar(now, expires_at.type)))

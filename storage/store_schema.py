@@ -32,6 +32,8 @@ from typing import Any, ClassVar, Iterable, Mapping
 
 import pyarrow as pa
 
+from vocabulary.tuning import Origin
+
 STORE_ENTRY_COLUMNS = pa.schema([
     pa.field("key", pa.string()),  # the store key: hlo.environment.store_key(fingerprint, env_key)
     pa.field("fingerprint", pa.string()),
@@ -59,9 +61,16 @@ ENTRIES = pa.schema(list(STORE_ENTRY_COLUMNS) + [
     # XLA:GPU per-fusion autotune results for the entry's graph, an xla.AutotuneResults in XLA's
     # text format (execution.autotune.results); null where the entry carries none.
     pa.field("autotune_results", pa.string()),
+    # Where the config came from (a vocabulary.tuning.Origin: its tuning result's search, a
+    # transfer from a sibling, or a key measured alike), and the graph key
+    # ("<fingerprint>/<env_key>") it was verified for first; null for an import, or an entry
+    # written before them.
+    pa.field("origin", pa.string()),
+    pa.field("transferred_from", pa.string()),
 ])
 _ENTRY_NAMES = tuple(ENTRIES.names)  # Arrow makes the list anew each time it is asked
-ADDED_ENTRY_COLUMNS = frozenset({"holdout_share", "relaxed_config", "relaxed_speedup", "autotune_results"})
+ADDED_ENTRY_COLUMNS = frozenset({"holdout_share", "relaxed_config", "relaxed_speedup", "autotune_results",
+                                 "origin", "transferred_from"})
 # The share of jobs a key's holdout arm takes when neither the entry nor its version's manifest
 # says (versions made before shares existed), and the most any may say: the holdout arm is a
 # measurement, never the fleet's main way to run a tuned program.
@@ -124,6 +133,8 @@ class StoreEntry:
     relaxed_config: str | None = None  # with numerics-relaxing flags, for jobs that opted in
     relaxed_speedup: float | None = None
     autotune_results: str | None = None  # XLA:GPU's, in XLA's text format (execution.autotune.results)
+    origin: Origin | None = None  # where the config came from; None: an import, or written before
+    transferred_from: str | None = None  # the graph key it was verified for first, if another
 
     # The fields whose JSON form is an object (their text parsed), and those in ISO 8601.
     CONFIG_FIELDS: ClassVar[tuple[str, ...]] = ("config", "relaxed_config")
@@ -224,20 +235,19 @@ def check_holdout_share(value: Any, where: str) -> float:
     return float(value)
 
 
-_PROVENANCES = {provenance.value: provenance for provenance in Provenance}
 _KIND_NAMES = {str: "text", float: "a number", datetime.datetime: "a time with a time zone",
-               Provenance: f"one of {', '.join(Provenance)}"}
+               Provenance: f"one of {', '.join(Provenance)}", Origin: f"one of {', '.join(Origin)}"}
 
 
 def _typed(value: Any, kind: type) -> Any:
-    """`value` as a `kind`, the one value it stands for (an int for a float, a string for a
-    Provenance) or itself; None where it is no `kind`."""
+    """`value` as a `kind`, the one value it stands for (an int for a float, a string for an
+    enum's member: a Provenance, an Origin) or itself; None where it is no `kind`."""
     if isinstance(value, bool):
         return None
     if kind is float and isinstance(value, int):
         return float(value)
-    if kind is Provenance and isinstance(value, str):
-        return _PROVENANCES.get(value)
+    if issubclass(kind, enum.Enum) and isinstance(value, str) and not isinstance(value, kind):
+        return next((member for member in kind if member.value == value), None)
     if kind is datetime.datetime and isinstance(value, datetime.datetime) and value.tzinfo is None:
         return None
     return value if isinstance(value, kind) else None

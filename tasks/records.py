@@ -86,9 +86,10 @@ class TuneTask:
         """What names the task's attempts in the home: its kind, key, environment and budget
         (and, for a sharded graph, how it is measured)."""
         measured_as = [self.placement.mode] if self.placement.partitioning is not None else []
+        checked = ["transfer check"] if self.settings.transfer_check else []
         return task_digest("tune", self.kind, self.fingerprint, self.env_key,
                            self.settings.strategy, self.settings.seed, self.settings.budget_evals,
-                           *measured_as)
+                           *measured_as, *checked)
 
     def subject(self) -> Subject:
         """What the tuner is given to tune."""

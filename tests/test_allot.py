@@ -1,6 +1,6 @@
 """A tune stage's budget shared by what each graph is worth (tuner.allot), the time that follows
-it (tasks.runner), the nightly's plan of it (pipelines.stages.planned_graphs), and the verified
-coverage a night leaves (ranking.verified_coverage): no XLA, a warehouse written by hand."""
+it (tasks.runner), and the verified coverage a night leaves (ranking.verified_coverage): no XLA,
+a warehouse written by hand. The night's plan itself: tests/test_plan.py."""
 
 from __future__ import annotations
 
@@ -199,48 +199,3 @@ def test_verified_coverage_counts_this_machines_platform_and_device_kind_by_defa
     Store(tmp_path).publish(pa.Table.from_pylist([_entry(1, here, "tuner")], ENTRIES), None, "test")
     covered = verified_coverage(open_home(tmp_path), DAY, DAY)
     assert (covered.tunable_keys, covered.share) == (1, 1.0)
-
-
-def _hlo(n: int) -> str:
-    return (f"HloModule m{n}\n\nENTRY main {{\n  p = f32[{n}]{{0}} parameter(0)\n"
-            f"  ROOT e = f32[{n}]{{0}} exponential(p)\n}}\n")
-
-
-@pytest.mark.slow  # the candidates ask jaxlib for this machine's environment
-def test_a_nights_plan_is_made_once_and_a_resumed_stage_runs_what_is_left_of_it(tmp_path):
-    from hlo.family import family_fingerprint
-    from hlo.fingerprint import graph_fingerprint
-    from hlo.module import from_text
-    from pipelines.stages import planned_graphs
-    from storage.blobs import BlobStore
-
-    home, here = open_home(tmp_path), current_environment()
-    fingerprints = {}
-    for n, hours in ((2, 80.0), (3, 20.0)):
-        text = _hlo(n)
-        fingerprints[n] = graph_fingerprint(from_text(text))
-        Warehouse(tmp_path).append(GRAPHS, pa.Table.from_pylist([{
-            "dt": DAY, "fingerprint": fingerprints[n], "env_key": here.key(), "module_name": f"m{n}",
-            "n_instructions": 2, "hlo_blob": BlobStore(home).put_text(fingerprints[n], text),
-            "optimized_blob": None, "optimized_fingerprint": None, "platform": here.platform,
-            "device_kind": here.device_kind, "device_count": here.device_count,
-            "compiler_version": here.compiler_version, "first_seen": NOW, "last_seen": NOW,
-            "family": family_fingerprint(from_text(text))}], GRAPHS.schema), f"graph-{n}")
-    Warehouse(tmp_path).replace(CANDIDATES, pa.Table.from_pylist([
-        {"dt": DAY, "kind": "graph", "fingerprint": fingerprints[n], "env_key": here.key(),
-         "graph_fingerprint": fingerprints[n], "chip_seconds": hours * 3600, "share": 0.5, "rank": rank}
-        for rank, (n, hours) in enumerate(((2, 80.0), (3, 20.0)), start=1)], CANDIDATES.schema),
-        "candidates", [DAY.isoformat()])
-    candidates, plan = planned_graphs(home, DAY, 2, 10, None)
-    assert [a.worth.fingerprint for a in plan] == [fingerprints[2], fingerprints[3]]
-    assert [a.budget_evals for a in plan] == [16, 8] and len(candidates) == 2
-    # The first task lands (what similar graphs gained changes); the stage is killed and resumed.
-    Warehouse(tmp_path).append(TUNING_RESULTS, pa.Table.from_pylist([{
-        "dt": DAY, "task_id": "first", "kind": "graph", "fingerprint": fingerprints[2],
-        "env_key": here.key(), "config": "{}", "speedup": 3.0, "compiler_version": here.compiler_version,
-        "accepted": True, "status": "accepted", "strategy": "evolution", "evaluations": 8,
-        "measured": 8}], TUNING_RESULTS.schema), "first")
-    left, again = planned_graphs(home, DAY, 2, 10, None)
-    assert [c.env_key for c in left] == [here.key()] and again == plan[1:]  # its budget, as planned
-    _, replanned = planned_graphs(home, DAY, 2, 10, None, force=True)
-    assert [a.share for a in replanned] == [1.0]

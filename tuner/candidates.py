@@ -64,29 +64,57 @@ def latest_candidates(home: Home, kind: Kind) -> pa.Table:
                                      pc.equal(candidates.column("kind"), kind))).sort_by("rank")
 
 
+@dataclass(frozen=True)
+class RankedGraph:
+    """A graph candidate of the latest ranking that can be measured: its rank, fleet
+    chip-seconds over the ranking window, and its `graphs` row."""
+
+    rank: int
+    chip_seconds: float
+    graph: dict
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(fingerprint, env_key)."""
+        return self.graph["fingerprint"], self.graph["env_key"]
+
+    @property
+    def label(self) -> str:
+        """For people: its rank, module name and fingerprint."""
+        return f"#{self.rank} {self.graph['module_name']} {self.graph['fingerprint'][:8]}"
+
+    def candidate(self, blobs: BlobStore) -> Candidate:
+        """The task's candidate: the graph's unoptimized module from the blob store."""
+        module = from_text(blobs.get_text(self.graph["hlo_blob"]), source=self.graph["hlo_blob"])
+        return Candidate(self.label, graph_subject(module), self.graph["env_key"])
+
+
+def ranked_graphs(home: Home, environments: frozenset[str] | None = None,
+                  platforms: frozenset[str] | None = None) -> list[RankedGraph]:
+    """The graph candidates of the latest ranking that can be measured (`_measurable_graphs`),
+    best first, of environments on `platforms` only where given."""
+    graphs = _measurable_graphs(home, environments)
+    if platforms is not None:
+        graphs = {key: g for key, g in graphs.items() if g["platform"] in platforms}
+    found = []
+    for candidate in latest_candidates(home, Kind.GRAPH).to_pylist():
+        graph = graphs.get((candidate["fingerprint"], candidate["env_key"]))
+        if graph is not None:
+            found.append(RankedGraph(candidate["rank"], candidate["chip_seconds"], graph))
+    return found
+
+
 def tunable_candidates(home: Home, top: int, untried: bool = False,
                        environments: frozenset[str] | None = None, kind: Kind = Kind.GRAPH,
                        platforms: frozenset[str] | None = None) -> list[Candidate]:
     """The best-ranked graph candidates of the latest ranking that can be measured
-    (`_measurable_graphs`), at most `top`, for tasks of `kind` (a graph's flags, or its
-    kernels), of environments on `platforms` only where given. `untried`: only those this
-    compiler has no `kind` result for yet, so that a nightly run moves down the ranking."""
-    graphs = _measurable_graphs(home, environments)
-    if platforms is not None:
-        graphs = {key: g for key, g in graphs.items() if g["platform"] in platforms}
+    (`ranked_graphs`), at most `top`, for tasks of `kind` (a graph's flags, or its kernels), of
+    environments on `platforms` only where given. `untried`: only those this compiler has no
+    `kind` result for yet, so that a nightly run moves down the ranking."""
     tried = _tried(home, kind) if untried else set()
     blobs = BlobStore(home)
-    found: list[Candidate] = []
-    for candidate in latest_candidates(home, Kind.GRAPH).to_pylist():
-        if len(found) >= top:  # before the first too: a `top` of 0 takes none
-            break
-        graph = graphs.get((candidate["fingerprint"], candidate["env_key"]))
-        if graph is None or (candidate["fingerprint"], candidate["env_key"]) in tried:
-            continue
-        module = from_text(blobs.get_text(graph["hlo_blob"]), source=graph["hlo_blob"])
-        label = f"#{candidate['rank']} {graph['module_name']} {candidate['fingerprint'][:8]}"
-        found.append(Candidate(label, graph_subject(module), candidate["env_key"]))
-    return found
+    ranked = [r for r in ranked_graphs(home, environments, platforms) if r.key not in tried]
+    return [r.candidate(blobs) for r in ranked[:max(top, 0)]]
 
 
 def tunable_op_candidates(home: Home, top: int, untried: bool = False,
@@ -165,14 +193,15 @@ def _measurable_graphs(home: Home, environments: frozenset[str] | None) -> dict[
     `environments` (a sharded graph's, or its machine kind's: `tasks.resources`); None: of this
     machine's platform and device kind. A graph spanning more than MAX_PARTITION_DEVICES has
     none: no per-device program of it can be built."""
-    here = current_environment()
+    here = current_environment() if environments is None else None
 
     def measurable(g: dict) -> bool:
         if g.get("partitioning") is not None and spans(
                 partitioning_from_json(json.loads(g["partitioning"]))) > MAX_PARTITION_DEVICES:
             return False
-        if environments is None:
+        if here is not None:
             return (g["platform"], g["device_kind"]) == (here.platform, here.device_kind)
+        assert environments is not None
         if g["env_key"] in environments:
             return True
         return g.get("partitioning") is not None and machine_kind(

@@ -17,6 +17,7 @@ import datetime
 import hashlib
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -30,6 +31,7 @@ from tuner.space import config_key
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.trial import Trial
 from vocabulary.interval import columns
+from vocabulary.tuning import Origin
 
 JOURNAL = "trials.jsonl"  # a task's trials, one appended per trial
 RESULT = "result.json"  # a finished task's result, with its trials
@@ -94,6 +96,22 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
                        **columns(result.relaxed.speedup, prefix="relaxed_"))
     warehouse.append(TUNING_RESULTS, pa.Table.from_pylist([summary], TUNING_RESULTS.schema),
                      f"task-{result.task_id}")
+
+
+def share_result(home: Home, result: TuneResult, env_key: str) -> TuneResult:
+    """`result` as the result of the same graph in environment `env_key`, which the tuner
+    measures alike (the same program, platform, device kind and partitioning: the keys differ
+    only in the compiler release their jobs ran, which the tuner does not run): the same
+    verdict and figures, `Origin.SHARED` from the measured key, as a task of its own (its id
+    from the result's and `env_key`, its trials the measured task's), landed. Idempotent."""
+    source = f"{result.fingerprint}/{result.env_key}"
+    shared = replace(result, task_id=task_digest(result.task_id, "shared", env_key), env_key=env_key,
+                     trials=[], origin=Origin.SHARED, transferred_from=source,
+                     reason=f"{result.reason}; measured as {source}, a key measured alike")
+    if finished_result(home, shared.task_id) is None:
+        save_result(home, shared)
+    land_result(home, shared)
+    return shared
 
 
 def _failed_outputs_json(checks: list[OutputCheck]) -> str:

@@ -14,7 +14,7 @@ from tuner.search import PhaseSpend
 from tuner.space import config_key
 from tuner.trial import Phase, StopReason, Trial
 from vocabulary.interval import Interval, as_flat, columns, from_columns, from_flat
-from vocabulary.tuning import Kind, Verdict
+from vocabulary.tuning import Kind, Origin, Verdict
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,12 @@ class TuneResult:
     budget_reason: str | None = None
     # How the graph was measured (execution.sharded): whole, or its per-device program.
     measure_mode: MeasureMode = MeasureMode.WHOLE
+    # Where its config came from (`vocabulary.tuning.Origin`): the task's own search, a transfer
+    # check of its siblings' configs, or another key's task measured alike; and the graph key
+    # ("<fingerprint>/<env_key>") the config was verified for first, where it came from one
+    # (a transferred config that won; None: the search's own, or nothing beat the default).
+    origin: Origin = Origin.SEARCH
+    transferred_from: str | None = None
 
     @property
     def accepted(self) -> bool:
@@ -109,6 +115,7 @@ class TuneResult:
                       "search_stop": (StopReason(data["search_stop"])
                                       if data.get("search_stop") is not None else None),
                       "measure_mode": MeasureMode(data.get("measure_mode", MeasureMode.WHOLE)),
+                      "origin": Origin(data.get("origin") or Origin.SEARCH),
                       "relaxed": _relaxed_from_json(data.get("relaxed")),
                       "trials": [Trial.from_json(t) for t in data.get("trials", [])],
                       "phases": [PhaseSpend(**{**p, "phase": Phase(p["phase"])})

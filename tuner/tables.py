@@ -47,9 +47,10 @@ TRIALS = TableSchema(
 # after a colon ("default fails: <reason>"; `Verdict.parse` reads both). And how the task
 # measured its graph (`measure_mode`), why its search ended (`search_stop`), and a nightly
 # task's share of its stage's budget and why.
+# Version 6: where the config came from (`origin`, `transferred_from`: `tuner.transfer`).
 TUNING_RESULTS = TableSchema(
     name="tuning_results",
-    version=5,
+    version=6,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("task_id", pa.string(), nullable=False),
@@ -100,5 +101,10 @@ TUNING_RESULTS = TableSchema(
         # for a task given its own budget, or landed before version 5.
         added_column(pa.field("budget_share", pa.float64(), nullable=True), 5),
         added_column(pa.field("budget_reason", pa.string(), nullable=True), 5),
+        # search | transfer | shared (vocabulary.tuning.Origin), and the graph key
+        # ("<fingerprint>/<env_key>") a transferred or shared config was verified for first;
+        # null before version 6: search, from nowhere else.
+        added_column(pa.field("origin", pa.string(), nullable=True), 6),
+        added_column(pa.field("transferred_from", pa.string(), nullable=True), 6),
     ]),
 )

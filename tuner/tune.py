@@ -84,11 +84,12 @@ from tuner.search import (
 from tuner.space import config_key
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.target import TuneTarget
+from tuner.transfer import TRANSFER_CHECK, Transfer, transferred
 from tuner.trial import STALL_AFTER, Phase, StopReason, Trial
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
 from vocabulary.failures import Failure
-from vocabulary.tuning import Verdict
+from vocabulary.tuning import Origin, Verdict
 
 if TYPE_CHECKING:
     # The allotment's module reads the ranking's candidates (the pipeline extra); the base
@@ -131,11 +132,18 @@ class TuneSettings:
     stall_after: int | None = STALL_AFTER
     # A nightly stage's task: its share of the stage's budget, and why (`tuner.allot`).
     allotment: Allotment | None = None
+    # Configs verified for the graph's siblings (`tuner.transfer`), tried first; with
+    # `transfer_check`, alone: the task is a transfer check (no search, no race, no pruning),
+    # the best of them verified as any winner is.
+    transfers: tuple[Transfer, ...] = ()
+    transfer_check: bool = False
 
     def __post_init__(self) -> None:
         if self.stall_after is not None and self.stall_after < 1:
             raise ValueError(f"stall_after {self.stall_after}: at least 1 evaluation (or None: "
                              "never stop before the budget)")
+        if self.transfer_check and not self.transfers:
+            raise ValueError("a transfer check needs transfers to check")
 
 
 def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: str | None = None,
@@ -151,7 +159,7 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     measured_as = [target.placement.mode] if target.placement.partitioning is not None else []
     task_id = task_digest(target.kind, target.fingerprint, env_key, strategy_name,
                           settings.seed, settings.budget_evals, environment.compiler_version,
-                          *map(config_key, target.configs), *measured_as)
+                          *map(config_key, target.configs), *measured_as, *_transfer_parts(settings))
     finished = finished_result(home, task_id)
     if finished is not None:  # landing again is a no-op unless a kill cut it short
         land_result(home, finished)
@@ -174,11 +182,12 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
 
     stalled = None
     next_config: Propose
-    if target.configs:  # a fixed list, in order
-        next_config = functools.partial(_listed, target.configs)
+    listed = target.configs or (tuple(t.config for t in settings.transfers) if settings.transfer_check else ())
+    if listed:  # a fixed list, in order: a transfer check's transfers
+        next_config = functools.partial(_listed, listed)
     else:
         strategy = _strategy(target, home, settings, prior)
-        next_config = proposals(strategy)
+        next_config = _seeded(tuple(t.config for t in settings.transfers), proposals(strategy))
         if settings.stall_after is not None:
             stalled = Stall(strategy, settings.stall_after)
     plan = plan_cores(settings.compile_workers, settings.cores)
@@ -192,7 +201,7 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
                                  target.placement.compiled_for) as evaluator:
                 outcome = run_search(evaluator, next_config, trials, settings.budget_evals,
                                      settings.search, settings.compare, in_time, record,
-                                     listed=bool(target.configs), clock=clock, stalled=stalled)
+                                     listed=bool(listed), clock=clock, stalled=stalled)
                 trials, winners, stop, compiles = (outcome.trials, outcome.winners, outcome.stop,
                                                    outcome.compiles)
         except DefaultFails as failed:  # nothing to measure against: the task ends here
@@ -203,9 +212,14 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     result = _verify(target, trials, winners, settings, task_id, env_key,
                      environment.compiler_version, searched, default_fails)
     allotment = settings.allotment
+    source = transferred(result.config, settings.transfers) if result.config else None
     result = replace(result, search_stop=stop,
                      budget_share=allotment.share if allotment is not None else None,
-                     budget_reason=allotment.reason if allotment is not None else None)
+                     budget_reason=allotment.reason if allotment is not None else None,
+                     origin=Origin.TRANSFER if settings.transfer_check or source is not None else Origin.SEARCH,
+                     transferred_from=source.source if source is not None else None,
+                     reason=f"{result.reason}; transferred ({source.describe()})" if source else result.reason,
+                     strategy=TRANSFER_CHECK if settings.transfer_check else result.strategy)
     bar.close()
     save_result(home, result)
     land_result(home, result)
@@ -228,6 +242,30 @@ def _listed(configs: tuple[CompilerConfig, ...], trials: list[Trial],
     """The next of a fixed list of configs (a `tuner.search.Propose`); None at its end."""
     index = len(trials) + len(pending)
     return dict(configs[index]) if index < len(configs) else None
+
+
+def _seeded(seeds: tuple[CompilerConfig, ...], then: Propose) -> Propose:
+    """`then`'s proposals after `seeds` (transferred configs), each seed once: the search starts
+    from its siblings' winners, and the strategy sees them among its trials (the schedule climbs
+    around the best so far, the incumbent's early stop holds later screens to it)."""
+    if not seeds:
+        return then
+    keys = [config_key(seed) for seed in seeds]
+
+    def next_config(trials: list[Trial], pending: list[CompilerConfig]) -> CompilerConfig | None:
+        known = {config_key(t.config) for t in trials} | {config_key(c) for c in pending}
+        for seed, key in zip(seeds, keys):
+            if key not in known:
+                return dict(seed)
+        return then(trials, pending)
+
+    return next_config
+
+
+def _transfer_parts(settings: TuneSettings) -> list[str]:
+    """What transfers add to a task's id (nothing without: an id is what it was before)."""
+    parts = [f"transfer:{config_key(t.config)}" for t in settings.transfers]
+    return parts + ["transfer check"] if settings.transfer_check else parts
 
 
 def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings: TuneSettings,

@@ -43,3 +43,29 @@ class Verdict(StrEnum):
                 return verdict, status[len(verdict) + 2:]
         raise ValueError(f"status {status!r}: not one of {', '.join(map(repr, cls))}")
 
+
+
+class Origin(StrEnum):
+    """Where a tuning result's config came from (`tuner.result.TuneResult.origin`, and the
+    `origin` of tuning_results and of the store's entries). SEARCH: the task's own search, which
+    transferred configs may have seeded (`transferred_from` then names the key whose config it
+    verified, where one of them won). TRANSFER: a transfer check (`tuner.transfer`): only
+    configs verified for the graph's siblings, or that won broadly on its platform, were tried,
+    and the best judged by the task's own verification (fresh workers, the same statistics and
+    numerics rule); `transferred_from` names the key it came from. SHARED: another key's very
+    task (`transferred_from`), whose program the tuner compiles and measures identically: the
+    same graph, platform, device kind and partitioning; the keys differ only in what the tuner
+    does not run (the compiler release their jobs ran)."""
+
+    SEARCH = "search"
+    TRANSFER = "transfer"
+    SHARED = "shared"
+
+
+class KeyDecision(StrEnum):
+    """What the loop has decided for a graph key (`tuner.decided`): FASTER, a verified config
+    faster than the defaults is live in the store; DEFAULTS, the defaults were verified best (a
+    search, or the very measurement of a key measured alike, found nothing that holds up)."""
+
+    FASTER = "faster"
+    DEFAULTS = "defaults"

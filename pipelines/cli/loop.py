@@ -33,7 +33,13 @@ def add_nightly(sub: Subcommands) -> None:
                    help="where drops, traces and dumps arrive; repeat for more (default: HOME/inbox)")
     p.add_argument("--window-days", type=int, default=7, metavar="DAYS",
                    help="days ranked, ending with --date")
-    p.add_argument("--top", type=int, default=3, metavar="N", help="graphs to tune")
+    p.add_argument("--top", type=int, default=3, metavar="N",
+                   help="graph searches, worthiest first (transfer checks and results shared with "
+                   "keys measured alike come first and on top: docs/nightly.md)")
+    p.add_argument("--rank-top", type=int, default=20, metavar="N",
+                   help="graph candidates the ranking keeps: the keys a night may reach")
+    p.add_argument("--no-transfer", action="store_true",
+                   help="no transfer checks, and searches from the defaults alone (for comparisons)")
     p.add_argument("--top-ops", type=int, default=2, metavar="N",
                    help="ops to tune, then fold into their graphs")
     p.add_argument("--top-kernels", type=int, default=2, metavar="N",
@@ -67,7 +73,7 @@ def cmd_nightly(args: argparse.Namespace, home: Home) -> int:
         inbox=tuple(Path(p) for p in args.inbox), window_days=args.window_days, top=args.top,
         top_ops=args.top_ops, top_kernels=args.top_kernels, tune_evals=args.tune_evals,
         tune_minutes=args.tune_minutes, validate_minutes=args.validate_minutes,
-        verify_workers=args.verify_workers,
+        verify_workers=args.verify_workers, rank_top=args.rank_top, transfer=not args.no_transfer,
         beam_args=tuple(args.beam_args), force=args.force)
     from pipelines.stages import cluster_address, open_runner
 

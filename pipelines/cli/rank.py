@@ -92,6 +92,7 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
     from ranking.savings import MIN_HOLDOUT_COMPILES, BookedSavings, savings
     from ranking.verified_coverage import verified_coverage
     from storage.warehouse import Warehouse
+    from tuner.decided import defaults_kept
     from tuner.tables import TRIALS
     from validator.tables import VALIDATIONS
 
@@ -108,7 +109,7 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
                      realized, first, last)
     ratio = return_on_cost(split.total.realized.estimate if split.total.realized is not None else None, cost)
     booked = BookedSavings.of(rows)
-    covered = verified_coverage(home, first, last)
+    covered = verified_coverage(home, first, last, defaults_kept=defaults_kept(home, last))
     nights = [n for n in coverage_by_night(home) if n.date <= last]
     if args.json:
         print_json({"rows": json_rows(rows), "booked": booked.to_json(), "entries": [r.to_json() for r in realized],
@@ -141,16 +142,23 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
 
 
 def print_coverage(covered: Any, nights: list[Any]) -> None:
-    """The verified coverage now (over the days asked), then after each nightly run."""
+    """The verified coverage now (over the days asked): the share of the tunable chip-time
+    running a verified faster config and the share decided; then both after each nightly run."""
     if covered.share is None:
         print("verified coverage: no tunable chip-time in these days")
     else:
         print(f"verified coverage: {covered.share:.1%} of the tunable chip-time runs a verified config "
               f"({_chip_time(covered.covered_chip_seconds)} of {_chip_time(covered.tunable_chip_seconds)}; "
-              f"{covered.covered_keys} of {covered.tunable_keys} graphs)")
+              f"{covered.covered_keys} of {covered.tunable_keys} graphs); decided: {covered.decided_share:.1%} "
+              f"(a verified config, or the defaults verified best; {covered.decided_keys} graphs)")
     if nights:
-        print("  after each night: " + ", ".join(
-            f"{n.night} ({n.date}) {'-' if n.share is None else format(n.share, '.1%')}" for n in nights))
+        print("  after each night (faster / decided): " + ", ".join(
+            f"{n.night} ({n.date}) {_share(n.share)} / {_share(n.decided_share)}" for n in nights))
+
+
+def _share(value: float | None) -> str:
+    """A share as a percentage; "-" for none."""
+    return "-" if value is None else format(value, ".1%")
 
 
 def print_realized(realized: Any, split: Any) -> None:

@@ -77,6 +77,13 @@ def add_tune(sub: Subcommands) -> None:
                    help="the strategy alone, from the first evaluation (no neighbours, no "
                    "combinations; for comparisons)")
     p.add_argument("--no-fold", action="store_true", help="with --kind op: tune the ops only")
+    p.add_argument("--no-transfer", action="store_true",
+                   help="graphs: search from the defaults alone, without first trying the configs "
+                   "verified for the graph's siblings (the same program in other environments or "
+                   "at other shapes) or that won broadly on its platform (for comparisons)")
+    p.add_argument("--transfer-check", action="store_true",
+                   help="graphs: try only those transferred configs and verify the best, as the "
+                   "nightly loop's first pass does (no search); a graph with none is not run")
     p.add_argument("--cores", default=None, metavar="CORES",
                    help="cores to compile and measure on, e.g. 0-7; a quarter compile, the rest "
                    "measure (default: all available)")
@@ -124,12 +131,35 @@ def cmd_tune(args: argparse.Namespace, home: Home) -> int:
                 print(f"no ranked {'graph' if spec.whole_graph else kind} candidates that "
                       f"{_measurers(runner)} can measure{asked} (run fdo rank)", file=sys.stderr)
                 return EXIT_FAILED
+        own = None
+        if kind == Kind.GRAPH and not args.no_transfer:
+            candidates, own = _with_transfers(home, candidates, settings, args.transfer_check)
+            if not candidates:
+                print("no transferred configs to check for any of the graphs", file=sys.stderr)
+                return EXIT_FAILED
         done = stages.tune_candidates(
             kind, home, candidates, settings, progress=not args.json, runner=runner,
             measure_mode=MeasureMode(args.measure_mode) if args.measure_mode else None,
-            sharded=sharded, fold=not args.no_fold)
+            sharded=sharded, fold=not args.no_fold, task_settings=own)
     _print_round(candidates, done, runner.name, args.json, spec.folded)
     return _tune_exit(done.outcomes)
+
+
+def _with_transfers(home: Home, candidates: list[Candidate], settings: Any,
+                    check: bool) -> tuple[list[Candidate], list[Any]]:
+    """Each graph candidate with its own settings: seeded with its transfers (`tuner.transfer`),
+    or with `check`, a transfer check of them; a candidate with none to check is told and left
+    out."""
+    kept, own = [], []
+    for candidate, transfers in zip(candidates, stages.transfers_for(home, candidates)):
+        if check and not transfers:
+            print(f"{candidate.label}: no transferred configs to check (no sibling has a verified "
+                  "config, nothing won on its platform yet, or the graph tried them all)", file=sys.stderr)
+            continue
+        kept.append(candidate)
+        own.append(replace(settings, transfers=transfers, transfer_check=check,
+                           budget_evals=len(transfers) if check else settings.budget_evals))
+    return kept, own
 
 
 def _file_candidate(path: str, measure_mode: str | None, sharded: dict[str, Sharded]) -> Candidate:
@@ -209,6 +239,10 @@ def _tune_settings(args: argparse.Namespace) -> Any:
         value = getattr(args, option)
         if value is not None and value < 1:
             raise ValueError(f"--{option.replace('_', '-')} {value}: at least one is needed")
+    if args.transfer_check and args.no_transfer:
+        raise ValueError("--transfer-check and --no-transfer exclude each other")
+    if args.transfer_check and args.kind != Kind.GRAPH:
+        raise ValueError(f"--transfer-check: graphs only, not --kind {args.kind}")
     if args.stall_after is not None and args.stall_after < 0:
         raise ValueError(f"--stall-after {args.stall_after}: a count of evaluations, or 0 for never")
     # --budget-evals 0 asks for no budget of its own: the kind's default, as without it.
@@ -244,6 +278,8 @@ def _print_tune_result(label: str, r: Any) -> None:
     print(f"{label}: {r.status} {speed}; config {config_text(r.to_json()['config'])}")
     if r.reason:
         print(f"  {r.reason}")
+    if r.transferred_from is not None:
+        print(f"  config from {r.transferred_from} ({r.origin})")
     if r.autotune_results is not None:
         from execution.autotune.results import parse_results
 

@@ -317,16 +317,23 @@ def coverage(rows: list[Row], window: Window) -> go.Figure | None:
 
 
 def verified_coverage(rows: list[Row], window: Window) -> go.Figure | None:
-    """The share of the tunable chip-time that runs a verified config after each night (%)."""
+    """The loop's reach after each night (%): the share of the tunable chip-time that runs a
+    verified faster config, and the share decided (that, or its defaults verified best)."""
     if not rows:
         return None
     fig = go.Figure()
-    fig.add_bar(x=[f"night {r['night']}" for r in rows], y=[percent(r["share"]) or 0.0 for r in rows],
-                name="verified coverage", marker_color=KIND_COLORS["graph"],
+    x = [f"night {r['night']}" for r in rows]
+    fig.add_bar(x=x, y=[percent(r["share"]) or 0.0 for r in rows],
+                name="faster (verified config)", marker_color=KIND_COLORS["graph"],
                 customdata=[[r["date"], r["covered_chip_hours"], r["tunable_chip_hours"]] for r in rows],
-                hovertemplate="%{x} (%{customdata[0]}): %{y:.1f}% of the tunable chip-time, "
-                              "%{customdata[1]:,.0f} of %{customdata[2]:,.0f} chip-hours<extra></extra>")
-    base_layout(fig, yaxis_title="tunable chip-time on a verified config (%)")
+                hovertemplate="%{x} (%{customdata[0]}): %{y:.1f}% of the tunable chip-time runs a verified "
+                              "config, %{customdata[1]:,.0f} of %{customdata[2]:,.0f} chip-hours<extra></extra>")
+    fig.add_bar(x=x, y=[percent(r.get("decided_share")) or 0.0 for r in rows],
+                name="decided (or defaults verified best)", marker_color=KIND_COLORS["op"],
+                customdata=[[r["date"]] for r in rows],
+                hovertemplate="%{x} (%{customdata[0]}): %{y:.1f}% of the tunable chip-time decided"
+                              "<extra></extra>")
+    base_layout(fig, yaxis_title="share of the tunable chip-time (%)", barmode="group")
     fig.update_yaxes(range=[0, 100], ticksuffix="%")
     fig.update_layout(bargap=bargap(len(rows)))
     return fig

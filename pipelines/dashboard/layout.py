@@ -80,9 +80,10 @@ OVERVIEW = Page("overview", "Overview", (
               "hits", charts.hit_rate, "fdo ingest profiles"),
         Chart("coverage", "Fleet coverage", "Share of fleet chip-time by category at the last ranking",
               "coverage", charts.coverage, "fdo rank"),
-        Chart("verified-coverage", "Verified coverage", "Share of the tunable chip-time (graphs the loop's "
-              "machines can measure, jobs that accept tuning) whose graph runs a config the loop verified, "
-              "after each nightly run", "verified-coverage", charts.verified_coverage, "fdo nightly"),
+        Chart("verified-coverage", "Verified coverage", "Shares of the tunable chip-time (graphs the loop's "
+              "machines can measure, jobs that accept tuning) whose graph runs a config the loop verified "
+              "faster, and that the loop has decided (that, or the defaults verified best), after each "
+              "nightly run", "verified-coverage", charts.verified_coverage, "fdo nightly"),
     )),
     ("Validator and staleness", (
         Chart("validations", "Validator outcomes", "Store entries re-validated per day, by decision",

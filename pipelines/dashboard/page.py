@@ -209,6 +209,8 @@ def _tiles(data: PageData) -> str:
         ("Verified coverage", number(summary.get("verified_coverage"), ".1%"),
          "of the tunable chip-time runs a verified config after "
          + _count(summary.get("verified_coverage_nights", 0), "night", "nights"), None),
+        ("Decided", number(summary.get("decided_coverage"), ".1%"),
+         "of the tunable chip-time: a verified config, or its defaults verified best", None),
     )
     return "\n".join(
         f'<div class="tile"><div class="label">{html.escape(label)}</div>'

@@ -461,6 +461,7 @@ def summary(rows: dict[str, list[Row]]) -> Row:
                        "decided_entries", "undecided_entries")},
         "regressed_entries": sum(r["regressed"] for r in rows["realized"]),
         "verified_coverage": night["share"] if night else None,
+        "decided_coverage": night.get("decided_share") if night else None,
         "verified_coverage_nights": night["night"] if night else 0,
         "return_on_cost": rows["loop-cost"][0]["return_on_cost"] if rows["loop-cost"] else None,
         "cost_chip_hours": rows["loop-cost"][0]["cost_chip_hours"] if rows["loop-cost"] else None,

@@ -1,0 +1,86 @@
+"""Transfer, for real: a model tuned and delivered at one shape, then run by a hooked job at
+another, gets a verified config from the next night's loop without a search, and the job's next
+compile applies it. The README's quickstart job (an n-body step), its number of systems changed."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hlo.environment import current_environment, store_key
+from storage.store_reader import live_records
+from storage.warehouse import Warehouse
+from tuner.tables import TUNING_RESULTS
+from tuner.transfer import TRANSFER_CHECK
+from vocabulary.tuning import Origin
+
+# The step's win is several-fold on every CPU we know (its reductions off YNNPACK).
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess, pytest.mark.measure_scale(0.2)]
+
+REPO = Path(__file__).resolve().parents[1]
+TODAY = datetime.date.today()
+
+
+def fdo(home: Path, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert done.returncode == 0, f"fdo {' '.join(args)}: {done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def job(home: Path, job_id: str, systems: int) -> None:
+    """The quickstart job at `systems` systems, hooked, its modules spooled and its steps traced
+    into the inbox the nightly run reads."""
+    run = home / "inbox" / job_id
+    run.mkdir(parents=True)
+    (run / "fdo-job.json").write_text(json.dumps({"job_id": job_id, "team": "me", "chips": 1}))
+    fdo(home, "run", "--spool-hlo", "--job-id", job_id, "--", sys.executable, str(REPO / "examples" / "quickstart.py"),
+        "--steps", "50", "--systems", str(systems), "--trace", str(run))
+
+
+def night(home: Path, date: datetime.date, searches: int) -> dict:
+    out = fdo(home, "nightly", "--date", date.isoformat(), "--top", str(searches), "--top-ops", "0",
+              "--tune-evals", "4", "--tune-minutes", "3", "--validate-minutes", "0.2", "--json")
+    report = json.loads(out)
+    assert report["ok"], out
+    return {stage["stage"]: stage["counts"] for stage in report["stages"]}
+
+
+def step_result(home: Path, fingerprint: str) -> list[dict]:
+    rows = Warehouse(home).read(TUNING_RESULTS).to_pylist()
+    return [r for r in rows if r["fingerprint"] == fingerprint]
+
+
+def test_a_tuned_model_at_a_new_shape_gets_a_transferred_config_from_the_next_night_without_a_search(tmp_path):
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FDO_")}
+    assert env is not None
+    job(home, "four-1", 4)
+    first = night(home, TODAY, searches=1)
+    assert first["tune"]["accepted"] == 1 and first["deliver"]["version"] is not None
+    [tuned] = [e for e in live_records(home) if e.kind == "graph"]
+
+    job(home, "eight-1", 8)  # the same model at another shape: a miss, a new fingerprint
+    second = night(home, TODAY + datetime.timedelta(days=1), searches=0)  # no search may run
+    tune = second["tune"]
+    assert (tune["checks"], tune["checks_accepted"], tune["tuned"]) == (1, 1, 0), tune
+    [entry] = [e for e in live_records(home) if e.kind == "graph" and e.fingerprint != tuned.fingerprint]
+    source = f"{tuned.fingerprint}/{tuned.env_key}"
+    assert (entry.origin, entry.transferred_from) == (Origin.TRANSFER, source)
+    assert entry.config == tuned.config and entry.ci_low > 1.01
+    [result] = step_result(home, entry.fingerprint)
+    assert (result["origin"], result["transferred_from"], result["strategy"], result["accepted"]) == (
+        Origin.TRANSFER, source, TRANSFER_CHECK, True)
+    assert entry.key == store_key(entry.fingerprint, current_environment().key())
+
+    job(home, "eight-2", 8)  # the job's next compile applies it
+    hits = json.loads(fdo(home, "hits", "--job", "eight-2", "--json"))["records"]
+    applied = [h for h in hits if h["outcome"] == "applied"]
+    assert [h["module_name"] for h in applied] == ["jit_step"]
+    assert applied[0]["fingerprint"] == entry.fingerprint

@@ -1,0 +1,304 @@
+"""A night's tune stage: cover the fleet's tunable chip-time before deepening it.
+
+A fleet runs each program in many keys (releases, device counts, partitionings, shapes), and
+the loop's reach is the share of the tunable chip-time it has decided (`tuner.decided`). A night
+spends its stage on what covers the most first:
+
+1. share: a key that the tuner measures exactly as one whose conclusion stands (the same graph,
+   platform, device kind and partitioning: another compiler release of a program here, which
+   the tuner does not run) takes that key's result as its own (`tuner.persist.share_result`):
+   no task;
+2. group: the other keys without a standing conclusion, by how the tuner measures them
+   (`MeasuredAlike`); one task per group, on its worthiest key, whose result every key of the
+   group then shares (`land_shared`);
+3. checks (`plan_checks`): each group that has transfers (`tuner.transfer`: configs verified for
+   its siblings, or that won broadly on its platform) gets a transfer check, worthiest first: a
+   few compiles and screens and one verification, where a search is dozens;
+4. searches (`plan_searches`, planned once the checks have run): the groups still without a
+   conclusion, worthiest first, at most `top`, each seeded with its transfers and allotted its
+   share of the stage's evaluations by worth (`tuner.allot`). A group whose check was accepted
+   tonight competes too, its worth discounted by `DEEPEN_DISCOUNT` (the transfer took part of
+   the gain): by what it is worth, a transferred config is where a search starts, not where it
+   must end.
+
+A group's worth is its keys' fleet chip-seconds together, times the share a tuning of it is
+expected to save (`tuner.allot.worths`). Each list is written once per date under the home's
+pipelines (`tune-plans/<date>.checks.json`, `.searches.json`), so a resumed stage runs what is
+left of it, each task with the budget it had.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from storage.home import Home
+from tuner.allot import Allotment, Worth, allot, worths
+from tuner.candidates import RankedGraph, _measurable_graphs, ranked_graphs
+from tuner.decided import KeyStatus, key_statuses
+from tuner.persist import finished_result, share_result
+from tuner.result import TuneResult
+from tuner.transfer import GraphKey, Transfer, TransferSources
+from tuner.tune import TuneSettings
+from vocabulary.tuning import Verdict
+
+# A group whose transfer was accepted tonight competes for a search with this share of its worth.
+DEEPEN_DISCOUNT = 0.5
+
+
+class Path(StrEnum):
+    """How a planned task reaches its group: a transfer check, or a search."""
+
+    CHECK = "transfer check"
+    SEARCH = "search"
+
+
+@dataclass(frozen=True)
+class MeasuredAlike:
+    """What decides the program the tuner compiles and measures for a graph key: its graph, and
+    its environment but the compiler release (the tuner measures with its own) and the job's own
+    options (which the tuner does not apply)."""
+
+    fingerprint: str
+    platform: str
+    device_kind: str
+    partitioning: str | None
+
+    @classmethod
+    def of(cls, graph: dict) -> MeasuredAlike:
+        """Of a `graphs` row."""
+        return cls(graph["fingerprint"], graph["platform"], graph["device_kind"], graph.get("partitioning"))
+
+
+@dataclass(frozen=True)
+class PlannedTask:
+    """One task of a night: its path, the graph key it measures, the other environments of the
+    graph measured alike (they share its result), its transfers, its share of the stage's
+    evaluations (a search's), and its attempt (inconclusive searches of the key before it: a
+    new search is a task of its own)."""
+
+    path: Path
+    key: GraphKey
+    alike: tuple[str, ...] = ()
+    transfers: tuple[Transfer, ...] = ()
+    allotment: Allotment | None = None
+    attempt: int = 0
+
+    def settings(self, base: TuneSettings) -> TuneSettings:
+        """The task's settings, from the stage's: a check tries its transfers alone, a search
+        starts from them within its allotment."""
+        if self.path is Path.CHECK:
+            return replace(base, transfers=self.transfers, transfer_check=True,
+                           budget_evals=len(self.transfers), allotment=None)
+        budget = self.allotment.budget_evals if self.allotment is not None else base.budget_evals
+        return replace(base, transfers=self.transfers, transfer_check=False, budget_evals=budget,
+                       allotment=self.allotment, seed=base.seed + self.attempt)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"path": str(self.path), "key": list(self.key), "alike": list(self.alike),
+                "transfers": [t.to_json() for t in self.transfers],
+                "allotment": self.allotment.to_json() if self.allotment is not None else None,
+                "attempt": self.attempt}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PlannedTask:
+        """The task `to_json` wrote."""
+        allotment = data.get("allotment")
+        return cls(Path(data["path"]), (data["key"][0], data["key"][1]), tuple(data["alike"]),
+                   tuple(Transfer.from_json(t) for t in data["transfers"]),
+                   Allotment.from_json(allotment) if allotment is not None else None, data["attempt"])
+
+
+@dataclass
+class Group:
+    """The keys of one graph measured alike that the night still owes a conclusion, worthiest
+    first, with their fleet chip-seconds together."""
+
+    alike: MeasuredAlike
+    ranked: list[RankedGraph] = field(default_factory=list)
+
+    @property
+    def key(self) -> GraphKey:
+        """The key its task measures: the worthiest."""
+        return self.ranked[0].key
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        """The other keys' environments."""
+        return tuple(r.key[1] for r in self.ranked[1:])
+
+    @property
+    def chip_seconds(self) -> float:
+        """Its keys' fleet chip-seconds together."""
+        return sum(r.chip_seconds for r in self.ranked)
+
+
+@dataclass
+class NightState:
+    """What a plan is made from: the ranking's measurable graphs, the transfer evidence, and
+    where each key stands."""
+
+    ranked: list[RankedGraph]
+    measurable: dict[GraphKey, dict]
+    sources: TransferSources
+    statuses: dict[GraphKey, KeyStatus]
+
+    @classmethod
+    def load(cls, home: Home, environments: frozenset[str] | None, today: datetime.date,
+             families: dict[GraphKey, str] | None = None, compiler: str | None = None) -> NightState:
+        """`home`'s, for the machines of `environments` (None: this one), its graphs' families
+        (default: `ingest.families.graph_families`) and results on `compiler` (default: this
+        machine's) given."""
+        if families is None:
+            from ingest.families import graph_families
+
+            families = graph_families(home)
+        sources = TransferSources.load(home, families)
+        return cls(ranked_graphs(home, environments), _measurable_graphs(home, environments), sources,
+                   key_statuses(home, sources, today, compiler))
+
+    def status(self, key: GraphKey) -> KeyStatus:
+        """Where `key` stands (nothing done: an empty status)."""
+        return self.statuses.get(key, KeyStatus())
+
+    def open_groups(self) -> list[Group]:
+        """The ranked keys whose conclusion does not stand (or whose evidence moved), grouped by
+        how they are measured, worthiest group first."""
+        groups: dict[MeasuredAlike, Group] = {}
+        for ranked in self.ranked:
+            if not self.status(ranked.key).stands:
+                alike = MeasuredAlike.of(ranked.graph)
+                groups.setdefault(alike, Group(alike)).ranked.append(ranked)
+        for group in groups.values():
+            group.ranked.sort(key=lambda r: (-r.chip_seconds, r.key))
+        return sorted(groups.values(), key=lambda g: (-g.chip_seconds, g.key))
+
+    def shares(self) -> list[tuple[str, str]]:
+        """(task id of a standing conclusion, environment) for each measurable key without a
+        standing conclusion of its own that is measured alike with one that has one."""
+        standing: dict[MeasuredAlike, tuple[str, GraphKey]] = {}
+        for key, status in sorted(self.statuses.items()):
+            graph = self.measurable.get(key)
+            if graph is not None and status.stands and status.result_task is not None:
+                standing.setdefault(MeasuredAlike.of(graph), (status.result_task, key))
+        found = []
+        for key, graph in sorted(self.measurable.items()):
+            source = standing.get(MeasuredAlike.of(graph))
+            if source is not None and source[1] != key and not self.status(key).stands:
+                found.append((source[0], key[1]))
+        return found
+
+
+def share_standing(home: Home, state: NightState) -> list[TuneResult]:
+    """Step 1: every key measured alike with a key whose conclusion stands takes its result."""
+    shared = []
+    for task_id, env_key in state.shares():
+        result = finished_result(home, task_id)
+        if result is not None:
+            shared.append(share_result(home, result, env_key))
+    return shared
+
+
+def plan_checks(home: Home, date: datetime.date, state: NightState, force: bool = False) -> list[PlannedTask]:
+    """Steps 2 and 3: a transfer check for each open group that has transfers, worthiest first;
+    read back where planned before for `date` (unless `force`)."""
+    def make() -> list[PlannedTask]:
+        checks = []
+        for group in state.open_groups():
+            if state.status(group.key).concluded and not state.status(group.key).moved:
+                continue
+            transfers = tuple(state.sources.candidates(group.key))
+            if transfers:
+                checks.append(PlannedTask(Path.CHECK, group.key, group.others, transfers))
+        return checks
+
+    return _planned(home, date, "checks", make, force)
+
+
+def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, per_task_evals: int,
+                  accepted_tonight: dict[GraphKey, Transfer], transfer: bool = True,
+                  force: bool = False) -> list[PlannedTask]:
+    """Step 4: the searches of the night, at most `top`, worthiest first, each allotted its share
+    of `per_task_evals` evaluations a task by worth and seeded with its transfers;
+    `accepted_tonight`: the keys whose transfer check was accepted tonight, with the transfer
+    that was (they compete with a discounted worth, their search seeded with it); `transfer`
+    False: no search is seeded. Read back where planned before for `date` (unless `force`)."""
+    def make() -> list[PlannedTask]:
+        groups = [g for g in state.open_groups() if not state.status(g.key).concluded]
+        deepen = _groups_of(state, set(accepted_tonight))
+        candidates = groups + deepen
+        valued: list[tuple[float, Group, Worth, tuple[Transfer, ...]]] = []
+        for index, (group, worth) in enumerate(zip(candidates, worths(home, [g.key for g in candidates]))):
+            worth = replace(worth, chip_seconds=group.chip_seconds)
+            if index < len(groups):
+                seeds = tuple(state.sources.candidates(group.key)) if transfer else ()
+                valued.append((worth.chip_seconds_saved, group, worth, seeds))
+            else:
+                valued.append((worth.chip_seconds_saved * DEEPEN_DISCOUNT, group, worth,
+                               (accepted_tonight[group.key],)))
+        valued.sort(key=lambda v: (-v[0], v[1].key))
+        chosen = valued[:max(top, 0)]
+        allotted = allot([worth for _, _, worth, _ in chosen], per_task_evals) if chosen else []
+        return [PlannedTask(Path.SEARCH, group.key, group.others, transfers, allotment,
+                            state.status(group.key).attempts)
+                for (_, group, _, transfers), allotment in zip(chosen, allotted)]
+
+    return _planned(home, date, "searches", make, force)
+
+
+def _groups_of(state: NightState, keys: set[GraphKey]) -> list[Group]:
+    """The groups measured alike of `keys`, each measured on its key of `keys`."""
+    groups: dict[MeasuredAlike, Group] = {}
+    for ranked in state.ranked:
+        alike = MeasuredAlike.of(ranked.graph)
+        groups.setdefault(alike, Group(alike)).ranked.append(ranked)
+    found = []
+    for group in groups.values():
+        chosen = [r for r in group.ranked if r.key in keys]
+        if chosen:
+            group.ranked = chosen[:1] + [r for r in group.ranked if r is not chosen[0]]
+            found.append(group)
+    return sorted(found, key=lambda g: g.key)
+
+
+def land_shared(home: Home, task: PlannedTask, result: TuneResult) -> list[TuneResult]:
+    """The other keys of `task`'s group take its result, where it concludes (an accepted or a
+    searched one: a check that found nothing leaves them to their own search with it)."""
+    if task.path is Path.CHECK and result.status != Verdict.ACCEPTED:
+        return []
+    return [share_result(home, result, env_key) for env_key in task.alike]
+
+
+def _planned(home: Home, date: datetime.date, part: str, make: Any, force: bool) -> list[PlannedTask]:
+    """The plan's `part` for `date`: as written before (unless `force`), else made and written."""
+    where = home.location("pipelines", "tune-plans", f"{date}.{part}.json")
+    if home.exists(where) and not force:
+        return [PlannedTask.from_json(t) for t in json.loads(home.read_bytes(where))]
+    tasks = make()
+    home.atomic_write(where, json.dumps([t.to_json() for t in tasks]) + "\n")
+    return tasks
+
+
+def night_counts(checks: list[PlannedTask], check_results: list[TuneResult | None],
+                 searches: list[PlannedTask], search_results: list[TuneResult | None],
+                 shared: int) -> dict[str, Any]:
+    """What each path of a night reached, for the run ledger: tasks run and accepted per path,
+    the keys their results reached (the group's), and the keys shared with no task."""
+    counts: dict[str, Any] = defaultdict(int)
+    for path, tasks, results in ((Path.CHECK, checks, check_results), (Path.SEARCH, searches, search_results)):
+        name = "checks" if path is Path.CHECK else "searches"
+        counts[f"{name}_planned"] = len(tasks)
+        for task, result in zip(tasks, results):
+            if result is None:
+                continue
+            counts[name] += 1
+            counts[f"{name}_accepted"] += result.accepted
+            counts[f"{name}_keys"] += 1 + (len(task.alike) if path is Path.SEARCH or result.accepted else 0)
+            counts[f"{name}_seconds"] += sum(p.seconds for p in result.phases)
+    counts["shared_keys"] = shared
+    return {k: round(v, 1) if isinstance(v, float) else v for k, v in counts.items()}
