@@ -333,7 +333,8 @@ OLD_ROWS = [
      "relaxed_config": None, "relaxed_speedup": None, "autotune_results": "version: 3\n"},  # its text as kept
 ]
 
-# What the service answered for each of them before the record (the bytes, captured then).
+# What the service answered for each of them before the record (the bytes, captured then), with
+# the fields entries gained since, null for these (an older hook ignores them: `from_json`).
 SERVED = [
     ('{"key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",'
      '"fingerprint":"11111111111111111111111111111111",'
@@ -342,7 +343,7 @@ SERVED = [
      '"config":{"xla_cpu_use_xnnpack":false},"ci_low":1.2,"ci_high":1.3,'
      '"compiler_version":"jaxlib-0.4.35","measured_at":"2026-03-04T05:06:07.890123+00:00",'
      '"source":"task-1","holdout_share":0.05,"relaxed_config":null,"relaxed_speedup":null,'
-     '"autotune_results":null,"relaxed_numerics_teams":[]}').encode(),
+     '"autotune_results":null,"origin":null,"transferred_from":null,"relaxed_numerics_teams":[]}').encode(),
     ('{"key":"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",'
      '"fingerprint":"22222222222222222222222222222222",'
      '"env_key":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","kind":"op","speedup":1.1,'
@@ -350,7 +351,7 @@ SERVED = [
      '"config":{"xla_cpu_enable_fast_math":true},"ci_low":null,"ci_high":null,'
      '"compiler_version":null,"measured_at":null,"source":"owners.jsonl","holdout_share":0.1,'
      '"relaxed_config":null,"relaxed_speedup":null,"autotune_results":null,'
-     '"relaxed_numerics_teams":[]}').encode(),
+     '"origin":null,"transferred_from":null,"relaxed_numerics_teams":[]}').encode(),
     ('{"key":"cccccccccccccccccccccccccccccccc",'
      '"fingerprint":"33333333333333333333333333333333",'
      '"env_key":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","kind":"graph","speedup":1.5,'
@@ -358,7 +359,7 @@ SERVED = [
      '"config":{"xla_cpu_use_xnnpack":false},"ci_low":1.4,"ci_high":1.6,'
      '"compiler_version":"jaxlib-0.5.0","measured_at":"2026-03-04T05:06:07.890123+00:00",'
      '"source":"task-3","holdout_share":0.05,"relaxed_config":{"xla_cpu_enable_fast_math":true},'
-     '"relaxed_speedup":1.75,"autotune_results":null,"relaxed_numerics_teams":[]}').encode(),
+     '"relaxed_speedup":1.75,"autotune_results":null,"origin":null,"transferred_from":null,"relaxed_numerics_teams":[]}').encode(),
     ('{"key":"dddddddddddddddddddddddddddddddd",'
      '"fingerprint":"44444444444444444444444444444444",'
      '"env_key":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","kind":"graph","speedup":2.0,'
@@ -366,7 +367,7 @@ SERVED = [
      '"ci_high":2.1,"compiler_version":"jaxlib-0.7.0",'
      '"measured_at":"2026-03-04T05:06:07.890123+00:00","source":"task-4","holdout_share":0.0,'
      '"relaxed_config":null,"relaxed_speedup":null,"autotune_results":"version: 3\\n",'
-     '"relaxed_numerics_teams":[]}').encode(),
+     '"origin":null,"transferred_from":null,"relaxed_numerics_teams":[]}').encode(),
 ]
 
 

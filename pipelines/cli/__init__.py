@@ -24,6 +24,7 @@ from pipelines.cli import (
     analyze,
     cluster,
     evaluate,
+    family,
     fingerprint,
     hits,
     ingest,
@@ -59,10 +60,10 @@ MEASURING_COMMANDS = frozenset({"evaluate", "tune", "validate", "nightly"})
 GLOBAL_OPTIONS = (HOME_OPTION,)
 # Each command's parser, added by its (or its group's) module, in the order `fdo --help` lists
 # them: the loop's order, from a module's fingerprint to the savings of tuned configs.
-COMMANDS = (fingerprint.add_fingerprint, evaluate.add_evaluate, workloads.add_workloads, ingest.add_ingest,
-            simulate.add_simulate, rank.add_rank, tune.add_tune, analyze.add_analyze, store.add_deliver,
-            store.add_store, store.add_serve, loop.add_nightly, loop.add_scheduler, run.add_run,
-            hits.add_hits, validate.add_toolchain, validate.add_validate, rank.add_savings,
+COMMANDS = (fingerprint.add_fingerprint, family.add_family, evaluate.add_evaluate, workloads.add_workloads,
+            ingest.add_ingest, simulate.add_simulate, rank.add_rank, tune.add_tune, analyze.add_analyze,
+            store.add_deliver, store.add_store, store.add_serve, loop.add_nightly, loop.add_scheduler,
+            run.add_run, hits.add_hits, validate.add_toolchain, validate.add_validate, rank.add_savings,
             cluster.add_cluster)
 
 

@@ -1,0 +1,193 @@
+"""The loop's reach on a fleet like a real one: nights of the reach fleet with transfer and
+without, side by side in one run.
+
+    python benchmarks/bench_reach.py [--nights 3] [--tune-minutes 15] [--jobs 20000] [--top 6]
+                                     [--keep DIR] [--json]
+
+The reach fleet (`fdo simulate --fleet reach`: every zoo workload at three shapes, popularity by
+model, each program across releases, device counts and partitionings; its programs compiled and
+profiled for real here) runs a day, hands its dumps and profiles to the home's inbox, and the
+nightly loop (`pipelines.nightly`) runs for that date, in two homes:
+- transfer: the loop as it is (keys measured alike share a result; transfer checks first, then
+  searches by worth seeded with transfers: `tuner.plan`);
+- no-transfer: the same, with no transfer checks and searches from the defaults alone
+  (`fdo nightly --no-transfer`; keys measured alike still share a result).
+Both homes run the very same fleet (the second starts with the first one's catalog), each
+fleet's jobs taking the configs its own store holds; the two take turns night by night, so
+neither always runs on the busier machine. After each night, from each home's ledger:
+- the shares of the tunable chip-time (this machine's platform and device kind, jobs that accept
+  tuning, over the window) that run a verified faster config and that are decided (that, or the
+  defaults verified best: `tuner.decided`);
+- the tune stage: its seconds, the transfer checks and searches run and accepted, and the keys
+  each reached (a task's result reaches the keys measured alike), and the keys that took a
+  result with no task.
+At the end, what limits the figures: the tunable chip-time of keys no machine here can measure
+(spanning more devices than a per-device program can be built for), of keys the ranking left out
+(the long tail, beyond `--rank-top`), and of keys still open.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+
+from execution.sharded import MAX_PARTITION_DEVICES, spans
+from hlo.environment import current_environment, partitioning_from_json
+from ingest.tables import GRAPH_RUNS, GRAPHS
+from pipelines.nightly import NightlySettings, coverage_by_night, run_nightly
+from ranking.tables import CANDIDATES
+from storage.beam_logging import quiet_beam_logging
+from storage.homes import open_home
+from storage.warehouse import Warehouse
+from tuner.decided import home_statuses
+from workloads.simulator.fleet import FleetMode
+from workloads.simulator.run import simulate, store_lookup
+
+ARMS = ("transfer", "no-transfer")
+WINDOW_DAYS = 7  # the nightly's savings window (NightlySettings.window_days)
+
+
+def night(home: Path, arm: str, date: datetime.date, args: argparse.Namespace) -> dict[str, Any]:
+    """One simulated day of the reach fleet, then the nightly loop for it, in `home`."""
+    started = time.perf_counter()
+    simulate(open_home(home), days=1, jobs=args.jobs, seed=args.seed, start=date, mode=FleetMode.REACH,
+             tuned=store_lookup(home), inbox=home / "inbox" / "fleet")
+    simulated = time.perf_counter() - started
+    report = run_nightly(open_home(home), NightlySettings(
+        date=date, top=args.top, top_ops=0, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
+        validate_minutes=args.validate_minutes, rank_top=args.rank_top, transfer=arm == "transfer",
+        beam_args=("--direct_running_mode=in_memory",)))
+    stages = {s.stage: s for s in report.stages}
+    tune = stages["tune"].counts if "tune" in stages else {}
+    covered = [n for n in coverage_by_night(open_home(home)) if n.date == date]
+    return {"date": date.isoformat(), "ok": report.ok,
+            "failed": [f"{s.stage}: {(s.error or '').splitlines()[0]}" for s in report.stages if s.error],
+            "faster_share": covered[0].share if covered else None,
+            "decided_share": covered[0].decided_share if covered else None,
+            "tune_seconds": stages["tune"].seconds if "tune" in stages else None,
+            "night_seconds": sum(s.seconds for s in report.stages), "simulate_seconds": simulated,
+            **{name: tune.get(name, 0) for name in (
+                "checks", "checks_accepted", "checks_keys", "checks_seconds", "searches", "searches_accepted",
+                "searches_keys", "searches_seconds", "shared_keys", "out_of_budget")}}
+
+
+def limits(home: Path, last: datetime.date, rank_top: int) -> dict[str, float]:
+    """Shares of the window's tunable chip-time by what stands between them and a decision."""
+    warehouse = Warehouse(home)
+    here = current_environment()
+    graphs = {(g["fingerprint"], g["env_key"]): g for g in warehouse.read(GRAPHS).to_pylist()
+              if (g["platform"], g["device_kind"]) == (here.platform, here.device_kind)}
+    first = last - datetime.timedelta(days=WINDOW_DAYS - 1)
+    days = {(first + datetime.timedelta(days=i)).isoformat() for i in range(WINDOW_DAYS)}
+    runs = warehouse.read(GRAPH_RUNS, ["fingerprint", "env_key", "opted_out", "chip_seconds"], days.__contains__)
+    runs = runs.filter(pc.invert(runs.column("opted_out")))
+    per_key: dict[tuple[str, str], float] = {}
+    for row in runs.to_pylist():
+        key = (row["fingerprint"], row["env_key"])
+        if key in graphs:
+            per_key[key] = per_key.get(key, 0.0) + row["chip_seconds"]
+    ranked = {(r["fingerprint"], r["env_key"]) for r in warehouse.read(CANDIDATES).to_pylist()
+              if r["dt"] == last and r["kind"] == "graph"}
+    statuses = home_statuses(open_home(home), last)
+    total = sum(per_key.values()) or 1.0
+    found = {"unmeasurable": 0.0, "decided": 0.0, "open_ranked": 0.0, "open_unranked": 0.0}
+    for key, seconds in per_key.items():
+        partitioning = graphs[key]["partitioning"]
+        status = statuses.get(key)
+        if status is not None and status.decision is not None:
+            found["decided"] += seconds
+        elif partitioning and spans(partitioning_from_json(json.loads(partitioning))) > MAX_PARTITION_DEVICES:
+            found["unmeasurable"] += seconds
+        elif key in ranked:
+            found["open_ranked"] += seconds
+        else:
+            found["open_unranked"] += seconds
+    return {name: value / total for name, value in found.items()} | {"tunable_keys": len(per_key)}
+
+
+def cpu_model() -> str:
+    """This machine's CPU model, as lscpu names it."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        return platform.processor() or "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nights", type=int, default=3)
+    parser.add_argument("--tune-minutes", type=float, default=15.0, help="each night's tune stage")
+    parser.add_argument("--tune-evals", type=int, default=16, help="evaluations per search")
+    parser.add_argument("--top", type=int, default=6, help="searches a night")
+    parser.add_argument("--rank-top", type=int, default=300, help="graph candidates the ranking keeps")
+    parser.add_argument("--validate-minutes", type=float, default=2.0)
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--keep", type=Path, default=None, help="keep the homes under this directory")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    quiet_beam_logging()
+    parent = args.keep or Path(tempfile.mkdtemp(prefix="bench-reach-"))
+    homes = {arm: parent / arm for arm in ARMS}
+    for home in homes.values():
+        home.mkdir(parents=True, exist_ok=True)
+    first = datetime.date.today() - datetime.timedelta(days=args.nights - 1)
+    results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+    for number in range(args.nights):
+        date = first + datetime.timedelta(days=number)
+        order = ARMS if number % 2 == 0 else ARMS[::-1]
+        for arm in order:
+            catalog = homes[ARMS[0]] / "simulator" / "catalog"
+            mine = homes[arm] / "simulator" / "catalog"
+            if not mine.exists() and catalog.exists():
+                shutil.copytree(catalog, mine)
+            result = night(homes[arm], arm, date, args)
+            results[arm].append({"night": number + 1, **result})
+            print(json.dumps({"arm": arm, "night": number + 1, **result}), flush=True)
+    last = first + datetime.timedelta(days=args.nights - 1)
+    summary = {"cpu": cpu_model(), "settings": {k: str(v) for k, v in vars(args).items()},
+               "nights": results, "limits": {arm: limits(homes[arm], last, args.rank_top) for arm in ARMS}}
+    if args.keep is None:
+        shutil.rmtree(parent, ignore_errors=True)
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return
+    print(f"\nreach fleet, {args.jobs} jobs, {args.nights} nights, tune stage {args.tune_minutes} min; "
+          f"CPU {summary['cpu']}")
+    print(f"{'night':>5} {'arm':<12} {'faster':>7} {'decided':>8} {'tune s':>7} {'checks':>9} "
+          f"{'searches':>9} {'keys (chk/srch/shared)':>23}")
+    for number in range(args.nights):
+        for arm in ARMS:
+            r = results[arm][number]
+            print(f"{r['night']:>5} {arm:<12} {_pct(r['faster_share']):>7} {_pct(r['decided_share']):>8} "
+                  f"{r['tune_seconds'] or 0:>7.0f} {r['checks_accepted']:>4}/{r['checks']:<4} "
+                  f"{r['searches_accepted']:>4}/{r['searches']:<4} "
+                  f"{r['checks_keys']:>7}/{r['searches_keys']}/{r['shared_keys']}")
+    for number in range(args.nights):
+        faster = [results[arm][number]["faster_share"] or 0.0 for arm in ARMS]
+        ratio = faster[0] / faster[1] if faster[1] else float("inf")
+        print(f"night {number + 1}: faster share with transfer / without = {ratio:.2f}x")
+    for arm in ARMS:
+        lim = summary["limits"][arm]
+        print(f"{arm}: of {lim['tunable_keys']} tunable keys' chip-time, decided {lim['decided']:.1%}, "
+              f"unmeasurable here {lim['unmeasurable']:.1%}, open and ranked {lim['open_ranked']:.1%}, "
+              f"open beyond the ranking {lim['open_unranked']:.1%}")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+if __name__ == "__main__":
+    main()
