@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -42,7 +40,7 @@ from typing import Any
 import pyarrow.compute as pc
 
 from execution.sharded import MAX_PARTITION_DEVICES, spans
-from hlo.environment import current_environment, partitioning_from_json
+from hlo.environment import cpu_model_name, current_environment, partitioning_from_json
 from ingest.tables import GRAPH_RUNS, GRAPHS
 from pipelines.nightly import NightlySettings, coverage_by_night, run_nightly
 from ranking.tables import CANDIDATES
@@ -115,15 +113,6 @@ def limits(home: Path, last: datetime.date, rank_top: int) -> dict[str, float]:
     return {name: value / total for name, value in found.items()} | {"tunable_keys": len(per_key)}
 
 
-def cpu_model() -> str:
-    """This machine's CPU model, as lscpu names it."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        return platform.processor() or "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nights", type=int, default=3)
@@ -156,7 +145,7 @@ def main() -> None:
             results[arm].append({"night": number + 1, **result})
             print(json.dumps({"arm": arm, "night": number + 1, **result}), flush=True)
     last = first + datetime.timedelta(days=args.nights - 1)
-    summary = {"cpu": cpu_model(), "settings": {k: str(v) for k, v in vars(args).items()},
+    summary = {"cpu": cpu_model_name(), "settings": {k: str(v) for k, v in vars(args).items()},
                "nights": results, "limits": {arm: limits(homes[arm], last, args.rank_top) for arm in ARMS}}
     if args.keep is None:
         shutil.rmtree(parent, ignore_errors=True)

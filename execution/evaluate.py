@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import statistics
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from execution import session
 from execution.autotune.results import AutotuneResults
@@ -318,6 +318,34 @@ def per_device_program(module: HloModule, partitioning: Partitioning,
             raise PerDeviceError(f"partitioning {module.name or module.source} failed "
                                  f"({failure.kind}): {failure.reason}") from None
     return HloModule(proto, module.name, f"{module.source} (per device of {partitioning.devices})")
+
+
+def per_device_programs(jobs: Sequence[tuple[HloModule, Partitioning]],
+                        timeout: float = DEFAULT_TIMEOUT) -> list[HloModule | PerDeviceError]:
+    """The per-device program of each (module, partitioning) of `jobs`, as `per_device_program`
+    builds one, or the PerDeviceError that says why there is none: in one CPU worker given the
+    most devices any partitioning spans (the partitioner takes the first devices of its process,
+    so more do not change its output), a fresh one after a job that killed it."""
+    found: list[HloModule | PerDeviceError] = []
+    pending = list(jobs)
+    devices = max((partitioning.devices for _, partitioning in jobs), default=1)
+    while pending:
+        with Worker(devices=devices, platform="cpu") as worker:
+            while pending:
+                module, partitioning = pending.pop(0)
+                try:
+                    proto = worker.call(per_device_module, timeout=timeout,
+                                        module_proto=session.measurable_module(module.proto),
+                                        partitioning=partitioning)
+                except WorkerFailure as failure:
+                    found.append(PerDeviceError(f"partitioning {module.name or module.source} failed "
+                                                f"({failure.kind}): {failure.reason}"))
+                    if failure.died:
+                        break  # the rest in a fresh worker
+                    continue
+                found.append(HloModule(proto, module.name,
+                                       f"{module.source} (per device of {partitioning.devices})"))
+    return found
 
 
 def _in_fresh_worker(job: Callable[..., Reply], reply: type[Reply], timeout: float,

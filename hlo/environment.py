@@ -312,3 +312,15 @@ def _cpu_flags() -> set[str]:
         if key.strip() in ("flags", "Features"):
             return set(value.split())
     return set()
+
+
+def cpu_model_name() -> str:
+    """The CPU's model as the kernel names it ("AMD EPYC 7B13", ...: which moves win differs by
+    CPU, so every benchmark says which it ran on); the platform's processor name elsewhere."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    return platform.processor() or platform.machine()

@@ -6,7 +6,9 @@ stage, the dashboard's overview, the demo's summary). Over a window of days:
 - tunable chip-time: the graph chip-time (`graph_runs`) of jobs that did not opt out, of graphs
   the loop can tune: their HLO is in `graphs`, and their environment is one the tuner measures
   (`environments`; by default this machine's platform and device kind, as the tuner's candidates
-  are chosen: `tuner.candidates`);
+  are chosen: `tuner.candidates`), spanning no more devices than a per-device program is built
+  for (`execution.sharded.MAX_PARTITION_DEVICES`); the chip-time of this platform's keys that
+  span more is told apart (`unmeasurable_chip_seconds`), a limit of the loop, not of the fleet;
 - covered (faster): the part of it whose key has a live store entry the loop measured (written
   by the tuner or the validator; a team's imported config is its claim until the validator
   keeps it);
@@ -26,8 +28,9 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from execution.sharded import MAX_PARTITION_DEVICES, spans
 from hlo.environment import current_environment
-from ingest.tables import GRAPH_RUNS, GRAPHS
+from ingest.tables import GRAPH_RUNS, GRAPHS, partitioning_of
 from storage.home import Home
 from storage.homes import open_home
 from storage.store_reader import live_entries
@@ -50,6 +53,9 @@ class VerifiedCoverage:
     covered_keys: int
     decided_chip_seconds: float = 0.0
     decided_keys: int = 0
+    # The platform's chip-time no machine of the loop can measure, beside the tunable: keys
+    # spanning more devices than a per-device program is built for (`MAX_PARTITION_DEVICES`).
+    unmeasurable_chip_seconds: float = 0.0
 
     @property
     def share(self) -> float | None:
@@ -84,20 +90,24 @@ def verified_coverage(home: Home, first: datetime.date, last: datetime.date,
     env_key) keys whose defaults the loop verified best, decided too."""
     home = open_home(home)
     warehouse = Warehouse(home)
-    graphs = warehouse.read(GRAPHS, ["fingerprint", "env_key", "platform", "device_kind"])
+    graphs = warehouse.read(GRAPHS, ["fingerprint", "env_key", "platform", "device_kind", "partitioning"])
     if environments is None:
         here = current_environment()
-        measurable = pc.and_(pc.equal(graphs.column("platform"), here.platform),
-                             pc.equal(graphs.column("device_kind"), here.device_kind))
+        platform = pc.and_(pc.equal(graphs.column("platform"), here.platform),
+                           pc.equal(graphs.column("device_kind"), here.device_kind))
     else:
-        measurable = pc.is_in(graphs.column("env_key"), value_set=pa.array(sorted(environments), pa.string()))
-    tunable_keys = _keys(graphs.filter(measurable))
+        platform = pc.is_in(graphs.column("env_key"), value_set=pa.array(sorted(environments), pa.string()))
+    wide = pa.array([text is not None and spans(partitioning_of(text)) > MAX_PARTITION_DEVICES
+                     for text in graphs.column("partitioning").to_pylist()], pa.bool_())
+    tunable_keys = _keys(graphs.filter(pc.and_(platform, pc.invert(wide))))
+    unmeasurable_keys = _keys(graphs.filter(pc.and_(platform, wide)))
     days = {(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)}
     runs = warehouse.read(GRAPH_RUNS, ["fingerprint", "env_key", "opted_out", "chip_seconds"],
                           filter_dt=days.__contains__)
     runs = runs.filter(pc.invert(runs.column("opted_out")))
-    per_key = runs.group_by(["fingerprint", "env_key"], use_threads=False).aggregate([("chip_seconds", "sum")])
-    per_key = per_key.filter(pc.is_in(_keys(per_key), value_set=tunable_keys))
+    every_key = runs.group_by(["fingerprint", "env_key"], use_threads=False).aggregate([("chip_seconds", "sum")])
+    per_key = every_key.filter(pc.is_in(_keys(every_key), value_set=tunable_keys))
+    unmeasurable = every_key.filter(pc.is_in(_keys(every_key), value_set=unmeasurable_keys))
     entries = live_entries(home) if entries is None else entries
     verified = entries.filter(pc.and_(pc.equal(entries.column("kind"), "graph"),
                                       pc.is_in(entries.column("provenance"),
@@ -111,7 +121,7 @@ def verified_coverage(home: Home, first: datetime.date, last: datetime.date,
         return float(pc.sum(table.column("chip_seconds_sum")).as_py() or 0.0)
 
     return VerifiedCoverage(first, last, total(per_key), total(covered), per_key.num_rows,
-                            covered.num_rows, total(decided), decided.num_rows)
+                            covered.num_rows, total(decided), decided.num_rows, total(unmeasurable))
 
 
 def _keys(table: pa.Table) -> pa.Array:

@@ -23,7 +23,7 @@ from storage.store_schema import ENTRIES, Provenance
 from storage.warehouse import Warehouse
 from tuner.decided import DECISION_DAYS, conclusive, key_statuses
 from tuner.persist import finished_result, save_result, share_result
-from tuner.plan import MeasuredAlike, NightState, Path, PlannedTask, land_shared, plan_checks, plan_searches
+from tuner.plan import NightState, Path, PlannedTask, land_shared, plan_checks, plan_searches
 from tuner.result import TuneResult
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.transfer import MAX_TRANSFERS, TRANSFER_CHECK, Kinship, Transfer, TransferSources, key_text
@@ -204,8 +204,8 @@ def test_keys_measured_alike_share_a_conclusion_and_form_one_task(tmp_path):
            (4, OLD_RELEASE, 4.0))
     home = open_home(tmp_path)
     night = state(tmp_path)
-    assert MeasuredAlike.of(night.measurable[(fp(1), HERE.key())]) == MeasuredAlike.of(
-        night.measurable[(fp(1), OLD_RELEASE.key())])
+    assert night.measured[(fp(1), HERE.key())] == night.measured[(fp(1), OLD_RELEASE.key())]
+    assert night.measured[(fp(1), HERE.key())] != night.measured[(fp(1), EIGHT.key())]
     checks = plan_checks(home, DAY, night)
     # Graph 1 here and on the old release: one check (its family's config); on 8 devices,
     # another; graph 4 has no kin and nothing won broadly: no check.

@@ -36,6 +36,12 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from execution.evaluate import per_device_programs
+from execution.sharded import MeasureMode, choose_placement, whole_capacity
+from hlo.fingerprint import graph_fingerprint
+from hlo.module import HloModule, from_text
+from ingest.tables import partitioning_of
+from storage.blobs import BlobStore
 from storage.home import Home
 from tuner.allot import Allotment, Worth, allot, worths
 from tuner.candidates import RankedGraph, _measurable_graphs, ranked_graphs
@@ -59,19 +65,59 @@ class Path(StrEnum):
 
 @dataclass(frozen=True)
 class MeasuredAlike:
-    """What decides the program the tuner compiles and measures for a graph key: its graph, and
-    its environment but the compiler release (the tuner measures with its own) and the job's own
-    options (which the tuner does not apply)."""
+    """What decides the measurement the tuner makes for a graph key: its graph and the program
+    it compiles (the graph's fingerprint; measured per device, its per-device program's), how it measures it
+    (whole, compiled for the job's partitioning; or per device), and the platform and device
+    kind. Two keys alike differ only in what the tuner does not run: the compiler release their
+    jobs ran (the tuner measures with its own), the job's own options, and, measured per device,
+    a partitioning that gives the same per-device program."""
 
     fingerprint: str
+    program: str
+    mode: MeasureMode
+    compiled_for: str | None
     platform: str
     device_kind: str
-    partitioning: str | None
 
-    @classmethod
-    def of(cls, graph: dict) -> MeasuredAlike:
-        """Of a `graphs` row."""
-        return cls(graph["fingerprint"], graph["platform"], graph["device_kind"], graph.get("partitioning"))
+
+def measured_alike(home: Home, graphs: dict[GraphKey, dict], built: set[GraphKey]) -> dict[GraphKey, MeasuredAlike]:
+    """How the tuner measures each graph key of `graphs` (`graphs` rows by key). A key measured
+    per device is known by its per-device program's fingerprint where that is known: built for
+    the keys of `built` (in one worker, `execution.evaluate.per_device_programs`) and kept per
+    (graph, partitioning, compiler) under the home's pipelines, so every key of that graph and
+    partitioning is known by it; a key whose per-device program is not known, by its graph and
+    partitioning."""
+    from hlo.environment import current_environment
+
+    here = current_environment()
+    capacity = whole_capacity(here.platform)
+    where = home.location("pipelines", "per-device-programs.json")
+    known: dict[str, str | None] = json.loads(home.read_bytes(where)) if home.exists(where) else {}
+
+    def cache_key(graph: dict) -> str:
+        return f"{here.compiler_version}/{graph['fingerprint']}/{graph['partitioning']}"
+
+    placements = {key: choose_placement(partitioning_of(g["partitioning"]), capacity) for key, g in graphs.items()}
+    missing = sorted({cache_key(graphs[key]): key for key in built
+                      if placements[key].mode is MeasureMode.PER_DEVICE
+                      and cache_key(graphs[key]) not in known}.items())
+    if missing:
+        blobs = BlobStore(home)
+        jobs = [(from_text(blobs.get_text(graphs[key]["hlo_blob"]), source=graphs[key]["hlo_blob"]),
+                 placements[key].partitioning) for _, key in missing]
+        for (text, _), program in zip(missing, per_device_programs([(m, p) for m, p in jobs if p is not None])):
+            known[text] = graph_fingerprint(program) if isinstance(program, HloModule) else None
+        home.atomic_write(where, json.dumps(known, sort_keys=True) + "\n")
+    found = {}
+    for key, graph in graphs.items():
+        placement = placements[key]
+        program = graph["fingerprint"]
+        if placement.mode is MeasureMode.PER_DEVICE:
+            program = known.get(cache_key(graph)) or f"{graph['fingerprint']}/{graph['partitioning']}"
+        compiled = graph["partitioning"] if placement.mode is MeasureMode.WHOLE else None
+        found[key] = MeasuredAlike(graph["fingerprint"], program, placement.mode, compiled, graph["platform"],
+                                   graph["device_kind"])
+    return found
 
 
 @dataclass(frozen=True)
@@ -128,11 +174,6 @@ class Group:
         return self.ranked[0].key
 
     @property
-    def others(self) -> tuple[str, ...]:
-        """The other keys' environments."""
-        return tuple(r.key[1] for r in self.ranked[1:])
-
-    @property
     def chip_seconds(self) -> float:
         """Its keys' fleet chip-seconds together."""
         return sum(r.chip_seconds for r in self.ranked)
@@ -147,6 +188,7 @@ class NightState:
     measurable: dict[GraphKey, dict]
     sources: TransferSources
     statuses: dict[GraphKey, KeyStatus]
+    measured: dict[GraphKey, MeasuredAlike]  # how each measurable key is measured
 
     @classmethod
     def load(cls, home: Home, environments: frozenset[str] | None, today: datetime.date,
@@ -159,8 +201,9 @@ class NightState:
 
             families = graph_families(home)
         sources = TransferSources.load(home, families)
-        return cls(ranked_graphs(home, environments), _measurable_graphs(home, environments), sources,
-                   key_statuses(home, sources, today, compiler))
+        ranked, measurable = ranked_graphs(home, environments), _measurable_graphs(home, environments)
+        return cls(ranked, measurable, sources, key_statuses(home, sources, today, compiler),
+                   measured_alike(home, measurable, {r.key for r in ranked}))
 
     def status(self, key: GraphKey) -> KeyStatus:
         """Where `key` stands (nothing done: an empty status)."""
@@ -172,23 +215,29 @@ class NightState:
         groups: dict[MeasuredAlike, Group] = {}
         for ranked in self.ranked:
             if not self.status(ranked.key).stands:
-                alike = MeasuredAlike.of(ranked.graph)
+                alike = self.measured[ranked.key]
                 groups.setdefault(alike, Group(alike)).ranked.append(ranked)
         for group in groups.values():
             group.ranked.sort(key=lambda r: (-r.chip_seconds, r.key))
         return sorted(groups.values(), key=lambda g: (-g.chip_seconds, g.key))
+
+    def alike(self, key: GraphKey) -> tuple[str, ...]:
+        """The environments of the other measurable keys measured as `key` is whose conclusion
+        does not stand: those that take its task's result (ranked or not)."""
+        measured = self.measured[key]
+        return tuple(sorted(other[1] for other, alike in self.measured.items()
+                            if other != key and alike == measured and not self.status(other).stands))
 
     def shares(self) -> list[tuple[str, str]]:
         """(task id of a standing conclusion, environment) for each measurable key without a
         standing conclusion of its own that is measured alike with one that has one."""
         standing: dict[MeasuredAlike, tuple[str, GraphKey]] = {}
         for key, status in sorted(self.statuses.items()):
-            graph = self.measurable.get(key)
-            if graph is not None and status.stands and status.result_task is not None:
-                standing.setdefault(MeasuredAlike.of(graph), (status.result_task, key))
+            if key in self.measured and status.stands and status.result_task is not None:
+                standing.setdefault(self.measured[key], (status.result_task, key))
         found = []
-        for key, graph in sorted(self.measurable.items()):
-            source = standing.get(MeasuredAlike.of(graph))
+        for key, alike in sorted(self.measured.items()):
+            source = standing.get(alike)
             if source is not None and source[1] != key and not self.status(key).stands:
                 found.append((source[0], key[1]))
         return found
@@ -214,7 +263,7 @@ def plan_checks(home: Home, date: datetime.date, state: NightState, force: bool 
                 continue
             transfers = tuple(state.sources.candidates(group.key))
             if transfers:
-                checks.append(PlannedTask(Path.CHECK, group.key, group.others, transfers))
+                checks.append(PlannedTask(Path.CHECK, group.key, state.alike(group.key), transfers))
         return checks
 
     return _planned(home, date, "checks", make, force)
@@ -244,7 +293,7 @@ def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, 
         valued.sort(key=lambda v: (-v[0], v[1].key))
         chosen = valued[:max(top, 0)]
         allotted = allot([worth for _, _, worth, _ in chosen], per_task_evals) if chosen else []
-        return [PlannedTask(Path.SEARCH, group.key, group.others, transfers, allotment,
+        return [PlannedTask(Path.SEARCH, group.key, state.alike(group.key), transfers, allotment,
                             state.status(group.key).attempts)
                 for (_, group, _, transfers), allotment in zip(chosen, allotted)]
 
@@ -255,7 +304,7 @@ def _groups_of(state: NightState, keys: set[GraphKey]) -> list[Group]:
     """The groups measured alike of `keys`, each measured on its key of `keys`."""
     groups: dict[MeasuredAlike, Group] = {}
     for ranked in state.ranked:
-        alike = MeasuredAlike.of(ranked.graph)
+        alike = state.measured[ranked.key]
         groups.setdefault(alike, Group(alike)).ranked.append(ranked)
     found = []
     for group in groups.values():

@@ -151,6 +151,9 @@ def print_coverage(covered: Any, nights: list[Any]) -> None:
               f"({_chip_time(covered.covered_chip_seconds)} of {_chip_time(covered.tunable_chip_seconds)}; "
               f"{covered.covered_keys} of {covered.tunable_keys} graphs); decided: {covered.decided_share:.1%} "
               f"(a verified config, or the defaults verified best; {covered.decided_keys} graphs)")
+        if covered.unmeasurable_chip_seconds:
+            print(f"  beside it, {_chip_time(covered.unmeasurable_chip_seconds)} of this platform's runs no machine "
+                  "here can measure (keys spanning more devices than a per-device program is built for)")
     if nights:
         print("  after each night (faster / decided): " + ", ".join(
             f"{n.night} ({n.date}) {_share(n.share)} / {_share(n.decided_share)}" for n in nights))
