@@ -103,6 +103,21 @@ def test_tasks_run_only_on_nodes_of_their_environment(cluster, tmp_path):
     assert sorted(landed) == sorted(o.result.task_id for o in outcomes)
 
 
+def test_a_transfer_check_is_a_task_like_a_search_routed_to_a_node_of_its_environment(cluster, tmp_path):
+    from tuner.transfer import TRANSFER_CHECK, Kinship, Transfer
+    from vocabulary.tuning import Origin
+
+    made, nodes, here, _ = cluster
+    home = tmp_path / "home"
+    transfer = Transfer({"placement:REDUCE": "xla"}, "a" * 32 + "/" + "b" * 32, Kinship.FAMILY, 1.2)
+    check = replace(QUICK, transfers=(transfer,), transfer_check=True, budget_evals=1)
+    [outcome] = run_all(RayRunner(made.address), [task("exp", lambda a, b: jnp.exp(a) * b, here, check)],
+                        open_home(home))
+    assert outcome.status == TaskStatus.DONE and outcome.node in {nodes["a1"].node_id, nodes["a2"].node_id}
+    assert (outcome.result.strategy, outcome.result.origin) == (TRANSFER_CHECK, Origin.TRANSFER)
+    assert [t.config for t in outcome.result.trials] == [transfer.config]  # its transfer alone
+
+
 def test_the_validator_measures_each_entry_on_a_node_of_its_environment(cluster, tmp_path, capsys):
     from pipelines.cli import main
     from tests.test_validator import NO_YNN_REDUCE, SLOWER, entry, ingest_graph, publish

@@ -30,7 +30,7 @@ from tuner.transfer import MAX_TRANSFERS, TRANSFER_CHECK, Kinship, Transfer, Tra
 from tuner.trial import StopReason
 from tuner.tune import TuneSettings
 from vocabulary.interval import Interval
-from vocabulary.tuning import KeyDecision, Origin, Verdict
+from vocabulary.tuning import KeyDecision, Kind, Origin, Verdict
 
 DAY = datetime.date(2026, 5, 2)
 NOW = datetime.datetime(2026, 5, 2, 12, tzinfo=datetime.UTC)
@@ -302,3 +302,20 @@ def test_the_decided_share_counts_the_defaults_verified_best_beside_the_faster(t
 def _result(n: int, env: Environment, task_id: str) -> TuneResult:
     return TuneResult(task_id, fp(n), env.key(), Verdict.NO_GAIN, {}, Interval(1.0, 0.98, 1.02), True, 12, 12,
                       "evolution", COMPILER, search_stop=StopReason.STALLED)
+
+
+def test_a_check_and_a_search_of_one_key_are_tasks_of_their_own_that_travel_to_a_node():
+    import pickle
+
+    from hlo.module import HloModule
+    from tasks.records import TuneTask
+    from tuner.target import Subject
+
+    subject = Subject(HloModule(b"", "m", "m"), fp(1), "m")
+    transfer = Transfer(REDUCE, "a/b", Kinship.FAMILY, 1.4)
+    check = PlannedTask(Path.CHECK, (fp(1), HERE.key()), (), (transfer,)).settings(TuneSettings(budget_evals=1))
+    search = TuneSettings(budget_evals=1, transfers=(transfer,))
+    tasks = [TuneTask.of(Kind.GRAPH, "m", subject, HERE.key(), settings) for settings in (check, search)]
+    assert tasks[0].key != tasks[1].key  # a check's attempts are not a search's
+    assert pickle.loads(pickle.dumps(tasks[0])).settings == check  # a node gets its transfers
+    assert search.transfers == check.transfers

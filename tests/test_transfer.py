@@ -81,3 +81,38 @@ def test_a_tuned_model_at_a_new_shape_gets_a_transferred_config_from_the_next_ni
     applied = [h for h in hits if h["outcome"] == "applied"]
     assert [h["module_name"] for h in applied] == ["jit_step"]
     assert applied[0]["fingerprint"] == entry.fingerprint
+
+
+@pytest.mark.xla
+def test_keys_whose_per_device_programs_are_one_are_measured_alike(tmp_path):
+    """An unannotated program partitioned over 16 and over 32 devices gives one per-device
+    program, built in one worker as in a worker of its own: the two keys are one measurement."""
+    from execution.evaluate import per_device_program, per_device_programs
+    from hlo.environment import Environment, Partitioning
+    from hlo.fingerprint import graph_fingerprint
+    from hlo.module import from_lowered
+    from ingest.tables import partitioning_text
+    from storage.blobs import BlobStore
+    from storage.homes import open_home
+    from tuner.plan import measured_alike
+    from workloads import zoo
+
+    module = from_lowered(zoo.get("mlp-s").lower())
+    wide = [Partitioning(partitions=n, spmd=True, mesh=(("data", n // 4), ("model", 4)), processes=n // 4,
+                         local_devices=4) for n in (16, 32)]
+    together = per_device_programs([(module, p) for p in wide])
+    alone = [per_device_program(module, p) for p in wide]
+    assert [graph_fingerprint(m) for m in together] == [graph_fingerprint(m) for m in alone]
+    home, here = open_home(tmp_path), current_environment()
+    fingerprint = graph_fingerprint(module)
+    blob = BlobStore(home).put_text(fingerprint, module.to_text())
+    rows = {}
+    for p in wide:
+        env = Environment(here.platform, here.device_kind, p.devices, here.compiler_version, partitioning=p)
+        rows[(fingerprint, env.key())] = {
+            "fingerprint": fingerprint, "env_key": env.key(), "hlo_blob": blob, "platform": here.platform,
+            "device_kind": here.device_kind, "partitioning": partitioning_text(p)}
+    found = measured_alike(home, rows, set(rows))
+    first, second = (found[key] for key in rows)
+    assert first == second and first.program == graph_fingerprint(together[0])
+    assert measured_alike(home, rows, set()) == found  # known from then on, no worker

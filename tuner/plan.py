@@ -111,11 +111,11 @@ def measured_alike(home: Home, graphs: dict[GraphKey, dict], built: set[GraphKey
     found = {}
     for key, graph in graphs.items():
         placement = placements[key]
-        program = graph["fingerprint"]
+        measured = graph["fingerprint"]
         if placement.mode is MeasureMode.PER_DEVICE:
-            program = known.get(cache_key(graph)) or f"{graph['fingerprint']}/{graph['partitioning']}"
+            measured = known.get(cache_key(graph)) or f"{graph['fingerprint']}/{graph['partitioning']}"
         compiled = graph["partitioning"] if placement.mode is MeasureMode.WHOLE else None
-        found[key] = MeasuredAlike(graph["fingerprint"], program, placement.mode, compiled, graph["platform"],
+        found[key] = MeasuredAlike(graph["fingerprint"], measured, placement.mode, compiled, graph["platform"],
                                    graph["device_kind"])
     return found
 
