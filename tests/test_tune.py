@@ -529,7 +529,7 @@ def test_fdo_tune_tells_what_each_phase_spent_and_when_the_winner_was_found(tmp_
     lines = capsys.readouterr().out.splitlines()
     assert lines[:4] == ["m.hlo: accepted 1.280x [1.200, 1.300] (workers 1.270x, 1.280x, 1.300x); "
                          "config a=2",
-                         "  found 0.3 minutes (20 s) into the task",
+                         "  best config found after 0.3 minutes of 1.2 in all",
                          "  search ended: stalled (after its cold-start screen, none of its last "
                          "evaluations was a significant improvement on its best)",
                          "  budget: 25.0% of the candidates' worth"]
@@ -542,6 +542,7 @@ def test_fdo_tune_tells_what_each_phase_spent_and_when_the_winner_was_found(tmp_
     assert [p["phase"] for p in payload["phases"]] == ["search", "race", "prune", "verify"]
     assert sum(p["evaluations"] for p in payload["phases"]) == payload["evaluations"] == 4
     assert payload["seconds_to_best"] == 20.0 and "trials" not in payload
+    assert payload["seconds"] == 73.0  # the phases' sum
     assert (payload["search_stop"], payload["budget_share"]) == ("stalled", 0.25)
 
 
