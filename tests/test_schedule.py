@@ -4,6 +4,7 @@ and its order, the early stop's error rate, the schedule's phases, and the choic
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
@@ -24,12 +25,20 @@ from execution.flags import (
     routing,
     to_xla,
 )
-from execution.measure import MeasureSettings, early_decision
+from execution.measure import (
+    CATASTROPHE_MIN_SECONDS,
+    MeasureSettings,
+    Runner,
+    catastrophic,
+    early_decision,
+    measure_pair,
+)
 from tuner.schedule import LIKELY_RANK, Scheduled, cold_rank, likely, neighbourhood, order_moves
 from tuner.search import SAME_PROGRAM
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.trial import Outcome, Trial
+from tuner.tune import COMPARE_SETTINGS, SEARCH_SETTINGS, VERIFY_SETTINGS
 from tuner.winner import finalists, prune, race
 from vocabulary.interval import Interval
 
@@ -198,6 +207,123 @@ def test_a_clear_candidate_stops_at_the_first_look_and_a_close_one_does_not():
     assert _first_decision(math.log(0.5) + rng.normal(0, 0.05, 30), settings) == ("decided slower", 10)
     assert _first_decision(math.log(1.005) + rng.normal(0, 0.05, 30), settings)[0] is None
 
+
+
+# Noise on single runs, as factors of a run's quiet time (a run is never faster than quiet): each
+# draws one factor per run from `rng`.
+RUN_NOISE: dict[str, Callable[[np.random.Generator], float]] = {
+    "normal": lambda rng: math.exp(abs(rng.normal(0, 0.1))),
+    "heavy tails": lambda rng: math.exp(abs(rng.standard_t(2)) * 0.05),
+    "skewed": lambda rng: 1.0 + rng.lognormal(0, 1) * 0.05,
+    # Independent stalls: one run in twenty is five times its length.
+    "stalls": lambda rng: 5.0 if rng.random() < 0.05 else math.exp(abs(rng.normal(0, 0.05))),
+}
+
+
+class _Simulated:
+    """A default and a candidate `ratio` times slower, runs of `seconds` each (quiet), with
+    `noise` on every run, `stall_at` (a run's index, both programs' runs counted in order) made
+    `stall` times longer; it records every run (no time passes)."""
+
+    def __init__(self, seconds: float, ratio: float, noise: str, seed: int,
+                 stall_at: int | None = None, stall: float = 1.0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.seconds, self.ratio, self.noise = seconds, ratio, RUN_NOISE[noise]
+        self.stall_at, self.stall = stall_at, stall
+        self.runs: list[tuple[str, float]] = []
+
+    def runner(self, which: str) -> Runner:
+        def run(repeats: int) -> float:
+            quiet = self.seconds * (self.ratio if which == "candidate" else 1.0)
+            elapsed = sum(quiet * self.noise(self.rng) for _ in range(repeats))
+            if len(self.runs) == self.stall_at:
+                elapsed *= self.stall
+            self.runs.append((which, elapsed))
+            return elapsed
+
+        return run
+
+    def measure(self, settings: MeasureSettings):
+        return measure_pair(self.runner("default"), self.runner("candidate"), settings)
+
+    def candidate_seconds(self) -> float:
+        return sum(t for which, t in self.runs if which == "candidate")
+
+
+# A screen as a search runs it, shortened: the rule is decided at the candidate's second run.
+SCREEN = dataclasses.replace(SEARCH_SETTINGS, max_pairs=12)
+
+
+def test_only_a_search_s_screens_stop_catastrophic_candidates():
+    assert SEARCH_SETTINGS.catastrophe_ratio == 3.0
+    assert COMPARE_SETTINGS.catastrophe_ratio is None and VERIFY_SETTINGS.catastrophe_ratio is None
+    assert MeasureSettings().catastrophe_ratio is None
+
+
+@pytest.mark.parametrize("noise", sorted(RUN_NOISE))
+@pytest.mark.parametrize("seconds", [0.05, 1.0])  # three warm-up pairs, or one
+def test_noise_never_stops_a_candidate_as_fast_as_the_default(noise, seconds):
+    stopped = [seed for seed in range(400)
+               if _Simulated(seconds, 1.0, noise, seed).measure(SCREEN).stop_reason == "catastrophic"]
+    if noise != "stalls":
+        assert not stopped
+        return
+    # Independent stalls of one run in twenty: it takes two, on the candidate's two runs and on
+    # neither of the default's, at most 0.05 ** 2 of the time (module docstring).
+    assert len(stopped) / 400 <= 0.05 ** 2 + 3 * math.sqrt(0.0025 / 400), stopped
+
+
+@pytest.mark.parametrize("stall", [5.0, 1000.0])
+def test_one_stall_of_one_run_never_stops_a_candidate_however_long(stall):
+    for seed in range(200):
+        for at in range(6):  # the first runs: the rule is decided at the candidate's second
+            measured = _Simulated(0.05, 1.0, "normal", seed, stall_at=at, stall=stall).measure(SCREEN)
+            assert measured.stop_reason != "catastrophic", (seed, at)
+
+
+@pytest.mark.parametrize("noise", ["normal", "heavy tails", "skewed"])
+@pytest.mark.parametrize("seconds", [0.05, 1.0])
+def test_a_far_slower_candidate_stops_at_its_second_run_whatever_the_seed(noise, seconds):
+    for seed in range(300):
+        measured = _Simulated(seconds, 10.0, noise, seed).measure(SCREEN)
+        assert measured.stop_reason == "catastrophic" and measured.candidate_runs == 2, seed
+        # Its interval holds every ratio of a default run to a candidate run, wholly below 1/3.
+        assert measured.speedup.low <= measured.speedup.estimate <= measured.speedup.high < 1 / 3
+        assert not measured.significant and measured.pairs <= 1
+
+
+def test_a_slow_candidate_the_rule_lets_go_costs_a_bounded_share_of_a_screen():
+    # A stall of the default's first run lets a 6x slower candidate of a 1 s module go past the
+    # rule; its time budget then stops it long before its tenth pair (66 s of its own runs).
+    ratio, seconds = 6.0, 1.0
+    simulated = _Simulated(seconds, ratio, "normal", 0, stall_at=0, stall=5.0)
+    measured = simulated.measure(SCREEN)
+    assert measured.stop_reason == "time budget" and measured.pairs < SCREEN.min_pairs
+    assert measured.speedup.high < 1.0
+    # Its warm-up run, three times the default's share of a screen (10 of its runs, with their
+    # noise) and the run that passed it: 45 s here, where 10 pairs were 66 s and more.
+    run, share = ratio * seconds * 1.5, SCREEN.min_pairs * seconds * 1.2
+    assert simulated.candidate_seconds() <= run + 3.0 * share + run
+    # A candidate three times slower or less is never cut before its min_pairs by it.
+    assert _Simulated(seconds, 2.5, "normal", 0).measure(SCREEN).pairs >= SCREEN.min_pairs
+
+
+def test_without_the_rule_or_on_a_short_program_a_slow_candidate_is_screened_as_before():
+    plain = dataclasses.replace(SCREEN, catastrophe_ratio=None)
+    slow = _Simulated(1.0, 10.0, "normal", 3).measure(plain)
+    assert slow.stop_reason == "decided slower" and slow.pairs == 10 and slow.candidate_runs == 11
+    short = _Simulated(CATASTROPHE_MIN_SECONDS / 2, 10.0, "normal", 3).measure(SCREEN)
+    assert short.stop_reason == "decided slower" and short.pairs == 10
+
+
+def test_the_rule_is_decided_at_the_second_run_against_the_slowest_default_run():
+    assert catastrophic([0.1, 0.1], [0.31, 0.4], 3.0)
+    assert not catastrophic([0.1, 0.11], [0.31, 0.4], 3.0)  # the default's slowest run counts
+    assert not catastrophic([0.1, 0.1], [0.29, 0.4], 3.0)  # and the candidate's fastest
+    assert not catastrophic([0.1], [0.4], 3.0)  # one run of it is not enough
+    assert not catastrophic([0.1, 0.1, 0.1], [0.4, 0.4, 0.4], 3.0)  # decided once, at two
+    assert not catastrophic([0.01, 0.01], [0.1, 0.1], 3.0)  # a short program: left out
+    assert not catastrophic([0.1, 0.1], [0.4, 0.4], None)
 
 SPACE = SearchSpace((Param("a", (1, 2)), Param("b", (True,)), Param("c", ("X", "Y")),
                      Param("d", (True,))))

@@ -85,12 +85,19 @@ class TuneResult:
         """Whether its config is delivered: the verdict is ACCEPTED."""
         return self.status == Verdict.ACCEPTED
 
+    @property
+    def seconds(self) -> float | None:
+        """The task's seconds in all: the sum of its phases' (None where they were not told)."""
+        return sum(p.seconds for p in self.phases) if self.phases else None
+
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (without the trials): `accepted` beside `status`; each speedup as
-        `speedup`, `ci_low`, `ci_high`, the opt-in's within `relaxed`."""
+        """A JSON-ready dict (without the trials): `accepted` beside `status`, `seconds` (in
+        all) beside `phases`; each speedup as `speedup`, `ci_low`, `ci_high`, the opt-in's
+        within `relaxed`."""
         data = as_flat(self)
         data.pop("trials")
-        data.update(config=json.loads(config_key(self.config)), accepted=self.accepted)
+        data.update(config=json.loads(config_key(self.config)), accepted=self.accepted,
+                    seconds=self.seconds)
         if self.relaxed is not None:
             data["relaxed"] = {"config": json.loads(config_key(self.relaxed.config)),
                                **columns(self.relaxed.speedup)}
@@ -103,7 +110,8 @@ class TuneResult:
         trials, phases and opt-in decoded. A result written before the status was a `Verdict`
         ("default fails: <reason>", with `accepted` and `failure` beside it) reads as its verdict
         and reason."""
-        written = {k: v for k, v in from_flat(data).items() if k not in ("accepted", "failure")}
+        written = {k: v for k, v in from_flat(data).items()
+                   if k not in ("accepted", "failure", "seconds")}
         if "reason" in data:
             status, reason = Verdict(data["status"]), data["reason"]
         else:

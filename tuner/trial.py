@@ -81,6 +81,11 @@ class Trial:
     # None in a journal written before trials were stamped.
     finished_at: datetime.datetime | None = None
     elapsed_seconds: float | None = None
+    # Why its screen stopped, and how many times the candidate ran in it (`execution.measure`:
+    # "catastrophic" after two runs, ...); None where the evaluator does not say (a comparison,
+    # a table's replay, a journal written before).
+    stop_reason: str | None = None
+    candidate_runs: int | None = None
 
     @property
     def fitness(self) -> float:

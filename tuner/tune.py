@@ -97,16 +97,20 @@ if TYPE_CHECKING:
     from tuner.allot import Allotment
 
 # Screens stop as soon as a candidate is clearly faster or slower (execution.measure): a clear
-# candidate of a module that runs for half a second costs seconds, not a minute.
+# candidate of a module that runs for half a second costs seconds, not a minute; one more than
+# 3x slower than the default stops at its second run, and a slow one's time is bounded by the
+# default's (`catastrophe_ratio`).
 SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
-                                  early_looks=(10, 15, 20, 30), min_pairs=10)
+                                  early_looks=(10, 15, 20, 30), min_pairs=10,
+                                  catastrophe_ratio=3.0)
 # The winner's race and pruning time one config against another (tuner.winner), in fresh
 # workers (`TuneSettings.verify_workers` of them), each to a tight interval or 3 s, with no
 # early stop: they tell apart programs a percent apart, where a screen only tells a candidate
 # from the default.
 COMPARE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSettings().max_pairs,
                            min_pairs=MeasureSettings().min_pairs, max_seconds=3.0,
-                           target_half_width=0.005, stop_when_no_gain=False)
+                           target_half_width=0.005, stop_when_no_gain=False,
+                           catastrophe_ratio=None)
 VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=10.0)
 
 

@@ -126,9 +126,10 @@ class WorkerEvaluator:
                          compile_seconds=build.compile_seconds, error=error)
         assert timed.measurement is not None, "a run that did not fail was measured (session.Timed)"
         self._ran(timed.span)
-        return Trial(index, config, Outcome.MEASURED, build.program,
-                     speedup=timed.measurement.speedup, numerics_ok=timed.numerics_ok,
-                     compile_seconds=build.compile_seconds)
+        measured = timed.measurement
+        return Trial(index, config, Outcome.MEASURED, build.program, speedup=measured.speedup,
+                     numerics_ok=timed.numerics_ok, compile_seconds=build.compile_seconds,
+                     stop_reason=measured.stop_reason, candidate_runs=measured.candidate_runs)
 
     def _prepared(self, measure: Callable[[], session.Timed]) -> session.Timed:
         """`measure()` in a fresh execute worker: the default prepared in it first."""

@@ -268,8 +268,9 @@ STOP_TEXT = {
 
 def _print_tune_result(label: str, r: Any) -> None:
     """A task's result: its verdict, the opt-in config that relaxes numerics and what it would
-    gain where there is one, when its config was found, and what each phase spent (a result
-    landed before phases were told has none), with their total."""
+    gain where there is one, when its config was found (minutes into the task, of its minutes
+    in all: the phases' sum), and what each phase spent (a result landed before phases were
+    told has none), with their total."""
     from execution.flags import relaxes_numerics
 
     speed = r.speedup.as_speedup() if r.speedup is not None else ""
@@ -293,8 +294,8 @@ def _print_tune_result(label: str, r: Any) -> None:
               f"config {config_text(r.to_json()['relaxed']['config'])} "
               "(for jobs run with FDO_RELAXED_NUMERICS=1)")
     if r.seconds_to_best is not None:
-        print(f"  found {r.seconds_to_best / 60:.1f} minutes ({r.seconds_to_best:.0f} s) into "
-              "the task")
+        in_all = f" of {r.seconds / 60:.1f} in all" if r.seconds is not None else ""
+        print(f"  best config found after {r.seconds_to_best / 60:.1f} minutes{in_all}")
     if r.search_stop is not None:
         print(f"  search ended: {r.search_stop} ({STOP_TEXT[r.search_stop]})")
     if r.budget_reason is not None:
