@@ -5,9 +5,9 @@ proto goes through jaxlib's MLIR bridge to StableHLO, compile options come from 
 `get_compile_options` with the config applied (`apply_config`, which the compiler hook uses on
 the job's own options too), and the backend client compiles and loads the executable.
 
-A config reaches XLA through two channels (execution.flags): compile-option overrides, and entries
-of DebugOptions' `xla_backend_extra_options` map, which no override reaches. Those entries are
-merged into the serialized CompileOptionsProto (protobuf merges concatenated messages; a map is
+A config reaches XLA through two channels (execution.flags.channels): compile-option overrides, and
+entries of DebugOptions' `xla_backend_extra_options` map, which no override reaches. Those entries
+are merged into the serialized CompileOptionsProto (protobuf merges concatenated messages; a map is
 repeated key/value entries) and parsed back into jaxlib's CompileOptions: they then travel with
 that one executable's options, into XLA and into JAX's persistent-cache key, which hashes the
 serialized options. On jaxlib 0.10.2, `xla_cpu_optimize_for_size` set this way shrinks a small

@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 # Parts of XLA flag names that touch files, caches or the process rather than the generated
-# code: such a flag is no part of an environment, and never accepted in a config (execution.flags).
+# code: such a flag is no part of an environment, and never accepted in a config
+# (execution.flags.allowlist).
 SIDE_EFFECT_FLAG_PARTS = ("dump", "_file", "_dir", "_path", "cache", "xla_fuel", "profile")
 
 # CPU features that change what XLA's CPU backend generates or which libraries it can route to.

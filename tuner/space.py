@@ -5,7 +5,7 @@ the hook enforce too), keeping the flags of the platform that the installed comp
 (`accepted_flags`). A config is a sparse mapping: flags left out keep the compiler's default,
 and the empty config is the default itself.
 
-Library routing is searched as a placement (`execution.flags`): one param per fusion type the
+Library routing is searched as a placement (`execution.flags.placement`): one param per fusion type the
 installed compiler knows (`execution.compile.library_fusion_types`), whose values are the backends
 it may move to (XLA's own emitters and each library whose list flag the compiler accepts), its
 default backend left out. So the search's most valuable moves on CPU, one fusion type to
@@ -84,7 +84,8 @@ def values_of(spec: FlagSpec) -> tuple[FlagValue, ...]:
     """The values a search may give a flag (library lists: none, they are searched as
     placements, see `placement_params`; other repeated enums: their declared `lists`)."""
     if spec.type == FlagType.BOOL:
-        # A backend extra bool acts by its presence: false is the absent default (execution.flags).
+        # A backend extra bool acts by its presence: false is the absent default
+        # (execution.flags.channels).
         return (True,) if spec.channel == Channel.BACKEND_EXTRA else (True, False)
     if spec.type == FlagType.INT:
         return tuple(int(c) for c in spec.choices)

@@ -8,7 +8,7 @@ from enum import StrEnum
 
 class FlagType(StrEnum):
     """A flag's value type. REPEATED_ENUM: a list of enum names; PLACEMENT: the backend one
-    fusion type is routed to (`execution.flags`, library routing)."""
+    fusion type is routed to (library routing: `execution.flags.placement`)."""
 
     BOOL = "bool"
     INT = "int"
