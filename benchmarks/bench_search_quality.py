@@ -76,7 +76,7 @@ import tuner
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
 from execution.evaluate import FRESH_WORKERS, EvaluationResult, evaluate
-from execution.flags import CompilerConfig, config_from_json, on_top_of, to_json
+from execution.flags import CompilerConfig, on_top_of, to_json, trusted_config
 from execution.measure import MeasureSettings
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
@@ -298,7 +298,7 @@ def oracle(bench: Bench, pair_moves: int) -> tuple[CompilerConfig, float, bool]:
     if "oracle" not in bench.cache.results:
         bench.cache.results["oracle"] = {"config": to_json(_sweep(bench, pair_moves))}
         bench.cache.save()
-    config = config_from_json(bench.cache.results["oracle"]["config"])
+    config = trusted_config(bench.cache.results["oracle"]["config"])
     # The best of three verifications is biased upward: the oracle's figure is measured anew.
     speedup, low = bench.verify_again(config) if config else (1.0, 1.0)
     return config, speedup, low > 1.01
@@ -317,9 +317,9 @@ def _sweep(bench: Bench, pair_moves: int) -> CompilerConfig:
         screens[config_key(config)] = bench.screen(config)
     best = sorted((k for k, s in screens.items() if s.fitness > 0),
                   key=lambda k: -screens[k].fitness)[:3]
-    verified = {k: bench.verify(config_from_json(json.loads(k))) for k in best}
+    verified = {k: bench.verify(trusted_config(json.loads(k))) for k in best}
     key = max(verified, key=verified.get, default=None)
-    return config_from_json(json.loads(key)) if key else {}
+    return trusted_config(json.loads(key)) if key else {}
 
 
 @dataclass
@@ -382,13 +382,13 @@ def run_schedule(bench: Bench, budget: int, seed: int, target: float, root: Path
             result = json.loads(task.read_text())
         trials = [Trial.from_json(t) for t in result["trials"]]
         searched = [t for t in trials if t.phase == "search"]
-        found = config_from_json(result["config"]) if result["accepted"] else {}
+        found = trusted_config(result["config"]) if result["accepted"] else {}
         bench.cache.results[key] = asdict(Run(label, budget, seed, found, bench.verify(found),
                                               _to_target(searched, target), minutes,
                                               _minutes_to_target(trials, target)))
         bench.cache.save()
     data = bench.cache.results[key]
-    best = config_from_json(data["best"])
+    best = trusted_config(data["best"])
     return Run(**{**data, "strategy": label, "best": best, "verified": bench.verify(best)})
 
 

@@ -35,7 +35,7 @@ from typing import Any
 import tuner
 from execution.compile import compiler_defaults
 from execution.evaluate import FRESH_WORKERS, evaluate
-from execution.flags import CompilerConfig, config_from_json, on_top_of, relaxes_numerics
+from execution.flags import CompilerConfig, on_top_of, relaxes_numerics, trusted_config
 from hlo.module import load_file
 from tuner.tune import VERIFY_SETTINGS
 
@@ -73,7 +73,7 @@ def tune(module: Path, root: Path, code: str, seed: int, extra: list[str]) -> Ru
     if done.returncode not in (0, 4):
         raise RuntimeError(f"fdo tune ({code}) exited {done.returncode}: {done.stderr[-2000:]}")
     result = json.loads(done.stdout)
-    config = config_from_json(result["config"])
+    config = trusted_config(result["config"])
     seconds = result.get("seconds_to_best")
     return Run(code, seed, result["accepted"], not relaxes_numerics(config), config, result["speedup"],
                result["ci_low"], result["ci_high"], minutes, seconds / 60 if seconds is not None else None,

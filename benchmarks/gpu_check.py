@@ -457,9 +457,9 @@ def oracle_figures(plan: Plan, tuned: dict[str, Any], module: HloModule) -> dict
         verified = {k: winner[k] for k in ("speedup", "ci_low", "ci_high", "numerics_ok", "speedups")}
         return {"config": best["config"], "screened": best["speedup"], "verified": verified,
                 "verified_by": "the tuner (its winner)", "share_of_oracle": gain_share(winner, verified)}
-    from execution.flags import config_from_json
+    from execution.flags import trusted_config
 
-    found = evaluate_independently(module, config_from_json(best["config"]), plan.workers, settings=plan.verify)
+    found = evaluate_independently(module, trusted_config(best["config"]), plan.workers, settings=plan.verify)
     verified = {**columns(found.speedup), "numerics_ok": found.numerics_ok, "speedups": found.speedups,
                 "significant": found.significant, "error": found.error}
     return {"config": best["config"], "screened": best["speedup"], "verified": verified,

@@ -88,7 +88,7 @@ from execution.autotune.delivery import Delivery, job_cache_dir, job_sets_cache_
 from execution.autotune.jax_cache import CacheKeyed, persistent_cache_on
 from execution.autotune.results import AutotuneResults, ResultsError, autotunes, parse_results
 from execution.compile import apply_config, job_build_options, job_partitioning
-from execution.flags import CompilerConfig, FlagError, from_json
+from execution.flags import CompilerConfig, FlagError, checked_config
 from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment, parse_mesh, store_key
 from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from hlo.fingerprint import graph_fingerprint
@@ -369,7 +369,7 @@ class Hook:
         if decision.apply:
             results = decision.found.entry.autotune_results if decision.results and decision.found else None
             try:
-                plan.config = from_json(json.loads(decision.config_text or ""))
+                plan.config = checked_config(json.loads(decision.config_text or ""))
                 plan.results = parse_results(results) if results is not None else None
             except (ValueError, TypeError) as exc:  # FlagError, ResultsError, JSON's
                 # The leader took it: this process runs another fleet-fdo; it compiles the defaults.
@@ -418,7 +418,7 @@ class Hook:
         else:
             plan.config_text, plan.expected_speedup = entry.config, entry.speedup
         try:
-            plan.config = from_json(json.loads(plan.config_text))
+            plan.config = checked_config(json.loads(plan.config_text))
         except (FlagError, json.JSONDecodeError, TypeError) as exc:
             plan.outcome, plan.reason = HitOutcome.REFUSED, f"config refused: {exc}"
             self._warn(f"entry {plan.key}: {plan.reason}", f"refused {plan.key}")

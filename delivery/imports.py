@@ -21,7 +21,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from delivery.store_writer import DEFAULT_TTL, Store, StoreError, merge_entries
 from execution.autotune.results import MAX_RESULTS, ResultsError, parse_results
-from execution.flags import FlagError, from_json, to_json
+from execution.flags import FlagError, checked_config, to_json
 from hlo.environment import store_key
 from storage.home import Home
 from storage.store_schema import MAX_HOLDOUT_SHARE, Provenance, StoreEntry, check_holdout_share, entries_table
@@ -80,7 +80,7 @@ class ImportEntry(BaseModel):
     def _allowlisted(cls, config: dict[str, Any]) -> dict[str, Any]:
         """The config in its JSON form, or an error naming the flag that is refused."""
         try:
-            return to_json(from_json(config))
+            return to_json(checked_config(config))
         except FlagError as exc:
             raise PydanticCustomError("config_refused", "refused: {reason}", {"reason": str(exc)}) from None
 

@@ -25,7 +25,7 @@ entries; `update` and `rollback` retry on the new live version. Rollback publish
 version with an older version's entries, so history only grows. A version's policies are
 carried forward by every publish until one is set again (`set_holdout_share`,
 `set_relaxed_numerics_teams`). Every config is checked against the flag allowlist on the way in
-(`execution.flags.from_json`), the relaxed config too, every row as the entry record it must
+(`execution.flags.checked_config`), the relaxed config too, every row as the entry record it must
 make (`storage.store_schema.StoreEntry`: each field's type, the holdout share within its range, a
 relaxed config's speedup), every team list (`check_relaxed_numerics_teams`) and every entry's
 autotune results (`check_autotune_results`).
@@ -57,7 +57,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from execution.autotune.results import ResultsError, parse_results
-from execution.flags import FlagError, from_json, to_json
+from execution.flags import FlagError, checked_config, to_json
 from ingest.tables import TEAM
 from storage.home import Home
 from storage.homes import open_home
@@ -381,7 +381,7 @@ def merge_entries(current: pa.Table, new: pa.Table) -> pa.Table:
 def _check_config(text: str, where: str) -> str:
     """The canonical JSON of an allowlisted config; StoreError otherwise."""
     try:
-        return json.dumps(to_json(from_json(json.loads(text))), sort_keys=True)
+        return json.dumps(to_json(checked_config(json.loads(text))), sort_keys=True)
     except (FlagError, json.JSONDecodeError, TypeError) as exc:
         raise StoreError(f"{where}: config refused: {exc}") from None
 

@@ -19,7 +19,7 @@ import pytest
 
 from execution.compile import apply_config, compile_options, compiler_defaults, job_build_options
 from execution.cores import plan_cores
-from execution.flags import FLAGS, FlagError, FlagSpec, check_name, from_json, parse_assignment, to_xla
+from execution.flags import FLAGS, FlagError, FlagSpec, check_name, checked_config, parse_assignment, to_xla
 from execution.numerics import SPREAD_FACTOR, all_ok, compare_outputs
 from execution.worker import DEFAULT_MEMORY_LIMIT, Worker, device_variables
 from hlo import environment
@@ -132,7 +132,7 @@ def test_each_gpu_flag_has_a_domain_a_prior_rank_and_a_default_to_read():
 
 
 def test_gpu_flag_values_travel_as_xla_takes_them():
-    config = from_json({"xla_gpu_enable_triton_gemm": False, "xla_gpu_enable_command_buffer": ["FUSION"],
+    config = checked_config({"xla_gpu_enable_triton_gemm": False, "xla_gpu_enable_command_buffer": ["FUSION"],
                         "xla_gpu_pipeline_all_reduce": "ON", "optimization_level": "O3"})
     settings = to_xla(config)
     assert settings.overrides == {"xla_gpu_enable_triton_gemm": False,
@@ -142,7 +142,7 @@ def test_gpu_flag_values_travel_as_xla_takes_them():
     for refused in ({"xla_gpu_graph_min_graph_size": 7}, {"xla_gpu_enable_command_buffer": ["GRAPHS"]},
                     {"optimization_level": "O9"}):
         with pytest.raises(FlagError):
-            from_json(refused)
+            checked_config(refused)
 
 
 def test_the_effort_level_is_a_build_option_and_the_jobs_own_stays():

@@ -15,7 +15,7 @@ import pytest
 
 from delivery.lookup import Found, RemoteStore, StoreUnavailable, _parse_answer
 from execution.compile import compile_options
-from execution.flags import FLAGS, FlagError, FlagSpec, from_json
+from execution.flags import FLAGS, FlagError, FlagSpec, checked_config
 from hlo.environment import current_environment, xla_flags_options
 from storage.store_schema import Provenance
 from tests.serving import fdo
@@ -109,7 +109,7 @@ def test_a_service_answer_whose_entry_is_no_store_entry_is_no_answer():
 ])
 def test_values_outside_a_flags_domain_are_refused_naming_the_flag(config, flag):
     with pytest.raises(FlagError, match=flag):
-        from_json(config)
+        checked_config(config)
 
 
 YNN_TYPES = 'fusion type names such as "REDUCE" or "INDIVIDUAL_DOT"'
@@ -130,7 +130,7 @@ YNN_TYPES = 'fusion type names such as "REDUCE" or "INDIVIDUAL_DOT"'
 ])
 def test_a_refused_value_is_named_with_the_json_type_its_flag_takes(flag, value, said):
     with pytest.raises(FlagError) as refused:
-        from_json({flag: value})
+        checked_config({flag: value})
     assert str(refused.value) == f"{flag}: {said}"
 
 
@@ -139,13 +139,13 @@ def test_each_kind_takes_its_json_type_and_a_kind_without_a_domain_takes_none(mo
              "xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
              "xla_cpu_experimental_ynn_fusion_type": [], "xla_cpu_experimental_xnn_fusion_type": ["reduce"],
              "placement:DOT": "XLA"}
-    assert from_json(given) == {**given, "xla_cpu_scheduler_type": "MEMORY_OPTIMIZED",
+    assert checked_config(given) == {**given, "xla_cpu_scheduler_type": "MEMORY_OPTIMIZED",
                                 "xla_cpu_experimental_ynn_fusion_type": (),
                                 "xla_cpu_experimental_xnn_fusion_type": ("REDUCE",), "placement:DOT": "xla"}
     for kind, value, json_type in (("float", 1.5, "number"), ("string", "fast", "string")):
         monkeypatch.setitem(FLAGS, "xla_test_flag", FlagSpec("xla_test_flag", kind))
         with pytest.raises(FlagError) as refused:
-            from_json({"xla_test_flag": value})
+            checked_config({"xla_test_flag": value})
         assert str(refused.value) == (f"xla_test_flag: {json.dumps(value)} is not settable: a {kind} flag "
                                       f"(a JSON {json_type}) has no declared domain")
 

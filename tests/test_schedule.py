@@ -18,7 +18,7 @@ from execution.flags import (
     FlagError,
     as_flags,
     as_placement,
-    from_json,
+    checked_config,
     is_default,
     on_top_of,
     parse_assignment,
@@ -111,11 +111,11 @@ def test_a_type_routed_to_two_libraries_has_no_placement_and_keeps_its_lists():
 
 def test_placements_are_checked_where_configs_enter():
     assert parse_assignment("placement:REDUCE=XLA") == ("placement:REDUCE", "xla")
-    assert from_json({"placement:REDUCE": "onednn"}) == {"placement:REDUCE": "onednn"}
+    assert checked_config({"placement:REDUCE": "onednn"}) == {"placement:REDUCE": "onednn"}
     for bad in ({"placement:REDUCE": "gpu"}, {"placement:reduce;rm": "xla"},
                 {"placement:REDUCE": ["xla"]}, {"placement:": "xla"}):
         with pytest.raises(FlagError):
-            from_json(bad)
+            checked_config(bad)
 
 
 def test_the_neighbourhood_is_every_single_move_and_a_cold_start_tries_routing_first():

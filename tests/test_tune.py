@@ -20,7 +20,7 @@ import pytest
 
 from execution.compile import compiler_defaults
 from execution.cores import MIN_CORES_TO_SPLIT, CorePlan, available_cores, plan_cores
-from execution.flags import FLAGS, from_json, relaxes_numerics
+from execution.flags import FLAGS, checked_config, relaxes_numerics
 from execution.measure import MeasureSettings
 from execution.session import Span
 from execution.worker import Worker
@@ -293,10 +293,10 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
     result = fdo(home, "tune", str(module), "--budget-evals", "6", "--verify-workers", "2", "--json")
     assert result.returncode == 0, result.stderr
     tuned = json.loads(result.stdout)
-    assert from_json(tuned["config"]) == tuned["config"]  # allowlisted, as the store takes it
+    assert checked_config(tuned["config"]) == tuned["config"]  # allowlisted, as the store takes it
     # What it delivers relaxes no numerics; a relaxing winner is the opt-in beside it.
-    assert relaxes_numerics(from_json(tuned["config"])) == []
-    assert tuned["relaxed"] is None or relaxes_numerics(from_json(tuned["relaxed"]["config"]))
+    assert relaxes_numerics(checked_config(tuned["config"])) == []
+    assert tuned["relaxed"] is None or relaxes_numerics(checked_config(tuned["relaxed"]["config"]))
     # What each phase spent adds up to the totals; the search kept to its 6 evaluations.
     phases = {p["phase"]: p for p in tuned["phases"]}
     assert list(phases) == ["search", "race", "prune", "verify"]

@@ -35,7 +35,7 @@ from typing import Iterable
 import pyarrow.compute as pc
 
 from execution.compile import compiler_defaults
-from execution.flags import CompilerConfig, FlagValue, as_placement, from_json, placement_key
+from execution.flags import CompilerConfig, FlagValue, as_placement, checked_config, placement_key
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_text
@@ -176,7 +176,7 @@ def graph_votes(home: Home, graph: str, env_key: str) -> list[OpVote]:
             classes[cut.fingerprint] = cut.op_class
     defaults = compiler_defaults()
     return [OpVote(fingerprint, classes[fingerprint],
-                   as_placement(from_json(json.loads(result["config"])), defaults)
+                   as_placement(checked_config(json.loads(result["config"])), defaults)
                    if result["accepted"] else {},
                    weights.get(fingerprint, 0.0), result["task_id"])
             for fingerprint, result in sorted(results.items()) if fingerprint in classes]

@@ -23,7 +23,7 @@ from collections import defaultdict
 
 import pyarrow.compute as pc
 
-from execution.flags import CompilerConfig, FlagError, as_placement, from_json
+from execution.flags import CompilerConfig, FlagError, as_placement, checked_config
 from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.schedule import Move
@@ -72,7 +72,7 @@ def _others(table, kind: str, exclude_fingerprint: str):
 def _moves(config_json: str, defaults: CompilerConfig) -> list[Move] | None:
     """The moves a stored config makes, in placement form; None if it cannot be read."""
     try:
-        config = as_placement(from_json(json.loads(config_json)), defaults)
+        config = as_placement(checked_config(json.loads(config_json)), defaults)
     except (FlagError, ValueError):
         return None
     return sorted(config.items(), key=lambda item: item[0])

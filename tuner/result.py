@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from execution.flags import CompilerConfig, config_from_json
+from execution.flags import CompilerConfig, trusted_config
 from execution.numerics import OutputCheck
 from execution.sharded import MeasureMode
 from tuner.search import PhaseSpend
@@ -116,7 +116,7 @@ class TuneResult:
             status, reason = Verdict(data["status"]), data["reason"]
         else:
             status, reason = Verdict.parse(data["status"])
-        return cls(**{**written, "config": config_from_json(data["config"]),
+        return cls(**{**written, "config": trusted_config(data["config"]),
                       "status": status, "reason": reason,
                       "numerics": [OutputCheck(**check) for check in data.get("numerics", [])],
                       "kind": Kind(data.get("kind", Kind.GRAPH)),
@@ -137,4 +137,4 @@ def _relaxed_from_json(data: dict[str, Any] | None) -> RelaxedOption | None:
     speedup = from_columns(data)
     if speedup is None:
         raise ValueError(f"a result's relaxed option {data!r} has no speedup")
-    return RelaxedOption(config_from_json(data["config"]), speedup)
+    return RelaxedOption(trusted_config(data["config"]), speedup)

@@ -32,7 +32,7 @@ from typing import Any, Iterable, NamedTuple
 
 import pyarrow.compute as pc
 
-from execution.flags import CompilerConfig, FlagError, config_from_json, from_json, relaxes_numerics
+from execution.flags import CompilerConfig, FlagError, checked_config, relaxes_numerics, trusted_config
 from ingest.tables import GRAPHS
 from storage.home import Home
 from storage.store_reader import live_records
@@ -94,7 +94,7 @@ class Transfer:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Transfer:
         """The transfer `to_json` wrote."""
-        return cls(config_from_json(data["config"]), data["source"], Kinship(data["kinship"]),
+        return cls(trusted_config(data["config"]), data["source"], Kinship(data["kinship"]),
                    float(data["speedup"]), int(data.get("graphs", 1)))
 
 
@@ -218,7 +218,7 @@ def _strict_config(text: str) -> CompilerConfig | None:
     """A stored config's flags, where it reads and relaxes no numerics (None otherwise: a
     transfer is a strict config, as every job's default)."""
     try:
-        config = from_json(json.loads(text))
+        config = checked_config(json.loads(text))
     except (FlagError, ValueError, TypeError):
         return None
     return None if relaxes_numerics(config) else config
@@ -227,7 +227,7 @@ def _strict_config(text: str) -> CompilerConfig | None:
 def _canonical(text: str) -> str:
     """A trial's config JSON in `config_key`'s canonical form (itself where it does not read)."""
     try:
-        return config_key(config_from_json(json.loads(text)))
+        return config_key(trusted_config(json.loads(text)))
     except (ValueError, TypeError, AttributeError):
         return text
 

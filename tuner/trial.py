@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from execution.flags import CompilerConfig, config_from_json
+from execution.flags import CompilerConfig, trusted_config
 from tuner.strategies import FAILED, TrialRecord
 from vocabulary.interval import Interval, as_flat, from_flat
 
@@ -128,7 +128,7 @@ class Trial:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Trial":
         """The trial `to_json` wrote (or a journal line written before a field was added)."""
-        decoded: dict[str, Any] = {name: config_from_json(data[name])
+        decoded: dict[str, Any] = {name: trusted_config(data[name])
                                    for name in ("config", "baseline") if data.get(name) is not None}
         decoded["outcome"] = Outcome(data["outcome"])
         if "phase" in data:

@@ -57,7 +57,7 @@ from execution.evaluate import (
     prepare_default,
     worker_for,
 )
-from execution.flags import CompilerConfig, FlagError, from_json
+from execution.flags import CompilerConfig, FlagError, checked_config
 from execution.measure import MeasureSettings
 from execution.per_device import PER_DEVICE_ERROR, PerDeviceError
 from execution.session import Built
@@ -206,7 +206,7 @@ def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSett
                              settings.ttl, settings.max_age, result)
 
     try:
-        config = from_json(json.loads(entry.config))
+        config = checked_config(json.loads(entry.config))
     except (FlagError, json.JSONDecodeError) as exc:
         return decide(DecisionOutcome.INVALIDATED, f"its config is no longer accepted: {exc}", invalidated)
     try:
@@ -268,7 +268,7 @@ def _relaxed(decision: Decision, queued: Queued, module: HloModule, check: Resul
         return decision
     cv = chain.compiler_version
     try:
-        config = from_json(json.loads(text))
+        config = checked_config(json.loads(text))
     except (FlagError, json.JSONDecodeError) as exc:
         return rules.with_relaxed(decision, DecisionOutcome.INVALIDATED, f"is no longer accepted: {exc}")
     partitioning = queued.placement.compiled_for

@@ -12,13 +12,14 @@ A room per idea, each importing only those above it:
 - `channels`: a config as XLA takes it, per channel (`to_xla`);
 - `defaults_diff`: a config against the compiler's defaults (`is_default`, `without_defaults`,
   `on_top_of`);
-- `config_json`: a config's JSON form (`to_json`) and the two ways back: `from_json`
-  (allowlist and domains checked) and `config_from_json` (this project's own files).
+- `config_json`: a config's JSON form (`to_json`) and the two ways back: `checked_config`
+  (allowlist and domains checked: the store, imports, the service, the hook, the CLI) and
+  `trusted_config` (this project's own journals and results, nothing checked).
 """
 
 from execution.flags.allowlist import check_name
 from execution.flags.channels import XlaSettings, enum_of_number, to_xla
-from execution.flags.config_json import config_from_json, from_json, to_json
+from execution.flags.config_json import checked_config, to_json, trusted_config
 from execution.flags.defaults_diff import is_default, on_top_of, without_defaults
 from execution.flags.flag_table import (
     BACKEND_RANK_OFFSETS,
@@ -59,5 +60,5 @@ __all__ = [
     # defaults_diff
     "is_default", "on_top_of", "without_defaults",
     # config_json
-    "config_from_json", "from_json", "to_json",
+    "checked_config", "to_json", "trusted_config",
 ]

@@ -5,7 +5,7 @@ or an XLA flag (`xla_...`). Flags not in the table may still be set through the 
 channel when the installed XLA knows them; XLA parses and checks their values. No flag that
 names a file, a directory or a cache is ever in the table or applied. Whether a key must also
 be declared in the table is the reader's choice: a config read from outside this project
-(execution.flags.config_json.from_json) takes declared keys only.
+(execution.flags.config_json.checked_config) takes declared keys only.
 """
 
 from __future__ import annotations

@@ -1,6 +1,11 @@
-"""A config's JSON form (`to_json`: tuples become lists) and the two ways back: `from_json`
-checks what it reads (the allowlist, the table's declared keys, each value's JSON type and
-domain); `config_from_json` reads this project's own files and checks nothing.
+"""A config's JSON form (`to_json`: tuples become lists) and the two ways back, named for whom
+they trust:
+
+- `checked_config`: a config from outside this process's own records (the store, `store
+  import`, the service, the hook, the validator, the CLI) is checked as it is read: the
+  allowlist, the table's declared keys, each value's JSON type and domain.
+- `trusted_config`: a config this project wrote itself (journals, results, benchmark caches),
+  which was checked on its way in: lists back to tuples, nothing checked.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ def to_json(config: CompilerConfig) -> dict[str, object]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(config.items())}
 
 
-def from_json(data: object) -> CompilerConfig:
+def checked_config(data: object) -> CompilerConfig:
     """A config from its JSON form (as `to_json` writes it and the store holds it): only flags
     on the allowlist and placements, each value of its kind's JSON type and in its declared
     domain (`execution.flags.flag_values.expected_json`); no value is coerced from another type
@@ -37,7 +42,8 @@ def from_json(data: object) -> CompilerConfig:
     return config
 
 
-def config_from_json(data: Mapping[str, Any]) -> CompilerConfig:
+def trusted_config(data: Mapping[str, Any]) -> CompilerConfig:
     """A config as this project's own files hold it (journals, results): JSON lists back to
-    tuples, nothing checked (these were checked on the way in)."""
+    tuples, nothing checked (these were checked on the way in). A config from the store, a
+    service or a user is read by `checked_config` instead."""
     return {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
