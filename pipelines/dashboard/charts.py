@@ -50,7 +50,7 @@ from pipelines.dashboard.figures import (
     version_text,
 )
 from pipelines.dashboard.filters import Window
-from pipelines.dashboard.queries import Row
+from pipelines.dashboard.sql import Row
 
 Builder = Callable[[list[Row], Window], go.Figure | None]
 

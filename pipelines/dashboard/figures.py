@@ -11,7 +11,7 @@ from typing import Iterable
 import plotly.graph_objects as go
 
 from pipelines.dashboard.filters import Window
-from pipelines.dashboard.queries import Row
+from pipelines.dashboard.sql import Row
 
 BLUE, ORANGE, GREEN, RED, GREY, LIGHT_BLUE, LIGHT_GREY, PURPLE, DARK_GREY = (
     "#3566c8", "#ef8f35", "#2a9d8f", "#d9534f", "#9aa3ae", "#9dbbe8", "#d5dae0", "#8a63c6", "#5b6470")

@@ -20,8 +20,9 @@ from pipelines.dashboard import charts, grids
 from pipelines.dashboard.charts import Chart
 from pipelines.dashboard.figures import level_text
 from pipelines.dashboard.grids import Grid
-from pipelines.dashboard.queries import REALIZED_LEVEL, SUMMARY_INPUTS, VERIFIED_LEVEL
-from tuner.analyze import CONFIDENCE as FLAG_LEVEL
+from pipelines.dashboard.levels import REALIZED_LEVEL
+from pipelines.dashboard.queries import SUMMARY_INPUTS
+from vocabulary.confidence import FLAG_LEVEL, VERIFIED_LEVEL
 
 Card = Chart | Grid
 VERIFIED = level_text(VERIFIED_LEVEL)

@@ -23,9 +23,10 @@ from pipelines.dashboard import queries
 from pipelines.dashboard.filters import FilterError, Filters, check_fingerprint, parse_filters
 from pipelines.dashboard.layout import ENTRY, GRAPH, GRAPHS, OVERVIEW, TUNER, Page
 from pipelines.dashboard.page import FILTER_LABELS, PageData, render
-from pipelines.dashboard.queries import NOT_NARROWED, QUERIES, SUMMARY_INPUTS, Row
+from pipelines.dashboard.queries import NOT_NARROWED, QUERIES, SUMMARY_INPUTS
 from pipelines.dashboard.queries import Query as RowsQuery
 from pipelines.dashboard.scope import Scope
+from pipelines.dashboard.sql import Row
 from storage.home import Home
 from storage.warehouse import SchemaError
 
