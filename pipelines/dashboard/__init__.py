@@ -10,7 +10,7 @@ environments' labels); sql: reading checked warehouse tables into DuckDB for a s
 the names and live entries queries join to; levels: the confidence each interval was taken at;
 savings, holdouts, coverage, entries, tuning and graphs: the queries, a module per family;
 queries: their registry, one query per endpoint (the single source of the numbers), and the
-summary; figures: the look and steps every chart shares; charts and grids: each card's figure
-or table; layout: which cards each page shows; page: the HTML; routes: the
+summary; figures: the look and steps every chart shares; charts, tuning_charts and grids: each
+card's figure or table; layout: which cards each page shows; page: the HTML; routes: the
 FastAPI router that `fdo serve` mounts.
 """

@@ -74,6 +74,12 @@ def elide(text: str, limit: int = ENVIRONMENT_CHARS) -> str:
     return f"{text[:head]}…{text[len(text) - (limit - 1 - head):]}"
 
 
+def key_label(row: Row) -> str:
+    """A key as axes name it: its graph's or op's name (else its kind), fingerprint and environment."""
+    name = row.get("name") or row["kind"]
+    return f"{name} · {row['fingerprint'][:8]} · {elide(row['environment'])}"
+
+
 def version_text(version: int | None) -> str:
     """A store version as "v7"; "unknown" when no version is known."""
     return "unknown" if version is None else f"v{version}"
