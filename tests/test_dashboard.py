@@ -28,7 +28,8 @@ from ingest.tables import GRAPH_RUNS, GRAPHS
 from pipelines.dashboard import queries
 from pipelines.dashboard.filters import Filters, Window
 from pipelines.dashboard.layout import PAGES
-from pipelines.dashboard.queries import QUERIES, REALIZED_LEVEL
+from pipelines.dashboard.levels import REALIZED_LEVEL
+from pipelines.dashboard.queries import QUERIES
 from pipelines.dashboard.scope import Scope
 from ranking.cost import loop_cost, return_on_cost
 from ranking.realized import Realized, realized_savings, realized_speedups

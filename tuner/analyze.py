@@ -39,10 +39,11 @@ from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.trial import Outcome
+from vocabulary.confidence import FLAG_LEVEL
 
 RIDGE = 0.1
 RESAMPLES = 200
-CONFIDENCE = 0.95
+CONFIDENCE = FLAG_LEVEL  # the bootstrap interval's two-sided level
 
 FlagValueKey = tuple[str, str]  # (flag, value as JSON text)
 

@@ -88,6 +88,7 @@ from tuner.transfer import TRANSFER_CHECK, Transfer, transferred
 from tuner.trial import STALL_AFTER, Phase, StopReason, Trial
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
+from vocabulary.confidence import SCREENED_LEVEL, VERIFIED_LEVEL
 from vocabulary.failures import Failure
 from vocabulary.tuning import Origin, Verdict
 
@@ -100,8 +101,8 @@ if TYPE_CHECKING:
 # candidate of a module that runs for half a second costs seconds, not a minute; one more than
 # 3x slower than the default stops at its second run, and a slow one's time is bounded by the
 # default's (`catastrophe_ratio`).
-SEARCH_SETTINGS = MeasureSettings(max_seconds=6.0, target_half_width=0.02, max_pairs=200,
-                                  early_looks=(10, 15, 20, 30), min_pairs=10,
+SEARCH_SETTINGS = MeasureSettings(confidence=SCREENED_LEVEL, max_seconds=6.0, target_half_width=0.02,
+                                  max_pairs=200, early_looks=(10, 15, 20, 30), min_pairs=10,
                                   catastrophe_ratio=3.0)
 # The winner's race and pruning time one config against another (tuner.winner), in fresh
 # workers (`TuneSettings.verify_workers` of them), each to a tight interval or 3 s, with no
@@ -111,7 +112,7 @@ COMPARE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSet
                            min_pairs=MeasureSettings().min_pairs, max_seconds=3.0,
                            target_half_width=0.005, stop_when_no_gain=False,
                            catastrophe_ratio=None)
-VERIFY_SETTINGS = MeasureSettings(confidence=0.999, min_pairs=40, max_seconds=10.0)
+VERIFY_SETTINGS = MeasureSettings(confidence=VERIFIED_LEVEL, min_pairs=40, max_seconds=10.0)
 
 
 @dataclass(frozen=True)

@@ -74,10 +74,11 @@ from validator.plan import Planner, Queued
 from validator.run import Run, exclusive
 from validator.signals import FLEET_WINDOW
 from validator.toolchains import Registry, Toolchain
+from vocabulary.confidence import VALIDATED_LEVEL
 from vocabulary.decisions import DecisionOutcome, StoreChange
 from vocabulary.failures import Failure
 
-MEASURE_SETTINGS = MeasureSettings(confidence=0.99, min_pairs=20, max_seconds=10.0)
+MEASURE_SETTINGS = MeasureSettings(confidence=VALIDATED_LEVEL, min_pairs=20, max_seconds=10.0)
 MAX_AGE = datetime.timedelta(days=180)
 
 

@@ -6,7 +6,11 @@ speedup), each card with its JSON rows under `/api/`, all of them filtered by te
 compiler version and dates.
 
 filters: the query parameters; scope: the filters resolved against the warehouse (and the
-environments' labels); queries: one query per endpoint (the single source of the numbers);
-charts and grids: each card's figure or table; layout: which cards each page shows; page: the
-HTML; routes: the FastAPI router that `fdo serve` mounts.
+environments' labels); sql: reading checked warehouse tables into DuckDB for a scope; lookups:
+the names and live entries queries join to; levels: the confidence each interval was taken at;
+savings, holdouts, coverage, entries, tuning and graphs: the queries, a module per family;
+queries: their registry, one query per endpoint (the single source of the numbers), and the
+summary; figures: the look and steps every chart shares; charts, tuning_charts and grids: each
+card's figure or table; layout: which cards each page shows; page: the HTML; routes: the
+FastAPI router that `fdo serve` mounts.
 """

@@ -11,7 +11,7 @@ from typing import Iterable
 import plotly.graph_objects as go
 
 from pipelines.dashboard.filters import Window
-from pipelines.dashboard.queries import Row
+from pipelines.dashboard.sql import Row
 
 BLUE, ORANGE, GREEN, RED, GREY, LIGHT_BLUE, LIGHT_GREY, PURPLE, DARK_GREY = (
     "#3566c8", "#ef8f35", "#2a9d8f", "#d9534f", "#9aa3ae", "#9dbbe8", "#d5dae0", "#8a63c6", "#5b6470")
@@ -72,6 +72,12 @@ def elide(text: str, limit: int = ENVIRONMENT_CHARS) -> str:
         return text
     head = (limit - 1) // 2
     return f"{text[:head]}…{text[len(text) - (limit - 1 - head):]}"
+
+
+def key_label(row: Row) -> str:
+    """A key as axes name it: its graph's or op's name (else its kind), fingerprint and environment."""
+    name = row.get("name") or row["kind"]
+    return f"{name} · {row['fingerprint'][:8]} · {elide(row['environment'])}"
 
 
 def version_text(version: int | None) -> str:

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pipelines.dashboard.figures import level_text
-from pipelines.dashboard.queries import REALIZED_LEVEL, SCREENED_LEVEL, VALIDATED_LEVEL, VERIFIED_LEVEL, Row
-from tuner.analyze import CONFIDENCE as FLAG_LEVEL
+from pipelines.dashboard.levels import REALIZED_LEVEL
+from pipelines.dashboard.sql import Row
+from vocabulary.confidence import FLAG_LEVEL, SCREENED_LEVEL, VALIDATED_LEVEL, VERIFIED_LEVEL
 
 MAX_ROWS = 500  # more are in the JSON: a page of thousands of rows helps nobody
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.dashboard import charts, grids
+from pipelines.dashboard import charts, grids, tuning_charts
 from pipelines.dashboard.charts import Chart
 from pipelines.dashboard.figures import level_text
 from pipelines.dashboard.grids import Grid
-from pipelines.dashboard.queries import REALIZED_LEVEL, SUMMARY_INPUTS, VERIFIED_LEVEL
-from tuner.analyze import CONFIDENCE as FLAG_LEVEL
+from pipelines.dashboard.levels import REALIZED_LEVEL
+from pipelines.dashboard.queries import SUMMARY_INPUTS
+from vocabulary.confidence import FLAG_LEVEL, VERIFIED_LEVEL
 
 Card = Chart | Grid
 VERIFIED = level_text(VERIFIED_LEVEL)
@@ -49,7 +50,7 @@ class Page:
 
 TUNING_RESULTS = Chart(
     "tuning-results", "Tuning results", f"Verified speedup (×) of each task with its {VERIFIED} interval "
-    "(the tuner verifies a winner afresh at that level)", "tuning-results", charts.tuning_results, "fdo tune",
+    "(the tuner verifies a winner afresh at that level)", "tuning-results", tuning_charts.tuning_results, "fdo tune",
     wide=True)
 
 OVERVIEW = Page("overview", "Overview", (
@@ -107,16 +108,16 @@ OVERVIEW = Page("overview", "Overview", (
 
 TUNER = Page("tuner", "Tuner", (
     ("Search", (
-        Chart("tuner-trials", "Tuner trials", "Trials per day, by outcome", "tuner", charts.tuner_trials,
+        Chart("tuner-trials", "Tuner trials", "Trials per day, by outcome", "tuner", tuning_charts.tuner_trials,
               "fdo tune"),
         Chart("tuner-progress", "Tuner progress", "Best speedup (×) with correct numerics found so far, "
-              "per task", "tuner", charts.tuner_progress, "fdo tune"),
+              "per task", "tuner", tuning_charts.tuner_progress, "fdo tune"),
         TUNING_RESULTS,
     )),
     ("Which flags matter", (
         Chart("flag-importance", "Flag importance", "How much each flag moves the speed of the trials "
               f"that set it (as `fdo analyze flags`), with its {level_text(FLAG_LEVEL)} bootstrap "
-              "interval", "flags", charts.flag_importance, "fdo tune", wide=True),
+              "interval", "flags", tuning_charts.flag_importance, "fdo tune", wide=True),
         grids.FLAG_VALUES,
     )),
     ("Every trial", (grids.TRIALS,)),

@@ -19,8 +19,10 @@ from pipelines.dashboard.figures import level_text
 from pipelines.dashboard.filters import PAGE_FILTERS, Filters, Window
 from pipelines.dashboard.grids import MAX_ROWS, Column, Grid
 from pipelines.dashboard.layout import Card, Page
-from pipelines.dashboard.queries import NOT_NARROWED, REALIZED_LEVEL, Row
+from pipelines.dashboard.levels import REALIZED_LEVEL
+from pipelines.dashboard.queries import NOT_NARROWED
 from pipelines.dashboard.scope import Scope
+from pipelines.dashboard.sql import Row
 from storage.home import Home
 
 WINDOW_CHOICES = (7, 30, 90)

@@ -23,9 +23,10 @@ from pipelines.dashboard import queries
 from pipelines.dashboard.filters import FilterError, Filters, check_fingerprint, parse_filters
 from pipelines.dashboard.layout import ENTRY, GRAPH, GRAPHS, OVERVIEW, TUNER, Page
 from pipelines.dashboard.page import FILTER_LABELS, PageData, render
-from pipelines.dashboard.queries import NOT_NARROWED, QUERIES, SUMMARY_INPUTS, Row
+from pipelines.dashboard.queries import NOT_NARROWED, QUERIES, SUMMARY_INPUTS
 from pipelines.dashboard.queries import Query as RowsQuery
 from pipelines.dashboard.scope import Scope
+from pipelines.dashboard.sql import Row
 from storage.home import Home
 from storage.warehouse import SchemaError
 
@@ -52,6 +53,19 @@ def filter_parameters(
 def dashboard_router(home: Home) -> APIRouter:
     """The dashboards over the data root `home`."""
     router = APIRouter()
+    _add_pages(router, home)
+    _add_endpoints(router, home)
+
+    @router.get(PLOTLY_PATH, include_in_schema=False)
+    def plotly_js() -> Response:
+        return Response(_plotly_js(), media_type="text/javascript",
+                        headers={"Cache-Control": "public, max-age=86400"})
+
+    return router
+
+
+def _add_pages(router: APIRouter, home: Home) -> None:
+    """The HTML pages: the overview, the tuner, the graphs, a graph's and a store entry's."""
 
     @router.get("/", response_class=HTMLResponse, include_in_schema=False)
     def overview(filters: Filters = Depends(filter_parameters)) -> HTMLResponse:
@@ -94,6 +108,10 @@ def dashboard_router(home: Home) -> APIRouter:
         return HTMLResponse(render(PageData(ENTRY, f"/entries/{chosen}", heading, home, scope, rows, errors, None,
                                             PLOTLY_PATH)))
 
+
+def _add_endpoints(router: APIRouter, home: Home) -> None:
+    """The JSON endpoints: `/api` (their index), `/api/summary`, and one per query."""
+
     @router.get("/api")
     def index() -> list[Row]:
         """The endpoints, each with what its rows are."""
@@ -110,13 +128,6 @@ def dashboard_router(home: Home) -> APIRouter:
     for name, query in QUERIES.items():
         router.add_api_route(f"/api/{name}", _endpoint(name, query, home), methods=["GET"], name=name,
                              summary=_first_paragraph(query.__doc__))
-
-    @router.get(PLOTLY_PATH, include_in_schema=False)
-    def plotly_js() -> Response:
-        return Response(_plotly_js(), media_type="text/javascript",
-                        headers={"Cache-Control": "public, max-age=86400"})
-
-    return router
 
 
 def _render(home: Home, page: Page, path: str, heading: str, scope: Scope) -> HTMLResponse:
