@@ -4,7 +4,7 @@ A two-process JAX job on loopback (jax.distributed, gloo collectives, two host d
 process) jits a data-parallel train step over both processes' four devices, with the hook on
 (FDO_HOOK=1) and a stored config for the step. Process 0 decides each compile (look-up, arm,
 sandbox verdict) and shares it through JAX's key-value store; process 1 waits for it
-(delivery.job). The first launch finds no sandbox verdict on the machine (process 0 checks the
+(delivery.multiprocess). The first launch finds no sandbox verdict on the machine (process 0 checks the
 program in a worker with four host devices); the others find it remembered. Per launch it
 reports process 1's wait for the step's decision, both processes' hook time for the step
 (`hook_seconds` of their hits: look-up or wait, fingerprint, sandbox check) and their compile
@@ -38,7 +38,7 @@ def job(process: int, port: str, steps: int) -> None:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from delivery.job import channel
+    from delivery.multiprocess import channel
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=process)

@@ -6,9 +6,9 @@ answer (corrupt, unreachable, slow, or an answer that is no entry), `NoStore` (a
 when a home has never published a store version; the hook then compiles with the defaults.
 Neither ever raises anything else.
 
-Each `Found` carries its version's policies as they apply to the entry (delivery.hook): the
-effective holdout share, the entry's own, else its version's (the manifest's; the default for a
-version or a service answer from before shares), and the teams whose jobs take its relaxed-
+Each `Found` carries its version's policies as they apply to the entry (delivery.compile_decision):
+the effective holdout share, the entry's own, else its version's (the manifest's; the default for
+a version or a service answer from before shares), and the teams whose jobs take its relaxed-
 numerics config (none for a version or a service answer from before them).
 
 - `EmbeddedStore` reads one version (pinned, or the live one at first use) once per process.

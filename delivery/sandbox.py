@@ -11,7 +11,7 @@ once per entry, not once per job: one worker start and one compile, a second or 
 A compile of a multi-process job spans devices of other processes, which no worker of this
 process can reach (the job's device assignment names them by their global ids). Its check
 (`CompileJob.spans_processes`, taken once, by the process that decides for the job:
-delivery.job) compiles the same program whole in one worker given as many devices of its own
+delivery.multiprocess) compiles the same program whole in one worker given as many devices of its own
 (execution.worker `devices=N`), the job's device assignment laid onto them in its shape
 (replicas x partitions): the same SPMD partitioning and collectives, XLA's in-process
 collectives where the job has gloo's or NCCL's. On a CPU that is always possible (N host

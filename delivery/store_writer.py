@@ -93,10 +93,10 @@ class Manifest:
     writer: str | None = None
     # Its policies (_POLICIES), which hold for all its entries: a publish keeps its parent's
     # unless given another; versions made before one read as its default. The share of jobs
-    # held out to the defaults for an entry that sets none (see delivery.hook):
+    # held out to the defaults for an entry that sets none (see delivery.compile_decision):
     holdout_share: float = DEFAULT_HOLDOUT_SHARE
     # The teams whose jobs take entries' relaxed-numerics configs, beside the jobs that opted
-    # in themselves (see delivery.hook); sorted, no repeats:
+    # in themselves (see delivery.compile_decision); sorted, no repeats:
     relaxed_numerics_teams: list[str] = field(default_factory=list)
 
 

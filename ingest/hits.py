@@ -1,13 +1,14 @@
 """Hit records: what the compiler hook saw at each compile, from its spool into the `hits` table.
 
-The hook (delivery.hook) runs inside users' jobs, so it only appends JSON lines to a spool file
-of its own process: `<home>/spool/hits/<host>-<pid>-<start>.jsonl`, one object per compile with
-the columns of HITS (`at` as ISO 8601). Ingestion claims a file once its writer is gone (a dead
-pid on this host, or no write for a day; on a URL home, at once: see `_finished`), lands its
-good lines as one part named after the file and a digest of what it held (so a rerun adds
-nothing, and a file its writer makes again under the same name after a day's pause lands too),
-quarantines bad lines with the reason, then removes the file. A spool file that cannot be read
-is quarantined (and left in place) and the others land.
+The hook (delivery.hit_spool) runs inside users' jobs, so it only appends JSON lines to a spool
+file of its own process: `<home>/spool/hits/<host>-<pid>-<start>.jsonl`, one object per compile,
+a `Hit` (ingest.tables) with HITS's columns (`at` as ISO 8601, `dt` left out), read back with
+`Hit.from_row`. Ingestion claims a file once its writer is gone (a dead pid on this host, or no
+write for a day; on a URL home, at once: see `_finished`), lands its good lines as one part
+named after the file and a digest of what it held (so a rerun adds nothing, and a file its
+writer makes again under the same name after a day's pause lands too), quarantines bad lines
+with the reason, then removes the file. A spool file that cannot be read is quarantined (and
+left in place) and the others land.
 `read_hits` shows landed and still-spooled records together, for `fdo hits`.
 
 `holdout_arm` is the rule that sends a job's compiles of a key to the holdout arm (outcome
@@ -16,7 +17,6 @@ is quarantined (and left in place) and the others land.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import os
@@ -30,11 +30,10 @@ import pyarrow as pa
 
 from ingest.input_files import INPUT_ERRORS, reason
 from ingest.quarantine import Quarantine, Quarantined, name_of
-from ingest.tables import HITS
+from ingest.tables import HITS, Hit
 from storage.home import Home, process_alive
 from storage.homes import open_home
 from storage.warehouse import Warehouse, split_rows
-from vocabulary.hits import HitOutcome
 
 SPOOL_DIR = Path("spool") / "hits"
 STALE_SECONDS = 86400.0
@@ -57,7 +56,8 @@ def spool_path(home: Path, started: float | None = None) -> Path:
 
 
 def to_line(record: dict[str, Any]) -> str:
-    """One spool line for a record with HITS's columns (`at` a datetime, `dt` derived from it)."""
+    """One spool line for a record with HITS's columns (`Hit.to_row`: `at` a datetime, `dt`
+    derived from it, so left out)."""
     data = {k: v for k, v in record.items() if k != "dt"}
     data["at"] = record["at"].isoformat()
     return json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
@@ -150,19 +150,7 @@ def _row(line: str) -> dict[str, Any]:
         raise ValueError(f"not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
-    if data.get("outcome") not in set(HitOutcome):
-        raise ValueError(f"outcome must be one of {', '.join(HitOutcome)}")
-    try:
-        at = datetime.datetime.fromisoformat(data["at"])
-    except (KeyError, TypeError, ValueError):
-        raise ValueError("at must be an ISO 8601 time") from None
-    if at.tzinfo is None:
-        raise ValueError("at needs a time zone")
-    row = {name: data.get(name) for name in HITS.schema.names}
-    row.update(at=at, dt=at.astimezone(datetime.UTC).date())
-    missing = [f.name for f in HITS.schema if not f.nullable and row[f.name] is None]
-    if missing:
-        raise ValueError(f"missing {', '.join(missing)}")
+    row = Hit.from_row(data).to_row()  # ValueError: outcome, time, a missing column
     try:
         typed = pa.Table.from_pylist([row], HITS.schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:

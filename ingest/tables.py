@@ -7,13 +7,19 @@ row is quarantined instead (a 10,000-character job_id is a broken producer, not 
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
 from hlo.environment import Partitioning, partitioning_from_json
 from storage.warehouse import TableSchema, added_column
 from storage.warehouse import bounded_string as _string
+from vocabulary.hits import HitOutcome
 
 
 def _field(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
@@ -125,8 +131,9 @@ OP_RUNS = TableSchema(
     ]),
 )
 
-# What the compiler hook saw at each compile (delivery.hook writes it; `fdo hits` and profile
-# ingestion read it; the validator reads the fallbacks). One row per compile the hook handled.
+# What the compiler hook saw at each compile (delivery.hit_spool writes it, a row a `Hit`; `fdo hits`
+# and profile ingestion read it; the validator reads the fallbacks). One row per compile the hook
+# handled.
 HITS = TableSchema(
     name="hits",
     version=1,
@@ -155,6 +162,61 @@ HITS = TableSchema(
         _field("compile_seconds", pa.float64()),
     ]),
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hit:
+    """One row of HITS: what the compiler hook did at one compile (the hook spools it,
+    ingest.hits lands it). The fields are HITS' columns in their order, less `dt`, which is
+    `at`'s date in UTC."""
+
+    at: datetime.datetime  # aware
+    job_id: str
+    key: str  # "" where the hook could not key the module
+    fingerprint: str
+    env_key: str
+    module_name: str
+    outcome: HitOutcome
+    kind: str | None = None  # the served entry's
+    config_version: int | None = None
+    expected_speedup: float | None = None
+    config: str | None = None
+    optimized_fingerprint: str | None = None
+    reason: str | None = None
+    hook_seconds: float
+    compile_seconds: float
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Hit:
+        """The hit of a row of HITS (Arrow's Python values, or a spool line's JSON object, whose
+        `at` is ISO 8601 text); a column the row lacks reads as null, `dt` and columns beyond
+        HITS' are ignored. ValueError, the first that holds of: an outcome that is not a
+        HitOutcome's, an `at` that is not an aware time, a column that may not be null is.
+        The values' types are HITS' schema's to check (`HITS.row_checks` over a table)."""
+        if row.get("outcome") not in set(HitOutcome):
+            raise ValueError(f"outcome must be one of {', '.join(HitOutcome)}")
+        at = row.get("at")
+        if not isinstance(at, datetime.datetime):
+            try:
+                at = datetime.datetime.fromisoformat(at)  # type: ignore[arg-type]  # None: TypeError
+            except (TypeError, ValueError):
+                raise ValueError("at must be an ISO 8601 time") from None
+        if at.tzinfo is None:
+            raise ValueError("at needs a time zone")
+        missing = [f.name for f in HITS.schema
+                   if not f.nullable and f.name not in ("dt", "at") and row.get(f.name) is None]
+        if missing:
+            raise ValueError(f"missing {', '.join(missing)}")
+        values: dict[str, Any] = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
+        values.update(at=at, outcome=HitOutcome(row["outcome"]))
+        return cls(**values)
+
+    def to_row(self) -> dict[str, Any]:
+        """The row of HITS, columns in HITS' order; the outcome its text."""
+        row: dict[str, Any] = {"dt": self.at.astimezone(datetime.UTC).date()}
+        row.update((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+        row["outcome"] = self.outcome.value
+        return row
 
 
 def partitioning_text(partitioning: Partitioning | None) -> str | None:

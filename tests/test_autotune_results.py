@@ -338,10 +338,12 @@ def test_on_cpu_the_hook_records_results_as_not_delivered_and_refuses_a_hostile_
 @pytest.mark.xla
 def test_on_a_gpu_the_hook_points_that_compile_alone_at_a_directory_of_its_home(tmp_path):
     # The hook's GPU branch, on a real CPU compile: XLA:CPU takes the option and ignores it.
-    from delivery.hook import AUTOTUNE_DIR, Hook, HookSettings, _Plan
+    from delivery.autotune_handoff import AUTOTUNE_DIR
+    from delivery.compile_plan import Plan
+    from delivery.hook import Hook, HookSettings
 
     hook = Hook(HookSettings(home=tmp_path))
-    plan = _Plan(platform="gpu", config={}, results=parse_results(RESULTS))
+    plan = Plan(platform="gpu", config={}, results=parse_results(RESULTS))
     given: list[str | None] = []
 
     def compile_noting(compile: Callable) -> Callable:
@@ -350,16 +352,16 @@ def test_on_a_gpu_the_hook_points_that_compile_alone_at_a_directory_of_its_home(
             return compile(options)
         return noted
 
-    hook._compile_tuned(plan, compile_noting(_compile_on_cpu), _plain_options())
+    hook.autotune.compile(plan, compile_noting(_compile_on_cpu), _plain_options())
     assert Path(given[0]).parent == tmp_path / AUTOTUNE_DIR and not Path(given[0]).exists()
     assert plan.reason == "autotune results: 2 delivered, 0 taken, 0 fusions autotuned by XLA"
     with pytest.raises(Exception, match="(?i)parse|invalid|error"):
-        hook._compile_tuned(plan, compile_noting(_jaxlib_compile_of_garbage), _plain_options())
+        hook.autotune.compile(plan, compile_noting(_jaxlib_compile_of_garbage), _plain_options())
     assert given[1] != given[0] and list((tmp_path / AUTOTUNE_DIR).iterdir()) == []
     # A compile that names a directory of its own keeps it, and gets no results.
     own = _plain_options()
     own.env_option_overrides = [(CACHE_DIR_OPTION, str(tmp_path / "jobs-own"))]
-    hook._compile_tuned(plan, compile_noting(_compile_on_cpu), own)
+    hook.autotune.compile(plan, compile_noting(_compile_on_cpu), own)
     assert given[2] == str(tmp_path / "jobs-own")
     assert plan.reason == "autotune results not delivered: the job names its own per-fusion cache directory"
 

@@ -70,12 +70,13 @@ def test_op_entries_have_no_holdout_arm_their_runs_are_booked_and_never_realized
     # What the pages say (docs/hook.md, docs/realized.md): the hook holds out whatever entry it
     # serves for a compiled module's key, an op's kernel form included; an op's runs inside
     # graphs (op_runs) have no arm: booked, never realized.
-    from delivery.hook import Hook, _Plan
+    from delivery.compile_plan import Plan
+    from delivery.hook import Hook
     from ingest.tables import OP_RUNS
     from ranking.realized import read_runs, realized_speedups
 
     op = StoreEntry.from_json({**ENTRY, "kind": "op", "key": KEY})
-    plan = Hook(HookSettings(tmp_path, holdout=1.0))._decide(_Plan(key=KEY, found=Found(3, op)))
+    plan = Hook(HookSettings(tmp_path, holdout=1.0)).decider.decide(Plan(key=KEY, found=Found(3, op)))
     assert (plan.outcome, plan.config) == ("holdout", None)
     assert "holdout" not in OP_RUNS.schema.names and "holdout" in GRAPH_RUNS.schema.names
     day = datetime.date(2026, 6, 2)

@@ -1,4 +1,4 @@
-"""One decision per multi-process job (delivery.job), in real two-process JAX jobs on loopback
+"""One decision per multi-process job (delivery.multiprocess), in real two-process JAX jobs on loopback
 (jax.distributed, gloo collectives, two host devices a process) run under `fdo run`: every
 process compiles the same program whatever its own store does, the job's processes never split
 between arms, and a job whose decision cannot be shared compiles the defaults everywhere."""
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from delivery.imports import read_import
-from delivery.job import Decision, JobChannel, channel
 from delivery.lookup import Found
+from delivery.multiprocess import Decision, JobChannel, channel
 from delivery.sandbox import CHECKED_DIR, mark_name
 from delivery.store_writer import Store, merge_entries
 from ingest.hits import holdout_arm

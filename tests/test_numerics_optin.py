@@ -17,7 +17,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from delivery.hook import Hook, HookSettings, _Plan, install, uninstall
+from delivery.compile_plan import Plan
+from delivery.hook import Hook, HookSettings, install, uninstall
 from delivery.lookup import Found
 from delivery.store_writer import Store, StoreError
 from hlo.environment import store_key
@@ -105,7 +106,7 @@ def test_the_hook_takes_the_relaxed_config_for_a_listed_team_or_an_opted_in_job_
     def chosen(**settings: Any) -> tuple[dict, float]:
         """The config and expected speedup the hook plans for KEY (holdout 0: always tuned)."""
         hook = Hook(HookSettings(tmp_path, holdout=0.0, **settings))
-        plan = hook._decide(_Plan(key=KEY, found=hook.source.lookup(KEY)))
+        plan = hook.decider.decide(Plan(key=KEY, found=hook.source.lookup(KEY)))
         return json.loads(plan.config_text), plan.expected_speedup
 
     strict, relaxed = (STRICT, 1.25), (RELAXED, 1.5)

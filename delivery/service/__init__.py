@@ -6,7 +6,7 @@ invalidate, rollback and deliver, each publishing a new store version. Prometheu
 `/metrics` (delivery.metrics); the API's schema at `/openapi.json`, its docs at `/docs`
 (Swagger UI) and `/redoc`, their scripts served by the service itself (fastapi-offline), so
 the pages work with no other host reachable. Request and answer bodies are pydantic models
-(delivery.api); a config is a JSON object in both.
+(bodies); a config is a JSON object in both.
 
 Look-ups never wait on a write. They are answered on the event loop from an immutable
 in-memory snapshot of the live version (each entry's JSON, rendered once), which is replaced
@@ -27,7 +27,8 @@ not, and refused with 413 once past the limit, before the rest is read (FastAPI'
 handlers). Every error, the framework's own (404, 405, 422, 500) included, is JSON:
 {"error": {"code": ..., "message": ...}}.
 
-The modules: app (create_app, which composes the rest), reads (the look-ups, health, metrics
+The modules: app (create_app, which composes the rest), bodies (the request and answer bodies
+as pydantic models), reads (the look-ups, health, metrics
 and snapshot downloads: a router), writes (the credentialed writes: a router, and what the
 writer process runs for each), errors (ServiceError and the app's exception handlers),
 snapshot (what look-ups are answered from, and how it is rendered again), processes (the

@@ -11,9 +11,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from delivery.api import ErrorAnswer
 from delivery.imports import describe
 from delivery.metrics import ServiceMetrics
+from delivery.service.bodies import ErrorAnswer
 from delivery.store_writer import StoreError
 
 Handler = Callable[[Request, Any], Awaitable[JSONResponse]]

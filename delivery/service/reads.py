@@ -7,8 +7,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from delivery.api import BatchLookup, BatchRequest, ErrorAnswer, Health, Lookup
 from delivery.metrics import ServiceMetrics
+from delivery.service.bodies import BatchLookup, BatchRequest, ErrorAnswer, Health, Lookup
 from delivery.service.errors import ERROR_RESPONSES, ServiceError, error_response
 from delivery.service.snapshot import LiveSnapshot, Snapshot
 from delivery.store_writer import Store, StoreError

@@ -13,8 +13,15 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
-from delivery.api import Imported, ImportRequest, InvalidateRequest, Published, RollbackRequest, inline_schema
 from delivery.imports import describe, entry_rows, publish_import
+from delivery.service.bodies import (
+    Imported,
+    ImportRequest,
+    InvalidateRequest,
+    Published,
+    RollbackRequest,
+    inline_schema,
+)
 from delivery.service.errors import ERROR_RESPONSES, ServiceError
 from delivery.service.limits import IMPORT_PATH
 from delivery.service.processes import Processes

@@ -7,14 +7,15 @@ look-up timing out, a per-process job id (the holdout arm hashes it) or a per-pr
 (relaxed numerics, a forced holdout) would give them different programs, and processes running
 different programs hang in their collectives or compute wrong results. So for a compile whose
 devices span several processes, the lowest of those processes (the leader: process 0 for a step
-over the whole job) decides alone: look-up, relaxed-numerics choice, arm and sandbox verdict
-(delivery.sandbox checks the program once, whole). It publishes the `Decision` through JAX's
-distributed key-value store (the client `jax.distributed.initialize` creates; JAX shares its
-PGLE profiles between processes the same way), and the other processes never look the store up
-for that compile: they wait for the decision, at most `timeout` seconds (FDO_DECISION_TIMEOUT,
-default 300: over what the leader's look-up, fingerprint and sandbox check take, so only a
-leader that reaches the compile that much later, or runs no hook, runs out the clock), and
-apply it as it is.
+over the whole job) decides alone (`SharedDecisions.lead`): look-up, relaxed-numerics choice,
+arm (delivery.compile_decision) and sandbox verdict (delivery.sandbox checks the program once,
+whole). It publishes the `Decision` through JAX's distributed key-value store (the client
+`jax.distributed.initialize` creates; JAX shares its PGLE profiles between processes the same
+way: `JobChannel`), and the other processes never look the store up for that compile
+(`SharedDecisions.follow`): they wait for the decision, at most `timeout` seconds
+(FDO_DECISION_TIMEOUT, default 300: over what the leader's look-up, fingerprint and sandbox check
+take, so only a leader that reaches the compile that much later, or runs no hook, runs out the
+clock), and apply it as it is.
 
 No decision to share means the defaults everywhere: a leader that cannot publish compiles
 with the job's own options, as does a process that gets no decision in time (outcome 'error',
@@ -31,33 +32,41 @@ devices never wait for each other.
 
 A compile on one process's own devices is that process's alone (no collective joins it to
 another's): it decides it itself, with the job's id. The job's id is process 0's (`--job-id`,
-FDO_JOB_ID, else process 0's host-pid), which its hook publishes under `job_id` when it starts;
-every process records its hits under it, each in its own spool (one that finds none within the
-timeout records its own, and says so once). A job with one process, or
+FDO_JOB_ID, else process 0's host-pid), which its hook publishes under `job_id` when it starts
+(`announce`); every process records its hits under it (`job_id`), each in its own spool (one that
+finds none within the timeout records its own, and says so once). A job with one process, or
 whose processes share no JAX distributed client, has no channel (`channel()` is None): its
 compiles pay one attribute read for all of this.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 
+from delivery.compile_decision import Decider
+from delivery.compile_plan import Plan
+from delivery.hook_log import HookLog
+from delivery.jax_objects import bytecode, device_count
 from delivery.lookup import Found
+from delivery.sandbox import CompileJob, SandboxCheck
+from execution.autotune.results import parse_results
+from execution.compile import apply_config
+from execution.flags import checked_config
 from storage.store_schema import ENTRIES, StoreEntry
 from vocabulary.errors import first_line
 from vocabulary.hits import HitOutcome
 
 KEY_PREFIX = "fleet_fdo/"
 JOB_ID_KEY = KEY_PREFIX + "job_id"
-DEFAULT_TIMEOUT = 300.0  # seconds a process waits for its leader's decision
 FORMAT = 1  # of a decision's text
 _TIMESTAMPS = frozenset(f.name for f in ENTRIES if pa.types.is_timestamp(f.type))
 
@@ -228,6 +237,121 @@ def channel() -> JobChannel | None:
         if found is None or found.client is not client:
             found = _channels[id(client)] = JobChannel(client, state.process_id, state.num_processes)
         return found
+
+
+def announce(own_job_id: str) -> None:
+    """In process 0 of a multi-process job: say the job's id, as early as its hook can; a job
+    whose processes cannot talk still runs."""
+    with contextlib.suppress(Exception):
+        shared = channel()
+        if shared is not None:
+            shared.announce(own_job_id)
+
+
+def job_id(own_job_id: str, timeout: float, log: HookLog) -> str:
+    """The job's id: `own_job_id` (the settings', else host-pid), in a multi-process job process
+    0's, for every process (waited for at most `timeout` seconds, the first time)."""
+    try:
+        shared = channel()
+    except Exception:  # JAX's distributed state unreadable: none to share the id with
+        shared = None
+    if shared is None:
+        return own_job_id
+    found, problem = shared.job_id(own_job_id, timeout)
+    if problem:
+        log.warn(problem, "job id")
+    return found
+
+
+class SharedDecisions:
+    """This process's part in the decisions of compiles that span its job's processes: the
+    leader's (`lead`) or another's (`follow`)."""
+
+    def __init__(self, decider: Decider, sandbox: SandboxCheck, log: HookLog, timeout: float,
+                 job_id: Callable[[], str]) -> None:
+        self._decider = decider
+        self._sandbox = sandbox
+        self._log = log
+        self._timeout = timeout  # seconds a follower waits for its leader's decision
+        self._job_id = job_id
+
+    def lead(self, shared: JobChannel, slot: Slot, computation: Any, compile_options: Any,
+             devices: Any) -> Plan:
+        """This process decides the compile for every process it spans: its own plan, the
+        sandbox's verdict taken here for all of them, shared. A decision it cannot share is
+        none: it compiles the defaults, as the others will when theirs does not come."""
+        plan = self._decider.plan(computation, compile_options)
+        if plan.config:
+            self._check_across_processes(plan, computation, compile_options, devices)
+        plan.checked = True
+        decision = Decision(
+            job_id=self._job_id(), key=plan.key, outcome=plan.outcome, reason=plan.reason, found=plan.found,
+            config_text=plan.config_text, expected_speedup=plan.expected_speedup,
+            apply=plan.config is not None, results=plan.results is not None)
+        try:
+            shared.publish(slot, decision)
+        except ChannelError as exc:
+            plan.config, plan.results, plan.outcome, plan.reason = None, None, HitOutcome.ERROR, str(exc)
+            self._log.warn(str(exc), "share")
+        return plan
+
+    def follow(self, shared: JobChannel, slot: Slot, computation: Any, compile_options: Any) -> Plan:
+        """This process compiles what the compile's leader decided: it waits for the decision
+        and never looks the store up; its own fingerprint and key only name its hit."""
+        try:
+            plan = self._decider.identify(computation, compile_options)
+        except Exception as exc:  # its hit goes unrecorded; the decision still holds here
+            plan = Plan(outcome=HitOutcome.ERROR, reason=f"hook could not fingerprint this module: {first_line(exc)}")
+        try:
+            decision = shared.wait(slot, self._timeout)
+        except ChannelError as exc:
+            plan.outcome, plan.reason = HitOutcome.ERROR, str(exc)
+            self._log.warn(str(exc), "decision")
+            return plan
+        plan.found, plan.config_text = decision.found, decision.config_text
+        plan.expected_speedup, plan.outcome, plan.reason = decision.expected_speedup, decision.outcome, decision.reason
+        plan.checked = True
+        if decision.apply:
+            self._take(plan, decision, slot)
+        if plan.key and decision.key and decision.key != plan.key:
+            said = f"decided by process {slot.leader} for its key {decision.key}"
+            plan.reason = f"{plan.reason}; {said}" if plan.reason else said
+        return plan
+
+    def _take(self, plan: Plan, decision: Decision, slot: Slot) -> None:
+        """`plan` with the config (and autotune results) its leader decided to apply, read here;
+        refused where this process cannot read them."""
+        results = decision.found.entry.autotune_results if decision.results and decision.found else None
+        try:
+            plan.config = checked_config(json.loads(decision.config_text or ""))
+            plan.results = parse_results(results) if results is not None else None
+        except (ValueError, TypeError) as exc:  # FlagError, ResultsError, JSON's
+            # The leader took it: this process runs another fleet-fdo; it compiles the defaults.
+            plan.config, plan.results = None, None
+            plan.outcome, plan.reason = HitOutcome.REFUSED, f"process {slot.leader}'s decision refused here: {exc}"
+            self._log.warn(plan.reason, f"refused {plan.key}")
+
+    def _check_across_processes(self, plan: Plan, computation: Any, compile_options: Any,
+                                devices: Any) -> None:
+        """The sandbox's verdict on `plan`'s config for a compile across processes, compiled
+        whole on a worker's own devices (delivery.sandbox); `plan` refused where it fails."""
+        assert plan.config is not None
+        try:
+            tuned = apply_config(compile_options, plan.config)
+        except Exception as exc:  # as the tuned compile would fail in every process: the defaults
+            plan.config, plan.results = None, None
+            plan.outcome, plan.reason = HitOutcome.FALLBACK, f"tuned compile failed: {first_line(exc)}"
+            self._log.warn(plan.reason, f"fallback {plan.key}")
+            return
+        try:
+            refused = self._sandbox.verdict(plan.key, plan.config, lambda: CompileJob(
+                bytecode(computation), tuned.SerializeAsString(), device_count(devices),
+                spans_processes=True))
+        except Exception as exc:  # a sandbox that cannot start checks nothing: not risked
+            refused = f"the sandbox could not check the tuned compile: {first_line(exc)}"
+        if refused:
+            plan.config, plan.results, plan.outcome, plan.reason = None, None, HitOutcome.REFUSED, refused
+            self._log.warn(f"entry {plan.key}: {refused}", f"refused {plan.key}")
 
 
 def _milliseconds(seconds: float) -> int:
