@@ -189,6 +189,7 @@ def _result(task: str, n: int, ci_low: float, kind: str = "graph", accepted: boo
             "config": '{"xla_cpu_use_xnnpack": false}', "speedup": ci_low + 0.1, "ci_low": ci_low,
             "ci_high": ci_low + 0.2, "numerics_ok": numerics_ok, "compiler_version": "jaxlib-test",
             "accepted": accepted, "relaxed_config": None, "relaxed_speedup": None, "autotune_results": None,
+            "origin": None, "transferred_from": None,
             "dt": day}
 
 
