@@ -36,7 +36,7 @@ from ray.cluster_utils import Cluster
 from execution.measure import MeasureSettings
 from hlo.environment import current_environment
 from hlo.module import from_lowered
-from storage.homes import open_home
+from storage.home_factory import open_home
 from tasks.ray_runner import RayRunner
 from tasks.records import TaskOutcome, TuneTask
 from tasks.resources import node_resources

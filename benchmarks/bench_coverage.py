@@ -34,7 +34,7 @@ import tuner
 from delivery.store_writer import Store
 from pipelines.nightly import ledger_rows
 from ranking.verified_coverage import verified_coverage
-from storage.homes import open_home
+from storage.home_factory import open_home
 
 HERE = Path(tuner.__file__).resolve().parent.parent  # this checkout
 WINDOW_DAYS = 7  # the nightly's savings window (NightlySettings.window_days)

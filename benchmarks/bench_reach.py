@@ -45,7 +45,7 @@ from ingest.tables import GRAPH_RUNS, GRAPHS
 from pipelines.nightly import NightlySettings, coverage_by_night, run_nightly
 from ranking.tables import CANDIDATES
 from storage.beam_logging import quiet_beam_logging
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import Warehouse
 from tuner.decided import home_statuses
 from workloads.simulator.fleet import FleetMode

@@ -81,7 +81,7 @@ from execution.measure import MeasureSettings
 from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_lowered
-from storage.homes import atomic_write
+from storage.home_factory import atomic_write
 from tuner.schedule import neighbourhood
 from tuner.search import Against, Build, Propose, most_trials, proposals, ready, run_one, search
 from tuner.space import accepted_flags, config_key, graph_space

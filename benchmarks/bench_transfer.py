@@ -39,7 +39,7 @@ from hlo.module import load_file
 from ingest.symbols import ingest_symbols
 from pipelines.stages import transfers_for
 from storage.beam_logging import quiet_beam_logging
-from storage.homes import open_home
+from storage.home_factory import open_home
 from tuner.candidates import Candidate
 from tuner.result import TuneResult
 from tuner.target import graph_subject

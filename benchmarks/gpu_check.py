@@ -405,7 +405,7 @@ def tune_figures(plan: Plan, state: State, name: str, module: HloModule, minutes
     its program), its winner and that verification. A search the run's time cut is marked
     `cut_short`: the next run takes it up from its journal (its result is dropped, so the task
     is unfinished again and resumes; `tuner.persist`)."""
-    from storage.homes import open_home
+    from storage.home_factory import open_home
 
     home = state.home(f"{name}-tune")
     earlier = state.results.get(f"tune:{name}") or {}

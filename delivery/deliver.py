@@ -43,7 +43,7 @@ from hlo.environment import store_key
 from storage.beam_io import ReadTables, Source, StageTable, partition_files, plan_reads
 from storage.beam_runner import pipeline_options
 from storage.home import Home, temporary_name
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.store_schema import ENTRIES, Provenance, conform_entries
 from tuner.tables import TUNING_RESULTS
 from vocabulary.tuning import Kind, Origin

@@ -17,7 +17,7 @@ from delivery.jax_objects import optimized_proto
 from hlo.fingerprint import DOMAIN as FINGERPRINT_DOMAIN
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_proto_bytes, from_stablehlo
-from storage.homes import atomic_write
+from storage.home_factory import atomic_write
 
 MEMO_DIR = Path("cache") / "fingerprints"
 MEMO_SCHEME = b"/entry-layouts-default"  # what from_stablehlo does before fingerprinting

@@ -60,7 +60,7 @@ from execution.autotune.results import ResultsError, parse_results
 from execution.flags import FlagError, checked_config, to_json
 from ingest.tables import TEAM
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.store_reader import current_version
 from storage.store_schema import DEFAULT_HOLDOUT_SHARE, ENTRIES, check_holdout_share, conform_entries, entries_of
 

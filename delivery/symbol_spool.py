@@ -11,7 +11,7 @@ from pathlib import Path
 from delivery.compile_plan import Plan
 from delivery.hook_log import HookLog
 from hlo.environment import ENVIRONMENT_FILE, current_environment
-from storage.homes import open_home
+from storage.home_factory import open_home
 
 SPOOL_SYMBOLS = Path("spool") / "symbols"
 

@@ -12,7 +12,7 @@ from hlo.module import from_text
 from ingest.tables import GRAPHS
 from storage.blobs import BlobStore
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import Warehouse
 
 

@@ -32,7 +32,7 @@ from ingest.input_files import INPUT_ERRORS, reason
 from ingest.quarantine import Quarantine, Quarantined, name_of
 from ingest.tables import HITS, Hit
 from storage.home import Home, process_alive
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import Warehouse, split_rows
 
 SPOOL_DIR = Path("spool") / "hits"

@@ -55,7 +55,7 @@ from ingest.rowids import SeenRows
 from ingest.sidecars import JOB_FILE, Job, nearest_file, read_environment_file, read_job_file
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, partitioning_of
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import TableSchema, Warehouse, split_rows
 from vocabulary.hits import SERVED, HitOutcome
 

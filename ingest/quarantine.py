@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from vocabulary.errors import first_line
 
 # Of an input's name inside a quarantine file's name: file systems allow 255 bytes, and the

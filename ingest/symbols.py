@@ -35,7 +35,7 @@ from ingest.sidecars import Capture, nearest_file, read_environment_file
 from ingest.tables import GRAPHS, OPS, partitioning_text
 from storage.blobs import BlobStore
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import TableSchema, Warehouse, split_rows
 
 _UNOPTIMIZED = "before_optimizations"

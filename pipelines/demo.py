@@ -39,7 +39,7 @@ from pipelines.nightly import NightlySettings, coverage_by_night, run_nightly
 from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
 from storage.beam_logging import quiet_beam_logging
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.store_schema import entries_of
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS

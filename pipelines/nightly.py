@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from pipelines import stages
 from pipelines.tables import RUNS
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import Warehouse
 from tasks.records import TaskOutcome, TaskStatus
 from tasks.runner import LocalRunner, Runner

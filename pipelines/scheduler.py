@@ -30,7 +30,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 
 log = logging.getLogger("fleet_fdo.scheduler")
 NIGHTLY_JOB = "nightly"

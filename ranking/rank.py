@@ -30,7 +30,7 @@ from ranking.tables import CANDIDATES, COVERAGE
 from storage.beam_io import ReadPlan, ReadTables, Source, WriteWarehouse, partition_files, plan_reads
 from storage.beam_runner import pipeline_options
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.store_reader import live_entries
 from storage.warehouse import TableSchema, Warehouse
 from vocabulary.tuning import Kind

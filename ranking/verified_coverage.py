@@ -32,7 +32,7 @@ from execution.sharded import MAX_PARTITION_DEVICES, spans
 from hlo.environment import current_environment
 from ingest.tables import GRAPH_RUNS, GRAPHS, partitioning_of
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.store_reader import live_entries
 from storage.warehouse import Warehouse
 

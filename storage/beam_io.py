@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.home import Home
-from storage.homes import atomic_write, open_home
+from storage.home_factory import atomic_write, open_home
 from storage.warehouse import PARTITION, TableSchema, Warehouse, partition_of
 
 

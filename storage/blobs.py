@@ -7,7 +7,7 @@ from pathlib import Path
 import zstandard
 
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 
 _LEVEL = 9
 

@@ -1,9 +1,9 @@
 """The data root of every stage: a `Home`, on a local path or on any URL scheme Beam serves.
 
 One interface, two implementations (`storage.local.LocalHome`, `storage.url.UrlHome`), chosen
-by `storage.homes.open_home(root)`. Stages name files by their place under the home (`"warehouse"`,
-`"store/CURRENT"`) and never build paths themselves; `location(...)` gives the full name, a
-`Path` on a local home and a URL string on a URL home.
+by `storage.home_factory.open_home(root)`. Stages name files by their place under the home
+(`"warehouse"`, `"store/CURRENT"`) and never build paths themselves; `location(...)` gives the
+full name, a `Path` on a local home and a URL string on a URL home.
 
 Guarantees, for every implementation:
 - Atomic writes. `create`, `atomic_write` and `staged_directory` write a temporary beside the

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.store_schema import STORE_ENTRY_COLUMNS, StoreEntry, conform_entries, entries_of
 
 

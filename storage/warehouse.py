@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage.home import TMP_MARK, Home, Pending
-from storage.homes import open_home
+from storage.home_factory import open_home
 
 PARTITION = "dt"
 ROW_GROUP_ROWS = 1 << 17  # Beam's multi-process runner stalls on much larger elements

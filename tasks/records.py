@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 from execution.sharded import Placement
 from hlo.module import HloModule
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from tasks.resources import task_resources
 from tuner.persist import task_digest
 from tuner.result import TuneResult

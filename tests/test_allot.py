@@ -15,7 +15,7 @@ from hlo.environment import Environment, current_environment, store_key
 from ingest.tables import GRAPH_RUNS, GRAPHS
 from ranking.tables import CANDIDATES
 from ranking.verified_coverage import verified_coverage
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.store_schema import ENTRIES
 from storage.warehouse import Warehouse
 from tasks.records import TuneTask

@@ -20,7 +20,7 @@ from ranking.arrow_sums import ArrowSum, ArrowTablesCoder, TaggedSums
 from ranking.tables import COVERAGE
 from storage.beam_io import ReadTables, Source, StageTable, WriteWarehouse, plan_reads
 from storage.beam_runner import ROWS_PER_WORKER, default_workers, pipeline_options
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import TableSchema, Warehouse
 
 _SCHEMA = pa.schema([("key", pa.string()), ("flag", pa.bool_()), ("value", pa.float64())])

@@ -28,7 +28,7 @@ from execution.measure import MeasureSettings  # noqa: E402
 from hlo.environment import current_environment, xla_flags_options  # noqa: E402
 from hlo.module import from_lowered  # noqa: E402
 from pipelines.nightly import STAGES  # noqa: E402
-from storage.homes import open_home  # noqa: E402
+from storage.home_factory import open_home  # noqa: E402
 from storage.warehouse import Warehouse  # noqa: E402
 from tasks.ray_runner import RayRunner  # noqa: E402
 from tasks.records import TaskStatus, TuneTask  # noqa: E402

@@ -23,7 +23,7 @@ from execution.measure import MeasureSettings
 from execution.numerics import SPREAD_FACTOR, Numerics, OutputCheck, all_ok, compare_outputs, judge, pooled, recheck
 from execution.session import Reference, measurable_module, run_once
 from hlo.module import from_lowered
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import TableSchema, Warehouse
 from tests.numerics_programs import flax_train_step_module, ill_conditioned_module
 from tuner.persist import finished_result, land_result, save_result, task_file

@@ -28,7 +28,7 @@ from ingest.hits import SPOOL_DIR, STALE_SECONDS, ingest_hits, read_hits, to_lin
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, OPS
 from pipelines.cli import main
 from storage.blobs import BlobStore
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import SchemaError, Warehouse, read_checked
 from tests.serving import fdo
 from tests.url_home import UrlFileSystem, url_of

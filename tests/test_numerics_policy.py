@@ -22,7 +22,7 @@ from execution.measure import MeasureSettings
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_lowered
 from pipelines.cli.tune import _print_tune_result
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import TableSchema, Warehouse
 from tests.test_search_loop import COMPARE, SCREEN, TableEvaluator, listed, table
 from tuner.persist import finished_result, land_result, save_result

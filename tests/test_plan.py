@@ -17,7 +17,7 @@ from hlo.environment import Environment, Partitioning, store_key
 from ingest.tables import GRAPH_RUNS, GRAPHS, partitioning_text
 from ranking.tables import CANDIDATES
 from ranking.verified_coverage import verified_coverage
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.store_reader import live_records
 from storage.store_schema import ENTRIES, Provenance
 from storage.warehouse import Warehouse

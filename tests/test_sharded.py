@@ -16,7 +16,7 @@ from execution.worker import Worker
 from hlo.environment import Environment, Partitioning, environment_from_json, parse_mesh, partitioning_from_json
 from hlo.module import from_lowered, from_text
 from pipelines.cli import main
-from storage.homes import open_home
+from storage.home_factory import open_home
 from tests import worker_tasks
 from tuner.kinds import make_target
 from tuner.persist import finished_result

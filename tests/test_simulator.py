@@ -18,7 +18,7 @@ from ingest.hits import holdout_arm
 from ingest.quarantine import file_digest
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS
 from ranking.realized import realized_speedups
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.store_schema import DEFAULT_HOLDOUT_SHARE
 from storage.warehouse import Warehouse
 from workloads.simulator import fleet

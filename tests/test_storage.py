@@ -16,7 +16,7 @@ import pytest
 from ingest.tables import GRAPH_RUNS
 from storage.blobs import BlobStore
 from storage.home import Home, LockHeld
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.journal import append_record, read_records
 from storage.local import LocalHome
 from storage.store_reader import current_version, live_entries

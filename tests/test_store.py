@@ -25,7 +25,7 @@ from delivery.lookup import EmbeddedStore, _parse_answer
 from delivery.service.snapshot import render
 from delivery.store_writer import ConcurrentPublish, Store, StoreError, merge_entries
 from hlo.environment import store_key
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.store_reader import live_entries
 from storage.store_schema import ENTRIES, Provenance, StoreEntry, entries_of, entries_table
 from storage.warehouse import Warehouse

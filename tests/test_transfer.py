@@ -93,7 +93,7 @@ def test_keys_whose_per_device_programs_are_one_are_measured_alike(tmp_path):
     from hlo.module import from_lowered
     from ingest.tables import partitioning_text
     from storage.blobs import BlobStore
-    from storage.homes import open_home
+    from storage.home_factory import open_home
     from tuner.plan import measured_alike
     from workloads import zoo
 

@@ -26,7 +26,7 @@ from execution.session import Span
 from execution.worker import Worker
 from hlo.module import from_lowered, from_text
 from pipelines.cli.tune import _print_tune_result
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import SchemaError, TableSchema, Warehouse, added_column
 from tests import worker_tasks
 from tests.processes import kill_9_once_journaled, signal_once_journaled

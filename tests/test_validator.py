@@ -25,7 +25,7 @@ from hlo.module import from_lowered
 from ingest.symbols import ingest_symbols
 from ingest.tables import HITS
 from storage.blobs import BlobStore
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.journal import read_records
 from storage.store_schema import ENTRIES
 from storage.warehouse import Warehouse

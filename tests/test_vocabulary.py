@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from ingest.hits import parse_spool
 from ingest.tables import GRAPH_RUNS, HITS
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import TableSchema, Warehouse
 from tuner.tables import TUNING_RESULTS
 from validator import decisions as rules

@@ -32,7 +32,7 @@ from execution.session import Offline
 from hlo.environment import current_environment
 from hlo.module import HloModule
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from tuner.persist import finished_result, land_result, save_result, task_digest
 from tuner.result import TuneResult
 from tuner.search import PhaseSpend

@@ -65,7 +65,7 @@ from execution.per_device import PER_DEVICE_ERROR
 from execution.sharded import MeasureMode, Placement
 from hlo.environment import current_environment
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from tuner.persist import finished_result, journal_trial, journaled_trials, land_result, save_result, task_digest
 from tuner.prior import move_prior
 from tuner.result import RelaxedOption, TuneResult

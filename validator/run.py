@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from delivery.store_writer import Store
 from storage.home import Home, LockHeld
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.journal import append_record, read_records
 from storage.warehouse import Warehouse
 from validator import decisions as rules

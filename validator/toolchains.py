@@ -36,7 +36,7 @@ from typing import Any
 from execution.worker import project_root
 from hlo.environment import Environment, environment_from_json
 from storage.home import Home, writer_gone
-from storage.homes import open_home
+from storage.home_factory import open_home
 
 DEFAULT_NAME = "default"  # the running interpreter; never registered
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

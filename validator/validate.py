@@ -66,7 +66,7 @@ from execution.worker import WorkerFailure
 from hlo.module import HloLoadError, HloModule, from_text
 from storage.blobs import BlobError, BlobStore
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from storage.warehouse import Warehouse
 from validator import decisions as rules
 from validator.decisions import Decision, ResultsCheck, ResultsFate

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 from validator.run import ValidatorBusy
 from validator.validate import RunReport, ValidateSettings, validate
 

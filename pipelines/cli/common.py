@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 
 from pipelines.extras import MissingExtra, require
 from storage.home import Home
-from storage.homes import open_home
+from storage.home_factory import open_home
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_QUARANTINED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_DEFAULT_FAILS, EXIT_BROKEN_PIPE = 4, 141

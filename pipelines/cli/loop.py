@@ -117,7 +117,7 @@ def cmd_scheduler(args: argparse.Namespace, home: Path) -> int:
     import shlex
 
     from pipelines.scheduler import SchedulerSettings, run_scheduler
-    from storage.homes import open_home
+    from storage.home_factory import open_home
 
     settings = SchedulerSettings(cron=args.cron, misfire_grace_minutes=args.misfire_grace_minutes,
                                  nightly_args=tuple(shlex.split(args.nightly_args)),

@@ -45,7 +45,7 @@ def cmd_simulate(args: argparse.Namespace, home: Path) -> int:
     """Simulate a fleet's days and ingest what it hands over."""
     import datetime
 
-    from storage.homes import open_home
+    from storage.home_factory import open_home
     from workloads.simulator.run import simulate, store_lookup
 
     start = datetime.date.fromisoformat(args.start) if args.start else None

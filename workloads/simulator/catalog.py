@@ -18,7 +18,7 @@ from pathlib import Path
 from console.progress import progress_bar
 from hlo.fingerprint import fingerprint_module, graph_fingerprint
 from hlo.module import load_file
-from storage.homes import open_home
+from storage.home_factory import open_home
 from workloads import zoo
 from workloads.zoo.dump import dump_workload
 

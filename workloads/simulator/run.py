@@ -38,7 +38,7 @@ from ingest.profiles import ingest_profiles
 from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
 from storage.home import Home
-from storage.homes import atomic_write, open_home
+from storage.home_factory import atomic_write, open_home
 from storage.store_reader import current_version, live_entries
 from storage.store_schema import DEFAULT_HOLDOUT_SHARE
 from storage.warehouse import ROW_GROUP_ROWS

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from console.progress import progress_bar
-from storage.homes import open_home
+from storage.home_factory import open_home
 from workloads.zoo import Workload, all_workloads, get
 
 

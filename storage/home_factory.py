@@ -1,5 +1,6 @@
-"""Which `Home` a root names: the factory beside both implementations, so that `storage.home`
-(the interface) imports neither of them."""
+"""Which `Home` a root names (`open_home`): the factory beside both implementations, so that
+`storage.home` (the interface) imports neither of them; and `atomic_write` for a file outside
+any home, through the home its path names."""
 
 from __future__ import annotations
 
