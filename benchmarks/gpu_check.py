@@ -886,7 +886,7 @@ def kernel_job(spec: dict[str, Any]) -> dict[str, Any]:
 
     from delivery import hook
     from execution.autotune import jax_cache, results
-    from execution.autotune.delivery import CACHE_DIR_OPTION
+    from execution.autotune.per_fusion_directory import CACHE_DIR_OPTION
 
     if spec.get("cpu_autotunes"):
         results.AUTOTUNING_PLATFORMS = frozenset({GPU_PLATFORM, "cpu"})

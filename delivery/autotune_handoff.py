@@ -3,8 +3,8 @@ one compile that applies the entry (step 4 of delivery.hook; docs/hook.md, autot
 
 The results (checked as XLA's own protos when the entry was decided) are written into a
 directory the hook creates for this compile alone under `$FDO_HOME/cache/autotune/`, never a
-path from the store (execution.autotune.delivery), XLA is pointed at it for this executable
-only, and the directory is removed afterwards; the hit's reason says how many were delivered,
+path from the store (execution.autotune.per_fusion_directory), XLA is pointed at it for this
+executable only, and the directory is removed afterwards; the hit's reason says how many were delivered,
 how many XLA took and how many fusions it autotuned itself. With JAX's persistent compilation
 cache on (which also names a per-fusion directory of the job's own in the debug options), the
 directory is instead one per set of results (`results-<digest>` there, the same path in every
@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 from delivery.compile_plan import Plan
 from delivery.hook_log import HookLog
-from execution.autotune.delivery import Delivery, job_cache_dir, job_sets_cache_dir
 from execution.autotune.jax_cache import CacheKeyed, persistent_cache_on
+from execution.autotune.per_fusion_directory import Delivery, job_cache_dir, job_sets_cache_dir
 from execution.autotune.results import autotunes
 
 AUTOTUNE_DIR = Path("cache") / "autotune"  # each compile's delivered autotune results, while it runs

@@ -15,9 +15,10 @@ MLP's optimized LLVM IR from 25,310 to 10,192 bytes, and the zoo's mlp-s's machi
 (`object_code`) from 59,624 to 45,736 bytes.
 
 XLA:GPU's per-fusion autotune results reach a compile through a third channel, a directory
-(`execution.autotune.delivery.Delivery`): `compile_module` with `results` writes them into a
-directory of the process's own for that one compile, points XLA at it and has XLA dump the
-compile's results there, and the `Compiled` says what XLA did with them (`AutotuneOutcome`).
+(`execution.autotune.per_fusion_directory.Delivery`): `compile_module` with `results` writes
+them into a directory of the process's own for that one compile, points XLA at it and has XLA
+dump the compile's results there, and the `Compiled` says what XLA did with them
+(`AutotuneOutcome`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 
-from execution.autotune.delivery import AutotuneOutcome, Delivery, process_directory
+from execution.autotune.per_fusion_directory import AutotuneOutcome, Delivery, process_directory
 from execution.autotune.results import AutotuneResults
 from execution.flags import (
     BUILD_OPTIONS,

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from execution.autotune.delivery import EXHAUSTIVE_FLAG, AutotuneOutcome
+from execution.autotune.per_fusion_directory import EXHAUSTIVE_FLAG, AutotuneOutcome
 from execution.autotune.results import NO_RESULTS, AutotuneResults
 from execution.compile import CompileError, compile_module, compile_options, compiler_defaults, elf_objects, object_code
 from execution.flags import CompilerConfig, codegen_values, unseen_values, without_defaults

@@ -22,7 +22,7 @@ from jax._src.lib.mlir import ir
 
 from delivery import hook
 from execution.autotune import jax_cache, results
-from execution.autotune.delivery import CACHE_DIR_OPTION, job_cache_dir
+from execution.autotune.per_fusion_directory import CACHE_DIR_OPTION, job_cache_dir
 
 home, cache_dir, job_id, holdout = Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
 jax.config.update("jax_compilation_cache_dir", cache_dir)

@@ -24,7 +24,8 @@ from google.protobuf import descriptor_pb2, text_format
 
 from delivery.imports import read_import
 from delivery.store_writer import Store, StoreError
-from execution.autotune.delivery import (
+from execution.autotune.jax_cache import CacheKeyed
+from execution.autotune.per_fusion_directory import (
     CACHE_DIR_OPTION,
     KEPT_STALE_SECONDS,
     STALE_SECONDS,
@@ -32,7 +33,6 @@ from execution.autotune.delivery import (
     Uptake,
     job_sets_cache_dir,
 )
-from execution.autotune.jax_cache import CacheKeyed
 from execution.autotune.results import (
     MAX_HLO_CHARS,
     MAX_RESULT_BYTES,

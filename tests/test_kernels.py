@@ -19,7 +19,7 @@ import pytest
 
 from delivery.deliver import accepted_as_entries
 from delivery.store_writer import Store
-from execution.autotune.delivery import (
+from execution.autotune.per_fusion_directory import (
     CACHE_DIR_OPTION,
     DUMP_FILE,
     DUMP_OPTION,

@@ -56,7 +56,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from execution.autotune.delivery import AutotuneOutcome, Uptake
+from execution.autotune.per_fusion_directory import AutotuneOutcome, Uptake
 from execution.autotune.results import AutotuneResults, Keying
 from execution.evaluate import EvaluationResult
 from execution.sharded import MeasureMode

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
 from delivery.store_writer import DEFAULT_TTL, Store
-from execution.autotune.delivery import AutotuneOutcome
+from execution.autotune.per_fusion_directory import AutotuneOutcome
 from execution.autotune.results import AutotuneResults
 from execution.evaluate import (
     FRESH_WORKERS,

@@ -3,6 +3,6 @@
 A module per idea: `descriptors` finds the proto definitions the installed compiler's shared
 libraries embed; `schema` builds XLA's message classes from them (or from fields declared
 here); `results` is the record of a set of results and the gate every results text passes;
-`delivery` is one compile's per-fusion directory; `jax_cache` keys JAX's persistent cache on
+`per_fusion_directory` is one compile's per-fusion directory (`Delivery`); `jax_cache` keys JAX's persistent cache on
 the results delivered. The design: docs/gpu.md.
 """

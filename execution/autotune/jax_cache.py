@@ -3,8 +3,8 @@
 JAX's persistent cache keys an executable on its compile options. jax 0.11 leaves the
 per-fusion directory's path out of that key, and with it any trace of the results: the
 executable built with them would be keyed as the default's. So where the persistent cache is on
-(`persistent_cache_on`), a delivery is kept (`execution.autotune.delivery.Delivery`) and
-`CacheKeyed` adds the results' digest to the cache key through JAX's `cache_key.custom_hook`
+(`persistent_cache_on`), a delivery is kept (`execution.autotune.per_fusion_directory.Delivery`)
+and `CacheKeyed` adds the results' digest to the cache key through JAX's `cache_key.custom_hook`
 for that compile alone: a compile of the same module with the same results hits, any other keys
 apart (the default's, other results').
 """
