@@ -29,8 +29,8 @@ from tuner.result import TuneResult
 from tuner.target import Subject
 from tuner.task import tune
 from tuner.tune import TuneSettings
-from validator.decisions import Decision
 from validator.plan import Queued
+from validator.rules import Decision
 from validator.toolchains import Toolchain
 from validator.validate import ValidateSettings, measure
 from vocabulary.tuning import Kind

@@ -24,8 +24,8 @@ from typing import Iterator, Sequence
 
 from storage.home import Home
 from tasks.records import MeasureTask, Task, TaskOutcome, TaskStatus, TuneTask, perform
-from validator.decisions import Decision
 from validator.plan import Queued
+from validator.rules import Decision
 from validator.toolchains import Toolchain
 from validator.validate import Measurer, ValidateSettings
 

@@ -24,7 +24,7 @@ from hlo.module import from_lowered, from_text
 from pipelines.cli import main
 from tests import worker_tasks
 from tuner.space import graph_space
-from validator import decisions as validator_rules
+from validator import rules
 from vocabulary.failures import Fault
 from vocabulary.flags import Channel
 from vocabulary.interval import Interval
@@ -137,7 +137,7 @@ def test_more_fresh_workers_run_only_while_the_median_is_unsettled() -> None:
         return _measured(figures[index], figures[index] - 0.02)
 
     def firm(median: EvaluationResult) -> bool:  # the validator's: a removal nobody disputes
-        return validator_rules.settled(median, same_compiler=True, noise_band=0.01)
+        return rules.settled(median, same_compiler=True, noise_band=0.01)
 
     # Unsettled after three (the median 0.82 would remove what one worker measured at 1.03):
     # one more at a time until the median holds the gain, at five.

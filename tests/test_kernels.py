@@ -42,9 +42,9 @@ from tasks.records import MeasureTask
 from tuner.kinds import KINDS, check_platform, make_target
 from tuner.tables import TUNING_RESULTS
 from tuner.target import TuneTarget, graph_subject
-from validator import decisions as rules
-from validator.decisions import Decision, ResultsCheck, ResultsFate
+from validator import rules
 from validator.plan import Queued
+from validator.rules import Decision, ResultsCheck, ResultsFate
 from validator.toolchains import Toolchain
 from validator.validate import ValidateSettings
 from vocabulary.decisions import Applied, StoreChange

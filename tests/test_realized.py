@@ -21,7 +21,7 @@ from storage.warehouse import Warehouse
 from tests.test_validator_rules import DAY, HERE, NOW, Home, entry, result
 from tests.url_home import url_of
 from tuner.tables import TRIALS
-from validator import decisions as rules
+from validator import rules
 from validator.tables import VALIDATIONS
 from vocabulary.decisions import Applied, StoreChange
 from vocabulary.interval import Interval

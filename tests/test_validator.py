@@ -33,7 +33,7 @@ from tests.processes import kill_9_once_journaled
 from tests.serving import fdo
 from tests.url_home import UrlFileSystem, url_of
 from tuner.tables import TUNING_RESULTS
-from validator import decisions as rules
+from validator import rules
 from validator.report import outcomes_over_time, staleness, validator_hit_share
 from validator.run import Run, run_file
 from validator.tables import VALIDATIONS

@@ -1,4 +1,4 @@
-"""The validator's rules without measuring: validator.decisions (outcomes, expiry, applying
+"""The validator's rules without measuring: validator.rules (outcomes, expiry, applying
 decisions to the live entries, audit rows) and validator.plan (what a run decides for free, what
 it measures and in which order), on entries and tables built here. No compile, no worker."""
 
@@ -19,9 +19,9 @@ from ingest.tables import GRAPHS, HITS, partitioning_text
 from storage.blobs import BlobStore
 from storage.store_schema import Provenance, StoreEntry, entries_of, entries_table
 from storage.warehouse import Warehouse
-from validator import decisions as rules
-from validator.decisions import Decision
+from validator import rules
 from validator.plan import Planner, Queued
+from validator.rules import Decision
 from validator.tables import VALIDATIONS
 from validator.toolchains import Toolchain
 from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
@@ -89,7 +89,7 @@ def by_key(entries: pa.Table) -> dict[str, StoreEntry]:
     return {entry.key: entry for entry in entries_of(entries)}
 
 
-# --- validator.decisions: outcomes of a measurement -------------------------------------------
+# --- validator.rules: outcomes of a measurement -------------------------------------------
 
 def test_a_program_identical_to_the_defaults_is_invalidated_however_fast_it_looked():
     outcome, reason = rules.measured_outcome(result(speedup=2.0, ci_low=1.9, ci_high=2.1, identical=True),
@@ -131,7 +131,7 @@ def test_on_another_compiler_only_a_clear_gain_rekeys(ci_low, outcome):
     assert ("not re-keyed" in reason) == (outcome == "invalidated")
 
 
-# --- validator.decisions: expiry ---------------------------------------------------------------
+# --- validator.rules: expiry ---------------------------------------------------------------
 
 def test_expired_at_its_expiry_not_a_moment_before():
     row = entry(1, expires_in=0)
@@ -180,7 +180,7 @@ def test_rekeyed_adds_under_the_new_environments_key():
     assert Decision.from_json(json.loads(json.dumps(rekeyed.to_json()))) == rekeyed
 
 
-# --- validator.decisions: applying decisions to the live entries -------------------------------
+# --- validator.rules: applying decisions to the live entries -------------------------------
 
 def test_a_removal_applies_to_the_entry_decided_on_and_leaves_the_others():
     gone, other = entry(1), entry(2)
@@ -267,7 +267,7 @@ def test_a_decision_reads_back_as_journaled_and_a_journal_line_from_before_still
     assert (read.relaxed_config, read.relaxed_outcome, read.relaxed_speedup) == (None, None, None)
 
 
-# --- validator.decisions: an entry's relaxed-numerics config ------------------------------------
+# --- validator.rules: an entry's relaxed-numerics config ------------------------------------
 
 RELAXED = json.dumps({"xla_cpu_enable_fast_math": True}, sort_keys=True)
 

@@ -18,7 +18,7 @@ from ingest.tables import GRAPH_RUNS, HITS
 from storage.home_factory import open_home
 from storage.warehouse import TableSchema, Warehouse
 from tuner.tables import TUNING_RESULTS
-from validator import decisions as rules
+from validator import rules
 from validator.signals import fallbacks, fleet_hits
 from validator.tables import VALIDATIONS
 from vocabulary.decisions import Applied, DecisionOutcome, StoreChange

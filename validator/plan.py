@@ -1,5 +1,5 @@
 """A validation run's plan: which entries to decide without measuring, which to measure, and
-in which order (the rules are validator.decisions; the signals validator.signals).
+in which order (the rules: validator.rules; the signals: validator.signals).
 
 Per live entry, first match wins: expired; reported failing in the fleet (fallbacks since it was
 last measured); regressed in the fleet (its realized interval wholly below 1); not measurable
@@ -27,8 +27,8 @@ from storage.blobs import BlobStore
 from storage.home import Home
 from storage.store_schema import StoreEntry, entries_of
 from storage.warehouse import Warehouse
-from validator import decisions as rules
-from validator.decisions import Decision, ResultsCheck
+from validator import rules
+from validator.rules import Decision, ResultsCheck
 from validator.signals import FLEET_WINDOW, History, fallbacks, fleet_hits, fleet_realized
 from validator.toolchains import Registry, Toolchain
 from vocabulary.decisions import DecisionOutcome, StoreChange

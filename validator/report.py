@@ -23,7 +23,7 @@ from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
 from storage.home import Home
 from storage.store_schema import Provenance, entries_of
 from storage.warehouse import Warehouse
-from validator.decisions import measured_at
+from validator.rules import measured_at
 from validator.tables import VALIDATIONS
 from vocabulary.hits import hit_ran_tuned
 

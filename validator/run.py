@@ -21,8 +21,8 @@ from storage.home import Home, LockHeld
 from storage.home_factory import open_home
 from storage.journal import append_record, read_records
 from storage.warehouse import Warehouse
-from validator import decisions as rules
-from validator.decisions import Decision
+from validator import rules
+from validator.rules import Decision
 from validator.tables import VALIDATIONS
 from validator.toolchains import Toolchain
 from vocabulary.decisions import Applied, StoreChange

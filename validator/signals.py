@@ -28,7 +28,7 @@ from ranking.realized import Realized, read_runs, realized_speedups
 from storage.home import Home
 from storage.store_schema import Provenance, StoreEntry
 from storage.warehouse import Warehouse
-from validator.decisions import measured_at
+from validator.rules import measured_at
 from validator.tables import VALIDATIONS
 from vocabulary.decisions import DecisionOutcome
 from vocabulary.hits import HitOutcome, hit_ran_tuned, ran_tuned

@@ -11,7 +11,7 @@ from storage.warehouse import TableSchema, added_column
 # seconds per execution), its interval over jobs, and each arm's jobs and runs. Null where the
 # fleet had no runs of it, in rows landed before version 3, and where it was undecided (the
 # figures then hold only the arms).
-# Version 4: what XLA did with an entry's autotune results (validator.decisions.ResultsFate);
+# Version 4: what XLA did with an entry's autotune results (validator.rules.ResultsFate);
 # null for an entry without them, and in rows landed before version 4.
 # Version 5: how the entry's graph was measured (execution.sharded.MeasureMode); null before
 # version 5: whole.

@@ -4,7 +4,7 @@ A run, under one toolchain (validator.toolchains; default: the running interpret
 1. Plans over the live entries. Decisions that need no measurement come first: expired
    entries, entries the fleet reported fallbacks for, entries that regressed in the fleet over
    the last `fleet_window` (their realized interval wholly below 1), and entries that cannot be
-   measured here (validator.decisions has the rules). The rest are queued by priority: most
+   measured here (validator.rules). The rest are queued by priority: most
    fleet hits first (validator.signals), then least recently measured; an entry whose realized
    speedup falls far short of its expected one is queued even if measured recently.
 2. Re-measures queued entries one by one, within the time budget, as the tuner verifies a
@@ -17,11 +17,11 @@ A run, under one toolchain (validator.toolchains; default: the running interpret
    (`check_results`): what XLA took, and how XLA keys its results now (its dump); results XLA
    keys otherwise are relabelled so and delivered again; results it does not take invalidate
    the entry unmeasured; else that executable is timed against the default
-   (`execution.evaluate.evaluate_built`) and decided as any config (validator.decisions). What
+   (`execution.evaluate.evaluate_built`) and decided as any config (validator.rules). What
    the budget does not reach is deferred to the next run. An entry's relaxed-numerics config,
    where its strict one was kept or re-keyed, is measured next, the same way (with the
    results as XLA took them), and decided by the same rules: kept, re-keyed with it, or
-   dropped from the entry (validator.decisions).
+   dropped from the entry (validator.rules).
 3. Publishes one new store version with every decision applied to the entries live at that
    moment (Store.update retries when deliver, an import or the service published meanwhile).
 4. Writes one `validations` audit row per decision.
@@ -68,9 +68,9 @@ from storage.blobs import BlobError, BlobStore
 from storage.home import Home
 from storage.home_factory import open_home
 from storage.warehouse import Warehouse
-from validator import decisions as rules
-from validator.decisions import Decision, ResultsCheck, ResultsFate
+from validator import rules
 from validator.plan import Planner, Queued
+from validator.rules import Decision, ResultsCheck, ResultsFate
 from validator.run import Run, exclusive
 from validator.signals import FLEET_WINDOW
 from validator.toolchains import Registry, Toolchain
@@ -100,7 +100,7 @@ class ValidateSettings:
     seed: int = 0
     workers: int = FRESH_WORKERS  # fresh workers per entry, decided on their median
     # More, one at a time, while the median would remove an entry a worker measured faster
-    # (`validator.decisions.settled`): where one process in five is slow, two of three are slow
+    # (`validator.rules.settled`): where one process in five is slow, two of three are slow
     # one time in ten, four of seven about one time in thirty.
     most_workers: int = 7
 
@@ -262,7 +262,7 @@ def _relaxed(decision: Decision, queued: Queued, module: HloModule, check: Resul
              band: float) -> Decision:
     """`decision` with the entry's relaxed-numerics config measured as its strict one was (on
     `module`, with the autotune results as `check` left them) and decided by the same rules
-    (validator.decisions.relaxed_outcome); as it is where the entry has none, or its strict
+    (validator.rules.relaxed_outcome); as it is where the entry has none, or its strict
     config was not kept or re-keyed (the entry goes, or gains nothing on this compiler)."""
     text = queued.entry.relaxed_config
     if text is None or not decision.outcome.renewed:

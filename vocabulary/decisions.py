@@ -8,7 +8,7 @@ from enum import StrEnum
 
 
 class DecisionOutcome(StrEnum):
-    """A validator decision on an entry (`validator.decisions`). KEPT: re-measured on its own
+    """A validator decision on an entry (`validator.rules`). KEPT: re-measured on its own
     compiler and still faster; REKEYED: shown faster on another compiler, a new entry under its
     key; INVALIDATED: shown not faster, failing, or failing in the fleet; EXPIRED: past its
     expiry or its absolute lifetime; UNMEASURED: not measurable here (no symbols, an op-level
