@@ -1,12 +1,10 @@
 """`fdo`: the command line of fleet-fdo, one subcommand per stage of the loop.
 
-Exit codes: 0 success; 1 the work ran but its outcome is a failure (a failed evaluation, numerics
-off); 2 bad usage or bad input (unreadable module, unknown flag, a home that is no writable
-directory, a global option such as --home given after the subcommand), told in one line; 3 the
-good inputs landed but some inputs (or rows) were quarantined; 4 (evaluate, tune) a module fails
-with the compiler's default config, so there is nothing to measure against; 130 interrupted;
-141 the reader of stdout went away (`fdo ... | head`): the rest of the output is dropped
-quietly, as a command killed by SIGPIPE is reported by the shell (128 + 13).
+`main` runs one command in this process and `console` is the `fdo` console script; `build_parser`
+gathers each command's parser (`COMMANDS`) from the module named for it, or for its group of
+commands (`store`: deliver, store and serve; `loop`: nightly and scheduler; `rank`: rank and
+savings; `validate`: toolchain and validate); `common` holds what they share (exit codes, the
+home, help pages, tables and JSON). `fdo --help` shows the first line of this and `EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -53,6 +51,15 @@ from storage.home import Home
 
 __all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "build_parser", "console", "main"]
 
+# What `fdo --help` says after its commands, one paragraph.
+EXIT_CODES = """Exit codes: 0 success; 1 the work ran but its outcome is a failure (a failed
+evaluation, numerics off); 2 bad usage or bad input (unreadable module, unknown flag, a home that
+is no writable directory, a global option such as --home given after the subcommand), told in one
+line; 3 the good inputs landed but some inputs (or rows) were quarantined; 4 (evaluate, tune) a
+module fails with the compiler's default config, so there is nothing to measure against; 130
+interrupted; 141 the reader of stdout went away (`fdo ... | head`): the rest of the output is
+dropped quietly, as a command killed by SIGPIPE is reported by the shell (128 + 13)."""
+
 HOME_OPTION = "--home"
 # The commands whose process starts JAX beside the workers that measure (see `_main`).
 MEASURING_COMMANDS = frozenset({"evaluate", "tune", "validate", "nightly"})
@@ -74,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=epilog(["fdo workloads list", "fdo --home /data/fdo rank --top 10",
                        "fdo evaluate module.txt --set xla_cpu_enable_fast_math=true"],
                       "fdo COMMAND --help tells each command's options, defaults and examples.",
-                      " ".join(__doc__.split("\n\n", 1)[1].split())))
+                      " ".join(EXIT_CODES.split())))
     parser.add_argument("--version", action="version", version=_version_text())
     parser.add_argument(HOME_OPTION, default=None, metavar="DIR",  # a string: `rank` and `savings` take URLs
                         help="data root, given before the command (default: $FDO_HOME, else ~/.fdo)")

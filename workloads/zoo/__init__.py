@@ -10,6 +10,11 @@ Three families have a third size, ``g``, where a GPU is busy (milliseconds a ste
 where ``s`` and ``m`` take microseconds): a transformer train step, a CNN, and a KV-cache decode
 step with library and fusion headroom. They are ``gpu_workloads()``, apart from the zoo's
 listing (``all_workloads``), which the CPU's tuner, benchmarks and demo run through.
+
+Entry points: ``all_workloads``, ``gpu_workloads``, ``get`` (a workload by name) and ``variant``
+(one at a scaled batch). Beside the families: ``sharded`` (train steps partitioned over a mesh:
+``sharded_workloads``, ``get_sharded``), ``dump`` (workloads compiled with XLA's own dumper,
+a directory each: ``dump_workloads``) and ``_nn`` (the building blocks the families share).
 """
 
 from __future__ import annotations
