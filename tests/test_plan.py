@@ -55,7 +55,9 @@ def graph(home, n: int, env: Environment = HERE) -> None:
         "hlo_blob": f"{fp(n)}.hlo.zst", "optimized_blob": None, "optimized_fingerprint": None,
         "platform": env.platform, "device_kind": env.device_kind, "device_count": env.device_count,
         "compiler_version": env.compiler_version, "first_seen": NOW, "last_seen": NOW,
-        "partitioning": partitioning_text(env.partitioning)}], GRAPHS.schema), f"graph-{n}-{env.key()}")
+        "partitioning": partitioning_text(env.partitioning),
+        "family": next((f"{family:0>32}" for family, members in FAMILIES.items() if n in members), None)}],
+        GRAPHS.schema), f"graph-{n}-{env.key()}")
 
 
 def entry(n: int, env: Environment, config: dict, low: float, measured: datetime.datetime = NOW,
@@ -319,3 +321,29 @@ def test_a_check_and_a_search_of_one_key_are_tasks_of_their_own_that_travel_to_a
     assert tasks[0].key != tasks[1].key  # a check's attempts are not a search's
     assert pickle.loads(pickle.dumps(tasks[0])).settings == check  # a node gets its transfers
     assert search.transfers == check.transfers
+
+
+def test_fdo_family_lists_a_graphs_family_with_what_is_decided_and_live_for_each(tmp_path, capsys):
+    from pipelines.cli import main
+
+    for n, env in ((1, HERE), (1, OLD_RELEASE), (2, HERE), (3, HERE), (4, HERE)):
+        graph(tmp_path, n, env)
+    source = key_text((fp(3), HERE.key()))
+    publish(tmp_path, entry(2, HERE, REDUCE, 1.5) | {"origin": "transfer", "transferred_from": source})
+    results(tmp_path, result_row(3, HERE, Verdict.NO_GAIN, dt=datetime.date.today())
+            | {"compiler_version": current_compiler()})
+    assert main(["--home", str(tmp_path), "family", fp(2), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["family"] == f"{'A':0>32}"
+    members = {(m["fingerprint"], m["env_key"]): m for m in shown["members"]}
+    assert set(members) == {(fp(1), HERE.key()), (fp(1), OLD_RELEASE.key()), (fp(2), HERE.key()), (fp(3), HERE.key())}
+    assert members[(fp(2), HERE.key())]["decision"] == "faster"
+    assert members[(fp(2), HERE.key())]["entry"]["origin"] == "transfer"
+    assert members[(fp(3), HERE.key())]["decision"] == "defaults" and members[(fp(1), HERE.key())]["decision"] is None
+    assert main(["--home", str(tmp_path), "family", "f" * 32]) == 1  # no graph of it: said, exit 1
+
+
+def current_compiler() -> str:
+    from hlo.environment import current_environment
+
+    return current_environment().compiler_version
