@@ -2,19 +2,21 @@
 without, side by side in one run.
 
     python benchmarks/bench_reach.py [--nights 3] [--tune-minutes 15] [--jobs 20000] [--top 6]
-                                     [--keep DIR] [--json]
+                                     [--arms transfer,sharing,no-transfer] [--keep DIR] [--json]
 
 The reach fleet (`fdo simulate --fleet reach`: every zoo workload at three shapes, popularity by
 model, each program across releases, device counts and partitionings; its programs compiled and
 profiled for real here) runs a day, hands its dumps and profiles to the home's inbox, and the
-nightly loop (`pipelines.nightly`) runs for that date, in two homes:
+nightly loop (`pipelines.nightly`) runs for that date, in a home per arm (`--arms`):
 - transfer: the loop as it is (keys measured alike share a result; transfer checks first, then
   searches by worth seeded with transfers: `tuner.plan`);
-- no-transfer: the same, with no transfer checks and searches from the defaults alone
-  (`fdo nightly --no-transfer`; keys measured alike still share a result).
-Both homes run the very same fleet (the second starts with the first one's catalog), each
-fleet's jobs taking the configs its own store holds; the two take turns night by night, so
-neither always runs on the busier machine. After each night, from each home's ledger:
+- sharing: no transfer checks and searches from the defaults alone, keys measured alike still
+  sharing a result (`NightlySettings.share_alike`);
+- no-transfer: each key searched on its own, as the loop did before transfer
+  (`fdo nightly --no-transfer`).
+Every home runs the very same fleet (each starts with the first one's catalog), each fleet's
+jobs taking the configs its own store holds; the arms' order turns round night by night, so
+none always runs on the busier machine. After each night, from each home's ledger:
 - the shares of the tunable chip-time (this machine's platform and device kind, jobs that accept
   tuning, over the window) that run a verified faster config and that are decided (that, or the
   defaults verified best: `tuner.decided`);
@@ -51,7 +53,10 @@ from tuner.decided import home_statuses
 from workloads.simulator.fleet import FleetMode
 from workloads.simulator.run import simulate, store_lookup
 
-ARMS = ("transfer", "no-transfer")
+# Each arm's nightly settings: transfer (checks, seeds, keys measured alike sharing a result);
+# sharing alone; neither (each key searched on its own, the loop before transfer).
+ARMS = {"transfer": {"transfer": True}, "sharing": {"transfer": False, "share_alike": True},
+        "no-transfer": {"transfer": False, "share_alike": False}}
 WINDOW_DAYS = 7  # the nightly's savings window (NightlySettings.window_days)
 
 
@@ -63,8 +68,8 @@ def night(home: Path, arm: str, date: datetime.date, args: argparse.Namespace) -
     simulated = time.perf_counter() - started
     report = run_nightly(open_home(home), NightlySettings(
         date=date, top=args.top, top_ops=0, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
-        validate_minutes=args.validate_minutes, rank_top=args.rank_top, transfer=arm == "transfer",
-        beam_args=("--direct_running_mode=in_memory",)))
+        validate_minutes=args.validate_minutes, rank_top=args.rank_top, beam_args=("--direct_running_mode=in_memory",),
+        **ARMS[arm]))
     stages = {s.stage: s for s in report.stages}
     tune = stages["tune"].counts if "tune" in stages else {}
     covered = [n for n in coverage_by_night(open_home(home)) if n.date == date]
@@ -80,7 +85,8 @@ def night(home: Path, arm: str, date: datetime.date, args: argparse.Namespace) -
 
 
 def limits(home: Path, last: datetime.date, rank_top: int) -> dict[str, float]:
-    """Shares of the window's tunable chip-time by what stands between them and a decision."""
+    """Shares of the window's chip-time of this platform's keys (the tunable ones and those no
+    machine here can measure) by what stands between them and a decision."""
     warehouse = Warehouse(home)
     here = current_environment()
     graphs = {(g["fingerprint"], g["env_key"]): g for g in warehouse.read(GRAPHS).to_pylist()
@@ -123,21 +129,25 @@ def main() -> None:
     parser.add_argument("--validate-minutes", type=float, default=2.0)
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"of {', '.join(ARMS)}")
     parser.add_argument("--keep", type=Path, default=None, help="keep the homes under this directory")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    arms = args.arms.split(",")
+    if not arms or set(arms) - set(ARMS):
+        parser.error(f"--arms {args.arms}: of {', '.join(ARMS)}")
     quiet_beam_logging()
     parent = args.keep or Path(tempfile.mkdtemp(prefix="bench-reach-"))
-    homes = {arm: parent / arm for arm in ARMS}
+    homes = {arm: parent / arm for arm in arms}
     for home in homes.values():
         home.mkdir(parents=True, exist_ok=True)
     first = datetime.date.today() - datetime.timedelta(days=args.nights - 1)
-    results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+    results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     for number in range(args.nights):
         date = first + datetime.timedelta(days=number)
-        order = ARMS if number % 2 == 0 else ARMS[::-1]
+        order = arms if number % 2 == 0 else arms[::-1]
         for arm in order:
-            catalog = homes[ARMS[0]] / "simulator" / "catalog"
+            catalog = homes[arms[0]] / "simulator" / "catalog"
             mine = homes[arm] / "simulator" / "catalog"
             if not mine.exists() and catalog.exists():
                 shutil.copytree(catalog, mine)
@@ -146,7 +156,7 @@ def main() -> None:
             print(json.dumps({"arm": arm, "night": number + 1, **result}), flush=True)
     last = first + datetime.timedelta(days=args.nights - 1)
     summary = {"cpu": cpu_model_name(), "settings": {k: str(v) for k, v in vars(args).items()},
-               "nights": results, "limits": {arm: limits(homes[arm], last, args.rank_top) for arm in ARMS}}
+               "nights": results, "limits": {arm: limits(homes[arm], last, args.rank_top) for arm in arms}}
     if args.keep is None:
         shutil.rmtree(parent, ignore_errors=True)
     if args.json:
@@ -157,19 +167,19 @@ def main() -> None:
     print(f"{'night':>5} {'arm':<12} {'faster':>7} {'decided':>8} {'tune s':>7} {'checks':>9} "
           f"{'searches':>9} {'keys (chk/srch/shared)':>23}")
     for number in range(args.nights):
-        for arm in ARMS:
+        for arm in arms:
             r = results[arm][number]
             print(f"{r['night']:>5} {arm:<12} {_pct(r['faster_share']):>7} {_pct(r['decided_share']):>8} "
                   f"{r['tune_seconds'] or 0:>7.0f} {r['checks_accepted']:>4}/{r['checks']:<4} "
                   f"{r['searches_accepted']:>4}/{r['searches']:<4} "
                   f"{r['checks_keys']:>7}/{r['searches_keys']}/{r['shared_keys']}")
     for number in range(args.nights):
-        faster = [results[arm][number]["faster_share"] or 0.0 for arm in ARMS]
-        ratio = faster[0] / faster[1] if faster[1] else float("inf")
-        print(f"night {number + 1}: faster share with transfer / without = {ratio:.2f}x")
-    for arm in ARMS:
+        faster = {arm: results[arm][number]["faster_share"] or 0.0 for arm in arms}
+        print(f"night {number + 1}: faster share of each arm over the last's: " + ", ".join(
+            f"{arm} {faster[arm] / faster[arms[-1]]:.2f}x" if faster[arms[-1]] else f"{arm} -" for arm in arms))
+    for arm in arms:
         lim = summary["limits"][arm]
-        print(f"{arm}: of {lim['tunable_keys']} tunable keys' chip-time, decided {lim['decided']:.1%}, "
+        print(f"{arm}: of the chip-time of this platform's {lim['tunable_keys']} keys, decided {lim['decided']:.1%}, "
               f"unmeasurable here {lim['unmeasurable']:.1%}, open and ranked {lim['open_ranked']:.1%}, "
               f"open beyond the ranking {lim['open_unranked']:.1%}")
 

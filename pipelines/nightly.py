@@ -53,9 +53,12 @@ class NightlySettings:
     # Graph candidates the ranking keeps (`ranking.rank.RankSettings.top_k`): the keys a night
     # may cover with checks and shared results, beyond the `top` it searches.
     rank_top: int = 20
-    # Transfer checks before searches, and searches seeded with transfers (`tuner.transfer`);
-    # False: searches alone (keys measured alike still share a result).
+    # Transfer checks before searches, searches seeded with transfers (`tuner.transfer`), and
+    # keys measured alike sharing a result; False: each key searched on its own, as before.
     transfer: bool = True
+    # With `transfer` False, keys measured alike still share a result (for comparisons that
+    # tell sharing from transfer apart).
+    share_alike: bool = False
     validate_minutes: float = 10.0
     # Fresh workers per tuned winner and per validated entry (None: the tuner's default).
     verify_workers: int | None = None
@@ -187,7 +190,8 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     runner = runner or LocalRunner()
     base = stages.tune_settings(Kind.GRAPH, budget_evals=settings.tune_evals,
                                 verify_workers=settings.verify_workers)
-    state = NightState.load(home, runner.environments(), settings.date)
+    share_alike = settings.transfer or settings.share_alike
+    state = NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
     shared = share_standing(home, state)
     checks = plan_checks(home, settings.date, state, settings.force) if settings.transfer else []
     checked = stages.run_planned(home, checks, state, base, runner,
@@ -196,7 +200,7 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     accepted = {task.key: transfer for task, result in zip(checks, checked.results)
                 if result is not None and result.accepted
                 and (transfer := transferred(result.config, task.transfers)) is not None}
-    state = NightState.load(home, runner.environments(), settings.date)  # what the checks concluded
+    state = NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)  # after the checks
     searches = plan_searches(home, settings.date, state, settings.top, settings.tune_evals, accepted,
                              settings.transfer, settings.force)
     searched = stages.run_planned(home, searches, state, base, runner, deadline=deadline,

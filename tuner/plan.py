@@ -192,18 +192,22 @@ class NightState:
 
     @classmethod
     def load(cls, home: Home, environments: frozenset[str] | None, today: datetime.date,
-             families: dict[GraphKey, str] | None = None, compiler: str | None = None) -> NightState:
+             families: dict[GraphKey, str] | None = None, compiler: str | None = None,
+             share_alike: bool = True) -> NightState:
         """`home`'s, for the machines of `environments` (None: this one), its graphs' families
         (default: `ingest.families.graph_families`) and results on `compiler` (default: this
-        machine's) given."""
+        machine's) given. `share_alike` False: every key is measured as its own, as before keys
+        measured alike shared a result (for comparisons)."""
         if families is None:
             from ingest.families import graph_families
 
             families = graph_families(home)
         sources = TransferSources.load(home, families)
         ranked, measurable = ranked_graphs(home, environments), _measurable_graphs(home, environments)
-        return cls(ranked, measurable, sources, key_statuses(home, sources, today, compiler),
-                   measured_alike(home, measurable, {r.key for r in ranked}))
+        measured = measured_alike(home, measurable, {r.key for r in ranked} if share_alike else set())
+        if not share_alike:
+            measured = {key: replace(alike, program=f"{alike.program}@{key[1]}") for key, alike in measured.items()}
+        return cls(ranked, measurable, sources, key_statuses(home, sources, today, compiler), measured)
 
     def status(self, key: GraphKey) -> KeyStatus:
         """Where `key` stands (nothing done: an empty status)."""

@@ -39,7 +39,8 @@ def add_nightly(sub: Subcommands) -> None:
     p.add_argument("--rank-top", type=int, default=20, metavar="N",
                    help="graph candidates the ranking keeps: the keys a night may reach")
     p.add_argument("--no-transfer", action="store_true",
-                   help="no transfer checks, and searches from the defaults alone (for comparisons)")
+                   help="each key searched on its own, from the defaults: no transfer checks, no "
+                   "seeds, no result shared by keys measured alike (for comparisons)")
     p.add_argument("--top-ops", type=int, default=2, metavar="N",
                    help="ops to tune, then fold into their graphs")
     p.add_argument("--top-kernels", type=int, default=2, metavar="N",
