@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from delivery import store_writer as store_module
 from delivery.deliver import deliver
 from delivery.imports import read_import
 from delivery.lookup import EmbeddedStore, _parse_answer
@@ -26,7 +25,7 @@ from delivery.service.snapshot import render
 from delivery.store_writer import ConcurrentPublish, Store, StoreError, merge_entries
 from hlo.environment import store_key
 from storage.homes import open_home
-from storage.store_reader import live_entries
+from storage.store_reader import StoreReader, checksum
 from storage.store_schema import ENTRIES, Provenance, StoreEntry, entries_of, entries_table
 from storage.warehouse import Warehouse
 from tests.url_home import UrlFileSystem, url_of
@@ -80,7 +79,7 @@ def test_import_show_diff_rollback(tmp_path):
     assert store.entries(3).equals(store.entries(1))  # the old entries are live again
     assert [m.parent for m in store.versions()] == [None, 1, 2]
     # Ranking reads the same snapshot through its contract.
-    assert live_entries(home).column("key").to_pylist() == store.entries().column("key").to_pylist()
+    assert StoreReader(home).live_entries().column("key").to_pylist() == store.entries().column("key").to_pylist()
     # What export writes (configs as objects), import takes.
     exported = tmp_path / "exported.jsonl"
     exported.write_text(fdo(home, "store", "export").stdout)
@@ -182,7 +181,7 @@ def test_the_store_and_deliver_work_on_a_url_home(tmp_path):
     assert store.rollback(1) == 3 and store.current() == 3 and store.sources() == {"t2", "1.jsonl"}
     assert [m.version for m in store.versions()] == [1, 2, 3] and store.problems() == {}
     assert Store(tmp_path / "home").entries().equals(store.entries())  # the same layout
-    assert live_entries(home).column("key").to_pylist() == store.entries().column("key").to_pylist()
+    assert StoreReader(home).live_entries().column("key").to_pylist() == store.entries().column("key").to_pylist()
     assert any("/store/v3/manifest.json" in path for path in UrlFileSystem.used)
     assert not [p for p in (tmp_path / "home").rglob("*") if ".tmp-" in p.name]
 
@@ -385,7 +384,7 @@ def _write_old_versions(home: Path) -> None:
         (directory / "entries.parquet").write_bytes(data)
         (directory / "manifest.json").write_text(json.dumps({
             "version": version, "parent": version - 1 or None, "created": "2026-03-04T05:06:07+00:00",
-            "checksum": store_module._checksum(data), "counts": {row["kind"]: 1}, "compiler_versions": [],
+            "checksum": checksum(data), "counts": {row["kind"]: 1}, "compiler_versions": [],
             "reason": "written before"}))
     (home / "store" / "CURRENT").write_text("4\n")
 

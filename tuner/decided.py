@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from hlo.environment import current_environment
 from storage.home import Home
-from storage.store_reader import live_records
+from storage.store_reader import StoreReader
 from storage.store_schema import Provenance
 from storage.warehouse import Warehouse
 from tuner.allot import FLOOR_EVALUATIONS
@@ -107,7 +107,7 @@ def key_statuses(home: Home, sources: TransferSources, today: datetime.date | No
             kept_defaults.add(key)
         else:
             kept_defaults.discard(key)
-    faster = {(e.fingerprint, e.env_key) for e in live_records(home)
+    faster = {(e.fingerprint, e.env_key) for e in StoreReader(home).live_records()
               if e.kind == Kind.GRAPH and e.provenance in (Provenance.TUNER, Provenance.VALIDATOR)}
     statuses = {}
     for key in set(concluded) | checked | set(attempts) | faster:

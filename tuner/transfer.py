@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from execution.flags import CompilerConfig, FlagError, checked_config, relaxes_numerics, trusted_config
 from ingest.tables import GRAPHS
 from storage.home import Home
-from storage.store_reader import live_records
+from storage.store_reader import StoreReader
 from storage.store_schema import Provenance
 from storage.warehouse import Warehouse
 from tuner.space import config_key
@@ -136,7 +136,7 @@ class TransferSources:
         graphs = {(r["fingerprint"], r["env_key"]): GraphFacts(families.get((r["fingerprint"], r["env_key"])),
                                                                r["platform"], r["device_kind"]) for r in rows}
         sources = cls(graphs)
-        for entry in live_records(home):
+        for entry in StoreReader(home).live_records():
             if entry.kind != Kind.GRAPH or entry.provenance not in _MEASURED_BY_LOOP:
                 continue
             config = _strict_config(entry.config)

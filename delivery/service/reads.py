@@ -11,12 +11,13 @@ from delivery.metrics import ServiceMetrics
 from delivery.service.bodies import BatchLookup, BatchRequest, ErrorAnswer, Health, Lookup
 from delivery.service.errors import ERROR_RESPONSES, ServiceError, error_response
 from delivery.service.snapshot import LiveSnapshot, Snapshot
-from delivery.store_writer import Store, StoreError
+from storage.store_reader import StoreReader
+from storage.store_schema import StoreError
 
 _HEX = set("0123456789abcdef")
 
 
-def reads_router(live: LiveSnapshot, store: Store, metrics: ServiceMetrics) -> APIRouter:
+def reads_router(live: LiveSnapshot, store: StoreReader, metrics: ServiceMetrics) -> APIRouter:
     """The read endpoints: look-ups answered from `live`, downloads read from `store`, every
     look-up counted in `metrics`."""
     router = APIRouter(responses=ERROR_RESPONSES)
