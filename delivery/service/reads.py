@@ -68,6 +68,13 @@ def reads_router(live: LiveSnapshot, store: StoreReader, metrics: ServiceMetrics
                                                                  else b"%d" % snapshot.version, body),
                             media_type="application/json")
 
+    _add_download(router, store)
+    return router
+
+
+def _add_download(router: APIRouter, store: StoreReader) -> None:
+    """The download of a whole store version, read from `store`, added to `router`."""
+
     @router.get("/v1/snapshots/{version}", response_class=Response,
                 responses={200: {"content": {"application/vnd.apache.parquet": {}}, "description": "entries.parquet"},
                            304: {"description": "the ETag given in If-None-Match is the version's"}})
@@ -83,8 +90,6 @@ def reads_router(live: LiveSnapshot, store: StoreReader, metrics: ServiceMetrics
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers={"ETag": etag})
         return Response(data, media_type="application/vnd.apache.parquet", headers={"ETag": etag})
-
-    return router
 
 
 def _serving(snapshot: Snapshot) -> Snapshot:
