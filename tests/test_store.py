@@ -451,3 +451,30 @@ def test_every_version_written_before_reads_into_the_record_and_serves_the_same_
         remote = _parse_answer(json.dumps({"version": version, "entry": json.loads(served)}).encode())
         assert (remote.version, remote.entry, remote.holdout_share) == (
             version, dataclasses.replace(entry, holdout_share=share), share)
+
+
+def test_the_reader_sees_versions_whole_leaves_the_expired_out_of_the_live_and_names_each_fault(tmp_path):
+    """StoreReader's guarantees (its docstring): a version once read reads the same after
+    later publishes; the live reads leave out expired entries, a version read whole keeps them;
+    a corrupt CURRENT is a StoreError from every read of the live version, while a given
+    version still reads; a missing version is a StoreError naming it."""
+    now = datetime.datetime.now(datetime.UTC)
+    rows = [{"key": store_key(f"{i:032x}", "e" * 32), "fingerprint": f"{i:032x}", "env_key": "e" * 32,
+             "kind": "graph", "speedup": 1.2, "expires_at": now + datetime.timedelta(days=days),
+             "provenance": "tuner", "config": "{}", "source": f"t{i}"} for i, days in enumerate([30, -1])]
+    store, reader = Store(tmp_path), StoreReader(tmp_path)
+    assert reader.current() is None and reader.records() == [] and reader.versions() == []
+    first = store.publish(pa.Table.from_pylist(rows, ENTRIES), None, "test")
+    before = reader.records(first)
+    assert [e.key for e in reader.live_records()] == reader.live_entries().column("key").to_pylist() == [rows[0]["key"]]
+    assert [e.key for e in before] == sorted(r["key"] for r in rows)  # the expired one too
+    store.publish(pa.Table.from_pylist(rows[:1], ENTRIES), first, "test")
+    assert reader.current() == first + 1 and reader.records(first) == before
+    assert reader.sources() == {"t0", "t1"} and [m.version for m in reader.versions()] == [first, first + 1]
+    (tmp_path / "store" / "CURRENT").write_text("garbage\n")
+    for read in (reader.current, reader.live_entries, reader.live_records, reader.entries, reader.records):
+        with pytest.raises(StoreError, match="not a version number"):
+            read()
+    assert reader.records(first) == before
+    with pytest.raises(StoreError, match="store version 9 does not exist"):
+        reader.records(9)

@@ -83,25 +83,26 @@ def cmd_store(args: argparse.Namespace, home: Home) -> int:
     (the holdout share, the relaxed-numerics teams)."""
     from delivery.imports import import_file
     from delivery.store_writer import Store
+    from storage.store_reader import StoreReader
 
-    store = Store(home)  # a reader too (storage.store_reader.StoreReader), for the actions that read
+    reader, store = StoreReader(home), Store(home)  # the actions that read, those that write
     needed = _STORE_ARGUMENTS.get(args.action)
     if needed and (args.arg is None or (args.action == "diff" and args.arg2 is None)):
         raise ValueError(f"{args.action}: give {needed}")
     if args.action == "versions":
-        _print_versions(store, args.json)
+        _print_versions(reader, args.json)
         return EXIT_OK
     if args.action == "show":
-        return _print_entries(store, args.arg, args.json)
+        return _print_entries(reader, args.arg, args.json)
     if args.action == "diff":
-        _print_diff(store, _version(args.arg), _version(args.arg2), args.json)
+        _print_diff(reader, _version(args.arg), _version(args.arg2), args.json)
         return EXIT_OK
     if args.action == "rollback":
         published = store.rollback(_version(args.arg))
         print(json.dumps({"version": published}) if args.json else f"published v{published} = v{args.arg}")
         return EXIT_OK
     if args.action == "export":
-        for entry in store.records(_version(args.arg) if args.arg else None):
+        for entry in reader.records(_version(args.arg) if args.arg else None):
             print(json.dumps(entry.to_json(), sort_keys=True))
         return EXIT_OK
     if args.action == "holdout-share":
