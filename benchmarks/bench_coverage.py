@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import tuner
-from delivery.store_writer import Store
 from pipelines.nightly import ledger_rows
 from ranking.verified_coverage import verified_coverage
 from storage.home_factory import open_home
+from storage.store_reader import StoreReader
 
 HERE = Path(tuner.__file__).resolve().parent.parent  # this checkout
 WINDOW_DAYS = 7  # the nightly's savings window (NightlySettings.window_days)
@@ -54,7 +54,7 @@ def run_demo(root: Path, home: Path, days: int) -> float:
 
 def nights(home: Path) -> list[dict[str, Any]]:
     """Per night of `home`'s ledger: its coverage, tune stage and seconds (module docstring)."""
-    store = Store(home)
+    store = StoreReader(home)
     created = sorted((datetime.datetime.fromisoformat(m.created), m.version) for m in store.versions())
     rows = ledger_rows(home).to_pylist()
     found = []

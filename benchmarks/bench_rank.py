@@ -32,7 +32,7 @@ from ingest.tables import GRAPH_RUNS
 from ranking.rank import RankSettings, rank, rank_reads
 from ranking.reference import reference_rank
 from storage.beam_runner import default_workers, pipeline_options
-from storage.store_reader import live_entries
+from storage.store_reader import StoreReader
 from storage.warehouse import Warehouse
 
 DAY = datetime.date(2026, 6, 2)
@@ -73,7 +73,7 @@ def main() -> None:
                         "--op-sample", "0.01", "--json"], check=True, stdout=subprocess.DEVNULL)
     rows = Warehouse(home).read(GRAPH_RUNS, ["job_id"]).num_rows
     settings = RankSettings(date=DAY, window_days=1)
-    tuned = live_entries(home)
+    tuned = StoreReader(home).live_entries()
     modes = beam_modes(rank_reads(home, settings).rows)
     fixed = "Beam fixed cost (default runner, no data)"
     times: dict[str, list[float]] = {name: [] for name in (*modes, fixed, "DuckDB reference")}

@@ -104,15 +104,17 @@ def add_results(home: Path, round_: int, count: int) -> None:
     import pyarrow as pa
 
     from storage.warehouse import Warehouse
-    from tuner.tables import TUNING_RESULTS
+    from tuner.tables import TUNING_RESULTS, ResultRow
+    from vocabulary.tuning import Kind, Verdict
 
-    rows = [{"dt": datetime.date.today(), "task_id": f"bench-{round_}-{i}", "kind": "graph",
-             "fingerprint": f"{round_:08x}{i:024x}", "env_key": "e" * 32,
-             "config": '{"xla_cpu_use_xnnpack": false}', "speedup": 1.3, "ci_low": 1.2, "ci_high": 1.4,
-             "numerics_ok": True, "compiler_version": "jaxlib-bench", "accepted": True,
-             "status": "accepted", "strategy": "evolution", "evaluations": 40, "measured": 12}
-            for i in range(count)]
-    Warehouse(home).append(TUNING_RESULTS, pa.Table.from_pylist(rows, TUNING_RESULTS.schema), f"bench-{round_}")
+    results = [ResultRow(dt=datetime.date.today(), task_id=f"bench-{round_}-{i}", kind=Kind.GRAPH,
+                         fingerprint=f"{round_:08x}{i:024x}", env_key="e" * 32,
+                         config='{"xla_cpu_use_xnnpack": false}', speedup=1.3, ci_low=1.2, ci_high=1.4,
+                         numerics_ok=True, compiler_version="jaxlib-bench", accepted=True,
+                         status=Verdict.ACCEPTED, strategy="evolution", evaluations=40, measured=12)
+               for i in range(count)]
+    Warehouse(home).append(TUNING_RESULTS, pa.Table.from_pylist([r.to_row() for r in results], TUNING_RESULTS.schema),
+                           f"bench-{round_}")
 
 
 def import_body(round_: int, lines: int) -> bytes:

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from delivery.store_writer import Manifest, Store, check_relaxed_numerics_teams
-from storage.store_schema import DEFAULT_HOLDOUT_SHARE, StoreEntry, entries_of
+from storage.store_reader import StoreReader
+from storage.store_schema import DEFAULT_HOLDOUT_SHARE, Manifest, StoreEntry, check_relaxed_numerics_teams
 
 MAX_RESPONSE_BYTES = 1 << 20
 
@@ -99,11 +99,11 @@ class EmbeddedStore:
             return self._loaded
 
     def _read(self) -> tuple[Manifest, dict[str, StoreEntry]]:
-        store = Store(self.home)
+        store = StoreReader(self.home)
         version = self.pinned if self.pinned is not None else store.current()
         if version is None:
             raise NoStore(f"no store published under {self.home}")
-        entries = entries_of(store.entries(version))
+        entries = store.records(version)
         return store.manifest(version), {entry.key: entry for entry in entries}
 
 

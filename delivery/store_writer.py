@@ -1,5 +1,6 @@
 """The versioned config store's one writer: immutable numbered snapshots of fingerprint -> config
-entries (every stage reads the live ones through `storage.store_reader`).
+entries. It builds on the store's read side, `storage.store_reader.StoreReader`, through which
+every stage reads (and which states what a reader sees while this publishes).
 
 Layout under `<home>/store/`:
   v<N>/entries.parquet   one row per entry (storage.store_schema.ENTRIES, declared with the
@@ -34,7 +35,7 @@ The store heals around what a crash or a careless hand leaves. A version number 
 reused: the next one is past every `v<N>` name on disk (complete or not), CURRENT and
 LAST_VERSION, so a deleted or half-written version is skipped, never overwritten. A directory
 without a readable manifest, or whose entries fail their checksum, is never read as a version
-(`entries` refuses it, `versions` leaves it out) and `problems` names it. A corrupt CURRENT or
+(the reader's `entries` refuses it, `versions` leaves it out) and `problems` names it. A corrupt CURRENT or
 a missing live version stops imports (their entries would be merged onto nothing) until a
 rollback, which needs no live entries, publishes a good version again.
 """
@@ -43,13 +44,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
 import json
 import random
 import re
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
@@ -58,138 +56,27 @@ import pyarrow.parquet as pq
 
 from execution.autotune.results import ResultsError, parse_results
 from execution.flags import FlagError, checked_config, to_json
-from ingest.tables import TEAM
-from storage.home import Home
-from storage.home_factory import open_home
-from storage.store_reader import current_version
-from storage.store_schema import DEFAULT_HOLDOUT_SHARE, ENTRIES, check_holdout_share, conform_entries, entries_of
+from storage.store_reader import StoreReader, checksum
+from storage.store_schema import (
+    Manifest,
+    StoreError,
+    check_holdout_share,
+    check_relaxed_numerics_teams,
+    conform_entries,
+    entries_of,
+)
 
 DEFAULT_TTL = datetime.timedelta(days=30)
 _VERSION_NAME = re.compile(r"\.?v([0-9]+)(?:\.tmp-.*)?")  # v<N>, and .v<N>.tmp-* while staged
 LAST_VERSION = "LAST_VERSION"
 
 
-class StoreError(ValueError):
-    """A store operation that cannot be done; the message says which and why."""
-
-
 class ConcurrentPublish(StoreError):
     """Someone published a version after the one this publish was built on."""
 
 
-@dataclass(frozen=True)
-class Manifest:
-    """What a version is."""
-
-    version: int
-    parent: int | None
-    created: str
-    checksum: str
-    counts: dict[str, int]
-    compiler_versions: list[str]
-    reason: str  # for people: what made it
-    # For programs: who wrote it, set by a writer that must find its own version again (a
-    # validator run: "validator/<run id>"); None for the others and in versions made before it.
-    writer: str | None = None
-    # Its policies (_POLICIES), which hold for all its entries: a publish keeps its parent's
-    # unless given another; versions made before one read as its default. The share of jobs
-    # held out to the defaults for an entry that sets none (see delivery.compile_decision):
-    holdout_share: float = DEFAULT_HOLDOUT_SHARE
-    # The teams whose jobs take entries' relaxed-numerics configs, beside the jobs that opted
-    # in themselves (see delivery.compile_decision); sorted, no repeats:
-    relaxed_numerics_teams: list[str] = field(default_factory=list)
-
-
-class Store:
-    """The store under `<home>/store`."""
-
-    def __init__(self, home: Home | Path | str) -> None:
-        self.home = open_home(home)
-        self.root = self.home.location("store")
-
-    def current(self) -> int | None:
-        """The live version, None before the first publish; StoreError when CURRENT is corrupt."""
-        try:
-            return current_version(self.home)
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"{exc}: roll back to a good version (fdo store rollback N) to "
-                             "repair it") from None
-
-    def versions(self) -> list[Manifest]:
-        """Every version with a readable manifest, oldest first (`problems` names the others)."""
-        found = []
-        for name in self._version_names():
-            try:
-                found.append(self._manifest(name))
-            except StoreError:
-                continue
-        return sorted(found, key=lambda m: m.version)
-
-    def problems(self) -> dict[str, str]:
-        """What is wrong under the store, by name (`v<N>`, `CURRENT`): directories that are no
-        complete version (no manifest, entries missing or failing their checksum) and a live
-        version that is unreadable. Reads every version: for reports, not for hot paths."""
-        found = {}
-        names = self._version_names()
-        for name in names:
-            try:
-                self.read_version(int(name[1:]))
-            except StoreError as exc:
-                found[name] = str(exc)
-        try:
-            live = self.current()
-        except StoreError as exc:
-            found["CURRENT"] = str(exc)
-            return found
-        if live is not None and (f"v{live}" in found or f"v{live}" not in names):
-            found["CURRENT"] = f"the live version v{live} is unusable: roll back to a good version"
-        return found
-
-    def manifest(self, version: int) -> Manifest:
-        """The manifest of `version`; StoreError when it is missing or unreadable."""
-        return self._manifest(f"v{version}")
-
-    def read_version(self, version: int) -> tuple[Manifest, bytes]:
-        """The manifest and the entries.parquet bytes of `version`, the bytes checked against
-        the manifest's checksum; StoreError when it is missing, incomplete or corrupt."""
-        name = f"v{version}"
-        if not (self.home.exists(self.home.location("store", name))
-                or self.home.exists(self.home.location("store", name, "manifest.json"))):
-            raise StoreError(f"store version {version} does not exist")
-        manifest = self._manifest(name)
-        try:
-            data = self.home.read_bytes(self.home.location("store", name, "entries.parquet"))
-        except OSError as exc:
-            raise StoreError(f"store version {version}: entries.parquet unreadable: "
-                             f"{exc.strerror or exc}") from None
-        if _checksum(data) != manifest.checksum:
-            raise StoreError(f"store version {version}: entries.parquet does not match its checksum")
-        return manifest, data
-
-    def entries(self, version: int | None = None) -> pa.Table:
-        """The entries of `version` (default: the live one), checked against the manifest."""
-        version = self.current() if version is None else version
-        if version is None:
-            return ENTRIES.empty_table()
-        _, data = self.read_version(version)
-        try:
-            return conform_entries(pq.read_table(pa.BufferReader(data)))
-        except (pa.ArrowException, ValueError) as exc:  # matches its checksum, yet no table of entries
-            raise StoreError(f"store version {version}: entries.parquet unusable: {exc}") from None
-
-    def sources(self) -> set[str]:
-        """The `source` (tuning task, imported file) of every entry any version ever held."""
-        found: set[str] = set()
-        for manifest in self.versions():
-            path = self.home.location("store", f"v{manifest.version}", "entries.parquet")
-            try:
-                with self.home.open(path) as source:
-                    found.update(pq.read_table(source, columns=["source"]).column("source").to_pylist())
-            # Skipping it could deliver again what it once held and was since taken out.
-            except (OSError, pa.ArrowException) as exc:
-                raise StoreError(f"store version {manifest.version} is damaged ({exc}): what it "
-                                 "delivered cannot be told") from None
-        return found - {None}
+class Store(StoreReader):
+    """The store under `<home>/store`, written (and read: `StoreReader`)."""
 
     def publish(self, entries: pa.Table, parent: int | None, reason: str, writer: str | None = None,
                 holdout_share: float | None = None,
@@ -229,13 +116,13 @@ class Store:
             kinds = entries.column("kind").to_pylist()
             manifest = Manifest(
                 version=version, parent=live,
-                created=datetime.datetime.now(datetime.UTC).isoformat(), checksum=_checksum(data),
+                created=datetime.datetime.now(datetime.UTC).isoformat(), checksum=checksum(data),
                 counts={kind: kinds.count(kind) for kind in sorted(set(kinds))},
                 compiler_versions=sorted(set(entries.column("compiler_version").to_pylist()) - {None}),
                 reason=reason, writer=writer, **{**self._policies_of(live), **policies})
             with self.home.staged_directory(self.home.location("store", f"v{version}")) as staging:
                 (staging / "entries.parquet").write_bytes(data)
-                (staging / "manifest.json").write_text(json.dumps(manifest.__dict__, indent=1) + "\n")
+                (staging / "manifest.json").write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
             self.home.atomic_write(self.home.location("store", "CURRENT"), f"{version}\n")
         return version
 
@@ -333,24 +220,6 @@ class Store:
             return {}
         return {name: getattr(manifest, name) for name in _POLICIES}
 
-    def _version_names(self) -> list[str]:
-        """`v<N>` of every version directory, complete or not."""
-        return [name for name, is_dir in self.home.children(self.root) if is_dir and re.fullmatch(r"v[0-9]+", name)]
-
-    def _manifest(self, name: str) -> Manifest:
-        path = self.home.location("store", name, "manifest.json")
-        if not self.home.exists(path):
-            raise StoreError(f"store {name} is incomplete: no manifest.json (a writer that crashed?)")
-        try:
-            manifest = Manifest(**json.loads(self.home.read_bytes(path)))
-            for policy, check in _POLICIES.items():
-                check(getattr(manifest, policy), "manifest.json")
-        except (OSError, ValueError, TypeError) as exc:
-            raise StoreError(f"store {name}: manifest.json unreadable: {exc}") from None
-        if f"v{manifest.version}" != name:
-            raise StoreError(f"store {name}: its manifest says version {manifest.version}")
-        return manifest
-
     def _next_version(self) -> int:
         """Past every number ever handed out: names on disk, staged or stray too, the live one
         (whose directory may be gone) and LAST_VERSION (the highest one may be gone as well)."""
@@ -395,21 +264,6 @@ def check_autotune_results(text: Any, where: str) -> None:
         raise StoreError(f"{where}: {exc}") from None
 
 
-def check_relaxed_numerics_teams(value: Any, where: str) -> list[str]:
-    """`value` as a version's relaxed-numerics teams: a list of team names, each a non-empty
-    string of at most ingest.tables.TEAM characters (as the warehouse keeps a team), returned
-    sorted without repeats; StoreError naming `where` and the refused value otherwise (a string
-    is no list)."""
-    if not isinstance(value, (list, tuple)):
-        raise StoreError(f"{where}: relaxed-numerics teams {value!r} refused: must be a list of "
-                         "team names")
-    for team in value:
-        if not (isinstance(team, str) and 0 < len(team) <= TEAM):
-            raise StoreError(f"{where}: relaxed-numerics team {team!r} refused: must be a "
-                             f"non-empty string of at most {TEAM} characters")
-    return sorted(set(value))
-
-
 def _check_share(value: Any, where: str) -> float:
     """`check_holdout_share`, its refusal a StoreError."""
     try:
@@ -418,16 +272,11 @@ def _check_share(value: Any, where: str) -> float:
         raise StoreError(str(exc)) from None
 
 
-# A version's policies (Manifest fields) and what checks each, on the way in and when read.
+# A version's policies (Manifest fields) and what checks each on the way in (a manifest read
+# checks them too: storage.store_schema.MANIFEST_POLICIES).
 _POLICIES: dict[str, Callable[[Any, str], Any]] = {
     "holdout_share": _check_share, "relaxed_numerics_teams": check_relaxed_numerics_teams}
 
 
 def _sorted(entries: pa.Table) -> pa.Table:
     return entries.sort_by([("key", "ascending")])
-
-
-def _checksum(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-

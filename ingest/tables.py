@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from hlo.environment import Partitioning, partitioning_from_json
+from storage.store_schema import TEAM_CHARS
 from storage.warehouse import TableSchema, added_column
 from storage.warehouse import bounded_string as _string
 from vocabulary.hits import HitOutcome
@@ -32,7 +33,7 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 HEX_KEY = 32
 BLOB_NAME = 128  # hlo/<2 hex>/<fingerprint>.hlo.zst
 JOB_ID = 256
-TEAM = 128
+TEAM = TEAM_CHARS  # the store's bound: a version's relaxed-numerics teams are held to it too
 DEVICE_KIND = 256  # a CPU kind lists its ISA features (hlo.environment.cpu_device_kind)
 PLATFORM = 64
 COMPILER_VERSION = 256

@@ -40,12 +40,11 @@ from ranking.realized import read_realized, read_runs, realized_savings
 from ranking.tables import SAVINGS
 from storage.beam_logging import quiet_beam_logging
 from storage.home_factory import open_home
-from storage.store_schema import entries_of
+from storage.store_reader import StoreReader
 from storage.warehouse import Warehouse
-from tuner.tables import TUNING_RESULTS
+from tuner.tables import TUNING_RESULTS, ResultRow, results_of
 from validator.tables import VALIDATIONS
 from vocabulary.decisions import DecisionOutcome
-from vocabulary.interval import from_columns
 from workloads.simulator.catalog import CatalogGraph, build_catalog
 from workloads.simulator.run import simulate, store_lookup
 
@@ -176,10 +175,7 @@ def owned_key(home: Path, owned: OwnerConfig) -> str:
 
 def first_tuned(home: Path, owned: OwnerConfig) -> list[str]:
     """The keys of the live store's graph entries other than the team's `owned` one, in order."""
-    store = Store(home)
-    if store.current() is None:
-        return []
-    return sorted(e.key for e in entries_of(store.entries())
+    return sorted(e.key for e in StoreReader(home).records()
                   if e.kind == "graph" and e.key != owned_key(home, owned))
 
 
@@ -187,22 +183,21 @@ def print_summary(home: Path, first: datetime.date) -> None:
     """What the loop did since `first`, from the warehouse and the store, and the commands
     that show more."""
     warehouse = Warehouse(home)
-    results = warehouse.read(TUNING_RESULTS).to_pylist()
-    store = Store(home)
-    entries = {(e.fingerprint, e.env_key) for e in entries_of(store.entries())}
+    results = results_of(warehouse.read(TUNING_RESULTS))
+    store = StoreReader(home)
+    version = store.current()  # read once: the entries and the summary line tell one version
+    entries = {(e.fingerprint, e.env_key) for e in store.records(version)}
     print(f"\n{len(results)} tuning results (graph or op, per environment):")
-    for row in results:
-        interval = (f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]" if row["ci_low"] is not None else "")
-        speed = f"{row['speedup']:.3f}x {interval}" if row["speedup"] is not None else "-"
-        live = "in the store" if (row["fingerprint"], row["env_key"]) in entries else "not delivered"
-        print(f"  {row['kind']:<5} {row['fingerprint'][:12]}  {row['status']:<22} {speed:<26} "
-              f"{live}  {row['config']}")
-        relaxed = from_columns(row, "relaxed_")
+    for result in results:
+        live = "in the store" if (result.fingerprint, result.env_key) in entries else "not delivered"
+        print(f"  {result.kind:<5} {result.fingerprint[:12]}  {result.status:<22} {_speed(result):<26} "
+              f"{live}  {result.config}")
+        relaxed = result.relaxed_interval
         if relaxed is not None:  # the search's best config relaxed numerics, and verified faster
             print(f"        opt-in for jobs that relax numerics: {relaxed.as_speedup()}  "
-                  f"{row['relaxed_config']}")
+                  f"{result.relaxed_config}")
     versions = store.versions()
-    print(f"store: {len(versions)} version(s), live v{store.current()} with {len(entries)} entries; "
+    print(f"store: {len(versions)} version(s), live v{version} with {len(entries)} entries; "
           + "; ".join(f"v{m.version} {m.reason}" for m in versions))
     decisions = warehouse.read(VALIDATIONS).sort_by("validated_at").to_pylist()
     outcomes = [d["outcome"] for d in decisions]
@@ -241,6 +236,14 @@ def print_summary(home: Path, first: datetime.date) -> None:
                        (["validate", "--report"], "the validator's decisions and the entries' staleness"),
                        (["savings", "--from", first.isoformat()], "chip-time saved per day, team and version")):
         print(f"  {shlex.join(fdo + args):<{len(shlex.join(fdo)) + 28}} # {what}")
+
+
+def _speed(result: ResultRow) -> str:
+    """A result's verified speedup with its interval, as the summary shows it; "-" for none."""
+    if result.speedup is None:
+        return "-"
+    interval = result.interval
+    return f"{result.speedup:.3f}x " + (f"[{interval.low:.3f}, {interval.high:.3f}]" if interval else "")
 
 
 def _share(value: float | None) -> str:

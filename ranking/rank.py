@@ -31,7 +31,7 @@ from storage.beam_io import ReadPlan, ReadTables, Source, WriteWarehouse, partit
 from storage.beam_runner import pipeline_options
 from storage.home import Home
 from storage.home_factory import open_home
-from storage.store_reader import live_entries
+from storage.store_reader import StoreReader
 from storage.warehouse import TableSchema, Warehouse
 from vocabulary.tuning import Kind
 
@@ -142,7 +142,7 @@ def rank(home: Home, settings: RankSettings, beam_args: Iterable[str] = ()) -> t
     home.reach(pipeline_options(beam_args))
     reads = rank_reads(home, settings)
     with beam.Pipeline(options=pipeline_options(beam_args, reads.rows)) as pipeline:
-        build_rank_pipeline(pipeline, reads, home, settings, live_entries(home))
+        build_rank_pipeline(pipeline, reads, home, settings, StoreReader(home).live_entries())
     on_date = settings.date.isoformat().__eq__
     candidates = Warehouse(home).read(CANDIDATES, filter_dt=on_date)
     coverage = Warehouse(home).read(COVERAGE, filter_dt=on_date)

@@ -45,7 +45,7 @@ from storage.beam_io import ReadPlan, ReadTables, Source, WriteWarehouse, partit
 from storage.beam_runner import pipeline_options
 from storage.home import Home
 from storage.home_factory import open_home
-from storage.store_reader import live_entries
+from storage.store_reader import StoreReader
 from storage.warehouse import TableSchema, Warehouse
 from vocabulary.hits import TRIED, HitOutcome, ran_tuned
 
@@ -174,7 +174,7 @@ def savings(home: Home, first: datetime.date, last: datetime.date,
     `home` may be a URL on any of Beam's file systems (gs://, s3://, ...)."""
     home = open_home(home)
     home.reach(pipeline_options(beam_args))
-    entries = live_entries(home)
+    entries = StoreReader(home).live_entries()
     validator_keys = entries.filter(pc.equal(entries.column("provenance"), "validator")).column("key")
     reads = savings_reads(home, first, last)
     with beam.Pipeline(options=pipeline_options(beam_args, reads.rows)) as pipeline:

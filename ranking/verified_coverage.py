@@ -33,7 +33,7 @@ from hlo.environment import current_environment
 from ingest.tables import GRAPH_RUNS, GRAPHS, partitioning_of
 from storage.home import Home
 from storage.home_factory import open_home
-from storage.store_reader import live_entries
+from storage.store_reader import StoreReader
 from storage.warehouse import Warehouse
 
 # Who last wrote an entry whose config the loop measured (`storage.store_schema`'s provenance).
@@ -108,7 +108,7 @@ def verified_coverage(home: Home, first: datetime.date, last: datetime.date,
     every_key = runs.group_by(["fingerprint", "env_key"], use_threads=False).aggregate([("chip_seconds", "sum")])
     per_key = every_key.filter(pc.is_in(_keys(every_key), value_set=tunable_keys))
     unmeasurable = every_key.filter(pc.is_in(_keys(every_key), value_set=unmeasurable_keys))
-    entries = live_entries(home) if entries is None else entries
+    entries = StoreReader(home).live_entries() if entries is None else entries
     verified = entries.filter(pc.and_(pc.equal(entries.column("kind"), "graph"),
                                       pc.is_in(entries.column("provenance"),
                                                value_set=pa.array(MEASURED_BY_LOOP))))

@@ -1,12 +1,12 @@
-"""The config store's schema and its entry record (`storage.store_reader` reads the live
-entries for every stage, `delivery.store_writer` writes the versions).
+"""The config store's schema: its entries, its versions' manifests, the entry record and the
+error the store's reads and writes raise (`storage.store_reader.StoreReader` reads the store
+for every stage, `delivery.store_writer.Store` writes the versions).
 
 Layout under `<home>/store/`: `CURRENT` holds the live version number N, `v<N>/entries.parquet`
 one row per entry (ENTRIES), `v<N>/manifest.json` what the version is and who wrote it
-(`delivery.store_writer.Manifest`). Ranking skips keys with a live entry; savings attributes
-hits to entries the validator last updated; the fleet simulator applies the entries' speedups:
-they read `storage.store_reader.live_entries`, the columns of STORE_ENTRY_COLUMNS, which every
-version holds.
+(`Manifest`). Ranking skips keys with a live entry; savings attributes hits to entries the
+validator last updated; the fleet simulator applies the entries' speedups: they read
+`StoreReader.live_entries`, the columns of STORE_ENTRY_COLUMNS, which every version holds.
 
 Columns came to ENTRIES after the first versions (ADDED_ENTRY_COLUMNS): every reader takes a
 version's table through `conform_entries`, where a version written before them reads as null.
@@ -28,7 +28,7 @@ import json
 import math
 import typing
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 import pyarrow as pa
 
@@ -76,6 +76,15 @@ ADDED_ENTRY_COLUMNS = frozenset({"holdout_share", "relaxed_config", "relaxed_spe
 # measurement, never the fleet's main way to run a tuned program.
 DEFAULT_HOLDOUT_SHARE = 0.05
 MAX_HOLDOUT_SHARE = 0.5
+# The longest team name, in characters: a version's relaxed-numerics teams are held to it, as
+# the warehouse's team columns are (ingest.tables.TEAM is this bound).
+TEAM_CHARS = 128
+
+
+class StoreError(ValueError):
+    """A store operation that cannot be done, a read (a version missing, incomplete or corrupt;
+    CURRENT holding no version number) or a write (a refused entry or policy); the message says
+    which and why."""
 
 
 def conform_entries(entries: pa.Table) -> pa.Table:
@@ -233,6 +242,67 @@ def check_holdout_share(value: Any, where: str) -> float:
         raise ValueError(f"{where}: holdout share {value!r} refused: must be a number from 0 "
                          f"to {MAX_HOLDOUT_SHARE}")
     return float(value)
+
+
+def check_relaxed_numerics_teams(value: Any, where: str) -> list[str]:
+    """`value` as a version's relaxed-numerics teams: a list of team names, each a non-empty
+    string of at most TEAM_CHARS characters (as the warehouse keeps a team), returned sorted
+    without repeats; StoreError naming `where` and the refused value otherwise (a string is no
+    list)."""
+    if not isinstance(value, (list, tuple)):
+        raise StoreError(f"{where}: relaxed-numerics teams {value!r} refused: must be a list of "
+                         "team names")
+    for team in value:
+        if not (isinstance(team, str) and 0 < len(team) <= TEAM_CHARS):
+            raise StoreError(f"{where}: relaxed-numerics team {team!r} refused: must be a "
+                             f"non-empty string of at most {TEAM_CHARS} characters")
+    return sorted(set(value))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a version is (its `manifest.json`): its number, the version it was built on, when,
+    its entries' checksum, counts by kind and compiler versions, what made it and who, and its
+    policies (MANIFEST_POLICIES), which hold for all its entries."""
+
+    version: int
+    parent: int | None
+    created: str  # ISO 8601
+    checksum: str  # of entries.parquet
+    counts: dict[str, int]
+    compiler_versions: list[str]
+    reason: str  # for people: what made it
+    # For programs: who wrote it, set by a writer that must find its own version again (a
+    # validator run: "validator/<run id>"); None for the others and in versions made before it.
+    writer: str | None = None
+    # Its policies: a publish keeps its parent's unless given another; versions made before
+    # one read as its default. The share of jobs held out to the defaults for an entry that
+    # sets none (see delivery.compile_decision):
+    holdout_share: float = DEFAULT_HOLDOUT_SHARE
+    # The teams whose jobs take entries' relaxed-numerics configs, beside the jobs that opted
+    # in themselves (see delivery.compile_decision); sorted, no repeats:
+    relaxed_numerics_teams: list[str] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Manifest:
+        """The manifest of manifest.json's object, its policies checked (a field it lacks that
+        came later reads as its default); TypeError where it is no such object (a field missing
+        or unknown), ValueError naming a refused policy."""
+        if not isinstance(data, dict):
+            raise TypeError(f"{type(data).__name__}, not an object")
+        manifest = cls(**data)
+        for name, check in MANIFEST_POLICIES.items():
+            check(getattr(manifest, name), "manifest.json")
+        return manifest
+
+    def to_json(self) -> dict[str, Any]:
+        """The object manifest.json holds, fields in order."""
+        return dict(self.__dict__)
+
+
+# A version's policies (Manifest fields) and what checks each (ValueError, naming `where`).
+MANIFEST_POLICIES: dict[str, Callable[[Any, str], Any]] = {
+    "holdout_share": check_holdout_share, "relaxed_numerics_teams": check_relaxed_numerics_teams}
 
 
 _KIND_NAMES = {str: "text", float: "a number", datetime.datetime: "a time with a time zone",

@@ -2,8 +2,8 @@
 package imports exactly the packages its row lists, the packages form no cycle, and no two
 modules import each other, at load time or inside a function. The vocabulary (`vocabulary/`)
 lies below them all: any package may import it, and it imports nothing of the project. And the
-store's entries reach Python only as their record: no module makes a table of them into dict
-rows."""
+store's entries, the tuner's trials and tuning results reach Python only as their records: no
+module makes a table of them into dict rows."""
 
 from __future__ import annotations
 
@@ -162,6 +162,9 @@ _VIEWS = frozenset({"filter", "select", "sort_by", "slice", "take", "cast", "com
 # The store's schemas (storage.store_schema): a table made with one of them holds entries.
 _ENTRY_SCHEMAS = frozenset({"ENTRIES", "STORE_ENTRY_COLUMNS"})
 _RECORD_MODULE = "storage/store_schema.py"  # where entries_of turns rows into records
+# The tuner's tables (tuner.tables), read with their names: a table read with one holds its rows.
+_TUNER_TABLES = frozenset({"TRIALS", "TUNING_RESULTS"})
+_TUNER_RECORD_MODULE = "tuner/tables.py"  # where trials_of and results_of turn rows into records
 _ENTRIES = "<entries>"  # in a flow: a table of store entries, beside the parameter names it comes from
 _Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -177,10 +180,14 @@ class EntryFlows:
     (`filter`, `select`, `sort_by`, ...); `pa.concat_tables` of one; what a function returns of
     its parameter when given one (`scope.select(store.entries())`); and a function's parameter
     that some call hands one. What it cannot follow: a table handed on through a container, an
-    attribute, a closure or a callback (`Store.update`'s `change(live)`)."""
+    attribute, a closure or a callback (`Store.update`'s `change(live)`).
 
-    def __init__(self, trees: dict[str, ast.Module]) -> None:
-        """Follow the tables through `trees`, modules by path."""
+    Given other `schemas` (names), it follows the tables made or read with those instead, as
+    the store's entries (`warehouse.read(TRIALS)`, `sql.read(home, scope, TUNING_RESULTS)`)."""
+
+    def __init__(self, trees: dict[str, ast.Module], schemas: frozenset[str] = _ENTRY_SCHEMAS) -> None:
+        """Follow the tables of `schemas` through `trees`, modules by path."""
+        self.schemas = schemas
         self.scopes: dict[str, list[_Scope]] = {
             path: [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
             for path, tree in trees.items()}
@@ -235,9 +242,9 @@ class EntryFlows:
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
         arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
-        if any(isinstance(a, ast.Name) and a.id in _ENTRY_SCHEMAS for a in arguments) or (
+        if any(isinstance(a, ast.Name) and a.id in self.schemas for a in arguments) or (
                 name == "empty_table" and isinstance(func, ast.Attribute)
-                and isinstance(func.value, ast.Name) and func.value.id in _ENTRY_SCHEMAS):
+                and isinstance(func.value, ast.Name) and func.value.id in self.schemas):
             return frozenset({_ENTRIES})
         found: set[str] = set()
         if isinstance(func, ast.Attribute) and name in _VIEWS:
@@ -365,3 +372,41 @@ def test_no_module_reads_a_store_entry_as_a_dict():
              for package in packages() for path in modules(package)}
     assert EntryFlows(trees).rows_made() == []
     assert not any(hasattr(StoreEntry, name) for name in ("__getitem__", "get", "keys", "items"))
+
+
+def test_the_tuner_table_check_finds_their_rows_made_dicts_and_names_nothing_else():
+    """The check below, on code written here: a read of the tuner's tables made rows, however it
+    travels, is found; their records, a column's values and other tables' rows are not."""
+    tables = ("def trials_of(table):\n    return [TrialRow.from_row(row) for row in table.to_pylist()]\n")
+    caught = {
+        "direct": "rows = warehouse.read(TUNING_RESULTS).to_pylist()",
+        "filtered, then rows": "t = warehouse.read(TRIALS, ['kind'])\nt = t.filter(m)\nrows = t.to_pylist()",
+        "a parameter handed one": "def best(results):\n    return [r['config'] for r in results.to_pylist()]\n"
+                                  "def run(home):\n    return best(Warehouse(home).read(TUNING_RESULTS))",
+    }
+    for what, source in caught.items():
+        found = _flows_of_tuner(**{"tuner/tables.py": tables, "user.py": source}).rows_made(_TUNER_RECORD_MODULE)
+        assert len(found) == 1 and found[0].startswith("user.py:"), (what, found)
+    fine = ("records = trials_of(warehouse.read(TRIALS))\n"
+            "tasks = warehouse.read(TUNING_RESULTS).column('task_id').to_pylist()\n"
+            "runs = warehouse.read(GRAPH_RUNS).to_pylist()\n")
+    assert _flows_of_tuner(**{"tuner/tables.py": tables, "user.py": fine}).rows_made(_TUNER_RECORD_MODULE) == []
+
+
+def test_no_module_reads_a_trial_or_a_tuning_result_as_a_dict():
+    """Outside tuner/tables.py, no production module makes a read of the `trials` or
+    `tuning_results` table into dict rows: a row reaches Python as a `TrialRow` or a
+    `ResultRow`, through `trials_of`/`results_of` (their `from_row`), which have no dict
+    interface. Vectorized code may read their columns (`column(name)`, filters, group-bys,
+    Beam), which makes no rows."""
+    from tuner.tables import ResultRow, TrialRow
+
+    trees = {str(path.relative_to(ROOT)): ast.parse(path.read_text(), str(path))
+             for package in packages() for path in modules(package)}
+    assert EntryFlows(trees, _TUNER_TABLES).rows_made(_TUNER_RECORD_MODULE) == []
+    assert not any(hasattr(record, name) for record in (TrialRow, ResultRow)
+                   for name in ("__getitem__", "get", "keys", "items"))
+
+
+def _flows_of_tuner(**sources: str) -> EntryFlows:
+    return EntryFlows({path: ast.parse(source) for path, source in sources.items()}, _TUNER_TABLES)

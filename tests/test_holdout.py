@@ -140,11 +140,11 @@ def _old_version(home: Path) -> None:
     directory = home / "store" / "v1"
     directory.mkdir(parents=True)
     (directory / "entries.parquet").write_bytes(data)
-    from delivery import store_writer as store_module
+    from storage.store_reader import checksum
 
     (directory / "manifest.json").write_text(json.dumps({
         "version": 1, "parent": None, "created": "2026-01-01T00:00:00+00:00",
-        "checksum": store_module._checksum(data), "counts": {"graph": 1}, "compiler_versions": [],
+        "checksum": checksum(data), "counts": {"graph": 1}, "compiler_versions": [],
         "reason": "old"}))
     (home / "store" / "CURRENT").write_text("1\n")
     assert store.problems() == {}

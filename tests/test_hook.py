@@ -327,7 +327,7 @@ def test_hits_land_once_and_a_profile_of_a_tuned_job_carries_its_hit(baseline, t
 def forge_version(home: Path, record: dict, config: dict) -> None:
     """Publish a version the way only someone with write access to the files could: checksum and
     all, but with a config the store's own checks would refuse."""
-    from delivery import store_writer as store_module
+    from storage.store_reader import checksum
 
     store = Store(home)
     live = store.entries()
@@ -344,7 +344,7 @@ def forge_version(home: Path, record: dict, config: dict) -> None:
     data = sink.getvalue().to_pybytes()
     (directory / "entries.parquet").write_bytes(data)
     manifest = {"version": version, "parent": version - 1, "created": "2026-01-01T00:00:00+00:00",
-                "checksum": store_module._checksum(data), "counts": {"graph": entries.num_rows},
+                "checksum": checksum(data), "counts": {"graph": entries.num_rows},
                 "compiler_versions": [], "reason": "forged"}
     (directory / "manifest.json").write_text(json.dumps(manifest))
     (store.root / "CURRENT").write_text(f"{version}\n")

@@ -18,7 +18,7 @@ from ingest.tables import GRAPH_RUNS, GRAPHS, partitioning_text
 from ranking.tables import CANDIDATES
 from ranking.verified_coverage import verified_coverage
 from storage.home_factory import open_home
-from storage.store_reader import live_records
+from storage.store_reader import StoreReader
 from storage.store_schema import ENTRIES, Provenance
 from storage.warehouse import Warehouse
 from tuner.decided import DECISION_DAYS, conclusive, key_statuses
@@ -281,7 +281,7 @@ def test_deliver_publishes_where_a_config_came_from_and_reads_old_results_as_sea
     entries = accepted_as_entries(table).to_pylist()
     assert [(e["origin"], e["transferred_from"]) for e in entries] == [("transfer", "a/b"), ("search", None)]
     publish(tmp_path, *entries)
-    records = live_records(open_home(tmp_path))
+    records = StoreReader(open_home(tmp_path)).live_records()
     assert [r.origin for r in records] == [Origin.TRANSFER, Origin.SEARCH]
     assert records[0].provenance is Provenance.TUNER
 

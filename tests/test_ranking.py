@@ -26,7 +26,7 @@ from ranking.reference import reference_rank, reference_savings
 from ranking.savings import savings
 from ranking.tables import CANDIDATES, SAVINGS
 from storage.beam_runner import InProcessRunner, pipeline_options
-from storage.store_reader import live_entries
+from storage.store_reader import StoreReader
 from storage.store_schema import STORE_ENTRY_COLUMNS
 from storage.warehouse import Warehouse
 from tests.url_home import UrlFileSystem
@@ -83,7 +83,7 @@ def ranked(fleet_home):
 @pytest.mark.subprocess
 def test_beam_ranking_equals_the_duckdb_reference(fleet_home, ranked):
     settings, candidates, coverage = ranked
-    ref_candidates, ref_coverage = reference_rank(fleet_home, settings, live_entries(fleet_home))
+    ref_candidates, ref_coverage = reference_rank(fleet_home, settings, StoreReader(fleet_home).live_entries())
     assert candidates.num_rows == ref_candidates.num_rows == 10  # top 5 of each kind
     for ours, theirs in zip(candidates.to_pylist(), ref_candidates.sort_by(
             [("kind", "descending"), ("rank", "ascending")]).to_pylist()):
@@ -112,7 +112,7 @@ def test_candidates_agree_with_the_raw_profiles(fleet_home, ranked):
         mine = active.filter(pc.and_(pc.equal(active.column("fingerprint"), candidate["fingerprint"]),
                                      pc.equal(active.column("env_key"), candidate["env_key"])))
         assert candidate["chip_seconds"] == pytest.approx(pc.sum(mine.column("chip_seconds")).as_py(), rel=1e-12)
-    tuned = {(e["fingerprint"], e["env_key"]) for e in live_entries(fleet_home).to_pylist()}
+    tuned = {(e["fingerprint"], e["env_key"]) for e in StoreReader(fleet_home).live_entries().to_pylist()}
     assert not tuned & {(c["fingerprint"], c["env_key"]) for c in graphs}
     assert "f" * 32 not in {c["fingerprint"] for c in graphs}
     by = {(r["kind"], r["category"]): r for r in coverage.to_pylist()}
@@ -129,7 +129,8 @@ def test_candidates_agree_with_the_raw_profiles(fleet_home, ranked):
 @pytest.mark.subprocess
 def test_beam_savings_equal_the_reference_and_the_definition(fleet_home):
     rows = savings(fleet_home, START, LAST)
-    validator_keys = [e["key"] for e in live_entries(fleet_home).to_pylist() if e["provenance"] == "validator"]
+    live = StoreReader(fleet_home).live_entries()
+    validator_keys = [e["key"] for e in live.to_pylist() if e["provenance"] == "validator"]
     reference = reference_savings(fleet_home, START, LAST, validator_keys)
     assert rows.num_rows == reference.num_rows > 0
     for ours, theirs in zip(rows.to_pylist(), reference.to_pylist()):

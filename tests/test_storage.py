@@ -19,7 +19,7 @@ from storage.home import Home, LockHeld
 from storage.home_factory import open_home
 from storage.journal import append_record, read_records
 from storage.local import LocalHome
-from storage.store_reader import current_version, live_entries
+from storage.store_reader import StoreReader
 from storage.store_schema import STORE_ENTRY_COLUMNS
 from storage.url import UrlHome
 from storage.warehouse import SchemaError, Warehouse
@@ -162,14 +162,14 @@ def test_the_warehouse_blobs_and_store_reads_work_on_every_home(home, tmp_path):
     blobs = BlobStore(home)
     name = blobs.put_text("ab" * 16, "HloModule m")
     assert blobs.exists(name) and BlobStore(tmp_path).get_text(name) == "HloModule m"
-    assert current_version(home) is None and live_entries(home).num_rows == 0
+    assert StoreReader(home).current() is None and StoreReader(home).live_entries().num_rows == 0
     entry = {"key": "k", "fingerprint": "f", "env_key": "e", "kind": "graph", "speedup": 1.5,
              "expires_at": datetime.datetime(2999, 1, 1, tzinfo=datetime.UTC), "provenance": "tuner"}
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist([entry], STORE_ENTRY_COLUMNS), sink)
     home.atomic_write(home.location("store", "v3", "entries.parquet"), sink.getvalue().to_pybytes())
     home.atomic_write(home.location("store", "CURRENT"), "3\n")
-    assert current_version(home) == 3 and live_entries(home).column("key").to_pylist() == ["k"]
+    assert StoreReader(home).current() == 3 and StoreReader(home).live_entries().column("key").to_pylist() == ["k"]
     assert bool(UrlFileSystem.used) == (not home.is_local)
 
 

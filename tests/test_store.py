@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from delivery import store_writer as store_module
 from delivery.deliver import deliver
 from delivery.imports import read_import
 from delivery.lookup import EmbeddedStore, _parse_answer
@@ -26,7 +25,7 @@ from delivery.service.snapshot import render
 from delivery.store_writer import ConcurrentPublish, Store, StoreError, merge_entries
 from hlo.environment import store_key
 from storage.home_factory import open_home
-from storage.store_reader import live_entries
+from storage.store_reader import StoreReader, checksum
 from storage.store_schema import ENTRIES, Provenance, StoreEntry, entries_of, entries_table
 from storage.warehouse import Warehouse
 from tests.url_home import UrlFileSystem, url_of
@@ -80,7 +79,7 @@ def test_import_show_diff_rollback(tmp_path):
     assert store.entries(3).equals(store.entries(1))  # the old entries are live again
     assert [m.parent for m in store.versions()] == [None, 1, 2]
     # Ranking reads the same snapshot through its contract.
-    assert live_entries(home).column("key").to_pylist() == store.entries().column("key").to_pylist()
+    assert StoreReader(home).live_entries().column("key").to_pylist() == store.entries().column("key").to_pylist()
     # What export writes (configs as objects), import takes.
     exported = tmp_path / "exported.jsonl"
     exported.write_text(fdo(home, "store", "export").stdout)
@@ -182,7 +181,7 @@ def test_the_store_and_deliver_work_on_a_url_home(tmp_path):
     assert store.rollback(1) == 3 and store.current() == 3 and store.sources() == {"t2", "1.jsonl"}
     assert [m.version for m in store.versions()] == [1, 2, 3] and store.problems() == {}
     assert Store(tmp_path / "home").entries().equals(store.entries())  # the same layout
-    assert live_entries(home).column("key").to_pylist() == store.entries().column("key").to_pylist()
+    assert StoreReader(home).live_entries().column("key").to_pylist() == store.entries().column("key").to_pylist()
     assert any("/store/v3/manifest.json" in path for path in UrlFileSystem.used)
     assert not [p for p in (tmp_path / "home").rglob("*") if ".tmp-" in p.name]
 
@@ -385,7 +384,7 @@ def _write_old_versions(home: Path) -> None:
         (directory / "entries.parquet").write_bytes(data)
         (directory / "manifest.json").write_text(json.dumps({
             "version": version, "parent": version - 1 or None, "created": "2026-03-04T05:06:07+00:00",
-            "checksum": store_module._checksum(data), "counts": {row["kind"]: 1}, "compiler_versions": [],
+            "checksum": checksum(data), "counts": {row["kind"]: 1}, "compiler_versions": [],
             "reason": "written before"}))
     (home / "store" / "CURRENT").write_text("4\n")
 
@@ -452,3 +451,30 @@ def test_every_version_written_before_reads_into_the_record_and_serves_the_same_
         remote = _parse_answer(json.dumps({"version": version, "entry": json.loads(served)}).encode())
         assert (remote.version, remote.entry, remote.holdout_share) == (
             version, dataclasses.replace(entry, holdout_share=share), share)
+
+
+def test_the_reader_sees_versions_whole_leaves_the_expired_out_of_the_live_and_names_each_fault(tmp_path):
+    """StoreReader's guarantees (its docstring): a version once read reads the same after
+    later publishes; the live reads leave out expired entries, a version read whole keeps them;
+    a corrupt CURRENT is a StoreError from every read of the live version, while a given
+    version still reads; a missing version is a StoreError naming it."""
+    now = datetime.datetime.now(datetime.UTC)
+    rows = [{"key": store_key(f"{i:032x}", "e" * 32), "fingerprint": f"{i:032x}", "env_key": "e" * 32,
+             "kind": "graph", "speedup": 1.2, "expires_at": now + datetime.timedelta(days=days),
+             "provenance": "tuner", "config": "{}", "source": f"t{i}"} for i, days in enumerate([30, -1])]
+    store, reader = Store(tmp_path), StoreReader(tmp_path)
+    assert reader.current() is None and reader.records() == [] and reader.versions() == []
+    first = store.publish(pa.Table.from_pylist(rows, ENTRIES), None, "test")
+    before = reader.records(first)
+    assert [e.key for e in reader.live_records()] == reader.live_entries().column("key").to_pylist() == [rows[0]["key"]]
+    assert [e.key for e in before] == sorted(r["key"] for r in rows)  # the expired one too
+    store.publish(pa.Table.from_pylist(rows[:1], ENTRIES), first, "test")
+    assert reader.current() == first + 1 and reader.records(first) == before
+    assert reader.sources() == {"t0", "t1"} and [m.version for m in reader.versions()] == [first, first + 1]
+    (tmp_path / "store" / "CURRENT").write_text("garbage\n")
+    for read in (reader.current, reader.live_entries, reader.live_records, reader.entries, reader.records):
+        with pytest.raises(StoreError, match="not a version number"):
+            read()
+    assert reader.records(first) == before
+    with pytest.raises(StoreError, match="store version 9 does not exist"):
+        reader.records(9)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hlo.environment import current_environment, store_key
-from storage.store_reader import live_records
+from storage.store_reader import StoreReader
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
 from tuner.transfer import TRANSFER_CHECK
@@ -61,13 +61,13 @@ def test_a_tuned_model_at_a_new_shape_gets_a_transferred_config_from_the_next_ni
     job(home, "four-1", 4)
     first = night(home, TODAY, searches=1)
     assert first["tune"]["accepted"] == 1 and first["deliver"]["version"] is not None
-    [tuned] = [e for e in live_records(home) if e.kind == "graph"]
+    [tuned] = [e for e in StoreReader(home).live_records() if e.kind == "graph"]
 
     job(home, "eight-1", 8)  # the same model at another shape: a miss, a new fingerprint
     second = night(home, TODAY + datetime.timedelta(days=1), searches=0)  # no search may run
     tune = second["tune"]
     assert (tune["checks"], tune["checks_accepted"], tune["tuned"]) == (1, 1, 0), tune
-    [entry] = [e for e in live_records(home) if e.kind == "graph" and e.fingerprint != tuned.fingerprint]
+    [entry] = [e for e in StoreReader(home).live_records() if e.kind == "graph" and e.fingerprint != tuned.fingerprint]
     source = f"{tuned.fingerprint}/{tuned.env_key}"
     assert (entry.origin, entry.transferred_from) == (Origin.TRANSFER, source)
     assert entry.config == tuned.config and entry.ci_low > 1.01

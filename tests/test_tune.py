@@ -23,6 +23,7 @@ from execution.cores import MIN_CORES_TO_SPLIT, CorePlan, available_cores, plan_
 from execution.flags import FLAGS, checked_config, relaxes_numerics
 from execution.measure import MeasureSettings
 from execution.session import Span
+from execution.sharded import MeasureMode
 from execution.worker import Worker
 from hlo.module import from_lowered, from_text
 from pipelines.cli.tune import _print_tune_result
@@ -38,13 +39,13 @@ from tuner.schedule import order_moves
 from tuner.search import PhaseSpend, search, spending
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
-from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.tables import TRIALS, TUNING_RESULTS, ResultRow, results_of, trials_of
 from tuner.task import tune_module
 from tuner.trial import UNTIMED, Outcome, Phase, StopReason, Trial
 from tuner.tune import SEARCH_SETTINGS, TuneSettings
 from tuner.worker_evaluator import WorkerEvaluator
 from vocabulary.interval import Interval
-from vocabulary.tuning import Verdict
+from vocabulary.tuning import Kind, Origin, Verdict
 from workloads import zoo
 
 
@@ -471,6 +472,43 @@ def _stamped_result() -> TuneResult:
                       "evolution", "jaxlib-test", trials=trials, phases=phases,
                       speedups=[1.27, 1.28, 1.3], seconds_to_best=20.0, search_stop=StopReason.STALLED,
                       budget_share=0.25, budget_reason="25.0% of the candidates' worth")
+
+
+def test_the_tables_rows_read_into_their_records_of_every_version(tmp_path):
+    """A row of `trials` or `tuning_results` is a record (tuner.tables): a row of the first
+    version reads its nulls as the tables' comments say (a status with its reason after a
+    colon, no origin: a search, no measure mode: whole), a landed result's rows read back as
+    the result, and a record's row reads back the same record."""
+    first = [TableSchema(t.name, 1, pa.schema([f for f in t.schema if f.name not in dict(t.added)]))
+             for t in (TRIALS, TUNING_RESULTS)]
+    warehouse = Warehouse(tmp_path)
+    key = {"dt": datetime.date(2026, 11, 1), "task_id": "old", "kind": "graph", "fingerprint": "f" * 32,
+           "env_key": "e", "strategy": "evolution", "config": "{}"}
+    warehouse.append(first[0], pa.Table.from_pylist(
+        [{**key, "trial_id": "t0", "index": 0, "outcome": "failed", "error": "x"}], first[0].schema), "task-old")
+    warehouse.append(first[1], pa.Table.from_pylist(
+        [{**key, "compiler_version": "jaxlib-test", "accepted": False, "status": "default fails: does not compile: x",
+          "evaluations": 1, "measured": 0}], first[1].schema), "task-old")
+    new = _stamped_result()
+    land_result(tmp_path, new, on=datetime.date(2026, 11, 2))
+    by_task = {r.task_id: r for r in results_of(warehouse.read(TUNING_RESULTS))}
+    old_result, new_result = by_task["old"], by_task["new"]
+    assert (old_result.status, old_result.reason, old_result.origin, old_result.measure_mode,
+            old_result.search_stop, old_result.interval) == (
+        Verdict.DEFAULT_FAILS, "does not compile: x", Origin.SEARCH, MeasureMode.WHOLE, None, None)
+    assert (new_result.status, new_result.kind, new_result.interval, new_result.search_stop,
+            new_result.budget_share, json.loads(new_result.config)) == (
+        Verdict.ACCEPTED, Kind.GRAPH, new.speedup, StopReason.STALLED, 0.25, {"a": 2})
+    trials = sorted(trials_of(warehouse.read(TRIALS)), key=lambda t: (t.task_id != "old", t.index))
+    assert (trials[0].outcome, trials[0].measure_mode, trials[0].finished_at) == (
+        Outcome.FAILED, MeasureMode.WHOLE, None)
+    landed = [t for t in new.trials if t.baseline is None]
+    assert [(t.index, t.outcome, t.interval, t.finished_at) for t in trials[1:]] == [
+        (t.index, t.outcome, t.speedup, t.finished_at) for t in landed]
+    for record in (old_result, new_result, *trials):
+        assert type(record).from_row(record.to_row()) == record
+    with pytest.raises(ValueError, match="tuning_results row t: no dt, kind, "):
+        ResultRow.from_row({"task_id": "t"})
 
 
 def test_trials_and_results_landed_before_the_stamps_still_read_beside_new_ones(tmp_path):

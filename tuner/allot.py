@@ -38,7 +38,7 @@ from ingest.tables import GRAPHS
 from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.candidates import latest_candidates
-from tuner.tables import TUNING_RESULTS
+from tuner.tables import TUNING_RESULTS, results_of
 from vocabulary.tuning import Kind
 
 # The fewest evaluations a task is allotted: the cold-start screen of the likeliest moves (16
@@ -173,13 +173,12 @@ def _evidence(home: Home, graphs: dict[tuple[str, str], dict]) -> Evidence:
     """The warehouse's graph results, as the share of their graph's chip-time each saved (0
     where not accepted: nothing was delivered), by the platform and module name of their
     graph."""
-    results = Warehouse(home).read(TUNING_RESULTS, ["kind", "fingerprint", "env_key", "accepted", "speedup"])
-    results = results.filter(pc.equal(results.column("kind"), Kind.GRAPH))
+    results = Warehouse(home).read(TUNING_RESULTS)
     found: Evidence = defaultdict(list)
-    for row in results.to_pylist():
-        graph = graphs.get((row["fingerprint"], row["env_key"]))
+    for result in results_of(results.filter(pc.equal(results.column("kind"), Kind.GRAPH))):
+        graph = graphs.get((result.fingerprint, result.env_key))
         if graph is None:
             continue
-        saved = saved_share(row["speedup"]) if row["accepted"] and row["speedup"] else 0.0
+        saved = saved_share(result.speedup) if result.accepted and result.speedup else 0.0
         found[(graph["platform"], graph["module_name"])].append(saved)
     return found

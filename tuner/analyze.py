@@ -37,7 +37,7 @@ import numpy as np
 
 from storage.home import Home
 from storage.warehouse import Warehouse
-from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.tables import TRIALS, TUNING_RESULTS, ResultRow, TrialRow, results_of, trials_of
 from tuner.trial import Outcome
 from vocabulary.confidence import FLAG_LEVEL
 
@@ -113,19 +113,19 @@ def analyze_flags(home: Home, fingerprint: str | None = None, resamples: int = R
     """Flag importances and per-value effects from the trials under `home` (only the graph
     `fingerprint` when given), flags by importance, most important first."""
     warehouse = Warehouse(home)
-    return analyze_trials([row for row in warehouse.read(TRIALS).to_pylist()
-                           if fingerprint is None or row["fingerprint"] == fingerprint],
-                          [row for row in warehouse.read(TUNING_RESULTS).to_pylist()
-                           if fingerprint is None or row["fingerprint"] == fingerprint],
+    return analyze_trials([t for t in trials_of(warehouse.read(TRIALS))
+                           if fingerprint is None or t.fingerprint == fingerprint],
+                          [r for r in results_of(warehouse.read(TUNING_RESULTS))
+                           if fingerprint is None or r.fingerprint == fingerprint],
                           resamples, seed)
 
 
-def analyze_trials(trial_rows: list[dict[str, Any]], result_rows: list[dict[str, Any]],
+def analyze_trials(trial_rows: list[TrialRow], result_rows: list[ResultRow],
                    resamples: int = RESAMPLES, seed: int = 0) -> FlagAnalysis:
     """Flag importances and per-value effects from rows of the `trials` table (the winners from
     rows of `tuning_results`), flags by importance, most important first."""
     trials = [_trial(row) for row in trial_rows]
-    winners = [_values(json.loads(row["config"])) for row in result_rows if row["accepted"]]
+    winners = [_values(json.loads(row.config)) for row in result_rows if row.accepted]
     usable = [t for t in trials if t.log_speedup is not None]
     effects, importance = _estimate(usable)
     rng = np.random.default_rng(seed)
@@ -151,10 +151,10 @@ def analyze_trials(trial_rows: list[dict[str, Any]], result_rows: list[dict[str,
                         graphs=len({t.graph for t in trials}), winners=len(winners), flags=flags)
 
 
-def _trial(row: dict[str, Any]) -> _Trial:
-    ok = row["outcome"] != Outcome.FAILED and row["numerics_ok"] and row["speedup"] and row["speedup"] > 0
-    return _Trial((row["kind"], row["fingerprint"], row["env_key"]), _values(json.loads(row["config"])),
-                  math.log(row["speedup"]) if ok else None)
+def _trial(row: TrialRow) -> _Trial:
+    ok = row.outcome != Outcome.FAILED and row.numerics_ok and row.speedup and row.speedup > 0
+    return _Trial((row.kind, row.fingerprint, row.env_key), _values(json.loads(row.config)),
+                  math.log(row.speedup) if ok and row.speedup else None)
 
 
 def _values(config: dict[str, Any]) -> tuple[FlagValueKey, ...]:

@@ -29,7 +29,7 @@ from storage.blobs import BlobStore
 from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.op_cut import OpCutError, cut_op
-from tuner.tables import TUNING_RESULTS
+from tuner.tables import TUNING_RESULTS, results_of
 from tuner.target import Subject, graph_subject, op_subject
 from vocabulary.tuning import Kind
 
@@ -183,9 +183,8 @@ def sharded_environments(home: Home) -> dict[str, Sharded]:
 def _tried(home: Home, kind: Kind) -> set[tuple[str, str]]:
     """(fingerprint, env_key) of the `kind` results this compiler has measured already."""
     version = current_environment().compiler_version
-    results = Warehouse(home).read(TUNING_RESULTS, ["kind", "fingerprint", "env_key", "compiler_version"])
-    return {(r["fingerprint"], r["env_key"]) for r in results.to_pylist()
-            if r["kind"] == kind and r["compiler_version"] == version}
+    return {(r.fingerprint, r.env_key) for r in results_of(Warehouse(home).read(TUNING_RESULTS))
+            if r.kind == kind and r.compiler_version == version}
 
 
 def _measurable_graphs(home: Home, environments: frozenset[str] | None) -> dict[tuple[str, str], dict]:

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 from hlo.environment import current_environment
 from storage.home import Home
-from storage.store_reader import live_records
+from storage.store_reader import StoreReader
 from storage.store_schema import Provenance
 from storage.warehouse import Warehouse
 from tuner.allot import FLOOR_EVALUATIONS
-from tuner.tables import TUNING_RESULTS
+from tuner.tables import TUNING_RESULTS, results_of
 from tuner.transfer import TRANSFER_CHECK, GraphKey, Kinship, TransferSources
 from tuner.trial import StopReason
 from vocabulary.tuning import KeyDecision, Kind, Verdict
@@ -81,33 +81,29 @@ def key_statuses(home: Home, sources: TransferSources, today: datetime.date | No
     (`TransferSources.load`), for whether a conclusion's evidence has moved."""
     today = today or datetime.date.today()
     compiler = compiler or current_environment().compiler_version
-    results = Warehouse(home).read(TUNING_RESULTS, ["dt", "task_id", "kind", "fingerprint", "env_key",
-                                                    "status", "compiler_version", "strategy",
-                                                    "search_stop", "evaluations"])
+    results = results_of(Warehouse(home).read(TUNING_RESULTS))
     concluded: dict[GraphKey, tuple[datetime.date, str]] = {}
     kept_defaults: set[GraphKey] = set()
     checked: set[GraphKey] = set()
     attempts: dict[GraphKey, int] = defaultdict(int)
-    for row in sorted(results.to_pylist(), key=lambda r: (r["dt"], r["task_id"])):
-        if row["kind"] != Kind.GRAPH or row["compiler_version"] != compiler:
+    for result in sorted(results, key=lambda r: (r.dt, r.task_id)):
+        if result.kind != Kind.GRAPH or result.compiler_version != compiler:
             continue
-        key = (row["fingerprint"], row["env_key"])
-        verdict, _ = Verdict.parse(row["status"])
-        stop = StopReason(row["search_stop"]) if row["search_stop"] else None
-        if not conclusive(row["strategy"], verdict, stop, row["evaluations"]):
-            if row["strategy"] == TRANSFER_CHECK:
+        key = (result.fingerprint, result.env_key)
+        if not conclusive(result.strategy, result.status, result.search_stop, result.evaluations):
+            if result.strategy == TRANSFER_CHECK:
                 checked.add(key)
             else:
                 attempts[key] += 1
             continue
-        if (today - row["dt"]).days >= DECISION_DAYS:
+        if (today - result.dt).days >= DECISION_DAYS:
             continue
-        concluded[key] = (row["dt"], row["task_id"])
-        if verdict in _DEFAULTS_KEPT:
+        concluded[key] = (result.dt, result.task_id)
+        if result.status in _DEFAULTS_KEPT:
             kept_defaults.add(key)
         else:
             kept_defaults.discard(key)
-    faster = {(e.fingerprint, e.env_key) for e in live_records(home)
+    faster = {(e.fingerprint, e.env_key) for e in StoreReader(home).live_records()
               if e.kind == Kind.GRAPH and e.provenance in (Provenance.TUNER, Provenance.VALIDATOR)}
     statuses = {}
     for key in set(concluded) | checked | set(attempts) | faster:

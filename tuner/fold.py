@@ -27,6 +27,7 @@ Ops fold into the graphs that spend fleet time on them, most chip-time first
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -46,7 +47,7 @@ from storage.warehouse import Warehouse
 from tuner.op_cut import cut_ops
 from tuner.result import TuneResult
 from tuner.space import OP_KNOBS, SearchSpace
-from tuner.tables import TUNING_RESULTS
+from tuner.tables import TUNING_RESULTS, ResultRow, results_of
 from tuner.target import TuneTarget
 from tuner.tune import TuneSettings, run_task
 from vocabulary.tuning import Kind
@@ -176,26 +177,30 @@ def graph_votes(home: Home, graph: str, env_key: str) -> list[OpVote]:
             classes[cut.fingerprint] = cut.op_class
     defaults = compiler_defaults()
     return [OpVote(fingerprint, classes[fingerprint],
-                   as_placement(checked_config(json.loads(result["config"])), defaults)
-                   if result["accepted"] else {},
-                   weights.get(fingerprint, 0.0), result["task_id"])
+                   as_placement(checked_config(json.loads(result.config)), defaults)
+                   if result.accepted else {},
+                   weights.get(fingerprint, 0.0), result.task_id)
             for fingerprint, result in sorted(results.items()) if fingerprint in classes]
 
 
-def _best_op_results(warehouse: Warehouse, env_key: str, fingerprints: set[str]) -> dict[str, dict]:
+def _best_op_results(warehouse: Warehouse, env_key: str, fingerprints: set[str]) -> dict[str, ResultRow]:
     """Per op, its best result by the running compiler: accepted first, then the highest lower
     bound, then the latest."""
     compiler = current_environment().compiler_version
-    best: dict[str, dict] = {}
-    for row in warehouse.read(TUNING_RESULTS).to_pylist():
-        if (row["kind"] != Kind.OP or row["env_key"] != env_key or row["compiler_version"] != compiler
-                or row["fingerprint"] not in fingerprints):
+    best: dict[str, ResultRow] = {}
+    for result in results_of(warehouse.read(TUNING_RESULTS)):
+        if (result.kind != Kind.OP or result.env_key != env_key or result.compiler_version != compiler
+                or result.fingerprint not in fingerprints):
             continue
-        rank = (row["accepted"], row["ci_low"] or 0.0, row["dt"], row["task_id"])
-        old = best.get(row["fingerprint"])
-        if old is None or rank > (old["accepted"], old["ci_low"] or 0.0, old["dt"], old["task_id"]):
-            best[row["fingerprint"]] = row
+        old = best.get(result.fingerprint)
+        if old is None or _rank(result) > _rank(old):
+            best[result.fingerprint] = result
     return best
+
+
+def _rank(result: ResultRow) -> tuple[bool, float, datetime.date, str]:
+    """How an op's result ranks among its others (`_best_op_results`)."""
+    return result.accepted, result.ci_low or 0.0, result.dt, result.task_id
 
 
 def _op_seconds(warehouse: Warehouse, graph: str, env_key: str) -> dict[str, float]:

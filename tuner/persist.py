@@ -7,8 +7,9 @@ appended per trial and durable before the next (`journal_trial`, `journaled_tria
 and once finished, its result with every trial, `result.json`, written atomically
 (`save_result`): the task is then done, and running it again reads it back
 (`finished_result`). A finished task lands in the warehouse's `trials` and `tuning_results`
-tables under its id (`land_result`), so landing it twice adds nothing. The home may be local or
-a URL (`storage.home.Home`).
+tables under its id, each row a record of `tuner.tables` (`trial_row`, `result_row`), so
+landing it twice adds nothing (`land_result`). The home may be local or a URL
+(`storage.home.Home`).
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from storage.journal import append_record, read_records
 from storage.warehouse import Warehouse
 from tuner.result import TuneResult
 from tuner.space import config_key
-from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.tables import TRIALS, TUNING_RESULTS, ResultRow, TrialRow
 from tuner.trial import Trial
-from vocabulary.interval import columns
+from vocabulary.interval import Interval
 from vocabulary.tuning import Origin
 
 JOURNAL = "trials.jsonl"  # a task's trials, one appended per trial
@@ -77,25 +78,45 @@ def land_result(home: Home, result: TuneResult, on: datetime.date | None = None)
     holds speedups over the default: the race's and pruning's comparisons of one config with
     another stay in the task's own files (`save_result`)."""
     today = on or datetime.date.today()
-    rows = [{"dt": today, "trial_id": task_digest(result.task_id, t.index),
-             "task_id": result.task_id, "kind": result.kind, "fingerprint": result.fingerprint,
-             "env_key": result.env_key, "strategy": result.strategy, "index": t.index,
-             "config": config_key(t.config), "program": t.program, "outcome": t.outcome,
-             **columns(t.speedup), "numerics_ok": t.numerics_ok,
-             "compile_seconds": t.compile_seconds, "error": t.error, "finished_at": t.finished_at,
-             "elapsed_seconds": t.elapsed_seconds, "measure_mode": result.measure_mode}
-            for t in result.trials if t.baseline is None]
+    trials = [trial_row(result, t, today) for t in result.trials if t.baseline is None]
     warehouse = Warehouse(home)
-    warehouse.append(TRIALS, pa.Table.from_pylist(rows, TRIALS.schema), f"task-{result.task_id}")
-    summary = {k: v for k, v in result.to_json().items()
-               if k in TUNING_RESULTS.schema.names}
-    summary.update(dt=today, config=config_key(result.config),
-                   numerics=_failed_outputs_json(result.numerics) if result.numerics else None)
-    if result.relaxed is not None:  # the columns are null without it
-        summary.update(relaxed_config=config_key(result.relaxed.config),
-                       **columns(result.relaxed.speedup, prefix="relaxed_"))
-    warehouse.append(TUNING_RESULTS, pa.Table.from_pylist([summary], TUNING_RESULTS.schema),
+    warehouse.append(TRIALS, pa.Table.from_pylist([t.to_row() for t in trials], TRIALS.schema),
                      f"task-{result.task_id}")
+    warehouse.append(TUNING_RESULTS, pa.Table.from_pylist([result_row(result, today).to_row()],
+                                                          TUNING_RESULTS.schema), f"task-{result.task_id}")
+
+
+def trial_row(result: TuneResult, trial: Trial, on: datetime.date) -> TrialRow:
+    """The `trials` row of one trial of `result`'s task, landed on day `on`."""
+    speedup, low, high = _flat(trial.speedup)
+    return TrialRow(dt=on, trial_id=task_digest(result.task_id, trial.index), task_id=result.task_id,
+                    kind=result.kind, fingerprint=result.fingerprint, env_key=result.env_key,
+                    strategy=result.strategy, index=trial.index, config=config_key(trial.config),
+                    program=trial.program, outcome=trial.outcome, speedup=speedup, ci_low=low,
+                    ci_high=high, numerics_ok=trial.numerics_ok, compile_seconds=trial.compile_seconds,
+                    error=trial.error, finished_at=trial.finished_at,
+                    elapsed_seconds=trial.elapsed_seconds, measure_mode=result.measure_mode)
+
+
+def result_row(result: TuneResult, on: datetime.date) -> ResultRow:
+    """The `tuning_results` row of `result`, landed on day `on` (its trials and phases stay in
+    the task's own files)."""
+    speedup, low, high = _flat(result.speedup)
+    relaxed = result.relaxed
+    relaxed_speedup, relaxed_low, relaxed_high = _flat(relaxed.speedup if relaxed is not None else None)
+    return ResultRow(
+        dt=on, task_id=result.task_id, kind=result.kind, fingerprint=result.fingerprint,
+        env_key=result.env_key, config=config_key(result.config), speedup=speedup, ci_low=low,
+        ci_high=high, numerics_ok=result.numerics_ok, compiler_version=result.compiler_version,
+        accepted=result.accepted, status=result.status, strategy=result.strategy,
+        evaluations=result.evaluations, measured=result.measured, seconds_to_best=result.seconds_to_best,
+        relaxed_config=config_key(relaxed.config) if relaxed is not None else None,
+        relaxed_speedup=relaxed_speedup, relaxed_ci_low=relaxed_low, relaxed_ci_high=relaxed_high,
+        autotune_results=result.autotune_results, reason=result.reason,
+        numerics=_failed_outputs_json(result.numerics) if result.numerics else None,
+        measure_mode=result.measure_mode, search_stop=result.search_stop,
+        budget_share=result.budget_share, budget_reason=result.budget_reason, origin=result.origin,
+        transferred_from=result.transferred_from)
 
 
 def share_result(home: Home, result: TuneResult, env_key: str) -> TuneResult:
@@ -112,6 +133,11 @@ def share_result(home: Home, result: TuneResult, env_key: str) -> TuneResult:
         save_result(home, shared)
     land_result(home, shared)
     return shared
+
+
+def _flat(interval: Interval | None) -> tuple[float | None, float | None, float | None]:
+    """An interval's estimate and bounds, as a table's three columns hold them (None: null)."""
+    return (None, None, None) if interval is None else (interval.estimate, interval.low, interval.high)
 
 
 def _failed_outputs_json(checks: list[OutputCheck]) -> str:

@@ -28,7 +28,8 @@ from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.schedule import Move
 from tuner.strategies import FAILED
-from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.tables import TRIALS, TUNING_RESULTS, results_of, trials_of
+from tuner.trial import Outcome
 
 # A move that compiled to the default's program: known to do nothing there, so it waits
 # behind moves never tried, which might do something.
@@ -40,24 +41,20 @@ def move_prior(home: Home, kind: str, exclude_fingerprint: str,
     """Per move, the mean of its evidence on other graphs of `kind` (see the module docstring)."""
     warehouse = Warehouse(home)
     evidence: dict[Move, list[float]] = defaultdict(list)
-    trials = _others(warehouse.read(TRIALS, ["kind", "fingerprint", "config", "outcome", "speedup"]),
-                     kind, exclude_fingerprint)
-    for row in trials.to_pylist():
-        moves = _moves(row["config"], defaults)
+    for trial in trials_of(_others(warehouse.read(TRIALS), kind, exclude_fingerprint)):
+        moves = _moves(trial.config, defaults)
         if moves is None or len(moves) != 1:
             continue
-        if row["outcome"] == "failed" or not row["speedup"]:
+        if trial.outcome == Outcome.FAILED or not trial.speedup:
             evidence[moves[0]].append(FAILED)
-        elif row["outcome"] == "identical":
+        elif trial.outcome == Outcome.IDENTICAL:
             evidence[moves[0]].append(NO_CHANGE)
         else:
-            evidence[moves[0]].append(math.log(row["speedup"]))
-    results = _others(warehouse.read(TUNING_RESULTS, ["kind", "fingerprint", "config", "accepted",
-                                                      "ci_low"]), kind, exclude_fingerprint)
-    for row in results.to_pylist():
-        if row["accepted"] and row["ci_low"]:
-            for move in _moves(row["config"], defaults) or ():
-                evidence[move].append(math.log(row["ci_low"]))
+            evidence[moves[0]].append(math.log(trial.speedup))
+    for result in results_of(_others(warehouse.read(TUNING_RESULTS), kind, exclude_fingerprint)):
+        if result.accepted and result.ci_low:
+            for move in _moves(result.config, defaults) or ():
+                evidence[move].append(math.log(result.ci_low))
     return {move: sum(values) / len(values) for move, values in evidence.items()}
 
 

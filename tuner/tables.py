@@ -1,10 +1,28 @@
-"""The tables the tuner writes, declared once: every trial, and one result per task."""
+"""The tables the tuner writes, declared once: every trial (TRIALS, a row a `TrialRow`), and one
+result per task (TUNING_RESULTS, a row a `ResultRow`).
+
+Each record's fields are its table's columns, in order; `from_row` reads a row of any version
+the table still reads (a column added since reads null, and a null read as the table's comment
+says: an origin as a search, a measure mode as whole, a status carrying its reason after a
+colon as its verdict and reason), `to_row` writes the current version's. Tables of rows become
+records through `trials_of` and `results_of`; `tuner.persist.land_result` writes records.
+Nothing reads these tables as dict rows (tests/test_architecture.py checks it).
+"""
 
 from __future__ import annotations
 
+import datetime
+import enum
+from dataclasses import dataclass
+from typing import Any, Mapping
+
 import pyarrow as pa
 
+from execution.sharded import MeasureMode
 from storage.warehouse import TableSchema, added_column
+from tuner.trial import Outcome, StopReason
+from vocabulary.interval import Interval
+from vocabulary.tuning import Kind, Origin, Verdict
 
 # Version 3: how the task measured its graph (`measure_mode`, execution.sharded.MeasureMode).
 TRIALS = TableSchema(
@@ -108,3 +126,156 @@ TUNING_RESULTS = TableSchema(
         added_column(pa.field("transferred_from", pa.string(), nullable=True), 6),
     ]),
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialRow:
+    """One row of TRIALS: a config a task's search tried, and how it fared against the default.
+    `speedup`, `ci_low`, `ci_high` as the table holds them (`interval`: the three together);
+    null for a trial not timed (failed), or one landed without its bounds."""
+
+    dt: datetime.date  # the day its task landed
+    trial_id: str  # hash(task, index): idempotent
+    task_id: str
+    kind: Kind
+    fingerprint: str
+    env_key: str
+    strategy: str
+    index: int  # order within the search
+    config: str  # JSON of the flags
+    program: str | None = None  # what it compiled to (a key: equal keys run the same code)
+    outcome: Outcome
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    numerics_ok: bool | None = None
+    compile_seconds: float | None = None
+    error: str | None = None
+    finished_at: datetime.datetime | None = None  # None: landed before version 2
+    elapsed_seconds: float | None = None  # seconds into its task (None: before version 2)
+    measure_mode: MeasureMode = MeasureMode.WHOLE  # a null (before version 3) reads whole
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> TrialRow:
+        """The trial of a row of TRIALS (Arrow's Python values), of any version the table reads
+        (a column it lacks reads as null; those beyond TRIALS' are ignored). ValueError: a
+        column that may not be null is, or an outcome, kind or measure mode that is none."""
+        values = _values(TRIALS, row)
+        values.update(kind=Kind(values["kind"]), outcome=Outcome(values["outcome"]),
+                      measure_mode=MeasureMode(values["measure_mode"] or MeasureMode.WHOLE))
+        return cls(**values)
+
+    def to_row(self) -> dict[str, Any]:
+        """The row of TRIALS, columns in its order, enums as their text."""
+        return _row(TRIALS, self)
+
+    @property
+    def interval(self) -> Interval | None:
+        """The speedup over the default with its bounds; None where any of them is null."""
+        return _interval(self.speedup, self.ci_low, self.ci_high)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultRow:
+    """One row of TUNING_RESULTS: how a tuning task ended (`tuner.result.TuneResult`, less its
+    trials and phases). The speedups as the table holds them, each with its bounds
+    (`interval`, `relaxed_interval`: the three together)."""
+
+    dt: datetime.date  # the day the task landed
+    task_id: str
+    kind: Kind
+    fingerprint: str
+    env_key: str
+    config: str  # JSON of the flags; {} when nothing beat the default
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    numerics_ok: bool | None = None
+    compiler_version: str
+    accepted: bool
+    status: Verdict
+    strategy: str
+    evaluations: int  # configs timed or failed, every phase (version 1: every config tried)
+    measured: int  # those timed to a result
+    seconds_to_best: float | None = None
+    relaxed_config: str | None = None  # JSON of the opt-in config that relaxes numerics
+    relaxed_speedup: float | None = None
+    relaxed_ci_low: float | None = None
+    relaxed_ci_high: float | None = None
+    autotune_results: str | None = None  # a kernels task's, in XLA's text format
+    reason: str | None = None  # the status's details (before version 5: after its colon)
+    numerics: str | None = None  # JSON of the outputs that failed
+    measure_mode: MeasureMode = MeasureMode.WHOLE  # a null (before version 5) reads whole
+    search_stop: StopReason | None = None  # None: no search ran, or landed before version 5
+    budget_share: float | None = None
+    budget_reason: str | None = None
+    origin: Origin = Origin.SEARCH  # a null (before version 6) reads as a search
+    transferred_from: str | None = None  # "<fingerprint>/<env_key>"
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ResultRow:
+        """The result of a row of TUNING_RESULTS (Arrow's Python values), of any version the
+        table reads (a column it lacks reads as null; those beyond its columns are ignored); a
+        status without its own reason column ("default fails: <reason>") reads as its verdict
+        and reason (`Verdict.parse`). ValueError: a column that may not be null is, or a
+        status, kind, measure mode, stop or origin that is none."""
+        values = _values(TUNING_RESULTS, row)
+        if values["reason"] is None:
+            status, reason = Verdict.parse(values["status"])
+            values.update(status=status, reason=reason or None)
+        else:
+            values["status"] = Verdict(values["status"])
+        stop = values["search_stop"]
+        values.update(kind=Kind(values["kind"]), search_stop=StopReason(stop) if stop is not None else None,
+                      measure_mode=MeasureMode(values["measure_mode"] or MeasureMode.WHOLE),
+                      origin=Origin(values["origin"] or Origin.SEARCH))
+        return cls(**values)
+
+    def to_row(self) -> dict[str, Any]:
+        """The row of TUNING_RESULTS, columns in its order, enums as their text."""
+        return _row(TUNING_RESULTS, self)
+
+    @property
+    def interval(self) -> Interval | None:
+        """The verified speedup over the default with its bounds; None where any is null."""
+        return _interval(self.speedup, self.ci_low, self.ci_high)
+
+    @property
+    def relaxed_interval(self) -> Interval | None:
+        """The opt-in config's verified speedup with its bounds; None where any is null."""
+        return _interval(self.relaxed_speedup, self.relaxed_ci_low, self.relaxed_ci_high)
+
+
+def trials_of(table: pa.Table) -> list[TrialRow]:
+    """The trials of a table of TRIALS' columns (a read of it, filtered or not), in its order;
+    ValueError naming the first row refused (see TrialRow.from_row)."""
+    return [TrialRow.from_row(row) for row in table.to_pylist()]
+
+
+def results_of(table: pa.Table) -> list[ResultRow]:
+    """The results of a table of TUNING_RESULTS' columns (a read of it, filtered or not), in its
+    order; ValueError naming the first row refused (see ResultRow.from_row)."""
+    return [ResultRow.from_row(row) for row in table.to_pylist()]
+
+
+def _values(table: TableSchema, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The value of each of `table`'s columns in `row` (null where it lacks one); ValueError
+    naming the row and the columns that may not be null and are."""
+    values = {name: row.get(name) for name in table.schema.names}
+    missing = [f.name for f in table.schema if not f.nullable and values[f.name] is None]
+    if missing:
+        where = values.get("trial_id") or values.get("task_id")
+        raise ValueError(f"{table.name} row {where}: no {', '.join(missing)}")
+    return values
+
+
+def _row(table: TableSchema, record: Any) -> dict[str, Any]:
+    """`record`'s fields as a row of `table`: its columns in order, each enum its text."""
+    return {name: value.value if isinstance(value := getattr(record, name), enum.Enum) else value
+            for name in table.schema.names}
+
+
+def _interval(estimate: float | None, low: float | None, high: float | None) -> Interval | None:
+    if estimate is None or low is None or high is None:
+        return None
+    return Interval(estimate, low, high)

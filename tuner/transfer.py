@@ -35,11 +35,11 @@ import pyarrow.compute as pc
 from execution.flags import CompilerConfig, FlagError, checked_config, relaxes_numerics, trusted_config
 from ingest.tables import GRAPHS
 from storage.home import Home
-from storage.store_reader import live_records
+from storage.store_reader import StoreReader
 from storage.store_schema import Provenance
 from storage.warehouse import Warehouse
 from tuner.space import config_key
-from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.tables import TRIALS, TUNING_RESULTS, results_of
 from vocabulary.tuning import Kind
 
 # The strategy a transfer check's result names: it searched nothing, its transfers were tried
@@ -136,15 +136,15 @@ class TransferSources:
         graphs = {(r["fingerprint"], r["env_key"]): GraphFacts(families.get((r["fingerprint"], r["env_key"])),
                                                                r["platform"], r["device_kind"]) for r in rows}
         sources = cls(graphs)
-        for entry in live_records(home):
+        for entry in StoreReader(home).live_records():
             if entry.kind != Kind.GRAPH or entry.provenance not in _MEASURED_BY_LOOP:
                 continue
             config = _strict_config(entry.config)
             if config is not None and config:
                 sources.verified[(entry.fingerprint, entry.env_key)] = Verified(
                     config, entry.ci_low if entry.ci_low is not None else entry.speedup, entry.measured_at)
-        sources._add_broad(warehouse.read(TUNING_RESULTS, ["kind", "fingerprint", "env_key", "config",
-                                                           "accepted", "ci_low"]))
+        sources._add_broad(warehouse.read(TUNING_RESULTS))
+        # Columnar: three columns of every trial, no row made.
         trials = warehouse.read(TRIALS, ["fingerprint", "env_key", "config"])
         for fingerprint, env_key, config in zip(*(trials.column(c).to_pylist()
                                                   for c in ("fingerprint", "env_key", "config"))):
@@ -156,16 +156,16 @@ class TransferSources:
                                          results.column("accepted")))
         won: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
         configs: dict[str, CompilerConfig] = {}
-        for row in results.to_pylist():
-            facts = self.graphs.get((row["fingerprint"], row["env_key"]))
-            config = _strict_config(row["config"])
-            if facts is None or not config or not row["ci_low"]:
+        for result in results_of(results):
+            facts = self.graphs.get((result.fingerprint, result.env_key))
+            config = _strict_config(result.config)
+            if facts is None or not config or not result.ci_low:
                 continue
             key = config_key(config)
             configs[key] = config
-            where = key_text((row["fingerprint"], row["env_key"]))
+            where = key_text((result.fingerprint, result.env_key))
             per_graph = won[(facts.platform, facts.device_kind)][key]
-            per_graph[where] = max(per_graph.get(where, 0.0), row["ci_low"])
+            per_graph[where] = max(per_graph.get(where, 0.0), result.ci_low)
         for platform, by_config in won.items():
             ranked = []
             for key, per_graph in by_config.items():

@@ -17,7 +17,6 @@ import datetime
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from delivery.store_writer import Store
 from execution.autotune.results import AutotuneResults, ResultsError, autotunes, parse_results
 from execution.evaluate import EvaluationResult
 from execution.sharded import Placement, choose_placement, whole_capacity
@@ -25,7 +24,8 @@ from hlo.environment import Environment, Partitioning, machine_kind, store_key
 from ingest.tables import GRAPHS, partitioning_of
 from storage.blobs import BlobStore
 from storage.home import Home
-from storage.store_schema import StoreEntry, entries_of
+from storage.store_reader import StoreReader
+from storage.store_schema import StoreEntry
 from storage.warehouse import Warehouse
 from validator import rules
 from validator.rules import Decision, ResultsCheck
@@ -136,7 +136,7 @@ class Planner:
         self.home, self.chain, self.now = home, chain, now
         self.max_age, self.revalidate_after = max_age, revalidate_after
         self.here = chain.env()
-        self.entries = entries_of(Store(home).entries())
+        self.entries = StoreReader(home).records()
         graphs = Warehouse(home).read(GRAPHS, columns=["fingerprint", "env_key", "hlo_blob", *_ENV_FIELDS,
                                                        "partitioning"])
         # The HLO is the same in every environment (its blob is named by the fingerprint); an

@@ -18,10 +18,10 @@ import math
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delivery.store_writer import Store, StoreError
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
 from storage.home import Home
-from storage.store_schema import Provenance, entries_of
+from storage.store_reader import StoreReader
+from storage.store_schema import Provenance, StoreError
 from storage.warehouse import Warehouse
 from validator.rules import measured_at
 from validator.tables import VALIDATIONS
@@ -49,7 +49,7 @@ def staleness(home: Home, now: datetime.datetime | None = None) -> pa.Table:
     """Live entries by days since last measured, one row per bucket (empty buckets included)."""
     now = now or datetime.datetime.now(datetime.UTC)
     ages = [((now - measured_at(e)).total_seconds() / 86400, e.provenance)
-            for e in entries_of(Store(home).entries())]
+            for e in StoreReader(home).records()]
     rows = []
     for low, high in zip(STALENESS_EDGES, STALENESS_EDGES[1:]):
         inside = [provenance for age, provenance in ages if low <= max(age, 0.0) < high]
@@ -84,7 +84,7 @@ def validator_hit_share(home: Home) -> pa.Table:
     if hits.num_rows == 0:
         return HIT_SHARE.empty_table()
     versions = [v for v in pc.unique(hits.column("config_version")).to_pylist() if v is not None]
-    written = _validator_written(Store(home), versions)
+    written = _validator_written(StoreReader(home), versions)
     served = hits.join(written, ["config_version", "key"], join_type="left outer")
     served = served.set_column(served.schema.get_field_index("by_validator"), "by_validator",
                                pc.cast(pc.fill_null(served.column("by_validator"), False), pa.int64()))
@@ -103,7 +103,7 @@ def _tagged(rows: pa.Table, key_column: str, source: str) -> pa.Table:
                      "source": pa.repeat(pa.scalar(source), rows.num_rows)})
 
 
-def _validator_written(store: Store, versions: list[int]) -> pa.Table:
+def _validator_written(store: StoreReader, versions: list[int]) -> pa.Table:
     """(config_version, key, by_validator) for the entries the validator wrote, per version."""
     pieces = []
     for version in versions:

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delivery.store_writer import Store
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
 from ranking.realized import Realized, read_runs, realized_speedups
 from storage.home import Home
+from storage.store_reader import StoreReader
 from storage.store_schema import Provenance, StoreEntry
 from storage.warehouse import Warehouse
 from validator.rules import measured_at
@@ -63,7 +63,7 @@ def fleet_realized(home: Home, now: datetime.datetime, origins: dict[str, dateti
     Only the runs of store versions published at or after the origin count: earlier versions
     may have held another config under the key. Those versions all served the current config,
     so their runs are pooled (more jobs per arm) and named by the newest of them."""
-    created = [(m.version, datetime.datetime.fromisoformat(m.created)) for m in Store(home).versions()]
+    created = [(m.version, datetime.datetime.fromisoformat(m.created)) for m in StoreReader(home).versions()]
     first_version = {key: next((version for version, at in created if at >= origin), None)
                      for key, origin in origins.items()}
     eligible = pa.table({"config_key": pa.array(list(first_version), pa.string()),

@@ -16,8 +16,8 @@ from delivery.service.limits import BodyLimit, body_limit
 from delivery.service.reads import reads_router
 from delivery.service.snapshot import LiveSnapshot
 from delivery.service.writes import writes_router
-from delivery.store_writer import Store
 from storage.home import Home
+from storage.store_reader import StoreReader
 
 WATCH_SECONDS = 0.5  # a local home: each poll is a few stat calls
 # A URL home: each poll is about four requests to the object store (CURRENT's metadata and
@@ -47,7 +47,7 @@ def create_app(home: Home, token: str | None) -> FastAPI:
                                      "\"message\"}}`.",
                          responses=ERROR_RESPONSES, exception_handlers=exception_handlers(metrics))
     app.add_middleware(BodyLimit, limit_for=body_limit, metrics=metrics)
-    _add_routes(app, reads_router(live, Store(home), metrics))
+    _add_routes(app, reads_router(live, StoreReader(home), metrics))
     _add_routes(app, writes_router(home, live, token))
     return app
 

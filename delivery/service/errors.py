@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from delivery.imports import describe
 from delivery.metrics import ServiceMetrics
 from delivery.service.bodies import ErrorAnswer
-from delivery.store_writer import StoreError
+from storage.store_schema import StoreError
 
 Handler = Callable[[Request, Any], Awaitable[JSONResponse]]
 # Every operation's OpenAPI answers: any of them may answer an error, in the one shape.

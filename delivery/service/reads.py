@@ -11,12 +11,13 @@ from delivery.metrics import ServiceMetrics
 from delivery.service.bodies import BatchLookup, BatchRequest, ErrorAnswer, Health, Lookup
 from delivery.service.errors import ERROR_RESPONSES, ServiceError, error_response
 from delivery.service.snapshot import LiveSnapshot, Snapshot
-from delivery.store_writer import Store, StoreError
+from storage.store_reader import StoreReader
+from storage.store_schema import StoreError
 
 _HEX = set("0123456789abcdef")
 
 
-def reads_router(live: LiveSnapshot, store: Store, metrics: ServiceMetrics) -> APIRouter:
+def reads_router(live: LiveSnapshot, store: StoreReader, metrics: ServiceMetrics) -> APIRouter:
     """The read endpoints: look-ups answered from `live`, downloads read from `store`, every
     look-up counted in `metrics`."""
     router = APIRouter(responses=ERROR_RESPONSES)
@@ -67,6 +68,13 @@ def reads_router(live: LiveSnapshot, store: Store, metrics: ServiceMetrics) -> A
                                                                  else b"%d" % snapshot.version, body),
                             media_type="application/json")
 
+    _add_download(router, store)
+    return router
+
+
+def _add_download(router: APIRouter, store: StoreReader) -> None:
+    """The download of a whole store version, read from `store`, added to `router`."""
+
     @router.get("/v1/snapshots/{version}", response_class=Response,
                 responses={200: {"content": {"application/vnd.apache.parquet": {}}, "description": "entries.parquet"},
                            304: {"description": "the ETag given in If-None-Match is the version's"}})
@@ -82,8 +90,6 @@ def reads_router(live: LiveSnapshot, store: Store, metrics: ServiceMetrics) -> A
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers={"ETag": etag})
         return Response(data, media_type="application/vnd.apache.parquet", headers={"ETag": etag})
-
-    return router
 
 
 def _serving(snapshot: Snapshot) -> Snapshot:

@@ -12,9 +12,8 @@ import anyio
 import anyio.to_thread
 
 from delivery.service.processes import Processes
-from delivery.store_writer import Store
 from storage.home import Home
-from storage.store_schema import entries_of
+from storage.store_reader import StoreReader
 
 
 @dataclass(frozen=True)
@@ -80,11 +79,11 @@ class LiveSnapshot:
 def render(home: Home) -> Rendering:
     """The live version, when it was published, and the JSON of each of its entries by key
     (run in the reader process: module-level, so that it pickles)."""
-    store = Store(home)
+    store = StoreReader(home)
     version = store.current()
     if version is None:
         return None, None, {}
-    entries = entries_of(store.entries(version))
+    entries = store.records(version)
     manifest = store.manifest(version)
     published = datetime.datetime.fromisoformat(manifest.created)
     # A served entry carries its version's policies as they apply to it (delivery.lookup.Found):

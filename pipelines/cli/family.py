@@ -70,7 +70,7 @@ def _family_of(given: str, families: dict[tuple[str, str], str]) -> str | None:
 def _members(home: Home, members: list[tuple[str, str]], families: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
     """Each member's graph row, decision and live entry, as JSON-ready rows."""
     from ingest.tables import GRAPHS
-    from storage.store_reader import live_records
+    from storage.store_reader import StoreReader
     from storage.warehouse import Warehouse
     from tuner.decided import key_statuses
     from tuner.transfer import TransferSources
@@ -78,7 +78,7 @@ def _members(home: Home, members: list[tuple[str, str]], families: dict[tuple[st
     graphs = {(g["fingerprint"], g["env_key"]): g for g in Warehouse(home).read(
         GRAPHS, ["fingerprint", "env_key", "module_name", "device_count", "compiler_version"]).to_pylist()}
     statuses = key_statuses(home, TransferSources.load(home, families))
-    entries = {(e.fingerprint, e.env_key): e for e in live_records(home) if e.kind == "graph"}
+    entries = {(e.fingerprint, e.env_key): e for e in StoreReader(home).live_records() if e.kind == "graph"}
     rows = []
     for key in members:
         graph, status, entry = graphs[key], statuses.get(key), entries.get(key)

@@ -27,7 +27,7 @@ from pipelines.extras import needs
 from storage.home import Home
 
 if TYPE_CHECKING:
-    from delivery.store_writer import Store
+    from storage.store_reader import StoreReader
 
 
 def add_deliver(sub: Subcommands) -> None:
@@ -83,26 +83,26 @@ def cmd_store(args: argparse.Namespace, home: Home) -> int:
     (the holdout share, the relaxed-numerics teams)."""
     from delivery.imports import import_file
     from delivery.store_writer import Store
-    from storage.store_schema import entries_of
+    from storage.store_reader import StoreReader
 
-    store = Store(home)
+    reader, store = StoreReader(home), Store(home)  # the actions that read, those that write
     needed = _STORE_ARGUMENTS.get(args.action)
     if needed and (args.arg is None or (args.action == "diff" and args.arg2 is None)):
         raise ValueError(f"{args.action}: give {needed}")
     if args.action == "versions":
-        _print_versions(store, args.json)
+        _print_versions(reader, args.json)
         return EXIT_OK
     if args.action == "show":
-        return _print_entries(store, args.arg, args.json)
+        return _print_entries(reader, args.arg, args.json)
     if args.action == "diff":
-        _print_diff(store, _version(args.arg), _version(args.arg2), args.json)
+        _print_diff(reader, _version(args.arg), _version(args.arg2), args.json)
         return EXIT_OK
     if args.action == "rollback":
         published = store.rollback(_version(args.arg))
         print(json.dumps({"version": published}) if args.json else f"published v{published} = v{args.arg}")
         return EXIT_OK
     if args.action == "export":
-        for entry in entries_of(store.entries(_version(args.arg) if args.arg else None)):
+        for entry in reader.records(_version(args.arg) if args.arg else None):
             print(json.dumps(entry.to_json(), sort_keys=True))
         return EXIT_OK
     if args.action == "holdout-share":
@@ -146,10 +146,10 @@ def _version(text: str) -> int:
         raise ValueError(f"version {text!r}: not a version number (1, 2, ... or v1, v2, ...)") from None
 
 
-def _print_versions(store: Store, as_json: bool) -> None:
+def _print_versions(store: StoreReader, as_json: bool) -> None:
     """`fdo store versions`: every version (* the live one), then what is damaged (! marks it:
     a stray or half-written directory, a version failing its checksum, a corrupt CURRENT)."""
-    from delivery.store_writer import StoreError
+    from storage.store_schema import StoreError
 
     damaged = store.problems()
     try:
@@ -158,7 +158,7 @@ def _print_versions(store: Store, as_json: bool) -> None:
         current = None
     versions = store.versions()
     if as_json:
-        print_json({"current": current, "versions": [m.__dict__ for m in versions], "damaged": damaged})
+        print_json({"current": current, "versions": [m.to_json() for m in versions], "damaged": damaged})
         return
     if not versions and not damaged:
         print("store is empty: no versions")
@@ -177,11 +177,9 @@ def _version_mark(version: int, current: int | None, damaged: dict[str, str]) ->
     return "!" if f"v{version}" in damaged else "*" if version == current else " "
 
 
-def _print_entries(store: Store, key: str, as_json: bool) -> int:
+def _print_entries(store: StoreReader, key: str, as_json: bool) -> int:
     """`fdo store show`: the live entries whose key or fingerprint is `key`; EXIT_FAILED if none."""
-    from storage.store_schema import entries_of
-
-    entries = [e for e in entries_of(store.entries()) if key in (e.key, e.fingerprint)]
+    entries = [e for e in store.records() if key in (e.key, e.fingerprint)]
     if as_json:
         print_json([e.to_json() for e in entries])
     elif entries:
@@ -194,11 +192,9 @@ def _print_entries(store: Store, key: str, as_json: bool) -> int:
     return EXIT_OK if entries else EXIT_FAILED
 
 
-def _print_diff(store: Store, old: int, new: int, as_json: bool) -> None:
+def _print_diff(store: StoreReader, old: int, new: int, as_json: bool) -> None:
     """`fdo store diff A B`: the keys B adds, removes and changes against A."""
-    from storage.store_schema import entries_of
-
-    before, after = ({e.key: e.to_json() for e in entries_of(store.entries(v))} for v in (old, new))
+    before, after = ({e.key: e.to_json() for e in store.records(v)} for v in (old, new))
     diff = {"added": sorted(after.keys() - before.keys()), "removed": sorted(before.keys() - after.keys()),
             "changed": sorted(k for k in before.keys() & after.keys() if before[k] != after[k])}
     if as_json:

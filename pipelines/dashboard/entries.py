@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import datetime
 
-from delivery.store_writer import Store
 from pipelines.dashboard import sql
 from pipelines.dashboard.levels import ENTRY_LEVELS
 from pipelines.dashboard.scope import Scope
 from pipelines.dashboard.sql import Row
 from ranking.tables import SAVINGS
 from storage.home import Home
+from storage.store_reader import StoreReader
 from storage.store_schema import entries_of
 from validator.tables import VALIDATIONS
 from vocabulary.confidence import VALIDATED_LEVEL
@@ -63,7 +63,7 @@ def staleness(home: Home, scope: Scope) -> list[Row]:
     now = min(datetime.datetime.now(datetime.UTC),
               datetime.datetime.combine(scope.filters.window.last, datetime.time.max, datetime.UTC))
     rows = []
-    for entry in entries_of(scope.select(Store(home).entries())):
+    for entry in entries_of(scope.select(StoreReader(home).entries())):
         measured, expires = entry.measured_at, entry.expires_at
         rows.append({
             "key": entry.key, "fingerprint": entry.fingerprint, "env_key": entry.env_key,
@@ -82,7 +82,7 @@ def staleness(home: Home, scope: Scope) -> list[Row]:
 def store_versions(home: Home, scope: Scope) -> list[Row]:
     """Every published store version. Fleet-wide and not windowed: the store's whole history
     is short."""
-    store = Store(home)
+    store = StoreReader(home)
     live = store.current()
     return [{"version": m.version, "parent": m.parent, "created": m.created, "reason": m.reason,
              "graph_entries": m.counts.get("graph", 0), "op_entries": m.counts.get("op", 0),

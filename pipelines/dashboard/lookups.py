@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from delivery.store_writer import Store
 from ingest.tables import GRAPHS, OPS
 from pipelines.dashboard.sql import arrow
 from storage.home import Home
+from storage.store_reader import StoreReader
 from storage.warehouse import Warehouse
 
 
@@ -29,5 +29,5 @@ def graph_names(home: Home) -> dict[str, str]:
 
 def entries(home: Home) -> pa.Table:
     """The live store's entries: their keys, speedups with intervals, and who wrote them."""
-    return Store(home).entries().select(["key", "kind", "fingerprint", "env_key", "speedup", "ci_low", "ci_high",
+    return StoreReader(home).entries().select(["key", "kind", "fingerprint", "env_key", "speedup", "ci_low", "ci_high",
                                          "provenance"])

@@ -18,7 +18,6 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse, Response
 
 from delivery.service.errors import ServiceError
-from delivery.store_writer import StoreError
 from pipelines.dashboard import queries
 from pipelines.dashboard.filters import FilterError, Filters, check_fingerprint, parse_filters
 from pipelines.dashboard.layout import ENTRY, GRAPH, GRAPHS, OVERVIEW, TUNER, Page
@@ -28,6 +27,7 @@ from pipelines.dashboard.queries import Query as RowsQuery
 from pipelines.dashboard.scope import Scope
 from pipelines.dashboard.sql import Row
 from storage.home import Home
+from storage.store_schema import StoreError
 from storage.warehouse import SchemaError
 
 PLOTLY_PATH = "/static/plotly.min.js"

@@ -8,7 +8,7 @@ from pipelines.dashboard.scope import Scope
 from pipelines.dashboard.sql import Row
 from storage.home import Home
 from tuner.analyze import analyze_trials
-from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.tables import TRIALS, TUNING_RESULTS, results_of, trials_of
 from vocabulary.confidence import FLAG_LEVEL, SCREENED_LEVEL, VERIFIED_LEVEL
 
 
@@ -45,6 +45,6 @@ def flags(home: Home, scope: Scope) -> list[Row]:
     """Which flags matter, from the window's trials (tuner.analyze, as `fdo analyze flags`):
     per flag its importance (mean |Shapley value| on log speedup) with a bootstrap interval,
     and per value its effect as a speed factor; most important first."""
-    trials = sql.read(home, scope, TRIALS).to_pylist()
-    results = sql.read(home, scope, TUNING_RESULTS).to_pylist()
+    trials = trials_of(sql.read(home, scope, TRIALS))
+    results = results_of(sql.read(home, scope, TUNING_RESULTS))
     return [{**flag, "ci_level": FLAG_LEVEL} for flag in analyze_trials(trials, results).to_json()["flags"]]

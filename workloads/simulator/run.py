@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -39,8 +38,8 @@ from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
 from storage.home import Home
 from storage.home_factory import atomic_write, open_home
-from storage.store_reader import current_version, live_entries
-from storage.store_schema import DEFAULT_HOLDOUT_SHARE
+from storage.store_reader import StoreReader
+from storage.store_schema import DEFAULT_HOLDOUT_SHARE, StoreError
 from storage.warehouse import ROW_GROUP_ROWS
 from workloads.simulator import fleet
 from workloads.simulator.catalog import REACH_SCALES, SCALES, CatalogGraph, build_catalog
@@ -79,33 +78,31 @@ class SimulationReport:
 def store_lookup(home: Path) -> fleet.TunedLookup | None:
     """The live config store's graph entries as the fleet's jobs find them, each with its
     holdout share (None: no store)."""
-    version = current_version(home)
+    reader = StoreReader(home)
+    version = reader.current()
     if version is None:
         return None
-    live = live_entries(home)
+    live = reader.live_entries()
     graphs = live.filter(pc.equal(live.column("kind"), "graph"))
-    shares = _holdout_shares(home, version)
-    hits = {(fingerprint, env_key): fleet.Hit(key, version, speedup, shares[key])
+    shares = _holdout_shares(reader, version)
+    hits = {(fingerprint, env_key): fleet.Hit(key, version, speedup, shares.get(key, DEFAULT_HOLDOUT_SHARE))
             for key, fingerprint, env_key, speedup in zip(*(
                 graphs.column(name).to_pylist() for name in ("key", "fingerprint", "env_key", "speedup")))}
     return lambda fingerprint, env_key: hits.get((fingerprint, env_key))
 
 
-def _holdout_shares(home: Path, version: int) -> dict[str, float]:
+def _holdout_shares(reader: StoreReader, version: int) -> dict[str, float]:
     """Each entry's effective holdout share in store version `version`, as the hook takes it
-    (delivery.lookup): the entry's own, else the version manifest's, else DEFAULT_HOLDOUT_SHARE
-    (versions made before shares existed, or a bare version without its manifest). Read here,
-    not through delivery, which the simulator may not import."""
-    store = open_home(home)
-    manifest_path = store.location("store", f"v{version}", "manifest.json")
-    manifest = json.loads(store.read_bytes(manifest_path)) if store.exists(manifest_path) else {}
-    default = manifest.get("holdout_share", DEFAULT_HOLDOUT_SHARE)
-    data = store.read_bytes(store.location("store", f"v{version}", "entries.parquet"))
-    entries = pq.read_table(pa.BufferReader(data))
-    keys = entries.column("key").to_pylist()
-    shares = (entries.column("holdout_share").to_pylist() if "holdout_share" in entries.column_names
-              else [None] * len(keys))
-    return {key: default if share is None else share for key, share in zip(keys, shares)}
+    (delivery.lookup): the entry's own, else the version manifest's (DEFAULT_HOLDOUT_SHARE in
+    versions made before shares existed); none for a bare version without its manifest, whose
+    entries take DEFAULT_HOLDOUT_SHARE. Worked out here, not by delivery's look-up, which the
+    simulator may not import."""
+    try:
+        manifest = reader.manifest(version)
+    except StoreError:  # a bare version, as a test writes one
+        return {}
+    return {entry.key: manifest.holdout_share if entry.holdout_share is None else entry.holdout_share
+            for entry in reader.records(version)}
 
 
 def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.date | None = None,
