@@ -347,3 +347,24 @@ def current_compiler() -> str:
     from hlo.environment import current_environment
 
     return current_environment().compiler_version
+
+
+def test_checks_go_by_what_they_may_decide_and_a_group_whose_check_failed_waits_for_kin(tmp_path):
+    for n in (1, 2, 3, 4, 5):
+        graph(tmp_path, n)
+    publish(tmp_path, entry(2, HERE, REDUCE, 1.5))  # graph 1's family (A)
+    results(tmp_path, result_row(5, HERE, Verdict.ACCEPTED, SCHEDULER, low=1.2))  # won on the platform
+    ranked(tmp_path, (1, HERE, 15.0), (4, HERE, 20.0))
+    home = open_home(tmp_path)
+    checks = plan_checks(home, DAY, state(tmp_path))
+    # Graph 1 (15 h, its family's config: 0.6 of it, 9) before graph 4 (20 h, a platform winner: 0.35, 7).
+    assert [(c.key[0], [t.kinship for t in c.transfers]) for c in checks] == [
+        (fp(1), [Kinship.FAMILY, Kinship.PLATFORM]), (fp(4), [Kinship.PLATFORM])]
+    # Graph 4's check found nothing: no more platform winners for it, a search next.
+    results(tmp_path, result_row(4, HERE, Verdict.NO_GAIN, SCHEDULER, strategy=TRANSFER_CHECK,
+                                 stop=StopReason.BUDGET, origin=Origin.TRANSFER))
+    results(tmp_path, result_row(3, HERE, Verdict.ACCEPTED, REGION, low=1.1))  # a new platform winner
+    later = plan_checks(home, DAY + datetime.timedelta(days=1), state(tmp_path))
+    assert fp(4) not in {c.key[0] for c in later}
+    searches = plan_searches(home, DAY + datetime.timedelta(days=1), state(tmp_path), 3, 10, {})
+    assert fp(4) in {s.key[0] for s in searches}

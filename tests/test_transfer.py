@@ -116,3 +116,25 @@ def test_keys_whose_per_device_programs_are_one_are_measured_alike(tmp_path):
     first, second = (found[key] for key in rows)
     assert first == second and first.program == graph_fingerprint(together[0])
     assert measured_alike(home, rows, set()) == found  # known from then on, no worker
+
+
+@pytest.mark.xla
+def test_a_check_verifies_only_a_transfer_its_screen_showed_faster(tmp_path):
+    """A transferred config that screens slower here is not verified: the check ends without
+    a fresh worker, saying why, and its key waits for a search."""
+    import jax
+    import jax.numpy as jnp
+
+    from hlo.module import from_lowered
+    from tuner.task import tune_module
+    from tuner.transfer import Kinship, Transfer
+    from tuner.tune import NO_TRANSFER_GAIN, TuneSettings
+    from vocabulary.tuning import Verdict
+
+    x = jnp.ones((512, 512), jnp.float32)  # elementwise code XLA emits itself: level 0 is slow
+    module = from_lowered(jax.jit(lambda a: jnp.sum(jnp.tanh(a) * jnp.exp(a) + jnp.sin(a) ** 2, axis=0)).lower(x))
+    slower = Transfer({"xla_backend_optimization_level": 0}, "a" * 32 + "/" + "b" * 32, Kinship.FAMILY, 1.3)
+    result = tune_module(module, tmp_path, TuneSettings(transfers=(slower,), transfer_check=True, budget_evals=1))
+    assert (result.status, result.reason, result.origin) == (Verdict.NO_GAIN, NO_TRANSFER_GAIN, Origin.TRANSFER)
+    assert [p.configs for p in result.phases if p.phase == "verify"] == [0]
+    assert [t.speedup.low <= 1.0 for t in result.trials] == [True]  # screened, not faster

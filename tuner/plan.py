@@ -48,12 +48,16 @@ from tuner.candidates import RankedGraph, _measurable_graphs, ranked_graphs
 from tuner.decided import KeyStatus, key_statuses
 from tuner.persist import finished_result, share_result
 from tuner.result import TuneResult
-from tuner.transfer import GraphKey, Transfer, TransferSources
+from tuner.transfer import GraphKey, Kinship, Transfer, TransferSources
 from tuner.tune import TuneSettings
 from vocabulary.tuning import Verdict
 
 # A group whose transfer was accepted tonight competes for a search with this share of its worth.
 DEEPEN_DISCOUNT = 0.5
+# The chance a transfer check holds up, by its nearest kin: a prior the checks are ordered by (on
+# the reach fleet's first nights, docs/bench_reach.md: about 0.4 of the checks with only
+# platform-wide winners were accepted, most with the graph's own or its family's).
+CHECK_PRIOR = {Kinship.SAME_PROGRAM: 0.8, Kinship.FAMILY: 0.6, Kinship.PLATFORM: 0.35}
 
 
 class Path(StrEnum):
@@ -258,19 +262,30 @@ def share_standing(home: Home, state: NightState) -> list[TuneResult]:
 
 
 def plan_checks(home: Home, date: datetime.date, state: NightState, force: bool = False) -> list[PlannedTask]:
-    """Steps 2 and 3: a transfer check for each open group that has transfers, worthiest first;
-    read back where planned before for `date` (unless `force`)."""
+    """Steps 2 and 3: a transfer check for each open group that has transfers, by what it is
+    expected to decide (`check_value`), most first; read back where planned before for `date`
+    (unless `force`). A group whose checks found nothing gets none of configs that only won on
+    its platform again (its next step is a search), and a concluded group whose evidence moved
+    is checked with its siblings' new configs alone."""
     def make() -> list[PlannedTask]:
         checks = []
         for group in state.open_groups():
-            if state.status(group.key).concluded and not state.status(group.key).moved:
-                continue
+            status = state.status(group.key)
             transfers = tuple(state.sources.candidates(group.key))
+            if status.concluded or status.checked:
+                transfers = tuple(t for t in transfers if t.kinship is not Kinship.PLATFORM)
             if transfers:
-                checks.append(PlannedTask(Path.CHECK, group.key, state.alike(group.key), transfers))
-        return checks
+                checks.append((check_value(group, transfers), PlannedTask(
+                    Path.CHECK, group.key, state.alike(group.key), transfers)))
+        return [task for _, task in sorted(checks, key=lambda c: (-c[0], c[1].key))]
 
     return _planned(home, date, "checks", make, force)
+
+
+def check_value(group: Group, transfers: tuple[Transfer, ...]) -> float:
+    """What a check of `transfers` is expected to decide: the group's chip-seconds times the
+    chance its nearest kin's config holds up (`CHECK_PRIOR`)."""
+    return group.chip_seconds * max(CHECK_PRIOR[t.kinship] for t in transfers)
 
 
 def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, per_task_evals: int,

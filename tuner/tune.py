@@ -112,6 +112,8 @@ COMPARE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSet
                            min_pairs=MeasureSettings().min_pairs, max_seconds=3.0,
                            target_half_width=0.005, stop_when_no_gain=False,
                            catastrophe_ratio=None)
+# Why a transfer check verified nothing.
+NO_TRANSFER_GAIN = "no transferred config screened faster than the default"
 VERIFY_SETTINGS = MeasureSettings(confidence=VERIFIED_LEVEL, min_pairs=40, max_seconds=10.0)
 
 
@@ -212,6 +214,10 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
         except DefaultFails as failed:  # nothing to measure against: the task ends here
             default_fails = str(failed)
     searched = spending(trials, clock(), compiles)  # the workers stopped: the loop ends
+    if settings.transfer_check and winners.strict is not None and winners.strict.low <= 0.0:
+        # A check verifies only a transfer its screen showed faster than the default: three
+        # fresh workers cost several screens, and a search follows a check that finds nothing.
+        winners = Winners(None)
     if winners.strict is not None or winners.relaxed is not None:
         bar.set_postfix_str(f"verifying in {settings.verify_workers} fresh workers")
     result = _verify(target, trials, winners, settings, task_id, env_key,
@@ -294,7 +300,8 @@ def _verify(target: TuneTarget, trials: list[Trial], winners: Winners, settings:
     verified: EvaluationResult | None = None  # the strict winner's verification, where it measured a figure
     if check is None or best is None:  # the default failed, or no winner: nothing verified
         status, reason = ((Verdict.DEFAULT_FAILS, default_fails) if default_fails is not None
-                          else (Verdict.NO_GAIN, "nothing beat the default in the search"))
+                          else (Verdict.NO_GAIN, NO_TRANSFER_GAIN if settings.transfer_check
+                                else "nothing beat the default in the search"))
     else:
         status, reason = verdict_of(check, settings.verify.noise_band, target.placement)
         config, verified = best.config, (check if check.error is None else None)
