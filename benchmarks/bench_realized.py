@@ -43,7 +43,7 @@ from hlo.environment import Environment, store_key
 from pipelines.demo import DemoSettings
 from ranking.realized import MIN_JOBS, RUN_COLUMNS, realized_savings, realized_speedups
 from storage.store_schema import DEFAULT_HOLDOUT_SHARE
-from workloads.simulator import fleet
+from workloads.simulator import drops, fleet
 from workloads.simulator.catalog import SCALES
 
 DEMO = DemoSettings()
@@ -107,7 +107,7 @@ def fleet_days(spec: fleet.FleetSpec, lookup: fleet.TunedLookup, days: int, desc
     for day in progress_bar(range(FIRST_DAY, FIRST_DAY + days), desc=desc, unit="day", enabled=progress):
         rows = fleet.simulate_day(jobs, spec, day, STEP_SECONDS, HERE)
         rows, hits = fleet.apply_hits(rows, FINGERPRINTS, lookup, spec)
-        drop = pa.concat_tables(fleet.graph_run_batches(rows, hits, jobs, day, FINGERPRINTS))
+        drop = pa.concat_tables(drops.graph_run_batches(rows, hits, jobs, day, FINGERPRINTS))
         chip_seconds = pc.multiply(pc.cast(drop.column("chips"), pa.float64()), drop.column("seconds"))
         yield Day(drop.append_column("chip_seconds", chip_seconds).select(RUN_COLUMNS),
                   fleet.day_truth(rows, hits, jobs))

@@ -254,8 +254,8 @@ def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSe
     repeats = max(1, math.ceil(settings.min_sample_seconds / max(warm, 1e-7)))
     default_times: list[float] = []
     candidate_times: list[float] = []
-    stop_reason = "catastrophic" if runs.catastrophic(settings) else "max pairs"
-    while stop_reason != "catastrophic" and len(default_times) < settings.max_pairs:
+    stop_reason: str | None = "catastrophic" if runs.catastrophic(settings) else None
+    while stop_reason is None and len(default_times) < settings.max_pairs:
         if len(default_times) % 2 == 0:
             a = runs.default_run(repeats)
             b = runs.candidate_run(repeats, timed=True)
@@ -264,36 +264,8 @@ def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSe
             a = runs.default_run(repeats)
         default_times.append(a)
         candidate_times.append(b)
-        n = len(default_times)
-        if runs.catastrophic(settings):
-            stop_reason = "catastrophic"
-            break
-        decided = early_decision(_log_ratios(default_times, candidate_times), settings)
-        if decided:
-            stop_reason = decided
-            break
-        if runs.over_budget(settings, limit):
-            stop_reason = "time budget"
-            break
-        if n < settings.min_pairs or (n - settings.min_pairs) % settings.batch_pairs:
-            continue
-        interval = _interval(default_times, candidate_times, settings)
-        half_width = (interval.high - interval.low) / 2.0
-        tight = half_width <= settings.target_half_width * interval.estimate
-        # A tight interval across the noise band decides nothing: a small gain needs more pairs.
-        conclusive = (interval.low > 1.0 + settings.noise_band
-                      or interval.high < 1.0 + settings.noise_band)
-        if tight and conclusive:
-            stop_reason = "interval tight"
-            break
-        # Not on the first batches: a short burst of load can make a few pairs look one-sided.
-        if settings.stop_when_no_gain and interval.high < 1.0 + settings.noise_band \
-                and n >= 2 * settings.min_pairs:
-            stop_reason = "clearly no gain"
-            break
-        if time.perf_counter() - started > limit:
-            stop_reason = "time budget"
-            break
+        stop_reason = _stop(runs, default_times, candidate_times, settings,
+                            time.perf_counter() - started > limit, limit)
     if stop_reason == "catastrophic":
         speedup = range_interval(runs.default, runs.candidate)
         default_seconds, candidate_seconds = np.median(runs.default), np.median(runs.candidate)
@@ -306,9 +278,37 @@ def measure_pair(run_default: Runner, run_candidate: Runner, settings: MeasureSe
         default_seconds=float(default_seconds),
         candidate_seconds=float(candidate_seconds),
         significant=speedup.low > 1.0 + settings.noise_band,
-        stop_reason=stop_reason,
+        stop_reason=stop_reason or "max pairs",
         candidate_runs=runs.candidate_runs,
     )
+
+
+def _stop(runs: _Runs, default_times: list[float], candidate_times: list[float],
+          settings: MeasureSettings, late: bool, limit: float) -> str | None:
+    """Why the measurement stops after its latest pair (None: it goes on): a catastrophic
+    candidate, an early decision, a slow candidate's time spent, or, at the end of a batch, a
+    tight and conclusive interval, clearly no gain, or the time budget spent (`late`)."""
+    n = len(default_times)
+    if runs.catastrophic(settings):
+        return "catastrophic"
+    decided = early_decision(_log_ratios(default_times, candidate_times), settings)
+    if decided:
+        return decided
+    if runs.over_budget(settings, limit):
+        return "time budget"
+    if n < settings.min_pairs or (n - settings.min_pairs) % settings.batch_pairs:
+        return None
+    interval = _interval(default_times, candidate_times, settings)
+    half_width = (interval.high - interval.low) / 2.0
+    tight = half_width <= settings.target_half_width * interval.estimate
+    # A tight interval across the noise band decides nothing: a small gain needs more pairs.
+    conclusive = interval.low > 1.0 + settings.noise_band or interval.high < 1.0 + settings.noise_band
+    if tight and conclusive:
+        return "interval tight"
+    # Not on the first batches: a short burst of load can make a few pairs look one-sided.
+    if settings.stop_when_no_gain and interval.high < 1.0 + settings.noise_band and n >= 2 * settings.min_pairs:
+        return "clearly no gain"
+    return "time budget" if late else None
 
 
 def _warm_up(runs: _Runs, settings: MeasureSettings) -> float:

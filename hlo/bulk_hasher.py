@@ -125,79 +125,14 @@ class _BulkSchema:
             raise Unsupported("schema")
         messages = {m.name: m for m in file.message_type}
         instruction = messages[InstructionProto.DESCRIPTOR.name]
-        cleared = set(INSTRUCTION_IDENTITY_FIELDS) | {"frontend_attributes"}
-        fields = {f.name: f for f in instruction.field}
-        if (
-            instruction.oneof_decl
-            or not cleared <= set(fields)
-            or not {"id", *_ID_LIST_FIELDS} <= set(INSTRUCTION_IDENTITY_FIELDS)
-            or fields["id"].label == _F.LABEL_REPEATED
-            or fields["id"].type not in _VARINT_TYPES
-            or any(
-                fields[n].label != _F.LABEL_REPEATED or fields[n].type not in _VARINT_TYPES
-                for n in _ID_LIST_FIELDS
-            )
-        ):
-            raise Unsupported("schema")
+        fields = _checked_instruction_fields(instruction)
         flat_fields = [_F() for _ in _ID_LIST_FIELDS]
         for copy, name in zip(flat_fields, _ID_LIST_FIELDS):
             copy.CopyFrom(fields[name])  # the reference's semantics for the merged lists
-        suffix = b""
-        for field in instruction.field:
-            if field.name not in cleared:
-                continue
-            if field.proto3_optional or field.HasField("oneof_index"):
-                raise Unsupported("schema")
-            if field.label == _F.LABEL_REPEATED:
-                # A packed list of varints is one length-delimited field: bytes on the wire.
-                # Only the id lists are checked against their merged values (see above).
-                if field.name not in _ID_LIST_FIELDS:
-                    raise Unsupported("schema")
-                field.label = _F.LABEL_OPTIONAL
-                field.type = _F.TYPE_BYTES
-                field.ClearField("type_name")
-                field.ClearField("options")
-            if field.type in (_F.TYPE_STRING, _F.TYPE_BYTES):
-                suffix += _tag(field.number, 2) + b"\x00"
-            elif field.type in _VARINT_TYPES:
-                suffix += _tag(field.number, 0) + b"\x00"
-            else:
-                raise Unsupported("schema")
-        self.clear_suffix = suffix
-        instructions_number = ComputationProto.DESCRIPTOR.fields_by_name["instructions"].number
-        computations_number = ModuleProto.DESCRIPTOR.fields_by_name["computations"].number
-        frontend_number = fields["frontend_attributes"].number
+        self.clear_suffix = _clearing_suffix(instruction)
         opcode = fields["opcode"]
         self.constant_opcode = _tag(opcode.number, 2) + _varint(len(b"constant")) + b"constant"
-
-        def add(name: str, specs: list[tuple[str, int, int, int, str | None]]) -> None:
-            if name in messages:
-                raise Unsupported("schema")
-            message = file.message_type.add(name=name)
-            for field_name, number, field_type, label, type_name in specs:
-                field = message.field.add(
-                    name=field_name, number=number, type=field_type, label=label
-                )
-                if type_name:
-                    field.type_name = f".{file.package}.{type_name}"
-
-        add("FpRawComputation", [
-            ("instructions", instructions_number, _F.TYPE_BYTES, _F.LABEL_REPEATED, None),
-        ])
-        add("FpOpaque", [])
-        add("FpMergedInstructions", [
-            ("frontend_attributes", frontend_number, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL,
-             "FpOpaque"),
-        ])
-        file.message_type[-1].field.extend(flat_fields)
-        add("FpMergedComputation", [
-            ("instructions", instructions_number, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL,
-             "FpMergedInstructions"),
-        ])
-        add("FpMergedModule", [
-            ("computations", computations_number, _F.TYPE_MESSAGE, _F.LABEL_REPEATED,
-             "FpMergedComputation"),
-        ])
+        _add_bulk_messages(file, messages, fields["frontend_attributes"].number, flat_fields)
         pool = descriptor_pool.DescriptorPool()
         pool.Add(file)
 
@@ -211,6 +146,88 @@ class _BulkSchema:
         self.raw_computation_class = get("FpRawComputation")
         self.merged_module_class = get("FpMergedModule")
 
+
+_CLEARED = frozenset(INSTRUCTION_IDENTITY_FIELDS) | {"frontend_attributes"}
+
+
+def _checked_instruction_fields(instruction: Any) -> dict[str, Any]:
+    """The instruction schema's fields by name, where the bulk schema can be built from it:
+    no oneof, every field the reference clears declared, the id a varint and the id lists
+    repeated varints (Unsupported otherwise)."""
+    fields = {f.name: f for f in instruction.field}
+    if (
+        instruction.oneof_decl
+        or not _CLEARED <= set(fields)
+        or not {"id", *_ID_LIST_FIELDS} <= set(INSTRUCTION_IDENTITY_FIELDS)
+        or fields["id"].label == _F.LABEL_REPEATED
+        or fields["id"].type not in _VARINT_TYPES
+        or any(
+            fields[n].label != _F.LABEL_REPEATED or fields[n].type not in _VARINT_TYPES
+            for n in _ID_LIST_FIELDS
+        )
+    ):
+        raise Unsupported("schema")
+    return fields
+
+
+def _clearing_suffix(instruction: Any) -> bytes:
+    """The fixed suffix that sets every field the reference clears to its default when merged
+    into an instruction; turns those fields of `instruction`'s schema into singular proto3
+    scalars (the id lists into bytes: a packed list of varints is one length-delimited field on
+    the wire). Unsupported where a cleared field has another form."""
+    suffix = b""
+    for field in instruction.field:
+        if field.name not in _CLEARED:
+            continue
+        if field.proto3_optional or field.HasField("oneof_index"):
+            raise Unsupported("schema")
+        if field.label == _F.LABEL_REPEATED:
+            # Only the id lists are checked against their merged values (the module docstring).
+            if field.name not in _ID_LIST_FIELDS:
+                raise Unsupported("schema")
+            field.label = _F.LABEL_OPTIONAL
+            field.type = _F.TYPE_BYTES
+            field.ClearField("type_name")
+            field.ClearField("options")
+        if field.type in (_F.TYPE_STRING, _F.TYPE_BYTES):
+            suffix += _tag(field.number, 2) + b"\x00"
+        elif field.type in _VARINT_TYPES:
+            suffix += _tag(field.number, 0) + b"\x00"
+        else:
+            raise Unsupported("schema")
+    return suffix
+
+
+def _add_bulk_messages(file: Any, messages: dict[str, Any], frontend_number: int, flat_fields: list[Any]) -> None:
+    """The bulk schema's own messages, added to `file`: a computation of raw instruction bytes,
+    and a module whose computations' instructions are one merged message each (their id lists
+    `flat_fields`, with the reference's repeated-field semantics)."""
+    instructions_number = ComputationProto.DESCRIPTOR.fields_by_name["instructions"].number
+    computations_number = ModuleProto.DESCRIPTOR.fields_by_name["computations"].number
+
+    def add(name: str, specs: list[tuple[str, int, int, int, str | None]]) -> None:
+        if name in messages:
+            raise Unsupported("schema")
+        message = file.message_type.add(name=name)
+        for field_name, number, field_type, label, type_name in specs:
+            field = message.field.add(name=field_name, number=number, type=field_type, label=label)
+            if type_name:
+                field.type_name = f".{file.package}.{type_name}"
+
+    add("FpRawComputation", [
+        ("instructions", instructions_number, _F.TYPE_BYTES, _F.LABEL_REPEATED, None),
+    ])
+    add("FpOpaque", [])
+    add("FpMergedInstructions", [
+        ("frontend_attributes", frontend_number, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, "FpOpaque"),
+    ])
+    file.message_type[-1].field.extend(flat_fields)
+    add("FpMergedComputation", [
+        ("instructions", instructions_number, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, "FpMergedInstructions"),
+    ])
+    add("FpMergedModule", [
+        ("computations", computations_number, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "FpMergedComputation"),
+    ])
 
 def _build_bulk_schema() -> _BulkSchema | None:
     try:

@@ -21,7 +21,7 @@ from ranking.realized import realized_speedups
 from storage.home_factory import open_home
 from storage.store_schema import DEFAULT_HOLDOUT_SHARE
 from storage.warehouse import Warehouse
-from workloads.simulator import fleet
+from workloads.simulator import drops, fleet
 from workloads.simulator.catalog import build_catalog
 from workloads.simulator.run import simulate, store_lookup
 
@@ -140,7 +140,7 @@ def _everywhere(fingerprints: list[str], speedup: float = 1.25, share: float = 0
 
 def _runs(rows: fleet.DayRows, hits: fleet.Hits, jobs: fleet.Jobs, day: int, fingerprints: list[str]) -> pa.Table:
     """The day's drop rows as graph_runs rows (chip_seconds added, as ingestion does)."""
-    drop = pa.concat_tables(fleet.graph_run_batches(rows, hits, jobs, day, fingerprints))
+    drop = pa.concat_tables(drops.graph_run_batches(rows, hits, jobs, day, fingerprints))
     return drop.append_column("chip_seconds", pc.multiply(pc.cast(drop.column("chips"), pa.float64()),
                                                           drop.column("seconds")))
 
@@ -249,7 +249,7 @@ def test_the_same_days_after_another_epoch_are_the_same_fleet_on_their_own_dates
         release = lambda env: datetime.date.fromisoformat(env.compiler_version.rpartition("+")[2])  # noqa: E731
         assert release(after) - release(before) == datetime.timedelta(days=300)
     _, hits = fleet.apply_hits(moved, fingerprints, None, later)
-    drop = pa.concat_tables(fleet.graph_run_batches(moved, hits, jobs, 40, fingerprints, later.epoch))
+    drop = pa.concat_tables(drops.graph_run_batches(moved, hits, jobs, 40, fingerprints, later.epoch))
     assert set(drop.column("dt").to_pylist()) == {later.epoch + datetime.timedelta(days=40)}
 
 

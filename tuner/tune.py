@@ -54,7 +54,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from execution.compile import compiler_defaults
 from execution.cores import plan_cores
@@ -161,12 +161,7 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     home = open_home(home)
     environment = current_environment()
     env_key = env_key or environment.key()
-    strategy_name = settings.strategy if settings.schedule else f"{settings.strategy} (plain)"
-    # A sharded graph's mode is part of what a task is; a one-device graph's id is as before.
-    measured_as = [target.placement.mode] if target.placement.partitioning is not None else []
-    task_id = task_digest(target.kind, target.fingerprint, env_key, strategy_name,
-                          settings.seed, settings.budget_evals, environment.compiler_version,
-                          *map(config_key, target.configs), *measured_as, *_transfer_parts(settings))
+    task_id = _task_id(target, settings, env_key, environment.compiler_version)
     finished = finished_result(home, task_id)
     if finished is not None:  # landing again is a no-op unless a kill cut it short
         land_result(home, finished)
@@ -177,6 +172,7 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     bar = progress_bar(total=settings.budget_evals,
                        initial=evaluations([t for t in trials if t.phase == Phase.SEARCH]),
                        desc=f"tune {target.label}", unit="eval", enabled=progress)
+
     def in_time() -> bool:
         return not settings.budget_minutes or time.monotonic() - started < 60 * settings.budget_minutes
 
@@ -187,54 +183,90 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
         else:  # the budget is spent: say what the minute or two after it goes to
             bar.set_postfix_str(f"choosing the winner ({trial.phase})")
 
-    stalled = None
-    next_config: Propose
-    listed = target.configs or (tuple(t.config for t in settings.transfers) if settings.transfer_check else ())
-    if listed:  # a fixed list, in order: a transfer check's transfers
-        next_config = functools.partial(_listed, listed)
-    else:
-        strategy = _strategy(target, home, settings, prior)
-        next_config = _seeded(tuple(t.config for t in settings.transfers), proposals(strategy))
-        if settings.stall_after is not None:
-            stalled = Stall(strategy, settings.stall_after)
-    plan = plan_cores(settings.compile_workers, settings.cores)
-    # A target with nothing to measure (`unmeasurable`) ends as one whose default fails.
-    default_fails, winners = target.unmeasurable, Winners(None)
-    stop: StopReason | None = None
-    compiles: dict[Phase, int] = {}
-    if default_fails is None:
-        try:
-            with WorkerEvaluator(target.module.proto, settings.seed, plan, settings.verify_workers,
-                                 target.placement.compiled_for) as evaluator:
-                outcome = run_search(evaluator, next_config, trials, settings.budget_evals,
-                                     settings.search, settings.compare, in_time, record,
-                                     listed=bool(listed), clock=clock, stalled=stalled)
-                trials, winners, stop, compiles = (outcome.trials, outcome.winners, outcome.stop,
-                                                   outcome.compiles)
-        except DefaultFails as failed:  # nothing to measure against: the task ends here
-            default_fails = str(failed)
-    searched = spending(trials, clock(), compiles)  # the workers stopped: the loop ends
-    if settings.transfer_check and winners.strict is not None and winners.strict.low <= 0.0:
-        # A check verifies only a transfer its screen showed faster than the default: three
-        # fresh workers cost several screens, and a search follows a check that finds nothing.
-        winners = Winners(None)
-    if winners.strict is not None or winners.relaxed is not None:
+    searched = _search(target, home, settings, prior, trials, clock, in_time, record)
+    if searched.winners.strict is not None or searched.winners.relaxed is not None:
         bar.set_postfix_str(f"verifying in {settings.verify_workers} fresh workers")
-    result = _verify(target, trials, winners, settings, task_id, env_key,
-                     environment.compiler_version, searched, default_fails)
-    allotment = settings.allotment
-    source = transferred(result.config, settings.transfers) if result.config else None
-    result = replace(result, search_stop=stop,
-                     budget_share=allotment.share if allotment is not None else None,
-                     budget_reason=allotment.reason if allotment is not None else None,
-                     origin=Origin.TRANSFER if settings.transfer_check or source is not None else Origin.SEARCH,
-                     transferred_from=source.source if source is not None else None,
-                     reason=f"{result.reason}; transferred ({source.describe()})" if source else result.reason,
-                     strategy=TRANSFER_CHECK if settings.transfer_check else result.strategy)
+    result = _verify(target, searched.trials, searched.winners, settings, task_id, env_key,
+                     environment.compiler_version, spending(searched.trials, clock(), searched.compiles),
+                     searched.default_fails)
+    result = _labelled(result, settings, searched.stop)
     bar.close()
     save_result(home, result)
     land_result(home, result)
     return result
+
+
+def _task_id(target: TuneTarget, settings: TuneSettings, env_key: str, compiler_version: str) -> str:
+    """What names a task: its target, environment, compiler and what its search is given."""
+    strategy_name = settings.strategy if settings.schedule else f"{settings.strategy} (plain)"
+    # A sharded graph's mode is part of what a task is; a one-device graph's id is as before.
+    measured_as = [target.placement.mode] if target.placement.partitioning is not None else []
+    return task_digest(target.kind, target.fingerprint, env_key, strategy_name, settings.seed,
+                       settings.budget_evals, compiler_version, *map(config_key, target.configs),
+                       *measured_as, *_transfer_parts(settings))
+
+
+@dataclass(frozen=True)
+class _Searched:
+    """What a task's loop left: its trials, its winners, why its search ended, what its race
+    and pruning compiled, and why its default failed (None: it did not)."""
+
+    trials: list[Trial]
+    winners: Winners
+    stop: StopReason | None
+    compiles: dict[Phase, int]
+    default_fails: str | None
+
+
+def _search(target: TuneTarget, home: Home, settings: TuneSettings, prior: list[TrialRecord] | None,
+            trials: list[Trial], clock: TaskClock, in_time: Callable[[], bool],
+            record: Callable[[Trial], None]) -> _Searched:
+    """The task's search, race and pruning from its journaled `trials` (none where its target
+    is unmeasurable or its default fails: then `default_fails` says why). A transfer check's
+    winner is kept only where its screen showed it faster than the default: three fresh workers
+    cost several screens, and a search follows a check that finds nothing."""
+    next_config, stalled, listed = _proposals(target, home, settings, prior)
+    plan = plan_cores(settings.compile_workers, settings.cores)
+    if target.unmeasurable is not None:  # nothing to measure: it ends as one whose default fails
+        return _Searched(trials, Winners(None), None, {}, target.unmeasurable)
+    try:
+        with WorkerEvaluator(target.module.proto, settings.seed, plan, settings.verify_workers,
+                             target.placement.compiled_for) as evaluator:
+            outcome = run_search(evaluator, next_config, trials, settings.budget_evals, settings.search,
+                                 settings.compare, in_time, record, listed=listed, clock=clock,
+                                 stalled=stalled)
+    except DefaultFails as failed:  # nothing to measure against: the task ends here
+        return _Searched(trials, Winners(None), None, {}, str(failed))
+    winners = outcome.winners
+    if settings.transfer_check and winners.strict is not None and winners.strict.low <= 0.0:
+        winners = Winners(None)
+    return _Searched(outcome.trials, winners, outcome.stop, outcome.compiles, None)
+
+
+def _proposals(target: TuneTarget, home: Home, settings: TuneSettings,
+               prior: list[TrialRecord] | None) -> tuple[Propose, Stall | None, bool]:
+    """What the task's search proposes, the rule that ends it when stalled (None: never), and
+    whether its configs are a fixed list (a target's, or a transfer check's transfers)."""
+    listed = target.configs or (tuple(t.config for t in settings.transfers) if settings.transfer_check else ())
+    if listed:
+        return functools.partial(_listed, listed), None, True
+    strategy = _strategy(target, home, settings, prior)
+    stalled = Stall(strategy, settings.stall_after) if settings.stall_after is not None else None
+    return _seeded(tuple(t.config for t in settings.transfers), proposals(strategy)), stalled, False
+
+
+def _labelled(result: TuneResult, settings: TuneSettings, stop: StopReason | None) -> TuneResult:
+    """`result` with what its task was given and why its search ended: its allotment, where its
+    config came from (a transfer, and from which key), a check's strategy."""
+    allotment = settings.allotment
+    source = transferred(result.config, settings.transfers) if result.config else None
+    return replace(result, search_stop=stop,
+                   budget_share=allotment.share if allotment is not None else None,
+                   budget_reason=allotment.reason if allotment is not None else None,
+                   origin=Origin.TRANSFER if settings.transfer_check or source is not None else Origin.SEARCH,
+                   transferred_from=source.source if source is not None else None,
+                   reason=f"{result.reason}; transferred ({source.describe()})" if source else result.reason,
+                   strategy=TRANSFER_CHECK if settings.transfer_check else result.strategy)
 
 
 def _strategy(target: TuneTarget, home: Home, settings: TuneSettings,

@@ -53,22 +53,7 @@ def add_tune(sub: Subcommands) -> None:
                    "GPU's): run XLA's autotuner exhaustively over each graph's fusions and verify "
                    "the graph with the costliest fusions' results delivered")
     p.add_argument("--top", type=int, default=5, metavar="K", help="without files: how many candidates")
-    p.add_argument("--budget-evals", type=int, default=None, metavar="N",
-                   help=f"evaluations of each task's search: configs timed or failed (one that "
-                   f"compiles to a program already known is free); the finalists' race, the "
-                   f"winner's pruning and its verification come on top, and the output says "
-                   f"what each phase spent (default: {graph.budget_evals} for graphs, the whole "
-                   f"space for ops; kernels: how many of the costliest fusions' results to keep, "
-                   f"default {kernels.budget_evals})")
-    p.add_argument("--budget-minutes", type=float, default=None, metavar="MINUTES",
-                   help="time budget of each task's search; the phases after it come on top "
-                   "(default: none, --budget-evals alone)")
-    p.add_argument("--stall-after", type=int, default=None, metavar="K",
-                   help="end a search before its budget once K evaluations in a row brought no "
-                   "significant improvement on its best so far, after its cold-start screen of "
-                   "the likeliest moves and their combinations (docs/tuner.md); the output says "
-                   "why each search ended: budget, stalled, time or exhausted (default: "
-                   f"{STALL_AFTER}; 0: never, the search runs its budget)")
+    _add_budget(p, graph.budget_evals, kernels.budget_evals)
     p.add_argument("--strategy", default=None, choices=sorted(STRATEGIES),
                    help="the search's last phase, after the default's one-move neighbours (by "
                    f"prior) and their combinations (default: {graph.strategy} for graphs, {op.strategy} "
@@ -99,6 +84,26 @@ def add_tune(sub: Subcommands) -> None:
     p.add_argument("--json", action="store_true", help="print the tuning results as JSON (with "
                    "--cluster, each with the node that ran it)")
     p.set_defaults(run=cmd_tune, home_url=True)
+
+
+def _add_budget(p: argparse.ArgumentParser, graph_evals: int, kernels_evals: int) -> None:
+    """`fdo tune`'s budget: evaluations, minutes, and when a stalled search ends."""
+    p.add_argument("--budget-evals", type=int, default=None, metavar="N",
+                   help=f"evaluations of each task's search: configs timed or failed (one that "
+                   f"compiles to a program already known is free); the finalists' race, the "
+                   f"winner's pruning and its verification come on top, and the output says "
+                   f"what each phase spent (default: {graph_evals} for graphs, the whole "
+                   f"space for ops; kernels: how many of the costliest fusions' results to keep, "
+                   f"default {kernels_evals})")
+    p.add_argument("--budget-minutes", type=float, default=None, metavar="MINUTES",
+                   help="time budget of each task's search; the phases after it come on top "
+                   "(default: none, --budget-evals alone)")
+    p.add_argument("--stall-after", type=int, default=None, metavar="K",
+                   help="end a search before its budget once K evaluations in a row brought no "
+                   "significant improvement on its best so far, after its cold-start screen of "
+                   "the likeliest moves and their combinations (docs/tuner.md); the output says "
+                   "why each search ended: budget, stalled, time or exhausted (default: "
+                   f"{STALL_AFTER}; 0: never, the search runs its budget)")
 
 
 @needs("pipeline")

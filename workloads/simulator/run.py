@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from console.progress import progress_bar
-from hlo.environment import ENVIRONMENT_FILE, current_environment
+from hlo.environment import ENVIRONMENT_FILE, Environment, current_environment
 from ingest.profiles import ingest_profiles
 from ingest.quarantine import Quarantined
 from ingest.symbols import ingest_symbols
@@ -41,7 +41,7 @@ from storage.home_factory import atomic_write, open_home
 from storage.store_reader import StoreReader
 from storage.store_schema import DEFAULT_HOLDOUT_SHARE, StoreError
 from storage.warehouse import ROW_GROUP_ROWS
-from workloads.simulator import fleet
+from workloads.simulator import drops, fleet
 from workloads.simulator.catalog import REACH_SCALES, SCALES, CatalogGraph, build_catalog
 
 CHIP_HOUR = 3600.0
@@ -133,31 +133,53 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
                            release_every_days=release_every_days, regressions=regressions, epoch=epoch,
                            mode=mode)
     family = np.array([g.workload for g in catalog])
-    population = fleet.make_jobs(spec, len(catalog), family)
-    here = current_environment()
-    fingerprints = [g.fingerprint for g in catalog]
-    step_seconds = np.array([g.step_seconds for g in catalog])
+    run = _Run(home, inbox or root / "fleet", inbox is not None, catalog, spec,
+               fleet.make_jobs(spec, len(catalog), family), current_environment(), tuned)
     totals = _Totals(len(catalog))
     report = SimulationReport(graphs=len(catalog), families=len(set(family.tolist())), mode=mode,
                               inbox=str(inbox) if inbox else None)
     for day in progress_bar(range(first_day, first_day + days), desc="fleet days", unit="day",
                             enabled=progress):
-        rows = fleet.simulate_day(population, spec, day, step_seconds, here)
-        rows, hits = fleet.apply_hits(rows, fingerprints, tuned, spec)
-        dt = (epoch + datetime.timedelta(days=day)).isoformat()
-        fleet_dir = inbox or root / "fleet"
-        drop_dir = fleet_dir / "profiles" / dt
+        run.day(day, report, totals)
+    totals.finish(report, family)
+    return report
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One simulation: where the fleet hands its files over (`fleet_dir`; `handed_over`: an
+    inbox, ingested later, else ingested here into `home`), its programs, spec and jobs, this
+    machine's environment, and the store entries its jobs find."""
+
+    home: Home
+    fleet_dir: Path
+    handed_over: bool
+    catalog: list[CatalogGraph]
+    spec: fleet.FleetSpec
+    population: fleet.Jobs
+    here: Environment
+    tuned: fleet.TunedLookup | None
+
+    def day(self, day: int, report: SimulationReport, totals: _Totals) -> None:
+        """Day `day` of the fleet: its drops and new dumps written (and ingested, without an
+        inbox), `report` and `totals` told what it did."""
+        spec, catalog = self.spec, self.catalog
+        fingerprints = [g.fingerprint for g in catalog]
+        rows = fleet.simulate_day(self.population, spec, day, np.array([g.step_seconds for g in catalog]), self.here)
+        rows, hits = fleet.apply_hits(rows, fingerprints, self.tuned, spec)
+        dt = (spec.epoch + datetime.timedelta(days=day)).isoformat()
+        drop_dir = self.fleet_dir / "profiles" / dt
         # A reach fleet's drops are named apart: a default one of the same seed and size differs.
-        name = f"fleet{'-reach' if mode is fleet.FleetMode.REACH else ''}-s{seed}-j{jobs}-{dt}"
-        graph_runs = _write_drop(drop_dir / f"{name}.graph_runs.parquet",
-                                 fleet.graph_run_batches(rows, hits, population, day, fingerprints, epoch))
-        op_runs = _write_drop(drop_dir / f"{name}.op_runs.parquet", fleet.op_run_batches(
-            rows, population, spec, day, fingerprints,
+        name = f"fleet{'-reach' if spec.mode is fleet.FleetMode.REACH else ''}-s{spec.seed}-j{spec.jobs}-{dt}"
+        graph_runs = _write_drop(drop_dir / f"{name}.graph_runs.parquet", drops.graph_run_batches(
+            rows, hits, self.population, day, fingerprints, spec.epoch))
+        op_runs = _write_drop(drop_dir / f"{name}.op_runs.parquet", drops.op_run_batches(
+            rows, self.population, spec, day, fingerprints,
             [g.op_fingerprints for g in catalog], [g.op_shares for g in catalog]))
-        dumps = _hand_over_dumps(fleet_dir / "dumps", rows, catalog, epoch + datetime.timedelta(days=day))
-        if inbox is None:
-            symbols = ingest_symbols(dumps, home) if dumps else None
-            profiles = ingest_profiles([drop_dir], home)
+        dumps = _hand_over_dumps(self.fleet_dir / "dumps", rows, catalog, spec.epoch + datetime.timedelta(days=day))
+        if not self.handed_over:
+            symbols = ingest_symbols(dumps, self.home) if dumps else None
+            profiles = ingest_profiles([drop_dir], self.home)
             graph_runs, op_runs = profiles.graph_runs, profiles.op_runs
             report.symbol_modules += symbols.modules if symbols else 0
             report.quarantined += (symbols.quarantined if symbols else []) + profiles.quarantined
@@ -165,13 +187,11 @@ def simulate(home: Home, days: int, jobs: int, seed: int = 0, start: datetime.da
             report.symbol_modules += len(dumps)
         report.graph_runs += graph_runs
         report.op_runs += op_runs
-        truth = fleet.day_truth(rows, hits, population)
+        truth = fleet.day_truth(rows, hits, self.population)
         report.true_speedups.update(truth.effects)
-        report.days.append({**totals.add_day(dt, rows, population),
+        report.days.append({**totals.add_day(dt, rows, self.population),
                             "true_chip_hours_saved": truth.saved / CHIP_HOUR,
                             "holdout_chip_hours_forgone": truth.forgone / CHIP_HOUR})
-    totals.finish(report, family)
-    return report
 
 
 class _Totals:
