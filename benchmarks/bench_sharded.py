@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from execution.evaluate import evaluate_independently  # noqa: E402
 from execution.flags import CompilerConfig  # noqa: E402
-from execution.sharded import MeasureMode, Placement  # noqa: E402
+from execution.sharded import Placement  # noqa: E402
 from hlo.module import HloModule, from_lowered  # noqa: E402
 from tuner.kinds import make_target  # noqa: E402
 from tuner.schedule import neighbourhood  # noqa: E402
@@ -58,6 +58,7 @@ from tuner.target import graph_subject  # noqa: E402
 from tuner.task import tune_module  # noqa: E402
 from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, TuneSettings  # noqa: E402
 from tuner.worker_evaluator import WorkerEvaluator  # noqa: E402
+from vocabulary.measure import MeasureMode  # noqa: E402
 from vocabulary.tuning import Kind  # noqa: E402
 from workloads.zoo.sharded import get_sharded, sharded_workloads  # noqa: E402
 

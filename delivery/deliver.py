@@ -44,8 +44,9 @@ from storage.beam_io import ReadTables, Source, StageTable, partition_files, pla
 from storage.beam_runner import pipeline_options
 from storage.home import Home, temporary_name
 from storage.home_factory import open_home
-from storage.store_schema import ENTRIES, Provenance, conform_entries
+from storage.store_schema import ENTRIES, conform_entries
 from tuner.tables import TUNING_RESULTS
+from vocabulary.store import Provenance
 from vocabulary.tuning import Kind, Origin
 
 log = logging.getLogger("fleet_fdo.deliver")

@@ -24,7 +24,8 @@ from execution.autotune.results import MAX_RESULTS, ResultsError, parse_results
 from execution.flags import FlagError, checked_config, to_json
 from hlo.environment import store_key
 from storage.home import Home
-from storage.store_schema import MAX_HOLDOUT_SHARE, Provenance, StoreEntry, check_holdout_share, entries_table
+from storage.store_schema import MAX_HOLDOUT_SHARE, StoreEntry, check_holdout_share, entries_table
+from vocabulary.store import Provenance
 
 MAX_IMPORT_BYTES = 16 << 20
 Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]

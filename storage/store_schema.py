@@ -32,6 +32,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 import pyarrow as pa
 
+from vocabulary.store import Provenance
 from vocabulary.tuning import Origin
 
 STORE_ENTRY_COLUMNS = pa.schema([
@@ -95,15 +96,6 @@ def conform_entries(entries: pa.Table) -> pa.Table:
         if name not in entries.column_names and name in ADDED_ENTRY_COLUMNS:
             entries = entries.append_column(name, pa.nulls(entries.num_rows, ENTRIES.field(name).type))
     return entries.select(ENTRIES.names).cast(ENTRIES)
-
-
-class Provenance(enum.StrEnum):
-    """Who wrote a store entry last: deliver, from a tuning result (TUNER); the validator,
-    re-measured or re-keyed (VALIDATOR); an owner's import, a file or the service (IMPORT)."""
-
-    TUNER = "tuner"
-    VALIDATOR = "validator"
-    IMPORT = "import"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ from execution.numerics import OutputCheck
 from hlo.environment import Environment, GpuDescription, Partitioning, gpu_environment, store_key
 from ingest.tables import GRAPHS, HITS, partitioning_text
 from storage.blobs import BlobStore
-from storage.store_schema import Provenance, StoreEntry, entries_of, entries_table
+from storage.store_schema import StoreEntry, entries_of, entries_table
 from storage.warehouse import Warehouse
 from validator import rules
 from validator.plan import Planner, Queued
@@ -27,6 +27,7 @@ from validator.toolchains import Toolchain
 from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
 from vocabulary.failures import Failure
 from vocabulary.interval import Interval
+from vocabulary.store import Provenance
 
 UTC = datetime.UTC
 NOW = datetime.datetime(2026, 6, 1, 12, tzinfo=UTC)

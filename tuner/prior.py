@@ -29,7 +29,7 @@ from storage.warehouse import Warehouse
 from tuner.schedule import Move
 from tuner.strategies import FAILED
 from tuner.tables import TRIALS, TUNING_RESULTS, results_of, trials_of
-from tuner.trial import Outcome
+from vocabulary.tuning import TrialOutcome
 
 # A move that compiled to the default's program: known to do nothing there, so it waits
 # behind moves never tried, which might do something.
@@ -45,9 +45,9 @@ def move_prior(home: Home, kind: str, exclude_fingerprint: str,
         moves = _moves(trial.config, defaults)
         if moves is None or len(moves) != 1:
             continue
-        if trial.outcome == Outcome.FAILED or not trial.speedup:
+        if trial.outcome == TrialOutcome.FAILED or not trial.speedup:
             evidence[moves[0]].append(FAILED)
-        elif trial.outcome == Outcome.IDENTICAL:
+        elif trial.outcome == TrialOutcome.IDENTICAL:
             evidence[moves[0]].append(NO_CHANGE)
         else:
             evidence[moves[0]].append(math.log(trial.speedup))

@@ -59,11 +59,12 @@ import pyarrow as pa
 from execution.autotune.per_fusion_directory import AutotuneOutcome, Uptake
 from execution.autotune.results import AutotuneResults, Keying
 from execution.evaluate import EvaluationResult
-from execution.sharded import MeasureMode
 from ranking.realized import Realized
-from storage.store_schema import Provenance, StoreEntry, entries_of, entries_table
+from storage.store_schema import StoreEntry, entries_of, entries_table
 from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
 from vocabulary.interval import Interval, as_flat, columns, from_flat
+from vocabulary.measure import MeasureMode
+from vocabulary.store import Provenance
 
 # What the audit row carries of the fleet's arms: Decision fields and columns alike.
 _FLEET_ARMS = ("fleet_tuned_jobs", "fleet_tuned_runs", "fleet_holdout_jobs", "fleet_holdout_runs")

@@ -4,10 +4,10 @@ row, and the journal's."""
 
 from __future__ import annotations
 
-from enum import StrEnum
+from vocabulary.closed_set import ClosedSet
 
 
-class DecisionOutcome(StrEnum):
+class DecisionOutcome(ClosedSet):
     """A validator decision on an entry (`validator.rules`). KEPT: re-measured on its own
     compiler and still faster; REKEYED: shown faster on another compiler, a new entry under its
     key; INVALIDATED: shown not faster, failing, or failing in the fleet; EXPIRED: past its
@@ -26,7 +26,7 @@ class DecisionOutcome(StrEnum):
         return self in (DecisionOutcome.KEPT, DecisionOutcome.REKEYED)
 
 
-class StoreChange(StrEnum):
+class StoreChange(ClosedSet):
     """How a decision changes the store: REFRESH its entry (a new measurement and expiry),
     REMOVE it, ADD one under a new key (re-keyed to another compiler), or NONE."""
 
@@ -36,7 +36,7 @@ class StoreChange(StrEnum):
     NONE = "none"
 
 
-class Applied(StrEnum):
+class Applied(ClosedSet):
     """How applying a decision to the live entries went: APPLIED (or a no-op, applied before),
     or STALE, the entry changed meanwhile and was left alone."""
 

@@ -3,10 +3,10 @@ measurement (`Failure`). Callers compare these; the messages beside them are for
 
 from __future__ import annotations
 
-from enum import StrEnum
+from vocabulary.closed_set import ClosedSet
 
 
-class Fault(StrEnum):
+class Fault(ClosedSet):
     """How a job failed in its worker (`execution.worker`): ERROR, the job raised (our code or
     its arguments; the worker lives on); CRASH, OOM, TIMEOUT, the worker died or was killed
     running it (`died`)."""
@@ -23,7 +23,7 @@ class Fault(StrEnum):
         return self is not Fault.ERROR
 
 
-class Failure(StrEnum):
+class Failure(ClosedSet):
     """Why an evaluation produced no measurement (`execution.evaluate.EvaluationResult`).
     DEFAULT_FAILS: the default config does not compile or run the module (nothing to compare
     with); CANDIDATE_FAILS: the default runs, the candidate does not compile or run;

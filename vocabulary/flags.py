@@ -3,10 +3,10 @@ closed sets of `execution.flags.FlagSpec`, which the tuner's spaces and the stor
 
 from __future__ import annotations
 
-from enum import StrEnum
+from vocabulary.closed_set import ClosedSet
 
 
-class FlagType(StrEnum):
+class FlagType(ClosedSet):
     """A flag's value type. REPEATED_ENUM: a list of enum names; PLACEMENT: the backend one
     fusion type is routed to (library routing: `execution.flags.placement`)."""
 
@@ -19,7 +19,7 @@ class FlagType(StrEnum):
     PLACEMENT = "placement"
 
 
-class Channel(StrEnum):
+class Channel(ClosedSet):
     """How a flag reaches XLA (`execution.flags.to_xla`): OPTION, a compile-option override of
     DebugOptions; BACKEND_EXTRA, an entry of DebugOptions' backend extra options map;
     PLACEMENT, a move that becomes the library routing lists; BUILD_OPTION, a field of the

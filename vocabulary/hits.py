@@ -9,13 +9,13 @@ HOLDOUT, the defaults): so a run ran tuned when it names an entry and is not of 
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from vocabulary.closed_set import ClosedSet
 
-class HitOutcome(StrEnum):
+
+class HitOutcome(ClosedSet):
     """What the hook did at a compile, as its hit record says (`ingest.tables.HITS`)."""
 
     APPLIED = "applied"  # the entry's config compiled: the program ran tuned

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from execution.sharded import MeasureMode, Placement
+from execution.sharded import Placement
 from hlo.environment import Environment
 from pipelines.cli.common import (
     EXIT_DEFAULT_FAILS,
@@ -23,6 +23,7 @@ from pipelines.cli.common import (
 )
 from storage.home import Home
 from vocabulary.failures import Failure
+from vocabulary.measure import MeasureMode
 
 
 def add_evaluate(sub: Subcommands) -> None:

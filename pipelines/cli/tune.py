@@ -8,7 +8,6 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from execution.sharded import MeasureMode
 from pipelines import stages
 from pipelines.cli.cluster import add_cluster_option
 from pipelines.cli.common import (
@@ -27,8 +26,9 @@ from pipelines.extras import needs
 from storage.home import Home
 from tuner.kinds import KINDS, check_platform
 from tuner.strategies import STRATEGIES
-from tuner.trial import STALL_AFTER, StopReason
-from vocabulary.tuning import Kind
+from tuner.trial import STALL_AFTER
+from vocabulary.measure import MeasureMode
+from vocabulary.tuning import Kind, StopReason
 
 if TYPE_CHECKING:
     from tuner.candidates import Candidate, Sharded
@@ -256,7 +256,7 @@ def _tune_settings(args: argparse.Namespace) -> Any:
     return replace(settings, stall_after=None) if args.stall_after == 0 else settings
 
 
-# Why a search ended, in words (tuner.trial.StopReason).
+# Why a search ended, in words (vocabulary.tuning.StopReason).
 STOP_TEXT = {
     StopReason.BUDGET: "its evaluations were spent",
     StopReason.STALLED: "after its cold-start screen, none of its last evaluations was a "
