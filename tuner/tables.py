@@ -107,7 +107,7 @@ TUNING_RESULTS = TableSchema(
         # tolerance, detail: `execution.numerics.OutputCheck`); null otherwise, or before 5.
         added_column(pa.field("numerics", pa.string(), nullable=True), 5),
         # whole | per device (vocabulary.measure.MeasureMode): whole is the program the job runs,
-        # on the devices it spans; per-device its per-device program on one device. Null before
+        # on the devices it spans; per device, its per-device program on one device. Null before
         # version 5: whole.
         added_column(pa.field("measure_mode", pa.string(), nullable=True), 5),
         # Why the search ended: budget | stalled | time | exhausted (vocabulary.tuning.StopReason);

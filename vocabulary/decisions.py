@@ -4,6 +4,8 @@ row, and the journal's."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from vocabulary.closed_set import ClosedSet
 
 
@@ -37,8 +39,16 @@ class StoreChange(ClosedSet):
 
 
 class Applied(ClosedSet):
-    """How applying a decision to the live entries went: APPLIED (or a no-op, applied before),
-    or STALE, the entry changed meanwhile and was left alone."""
+    """How applying a decision to the live entries went: IN_EFFECT, the store now holds what it
+    decided (applied now, or a no-op: applied before), or STALE, the entry changed meanwhile and
+    was left alone. Earlier versions wrote IN_EFFECT "applied" (the validator's run journals);
+    it reads. The value was renamed so that "applied" means one thing in the loop, a hit's
+    outcome (`vocabulary.hits.HitOutcome.APPLIED`: the entry's config compiled), which the
+    warehouse's hits hold and its SQL filters on."""
 
-    APPLIED = "applied"
+    IN_EFFECT = "in effect"
     STALE = "stale"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        return cls.IN_EFFECT if value == "applied" else super()._missing_(value)

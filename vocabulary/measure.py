@@ -10,7 +10,8 @@ class MeasureMode(ClosedSet):
     """How a graph's program is measured: WHOLE, compiled as the job compiles it and run across
     the devices its partitioning spans (one, for a graph of one device); PER_DEVICE, its
     partitioned per-device program, collectives replaced by local stand-ins, on one device
-    (`execution.per_device`)."""
+    (`execution.per_device`). Earlier versions wrote PER_DEVICE "per-device"; it reads (and
+    the command line takes it: `--measure-mode per-device`)."""
 
     WHOLE = "whole"
-    PER_DEVICE = "per-device"
+    PER_DEVICE = "per device"

@@ -56,7 +56,9 @@ def add_evaluate(sub: Subcommands) -> None:
 
 def add_measure_mode(p: argparse.ArgumentParser) -> None:
     """The --measure-mode option of the commands that measure a module."""
-    p.add_argument("--measure-mode", choices=[str(m) for m in MeasureMode], default=None,
+    # A mode is spelled for the shell, a hyphen for its space (MeasureMode reads either).
+    p.add_argument("--measure-mode", type=MeasureMode, choices=list(MeasureMode), default=None,
+                   metavar="{" + ",".join(mode.replace(" ", "-") for mode in MeasureMode) + "}",
                    help="how a module its job compiled across devices is measured (the "
                    "partitioning in the fdo-environment.json beside it, as the hook spools it): "
                    "whole, as the job compiles it on as many devices (a CPU's host devices), or "
@@ -64,7 +66,7 @@ def add_measure_mode(p: argparse.ArgumentParser) -> None:
                    "machine has the devices, else per-device; docs/sharded.md)")
 
 
-def module_placement(path: str, asked: str | None) -> tuple[Placement, Environment | None]:
+def module_placement(path: str, asked: MeasureMode | None) -> tuple[Placement, Environment | None]:
     """How to measure the module in file `path`: from the environment file beside it (the
     partitioning its job compiled it with), whole where this machine has the devices, else
     per device, or as `asked`; and that environment, None where there is no such file.
@@ -81,7 +83,7 @@ def module_placement(path: str, asked: str | None) -> tuple[Placement, Environme
             raise ValueError(f"{beside}: bad environment file: {exc}") from None
     partitioning = environment.partitioning if environment is not None else None
     capacity = whole_capacity(current_environment().platform)
-    return (choose_placement(partitioning, capacity, MeasureMode(asked) if asked else None),
+    return (choose_placement(partitioning, capacity, asked),
             environment)
 
 

@@ -139,7 +139,7 @@ def cmd_tune(args: argparse.Namespace, home: Home) -> int:
                 return EXIT_FAILED
         done = stages.tune_candidates(
             kind, home, candidates, settings, progress=not args.json, runner=runner,
-            measure_mode=MeasureMode(args.measure_mode) if args.measure_mode else None,
+            measure_mode=args.measure_mode,
             sharded=sharded, fold=not args.no_fold, task_settings=own)
     _print_round(candidates, done, runner.name, args.json, spec.folded)
     return _tune_exit(done.outcomes)
@@ -162,7 +162,7 @@ def _with_transfers(home: Home, candidates: list[Candidate], settings: Any,
     return kept, own
 
 
-def _file_candidate(path: str, measure_mode: str | None, sharded: dict[str, Sharded]) -> Candidate:
+def _file_candidate(path: str, measure_mode: MeasureMode | None, sharded: dict[str, Sharded]) -> Candidate:
     """The candidate of a module file: keyed to the environment beside it (`module_placement`),
     else this machine's; a partitioned environment is added to `sharded`."""
     from hlo.environment import current_environment
