@@ -36,10 +36,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.ran_tuned import ran_tuned
 from ingest.tables import GRAPH_RUNS
 from storage.home import Home
 from storage.warehouse import Warehouse
-from vocabulary.hits import ran_tuned
 from vocabulary.interval import Interval, columns
 
 # What the computation reads of `graph_runs`.

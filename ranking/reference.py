@@ -9,11 +9,12 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from ingest.ran_tuned import ran_tuned_sql, sql_list
 from ingest.tables import GRAPHS
 from ranking.rank import RankSettings
 from ranking.savings import MIN_HOLDOUT_COMPILES, UNKNOWN_TEAM
 from storage.warehouse import Warehouse
-from vocabulary.hits import TRIED, HitOutcome, ran_tuned_sql, sql_list
+from vocabulary.hits import TRIED, HitOutcome
 
 
 def _scan(home: Path, table: str) -> str:

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.ran_tuned import ran_tuned
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, partitioning_of
 from ranking.arrow_sums import ArrowSum, TaggedSums
 from ranking.tables import SAVINGS
@@ -47,7 +48,7 @@ from storage.home import Home
 from storage.home_factory import open_home
 from storage.store_reader import StoreReader
 from storage.warehouse import TableSchema, Warehouse
-from vocabulary.hits import TRIED, HitOutcome, ran_tuned
+from vocabulary.hits import TRIED, HitOutcome
 
 # Holdout compiles a key needs before its compile time saved is claimed: the median of 3
 # discards one outlier (a compile on a loaded host, a cold cache); of 1 or 2 it would be one
@@ -185,7 +186,7 @@ def savings(home: Home, first: datetime.date, last: datetime.date,
 
 def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
     """The runs that applied a tuned config, with their hit and saved chip-seconds: those with
-    a config key, but for runs of the holdout arm (`vocabulary.hits.ran_tuned`)."""
+    a config key, but for runs of the holdout arm (`ingest.ran_tuned.ran_tuned`)."""
     hits = runs.filter(ran_tuned(runs))
     speedup = hits.column("expected_speedup")
     used = hits.column("chip_seconds")

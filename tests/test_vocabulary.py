@@ -15,12 +15,14 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import vocabulary
 from ingest.hits import parse_spool
+from ingest.ran_tuned import hit_ran_tuned, ran_tuned, ran_tuned_sql, sql_list
 from ingest.tables import GRAPH_RUNS, HITS
 from storage.home_factory import open_home
 from storage.warehouse import TableSchema, Warehouse
@@ -33,7 +35,7 @@ from vocabulary.closed_set import ClosedSet
 from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
 from vocabulary.failures import Failure, Fault
 from vocabulary.flags import Channel, FlagType
-from vocabulary.hits import RAN_TUNED, SERVED, TRIED, HitOutcome, hit_ran_tuned, ran_tuned
+from vocabulary.hits import RAN_TUNED, SERVED, TRIED, HitOutcome, run_ran_tuned
 from vocabulary.interval import Interval, as_flat, from_flat
 from vocabulary.measure import MeasureMode
 from vocabulary.store import Provenance
@@ -161,7 +163,20 @@ def test_hits_and_runs_written_before_read_as_outcomes_and_ran_tuned_counts_what
     assert [HitOutcome(o) for o in hits.column("outcome").to_pylist()] == list(HitOutcome)
     assert hit_ran_tuned(hits).to_pylist() == [o is HitOutcome.APPLIED for o in HitOutcome]
     # A holdout run (true) ran the defaults; a run that names its entry without saying ran it.
-    assert ran_tuned(warehouse.read(GRAPH_RUNS).sort_by("job_id")).to_pylist() == [True, False, True, False]
+    graph_runs = warehouse.read(GRAPH_RUNS).sort_by("job_id")
+    assert ran_tuned(graph_runs).to_pylist() == [True, False, True, False]
+    # The Arrow filters and the SQL conditions (ingest.ran_tuned) are the vocabulary's rule.
+    assert [run_ran_tuned(key, holdout) for key, holdout in zip(graph_runs.column("config_key").to_pylist(),
+                                                                 graph_runs.column("holdout").to_pylist())] == [
+        True, False, True, False]
+    op_runs = graph_runs.drop_columns(["holdout"])
+    assert ran_tuned(op_runs).to_pylist() == [run_ran_tuned(k) for k in op_runs.column("config_key").to_pylist()]
+    sql = duckdb.connect()
+    assert [r[0] for r in sql.sql(f"select {ran_tuned_sql()} from graph_runs").fetchall()] == [True, False, True, False]
+    assert [r[0] for r in sql.sql(f"select {ran_tuned_sql(holdout=False)} from op_runs").fetchall()] == [
+        True, True, True, False]
+    assert [r[0] for r in sql.sql(f"select outcome in {sql_list(RAN_TUNED)} from hits").fetchall()] == (
+        hit_ran_tuned(hits).to_pylist())
     # The validator's signals read them as before: the applied compile and two tuned runs are
     # hits of KEY; the fallback is its fallback.
     assert fleet_hits(home, NOW) == {KEY: 3}

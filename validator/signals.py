@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.ran_tuned import hit_ran_tuned, ran_tuned
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
 from ranking.realized import Realized, read_runs, realized_speedups
 from storage.home import Home
@@ -31,7 +32,7 @@ from storage.warehouse import Warehouse
 from validator.rules import measured_at
 from validator.tables import VALIDATIONS
 from vocabulary.decisions import DecisionOutcome
-from vocabulary.hits import HitOutcome, hit_ran_tuned, ran_tuned
+from vocabulary.hits import HitOutcome
 from vocabulary.store import Provenance
 
 HIT_WINDOW = datetime.timedelta(days=30)
