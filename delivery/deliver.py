@@ -100,7 +100,7 @@ def accepted_as_entries(results: pa.Table, ttl: datetime.timedelta = DEFAULT_TTL
                                            rows.column("env_key").to_pylist())]
     return pa.table({
         "key": pa.array(keys, pa.string()), "fingerprint": rows.column("fingerprint"),
-        "env_key": rows.column("env_key"), "kind": pa.repeat(pa.scalar("graph"), rows.num_rows),
+        "env_key": rows.column("env_key"), "kind": pa.repeat(pa.scalar(Kind.GRAPH.value), rows.num_rows),
         "speedup": rows.column("speedup"),
         "expires_at": pc.add(measured, pa.scalar(ttl, pa.duration("us"))),
         "provenance": pa.repeat(pa.scalar(Provenance.TUNER.value), rows.num_rows),

@@ -128,7 +128,7 @@ def cmd_tune(args: argparse.Namespace, home: Home) -> int:
             candidates = found.tunable
             if not candidates:
                 asked = f" for --kind {kind}" if spec.whole_graph else ""
-                print(f"no ranked {'graph' if spec.whole_graph else kind} candidates that "
+                print(f"no ranked {Kind.GRAPH if spec.whole_graph else kind} candidates that "
                       f"{_measurers(runner)} can measure{asked} (run fdo rank)", file=sys.stderr)
                 return EXIT_FAILED
         own = None
