@@ -114,9 +114,9 @@ class StoreEntry:
     of `to_row` and of the JSON form).
 
     Making one checks it: each field's type (an int where a float goes reads as the float, a
-    kind's or a provenance's text as its Kind or Provenance), a holdout share within its range, a relaxed config
-    only with the positive speedup it was measured at; ValueError naming the entry, the field
-    and the value otherwise."""
+    kind's, a provenance's or an origin's text as its enum's member), a holdout share within its
+    range, a relaxed config only with the positive speedup it was measured at; ValueError naming
+    the entry, the field and the value otherwise."""
 
     key: str
     fingerprint: str
@@ -298,8 +298,9 @@ MANIFEST_POLICIES: dict[str, Callable[[Any, str], Any]] = {
     "holdout_share": check_holdout_share, "relaxed_numerics_teams": check_relaxed_numerics_teams}
 
 
-_KIND_NAMES: dict[type, str] = {str: "text", float: "a number", datetime.datetime: "a time with a time zone",
-               **{closed: f"one of {', '.join(closed)}" for closed in (Kind, Provenance, Origin)}}
+_KIND_NAMES: dict[type, str] = {
+    str: "text", float: "a number", datetime.datetime: "a time with a time zone",
+    **{closed: f"one of {', '.join(closed)}" for closed in (Kind, Provenance, Origin)}}
 
 
 def _typed(value: Any, kind: type) -> Any:

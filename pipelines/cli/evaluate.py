@@ -56,14 +56,25 @@ def add_evaluate(sub: Subcommands) -> None:
 
 def add_measure_mode(p: argparse.ArgumentParser) -> None:
     """The --measure-mode option of the commands that measure a module."""
-    # A mode is spelled for the shell, a hyphen for its space (MeasureMode reads either).
-    p.add_argument("--measure-mode", type=MeasureMode, choices=list(MeasureMode), default=None,
-                   metavar="{" + ",".join(mode.replace(" ", "-") for mode in MeasureMode) + "}",
+    p.add_argument("--measure-mode", type=_measure_mode, default=None, metavar="{" + ",".join(_SPELLED) + "}",
                    help="how a module its job compiled across devices is measured (the "
                    "partitioning in the fdo-environment.json beside it, as the hook spools it): "
                    "whole, as the job compiles it on as many devices (a CPU's host devices), or "
                    "per-device, its per-device program on one device (default: whole where this "
                    "machine has the devices, else per-device; docs/sharded.md)")
+
+
+# The modes as the shell spells them, a hyphen for a space (MeasureMode reads either).
+_SPELLED = tuple(mode.replace(" ", "-") for mode in MeasureMode)
+
+
+def _measure_mode(text: str) -> MeasureMode:
+    """The mode --measure-mode names; argparse's error, naming the choices, otherwise."""
+    try:
+        return MeasureMode(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from "
+                                         f"{', '.join(map(repr, _SPELLED))})") from None
 
 
 def module_placement(path: str, asked: MeasureMode | None) -> tuple[Placement, Environment | None]:
