@@ -86,10 +86,11 @@ from tuner.schedule import neighbourhood
 from tuner.search import Against, Build, Propose, most_trials, proposals, ready, run_one, search
 from tuner.space import accepted_flags, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord
-from tuner.trial import Outcome, Trial
+from tuner.trial import Trial
 from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS
 from tuner.worker_evaluator import WorkerEvaluator
 from vocabulary.interval import Interval
+from vocabulary.tuning import TrialOutcome
 from workloads import zoo
 
 OPTUNA = ("optuna-tpe", "optuna-random")
@@ -282,12 +283,12 @@ class Replay:
             raise ValueError("a replay holds screens against the default only: it runs no race")
         screen: Screen = build.artifact
         if screen.outcome == "failed":
-            return Trial(index, config, Outcome.FAILED, screen.program,
+            return Trial(index, config, TrialOutcome.FAILED, screen.program,
                          error="failed when screened")
         # A screen keeps no numeric check: a screened config counts as correct, as it did when
         # the replay read the screens itself. Nor its interval's upper end: the estimate stands
         # in (only a race reads it, and a replay runs none).
-        return Trial(index, config, Outcome.MEASURED, screen.program,
+        return Trial(index, config, TrialOutcome.MEASURED, screen.program,
                      speedup=Interval(screen.speedup, screen.ci_low, screen.speedup),
                      numerics_ok=True)
 

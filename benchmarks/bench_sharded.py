@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from execution.evaluate import evaluate_independently  # noqa: E402
 from execution.flags import CompilerConfig  # noqa: E402
-from execution.sharded import MeasureMode, Placement  # noqa: E402
+from execution.sharded import Placement  # noqa: E402
 from hlo.module import HloModule, from_lowered  # noqa: E402
 from tuner.kinds import make_target  # noqa: E402
 from tuner.schedule import neighbourhood  # noqa: E402
@@ -58,6 +58,7 @@ from tuner.target import graph_subject  # noqa: E402
 from tuner.task import tune_module  # noqa: E402
 from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS, TuneSettings  # noqa: E402
 from tuner.worker_evaluator import WorkerEvaluator  # noqa: E402
+from vocabulary.measure import MeasureMode  # noqa: E402
 from vocabulary.tuning import Kind  # noqa: E402
 from workloads.zoo.sharded import get_sharded, sharded_workloads  # noqa: E402
 
@@ -129,7 +130,8 @@ def part_fidelity(names: list[str], cache: Path) -> dict[str, Any]:
     for name in names:
         cached = cache / f"fidelity-{name}.json"
         if cached.exists():
-            measured = json.loads(cached.read_text())
+            # Keyed by mode: a cache written before the mode's value was "per device" reads too.
+            measured = {MeasureMode(mode): screened for mode, screened in json.loads(cached.read_text()).items()}
         else:
             workload = get_sharded(name)
             module = from_lowered(workload.lower(), source=f"zoo:{name}")
@@ -137,11 +139,12 @@ def part_fidelity(names: list[str], cache: Path) -> dict[str, Any]:
             moves = neighbourhood(target.space)
             print(f"{name}: {len(moves)} single moves, whole and per device", flush=True)
             partitioning = workload.partitioning()
-            measured = {str(mode): screens(module, Placement(mode, partitioning), moves)
+            measured = {mode: screens(module, Placement(mode, partitioning), moves)
                         for mode in MeasureMode}
             cached.write_text(json.dumps(measured))
-        pairs = [(measured["whole"][m], measured["per-device"][m]) for m in measured["whole"]
-                 if "speedup" in measured["whole"][m] and "speedup" in measured["per-device"].get(m, {})]
+        whole, per_device = measured[MeasureMode.WHOLE], measured[MeasureMode.PER_DEVICE]
+        pairs = [(whole[m], per_device[m]) for m in whole
+                 if "speedup" in whole[m] and "speedup" in per_device.get(m, {})]
         rows[name] = fidelity_of(pairs)
         pooled += pairs
     rows["all"] = fidelity_of(pooled)

@@ -87,11 +87,14 @@ from tuner.result import TuneResult  # noqa: E402
 from tuner.schedule import neighbourhood  # noqa: E402
 from tuner.space import accepted_flags, graph_space  # noqa: E402
 from tuner.target import graph_subject  # noqa: E402
-from tuner.trial import Outcome, Phase  # noqa: E402
 from tuner.tune import VERIFY_SETTINGS, TuneSettings  # noqa: E402
 from vocabulary.hits import HitOutcome  # noqa: E402
 from vocabulary.interval import columns  # noqa: E402
-from vocabulary.tuning import Kind  # noqa: E402
+from vocabulary.tuning import (  # noqa: E402
+    Kind,  # noqa: E402
+    Phase,
+    TrialOutcome,
+)
 from workloads import zoo  # noqa: E402
 
 RESULTS = "gpu_check.json"
@@ -439,7 +442,7 @@ def _result(result: TuneResult) -> dict[str, Any]:
 
 def best_single(screens: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The screened single move that measured fastest (None: none measured)."""
-    return max((s for s in screens if s["outcome"] == Outcome.MEASURED and s["speedup"] is not None),
+    return max((s for s in screens if s["outcome"] == TrialOutcome.MEASURED and s["speedup"] is not None),
                key=lambda s: s["speedup"], default=None)
 
 
@@ -519,10 +522,10 @@ def deliver_figures(plan: Plan, state: State, name: str) -> dict[str, Any]:
 def losing_move(screens: list[dict[str, Any]]) -> dict[str, Any] | None:
     """A single move the validator should remove: the slowest screened wholly slower than the
     default, else one that compiled to the default's program (None: neither was screened)."""
-    slower = [s for s in screens if s["outcome"] == Outcome.MEASURED and s["ci_high"] is not None
+    slower = [s for s in screens if s["outcome"] == TrialOutcome.MEASURED and s["ci_high"] is not None
               and s["ci_high"] < 1.0]
     return min(slower, key=lambda s: s["speedup"], default=None) or next(
-        (s for s in screens if s["outcome"] == Outcome.IDENTICAL), None)
+        (s for s in screens if s["outcome"] == TrialOutcome.IDENTICAL), None)
 
 
 def validate_entries(plan: Plan, state: State, name: str) -> dict[str, Any]:

@@ -44,8 +44,9 @@ from storage.beam_io import ReadTables, Source, StageTable, partition_files, pla
 from storage.beam_runner import pipeline_options
 from storage.home import Home, temporary_name
 from storage.home_factory import open_home
-from storage.store_schema import ENTRIES, Provenance, conform_entries
+from storage.store_schema import ENTRIES, conform_entries
 from tuner.tables import TUNING_RESULTS
+from vocabulary.store import Provenance
 from vocabulary.tuning import Kind, Origin
 
 log = logging.getLogger("fleet_fdo.deliver")
@@ -99,7 +100,7 @@ def accepted_as_entries(results: pa.Table, ttl: datetime.timedelta = DEFAULT_TTL
                                            rows.column("env_key").to_pylist())]
     return pa.table({
         "key": pa.array(keys, pa.string()), "fingerprint": rows.column("fingerprint"),
-        "env_key": rows.column("env_key"), "kind": pa.repeat(pa.scalar("graph"), rows.num_rows),
+        "env_key": rows.column("env_key"), "kind": pa.repeat(pa.scalar(Kind.GRAPH.value), rows.num_rows),
         "speedup": rows.column("speedup"),
         "expires_at": pc.add(measured, pa.scalar(ttl, pa.duration("us"))),
         "provenance": pa.repeat(pa.scalar(Provenance.TUNER.value), rows.num_rows),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Literal, Sequence
 
@@ -24,7 +25,9 @@ from execution.autotune.results import MAX_RESULTS, ResultsError, parse_results
 from execution.flags import FlagError, checked_config, to_json
 from hlo.environment import store_key
 from storage.home import Home
-from storage.store_schema import MAX_HOLDOUT_SHARE, Provenance, StoreEntry, check_holdout_share, entries_table
+from storage.store_schema import MAX_HOLDOUT_SHARE, StoreEntry, check_holdout_share, entries_table
+from vocabulary.store import Provenance
+from vocabulary.tuning import Kind
 
 MAX_IMPORT_BYTES = 16 << 20
 Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
@@ -38,7 +41,7 @@ class ImportEntry(BaseModel):
 
     fingerprint: Hex32 = Field(description="the graph's (or op's) fingerprint, 32 lowercase hex digits")
     env_key: Hex32 = Field(description="the environment key, 32 lowercase hex digits")
-    kind: Literal["graph", "op"]
+    kind: Literal[Kind.GRAPH, Kind.OP]  # a GPU graph's kernel configs come from its own task only
     config: dict[str, Any] = Field(description="flag: value, every flag on the allowlist and its value "
                                                "in the flag's domain", examples=[{"xla_cpu_use_xnnpack": False}])
     speedup: float = Field(gt=0, le=100, allow_inf_nan=False, description="the speedup a hit is expected to give")
@@ -51,6 +54,17 @@ class ImportEntry(BaseModel):
                                                            "graph: an xla.AutotuneResults in XLA's text format "
                                                            "(what xla_gpu_dump_autotune_results_to writes), known "
                                                            f"fields only, at most {MAX_RESULTS} results")
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _kind(cls, value: Any) -> Any:
+        """The kind as given, or the error pydantic gives a Literal of strings, which names the
+        values as JSON spells them (of members it names their reprs)."""
+        kinds = typing.get_args(cls.model_fields["kind"].annotation)
+        if value not in kinds:
+            raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                      {"expected": " or ".join(f"'{kind}'" for kind in kinds)})
+        return value
 
     @field_validator("holdout_share", mode="before")
     @classmethod

@@ -21,26 +21,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Sequence
 
 import numpy as np
 
 from hlo.environment import Partitioning
 from hlo.module import HloModule, xla_hlo
+from vocabulary.measure import MeasureMode
 
 
 class DeviceShortage(RuntimeError):
     """The process has fewer devices than the program spans."""
-
-
-class MeasureMode(StrEnum):
-    """How a graph's program is measured: WHOLE, compiled as the job compiles it and run across
-    the devices its partitioning spans (one, for a graph of one device); PER_DEVICE, its
-    partitioned per-device program, collectives replaced by local stand-ins, on one device."""
-
-    WHOLE = "whole"
-    PER_DEVICE = "per-device"
 
 
 @dataclass(frozen=True)

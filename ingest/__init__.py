@@ -7,6 +7,8 @@
 - `hits` (`ingest_hits`, `read_hits`): the compiler hook's hit spool, a row a `Hit`, into `hits`;
 - `families` (`graph_families`): every graph's family; `quarantine` (`Quarantine`): inputs that
   failed validation, kept with the reason beside them;
-- `tables`: the tables it fills, declared once; `input_files`, `sidecars` and `rowids`: the files
-  it is handed, what a fleet leaves beside them, and rows counted once however often sent.
+- `tables`: the tables it fills, declared once; `ran_tuned`: which of their hits and runs ran
+  tuned (`vocabulary.hits`' rule), as Arrow filters and SQL conditions; `input_files`, `sidecars`
+  and `rowids`: the files it is handed, what a fleet leaves beside them, and rows counted once
+  however often sent.
 """

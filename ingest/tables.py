@@ -21,6 +21,7 @@ from storage.store_schema import TEAM_CHARS
 from storage.warehouse import TableSchema, added_column
 from storage.warehouse import bounded_string as _string
 from vocabulary.hits import HitOutcome
+from vocabulary.tuning import Kind
 
 
 def _field(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
@@ -152,7 +153,7 @@ HITS = TableSchema(
         # 'no store' (the home has published none yet; rows from before it say 'error' there),
         # 'error' (store unusable)
         _string("outcome", OUTCOME),
-        _string("kind", OP_KIND, nullable=True),
+        _string("kind", OP_KIND, nullable=True),  # the served entry's (a vocabulary.tuning.Kind)
         _field("config_version", pa.int64(), nullable=True),  # store version that served it
         _field("expected_speedup", pa.float64(), nullable=True),
         _string("config", CONFIG_JSON, nullable=True),  # JSON of the applied flags
@@ -178,7 +179,7 @@ class Hit:
     env_key: str
     module_name: str
     outcome: HitOutcome
-    kind: str | None = None  # the served entry's
+    kind: Kind | None = None  # the served entry's
     config_version: int | None = None
     expected_speedup: float | None = None
     config: str | None = None
@@ -192,10 +193,13 @@ class Hit:
         """The hit of a row of HITS (Arrow's Python values, or a spool line's JSON object, whose
         `at` is ISO 8601 text); a column the row lacks reads as null, `dt` and columns beyond
         HITS' are ignored. ValueError, the first that holds of: an outcome that is not a
-        HitOutcome's, an `at` that is not an aware time, a column that may not be null is.
+        HitOutcome's, a kind that is not a Kind's, an `at` that is not an aware time, a column
+        that may not be null is.
         The values' types are HITS' schema's to check (`HITS.row_checks` over a table)."""
         if row.get("outcome") not in set(HitOutcome):
             raise ValueError(f"outcome must be one of {', '.join(HitOutcome)}")
+        if row.get("kind") is not None and row["kind"] not in set(Kind):
+            raise ValueError(f"kind must be one of {', '.join(Kind)}")
         at = row.get("at")
         if not isinstance(at, datetime.datetime):
             try:
@@ -209,14 +213,16 @@ class Hit:
         if missing:
             raise ValueError(f"missing {', '.join(missing)}")
         values: dict[str, Any] = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
-        values.update(at=at, outcome=HitOutcome(row["outcome"]))
+        values.update(at=at, outcome=HitOutcome(row["outcome"]),
+                      kind=Kind(row["kind"]) if row.get("kind") is not None else None)
         return cls(**values)
 
     def to_row(self) -> dict[str, Any]:
-        """The row of HITS, columns in HITS' order; the outcome its text."""
+        """The row of HITS, columns in HITS' order; the outcome and the kind their text."""
         row: dict[str, Any] = {"dt": self.at.astimezone(datetime.UTC).date()}
         row.update((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
         row["outcome"] = self.outcome.value
+        row["kind"] = self.kind.value if self.kind is not None else None
         return row
 
 

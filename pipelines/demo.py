@@ -45,6 +45,7 @@ from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS, ResultRow, results_of
 from validator.tables import VALIDATIONS
 from vocabulary.decisions import DecisionOutcome
+from vocabulary.tuning import Kind
 from workloads.simulator.catalog import CatalogGraph, build_catalog
 from workloads.simulator.run import simulate, store_lookup
 
@@ -157,7 +158,7 @@ def import_owner_config(home: Path, owned: OwnerConfig) -> int | None:
     path = home / "imports" / f"{owned.team}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"fingerprint": graph.fingerprint, "env_key": current_environment().key(),
-                                "kind": "graph", "config": owned.config,
+                                "kind": Kind.GRAPH, "config": owned.config,
                                 "speedup": owned.claimed_speedup}) + "\n")
     version, _ = import_file(open_home(home), path)
     return version
@@ -176,7 +177,7 @@ def owned_key(home: Path, owned: OwnerConfig) -> str:
 def first_tuned(home: Path, owned: OwnerConfig) -> list[str]:
     """The keys of the live store's graph entries other than the team's `owned` one, in order."""
     return sorted(e.key for e in StoreReader(home).records()
-                  if e.kind == "graph" and e.key != owned_key(home, owned))
+                  if e.kind == Kind.GRAPH and e.key != owned_key(home, owned))
 
 
 def print_summary(home: Path, first: datetime.date) -> None:

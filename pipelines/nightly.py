@@ -28,9 +28,10 @@ from pipelines.tables import RUNS
 from storage.home import Home
 from storage.home_factory import open_home
 from storage.warehouse import Warehouse
-from tasks.records import TaskOutcome, TaskStatus
+from tasks.records import TaskOutcome
 from tasks.runner import LocalRunner, Runner
 from tuner.kinds import KINDS
+from vocabulary.tasks import TaskStatus
 from vocabulary.tuning import Kind
 
 # The share of a tune stage's minutes its transfer checks may take: the rest is the searches'.

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from execution.sharded import MeasureMode
 from storage.home import Home
 from tuner.kinds import KINDS
+from vocabulary.measure import MeasureMode
 from vocabulary.tuning import Kind
 
 if TYPE_CHECKING:

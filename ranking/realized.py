@@ -36,11 +36,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.ran_tuned import ran_tuned
 from ingest.tables import GRAPH_RUNS
 from storage.home import Home
 from storage.warehouse import Warehouse
-from vocabulary.hits import ran_tuned
 from vocabulary.interval import Interval, columns
+from vocabulary.tuning import Kind
 
 # What the computation reads of `graph_runs`.
 RUN_COLUMNS = ["dt", "job_id", "team", "chips", "executions", "chip_seconds", "config_key",
@@ -83,7 +84,7 @@ class Realized:
 
     key: str
     config_version: int
-    kind: str  # 'graph': graph_runs carry the holdout arm
+    kind: Kind  # GRAPH: graph_runs carry the holdout arm
     team: str | None  # None: all teams
     expected_speedup: float  # what the store promised (the tuner's or validator's measurement)
     speedup: Interval | None
@@ -299,7 +300,7 @@ def _realize(key: str, version: int, team: str | None, expected: float, arms: di
         rng = np.random.default_rng([seed, zlib.crc32(f"{key}/{version}/{team}".encode())])
         speedup = _interval(holdout.seconds_per_execution / tuned.seconds_per_execution,
                             arms[True], arms[False], confidence, resamples, rng)
-    return Realized(key=key, config_version=version, kind="graph", team=team, expected_speedup=expected,
+    return Realized(key=key, config_version=version, kind=Kind.GRAPH, team=team, expected_speedup=expected,
                     speedup=speedup, tuned=tuned, holdout=holdout, undecided=reason)
 
 

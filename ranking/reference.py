@@ -9,11 +9,13 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from ingest.ran_tuned import ran_tuned_sql, sql_list
 from ingest.tables import GRAPHS
 from ranking.rank import RankSettings
 from ranking.savings import MIN_HOLDOUT_COMPILES, UNKNOWN_TEAM
 from storage.warehouse import Warehouse
-from vocabulary.hits import TRIED, HitOutcome, ran_tuned_sql, sql_list
+from vocabulary.hits import TRIED, HitOutcome
+from vocabulary.tuning import Kind
 
 
 def _scan(home: Path, table: str) -> str:
@@ -76,8 +78,8 @@ def reference_rank(home: Path, settings: RankSettings, tuned: pa.Table) -> tuple
     with duckdb.connect() as db:
         db.register("tuned", tuned.select(["fingerprint", "env_key", "kind"]))
         for kind, runs, key, graph, symbols in (
-                ("graph", "graph_runs", "fingerprint", "fingerprint", "graphs"),
-                ("op", "op_runs", "op_fingerprint", "graph_fingerprint", "ops")):
+                (Kind.GRAPH, "graph_runs", "fingerprint", "fingerprint", "graphs"),
+                (Kind.OP, "op_runs", "op_fingerprint", "graph_fingerprint", "ops")):
             if not _has(home, runs):
                 continue
             symbol_scan = _scan(home, symbols) if _has(home, symbols) else \
@@ -108,8 +110,8 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
     columns either)."""
     parts = []
     # Runs of a holdout arm name their entry but ran with the defaults: no hit (graph runs only).
-    for kind, runs, tuned in (("graph", "graph_runs", ran_tuned_sql()),
-                              ("op", "op_runs", ran_tuned_sql(holdout=False))):
+    for kind, runs, tuned in ((Kind.GRAPH, "graph_runs", ran_tuned_sql()),
+                              (Kind.OP, "op_runs", ran_tuned_sql(holdout=False))):
         if _has(home, runs):
             parts.append(f"""
                 select dt, '{kind}' as kind, team, env_key, config_version,
@@ -128,7 +130,7 @@ def reference_savings(home: Path, first: datetime.date, last: datetime.date,
         devices = ("select env_key, max(coalesce(json_extract(partitioning, '$.local_devices')::int, "
                    "device_count)) as device_count from graphs group by env_key")
         parts.append(f"""
-            select h.dt, coalesce(h.kind, 'graph') as kind, coalesce(t.team, '{UNKNOWN_TEAM}') as team,
+            select h.dt, coalesce(h.kind, '{Kind.GRAPH}') as kind, coalesce(t.team, '{UNKNOWN_TEAM}') as team,
                    h.env_key, h.config_version,
                    coalesce(list_contains($keys, h.key), false) as validator_updated,
                    0.0 as hit_chip_seconds, 0.0 as chip_seconds_saved,

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.ran_tuned import ran_tuned
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS, partitioning_of
 from ranking.arrow_sums import ArrowSum, TaggedSums
 from ranking.tables import SAVINGS
@@ -47,7 +48,9 @@ from storage.home import Home
 from storage.home_factory import open_home
 from storage.store_reader import StoreReader
 from storage.warehouse import TableSchema, Warehouse
-from vocabulary.hits import TRIED, HitOutcome, ran_tuned
+from vocabulary.hits import TRIED, HitOutcome
+from vocabulary.store import Provenance
+from vocabulary.tuning import Kind
 
 # Holdout compiles a key needs before its compile time saved is claimed: the median of 3
 # discards one outlier (a compile on a loaded host, a cold cache); of 1 or 2 it would be one
@@ -62,8 +65,8 @@ _RUNTIME = ["hit_chip_seconds", "chip_seconds_saved"]
 _COMPILE = ["compile_hits", "compile_unmeasured", "compile_chip_seconds_saved"]
 _SUMMED = pa.schema([SAVINGS.schema.field(name) for name in _KEYS + _RUNTIME + _COMPILE])
 _COLUMNS = ["team", "env_key", "chip_seconds", "config_key", "config_version", "expected_speedup"]
-_KIND_COLUMNS = {"graph": [*_COLUMNS, "holdout"], "op": _COLUMNS}  # op runs have no holdout arm
-_KIND_OF_RUNS = {GRAPH_RUNS.name: "graph", OP_RUNS.name: "op"}
+_KIND_COLUMNS = {Kind.GRAPH: [*_COLUMNS, "holdout"], Kind.OP: _COLUMNS}  # op runs have no holdout arm
+_KIND_OF_RUNS = {GRAPH_RUNS.name: Kind.GRAPH, OP_RUNS.name: Kind.OP}
 _HIT_COLUMNS = ["job_id", "key", "env_key", "outcome", "kind", "config_version", "compile_seconds"]
 _TRIED_KEYS = ["dt", "kind", "job_id", "key", "env_key", "config_version", "validator_updated"]
 
@@ -127,8 +130,8 @@ def savings_reads(home: Home, first: datetime.date, last: datetime.date) -> Read
                last: datetime.date | None = last) -> Source:
         return Source(table, partition_files(home, table, first, last), columns)
 
-    return plan_reads([source(GRAPH_RUNS, [*_KIND_COLUMNS["graph"], "job_id"]),
-                       source(OP_RUNS, _KIND_COLUMNS["op"]),
+    return plan_reads([source(GRAPH_RUNS, [*_KIND_COLUMNS[Kind.GRAPH], "job_id"]),
+                       source(OP_RUNS, _KIND_COLUMNS[Kind.OP]),
                        source(HITS, _HIT_COLUMNS),
                        source(GRAPHS, ["env_key", "device_count", "partitioning"], None, None)])
 
@@ -175,7 +178,7 @@ def savings(home: Home, first: datetime.date, last: datetime.date,
     home = open_home(home)
     home.reach(pipeline_options(beam_args))
     entries = StoreReader(home).live_entries()
-    validator_keys = entries.filter(pc.equal(entries.column("provenance"), "validator")).column("key")
+    validator_keys = entries.filter(pc.equal(entries.column("provenance"), Provenance.VALIDATOR)).column("key")
     reads = savings_reads(home, first, last)
     with beam.Pipeline(options=pipeline_options(beam_args, reads.rows)) as pipeline:
         build_savings_pipeline(pipeline, reads, home, first, last, validator_keys.to_pylist())
@@ -183,9 +186,9 @@ def savings(home: Home, first: datetime.date, last: datetime.date,
     return Warehouse(home).read(SAVINGS, filter_dt=days.__contains__).sort_by([(name, "ascending") for name in _KEYS])
 
 
-def hit_rows(runs: pa.Table, kind: str, validator_keys: list[str]) -> pa.Table:
+def hit_rows(runs: pa.Table, kind: Kind, validator_keys: list[str]) -> pa.Table:
     """The runs that applied a tuned config, with their hit and saved chip-seconds: those with
-    a config key, but for runs of the holdout arm (`vocabulary.hits.ran_tuned`)."""
+    a config key, but for runs of the holdout arm (`ingest.ran_tuned.ran_tuned`)."""
     hits = runs.filter(ran_tuned(runs))
     speedup = hits.column("expected_speedup")
     used = hits.column("chip_seconds")
@@ -304,7 +307,7 @@ def _partial_sums(table: tuple[str, pa.Table], validator_keys: list[str]) -> lis
 def _tried_sums(tried: pa.Table, validator_keys: list[str]) -> pa.Table:
     return _TRIED.reduce(pa.table({
         "dt": tried.column("dt"),
-        "kind": pc.fill_null(pc.cast(tried.column("kind"), pa.string()), "graph"),  # the hook looks up graphs
+        "kind": pc.fill_null(pc.cast(tried.column("kind"), pa.string()), Kind.GRAPH),  # the hook looks up graphs
         **{name: tried.column(name) for name in ("job_id", "key", "env_key", "config_version")},
         "validator_updated": _validator_updated(tried.column("key"), validator_keys),
         "compiles": pa.repeat(pa.scalar(1, pa.int64()), tried.num_rows)}))

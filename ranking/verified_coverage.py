@@ -35,9 +35,11 @@ from storage.home import Home
 from storage.home_factory import open_home
 from storage.store_reader import StoreReader
 from storage.warehouse import Warehouse
+from vocabulary.store import Provenance
+from vocabulary.tuning import Kind
 
-# Who last wrote an entry whose config the loop measured (`storage.store_schema`'s provenance).
-MEASURED_BY_LOOP = ("tuner", "validator")
+# Who last wrote an entry whose config the loop measured.
+MEASURED_BY_LOOP = (Provenance.TUNER, Provenance.VALIDATOR)
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def verified_coverage(home: Home, first: datetime.date, last: datetime.date,
     per_key = every_key.filter(pc.is_in(_keys(every_key), value_set=tunable_keys))
     unmeasurable = every_key.filter(pc.is_in(_keys(every_key), value_set=unmeasurable_keys))
     entries = StoreReader(home).live_entries() if entries is None else entries
-    verified = entries.filter(pc.and_(pc.equal(entries.column("kind"), "graph"),
+    verified = entries.filter(pc.and_(pc.equal(entries.column("kind"), Kind.GRAPH),
                                       pc.is_in(entries.column("provenance"),
                                                value_set=pa.array(MEASURED_BY_LOOP))))
     covered = per_key.filter(pc.is_in(_keys(per_key), value_set=_keys(verified)))

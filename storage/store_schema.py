@@ -32,13 +32,15 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 import pyarrow as pa
 
-from vocabulary.tuning import Origin
+from vocabulary.store import Provenance
+from vocabulary.tuning import Kind, Origin
 
 STORE_ENTRY_COLUMNS = pa.schema([
     pa.field("key", pa.string()),  # the store key: hlo.environment.store_key(fingerprint, env_key)
     pa.field("fingerprint", pa.string()),
     pa.field("env_key", pa.string()),
-    # 'graph' (a graph's or a kernels result: either applies to a whole compile) or 'op'
+    # a vocabulary.tuning.Kind: graph (a graph's or a kernels result: either applies to a whole
+    # compile) or op
     pa.field("kind", pa.string()),
     pa.field("speedup", pa.float64()),  # the measured speedup a hit is expected to give
     pa.field("expires_at", pa.timestamp("us", tz="UTC")),
@@ -97,15 +99,6 @@ def conform_entries(entries: pa.Table) -> pa.Table:
     return entries.select(ENTRIES.names).cast(ENTRIES)
 
 
-class Provenance(enum.StrEnum):
-    """Who wrote a store entry last: deliver, from a tuning result (TUNER); the validator,
-    re-measured or re-keyed (VALIDATOR); an owner's import, a file or the service (IMPORT)."""
-
-    TUNER = "tuner"
-    VALIDATOR = "validator"
-    IMPORT = "import"
-
-
 @dataclass(frozen=True, kw_only=True)
 class StoreEntry:
     """One entry of a store version, a row of ENTRIES: a tuned config for a graph (or op) in an
@@ -121,14 +114,14 @@ class StoreEntry:
     of `to_row` and of the JSON form).
 
     Making one checks it: each field's type (an int where a float goes reads as the float, a
-    provenance string as its Provenance), a holdout share within its range, a relaxed config
-    only with the positive speedup it was measured at; ValueError naming the entry, the field
-    and the value otherwise."""
+    kind's, a provenance's or an origin's text as its enum's member), a holdout share within its
+    range, a relaxed config only with the positive speedup it was measured at; ValueError naming
+    the entry, the field and the value otherwise."""
 
     key: str
     fingerprint: str
     env_key: str
-    kind: str  # 'graph' (graph and kernels results: delivery.deliver) or 'op' (imported)
+    kind: Kind  # GRAPH (graph and kernels results: delivery.deliver) or OP (imported)
     speedup: float  # the measured speedup a hit is expected to give
     expires_at: datetime.datetime | None = None
     provenance: Provenance | None = None
@@ -305,19 +298,24 @@ MANIFEST_POLICIES: dict[str, Callable[[Any, str], Any]] = {
     "holdout_share": check_holdout_share, "relaxed_numerics_teams": check_relaxed_numerics_teams}
 
 
-_KIND_NAMES = {str: "text", float: "a number", datetime.datetime: "a time with a time zone",
-               Provenance: f"one of {', '.join(Provenance)}", Origin: f"one of {', '.join(Origin)}"}
+_KIND_NAMES: dict[type, str] = {
+    str: "text", float: "a number", datetime.datetime: "a time with a time zone",
+    **{closed: f"one of {', '.join(closed)}" for closed in (Kind, Provenance, Origin)}}
 
 
 def _typed(value: Any, kind: type) -> Any:
     """`value` as a `kind`, the one value it stands for (an int for a float, a string for an
-    enum's member: a Provenance, an Origin) or itself; None where it is no `kind`."""
+    enum's member, as the enum reads it: a Kind, a Provenance, an Origin) or itself; None where
+    it is no `kind`."""
     if isinstance(value, bool):
         return None
     if kind is float and isinstance(value, int):
         return float(value)
     if issubclass(kind, enum.Enum) and isinstance(value, str) and not isinstance(value, kind):
-        return next((member for member in kind if member.value == value), None)
+        try:
+            return kind(value)
+        except ValueError:
+            return None
     if kind is datetime.datetime and isinstance(value, datetime.datetime) and value.tzinfo is None:
         return None
     return value if isinstance(value, kind) else None

@@ -35,9 +35,10 @@ from ray import exceptions as ray_errors
 from hlo.environment import current_environment
 from storage.home import Home
 from storage.home_factory import open_home
-from tasks.records import Task, TaskOutcome, TaskStatus, home_address, perform
+from tasks.records import Task, TaskOutcome, home_address, perform
 from tasks.resources import KIND_PREFIX, PREFIX, environment_key, kind_of, offered, offering
 from tasks.runner import Deadline, Runner, weight, within
+from vocabulary.tasks import TaskStatus
 
 RETRIES = 3  # reruns after a worker or node died: four tries in all
 POLL_SECONDS = 1.0

@@ -15,7 +15,6 @@ validator's run journals the decision on the driver.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -33,21 +32,10 @@ from validator.plan import Queued
 from validator.rules import Decision
 from validator.toolchains import Toolchain
 from validator.validate import ValidateSettings, measure
+from vocabulary.tasks import TaskStatus
 from vocabulary.tuning import Kind
 
 R = TypeVar("R")
-
-
-class TaskStatus(enum.StrEnum):
-    """How a task ended. DONE: it ran to a result (whose own verdict may be "no gain").
-    FAILED: it raised, or the process running it died on every try (`TaskOutcome.reason`).
-    UNROUTABLE: no live node offers its environment (at submission, or after the last one
-    died): left for a later run. NOT_STARTED: the deadline left it no time."""
-
-    DONE = "done"
-    FAILED = "failed"
-    UNROUTABLE = "unroutable"
-    NOT_STARTED = "not started"
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,12 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
 from storage.home import Home
-from tasks.records import MeasureTask, Task, TaskOutcome, TaskStatus, TuneTask, perform
+from tasks.records import MeasureTask, Task, TaskOutcome, TuneTask, perform
 from validator.plan import Queued
 from validator.rules import Decision
 from validator.toolchains import Toolchain
 from validator.validate import Measurer, ValidateSettings
+from vocabulary.tasks import TaskStatus
 
 LOCAL_NODE = "local"
 

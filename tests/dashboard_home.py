@@ -45,13 +45,13 @@ from storage.warehouse import Warehouse
 from tuner.candidates import latest_candidates
 from tuner.persist import land_result, task_digest
 from tuner.result import TuneResult
-from tuner.trial import Outcome, Trial
+from tuner.trial import Trial
 from validator.plan import Planner
 from validator.run import Run
 from validator.toolchains import Registry
 from validator.validate import ValidateSettings
 from vocabulary.interval import Interval
-from vocabulary.tuning import Verdict
+from vocabulary.tuning import TrialOutcome, Verdict
 from workloads.simulator.run import simulate, store_lookup
 
 WORKLOADS = ["mlp-s"]
@@ -148,20 +148,20 @@ def _tuned(home: Path, task: int, key: tuple[str, str], accepted: bool) -> TuneR
     config = CONFIGS[task % len(CONFIGS)]
     trials = []
     for index in range(TRIALS_PER_TASK):
-        outcome = ((Outcome.FAILED, Outcome.IDENTICAL, Outcome.DUPLICATE)[index]
-                   if index < 3 and task == 1 else Outcome.MEASURED)
+        outcome = ((TrialOutcome.FAILED, TrialOutcome.IDENTICAL, TrialOutcome.DUPLICATE)[index]
+                   if index < 3 and task == 1 else TrialOutcome.MEASURED)
         figure = 1 + (speedup - 1) * (index + 1) / TRIALS_PER_TASK
         trials.append(Trial(index, config, outcome, program=f"program-{task}-{index}",
                             speedup=(Interval(figure, figure - 0.03, figure + 0.03)
-                                     if outcome == Outcome.MEASURED else None),
-                            numerics_ok=outcome == Outcome.MEASURED, compile_seconds=0.4,
+                                     if outcome == TrialOutcome.MEASURED else None),
+                            numerics_ok=outcome == TrialOutcome.MEASURED, compile_seconds=0.4,
                             elapsed_seconds=TRIAL_SECONDS * (index + 1),
-                            error="compile failed" if outcome == Outcome.FAILED else None))
+                            error="compile failed" if outcome == TrialOutcome.FAILED else None))
     return TuneResult(
         task_id=task_digest("graph", fingerprint, env_key, "evolution", task), fingerprint=fingerprint,
         env_key=env_key, status=Verdict.ACCEPTED if accepted else Verdict.NO_GAIN,
         config=config, speedup=Interval(speedup, speedup - 0.05, speedup + 0.05), numerics_ok=True,
-        evaluations=len(trials), measured=sum(t.outcome == Outcome.MEASURED for t in trials),
+        evaluations=len(trials), measured=sum(t.outcome == TrialOutcome.MEASURED for t in trials),
         strategy="evolution", compiler_version=_compiler(home, env_key), trials=trials)
 
 

@@ -1,14 +1,13 @@
 """The layout the README's architecture section states is the one the imports make: each
 package imports exactly the packages its row lists, the packages form no cycle, and no two
 modules import each other, at load time or inside a function. The vocabulary (`vocabulary/`)
-lies below them all: any package may import it, and it imports nothing of the project. And the
+lies below them all: any package may import it, and it imports the standard library alone. And the
 store's entries, the tuner's trials and tuning results reach Python only as their records: no
 module makes a table of them into dict rows."""
 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -69,10 +68,12 @@ def test_each_package_imports_exactly_what_the_readme_says() -> None:
             f"{package}/ imports {sorted(found)}; its README row says {sorted(stated[package])}")
 
 
-def test_the_vocabulary_imports_nothing_of_the_project() -> None:
-    """The vocabulary is the ground floor: its modules import the standard library, third-party
-    packages and each other only, never another package of the project (whichever pyproject.toml lists),
-    so that every stage can import it."""
+def test_the_vocabulary_imports_the_standard_library_alone() -> None:
+    """The vocabulary is the ground floor: its modules import the standard library and each
+    other only, at load time or inside a function: never another package of the project
+    (whichever pyproject.toml lists), so that every stage can import it, nor a third-party
+    package (pyarrow, pydantic, ...), so that it holds the closed sets and pure-Python rules
+    alone; their Arrow filters and SQL live beside the tables (`ingest.ran_tuned`)."""
     found: dict[str, set[str]] = {}
     for path in modules(GROUND):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -83,21 +84,18 @@ def test_the_vocabulary_imports_nothing_of_the_project() -> None:
             else:
                 continue
             top = {name.split(".")[0] for name in names}
-            foreign = {name for name in top if name != GROUND and (name == "" or not _outside_project(name))}
+            foreign = {name for name in top if name != GROUND and not _standard_library(name)}
             if foreign:
                 found.setdefault(str(path.relative_to(ROOT)), set()).update(foreign)
     assert modules(GROUND), f"{GROUND}/ has no modules"
-    assert not found, f"{GROUND}/ imports the project (or itself, relatively): {found}"
+    assert not found, f"{GROUND}/ imports more than the standard library (or itself, relatively): {found}"
 
 
-def _outside_project(name: str) -> bool:
-    """Whether the top-level module `name` is the standard library's or an installed
-    third-party one: importable, and no directory or module at the repository's root (the
-    packages, tests/, benchmarks/)."""
-    if name in sys.stdlib_module_names or name == "__future__":
-        return True
+def _standard_library(name: str) -> bool:
+    """Whether the top-level module `name` is the standard library's (no module at the
+    repository's root shadows one: the packages, tests/, benchmarks/)."""
     at_root = (ROOT / name).exists() or (ROOT / f"{name}.py").exists()
-    return not at_root and importlib.util.find_spec(name) is not None
+    return (name in sys.stdlib_module_names or name == "__future__") and not at_root
 
 
 def test_the_packages_form_no_cycle() -> None:
@@ -410,3 +408,223 @@ def test_no_module_reads_a_trial_or_a_tuning_result_as_a_dict():
 
 def _flows_of_tuner(**sources: str) -> EntryFlows:
     return EntryFlows({path: ast.parse(source) for path, source in sources.items()}, _TUNER_TABLES)
+
+
+# --- A closed set's value is written as its enum, never as a bare string -------------------------
+
+# The modules that declare the warehouse's and the store's schemas: their comments and column
+# declarations name the values their columns hold.
+_SCHEMA_MODULES = re.compile(r"(^|/)tables\.py$|^storage/store_schema\.py$")
+# Arrow's functions whose positional arguments are values compared with or filled into a column.
+_ARROW_VALUES = frozenset({"equal", "not_equal", "is_in", "index_in", "fill_null", "scalar", "repeat"})
+# A value quoted as SQL (or script) text spells it inside a string: `where kind = 'graph'`.
+_QUOTED = re.compile(r"'([a-z0-9][a-z0-9 _-]*)'")
+# Literals equal to a vocabulary value that stand for something else, each with its reason.
+VALUE_LITERALS_ALLOWED: dict[tuple[str, str], str] = {
+    ("ingest/ran_tuned.py", "holdout"): "the name of graph_runs' column, not a hit's outcome",
+    ("pipelines/cli/store.py", "import"): "an action of `fdo store`, not a provenance",
+    ("pipelines/cli/validate.py", "add"): "an action of `fdo toolchain`, not a store change",
+    ("pipelines/cli/validate.py", "remove"): "an action of `fdo toolchain`, not a store change",
+    ("pipelines/cli/evaluate.py", "no significant gain"): "`fdo evaluate`'s measurement in words, "
+                                                          "beside \"significant gain\": no task's verdict",
+    ("pipelines/dashboard/page.py", "graph"): "the name of the dashboards' graph filter (a fingerprint)",
+    ("pipelines/dashboard/scope.py", "graph"): "the name of the dashboards' graph filter (a fingerprint)",
+    ("pipelines/dashboard/page.py", "tuner"): "the dashboards' tuner page",
+    ("pipelines/dashboard/page.py", "error"): "a chart's state on the page (and in its script)",
+    ("pipelines/dashboard/grids.py", "defaults"): "how a grid shows an empty config, in words",
+    ("delivery/fingerprint_memo.py", "defaults"): "the memo key's text for a compile with the job's options",
+    ("tuner/analyze.py", "failed"): "a column's heading in `fdo analyze flags`' table",
+    ("tuner/result.py", "accepted"): "a key of result.json as earlier versions wrote it",
+    ("validator/run.py", "validator"): "a directory of the home (validator/runs/)",
+    ("workloads/simulator/catalog.py", "graph"): "the unit of a progress bar",
+    ("delivery/store_writer.py", "none"): "a version's reason in words: no relaxed-numerics teams",
+    ("pipelines/cli/store.py", "none"): "the policy told in words: no relaxed-numerics teams",
+}
+
+
+def vocabulary_values() -> dict[str, str]:
+    """Every value of the vocabulary's enums -> a member that has it (`Kind.GRAPH`)."""
+    import importlib
+    import pkgutil
+    from enum import Enum
+
+    import vocabulary
+
+    values: dict[str, str] = {}
+    for info in pkgutil.iter_modules(vocabulary.__path__):
+        module = importlib.import_module(f"{GROUND}.{info.name}")
+        for enum in vars(module).values():
+            if isinstance(enum, type) and issubclass(enum, Enum) and enum.__module__ == module.__name__:
+                values.update({member.value: f"{enum.__name__}.{member.name}" for member in enum
+                               if member.value not in values})
+    return values
+
+
+def value_literals(trees: dict[str, ast.Module], values: dict[str, str]) -> list[str]:
+    """Where a module of `trees` (by path) writes a vocabulary value as a string literal,
+    `path:line: 'value' (Enum.MEMBER)`, but for the schema modules and VALUE_LITERALS_ALLOWED.
+
+    The rule: a str constant (never a docstring) equal to a value, as spelled now or as earlier
+    versions spelled it (underscores or hyphens for its spaces: "build_option", which no longer
+    equals its member), counts where it stands for a value, not for a name. It stands for a
+    value where it is compared (`==`, `!=`, `in`, `not in`, a `match` case), iterated over
+    (`for kind in (...)`), passed as a keyword argument, a parameter's default or the default
+    of `.get(key, default)`, held as a dict's value (not its key), assigned, returned,
+    formatted into an f-string, one of a `Literal[...]`'s values, or passed to Arrow's
+    comparisons and fills (`pc.equal`, `pc.fill_null`, `pa.scalar`, ...); through a
+    conditional expression's branches, and the elements of a tuple, list or set that is a set
+    of values (every element a value, as a literal or a member: one that holds another literal,
+    a name or a starred list is a record or a list of names, columns and keys, whose literals
+    are names). A dict's key, a subscript (`row["holdout"]`) or another positional argument
+    (`column(...)`, `add_argument(...)`, a label) is a name. And a string's text (f-strings'
+    parts too: SQL, a page's script) quotes no value (`'graph'`): SQL builds it from the enum
+    (`f"'{Kind.GRAPH}'"`). A member of a package's own enum (declared in its class body)
+    spells its own value: where it equals a vocabulary value it means the same thing (a stage
+    done or failed, a plan's search, re-keyed autotune results)."""
+    found = []
+    for path, tree in trees.items():
+        if _SCHEMA_MODULES.search(path):
+            continue
+        skipped = _docstrings_and_enum_members(tree)
+        positions = _value_positions(tree, values)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in skipped:
+                continue
+            quoted = [_as_value(text, values) for text in _QUOTED.findall(node.value)]
+            spelled = [value for value in (_as_value(node.value, values) if id(node) in positions else None, *quoted)
+                       if value is not None]
+            found += [f"{path}:{node.lineno}: {value!r} ({values[value]})" for value in spelled
+                      if (path, value) not in VALUE_LITERALS_ALLOWED]
+    return found
+
+
+def _as_value(text: str, values: dict[str, str]) -> str | None:
+    """The value of `values` that `text` spells, now or as earlier versions did (underscores or
+    hyphens for its spaces, as `vocabulary.closed_set.ClosedSet` reads them); None if none."""
+    spaced = " ".join(text.replace("_", " ").replace("-", " ").split())
+    return text if text in values else spaced if spaced != text and spaced in values else None
+
+
+def _docstrings_and_enum_members(tree: ast.Module) -> set[int]:
+    """The ids of the docstrings' constants and of the values of enum members declared here."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                skipped.add(id(first.value))
+        if isinstance(node, ast.ClassDef) and any(
+                ast.unparse(base).endswith(("Enum", "ClosedSet")) for base in node.bases):
+            skipped |= {id(statement.value) for statement in node.body if isinstance(statement, ast.Assign)}
+    return skipped
+
+
+def _value_positions(tree: ast.Module, values: dict[str, str]) -> set[int]:
+    """The ids of the expressions of `tree` that stand for values (see `value_literals`)."""
+    positions: set[int] = set()
+
+    def value(node: ast.expr | None) -> None:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            if all(isinstance(e, ast.Attribute) or (isinstance(e, ast.Constant) and isinstance(e.value, str)
+                                                    and _as_value(e.value, values)) for e in node.elts):
+                positions.update(id(e) for e in node.elts)
+                for element in node.elts:
+                    value(element)
+        elif isinstance(node, ast.IfExp):
+            value(node.body)
+            value(node.orelse)
+        elif isinstance(node, ast.BoolOp):
+            for operand in node.values:
+                value(operand)
+        elif node is not None:
+            positions.add(id(node))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for operand in (node.left, *node.comparators):
+                value(operand)
+        elif isinstance(node, (ast.For, ast.comprehension)):
+            value(node.iter)
+        elif isinstance(node, ast.keyword):
+            value(node.value)
+        elif isinstance(node, ast.arguments):
+            for default in (*node.defaults, *node.kw_defaults):
+                value(default)
+        elif isinstance(node, ast.Dict):
+            for held in node.values:
+                value(held)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return)):
+            value(node.value)
+        elif isinstance(node, (ast.MatchValue, ast.FormattedValue)):
+            value(node.value)
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value).split(".")[-1] == "Literal":
+            value(node.slice)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in _ARROW_VALUES:
+                for argument in node.args:
+                    value(argument)
+            elif node.func.attr == "get" and len(node.args) == 2:
+                value(node.args[1])
+    return positions
+
+
+def _literals_of(**sources: str) -> list[str]:
+    values = {"graph": "Kind.GRAPH", "op": "Kind.OP", "holdout": "HitOutcome.HOLDOUT", "search": "Origin.SEARCH",
+              "option": "Channel.OPTION", "build option": "Channel.BUILD_OPTION"}
+    return value_literals({path: ast.parse(source) for path, source in sources.items()}, values)
+
+
+def test_the_value_check_finds_values_written_as_strings_and_names_nothing_else():
+    """The check below, on code written here: each way a value is written as a string is
+    found; names, records, docstrings, schemas and the enums' own declarations are not."""
+    caught = {
+        "compared": "if row['kind'] == 'graph':\n    pass",
+        "in a set of values": "graphs = [e for e in entries if e.kind in ('graph', 'op')]",
+        "iterated over": "for kind in ('graph', 'op'):\n    draw(kind)",
+        "a keyword argument": "Realized(kind='graph')",
+        "a default": "def top(rows, kind='graph'):\n    pass",
+        "the default of get": "kind = row.get('kind', 'graph')",
+        "a dict's value": "KIND_OF = {GRAPH_RUNS.name: 'graph'}",
+        "assigned": "kind = 'op'",
+        "returned": "def kind():\n    return 'graph'",
+        "Arrow's comparison": "graphs = pc.equal(live.column('kind'), 'graph')",
+        "Arrow's fill": "kind = pc.fill_null(column, 'graph')",
+        "formatted": "print(f\"no {'graph' if whole else kind} candidates\")",
+        "a match case": "match kind:\n    case 'op':\n        pass",
+        "quoted in SQL": "sql = f\"select '{x}' as team, 'graph' as kind from graph_runs\"",
+        "mixed with a member": "kinds = (Kind.GRAPH, 'op')",
+        "a Literal's value": "kind: Literal['graph', 'op']",
+        "as spelled before": "if spec.channel in ('option', 'build_option'):\n    pass",
+    }
+    for what, source in caught.items():
+        assert _literals_of(**{"user.py": source}), what
+    fine = ('"""A docstring: \'graph\' runs, holdout arm."""\n'
+            "holdout = row['holdout']\n"  # a subscript: a column's name
+            "COLUMNS = ['dt', 'job_id', 'holdout']\n"  # a list of names
+            "more = [*COLUMNS, 'holdout']\n"
+            "read(table, [column, 'holdout'])\n"
+            "table.column('holdout')\n"  # a positional argument: a name
+            "TEAMS = ('ads', 'search', 'maps')\n"
+            "COLORS = {Kind.GRAPH: 'blue'}\n"
+            "sql = f\"select '{Kind.GRAPH}' as kind\"\n"
+            "class Path(StrEnum):\n    SEARCH = 'search'\n"
+            "parser.add_argument('graph', metavar='GRAPH')\n"
+            "if 'holdout' in table.column_names:\n    pass\n")
+    assert _literals_of(**{"user.py": fine}) == ["user.py:13: 'holdout' (HitOutcome.HOLDOUT)"]
+    assert _literals_of(**{"ranking/tables.py": "KINDS = ('graph', 'op')"}) == []  # a schema module
+    assert _literals_of(**{"ingest/ran_tuned.py": "if 'holdout' in runs.column_names:\n    pass"}) == []
+
+
+def test_no_module_writes_a_vocabulary_value_as_a_string():
+    """Outside the vocabulary and the schema modules, no production module writes a value of
+    the vocabulary's closed sets as a string where it stands for the value (`value_literals`
+    says where that is): it writes the member (`Kind.GRAPH`), and SQL builds the value's text
+    from it. A literal that equals a value but stands for something else (a command's action,
+    a page's name) is one of VALUE_LITERALS_ALLOWED, with its reason."""
+    trees = {str(path.relative_to(ROOT)): ast.parse(path.read_text(), str(path))
+             for package in packages() if package != GROUND for path in modules(package)}
+    assert value_literals(trees, vocabulary_values()) == []
+    used = {(path, value) for path, tree in trees.items() for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            for value in {node.value, *_QUOTED.findall(node.value)}} & set(VALUE_LITERALS_ALLOWED)
+    assert used == set(VALUE_LITERALS_ALLOWED), f"allowed, never written: {set(VALUE_LITERALS_ALLOWED) - used}"

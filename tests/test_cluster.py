@@ -31,13 +31,14 @@ from pipelines.nightly import STAGES  # noqa: E402
 from storage.home_factory import open_home  # noqa: E402
 from storage.warehouse import Warehouse  # noqa: E402
 from tasks.ray_runner import RayRunner  # noqa: E402
-from tasks.records import TaskStatus, TuneTask  # noqa: E402
+from tasks.records import TuneTask  # noqa: E402
 from tasks.resources import node_resources  # noqa: E402
 from tasks.runner import run_all  # noqa: E402
 from tests.test_nightly import wait_for  # noqa: E402
 from tuner.tables import TUNING_RESULTS  # noqa: E402
 from tuner.target import graph_subject  # noqa: E402
 from tuner.tune import TuneSettings  # noqa: E402
+from vocabulary.tasks import TaskStatus  # noqa: E402
 from vocabulary.tuning import Kind  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]

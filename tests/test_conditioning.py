@@ -30,6 +30,7 @@ from tuner.persist import finished_result, land_result, save_result, task_file
 from tuner.result import TuneResult
 from tuner.tables import TUNING_RESULTS
 from tuner.tune import verdict_of
+from vocabulary.failures import Failure
 from vocabulary.interval import Interval
 from vocabulary.tuning import Verdict
 from workloads import zoo
@@ -148,10 +149,10 @@ def test_a_verifications_verdict_names_its_reason():
     assert verdict_of(_check(significant=False), BAND)[0] == Verdict.NO_GAIN
     assert verdict_of(_check(), BAND) == (Verdict.ACCEPTED, "measured 1.290x [1.240, 1.330], "
                                                             "numerics ok on 3 sets of inputs")
-    assert verdict_of(_check(error="default fails: does not compile: x", failure="default_fails"),
+    assert verdict_of(_check(error="default fails: does not compile: x", failure=Failure.DEFAULT_FAILS),
                       BAND) == (Verdict.DEFAULT_FAILS, "does not compile: x")
-    assert verdict_of(_check(error="worker_crash: killed", failure="worker_crash"), BAND) == (
-        Verdict.VERIFICATION_FAILED, "worker_crash: killed")
+    assert verdict_of(_check(error="crash: killed", failure=Failure.WORKER_CRASH), BAND) == (
+        Verdict.VERIFICATION_FAILED, "crash: killed")
 
 
 def test_a_status_written_before_it_was_an_enum_reads_as_its_verdict_and_reason():

@@ -17,9 +17,9 @@ from delivery.lookup import Found, RemoteStore, StoreUnavailable, _parse_answer
 from execution.compile import compile_options
 from execution.flags import FLAGS, FlagError, FlagSpec, checked_config
 from hlo.environment import current_environment, xla_flags_options
-from storage.store_schema import Provenance
 from tests.serving import fdo
 from tests.test_hook import NO_YNN, hits, import_configs, run_job
+from vocabulary.store import Provenance
 
 
 class DripServer:

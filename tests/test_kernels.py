@@ -37,7 +37,7 @@ from hlo.environment import current_environment, environment_from_json, store_ke
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_text
 from pipelines.cli import main
-from storage.store_schema import Provenance, StoreEntry, entries_table
+from storage.store_schema import StoreEntry, entries_table
 from tasks.records import MeasureTask
 from tuner.kinds import KINDS, check_platform, make_target
 from tuner.tables import TUNING_RESULTS
@@ -49,6 +49,7 @@ from validator.toolchains import Toolchain
 from validator.validate import ValidateSettings
 from vocabulary.decisions import Applied, StoreChange
 from vocabulary.interval import Interval
+from vocabulary.store import Provenance
 from vocabulary.tuning import Kind
 
 DEVICE = "CUDA: 9.0, Cores: 132, GPU clock: 1.98 GHz, Memory bandwidth: 3352 GB/s, L2 cache: 50 MB"
@@ -307,7 +308,7 @@ def test_results_xla_keys_otherwise_are_relabelled_and_re_keyed_when_they_still_
     live = entries_table([_queued(True, stored).entry])
     applied, statuses = rules.apply([same], live)
     (row,) = applied.to_pylist()
-    assert statuses == [Applied.APPLIED] and row["key"] == "k" * 32
+    assert statuses == [Applied.IN_EFFECT] and row["key"] == "k" * 32
     assert parse_results(row["autotune_results"]) == relabelled
     # On another compiler: a new entry under the new key, carrying the relabelled results.
     other = _decide(_queued(False, stored), check, _measured(1.2, 1.1, 1.3))

@@ -31,11 +31,11 @@ from tuner.search import TaskClock, run_search
 from tuner.space import SearchSpace, config_key
 from tuner.tables import TUNING_RESULTS
 from tuner.target import TuneTarget
-from tuner.trial import Outcome, Phase, Trial
+from tuner.trial import Trial
 from tuner.tune import TuneSettings, _relaxed_option, run_task
 from tuner.winner import best_trial
 from vocabulary.interval import Interval
-from vocabulary.tuning import Verdict
+from vocabulary.tuning import Phase, TrialOutcome, Verdict
 
 FAST_MATH = "xla_cpu_enable_fast_math"
 HONOR = [f"xla_cpu_fast_math_honor_{what}" for what in ("nans", "infs", "division", "functions")]
@@ -121,7 +121,7 @@ def _check(speedup: float, significant: bool = True, numerics_ok: bool = True) -
 
 
 def test_the_opt_in_is_offered_only_where_it_holds_up_and_gains_more():
-    relaxed = Trial(3, {FAST_MATH: True}, Outcome.MEASURED, "F", speedup=Interval(1.3, 1.28, 1.32),
+    relaxed = Trial(3, {FAST_MATH: True}, TrialOutcome.MEASURED, "F", speedup=Interval(1.3, 1.28, 1.32),
                     numerics_ok=True)
     check = _check(1.30)
     option = _relaxed_option(relaxed, check, _check(1.10))

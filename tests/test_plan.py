@@ -19,7 +19,7 @@ from ranking.tables import CANDIDATES
 from ranking.verified_coverage import verified_coverage
 from storage.home_factory import open_home
 from storage.store_reader import StoreReader
-from storage.store_schema import ENTRIES, Provenance
+from storage.store_schema import ENTRIES
 from storage.warehouse import Warehouse
 from tuner.decided import DECISION_DAYS, conclusive, key_statuses
 from tuner.persist import finished_result, save_result, share_result
@@ -27,10 +27,10 @@ from tuner.plan import NightState, Path, PlannedTask, land_shared, plan_checks, 
 from tuner.result import TuneResult
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.transfer import MAX_TRANSFERS, TRANSFER_CHECK, Kinship, Transfer, TransferSources, key_text
-from tuner.trial import StopReason
 from tuner.tune import TuneSettings
 from vocabulary.interval import Interval
-from vocabulary.tuning import KeyDecision, Kind, Origin, Verdict
+from vocabulary.store import Provenance
+from vocabulary.tuning import KeyDecision, Kind, Origin, StopReason, Verdict
 
 DAY = datetime.date(2026, 5, 2)
 NOW = datetime.datetime(2026, 5, 2, 12, tzinfo=datetime.UTC)

@@ -265,7 +265,7 @@ def test_an_entry_that_regressed_in_the_fleet_is_invalidated_with_its_figures(ho
     assert kept.outcome == "kept" and kept.reason.startswith("flagged in the fleet, far short")
     assert kept.fleet_speedup.estimate == pytest.approx(1.05, abs=0.05)
     # The audit row carries the figures.
-    row = rules.audit_row(decision, "run-1", 2, Applied.APPLIED)
+    row = rules.audit_row(decision, "run-1", 2, Applied.IN_EFFECT)
     audited = pa.Table.from_pylist([row], VALIDATIONS.schema)
     assert audited.column("fleet_holdout_jobs").to_pylist() == [decision.fleet_holdout_jobs]
     Warehouse(home.path).append(VALIDATIONS, audited, "run-1")

@@ -37,10 +37,11 @@ from tuner.schedule import LIKELY_RANK, Scheduled, cold_rank, likely, neighbourh
 from tuner.search import SAME_PROGRAM
 from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
-from tuner.trial import Outcome, Trial
+from tuner.trial import Trial
 from tuner.tune import COMPARE_SETTINGS, SEARCH_SETTINGS, VERIFY_SETTINGS
 from tuner.winner import finalists, prune, race
 from vocabulary.interval import Interval
+from vocabulary.tuning import TrialOutcome
 
 YNN, XNN, ONEDNN = (LIBRARY_FLAGS[b] for b in ("ynn", "xnn", "onednn"))
 # jaxlib 0.10.2's default routing, plus a type this project's code has never heard of.
@@ -477,7 +478,7 @@ def test_the_schedule_waits_for_results_it_needs_and_never_proposes_twice():
 
 
 def _trial(index: int, config: dict, speedup: float, program: str, spread: float = 0.03) -> Trial:
-    return Trial(index, config, Outcome.MEASURED, program,
+    return Trial(index, config, TrialOutcome.MEASURED, program,
                  speedup=Interval(speedup, speedup - spread, speedup + spread), numerics_ok=True)
 
 
@@ -494,7 +495,7 @@ def test_pruning_keeps_only_the_changes_that_matter():
     def compare(index: int, config: dict, baseline: dict) -> Trial:
         runs.append((config, baseline))
         ratio = truth[programs[config_key(config)]] / truth[programs[config_key(baseline)]]
-        return Trial(index, config, Outcome.MEASURED, programs[config_key(config)],
+        return Trial(index, config, TrialOutcome.MEASURED, programs[config_key(config)],
                      speedup=Interval(ratio, ratio - 0.004, ratio + 0.004), numerics_ok=True)
 
     recorded: list[Trial] = []
@@ -516,7 +517,7 @@ def test_pruning_keeps_only_the_changes_that_matter():
 def test_pruning_drops_a_change_that_leaves_the_program_as_it_is_without_timing():
     trials = [_trial(0, {"a": 2}, 1.5, "A"), _trial(1, {"b": True}, 1.0, "B"),
               _trial(2, {"a": 2, "b": True}, 1.55, "A")]
-    best = prune(lambda index, config, baseline: Trial(index, config, Outcome.IDENTICAL, "A",
+    best = prune(lambda index, config, baseline: Trial(index, config, TrialOutcome.IDENTICAL, "A",
                                                        speedup=SAME_PROGRAM, numerics_ok=True),
                  trials, lambda t: None, trials[2])
     assert best.config == {"a": 2}
@@ -526,7 +527,7 @@ def test_the_finalists_race_and_the_fastest_against_the_one_ahead_wins():
     trials = [_trial(0, {"a": 2}, 1.30, "A"), _trial(1, {"c": "X"}, 1.26, "C"),
               _trial(2, {"d": True}, 1.10, "D", spread=0.02),  # clearly behind: no finalist
               _trial(3, {"a": 2, "d": True}, 1.28, "AD"), _trial(4, {"b": True}, 1.35, "B", spread=0.08),
-              Trial(5, {"a": 1}, Outcome.DUPLICATE, "A", speedup=Interval(1.30, 1.27, 1.33),
+              Trial(5, {"a": 1}, TrialOutcome.DUPLICATE, "A", speedup=Interval(1.30, 1.27, 1.33),
                     numerics_ok=True)]
     assert [t.program for t in finalists(trials)] == ["B", "A", "AD"]
     afresh = {"B": 1.21, "A": 1.29, "AD": 1.27}  # B's screen was its luck

@@ -39,8 +39,9 @@ from tuner.search import (
 )
 from tuner.space import Param, SearchSpace, config_key
 from tuner.strategies import STRATEGIES, Strategy
-from tuner.trial import Outcome, Phase, StopReason, Trial
+from tuner.trial import Trial
 from vocabulary.interval import Interval
+from vocabulary.tuning import Phase, StopReason, TrialOutcome
 
 SCREEN = MeasureSettings(max_seconds=1.0)
 COMPARE = MeasureSettings(max_seconds=2.0)
@@ -84,14 +85,14 @@ class TableEvaluator:
             baseline, base = against
             self.measured.append((f"{build.program}/{base.program}", settings))
             ratio = self.again(config) / self.again(baseline)
-            return Trial(index, config, Outcome.MEASURED, build.program,
+            return Trial(index, config, TrialOutcome.MEASURED, build.program,
                          speedup=Interval(ratio, ratio * (1 - TIGHT), ratio * (1 + TIGHT)),
                          numerics_ok=True, compile_seconds=0.5, baseline=baseline)
         _, screened, again = self.table[config_key(config)]
         times = sum(program == build.program for program, _ in self.measured)
         self.measured.append((build.program, settings))
         speedup = screened if times == 0 or again is None else again
-        return Trial(index, config, Outcome.MEASURED, build.program,
+        return Trial(index, config, TrialOutcome.MEASURED, build.program,
                      speedup=Interval(speedup, speedup * (1 - SPREAD), speedup * (1 + SPREAD)),
                      numerics_ok=True, compile_seconds=0.5)
 
@@ -343,7 +344,7 @@ def every_config(row: Callable[[CompilerConfig], tuple]) -> TableEvaluator:
 
 def test_evaluations_since_a_gain_count_the_timed_trials_after_the_last_significant_one():
     def screen(speedup, timed=True, spread=0.02):
-        return Trial(0, {}, Outcome.MEASURED if timed else Outcome.DUPLICATE, "P",
+        return Trial(0, {}, TrialOutcome.MEASURED if timed else TrialOutcome.DUPLICATE, "P",
                      speedup=Interval(speedup, speedup * (1 - spread), speedup * (1 + spread)),
                      numerics_ok=True)
     trials = [screen(1.005), screen(1.3), screen(1.31), screen(1.2, timed=False), screen(1.0)]
@@ -511,7 +512,7 @@ def test_what_each_phase_spent_adds_up_to_the_loop_and_the_search_keeps_to_its_b
 
 
 def test_a_trial_reads_back_as_journaled_and_a_journal_line_from_before_stamps_still_reads():
-    trial = Trial(3, {"a": 1}, Outcome.MEASURED, "A", speedup=Interval(1.2, 1.1, 1.3),
+    trial = Trial(3, {"a": 1}, TrialOutcome.MEASURED, "A", speedup=Interval(1.2, 1.1, 1.3),
                   numerics_ok=True, compile_seconds=0.5, phase=Phase.RACE, baseline={"c": "X"},
                   finished_at=datetime.datetime(2026, 11, 27, 3, 19, 1, 615393, datetime.UTC),
                   elapsed_seconds=57.25)
@@ -534,8 +535,8 @@ def test_a_journal_line_written_before_intervals_and_outcomes_were_records_still
               '"speedup": null, "ci_low": null, "ci_high": null, "numerics_ok": null, '
               '"compile_seconds": null, "error": "does not compile: no", "phase": "search"}')
     read = Trial.from_json(json.loads(line))
-    assert read.outcome is Outcome.DUPLICATE and read.speedup == Interval(1.25, 1.2, 1.3)
+    assert read.outcome is TrialOutcome.DUPLICATE and read.speedup == Interval(1.25, 1.2, 1.3)
     # Written again as read, with the screen's stop reason and runs, which it did not tell, null.
     assert read.to_json() == {**json.loads(line), "stop_reason": None, "candidate_runs": None}
     gone = Trial.from_json(json.loads(failed))
-    assert gone.outcome is Outcome.FAILED and gone.speedup is None and gone.timed
+    assert gone.outcome is TrialOutcome.FAILED and gone.speedup is None and gone.timed

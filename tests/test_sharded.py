@@ -11,7 +11,7 @@ import pytest
 from execution.evaluate import evaluate, per_device_program
 from execution.measure import MeasureSettings
 from execution.per_device import COLLECTIVES, PerDeviceError, local_stand_ins
-from execution.sharded import MeasureMode, Placement, choose_placement, global_output_shapes, whole_capacity
+from execution.sharded import Placement, choose_placement, global_output_shapes, whole_capacity
 from execution.worker import Worker
 from hlo.environment import Environment, Partitioning, environment_from_json, parse_mesh, partitioning_from_json
 from hlo.module import from_lowered, from_text
@@ -23,6 +23,7 @@ from tuner.persist import finished_result
 from tuner.target import graph_subject
 from tuner.task import tune_module
 from tuner.tune import TuneSettings
+from vocabulary.measure import MeasureMode
 from vocabulary.tuning import Kind, Verdict
 from workloads.zoo.sharded import get_sharded, sharded_workloads
 

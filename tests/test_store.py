@@ -26,10 +26,11 @@ from delivery.store_writer import ConcurrentPublish, Store, StoreError, merge_en
 from hlo.environment import store_key
 from storage.home_factory import open_home
 from storage.store_reader import StoreReader, checksum
-from storage.store_schema import ENTRIES, Provenance, StoreEntry, entries_of, entries_table
+from storage.store_schema import ENTRIES, StoreEntry, entries_of, entries_table
 from storage.warehouse import Warehouse
 from tests.url_home import UrlFileSystem, url_of
 from tuner.tables import TUNING_RESULTS
+from vocabulary.store import Provenance
 
 
 def fdo(home: Path, *args: str) -> subprocess.CompletedProcess:

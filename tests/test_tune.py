@@ -23,7 +23,6 @@ from execution.cores import MIN_CORES_TO_SPLIT, CorePlan, available_cores, plan_
 from execution.flags import FLAGS, checked_config, relaxes_numerics
 from execution.measure import MeasureSettings
 from execution.session import Span
-from execution.sharded import MeasureMode
 from execution.worker import Worker
 from hlo.module import from_lowered, from_text
 from pipelines.cli.tune import _print_tune_result
@@ -41,11 +40,12 @@ from tuner.space import Param, SearchSpace, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS, ResultRow, results_of, trials_of
 from tuner.task import tune_module
-from tuner.trial import UNTIMED, Outcome, Phase, StopReason, Trial
+from tuner.trial import Trial
 from tuner.tune import SEARCH_SETTINGS, TuneSettings
 from tuner.worker_evaluator import WorkerEvaluator
 from vocabulary.interval import Interval
-from vocabulary.tuning import Kind, Origin, Verdict
+from vocabulary.measure import MeasureMode
+from vocabulary.tuning import UNTIMED, Kind, Origin, Phase, StopReason, TrialOutcome, Verdict
 from workloads import zoo
 
 
@@ -460,9 +460,9 @@ def _stamped_result() -> TuneResult:
                     compile_seconds=0.5, finished_at=at + datetime.timedelta(seconds=seconds),
                     elapsed_seconds=seconds)
               for i, (config, outcome, program, speedup, seconds) in enumerate([
-                  ({"a": 1}, Outcome.MEASURED, "A", 1.10, 8.0),
-                  ({"a": 2}, Outcome.MEASURED, "B", 1.30, 20.0),
-                  ({"b": 1}, Outcome.IDENTICAL, "default", 1.0, 21.0)])]
+                  ({"a": 1}, TrialOutcome.MEASURED, "A", 1.10, 8.0),
+                  ({"a": 2}, TrialOutcome.MEASURED, "B", 1.30, 20.0),
+                  ({"b": 1}, TrialOutcome.IDENTICAL, "default", 1.0, 21.0)])]
     trials.append(dataclasses.replace(trials[0], index=3, program="A",
                                       speedup=dataclasses.replace(trials[0].speedup, estimate=0.9),
                                       phase=Phase.RACE, baseline={"a": 2}, elapsed_seconds=31.0))
@@ -501,7 +501,7 @@ def test_the_tables_rows_read_into_their_records_of_every_version(tmp_path):
         Verdict.ACCEPTED, Kind.GRAPH, new.speedup, StopReason.STALLED, 0.25, {"a": 2})
     trials = sorted(trials_of(warehouse.read(TRIALS)), key=lambda t: (t.task_id != "old", t.index))
     assert (trials[0].outcome, trials[0].measure_mode, trials[0].finished_at) == (
-        Outcome.FAILED, MeasureMode.WHOLE, None)
+        TrialOutcome.FAILED, MeasureMode.WHOLE, None)
     landed = [t for t in new.trials if t.baseline is None]
     assert [(t.index, t.outcome, t.interval, t.finished_at) for t in trials[1:]] == [
         (t.index, t.outcome, t.speedup, t.finished_at) for t in landed]
@@ -600,7 +600,7 @@ def test_a_result_written_before_speedups_were_intervals_still_reads(tmp_path):
     read = finished_result(home, "old")
     assert read.speedup == Interval(1.28, 1.2, 1.3)
     assert read.relaxed.speedup == Interval(1.4, 1.35, 1.45)
-    assert read.trials[0].outcome is Outcome.MEASURED
+    assert read.trials[0].outcome is TrialOutcome.MEASURED
     assert read.trials[0].speedup == Interval(1.3, 1.27, 1.33)
     assert (read.status, read.reason, read.accepted) == (Verdict.ACCEPTED, "", True)
     # Written again, the same keys with the same values, but `failure`: the verdict says it.

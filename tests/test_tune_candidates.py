@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from execution.sharded import MeasureMode, Placement
+from execution.sharded import Placement
 from hlo.environment import Partitioning
 from pipelines.stages import tune_tasks
 from tuner.allot import Allotment, Basis, Worth
 from tuner.candidates import Candidate, Sharded
 from tuner.target import Subject
 from tuner.tune import TuneSettings
+from vocabulary.measure import MeasureMode
 from vocabulary.tuning import Kind
 
 FOUR = Partitioning(replicas=1, partitions=4, spmd=True)

@@ -17,7 +17,7 @@ from execution.numerics import OutputCheck
 from hlo.environment import Environment, GpuDescription, Partitioning, gpu_environment, store_key
 from ingest.tables import GRAPHS, HITS, partitioning_text
 from storage.blobs import BlobStore
-from storage.store_schema import Provenance, StoreEntry, entries_of, entries_table
+from storage.store_schema import StoreEntry, entries_of, entries_table
 from storage.warehouse import Warehouse
 from validator import rules
 from validator.plan import Planner, Queued
@@ -27,6 +27,7 @@ from validator.toolchains import Toolchain
 from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
 from vocabulary.failures import Failure
 from vocabulary.interval import Interval
+from vocabulary.store import Provenance
 
 UTC = datetime.UTC
 NOW = datetime.datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -185,9 +186,9 @@ def test_rekeyed_adds_under_the_new_environments_key():
 def test_a_removal_applies_to_the_entry_decided_on_and_leaves_the_others():
     gone, other = entry(1), entry(2)
     after, status = rules.apply([measured(gone, result(0.9, 0.85, 0.95))], table(gone, other))
-    assert status == [Applied.APPLIED] and by_key(after) == {other.key: other}
+    assert status == [Applied.IN_EFFECT] and by_key(after) == {other.key: other}
     again, status = rules.apply([measured(gone, result(0.9, 0.85, 0.95))], after)
-    assert status == [Applied.APPLIED] and again.equals(after)  # a rerun after a kill: a no-op
+    assert status == [Applied.IN_EFFECT] and again.equals(after)  # a rerun after a kill: a no-op
 
 
 @pytest.mark.parametrize("change", [{"config": json.dumps({"xla_cpu_use_thunk_runtime": False})},
@@ -205,11 +206,11 @@ def test_a_kept_entry_is_refreshed_in_place_once():
     kept = measured(row, result(1.4, 1.2, 1.6))
     after, status = rules.apply([kept], table(row))
     refreshed = by_key(after)[row.key]
-    assert status == [Applied.APPLIED]
+    assert status == [Applied.IN_EFFECT]
     assert refreshed == dataclasses.replace(row, provenance=Provenance.VALIDATOR, speedup=1.4, ci_low=1.2,
                                             ci_high=1.6, measured_at=NOW, expires_at=NOW + TTL)
     again, status = rules.apply([kept], after)
-    assert status == [Applied.APPLIED] and again.equals(after)
+    assert status == [Applied.IN_EFFECT] and again.equals(after)
     assert rules.apply([kept], table())[1] == [Applied.STALE]  # removed meanwhile: not brought back
 
 
@@ -218,12 +219,12 @@ def test_a_rekeyed_entry_is_added_once_beside_the_old_one():
     rekeyed = measured(row, result(1.4, 1.2, 1.6), same_compiler=False)
     after, status = rules.apply([rekeyed], table(row))
     rows = by_key(after)
-    assert status == [Applied.APPLIED] and rows[row.key] == row
+    assert status == [Applied.IN_EFFECT] and rows[row.key] == row
     new = rows[rekeyed.new_key]
     assert (new.env_key, new.config, new.source, new.provenance) == (
         HERE.key(), row.config, row.source, Provenance.VALIDATOR)
     again, status = rules.apply([rekeyed], after)
-    assert status == [Applied.APPLIED] and again.equals(after)
+    assert status == [Applied.IN_EFFECT] and again.equals(after)
     other = dataclasses.replace(new, config=json.dumps({"xla_cpu_use_thunk_runtime": False}),
                                 provenance=Provenance.TUNER)
     kept_other, status = rules.apply([rekeyed], table(row, other))
@@ -234,12 +235,12 @@ def test_an_unmeasured_decision_changes_nothing():
     row = entry(1)
     unmeasured = queued(row).decide(DecisionOutcome.UNMEASURED, "no symbols", StoreChange.NONE, NOW, TTL, MAX_AGE)
     after, status = rules.apply([unmeasured], table(row))
-    assert status == [Applied.APPLIED] and after.equals(table(row))
+    assert status == [Applied.IN_EFFECT] and after.equals(table(row))
 
 
 def test_the_audit_row_says_when_a_decision_was_not_applied():
     kept = measured(entry(1), result(1.4, 1.2, 1.6))
-    applied = rules.audit_row(kept, "run-1", 7, Applied.APPLIED)
+    applied = rules.audit_row(kept, "run-1", 7, Applied.IN_EFFECT)
     stale = rules.audit_row(kept, "run-1", 7, Applied.STALE)
     assert applied["store_version"] == 7 and applied["reason"] == kept.reason
     assert stale["store_version"] is None and stale["reason"].endswith("not applied: the entry changed meanwhile")
@@ -315,7 +316,7 @@ def test_a_kept_entry_refreshes_its_relaxed_config_or_drops_it_keeping_its_stric
     assert rules.apply([slower], table(other))[1] == [Applied.STALE]
     # Journaled and audited with its figure.
     assert Decision.from_json(json.loads(json.dumps(faster.to_json()))) == faster
-    audit = rules.audit_row(faster, "run-1", 7, Applied.APPLIED)
+    audit = rules.audit_row(faster, "run-1", 7, Applied.IN_EFFECT)
     assert (audit["relaxed_config"], audit["relaxed_outcome"]) == (RELAXED, "kept")
     assert (audit["relaxed_speedup"], audit["relaxed_ci_low"], audit["relaxed_ci_high"]) == (1.9, 1.7, 2.1)
     assert pa.Table.from_pylist([audit], VALIDATIONS.schema).num_rows == 1
@@ -324,7 +325,7 @@ def test_a_kept_entry_refreshes_its_relaxed_config_or_drops_it_keeping_its_stric
 def test_audit_rows_landed_before_the_relaxed_columns_still_read(tmp_path):
     from storage.warehouse import TableSchema
 
-    row = rules.audit_row(measured(entry(1), result(1.4, 1.2, 1.6)), "run-0", 3, Applied.APPLIED)
+    row = rules.audit_row(measured(entry(1), result(1.4, 1.2, 1.6)), "run-0", 3, Applied.IN_EFFECT)
     version_5 = TableSchema(VALIDATIONS.name, 5, pa.schema([f for f in VALIDATIONS.schema
                                                             if not f.name.startswith("relaxed_")]))
     Warehouse(tmp_path).append(version_5, pa.Table.from_pylist([row], version_5.schema), "run-0")
@@ -384,7 +385,7 @@ class Home:
     def decided(self, decision: Decision, run_id: str) -> None:
         """A past run's audit row of `decision`."""
         Warehouse(self.path).append(VALIDATIONS, pa.Table.from_pylist(
-            [rules.audit_row(decision, run_id, 1, Applied.APPLIED)], VALIDATIONS.schema), run_id)
+            [rules.audit_row(decision, run_id, 1, Applied.IN_EFFECT)], VALIDATIONS.schema), run_id)
 
     def plan(self, *rows: StoreEntry, decided: frozenset[str] = frozenset(),
              chain: Toolchain = CHAIN) -> tuple[dict[str, Decision], list[Queued], int]:

@@ -38,8 +38,8 @@ import numpy as np
 from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.tables import TRIALS, TUNING_RESULTS, ResultRow, TrialRow, results_of, trials_of
-from tuner.trial import Outcome
 from vocabulary.confidence import FLAG_LEVEL
+from vocabulary.tuning import TrialOutcome
 
 RIDGE = 0.1
 RESAMPLES = 200
@@ -152,7 +152,7 @@ def analyze_trials(trial_rows: list[TrialRow], result_rows: list[ResultRow],
 
 
 def _trial(row: TrialRow) -> _Trial:
-    ok = row.outcome != Outcome.FAILED and row.numerics_ok and row.speedup and row.speedup > 0
+    ok = row.outcome != TrialOutcome.FAILED and row.numerics_ok and row.speedup and row.speedup > 0
     return _Trial((row.kind, row.fingerprint, row.env_key), _values(json.loads(row.config)),
                   math.log(row.speedup) if ok and row.speedup else None)
 

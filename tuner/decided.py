@@ -29,13 +29,12 @@ from dataclasses import dataclass
 from hlo.environment import current_environment
 from storage.home import Home
 from storage.store_reader import StoreReader
-from storage.store_schema import Provenance
 from storage.warehouse import Warehouse
 from tuner.allot import FLOOR_EVALUATIONS
 from tuner.tables import TUNING_RESULTS, results_of
 from tuner.transfer import TRANSFER_CHECK, GraphKey, Kinship, TransferSources
-from tuner.trial import StopReason
-from vocabulary.tuning import KeyDecision, Kind, Verdict
+from vocabulary.store import Provenance
+from vocabulary.tuning import KeyDecision, Kind, StopReason, Verdict
 
 # How long a conclusion stands: as long as a delivered config lives (delivery.store_writer's
 # DEFAULT_TTL, which tuner may not import).

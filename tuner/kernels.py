@@ -37,9 +37,8 @@ from tuner.persist import finished_result, land_result, save_result, task_digest
 from tuner.result import TuneResult
 from tuner.search import PhaseSpend
 from tuner.target import TuneTarget
-from tuner.trial import Phase
 from tuner.tune import TuneSettings, verdict_of
-from vocabulary.tuning import Verdict
+from vocabulary.tuning import Phase, Verdict
 
 
 @dataclass(frozen=True)

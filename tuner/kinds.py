@@ -18,7 +18,6 @@ from execution.autotune.results import AUTOTUNING_PLATFORMS
 from execution.compile import compiler_defaults
 from execution.evaluate import per_device_program
 from execution.per_device import PerDeviceError
-from execution.sharded import MeasureMode
 from hlo.environment import current_environment
 from storage.home import Home
 from tuner.kernels import run_kernels_task
@@ -27,6 +26,7 @@ from tuner.space import SearchSpace, accepted_flags, graph_space, op_space
 from tuner.strategies import EvolutionStrategy, ExhaustiveStrategy, TrialRecord
 from tuner.target import Subject, TuneTarget
 from tuner.tune import TuneSettings, run_task
+from vocabulary.measure import MeasureMode
 from vocabulary.tuning import Kind
 
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ from enum import StrEnum
 from typing import Any
 
 from execution.evaluate import per_device_programs
-from execution.sharded import MeasureMode, choose_placement, whole_capacity
+from execution.sharded import choose_placement, whole_capacity
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_text
 from ingest.tables import partitioning_of
@@ -50,6 +50,7 @@ from tuner.persist import finished_result, share_result
 from tuner.result import TuneResult
 from tuner.transfer import GraphKey, Kinship, Transfer, TransferSources
 from tuner.tune import TuneSettings
+from vocabulary.measure import MeasureMode
 from vocabulary.tuning import Verdict
 
 # A group whose transfer was accepted tonight competes for a search with this share of its worth.

@@ -29,14 +29,14 @@ from storage.warehouse import Warehouse
 from tuner.schedule import Move
 from tuner.strategies import FAILED
 from tuner.tables import TRIALS, TUNING_RESULTS, results_of, trials_of
-from tuner.trial import Outcome
+from vocabulary.tuning import Kind, TrialOutcome
 
 # A move that compiled to the default's program: known to do nothing there, so it waits
 # behind moves never tried, which might do something.
 NO_CHANGE = -1e-3
 
 
-def move_prior(home: Home, kind: str, exclude_fingerprint: str,
+def move_prior(home: Home, kind: Kind, exclude_fingerprint: str,
                defaults: CompilerConfig) -> dict[Move, float]:
     """Per move, the mean of its evidence on other graphs of `kind` (see the module docstring)."""
     warehouse = Warehouse(home)
@@ -45,9 +45,9 @@ def move_prior(home: Home, kind: str, exclude_fingerprint: str,
         moves = _moves(trial.config, defaults)
         if moves is None or len(moves) != 1:
             continue
-        if trial.outcome == Outcome.FAILED or not trial.speedup:
+        if trial.outcome == TrialOutcome.FAILED or not trial.speedup:
             evidence[moves[0]].append(FAILED)
-        elif trial.outcome == Outcome.IDENTICAL:
+        elif trial.outcome == TrialOutcome.IDENTICAL:
             evidence[moves[0]].append(NO_CHANGE)
         else:
             evidence[moves[0]].append(math.log(trial.speedup))
@@ -58,7 +58,7 @@ def move_prior(home: Home, kind: str, exclude_fingerprint: str,
     return {move: sum(values) / len(values) for move, values in evidence.items()}
 
 
-def _others(table, kind: str, exclude_fingerprint: str):
+def _others(table, kind: Kind, exclude_fingerprint: str):
     """Rows of `kind` of every graph (or op) but `exclude_fingerprint`."""
     if table.num_rows == 0:
         return table

@@ -9,12 +9,12 @@ from typing import Any
 
 from execution.flags import CompilerConfig, trusted_config
 from execution.numerics import OutputCheck
-from execution.sharded import MeasureMode
 from tuner.search import PhaseSpend
 from tuner.space import config_key
-from tuner.trial import Phase, StopReason, Trial
+from tuner.trial import Trial
 from vocabulary.interval import Interval, as_flat, columns, from_columns, from_flat
-from vocabulary.tuning import Kind, Origin, Verdict
+from vocabulary.measure import MeasureMode
+from vocabulary.tuning import Kind, Origin, Phase, StopReason, Verdict
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class TuneResult:
     # A kernels task's (`tuner.kernels`): the autotune results it delivered with `config`, an
     # xla.AutotuneResults in XLA's text format; None for every other task.
     autotune_results: str | None = None
-    # Why its search ended (`tuner.trial.StopReason`); None where no search ran (a default that
+    # Why its search ended (`vocabulary.tuning.StopReason`); None where no search ran (a default that
     # fails, a kernels task) or in a result landed before it was told.
     search_stop: StopReason | None = None
     # A nightly stage's task: its share of the stage's budget and why (`tuner.allot`); None

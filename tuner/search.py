@@ -16,9 +16,9 @@ recorded screens through this same loop with an evaluator that answers from its 
 (`benchmarks/bench_search_quality.py`), and the unit tests drive it with a table
 (`tests/test_search_loop.py`).
 
-A task's phases (`run_search`, `tuner.trial.Phase`): the search proper (`search`: the
+A task's phases (`run_search`, `vocabulary.tuning.Phase`): the search proper (`search`: the
 strategy's proposals until the budget, the time, or a stall: `Stall`, and it says which,
-`tuner.trial.StopReason`), then the finalists' race and the winner's pruning (`tuner.winner`),
+`vocabulary.tuning.StopReason`), then the finalists' race and the winner's pruning (`tuner.winner`),
 each a comparison of one config against another (`measure` with `against`; the tuner's
 evaluator runs it in fresh workers) and a trial of its phase. The budget bounds the search
 alone: the race and the pruning come on top (at most `tuner.winner.FINALISTS` - 1 comparisons,
@@ -49,9 +49,10 @@ from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from tuner.space import config_key
 from tuner.strategies import Strategy, TrialRecord, propose
-from tuner.trial import Outcome, Phase, StopReason, Trial
+from tuner.trial import Trial
 from tuner.winner import Winners, best_trial, prune, race, split_winners, strict
 from vocabulary.interval import Interval
+from vocabulary.tuning import Phase, StopReason, TrialOutcome
 
 # Free (untimed) trials a search may make per evaluation of its budget, at most.
 UNTIMED_PER_EVALUATION = 2
@@ -221,13 +222,13 @@ class Builds:
     def add(self, trial: Trial, build: Build, trials: list[Trial]) -> None:
         """Keep `build` of measured `trial`; let go of what `trials` (every trial so far, it
         included) now show cannot win."""
-        if trial.outcome == Outcome.MEASURED and trial.program is not None:
+        if trial.outcome == TrialOutcome.MEASURED and trial.program is not None:
             self.kept[trial.program] = build
         best = best_trial(trials)
         if best is None:
             return
         below = {t.program for t in trials
-                 if t.outcome == Outcome.MEASURED and t.program is not None and t.high < best.low}
+                 if t.outcome == TrialOutcome.MEASURED and t.program is not None and t.high < best.low}
         for program in below & self.kept.keys():
             del self.kept[program]
 
@@ -298,15 +299,15 @@ def finish(evaluator: Evaluator, index: int, config: CompilerConfig, build: Buil
     """The trial of `config` once built: failed, identical to the default, a duplicate of an
     `earlier` measurement of its program, or measured now."""
     if build.error is not None:
-        return Trial(index, config, Outcome.FAILED, error=build.error)
+        return Trial(index, config, TrialOutcome.FAILED, error=build.error)
     program, seconds = build.program, build.compile_seconds
     if program == evaluator.default_program:
-        return Trial(index, config, Outcome.IDENTICAL, program, speedup=SAME_PROGRAM,
+        return Trial(index, config, TrialOutcome.IDENTICAL, program, speedup=SAME_PROGRAM,
                      numerics_ok=True, compile_seconds=seconds)
     known = next((t for t in earlier
-                  if t.program == program and t.outcome == Outcome.MEASURED), None)
+                  if t.program == program and t.outcome == TrialOutcome.MEASURED), None)
     if known is not None:
-        return Trial(index, config, Outcome.DUPLICATE, program, speedup=known.speedup,
+        return Trial(index, config, TrialOutcome.DUPLICATE, program, speedup=known.speedup,
                      numerics_ok=known.numerics_ok, compile_seconds=seconds)
     return evaluator.measure(index, config, build, settings)
 
@@ -404,7 +405,7 @@ def spending(trials: list[Trial], ended: float, compiles: dict[Phase, int]) -> l
         end = ended if phase == last else max((t.elapsed_seconds or 0.0 for t in made),
                                                 default=start)
         spent.append(PhaseSpend(phase, len(made), evaluations(made),
-                                sum(t.outcome == Outcome.MEASURED for t in made),
+                                sum(t.outcome == TrialOutcome.MEASURED for t in made),
                                 len(made) if phase == Phase.SEARCH else compiles.get(phase, 0),
                                 max(end - start, 0.0)))
         start = max(start, end)
@@ -417,12 +418,12 @@ def finish_against(evaluator: Evaluator, index: int, config: CompilerConfig, bui
     did not compile), identical to the baseline's program (nothing timed), or measured."""
     base_config, base = baseline
     if build.error is not None:
-        return Trial(index, config, Outcome.FAILED, error=build.error, baseline=base_config)
+        return Trial(index, config, TrialOutcome.FAILED, error=build.error, baseline=base_config)
     if base.error is not None:
-        return Trial(index, config, Outcome.FAILED, build.program,
+        return Trial(index, config, TrialOutcome.FAILED, build.program,
                      error=f"the baseline {base.error}", baseline=base_config)
     if build.program == base.program:
-        return Trial(index, config, Outcome.IDENTICAL, build.program, speedup=SAME_PROGRAM,
+        return Trial(index, config, TrialOutcome.IDENTICAL, build.program, speedup=SAME_PROGRAM,
                      numerics_ok=True, compile_seconds=build.compile_seconds,
                      baseline=base_config)
     return evaluator.measure(index, config, build, settings, against=baseline)

@@ -195,7 +195,7 @@ def accepted_flags(platform: str = "cpu") -> frozenset[str]:
 
     accepted = set()
     for spec in FLAGS.values():
-        if spec.platform != platform or spec.channel not in ("option", "build_option"):
+        if spec.platform != platform or spec.channel not in (Channel.OPTION, Channel.BUILD_OPTION):
             continue
         # A library list is probed empty (every type to XLA's emitters), a valid value of it.
         probe = () if spec.library else next(iter(values_of(spec)), None)

@@ -18,13 +18,12 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 
-from execution.sharded import MeasureMode
 from storage.warehouse import TableSchema, added_column
-from tuner.trial import Outcome, StopReason
 from vocabulary.interval import Interval
-from vocabulary.tuning import Kind, Origin, Verdict
+from vocabulary.measure import MeasureMode
+from vocabulary.tuning import Kind, Origin, StopReason, TrialOutcome, Verdict
 
-# Version 3: how the task measured its graph (`measure_mode`, execution.sharded.MeasureMode).
+# Version 3: how the task measured its graph (`measure_mode`, vocabulary.measure.MeasureMode).
 TRIALS = TableSchema(
     name="trials",
     version=3,
@@ -51,7 +50,7 @@ TRIALS = TableSchema(
         # trials landed before version 2.
         added_column(pa.field("finished_at", pa.timestamp("us", tz="UTC"), nullable=True), 2),
         added_column(pa.field("elapsed_seconds", pa.float64(), nullable=True), 2),
-        # whole | per-device (execution.sharded.MeasureMode); null before version 3: whole.
+        # whole | per device (vocabulary.measure.MeasureMode); null before version 3: whole.
         added_column(pa.field("measure_mode", pa.string(), nullable=True), 3),
     ]),
 )
@@ -107,11 +106,11 @@ TUNING_RESULTS = TableSchema(
         # Where the numerics differ: the outputs that failed, as JSON (index, max_error,
         # tolerance, detail: `execution.numerics.OutputCheck`); null otherwise, or before 5.
         added_column(pa.field("numerics", pa.string(), nullable=True), 5),
-        # whole | per-device (execution.sharded.MeasureMode): whole is the program the job runs,
-        # on the devices it spans; per-device its per-device program on one device. Null before
+        # whole | per device (vocabulary.measure.MeasureMode): whole is the program the job runs,
+        # on the devices it spans; per device, its per-device program on one device. Null before
         # version 5: whole.
         added_column(pa.field("measure_mode", pa.string(), nullable=True), 5),
-        # Why the search ended: budget | stalled | time | exhausted (tuner.trial.StopReason);
+        # Why the search ended: budget | stalled | time | exhausted (vocabulary.tuning.StopReason);
         # null where no search ran (a default that fails, a kernels task), or landed before
         # version 5.
         added_column(pa.field("search_stop", pa.string(), nullable=True), 5),
@@ -144,7 +143,7 @@ class TrialRow:
     index: int  # order within the search
     config: str  # JSON of the flags
     program: str | None = None  # what it compiled to (a key: equal keys run the same code)
-    outcome: Outcome
+    outcome: TrialOutcome
     speedup: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
@@ -161,7 +160,7 @@ class TrialRow:
         (a column it lacks reads as null; those beyond TRIALS' are ignored). ValueError: a
         column that may not be null is, or an outcome, kind or measure mode that is none."""
         values = _values(TRIALS, row)
-        values.update(kind=Kind(values["kind"]), outcome=Outcome(values["outcome"]),
+        values.update(kind=Kind(values["kind"]), outcome=TrialOutcome(values["outcome"]),
                       measure_mode=MeasureMode(values["measure_mode"] or MeasureMode.WHOLE))
         return cls(**values)
 

@@ -36,10 +36,10 @@ from execution.flags import CompilerConfig, FlagError, checked_config, relaxes_n
 from ingest.tables import GRAPHS
 from storage.home import Home
 from storage.store_reader import StoreReader
-from storage.store_schema import Provenance
 from storage.warehouse import Warehouse
 from tuner.space import config_key
 from tuner.tables import TRIALS, TUNING_RESULTS, results_of
+from vocabulary.store import Provenance
 from vocabulary.tuning import Kind
 
 # The strategy a transfer check's result names: it searched nothing, its transfers were tried

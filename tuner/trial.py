@@ -5,53 +5,12 @@ from __future__ import annotations
 import datetime
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from execution.flags import CompilerConfig, trusted_config
 from tuner.strategies import FAILED, TrialRecord
 from vocabulary.interval import Interval, as_flat, from_flat
-
-
-class Outcome(StrEnum):
-    """How a trial's config fared (`tuner.search`): timed to a result (MEASURED); compiled to
-    a program measured before in the search (DUPLICATE) or to the default's (IDENTICAL), so not
-    timed; or it failed to compile or run (FAILED, the trial's `error` says why)."""
-
-    MEASURED = "measured"
-    DUPLICATE = "duplicate"
-    IDENTICAL = "identical"
-    FAILED = "failed"
-
-
-# Outcomes of a config whose program the search knew already: compiled, not timed.
-UNTIMED = (Outcome.IDENTICAL, Outcome.DUPLICATE)
-
-
-class Phase(StrEnum):
-    """What a task spends its time on, in this order: the search proper (`tuner.search`), the
-    finalists' race (a finalist against the best so far) and the winner's pruning (the winner
-    without one change, against the winner; both `tuner.winner`), and the winner's verification
-    in fresh workers (`tuner.tune`: it makes no trial)."""
-
-    SEARCH = "search"
-    RACE = "race"
-    PRUNE = "prune"
-    VERIFY = "verify"
-
-
-class StopReason(StrEnum):
-    """Why a task's search phase ended (`tuner.search.search`): its evaluations (or its trials,
-    free ones included) were spent (BUDGET); it had stalled, by the rule of docs/tuner.md
-    (STALLED: `tuner.search.Stall`); its minutes were spent (TIME: `--budget-minutes`, or a
-    nightly stage's deadline); or its strategy had nothing left to propose (EXHAUSTED: a fixed
-    list's end, a space tried whole)."""
-
-    BUDGET = "budget"
-    STALLED = "stalled"
-    TIME = "time"
-    EXHAUSTED = "exhausted"
-
+from vocabulary.tuning import UNTIMED, Phase, TrialOutcome
 
 # A search that has screened its likeliest moves ends once this many evaluations in a row
 # brought no significant improvement on its best (`tuner.search.Stall`, docs/tuner.md): `fdo
@@ -67,7 +26,7 @@ class Trial:
 
     index: int
     config: CompilerConfig
-    outcome: Outcome
+    outcome: TrialOutcome
     program: str | None = None
     speedup: Interval | None = None
     numerics_ok: bool | None = None
@@ -90,7 +49,7 @@ class Trial:
     @property
     def fitness(self) -> float:
         """log(speedup) of a correct trial; FAILED otherwise."""
-        if (self.outcome == Outcome.FAILED or not self.numerics_ok or self.speedup is None
+        if (self.outcome == TrialOutcome.FAILED or not self.numerics_ok or self.speedup is None
                 or not self.speedup.estimate):
             return FAILED
         return math.log(self.speedup.estimate)
@@ -130,7 +89,7 @@ class Trial:
         """The trial `to_json` wrote (or a journal line written before a field was added)."""
         decoded: dict[str, Any] = {name: trusted_config(data[name])
                                    for name in ("config", "baseline") if data.get(name) is not None}
-        decoded["outcome"] = Outcome(data["outcome"])
+        decoded["outcome"] = TrialOutcome(data["outcome"])
         if "phase" in data:
             decoded["phase"] = Phase(data["phase"])
         if data.get("finished_at") is not None:

@@ -62,7 +62,7 @@ from execution.evaluate import FRESH_WORKERS, DefaultFails, EvaluationResult, ev
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
 from execution.per_device import PER_DEVICE_ERROR
-from execution.sharded import MeasureMode, Placement
+from execution.sharded import Placement
 from hlo.environment import current_environment
 from storage.home import Home
 from storage.home_factory import open_home
@@ -85,12 +85,13 @@ from tuner.space import config_key
 from tuner.strategies import STRATEGIES, Strategy, TrialRecord
 from tuner.target import TuneTarget
 from tuner.transfer import TRANSFER_CHECK, Transfer, transferred
-from tuner.trial import STALL_AFTER, Phase, StopReason, Trial
+from tuner.trial import STALL_AFTER, Trial
 from tuner.winner import Winners
 from tuner.worker_evaluator import WorkerEvaluator
 from vocabulary.confidence import SCREENED_LEVEL, VERIFIED_LEVEL
 from vocabulary.failures import Failure
-from vocabulary.tuning import Origin, Verdict
+from vocabulary.measure import MeasureMode
+from vocabulary.tuning import Origin, Phase, StopReason, Verdict
 
 if TYPE_CHECKING:
     # The allotment's module reads the ranking's candidates (the pipeline extra); the base

@@ -36,7 +36,10 @@ from typing import Callable
 
 from execution.flags import CompilerConfig, relaxes_numerics
 from tuner.strategies import FAILED
-from tuner.trial import Outcome, Phase, Trial
+from tuner.trial import Trial
+
+# (index, config, baseline) -> the trial of `config` timed against `baseline` (its speedup over
+from vocabulary.tuning import Phase, TrialOutcome
 
 # (index, config, baseline) -> the trial of `config` timed against `baseline` (its speedup over
 # the baseline's program).
@@ -70,7 +73,7 @@ def split_winners(best: Trial | None, best_strict: Callable[[], Trial | None]) -
 
 def best_trial(trials: list[Trial]) -> Trial | None:
     """The measured trial with the best speedup, if any beat the default."""
-    measured = [t for t in trials if t.outcome in (Outcome.MEASURED, Outcome.DUPLICATE) and t.fitness > 0]
+    measured = [t for t in trials if t.outcome in (TrialOutcome.MEASURED, TrialOutcome.DUPLICATE) and t.fitness > 0]
     return max(measured, key=lambda t: t.fitness) if measured else None
 
 
@@ -78,7 +81,7 @@ def finalists(trials: list[Trial], count: int = FINALISTS) -> list[Trial]:
     """Up to `count` screened programs that beat the default, best first: the best, and those
     whose interval's upper end reaches the best one's lower end (the screens cannot tell them
     apart). One trial per program: the first measured."""
-    measured = sorted((t for t in trials if t.outcome == Outcome.MEASURED and t.fitness > 0),
+    measured = sorted((t for t in trials if t.outcome == TrialOutcome.MEASURED and t.fitness > 0),
                       key=lambda t: -t.fitness)
     if not measured:
         return []

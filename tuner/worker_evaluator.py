@@ -36,8 +36,9 @@ from execution.sharded import spans
 from execution.worker import Worker, WorkerFailure, WorkerPool
 from hlo.environment import Partitioning
 from tuner.search import Against, Build
-from tuner.trial import Outcome, Trial
+from tuner.trial import Trial
 from vocabulary.failures import Failure
+from vocabulary.tuning import TrialOutcome
 
 
 class WorkerEvaluator:
@@ -122,12 +123,12 @@ class WorkerEvaluator:
         else:
             error = timed.error
         if error is not None:
-            return Trial(index, config, Outcome.FAILED, build.program,
+            return Trial(index, config, TrialOutcome.FAILED, build.program,
                          compile_seconds=build.compile_seconds, error=error)
         assert timed.measurement is not None, "a run that did not fail was measured (session.Timed)"
         self._ran(timed.span)
         measured = timed.measurement
-        return Trial(index, config, Outcome.MEASURED, build.program, speedup=measured.speedup,
+        return Trial(index, config, TrialOutcome.MEASURED, build.program, speedup=measured.speedup,
                      numerics_ok=timed.numerics_ok, compile_seconds=build.compile_seconds,
                      stop_reason=measured.stop_reason, candidate_runs=measured.candidate_runs)
 
@@ -172,9 +173,9 @@ class WorkerEvaluator:
                                   lambda: Worker(cores=self.plan.execute,
                                                  devices=spans(self.partitioning)))
         if result.error is not None:
-            return Trial(index, config, Outcome.FAILED, build.program, baseline=baseline,
+            return Trial(index, config, TrialOutcome.FAILED, build.program, baseline=baseline,
                          compile_seconds=build.compile_seconds, error=result.error)
-        return Trial(index, config, Outcome.MEASURED, build.program, speedup=result.speedup,
+        return Trial(index, config, TrialOutcome.MEASURED, build.program, speedup=result.speedup,
                      numerics_ok=result.numerics_ok, compile_seconds=build.compile_seconds,
                      baseline=baseline)
 

@@ -32,6 +32,7 @@ from validator.rules import Decision, ResultsCheck
 from validator.signals import FLEET_WINDOW, History, fallbacks, fleet_hits, fleet_realized
 from validator.toolchains import Registry, Toolchain
 from vocabulary.decisions import DecisionOutcome, StoreChange
+from vocabulary.tuning import Kind
 
 _ENV_FIELDS = ("platform", "device_kind", "device_count", "compiler_version")
 
@@ -203,7 +204,7 @@ class Planner:
                 live_keys: set[str], flagged: str | None) -> Queued | str | None:
         """What to measure for `entry`; a reason why it cannot be measured; None: nothing to do.
         An entry the fleet `flagged` is measured on its own compiler however recently it was."""
-        if entry.kind != "graph":
+        if entry.kind != Kind.GRAPH:
             return "op-level configs cannot be re-measured yet"
         blob = self.blobs.get(entry.fingerprint)
         if blob is None:

@@ -18,14 +18,15 @@ import math
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.ran_tuned import hit_ran_tuned
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
 from storage.home import Home
 from storage.store_reader import StoreReader
-from storage.store_schema import Provenance, StoreError
+from storage.store_schema import StoreError
 from storage.warehouse import Warehouse
 from validator.rules import measured_at
 from validator.tables import VALIDATIONS
-from vocabulary.hits import hit_ran_tuned
+from vocabulary.store import Provenance
 
 # Bucket edges in days: [0, 1), [1, 7), [7, 30), [30, 90), [90, inf).
 STALENESS_EDGES = (0.0, 1.0, 7.0, 30.0, 90.0, math.inf)

@@ -59,11 +59,13 @@ import pyarrow as pa
 from execution.autotune.per_fusion_directory import AutotuneOutcome, Uptake
 from execution.autotune.results import AutotuneResults, Keying
 from execution.evaluate import EvaluationResult
-from execution.sharded import MeasureMode
 from ranking.realized import Realized
-from storage.store_schema import Provenance, StoreEntry, entries_of, entries_table
+from storage.store_schema import StoreEntry, entries_of, entries_table
 from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
 from vocabulary.interval import Interval, as_flat, columns, from_flat
+from vocabulary.measure import MeasureMode
+from vocabulary.store import Provenance
+from vocabulary.tuning import Kind
 
 # What the audit row carries of the fleet's arms: Decision fields and columns alike.
 _FLEET_ARMS = ("fleet_tuned_jobs", "fleet_tuned_runs", "fleet_holdout_jobs", "fleet_holdout_runs")
@@ -126,7 +128,7 @@ class Decision:
     key: str
     fingerprint: str
     env_key: str
-    kind: str
+    kind: Kind  # the entry's
     config: str
     source: str | None
     outcome: DecisionOutcome
@@ -156,7 +158,7 @@ class Decision:
     # not compiled), and the results a kept or re-keyed entry carries on (its own, or relabelled).
     autotune_fate: ResultsFate | None = None
     autotune_results: str | None = None
-    measure_mode: MeasureMode = MeasureMode.WHOLE  # how its graph was measured (execution.sharded)
+    measure_mode: MeasureMode = MeasureMode.WHOLE  # how its graph was measured (vocabulary.measure)
     # The entry's relaxed-numerics config (None: it has none), its outcome in this run
     # (`relaxed_outcome`; None: not measured) and its speedup as measured in this run.
     relaxed_config: str | None = None
@@ -175,7 +177,8 @@ class Decision:
         names = {f.name for f in fields(cls)}
         fate = data.get("autotune_fate")
         return cls(**{**{k: v for k, v in from_flat(data, "", _FLEET, _RELAXED).items() if k in names},
-                      "outcome": DecisionOutcome(data["outcome"]), "change": StoreChange(data["change"]),
+                      "kind": Kind(data["kind"]), "outcome": DecisionOutcome(data["outcome"]),
+                      "change": StoreChange(data["change"]),
                       "relaxed_outcome": (DecisionOutcome(data["relaxed_outcome"])
                                           if data.get("relaxed_outcome") is not None else None),
                       "autotune_fate": ResultsFate(fate) if fate is not None else None,
@@ -335,31 +338,31 @@ def apply(decisions: list[Decision], live: pa.Table) -> tuple[pa.Table, list[App
 
 def _apply_one(decision: Decision, rows: dict[str, StoreEntry]) -> Applied:
     if decision.change == StoreChange.NONE:
-        return Applied.APPLIED
+        return Applied.IN_EFFECT
     if decision.change == StoreChange.ADD:
         wanted = new_entry(decision)
         present = rows.get(wanted.key)
         if present is None:
             rows[wanted.key] = wanted
-            return Applied.APPLIED
-        return Applied.APPLIED if present == wanted else Applied.STALE
+            return Applied.IN_EFFECT
+        return Applied.IN_EFFECT if present == wanted else Applied.STALE
     current = rows.get(decision.key)
     if decision.change == StoreChange.REMOVE:
         if current is None:
-            return Applied.APPLIED  # gone already: removed by this decision before a kill, or by another
+            return Applied.IN_EFFECT  # gone already: removed by this decision before a kill, or by another
         if not _decided_on(decision, current):
             return Applied.STALE
         del rows[decision.key]
-        return Applied.APPLIED
+        return Applied.IN_EFFECT
     if current is None:
         return Applied.STALE
     refreshed = refreshed_entry(decision, current)
     if current == refreshed:
-        return Applied.APPLIED
+        return Applied.IN_EFFECT
     if not _decided_on(decision, current):
         return Applied.STALE
     rows[decision.key] = refreshed
-    return Applied.APPLIED
+    return Applied.IN_EFFECT
 
 
 def refreshed_entry(decision: Decision, entry: StoreEntry) -> StoreEntry:

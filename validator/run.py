@@ -104,7 +104,7 @@ class Run:
 
     def publish(self, store: Store) -> None:
         """Apply the decisions to the live entries as one new version; journal the outcome."""
-        statuses: list[Applied] = [Applied.APPLIED] * len(self.decisions)
+        statuses: list[Applied] = [Applied.IN_EFFECT] * len(self.decisions)
 
         def change(live: pa.Table) -> pa.Table:
             table, found = rules.apply(self.decisions, live)

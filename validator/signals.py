@@ -22,16 +22,18 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.ran_tuned import hit_ran_tuned, ran_tuned
 from ingest.tables import GRAPH_RUNS, HITS, OP_RUNS
 from ranking.realized import Realized, read_runs, realized_speedups
 from storage.home import Home
 from storage.store_reader import StoreReader
-from storage.store_schema import Provenance, StoreEntry
+from storage.store_schema import StoreEntry
 from storage.warehouse import Warehouse
 from validator.rules import measured_at
 from validator.tables import VALIDATIONS
 from vocabulary.decisions import DecisionOutcome
-from vocabulary.hits import HitOutcome, hit_ran_tuned, ran_tuned
+from vocabulary.hits import HitOutcome
+from vocabulary.store import Provenance
 
 HIT_WINDOW = datetime.timedelta(days=30)
 FLEET_WINDOW = datetime.timedelta(days=7)

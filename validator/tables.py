@@ -13,7 +13,7 @@ from storage.warehouse import TableSchema, added_column
 # figures then hold only the arms).
 # Version 4: what XLA did with an entry's autotune results (validator.rules.ResultsFate);
 # null for an entry without them, and in rows landed before version 4.
-# Version 5: how the entry's graph was measured (execution.sharded.MeasureMode); null before
+# Version 5: how the entry's graph was measured (vocabulary.measure.MeasureMode); null before
 # version 5: whole.
 # Version 6: the entry's relaxed-numerics config, and where the run measured it (its strict
 # config kept or re-keyed), its outcome ('kept', 'rekeyed' or 'invalidated': dropped) and its

@@ -61,7 +61,7 @@ from execution.flags import CompilerConfig, FlagError, checked_config
 from execution.measure import MeasureSettings
 from execution.per_device import PER_DEVICE_ERROR, PerDeviceError
 from execution.session import Built
-from execution.sharded import MeasureMode, Placement
+from execution.sharded import Placement
 from execution.worker import WorkerFailure
 from hlo.module import HloLoadError, HloModule, from_text
 from storage.blobs import BlobError, BlobStore
@@ -77,6 +77,7 @@ from validator.toolchains import Registry, Toolchain
 from vocabulary.confidence import VALIDATED_LEVEL
 from vocabulary.decisions import DecisionOutcome, StoreChange
 from vocabulary.failures import Failure
+from vocabulary.measure import MeasureMode
 
 MEASURE_SETTINGS = MeasureSettings(confidence=VALIDATED_LEVEL, min_pairs=20, max_seconds=10.0)
 MAX_AGE = datetime.timedelta(days=180)

@@ -4,10 +4,12 @@ row, and the journal's."""
 
 from __future__ import annotations
 
-from enum import StrEnum
+from typing import Any
+
+from vocabulary.closed_set import ClosedSet
 
 
-class DecisionOutcome(StrEnum):
+class DecisionOutcome(ClosedSet):
     """A validator decision on an entry (`validator.rules`). KEPT: re-measured on its own
     compiler and still faster; REKEYED: shown faster on another compiler, a new entry under its
     key; INVALIDATED: shown not faster, failing, or failing in the fleet; EXPIRED: past its
@@ -26,7 +28,7 @@ class DecisionOutcome(StrEnum):
         return self in (DecisionOutcome.KEPT, DecisionOutcome.REKEYED)
 
 
-class StoreChange(StrEnum):
+class StoreChange(ClosedSet):
     """How a decision changes the store: REFRESH its entry (a new measurement and expiry),
     REMOVE it, ADD one under a new key (re-keyed to another compiler), or NONE."""
 
@@ -36,9 +38,17 @@ class StoreChange(StrEnum):
     NONE = "none"
 
 
-class Applied(StrEnum):
-    """How applying a decision to the live entries went: APPLIED (or a no-op, applied before),
-    or STALE, the entry changed meanwhile and was left alone."""
+class Applied(ClosedSet):
+    """How applying a decision to the live entries went: IN_EFFECT, the store now holds what it
+    decided (applied now, or a no-op: applied before), or STALE, the entry changed meanwhile and
+    was left alone. Earlier versions wrote IN_EFFECT "applied" (the validator's run journals);
+    it reads. The value was renamed so that "applied" means one thing in the loop, a hit's
+    outcome (`vocabulary.hits.HitOutcome.APPLIED`: the entry's config compiled), which the
+    warehouse's hits hold and its SQL filters on."""
 
-    APPLIED = "applied"
+    IN_EFFECT = "in effect"
     STALE = "stale"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        return cls.IN_EFFECT if value == "applied" else super()._missing_(value)

@@ -1,12 +1,15 @@
-"""What a tuning task tunes (`Kind`) and how it ended (`Verdict`): the closed sets the tuner,
-the task records, delivery, the pipelines and the tuning results share."""
+"""What a tuning task tunes (`Kind`), how its search went (each trial's `TrialOutcome`, the
+`Phase` it spends its time on, why its search stopped: `StopReason`), how it ended (`Verdict`),
+where its config came from (`Origin`), and what the loop has decided for a key (`KeyDecision`):
+the closed sets the tuner, the task records, delivery, the pipelines and the tuner's tables
+share."""
 
 from __future__ import annotations
 
-from enum import StrEnum
+from vocabulary.closed_set import ClosedSet
 
 
-class Kind(StrEnum):
+class Kind(ClosedSet):
     """What a tuning task tunes, and so which space it searches: a whole graph's flags
     (`tuner.space.graph_space`), one kernel cut out of it (`op_space`), or a GPU graph's kernel
     configs, XLA's own autotune results (`tuner.kernels`: no space, XLA's autotuner searches).
@@ -18,7 +21,7 @@ class Kind(StrEnum):
     KERNELS = "kernels"
 
 
-class Verdict(StrEnum):
+class Verdict(ClosedSet):
     """How a tuning task ended (`tuner.result.TuneResult.status`; its `reason` says more).
     ACCEPTED: the verification showed a significant gain with numerics ok. NO_GAIN: nothing
     beat the default, or the verification showed no significant gain. NUMERICS_DIFFER: the
@@ -44,8 +47,7 @@ class Verdict(StrEnum):
         raise ValueError(f"status {status!r}: not one of {', '.join(map(repr, cls))}")
 
 
-
-class Origin(StrEnum):
+class Origin(ClosedSet):
     """Where a tuning result's config came from (`tuner.result.TuneResult.origin`, and the
     `origin` of tuning_results and of the store's entries). SEARCH: the task's own search, which
     transferred configs may have seeded (`transferred_from` then names the key whose config it
@@ -62,10 +64,51 @@ class Origin(StrEnum):
     SHARED = "shared"
 
 
-class KeyDecision(StrEnum):
+class KeyDecision(ClosedSet):
     """What the loop has decided for a graph key (`tuner.decided`): FASTER, a verified config
     faster than the defaults is live in the store; DEFAULTS, the defaults were verified best (a
     search, or the very measurement of a key measured alike, found nothing that holds up)."""
 
     FASTER = "faster"
     DEFAULTS = "defaults"
+
+
+class TrialOutcome(ClosedSet):
+    """How a trial's config fared (`tuner.search`): timed to a result (MEASURED); compiled to
+    a program measured before in the search (DUPLICATE) or to the default's (IDENTICAL), so not
+    timed; or it failed to compile or run (FAILED, the trial's `error` says why). The `outcome`
+    of the `trials` table (`tuner.tables.TRIALS`)."""
+
+    MEASURED = "measured"
+    DUPLICATE = "duplicate"
+    IDENTICAL = "identical"
+    FAILED = "failed"
+
+
+# Outcomes of a config whose program the search knew already: compiled, not timed.
+UNTIMED = (TrialOutcome.IDENTICAL, TrialOutcome.DUPLICATE)
+
+
+class Phase(ClosedSet):
+    """What a task spends its time on, in this order: the search proper (`tuner.search`), the
+    finalists' race (a finalist against the best so far) and the winner's pruning (the winner
+    without one change, against the winner; both `tuner.winner`), and the winner's verification
+    in fresh workers (`tuner.tune`: it makes no trial)."""
+
+    SEARCH = "search"
+    RACE = "race"
+    PRUNE = "prune"
+    VERIFY = "verify"
+
+
+class StopReason(ClosedSet):
+    """Why a task's search phase ended (`tuner.search.search`): its evaluations (or its trials,
+    free ones included) were spent (BUDGET); it had stalled, by the rule of docs/tuner.md
+    (STALLED: `tuner.search.Stall`); its minutes were spent (TIME: `--budget-minutes`, or a
+    nightly stage's deadline); or its strategy had nothing left to propose (EXHAUSTED: a fixed
+    list's end, a space tried whole)."""
+
+    BUDGET = "budget"
+    STALLED = "stalled"
+    TIME = "time"
+    EXHAUSTED = "exhausted"

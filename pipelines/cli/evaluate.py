@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from execution.sharded import MeasureMode, Placement
+from execution.sharded import Placement
 from hlo.environment import Environment
 from pipelines.cli.common import (
     EXIT_DEFAULT_FAILS,
@@ -23,6 +23,7 @@ from pipelines.cli.common import (
 )
 from storage.home import Home
 from vocabulary.failures import Failure
+from vocabulary.measure import MeasureMode
 
 
 def add_evaluate(sub: Subcommands) -> None:
@@ -55,7 +56,7 @@ def add_evaluate(sub: Subcommands) -> None:
 
 def add_measure_mode(p: argparse.ArgumentParser) -> None:
     """The --measure-mode option of the commands that measure a module."""
-    p.add_argument("--measure-mode", choices=[str(m) for m in MeasureMode], default=None,
+    p.add_argument("--measure-mode", type=_measure_mode, default=None, metavar="{" + ",".join(_SPELLED) + "}",
                    help="how a module its job compiled across devices is measured (the "
                    "partitioning in the fdo-environment.json beside it, as the hook spools it): "
                    "whole, as the job compiles it on as many devices (a CPU's host devices), or "
@@ -63,7 +64,20 @@ def add_measure_mode(p: argparse.ArgumentParser) -> None:
                    "machine has the devices, else per-device; docs/sharded.md)")
 
 
-def module_placement(path: str, asked: str | None) -> tuple[Placement, Environment | None]:
+# The modes as the shell spells them, a hyphen for a space (MeasureMode reads either).
+_SPELLED = tuple(mode.replace(" ", "-") for mode in MeasureMode)
+
+
+def _measure_mode(text: str) -> MeasureMode:
+    """The mode --measure-mode names; argparse's error, naming the choices, otherwise."""
+    try:
+        return MeasureMode(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from "
+                                         f"{', '.join(map(repr, _SPELLED))})") from None
+
+
+def module_placement(path: str, asked: MeasureMode | None) -> tuple[Placement, Environment | None]:
     """How to measure the module in file `path`: from the environment file beside it (the
     partitioning its job compiled it with), whole where this machine has the devices, else
     per device, or as `asked`; and that environment, None where there is no such file.
@@ -80,7 +94,7 @@ def module_placement(path: str, asked: str | None) -> tuple[Placement, Environme
             raise ValueError(f"{beside}: bad environment file: {exc}") from None
     partitioning = environment.partitioning if environment is not None else None
     capacity = whole_capacity(current_environment().platform)
-    return (choose_placement(partitioning, capacity, MeasureMode(asked) if asked else None),
+    return (choose_placement(partitioning, capacity, asked),
             environment)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from pipelines.cli.common import EXIT_FAILED, EXIT_OK, Subcommands, add_command, print_json, print_table
 from pipelines.extras import needs
 from storage.home import Home
+from vocabulary.tuning import KeyDecision, Kind
 
 
 def add_family(sub: Subcommands) -> None:
@@ -42,7 +43,7 @@ def cmd_family(args: argparse.Namespace, home: Home) -> int:
     if args.json:
         print_json({"family": family, "members": rows})
         return EXIT_OK
-    verified = sum(r["decision"] == "faster" for r in rows)
+    verified = sum(r["decision"] == KeyDecision.FASTER for r in rows)
     print(f"family {family}: {len(rows)} graph key(s) of {len({r['fingerprint'] for r in rows})} "
           f"program(s); {verified} run a verified config")
     print_table(("fingerprint", "environment", "module", "devices", "compiler", "decision", "entry"),
@@ -78,7 +79,7 @@ def _members(home: Home, members: list[tuple[str, str]], families: dict[tuple[st
     graphs = {(g["fingerprint"], g["env_key"]): g for g in Warehouse(home).read(
         GRAPHS, ["fingerprint", "env_key", "module_name", "device_count", "compiler_version"]).to_pylist()}
     statuses = key_statuses(home, TransferSources.load(home, families))
-    entries = {(e.fingerprint, e.env_key): e for e in StoreReader(home).live_records() if e.kind == "graph"}
+    entries = {(e.fingerprint, e.env_key): e for e in StoreReader(home).live_records() if e.kind == Kind.GRAPH}
     rows = []
     for key in members:
         graph, status, entry = graphs[key], statuses.get(key), entries.get(key)

@@ -8,7 +8,6 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from execution.sharded import MeasureMode
 from pipelines import stages
 from pipelines.cli.cluster import add_cluster_option
 from pipelines.cli.common import (
@@ -27,8 +26,9 @@ from pipelines.extras import needs
 from storage.home import Home
 from tuner.kinds import KINDS, check_platform
 from tuner.strategies import STRATEGIES
-from tuner.trial import STALL_AFTER, StopReason
-from vocabulary.tuning import Kind
+from tuner.trial import STALL_AFTER
+from vocabulary.measure import MeasureMode
+from vocabulary.tuning import Kind, StopReason
 
 if TYPE_CHECKING:
     from tuner.candidates import Candidate, Sharded
@@ -133,7 +133,7 @@ def cmd_tune(args: argparse.Namespace, home: Home) -> int:
             candidates = found.tunable
             if not candidates:
                 asked = f" for --kind {kind}" if spec.whole_graph else ""
-                print(f"no ranked {'graph' if spec.whole_graph else kind} candidates that "
+                print(f"no ranked {Kind.GRAPH if spec.whole_graph else kind} candidates that "
                       f"{_measurers(runner)} can measure{asked} (run fdo rank)", file=sys.stderr)
                 return EXIT_FAILED
         own = None
@@ -144,7 +144,7 @@ def cmd_tune(args: argparse.Namespace, home: Home) -> int:
                 return EXIT_FAILED
         done = stages.tune_candidates(
             kind, home, candidates, settings, progress=not args.json, runner=runner,
-            measure_mode=MeasureMode(args.measure_mode) if args.measure_mode else None,
+            measure_mode=args.measure_mode,
             sharded=sharded, fold=not args.no_fold, task_settings=own)
     _print_round(candidates, done, runner.name, args.json, spec.folded)
     return _tune_exit(done.outcomes)
@@ -167,7 +167,7 @@ def _with_transfers(home: Home, candidates: list[Candidate], settings: Any,
     return kept, own
 
 
-def _file_candidate(path: str, measure_mode: str | None, sharded: dict[str, Sharded]) -> Candidate:
+def _file_candidate(path: str, measure_mode: MeasureMode | None, sharded: dict[str, Sharded]) -> Candidate:
     """The candidate of a module file: keyed to the environment beside it (`module_placement`),
     else this machine's; a partitioned environment is added to `sharded`."""
     from hlo.environment import current_environment
@@ -261,7 +261,7 @@ def _tune_settings(args: argparse.Namespace) -> Any:
     return replace(settings, stall_after=None) if args.stall_after == 0 else settings
 
 
-# Why a search ended, in words (tuner.trial.StopReason).
+# Why a search ended, in words (vocabulary.tuning.StopReason).
 STOP_TEXT = {
     StopReason.BUDGET: "its evaluations were spent",
     StopReason.STALLED: "after its cold-start screen, none of its last evaluations was a "

@@ -51,6 +51,7 @@ from pipelines.dashboard.figures import (
 )
 from pipelines.dashboard.filters import Window
 from pipelines.dashboard.sql import Row
+from vocabulary.tuning import Kind
 
 Builder = Callable[[list[Row], Window], go.Figure | None]
 
@@ -260,7 +261,7 @@ def hit_rate(rows: list[Row], window: Window) -> go.Figure | None:
 
 def graph_cost(rows: list[Row], window: Window) -> go.Figure | None:
     """A graph's chip-hours per day, stacked: run with a tuned config, and not."""
-    graph = {r["dt"]: r for r in rows if r["source"] == "profiles" and r["kind"] == "graph"}
+    graph = {r["dt"]: r for r in rows if r["source"] == "profiles" and r["kind"] == Kind.GRAPH}
     if not graph:
         return None
     days = window.days()
@@ -302,7 +303,7 @@ def coverage(rows: list[Row], window: Window) -> go.Figure | None:
         return None
     last = max(r["dt"] for r in rows)
     latest = [r for r in rows if r["dt"] == last]
-    kinds = sorted({r["kind"] for r in latest}, key=lambda k: (k != "graph", k))
+    kinds = sorted({r["kind"] for r in latest}, key=lambda k: (k != Kind.GRAPH, k))
     fig = go.Figure()
     for category in CATEGORY_COLORS:
         mine = {r["kind"]: r for r in latest if r["category"] == category}
@@ -324,12 +325,12 @@ def verified_coverage(rows: list[Row], window: Window) -> go.Figure | None:
     fig = go.Figure()
     x = [f"night {r['night']}" for r in rows]
     fig.add_bar(x=x, y=[percent(r["share"]) or 0.0 for r in rows],
-                name="faster (verified config)", marker_color=KIND_COLORS["graph"],
+                name="faster (verified config)", marker_color=KIND_COLORS[Kind.GRAPH],
                 customdata=[[r["date"], r["covered_chip_hours"], r["tunable_chip_hours"]] for r in rows],
                 hovertemplate="%{x} (%{customdata[0]}): %{y:.1f}% of the tunable chip-time runs a verified "
                               "config, %{customdata[1]:,.0f} of %{customdata[2]:,.0f} chip-hours<extra></extra>")
     fig.add_bar(x=x, y=[percent(r.get("decided_share")) or 0.0 for r in rows],
-                name="decided (or defaults verified best)", marker_color=KIND_COLORS["op"],
+                name="decided (or defaults verified best)", marker_color=KIND_COLORS[Kind.OP],
                 customdata=[[r["date"]] for r in rows],
                 hovertemplate="%{x} (%{customdata[0]}): %{y:.1f}% of the tunable chip-time decided"
                               "<extra></extra>")
@@ -387,20 +388,20 @@ def staleness(rows: list[Row], window: Window) -> go.Figure | None:
 
 def top_graphs(rows: list[Row], window: Window) -> go.Figure | None:
     """The costliest graph keys: chip-hours (left) and the tuned speedup with its interval."""
-    return _top(rows, "graph")
+    return _top(rows, Kind.GRAPH)
 
 
 def top_ops(rows: list[Row], window: Window) -> go.Figure | None:
     """The costliest op keys: chip-hours (left) and the tuned speedup with its interval."""
-    return _top(rows, "op")
+    return _top(rows, Kind.OP)
 
 
 def top_graph_links(rows: list[Row]) -> list[tuple[str, str]]:
     """The graph pages of the top graph keys, costliest first, one per fingerprint."""
     links: dict[str, str] = {}
     for row in rows:
-        if row["kind"] == "graph":
-            links.setdefault(row["fingerprint"], f"{row.get('name') or 'graph'} · {row['fingerprint'][:8]}")
+        if row["kind"] == Kind.GRAPH:
+            links.setdefault(row["fingerprint"], f"{row.get('name') or Kind.GRAPH} · {row['fingerprint'][:8]}")
     return list(links.items())
 
 
@@ -410,7 +411,7 @@ def store_versions(rows: list[Row], window: Window) -> go.Figure | None:
         return None
     fig = go.Figure()
     labels = [f"v{r['version']}{' (live)' if r['live'] else ''}" for r in rows]
-    for kind in ("graph", "op"):
+    for kind in (Kind.GRAPH, Kind.OP):
         fig.add_bar(x=labels, y=[r[f"{kind}_entries"] for r in rows], name=f"{kind} entries",
                     marker_color=KIND_COLORS[kind], customdata=[r["reason"] for r in rows],
                     hovertemplate="%{x}: %{y} " + kind + " entries<br>%{customdata}<extra></extra>")
@@ -419,7 +420,7 @@ def store_versions(rows: list[Row], window: Window) -> go.Figure | None:
     return count_axis(fig, max(r["entries"] for r in rows))
 
 
-def _top(rows: list[Row], kind: str) -> go.Figure | None:
+def _top(rows: list[Row], kind: Kind) -> go.Figure | None:
     mine = [r for r in rows if r["kind"] == kind]
     if not mine:
         return None

@@ -12,6 +12,7 @@ from pipelines.dashboard.sql import Row
 from pipelines.nightly import coverage_by_night
 from ranking.tables import COVERAGE
 from storage.home import Home
+from vocabulary.tuning import Kind
 
 TOP_KEYS = 10  # keys per kind in /api/top
 
@@ -36,10 +37,10 @@ def top(home: Home, scope: Scope) -> list[Row]:
                                            "config_key", "expected_speedup"])
     rows = sql.query(scope, f"""
         with runs as (
-            select 'graph' as kind, fingerprint, env_key, chip_seconds, {sql.TUNED} as tuned, expected_speedup
+            select '{Kind.GRAPH}' as kind, fingerprint, env_key, chip_seconds, {sql.TUNED} as tuned, expected_speedup
             from graph_runs where not opted_out
             union all
-            select 'op', op_fingerprint, env_key, chip_seconds, {sql.OP_TUNED}, expected_speedup
+            select '{Kind.OP}', op_fingerprint, env_key, chip_seconds, {sql.OP_TUNED}, expected_speedup
             from op_runs where not opted_out
         ), per_key as (
             select kind, fingerprint, env_key, sum(chip_seconds) as chip_seconds,

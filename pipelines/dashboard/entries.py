@@ -16,6 +16,7 @@ from storage.store_reader import StoreReader
 from storage.store_schema import entries_of
 from validator.tables import VALIDATIONS
 from vocabulary.confidence import VALIDATED_LEVEL
+from vocabulary.tuning import Kind
 
 SECONDS_PER_DAY = 86400.0
 
@@ -85,6 +86,6 @@ def store_versions(home: Home, scope: Scope) -> list[Row]:
     store = StoreReader(home)
     live = store.current()
     return [{"version": m.version, "parent": m.parent, "created": m.created, "reason": m.reason,
-             "graph_entries": m.counts.get("graph", 0), "op_entries": m.counts.get("op", 0),
+             "graph_entries": m.counts.get(Kind.GRAPH, 0), "op_entries": m.counts.get(Kind.OP, 0),
              "entries": sum(m.counts.values()), "compiler_versions": m.compiler_versions,
              "live": m.version == live} for m in store.versions()]

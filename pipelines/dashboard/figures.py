@@ -12,17 +12,23 @@ import plotly.graph_objects as go
 
 from pipelines.dashboard.filters import Window
 from pipelines.dashboard.sql import Row
+from vocabulary.decisions import DecisionOutcome
+from vocabulary.store import Provenance
+from vocabulary.tuning import Kind, TrialOutcome
 
 BLUE, ORANGE, GREEN, RED, GREY, LIGHT_BLUE, LIGHT_GREY, PURPLE, DARK_GREY = (
     "#3566c8", "#ef8f35", "#2a9d8f", "#d9534f", "#9aa3ae", "#9dbbe8", "#d5dae0", "#8a63c6", "#5b6470")
-KIND_COLORS = {"graph": BLUE, "op": ORANGE}
+KIND_COLORS: dict[str, str] = {Kind.GRAPH: BLUE, Kind.OP: ORANGE}
 CATEGORY_COLORS = {"tuned": GREEN, "candidate": BLUE, "beyond_top_k": LIGHT_BLUE, "long_tail": LIGHT_GREY,
                    "missing_symbols": RED, "opted_out": DARK_GREY}
 CATEGORY_LABELS = {"tuned": "tuned", "candidate": "candidate (top K)", "beyond_top_k": "ranked, beyond top K",
                    "long_tail": "long tail", "missing_symbols": "missing symbols", "opted_out": "opted out"}
-OUTCOME_COLORS = {"kept": GREEN, "rekeyed": BLUE, "invalidated": RED, "expired": GREY,
-                  "measured": BLUE, "duplicate": LIGHT_GREY, "identical": GREY, "failed": RED}
-PROVENANCE_COLORS = {"tuner": BLUE, "validator": GREEN, "import": PURPLE}
+# A decision's outcome (DecisionOutcome) or a trial's (TrialOutcome).
+OUTCOME_COLORS: dict[str, str] = {
+    DecisionOutcome.KEPT: GREEN, DecisionOutcome.REKEYED: BLUE, DecisionOutcome.INVALIDATED: RED,
+    DecisionOutcome.EXPIRED: GREY, TrialOutcome.MEASURED: BLUE, TrialOutcome.DUPLICATE: LIGHT_GREY,
+    TrialOutcome.IDENTICAL: GREY, TrialOutcome.FAILED: RED}
+PROVENANCE_COLORS: dict[str, str] = {Provenance.TUNER: BLUE, Provenance.VALIDATOR: GREEN, Provenance.IMPORT: PURPLE}
 TEAM_COLORS = ("#3566c8", "#ef8f35", "#2a9d8f", "#d9534f", "#8a63c6", "#c2a03a", "#e377c2", "#5b6470",
                "#17becf", "#9dbbe8", "#8c564b", "#bcbd22")
 FONT = "Inter, 'Segoe UI', system-ui, -apple-system, 'Helvetica Neue', Arial, sans-serif"

@@ -10,6 +10,7 @@ from pipelines.dashboard.scope import Scope
 from pipelines.dashboard.sql import Row
 from storage.home import Home
 from storage.warehouse import Warehouse
+from vocabulary.tuning import Kind
 
 
 def graphs(home: Home, scope: Scope) -> list[Row]:
@@ -28,7 +29,7 @@ def graphs(home: Home, scope: Scope) -> list[Row]:
                    row_number() over (partition by p.fingerprint, e.key is null
                                       order by p.chip_seconds desc, p.env_key) as entry_rank
             from per_env p left join entries e
-                on e.kind = 'graph' and e.fingerprint = p.fingerprint and e.env_key = p.env_key
+                on e.kind = '{Kind.GRAPH}' and e.fingerprint = p.fingerprint and e.env_key = p.env_key
         ), per_graph as (
             select fingerprint, count(*) as environments, count(key) as entries,
                    any_value(env_key) filter (where env_rank = 1) as env_key
@@ -46,7 +47,7 @@ def graphs(home: Home, scope: Scope) -> list[Row]:
                t.env_key as entry_env_key, t.speedup, t.ci_low, t.ci_high, t.provenance
         from runs r join per_graph g using (fingerprint)
         left join ranked t on t.fingerprint = r.fingerprint and t.key is not null and t.entry_rank = 1
-        left join names n on n.kind = 'graph' and n.fingerprint = r.fingerprint
+        left join names n on n.kind = '{Kind.GRAPH}' and n.fingerprint = r.fingerprint
         order by r.chip_seconds desc, r.fingerprint
     """, graph_runs=sql.read(home, scope, GRAPH_RUNS, ["fingerprint", "env_key", "chip_seconds", "job_id", "team",
                                                      "config_key", "holdout"]),

@@ -17,6 +17,7 @@ from pipelines.dashboard.figures import level_text
 from pipelines.dashboard.levels import REALIZED_LEVEL
 from pipelines.dashboard.sql import Row
 from vocabulary.confidence import FLAG_LEVEL, SCREENED_LEVEL, VALIDATED_LEVEL, VERIFIED_LEVEL
+from vocabulary.tuning import Kind
 
 MAX_ROWS = 500  # more are in the JSON: a page of thousands of rows helps nobody
 
@@ -90,7 +91,7 @@ def _config(row: Row) -> str:
 
 def _graph(row: Row) -> str:
     """"mlp_step · d5ad13b1": the module's name (else the key's kind) and the fingerprint's start."""
-    return f"{row.get('name') or row.get('kind', 'graph')} · {row['fingerprint'][:8]}"
+    return f"{row.get('name') or row.get('kind', Kind.GRAPH)} · {row['fingerprint'][:8]}"
 
 
 def _flag_values(rows: list[Row]) -> list[Row]:

@@ -31,6 +31,7 @@ from pipelines.dashboard.scope import Scope
 from pipelines.dashboard.sql import Row
 from pipelines.dashboard.tuning import flags, tuner, tuning_results
 from storage.home import Home
+from vocabulary.tuning import Kind
 
 Query = Callable[[Home, Scope], list[Row]]
 QUERIES: dict[str, Query] = {
@@ -70,8 +71,8 @@ NOT_NARROWED: dict[str, frozenset[str]] = {
 def summary(rows: dict[str, list[Row]]) -> Row:
     """The headline figures, from the rows of the other queries (the tuned coverage is the
     ranking's, the verified coverage the last nightly run's: both fleet-wide)."""
-    graph_hits = [r for r in rows["hits"] if r["source"] == "profiles" and r["kind"] == "graph"]
-    graph_coverage = [r for r in rows["coverage"] if r["kind"] == "graph"]
+    graph_hits = [r for r in rows["hits"] if r["source"] == "profiles" and r["kind"] == Kind.GRAPH]
+    graph_coverage = [r for r in rows["coverage"] if r["kind"] == Kind.GRAPH]
     last_ranking = max((r["dt"] for r in graph_coverage), default=None)
     live = [r for r in rows["store"] if r["live"]]
     night = rows["verified-coverage"][-1] if rows["verified-coverage"] else None

@@ -29,6 +29,7 @@ from pipelines.dashboard.sql import Row
 from storage.home import Home
 from storage.store_schema import StoreError
 from storage.warehouse import SchemaError
+from vocabulary.tuning import Kind
 
 PLOTLY_PATH = "/static/plotly.min.js"
 DATA_ERRORS = (SchemaError, StoreError)  # unreadable data: named in the answer, never a crash
@@ -89,7 +90,7 @@ def _add_pages(router: APIRouter, home: Home) -> None:
             window = scope.filters.window
             raise ServiceError(404, "not_found", f"graph {chosen}: no symbols, and no runs from {window.first} "
                                                  f"to {window.last} under these filters")
-        heading = f"{names[0] if names else 'graph'} · {chosen}"
+        heading = f"{names[0] if names else Kind.GRAPH} · {chosen}"
         return HTMLResponse(render(PageData(GRAPH, f"/graphs/{chosen}", heading, home, scope, rows, errors, None,
                                             PLOTLY_PATH)))
 

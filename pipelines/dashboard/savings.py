@@ -11,6 +11,7 @@ from pipelines.dashboard.scope import Scope
 from pipelines.dashboard.sql import Row
 from ranking.tables import SAVINGS
 from storage.home import Home
+from vocabulary.tuning import Kind
 
 
 def savings(home: Home, scope: Scope) -> list[Row]:
@@ -41,9 +42,9 @@ def hits(home: Home, scope: Scope) -> list[Row]:
     runs = ["dt", "chip_seconds", "config_key"]
     return sql.query(scope, f"""
         with runs as (
-            select dt, 'graph' as kind, chip_seconds, {sql.TUNED} as tuned from graph_runs
+            select dt, '{Kind.GRAPH}' as kind, chip_seconds, {sql.TUNED} as tuned from graph_runs
             union all
-            select dt, 'op' as kind, chip_seconds, {sql.OP_TUNED} from op_runs
+            select dt, '{Kind.OP}' as kind, chip_seconds, {sql.OP_TUNED} from op_runs
         ), profiles as (
             select dt, kind, count(*) as runs, count(*) filter (where tuned) as hit_runs,
                    sum(chip_seconds) / 3600 as chip_hours,
@@ -58,7 +59,7 @@ def hits(home: Home, scope: Scope) -> list[Row]:
                hit_chip_hours / nullif(chip_hours, 0) as hit_rate
         from profiles
         union all
-        select dt, 'hook', 'graph', runs, hit_runs, null, null, hit_runs / runs from hook
+        select dt, 'hook', '{Kind.GRAPH}', runs, hit_runs, null, null, hit_runs / runs from hook
         order by source desc, kind, dt
     """, graph_runs=sql.read(home, scope, GRAPH_RUNS, runs + ["holdout"]),
         op_runs=sql.read(home, scope, OP_RUNS, runs),

@@ -3,8 +3,8 @@ and columns checked by `Warehouse.read`, only the window's partitions, narrowed 
 DuckDB over such tables, and its rows made JSON-ready (dicts of str, int, float, bool or None;
 dates as ISO text, NaN as null; a row with an `env_key` also has its `environment` label).
 
-Also the SQL predicates of a run that ran tuned (vocabulary.hits), which the queries of hits,
-teams, top keys and graphs share.
+Also the SQL predicates of a run that ran tuned (`ingest.ran_tuned`, the rule of
+`vocabulary.hits`), which the queries of hits, teams, top keys and graphs share.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from typing import Any, Callable
 import duckdb
 import pyarrow as pa
 
+from ingest.ran_tuned import ran_tuned_sql, sql_list
 from pipelines.dashboard.scope import Scope
 from storage.home import Home
 from storage.warehouse import TableSchema, Warehouse
-from vocabulary.hits import RAN_TUNED, ran_tuned_sql, sql_list
+from vocabulary.hits import RAN_TUNED
 
 Row = dict[str, Any]
 
-# A run that ran with a tuned config (vocabulary.hits): graph runs of an entry's holdout arm ran
+# A run that ran with a tuned config (ingest.ran_tuned): graph runs of an entry's holdout arm ran
 # the defaults, and count as runs of the key, never as tuned chip-time; op runs have no holdout
 # arm. A hook's compile that ran tuned, by its outcome.
 TUNED = ran_tuned_sql()

@@ -10,15 +10,16 @@ from storage.home import Home
 from tuner.analyze import analyze_trials
 from tuner.tables import TRIALS, TUNING_RESULTS, results_of, trials_of
 from vocabulary.confidence import FLAG_LEVEL, SCREENED_LEVEL, VERIFIED_LEVEL
+from vocabulary.tuning import TrialOutcome
 
 
 def tuner(home: Home, scope: Scope) -> list[Row]:
     """Every tuning trial of the window in search order, with its config and the best
     verified-numerics speedup its task had found so far."""
-    rows = sql.query(scope, """
+    rows = sql.query(scope, f"""
         select t.dt, t.task_id, t.kind, t.fingerprint, t.env_key, n.name, t.strategy, t.index, t.config,
                t.outcome, t.speedup, t.ci_low, t.ci_high, t.numerics_ok, t.compile_seconds, t.error,
-               max(t.speedup) filter (where t.outcome = 'measured' and t.numerics_ok)
+               max(t.speedup) filter (where t.outcome = '{TrialOutcome.MEASURED}' and t.numerics_ok)
                    over (partition by t.task_id order by t.index
                          rows between unbounded preceding and current row) as best_so_far
         from trials t left join names n using (kind, fingerprint)

@@ -41,6 +41,7 @@ from storage.home_factory import atomic_write, open_home
 from storage.store_reader import StoreReader
 from storage.store_schema import DEFAULT_HOLDOUT_SHARE, StoreError
 from storage.warehouse import ROW_GROUP_ROWS
+from vocabulary.tuning import Kind
 from workloads.simulator import drops, fleet
 from workloads.simulator.catalog import REACH_SCALES, SCALES, CatalogGraph, build_catalog
 
@@ -83,7 +84,7 @@ def store_lookup(home: Path) -> fleet.TunedLookup | None:
     if version is None:
         return None
     live = reader.live_entries()
-    graphs = live.filter(pc.equal(live.column("kind"), "graph"))
+    graphs = live.filter(pc.equal(live.column("kind"), Kind.GRAPH))
     shares = _holdout_shares(reader, version)
     hits = {(fingerprint, env_key): fleet.Hit(key, version, speedup, shares.get(key, DEFAULT_HOLDOUT_SHARE))
             for key, fingerprint, env_key, speedup in zip(*(
