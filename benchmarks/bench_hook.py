@@ -89,7 +89,7 @@ def pct(values: list[float], q: float) -> float:
 
 def bench_lookups(entries: int) -> None:
     from delivery.lookup import EmbeddedStore, RemoteStore
-    from tests.serving import running_server
+    from tests.support.serving import running_server
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)

@@ -34,7 +34,7 @@ from execution.compile import CompileError, compile_module, compiler_defaults, o
 from execution.numerics import all_ok, compare_outputs, pooled  # noqa: E402
 from execution.session import Reference, RunError, measurable_module, program_key, run_once  # noqa: E402
 from hlo.module import HloModule, from_lowered  # noqa: E402
-from tests.numerics_programs import flax_train_step_module, ill_conditioned_module  # noqa: E402
+from tests.support.numerics_programs import flax_train_step_module, ill_conditioned_module  # noqa: E402
 from tuner.schedule import neighbourhood  # noqa: E402
 from tuner.space import accepted_flags, graph_space  # noqa: E402
 from tuner.winner import strict  # noqa: E402

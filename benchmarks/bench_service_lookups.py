@@ -125,7 +125,7 @@ def import_body(round_: int, lines: int) -> bytes:
 
 
 def bench(entries: int, rounds: int, seconds: float, most: int, results: int, lines: int) -> None:
-    from tests.serving import running_server
+    from tests.support.serving import running_server
 
     phases: dict[str, list[float]] = {"idle": [], "deliver": [], "import": [], "lock": []}
     took: dict[str, list[float]] = {"deliver": [], "import": [], "lock": []}

@@ -10,6 +10,9 @@ from playwright.sync_api import sync_playwright
 
 from execution.measure import TIME_SCALE_VARIABLE
 
+# The helpers of tests/support/ assert as the tests do: pytest explains their failures too.
+pytest.register_assert_rewrite("tests.support")
+
 # Every measurement of the suite, in this process and the workers and commands it starts, takes
 # 0.4 of its time budget: the tests' programs and effects are small or large, never subtle.
 os.environ.setdefault(TIME_SCALE_VARIABLE, "0.4")

@@ -44,6 +44,7 @@ from execution.autotune.results import (
 from execution.autotune.schema import declared_fields, declared_schema, extracted_schema, schema
 from hlo.environment import store_key
 from storage.store_schema import ENTRIES
+from tests.support import JOBS, ROOT
 
 H100 = "CUDA: 9.0, Cores: 132, GPU clock: 1.98 GHz, Memory bandwidth: 3352 GB/s, L2 cache: 50 MB, DNN version: 9.8.0"
 GEMM_HLO = ("{\n  tmp_0 = f16[64,128]{1,0} parameter(0)\n  tmp_1 = f16[128,256]{1,0} parameter(1)\n"
@@ -411,8 +412,8 @@ def test_cache_keyed_adds_the_results_to_jax_cache_key_in_its_thread_and_block_a
 
 
 def _cached_job(home: Path, cache: Path, job: str, holdout: float) -> dict:
-    done = subprocess.run([sys.executable, str(Path(__file__).with_name("autotune_cache_job.py")), str(home),
-                           str(cache), job, str(holdout)], cwd=Path(__file__).parent.parent,
+    done = subprocess.run([sys.executable, str(JOBS / "autotune_cache_job.py"), str(home),
+                           str(cache), job, str(holdout)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

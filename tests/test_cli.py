@@ -18,11 +18,11 @@ import termios
 from typing import Iterator
 
 import pytest
-from serving import fdo
 
 import pipelines.cli
 from console.progress import progress_bar
 from pipelines.cli import COMMANDS, EXIT_BROKEN_PIPE, build_parser, main
+from tests.support.serving import fdo
 
 FLAG_ACTIONS = (argparse._StoreTrueAction, argparse._HelpAction, argparse._VersionAction)
 

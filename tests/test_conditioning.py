@@ -25,7 +25,7 @@ from execution.session import Reference, measurable_module, run_once
 from hlo.module import from_lowered
 from storage.home_factory import open_home
 from storage.warehouse import TableSchema, Warehouse
-from tests.numerics_programs import flax_train_step_module, ill_conditioned_module
+from tests.support.numerics_programs import flax_train_step_module, ill_conditioned_module
 from tuner.persist import finished_result, land_result, save_result, task_file
 from tuner.result import TuneResult
 from tuner.tables import TUNING_RESULTS

@@ -35,8 +35,8 @@ from ranking.cost import loop_cost, return_on_cost
 from ranking.realized import Realized, realized_savings, realized_speedups
 from ranking.tables import SAVINGS
 from storage.warehouse import Warehouse
-from tests.dashboard_home import TASKS, build_home, holdout_key
-from tests.serving import call, running_server
+from tests.support.dashboard_home import TASKS, build_home, holdout_key
+from tests.support.serving import call, running_server
 from tuner.analyze import analyze_flags
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS

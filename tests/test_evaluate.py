@@ -22,7 +22,7 @@ from execution.numerics import OutputCheck, all_ok, compare_outputs
 from execution.worker import Worker, WorkerFailure
 from hlo.module import from_lowered, from_text
 from pipelines.cli import main
-from tests import worker_tasks
+from tests.support import worker_tasks
 from tuner.space import graph_space
 from validator import rules
 from vocabulary.failures import Fault

@@ -28,7 +28,7 @@ from ingest.symbols import ingest_symbols
 from ingest.tables import GRAPHS
 from storage.blobs import BlobStore
 from storage.warehouse import TableSchema, Warehouse
-from tests.hlo_gen import mutations, random_graph, random_module_text, to_text
+from tests.support.hlo_gen import mutations, random_graph, random_module_text, to_text
 from workloads import zoo
 from workloads.zoo.dump import dump_workload
 

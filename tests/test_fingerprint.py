@@ -16,7 +16,7 @@ from hlo.bulk_hasher import Unsupported, bulk_fingerprint
 from hlo.fingerprint import fingerprint_module, graph_fingerprint
 from hlo.module import HloLoadError, HloModule, from_lowered, from_proto_bytes, from_stablehlo, from_text, load_file
 from hlo.reference_hasher import reference_fingerprint
-from tests.hlo_gen import mutations, random_graph, random_module_text, to_text
+from tests.support.hlo_gen import mutations, random_graph, random_module_text, to_text
 from workloads import zoo
 
 

@@ -24,7 +24,7 @@ from execution.numerics import SPREAD_FACTOR, all_ok, compare_outputs
 from execution.worker import DEFAULT_MEMORY_LIMIT, Worker, device_variables
 from hlo import environment
 from hlo.environment import Environment, GpuDescription, describe_gpu, gpu_environment
-from tests import worker_tasks
+from tests.support import worker_tasks
 from tuner.schedule import neighbourhood
 from tuner.space import accepted_flags, graph_space
 from vocabulary.flags import Channel, FlagType

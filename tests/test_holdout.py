@@ -29,9 +29,10 @@ from ranking.savings import hit_rows, savings
 from storage.beam_io import Source, _read_unit
 from storage.store_schema import DEFAULT_HOLDOUT_SHARE, STORE_ENTRY_COLUMNS, StoreEntry
 from storage.warehouse import Warehouse
-from tests.serving import fdo, running_server
+from tests.support import JOBS
+from tests.support.serving import fdo, running_server
 
-JOB = str(Path(__file__).with_name("hook_job.py"))
+JOB = str(JOBS / "hook_job.py")
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": []}  # observable: no ynn_fusion in the module
 SMALL = {"xla_cpu_optimize_for_size": True}
 ENTRY = {"fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph", "config": NO_YNN, "speedup": 1.3}

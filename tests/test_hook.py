@@ -24,9 +24,10 @@ from hlo.environment import store_key
 from hlo.fingerprint import fingerprint_module
 from hlo.module import load_file
 from storage.store_schema import ENTRIES
-from tests.serving import fdo, running_server, store_of_another_job
+from tests.support import JOBS
+from tests.support.serving import fdo, running_server, store_of_another_job
 
-JOB = str(Path(__file__).with_name("hook_job.py"))
+JOB = str(JOBS / "hook_job.py")
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": []}  # observable: no ynn_fusion in the module
 SMALL = {"xla_cpu_optimize_for_size": True}  # a backend extra option; observable: less machine code
 RESULTS = ("jit", "grad", "vmap", "sharded")

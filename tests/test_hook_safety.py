@@ -17,7 +17,8 @@ from delivery.lookup import Found, RemoteStore, StoreUnavailable, _parse_answer
 from execution.compile import compile_options
 from execution.flags import FLAGS, FlagError, FlagSpec, checked_config
 from hlo.environment import current_environment, xla_flags_options
-from tests.serving import fdo
+from tests.support import JOBS
+from tests.support.serving import fdo
 from tests.test_hook import NO_YNN, hits, import_configs, run_job
 from vocabulary.store import Provenance
 
@@ -250,7 +251,7 @@ def test_a_forged_entry_that_would_abort_xla_leaves_the_job_on_defaults(tmp_path
     assert all("xla_llvm_dot_tiling_factor" in r["reason"] for r in forged)
 
 
-FUZZ_JOB = str(Path(__file__).with_name("fuzz_job.py"))
+FUZZ_JOB = str(JOBS / "fuzz_job.py")
 # Enough programs to try every value of every declared param once (`_fuzz_configs` asserts so),
 # then random combinations.
 FUZZ_PROGRAMS = 32

@@ -30,8 +30,8 @@ from pipelines.cli import main
 from storage.blobs import BlobStore
 from storage.home_factory import open_home
 from storage.warehouse import SchemaError, Warehouse, read_checked
-from tests.serving import fdo
-from tests.url_home import UrlFileSystem, url_of
+from tests.support.serving import fdo
+from tests.support.url_home import UrlFileSystem, url_of
 
 EXIT_QUARANTINED = 3
 

@@ -31,8 +31,8 @@ from ingest.hits import SPOOL_DIR, to_line
 from ingest.tables import GRAPH_RUNS, GRAPHS, HITS, OP_RUNS
 from ranking.tables import COVERAGE
 from storage.warehouse import SchemaError, TableSchema, Warehouse
-from tests.drop_rows import EXIT_QUARANTINED, drop_row, ingest_report, write_jsonl
-from tests.serving import fdo
+from tests.support.drop_rows import EXIT_QUARANTINED, drop_row, ingest_report, write_jsonl
+from tests.support.serving import fdo
 
 EXIT_BAD_INPUT = 2
 LONG_NAME = 240  # characters; file systems allow 255 bytes

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from ingest.rowids import SeenRows
 from ingest.tables import GRAPH_RUNS
 from storage.warehouse import Warehouse
-from tests.drop_rows import drop_row, ingest_report, write_jsonl
-from tests.serving import fdo
+from tests.support.drop_rows import drop_row, ingest_report, write_jsonl
+from tests.support.serving import fdo
 
 
 @pytest.mark.subprocess

@@ -19,7 +19,7 @@ from execution.session import measurable_module, without_buffer_aliasing
 from execution.worker import Worker
 from hlo.module import HloModule, from_text, xla_hlo
 from storage.warehouse import Warehouse
-from tests.serving import fdo
+from tests.support.serving import fdo
 from tuner.tables import TUNING_RESULTS
 from vocabulary.failures import Failure
 

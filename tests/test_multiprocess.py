@@ -26,11 +26,12 @@ from delivery.sandbox import CHECKED_DIR, mark_name
 from delivery.store_writer import Store, merge_entries
 from ingest.hits import holdout_arm
 from storage.store_schema import StoreEntry
-from tests.serving import free_port, store_of_another_job
+from tests.support import JOBS
+from tests.support.serving import free_port, store_of_another_job
 from vocabulary.hits import HitOutcome
 from vocabulary.store import Provenance
 
-JOB = str(Path(__file__).with_name("two_process_job.py"))
+JOB = str(JOBS / "two_process_job.py")
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": []}  # observable: no ynn_fusion in the step
 SMALL = {"xla_cpu_optimize_for_size": True}
 LAUNCH_TIMEOUT = 300  # seconds: a hung job fails its test instead of hanging the suite

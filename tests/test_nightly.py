@@ -21,7 +21,7 @@ from pipelines.nightly import STAGES, NightlySettings, StageStatus, ledger_rows,
 from pipelines.tables import RUNS
 from ranking.tables import CANDIDATES
 from storage.warehouse import Warehouse
-from tests.serving import fdo
+from tests.support.serving import fdo
 from tuner.tables import TRIALS, TUNING_RESULTS
 from workloads.simulator.run import simulate
 
@@ -121,7 +121,7 @@ def test_a_nightly_run_killed_mid_stage_finishes_without_duplicates(fleet_home):
 def test_a_nightly_run_on_a_url_home_runs_every_stage_there(fleet_home, tmp_path, capsys):
     """The whole loop on an `fdotest://` home, its inputs the simulated fleet's local files."""
     from pipelines.cli import main
-    from tests.url_home import UrlFileSystem, url_of
+    from tests.support.url_home import UrlFileSystem, url_of
 
     home = url_of(tmp_path / "home")
     UrlFileSystem.used.clear()

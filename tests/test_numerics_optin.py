@@ -23,7 +23,7 @@ from delivery.lookup import Found
 from delivery.store_writer import Store, StoreError
 from hlo.environment import store_key
 from storage.store_schema import ENTRIES, StoreEntry
-from tests.serving import fdo
+from tests.support.serving import fdo
 
 KEY = store_key("1" * 32, "2" * 32)
 STRICT, RELAXED = {"xla_cpu_optimize_for_size": True}, {"xla_cpu_experimental_ynn_fusion_type": []}

@@ -29,7 +29,7 @@ from storage.beam_runner import InProcessRunner, pipeline_options
 from storage.store_reader import StoreReader
 from storage.store_schema import STORE_ENTRY_COLUMNS
 from storage.warehouse import Warehouse
-from tests.url_home import UrlFileSystem
+from tests.support.url_home import UrlFileSystem
 from workloads.simulator.run import simulate, store_lookup
 
 START = datetime.date(2026, 4, 1)

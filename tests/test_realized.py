@@ -18,8 +18,8 @@ from ranking.cost import LoopCost, loop_cost, return_on_cost
 from ranking.realized import Arm, Realized, Undecided, read_realized, realized_savings, realized_speedups
 from storage.store_schema import StoreEntry
 from storage.warehouse import Warehouse
+from tests.support.url_home import url_of
 from tests.test_validator_rules import DAY, HERE, NOW, Home, entry, result
-from tests.url_home import url_of
 from tuner.tables import TRIALS
 from validator import rules
 from validator.tables import VALIDATIONS

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ranking.realized import read_realized
-from tests.serving import fdo
+from tests.support.serving import fdo
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.subprocess]
 

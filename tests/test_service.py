@@ -26,8 +26,8 @@ from delivery.service.limits import MAX_BODY_BYTES, MAX_JSON_BYTES
 from delivery.store_writer import Store
 from hlo.environment import store_key
 from storage.warehouse import Warehouse
-from tests.serving import call, running_server, serving_process
-from tests.url_home import url_of
+from tests.support.serving import call, running_server, serving_process
+from tests.support.url_home import url_of
 from tuner.tables import TUNING_RESULTS
 
 TOKEN = "s3cret-token"
@@ -449,7 +449,8 @@ def test_the_service_and_its_dashboards_work_on_a_url_home(tmp_path):
     """`fdo serve --home fdotest://...`: its writer process reaches the URL home too (a Home
     brings its file system's module along), and look-ups see each write."""
     key = store_key(f"{1:032x}", "e" * 32)
-    with serving_process(url_of(tmp_path / "home"), {"FDO_TOKEN": TOKEN}, preload="tests.url_home") as (server, _):
+    with serving_process(url_of(tmp_path / "home"), {"FDO_TOKEN": TOKEN},
+                         preload="tests.support.url_home") as (server, _):
         assert call(f"{server}/v1/health")[1]["version"] is None
         status, body, _ = call(f"{server}/v1/import", _imports(_entry(1, {"xla_cpu_use_xnnpack": False})), TOKEN)
         assert (status, body) == (200, {"version": 1, "imported": 1})

@@ -17,7 +17,7 @@ from hlo.environment import Environment, Partitioning, environment_from_json, pa
 from hlo.module import from_lowered, from_text
 from pipelines.cli import main
 from storage.home_factory import open_home
-from tests import worker_tasks
+from tests.support import worker_tasks
 from tuner.kinds import make_target
 from tuner.persist import finished_result
 from tuner.target import graph_subject

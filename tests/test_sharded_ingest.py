@@ -20,9 +20,10 @@ from ingest.profiles import process_chips
 from ingest.symbols import ingest_symbols
 from ingest.tables import GRAPH_RUNS, GRAPHS, OP_RUNS, partitioning_of
 from storage.warehouse import TableSchema, Warehouse
-from tests.serving import fdo
+from tests.support import JOBS
+from tests.support.serving import fdo
 
-PROGRAM = str(Path(__file__).resolve().parent / "sharded_job.py")
+PROGRAM = str(JOBS / "sharded_job.py")
 STEPS = 30
 # (job id, its chips as its job file says, devices, meshes the job jits its step for)
 JOBS = (("sharded", 4, 4, "4x1,2x2"), ("single", 1, 1, ""))

@@ -23,7 +23,7 @@ from storage.store_reader import StoreReader
 from storage.store_schema import STORE_ENTRY_COLUMNS
 from storage.url import UrlHome
 from storage.warehouse import SchemaError, Warehouse
-from tests.url_home import UrlFileSystem, url_of
+from tests.support.url_home import UrlFileSystem, url_of
 
 
 @pytest.fixture(params=["local", "url"])

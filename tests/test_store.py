@@ -28,7 +28,7 @@ from storage.home_factory import open_home
 from storage.store_reader import StoreReader, checksum
 from storage.store_schema import ENTRIES, StoreEntry, entries_of, entries_table
 from storage.warehouse import Warehouse
-from tests.url_home import UrlFileSystem, url_of
+from tests.support.url_home import UrlFileSystem, url_of
 from tuner.tables import TUNING_RESULTS
 from vocabulary.store import Provenance
 

@@ -28,9 +28,9 @@ from hlo.module import from_lowered, from_text
 from pipelines.cli.tune import _print_tune_result
 from storage.home_factory import open_home
 from storage.warehouse import SchemaError, TableSchema, Warehouse, added_column
-from tests import worker_tasks
-from tests.processes import kill_9_once_journaled, signal_once_journaled
-from tests.url_home import UrlFileSystem, url_of
+from tests.support import worker_tasks
+from tests.support.processes import kill_9_once_journaled, signal_once_journaled
+from tests.support.url_home import UrlFileSystem, url_of
 from tuner.persist import finished_result, land_result, save_result, task_file
 from tuner.prior import NO_CHANGE, move_prior
 from tuner.result import TuneResult

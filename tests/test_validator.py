@@ -29,9 +29,9 @@ from storage.home_factory import open_home
 from storage.journal import read_records
 from storage.store_schema import ENTRIES, StoreEntry
 from storage.warehouse import Warehouse
-from tests.processes import kill_9_once_journaled
-from tests.serving import fdo
-from tests.url_home import UrlFileSystem, url_of
+from tests.support.processes import kill_9_once_journaled
+from tests.support.serving import fdo
+from tests.support.url_home import UrlFileSystem, url_of
 from tuner.tables import TUNING_RESULTS
 from validator import rules
 from validator.report import outcomes_over_time, staleness, validator_hit_share

@@ -2,7 +2,7 @@
 2 x 2 mesh of host devices (`--devices 4`), or on one device (`--devices 1`), nothing fleet-fdo
 in it. Run it under `fdo run`.
 
-    python tests/sharded_job.py [--devices N] [--steps N] [--trace DIR] [--meshes 2x2,4x1]
+    python tests/support/jobs/sharded_job.py [--devices N] [--steps N] [--trace DIR] [--meshes 2x2,4x1]
 
 --trace DIR profiles the steps with JAX's profiler. --meshes jits the same step for each mesh
 (data x model) in turn, the same program partitioned several ways. Prints one JSON line: the

@@ -1,7 +1,7 @@
 """A JAX job with its persistent compilation cache on, under the compiler hook, for the tests of
 autotune results delivered to such a job (tests/test_autotune_results.py).
 
-    python tests/autotune_cache_job.py HOME JAX_CACHE_DIR JOB_ID HOLDOUT
+    python tests/support/jobs/autotune_cache_job.py HOME JAX_CACHE_DIR JOB_ID HOLDOUT
 
 XLA:CPU autotunes nothing: the job counts the CPU among the platforms that autotune, so the
 hook takes the branch a GPU job takes (XLA:CPU takes the per-fusion option and ignores it).
