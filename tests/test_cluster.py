@@ -34,7 +34,7 @@ from tasks.ray_runner import RayRunner  # noqa: E402
 from tasks.records import TuneTask  # noqa: E402
 from tasks.resources import node_resources  # noqa: E402
 from tasks.runner import run_all  # noqa: E402
-from tests.test_nightly import wait_for  # noqa: E402
+from tests.support.processes import wait_for  # noqa: E402
 from tuner.tables import TUNING_RESULTS  # noqa: E402
 from tuner.target import graph_subject  # noqa: E402
 from tuner.tune import TuneSettings  # noqa: E402
@@ -121,7 +121,7 @@ def test_a_transfer_check_is_a_task_like_a_search_routed_to_a_node_of_its_enviro
 
 def test_the_validator_measures_each_entry_on_a_node_of_its_environment(cluster, tmp_path, capsys):
     from pipelines.cli import main
-    from tests.test_validator import NO_YNN_REDUCE, SLOWER, entry, ingest_graph, publish
+    from tests.support.validator_graphs import NO_YNN_REDUCE, SLOWER, entry, ingest_graph, publish
 
     made, nodes, here, _ = cluster
     home = tmp_path / "home"

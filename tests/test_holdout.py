@@ -29,11 +29,9 @@ from ranking.savings import hit_rows, savings
 from storage.beam_io import Source, _read_unit
 from storage.store_schema import DEFAULT_HOLDOUT_SHARE, STORE_ENTRY_COLUMNS, StoreEntry
 from storage.warehouse import Warehouse
-from tests.support import JOBS
+from tests.support.job_runs import JOB, NO_YNN, hits
 from tests.support.serving import fdo, running_server
 
-JOB = str(JOBS / "hook_job.py")
-NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": []}  # observable: no ynn_fusion in the module
 SMALL = {"xla_cpu_optimize_for_size": True}
 ENTRY = {"fingerprint": "1" * 32, "env_key": "2" * 32, "kind": "graph", "config": NO_YNN, "speedup": 1.3}
 KEY = store_key("1" * 32, "2" * 32)
@@ -201,12 +199,6 @@ def run_job(home: Path, *options: str, env: dict | None = None) -> dict:
     result = fdo(home, "run", *options, "--", sys.executable, JOB, env=env)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def hits(home: Path, job: str) -> list[dict]:
-    result = fdo(home, "hits", "--job", job, "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)["records"]
 
 
 def traced(root: Path, job: str) -> Path:

@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import sys
 import urllib.request
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -24,35 +22,10 @@ from hlo.environment import store_key
 from hlo.fingerprint import fingerprint_module
 from hlo.module import load_file
 from storage.store_schema import ENTRIES
-from tests.support import JOBS
+from tests.support.job_runs import NO_YNN, assert_same_numbers, hits, import_configs, run_job
 from tests.support.serving import fdo, running_server, store_of_another_job
 
-JOB = str(JOBS / "hook_job.py")
-NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": []}  # observable: no ynn_fusion in the module
 SMALL = {"xla_cpu_optimize_for_size": True}  # a backend extra option; observable: less machine code
-RESULTS = ("jit", "grad", "vmap", "sharded")
-
-
-def run_job(home: Path, *options: str, env: dict | None = None) -> tuple[dict, str]:
-    """Run the job under `fdo run`; returns its JSON output and its stderr."""
-    result = fdo(home, "run", *options, "--", sys.executable, JOB, env=env)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
-
-
-def hits(home: Path, job: str) -> list[dict]:
-    result = fdo(home, "hits", "--job", job, "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)["records"]
-
-
-def import_configs(home: Path, records: list[dict], config: dict, speedup: float = 1.25) -> None:
-    path = home / f"import-{len(list(home.glob('import-*')))}.jsonl"
-    path.write_text("".join(json.dumps({"fingerprint": r["fingerprint"], "env_key": r["env_key"],
-                                        "kind": "graph", "config": config, "speedup": speedup}) + "\n"
-                            for r in records))
-    result = fdo(home, "store", "import", str(path), "--json")
-    assert result.returncode == 0, result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +36,6 @@ def baseline(tmp_path_factory):
     output, _ = run_job(home, "--job-id", "default")
     records = hits(home, "default")
     return home, output, records
-
-
-def assert_same_numbers(a: dict, b: dict) -> None:
-    for name in RESULTS:
-        np.testing.assert_allclose(a[name], b[name], rtol=1e-4, err_msg=name)
 
 
 @pytest.mark.subprocess

@@ -18,8 +18,8 @@ from execution.compile import compile_options
 from execution.flags import FLAGS, FlagError, FlagSpec, checked_config
 from hlo.environment import current_environment, xla_flags_options
 from tests.support import JOBS
+from tests.support.job_runs import NO_YNN, hits, import_configs, run_job
 from tests.support.serving import fdo
-from tests.test_hook import NO_YNN, hits, import_configs, run_job
 from vocabulary.store import Provenance
 
 

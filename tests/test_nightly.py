@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,6 +20,7 @@ from pipelines.nightly import STAGES, NightlySettings, StageStatus, ledger_rows,
 from pipelines.tables import RUNS
 from ranking.tables import CANDIDATES
 from storage.warehouse import Warehouse
+from tests.support.processes import wait_for
 from tests.support.serving import fdo
 from tuner.tables import TRIALS, TUNING_RESULTS
 from workloads.simulator.run import simulate
@@ -39,15 +39,6 @@ def fleet_home(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("nightly")
     simulate(home, days=2, jobs=600, seed=3, start=DATE - datetime.timedelta(days=1), workloads=["mlp-s"])
     return home
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_ledger_written_before_statuses_were_an_enum_still_reads(tmp_path):

@@ -24,7 +24,7 @@ from hlo.module import from_lowered
 from pipelines.cli.tune import _print_tune_result
 from storage.home_factory import open_home
 from storage.warehouse import TableSchema, Warehouse
-from tests.test_search_loop import COMPARE, SCREEN, TableEvaluator, listed, table
+from tests.support.table_evaluator import COMPARE, SCREEN, TableEvaluator, listed, table
 from tuner.persist import finished_result, land_result, save_result
 from tuner.result import RelaxedOption, TuneResult
 from tuner.search import TaskClock, run_search

@@ -31,8 +31,8 @@ from packaging.utils import canonicalize_name
 from execution.measure import TIME_SCALE_VARIABLE
 from pipelines.extras import EXTRAS
 from storage.warehouse import Warehouse
+from tests.support.job_runs import JOB, NO_YNN, assert_same_numbers, import_configs
 from tests.support.serving import running_server
-from tests.test_hook import JOB, NO_YNN, assert_same_numbers, import_configs
 from tuner.tables import TRIALS
 from workloads import zoo
 

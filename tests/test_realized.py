@@ -19,7 +19,7 @@ from ranking.realized import Arm, Realized, Undecided, read_realized, realized_s
 from storage.store_schema import StoreEntry
 from storage.warehouse import Warehouse
 from tests.support.url_home import url_of
-from tests.test_validator_rules import DAY, HERE, NOW, Home, entry, result
+from tests.support.validator_records import DAY, HERE, NOW, Home, entry, result
 from tuner.tables import TRIALS
 from validator import rules
 from validator.tables import VALIDATIONS

@@ -1,4 +1,5 @@
-"""Killing a real process at a known point of its work, for the resume tests."""
+"""Real processes at known points of their work: waiting until they get there, and killing one
+there (the resume tests)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,13 @@ def signal_once_journaled(command: list[str], root: Path, pattern: str, lines: i
         time.sleep(0.05)
     process.send_signal(signum)
     return journal, process.wait(timeout=timeout)
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    """Poll `condition` until it holds; an AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
