@@ -38,10 +38,10 @@ the state, for a run on a fresh machine. docs/gpu.md says how a device session r
    another XLA version's (XLA must fall back to its own autotuning); the validator over the
    three entries (kept; re-keyed).
 3. Breadth: the other workloads (cnn-g, attention_kv-g) screened, tuned and verified as in
-   run 1; then, if time is left, tests/test_gpu.py (its GPU tests run on a GPU).
+   run 1; then, if time is left, tests/execution/test_gpu.py (its GPU tests run on a GPU).
 
 --dry-run runs the same code on whatever backend JAX has here (the CPU) with the small zoo
-sizes and budgets of seconds (tests/test_gpu_check.py). `fdo tune` and `fdo validate --once`
+sizes and budgets of seconds (tests/project/test_gpu_check.py). `fdo tune` and `fdo validate --once`
 check for the pipeline extra (Apache Beam, DuckDB), which a GPU machine lacks and these steps do
 not use: the runs call the functions those commands call, and `fdo evaluate` and `fdo hits` as
 commands. The modules they import that the device may lack are recorded by each run (`imports`).
@@ -133,7 +133,7 @@ class Plan:
     # per-fusion option and ignores it; the store, the hook, JAX's persistent cache and the
     # measurement are tested all the same).
     synthetic_results: bool = False
-    # Run 3 ends with tests/test_gpu.py where time is left (the dry run's suite runs it itself).
+    # Run 3 ends with tests/execution/test_gpu.py where time is left (the dry run's suite runs it itself).
     gpu_tests: bool = True
     # Searches end at `budget_evals` or at their share of the run's minutes, whichever comes
     # first; the dry run's at their evaluations alone (a loaded CI machine's seconds of search
@@ -927,7 +927,7 @@ def kernel_job(spec: dict[str, Any]) -> dict[str, Any]:
 
 def run_breadth(plan: Plan, state: State, clock: Clock) -> None:
     """The other workloads screened, tuned and verified as run 1 does its own, each given an
-    even share of the run; then (`plan.gpu_tests`) tests/test_gpu.py where time is left."""
+    even share of the run; then (`plan.gpu_tests`) tests/execution/test_gpu.py where time is left."""
     others = plan.workloads[1:]
     for name in others:
         tune_workload(plan, state, clock, name, share=plan.search_share / len(others))
@@ -936,10 +936,10 @@ def run_breadth(plan: Plan, state: State, clock: Clock) -> None:
 
 
 def run_gpu_tests() -> dict[str, Any]:
-    """tests/test_gpu.py under pytest: on a GPU its GPU tests run, elsewhere they skip. The
+    """tests/execution/test_gpu.py under pytest: on a GPU its GPU tests run, elsewhere they skip. The
     suite's conftest (the browser fixture) is left out: a GPU machine has no Playwright."""
     done = subprocess.run([sys.executable, "-m", "pytest", "--noconftest", "-q", "-rs", "-p", "no:cacheprovider",
-                           "tests/test_gpu.py"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           "tests/execution/test_gpu.py"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = done.stdout.strip().splitlines()
     return {"exit": done.returncode, "summary": lines[-1] if lines else "",
             "failures": [line for line in lines if line.startswith(("FAILED", "ERROR", "SKIPPED"))]}
@@ -993,7 +993,7 @@ def report(results: dict[str, Any]) -> str:
         lines += [f"## Offline autotune results delivered: {name}", ""] + _kernel_lines(results, name) + [""]
     if "gpu_tests" in results:
         tests = results["gpu_tests"]
-        lines += [f"tests/test_gpu.py: {tests.get('summary') or _why(tests)}", ""]
+        lines += [f"tests/execution/test_gpu.py: {tests.get('summary') or _why(tests)}", ""]
     return "\n".join(lines)
 
 

@@ -1,4 +1,4 @@
-"""Fixtures shared by test modules."""
+"""Fixtures shared by test modules, in every directory of tests/ (their helpers: tests/support/)."""
 
 from __future__ import annotations
 
@@ -53,9 +53,10 @@ def browser():
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest files first, each file's tests in their order: `make test` runs two files at a
-    time (xdist's loadfile), and a long file taken last would run alone at the end. Length is
-    guessed from the marks: a file of slow tests only, then the most slow tests."""
+    """The longest files first, whichever directory of tests/ holds them, each file's tests in
+    their order: `make test` runs two files at a time (xdist's loadfile), and a long file taken
+    last would run alone at the end. Length is guessed from the marks: a file of slow tests only,
+    then the most slow tests."""
     tests: dict[object, list[bool]] = {}
     for item in items:
         tests.setdefault(item.path, []).append(item.get_closest_marker("slow") is not None)

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from execution.measure import TIME_SCALE_VARIABLE
+from tests.support import ROOT
 
 # The step's win is several-fold (its reductions off YNNPACK): a fifth of each measurement's time
 # budget shows it as clearly as the whole, and the tuning's verification spends its budget whole.
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess, pytest.mark.measure_scale(0.2)]
 
-REPO = Path(__file__).resolve().parents[1]
 # What the quickstart reaches from the repository root: the venv, the example and `make venv`.
 CHECKOUT = (".venv", "examples", "Makefile", "pyproject.toml")
 
@@ -33,21 +33,21 @@ def quickstart_script(readme: str) -> str:
 
 
 def fdo_json(home: Path, *args: str) -> dict | list:
-    result = subprocess.run([str(REPO / ".venv" / "bin" / "fdo"), "--home", str(home), *args, "--json"],
+    result = subprocess.run([str(ROOT / ".venv" / "bin" / "fdo"), "--home", str(home), *args, "--json"],
                             capture_output=True, text=True, check=True)
     return json.loads(result.stdout)
 
 
 def test_the_readme_quickstart_gets_a_hit_and_a_savings_row(tmp_path):
-    stamp, pyproject = REPO / ".venv" / ".installed", REPO / "pyproject.toml"
+    stamp, pyproject = ROOT / ".venv" / ".installed", ROOT / "pyproject.toml"
     if not stamp.exists() or stamp.stat().st_mtime < pyproject.stat().st_mtime:
         pytest.fail("the venv is missing or older than pyproject.toml: run `make venv` first (the "
                     "quickstart's `make venv` would otherwise install from this test's directory)")
     for name in CHECKOUT:
-        (tmp_path / name).symlink_to(REPO / name)
+        (tmp_path / name).symlink_to(ROOT / name)
     # As a user's shell has it, but for the file's measurement scale.
     env = {k: v for k, v in os.environ.items() if not k.startswith("FDO_") or k == TIME_SCALE_VARIABLE}
-    script = quickstart_script((REPO / "README.md").read_text())
+    script = quickstart_script((ROOT / "README.md").read_text())
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"

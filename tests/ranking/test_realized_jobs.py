@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from ranking.realized import read_realized
+from tests.support import ROOT
 from tests.support.serving import fdo
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.subprocess]
 
-PROGRAM = str(Path(__file__).resolve().parents[1] / "examples" / "quickstart.py")
+PROGRAM = str(ROOT / "examples" / "quickstart.py")
 CONFIG = {"placement:REDUCE": "xla"}  # the quickstart's step off YNNPACK's reductions: a large gain
 JOBS_PER_ARM = 3
 STEPS = "20"

@@ -15,6 +15,7 @@ import pytest
 from hlo.environment import current_environment, store_key
 from storage.store_reader import StoreReader
 from storage.warehouse import Warehouse
+from tests.support import ROOT
 from tuner.tables import TUNING_RESULTS
 from tuner.transfer import TRANSFER_CHECK
 from vocabulary.tuning import Origin
@@ -22,13 +23,12 @@ from vocabulary.tuning import Origin
 # The step's win is several-fold on every CPU we know (its reductions off YNNPACK).
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess, pytest.mark.measure_scale(0.2)]
 
-REPO = Path(__file__).resolve().parents[1]
 TODAY = datetime.date.today()
 
 
 def fdo(home: Path, *args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "pipelines.cli", "--home", str(home), *args],
-                          capture_output=True, text=True, timeout=900, cwd=REPO)
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, f"fdo {' '.join(args)}: {done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
@@ -39,7 +39,7 @@ def job(home: Path, job_id: str, systems: int) -> None:
     run = home / "inbox" / job_id
     run.mkdir(parents=True)
     (run / "fdo-job.json").write_text(json.dumps({"job_id": job_id, "team": "me", "chips": 1}))
-    fdo(home, "run", "--spool-hlo", "--job-id", job_id, "--", sys.executable, str(REPO / "examples" / "quickstart.py"),
+    fdo(home, "run", "--spool-hlo", "--job-id", job_id, "--", sys.executable, str(ROOT / "examples" / "quickstart.py"),
         "--steps", "50", "--systems", str(systems), "--trace", str(run))
 
 

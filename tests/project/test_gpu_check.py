@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 # The dry run checks that every step runs and what it records, not what a measurement finds.
 pytestmark = pytest.mark.measure_scale(0.2)

@@ -12,7 +12,8 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
 GROUND = "vocabulary"  # the ground floor: every package may import it, the table leaves it out
 ROW = re.compile(r"^\| `(\w+)/`.*\| (?P<imports>[^|]*) \|\s*$")
 

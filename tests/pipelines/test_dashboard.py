@@ -35,6 +35,7 @@ from ranking.cost import loop_cost, return_on_cost
 from ranking.realized import Realized, realized_savings, realized_speedups
 from ranking.tables import SAVINGS
 from storage.warehouse import Warehouse
+from tests.support import ROOT
 from tests.support.dashboard_home import TASKS, build_home, holdout_key
 from tests.support.serving import call, running_server
 from tuner.analyze import analyze_flags
@@ -43,7 +44,7 @@ from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS
 from validator.tables import VALIDATIONS
 from validator.validate import MEASURE_SETTINGS
 
-ARTIFACTS = Path(__file__).parent / "artifacts"
+ARTIFACTS = ROOT / "tests" / "artifacts"  # git-ignored
 DEFAULT_DAYS = 30
 # ranking.realized's bootstrap draws jobs by their index after Arrow's group_by, whose order
 # varies from call to call when Arrow runs it on several threads: the same rows then give

@@ -31,6 +31,7 @@ from packaging.utils import canonicalize_name
 from execution.measure import TIME_SCALE_VARIABLE
 from pipelines.extras import EXTRAS
 from storage.warehouse import Warehouse
+from tests.support import ROOT
 from tests.support.job_runs import JOB, NO_YNN, assert_same_numbers, import_configs
 from tests.support.serving import running_server
 from tuner.tables import TRIALS
@@ -42,7 +43,6 @@ from workloads import zoo
 # budget whole.
 pytestmark = [pytest.mark.subprocess, pytest.mark.xla, pytest.mark.slow, pytest.mark.measure_scale(0.2)]
 
-ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "fleet-fdo"
 # What the issue found a job paying for: none of it may come with the base install.
 HEAVY = ("apache-beam", "duckdb", "fastapi", "uvicorn", "apscheduler", "plotly", "sqlalchemy",
