@@ -125,25 +125,35 @@ def test_a_backend_extra_option_reaches_the_compiler_and_the_cache_keeps_it_apar
 
 
 @pytest.mark.subprocess
-def test_a_backend_extra_option_off_the_allowlist_is_refused(baseline, tmp_path):
+@pytest.mark.parametrize("config_of, reason", [
+    # A real key of XLA's CPU backend extra options, not in the flag table.
+    pytest.param(lambda dump: {"xla_force_enable_experimental_llvm_ir_gemm": True}, "not on the allowlist",
+                 id="a-backend-extra-option"),
+    # A dump path: the job's modules written wherever the store says.
+    pytest.param(lambda dump: {"xla_dump_to": str(dump)}, "xla_dump_to", id="a-dump-path"),
+])
+def test_a_flag_off_the_allowlist_never_arrives_from_the_store(baseline, tmp_path, config_of, reason):
     home, default_output, default_records = baseline
     tuned = tmp_path / "home"
     shutil.copytree(home, tuned)
+    dump = tmp_path / "dumped"
+    config = config_of(dump)
+    [flag] = config
     layer = next(r for r in default_records if r["module_name"] == "jit_layer")
-    # A real key of XLA's CPU backend extra options, not in the flag table.
-    config = {"xla_force_enable_experimental_llvm_ir_gemm": True}
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"fingerprint": layer["fingerprint"], "env_key": layer["env_key"],
                                "kind": "graph", "config": config, "speedup": 2.0}) + "\n")
     refused = fdo(tuned, "store", "import", str(bad))
-    assert refused.returncode == 2 and "xla_force_enable_experimental_llvm_ir_gemm" in refused.stderr
+    assert refused.returncode == 2 and flag in refused.stderr
 
+    # A store written behind the import's back (a forged version with a valid checksum): the
+    # hook checks the allowlist again and compiles with the defaults.
     forge_version(tuned, layer, config)
     output, _ = run_job(tuned, "--job-id", "forged")
-    assert output["code"] == default_output["code"]
+    assert output["code"] == default_output["code"] and output["ynn"] is True and not dump.exists()
     refused_hits = [r for r in hits(tuned, "forged") if r["outcome"] == "refused"]
     assert [r["key"] for r in refused_hits] == [layer["key"]]
-    assert "not on the allowlist" in refused_hits[0]["reason"]
+    assert reason in refused_hits[0]["reason"]
 
 
 @pytest.mark.slow
@@ -172,30 +182,6 @@ def test_a_config_that_fails_to_compile_is_refused_in_the_sandbox_or_falls_back(
     assert {r["outcome"] for r in records} == {"fallback"}
     assert all("tuned compile failed" in r["reason"] for r in records)
     assert "fallback" in stderr or "tuned compile failed" in stderr
-
-
-@pytest.mark.subprocess
-def test_a_dump_path_never_arrives_from_the_store(baseline, tmp_path):
-    home, default_output, default_records = baseline
-    tuned = tmp_path / "home"
-    shutil.copytree(home, tuned)
-    dump = tmp_path / "dumped"
-    bad = tmp_path / "bad.jsonl"
-    layer = next(r for r in default_records if r["module_name"] == "jit_layer")
-    bad.write_text(json.dumps({"fingerprint": layer["fingerprint"], "env_key": layer["env_key"],
-                               "kind": "graph", "config": {"xla_dump_to": str(dump)},
-                               "speedup": 2.0}) + "\n")
-    refused = fdo(tuned, "store", "import", str(bad))
-    assert refused.returncode == 2 and "xla_dump_to" in refused.stderr
-
-    # A store written behind the import's back (a forged version with a valid checksum): the
-    # hook checks the allowlist again and compiles with the defaults.
-    forge_version(tuned, layer, {"xla_dump_to": str(dump)})
-    output, stderr = run_job(tuned, "--job-id", "forged")
-    assert output["ynn"] is True and not dump.exists()
-    refused_hits = [r for r in hits(tuned, "forged") if r["outcome"] == "refused"]
-    assert [r["key"] for r in refused_hits] == [layer["key"]]
-    assert "xla_dump_to" in refused_hits[0]["reason"]
 
 
 @pytest.mark.subprocess

@@ -145,24 +145,23 @@ def test_per_team_when_asked():
         ("team-0", 10, 4), ("team-1", 10, 4), ("team-2", 10, 4)]
 
 
-def test_a_true_gain_is_never_invalidated_and_is_covered_about_99_percent_of_the_time():
-    regressed = covered = 0
-    for seed in range(200):
-        found = one(fleet(seed, 1.2), seed=seed)
-        regressed += found.regressed
-        covered += found.speedup.low <= 1.2 <= found.speedup.high
-    assert regressed == 0
-    assert covered / 200 >= 0.96  # measured 0.98 to 0.99 (docs/ranking.md)
-
-
-def test_no_effect_at_all_is_invalidated_in_at_most_1_5_percent_of_checks():
-    alarms = covered = 0
-    for seed in range(400):
-        found = one(fleet(seed, 1.0), seed=seed)
-        alarms += found.regressed
-        covered += found.speedup.low <= 1.0 <= found.speedup.high
-    assert alarms / 400 <= 0.015  # the one-sided 99.5% bound: 0.5% in theory (docs/validator.md)
-    assert covered / 400 >= 0.97
+@pytest.mark.parametrize("effect, checks, most_invalidated, least_covered", [
+    # A true gain is never invalidated, and covered about 99% of the time: measured 0.98 to 0.99
+    # (docs/ranking.md).
+    pytest.param(1.2, 200, 0.0, 0.96, id="a-true-gain"),
+    # No effect at all is invalidated in at most 1.5% of checks: the one-sided 99.5% bound, 0.5%
+    # in theory (docs/validator.md).
+    pytest.param(1.0, 400, 0.015, 0.97, id="no-effect-at-all"),
+])
+def test_an_effect_is_invalidated_no_more_often_than_stated_and_covered_by_its_interval(
+        effect, checks, most_invalidated, least_covered):
+    invalidated = covered = 0
+    for seed in range(checks):
+        found = one(fleet(seed, effect), seed=seed)
+        invalidated += found.regressed
+        covered += found.speedup.low <= effect <= found.speedup.high
+    assert invalidated / checks <= most_invalidated
+    assert covered / checks >= least_covered
 
 
 def test_a_true_regression_with_enough_jobs_is_caught():
