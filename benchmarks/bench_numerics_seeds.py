@@ -109,9 +109,9 @@ def main() -> None:
     parser.add_argument("--workloads", default=",".join(f"{family}-s" for family in TRAIN_STEPS))
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--flax", action="store_true",
-                        help="also the Flax train step of tests/numerics_programs.py (needs flax, optax)")
+                        help="also the Flax train step of tests/support/numerics_programs.py (needs flax, optax)")
     parser.add_argument("--ill-conditioned", action="store_true",
-                        help="also the program of tests/numerics_programs.py built to be ill-conditioned")
+                        help="also the program of tests/support/numerics_programs.py built to be ill-conditioned")
     parser.add_argument("--json", action="store_true", help="print every decision as JSON")
     args = parser.parse_args()
     moves = strict_moves()

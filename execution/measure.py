@@ -15,7 +15,7 @@ n pairs for n in `early_looks`, the median's order-statistic interval is taken a
 wholly above 1 + noise_band ("decided faster"), wholly below 1 ("decided slower"), or wholly
 below `stop_below` ("below the incumbent": a search's best so far, its screen's lower end, which
 this candidate cannot beat; sequential testing against the incumbent, not only the default).
-Its error rate, stated and tested (tests/test_schedule.py): at each look the interval's upper
+Its error rate, stated and tested (tests/tuner/test_schedule.py): at each look the interval's upper
 end falls below the candidate's true median ratio with probability at most early_alpha / (2L),
 so over all looks together a candidate whose true median ratio is 1 is decided faster with
 probability at most early_alpha / 2, and one whose true median ratio is at least the threshold
@@ -43,7 +43,7 @@ acts in a comparison or a verification (R is None there: they compare near-equal
   faster than CATASTROPHE_MIN_SECONDS are left out: a scheduler's slice of a few milliseconds
   multiplies a run of one, so p is large there, and ten pairs of them cost little anyway. The
   A/A figures of a loaded machine (p and the largest statistic seen) are in docs/tuner.md;
-  simulated noise in tests/test_schedule.py. A candidate stopped is slower than the default in
+  simulated noise in tests/tuner/test_schedule.py. A candidate stopped is slower than the default in
   every pairing of its runs with the default's, by more than R: its decision, slower, stands.
 - Its interval, from the runs it has (one or two pairs, warm-ups included): the median default
   run over the median candidate run, between the fastest default run over the slowest candidate

@@ -16,7 +16,7 @@ import importlib.util
 from typing import Callable, ParamSpec
 
 # The modules each extra's distributions provide, as this project imports them (an import
-# name is not a distribution name: apache_beam is apache-beam). tests/test_packaging.py checks
+# name is not a distribution name: apache_beam is apache-beam). tests/project/test_packaging.py checks
 # that these match pyproject.toml's extras.
 PIPELINE_MODULES = ("apache_beam", "duckdb", "tqdm", "zstandard")
 EXTRAS: dict[str, tuple[str, ...]] = {

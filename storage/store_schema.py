@@ -15,7 +15,7 @@ One entry as Python sees it is a `StoreEntry`, the contract between the tuner's 
 hook, the service and the validator: a table of entries becomes records through `entries_of`
 (a row through `StoreEntry.from_row`) and records a table through `entries_table`; the
 service's JSON form of an entry is `to_json`/`from_json`. Nothing reads an entry as a dict
-(tests/test_architecture.py checks it).
+(tests/project/test_architecture.py checks it).
 """
 
 from __future__ import annotations

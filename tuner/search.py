@@ -14,7 +14,7 @@ does not have). The tuner's evaluator
 compiles and measures in sandboxed workers (`tuner.worker_evaluator`); a benchmark replays
 recorded screens through this same loop with an evaluator that answers from its cache
 (`benchmarks/bench_search_quality.py`), and the unit tests drive it with a table
-(`tests/test_search_loop.py`).
+(`tests/tuner/test_search_loop.py`).
 
 A task's phases (`run_search`, `vocabulary.tuning.Phase`): the search proper (`search`: the
 strategy's proposals until the budget, the time, or a stall: `Stall`, and it says which,

@@ -6,7 +6,7 @@ the table still reads (a column added since reads null, and a null read as the t
 says: an origin as a search, a measure mode as whole, a status carrying its reason after a
 colon as its verdict and reason), `to_row` writes the current version's. Tables of rows become
 records through `trials_of` and `results_of`; `tuner.persist.land_result` writes records.
-Nothing reads these tables as dict rows (tests/test_architecture.py checks it).
+Nothing reads these tables as dict rows (tests/project/test_architecture.py checks it).
 """
 
 from __future__ import annotations

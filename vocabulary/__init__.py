@@ -15,5 +15,5 @@ a runner's task ended: `TaskStatus`), `interval` (`Interval`: a figure with its 
 interval, and its flat keys), `confidence` (the levels intervals are measured at) and `errors`
 (`first_line`: an error told in one line).
 
-Production code writes a value as its member, never as a string (tests/test_architecture.py).
+Production code writes a value as its member, never as a string (tests/project/test_architecture.py).
 """

@@ -55,7 +55,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def epilog(examples: list[str], *notes: str) -> str:
     """A command's help epilog: its notes as wrapped paragraphs, then its examples, one a line as
-    typed (each parses: tests/test_cli.py checks)."""
+    typed (each parses: tests/pipelines/test_cli.py checks)."""
     heading = "Example:" if len(examples) == 1 else "Examples:"
     return "\n\n".join([textwrap.fill(note, 78) for note in notes]
                        + [heading + "".join(f"\n  {example}" for example in examples)])

@@ -131,7 +131,7 @@ def fdo_json(venv: Path, home: Path, *args: str) -> Any:
 
 
 def run_job(base: Path, home: Path, *options: str) -> dict:
-    """tests/hook_job.py under the base install's `fdo run`; returns its JSON output."""
+    """tests/support/jobs/hook_job.py under the base install's `fdo run`; returns its JSON output."""
     result = run_venv(base, "fdo", "--home", str(home), "run", *options, "--",
                       str(base / "python"), JOB)
     assert result.returncode == 0, result.stderr

@@ -2,8 +2,8 @@
 deliver's `BestEntryPerKey`, each fed by `beam.Create` with the (table name, rows) a read
 yields and checked with `assert_that`, in this process (Beam's in-memory mode), with no XLA
 and no warehouse. The stages against the DuckDB reference on a simulated fleet:
-tests/test_ranking.py, tests/test_compile_savings.py; the reads and the sink:
-tests/test_beam_io.py."""
+tests/ranking/test_ranking.py, tests/ranking/test_compile_savings.py; the reads and the sink:
+tests/storage/test_beam_io.py."""
 
 from __future__ import annotations
 

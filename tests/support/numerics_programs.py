@@ -1,4 +1,4 @@
-"""Programs the numerics check is tried on (tests/test_conditioning.py,
+"""Programs the numerics check is tried on (tests/execution/test_conditioning.py,
 benchmarks/bench_numerics_seeds.py): one built to be ill-conditioned, and a Flax train step of
 the kind fleets run (convolutions, self-attention, optax's AdamW; needs flax and optax, the
 `dev` extra)."""

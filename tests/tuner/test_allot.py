@@ -1,6 +1,6 @@
 """A tune stage's budget shared by what each graph is worth (tuner.allot), the time that follows
 it (tasks.runner), and the verified coverage a night leaves (ranking.verified_coverage): no XLA,
-a warehouse written by hand. The night's plan itself: tests/test_plan.py."""
+a warehouse written by hand. The night's plan itself: tests/tuner/test_plan.py."""
 
 from __future__ import annotations
 

@@ -325,7 +325,7 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
     # drift between the search's worker and the verification's (5% seen on 2 busy cores).
     assert tuned["ci_high"] * PROCESS_DRIFT >= best["ci_low"], (tuned, best_move, best)
     # An independent evaluation of the returned config, in a process of its own, agrees that it
-    # is faster (`fdo evaluate --workers N`'s median: tests/test_evaluate.py).
+    # is faster (`fdo evaluate --workers N`'s median: tests/execution/test_evaluate.py).
     check = json.loads(fdo(home, "evaluate", str(module), *_set_args(tuned["config"]),
                            "--max-seconds", "3", "--json").stdout)
     assert check["significant"] and check["numerics_ok"]

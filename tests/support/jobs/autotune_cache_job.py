@@ -1,5 +1,5 @@
 """A JAX job with its persistent compilation cache on, under the compiler hook, for the tests of
-autotune results delivered to such a job (tests/test_autotune_results.py).
+autotune results delivered to such a job (tests/execution/test_autotune_results.py).
 
     python tests/support/jobs/autotune_cache_job.py HOME JAX_CACHE_DIR JOB_ID HOLDOUT
 
