@@ -3,7 +3,9 @@ package imports exactly the packages its row lists, the packages form no cycle, 
 modules import each other, at load time or inside a function. The vocabulary (`vocabulary/`)
 lies below them all: any package may import it, and it imports the standard library alone. And the
 store's entries, the tuner's trials and tuning results reach Python only as their records: no
-module makes a table of them into dict rows."""
+module makes a table of them into dict rows. The tests mirror the packages (tests/<package>/, the
+repository's own under tests/project/), and share what they share through tests/support/ alone: no
+test module imports another, nor does a benchmark."""
 
 from __future__ import annotations
 
@@ -148,6 +150,85 @@ def test_no_two_modules_import_each_other() -> None:
         if name not in index:
             visit(name)
     assert not cycles, f"modules importing each other: {cycles}"
+
+
+# --- The tests mirror the packages and share through tests/support/ alone ----------------------
+
+TESTS = ROOT / "tests"
+SUPPORT = "tests.support"  # the one package of tests/ that a module may import
+OWN_TESTS = "project"  # the directory of the repository's own tests (architecture, packaging, ...)
+# A string naming a module of tests/ (`preload="tests.support.url_home"`, `import_module(...)`).
+_TESTS_MODULE = re.compile(r"tests(\.\w+)+")
+
+
+def test_each_test_file_lies_under_the_package_it_tests() -> None:
+    """tests/<package>/test_*.py for each package pyproject.toml lists, tests/project/ for the
+    repository's own tests; helpers and job scripts under tests/support/ (no test file there);
+    beside them one conftest.py."""
+    known = set(packages()) | {OWN_TESTS}
+    misplaced = []
+    for path in sorted(TESTS.rglob("*.py")):
+        parts = path.relative_to(TESTS).parts
+        if parts[0] == "support":
+            fits = not path.name.startswith("test_")
+        elif len(parts) == 1:
+            fits = path.name == "conftest.py"
+        else:
+            fits = len(parts) == 2 and parts[0] in known and path.name.startswith("test_")
+        if not fits:
+            misplaced.append(str(path.relative_to(ROOT)))
+    assert not misplaced, (f"{misplaced}: a test file goes under tests/<package>/ (or tests/{OWN_TESTS}/), "
+                           "a helper or job script under tests/support/")
+
+
+def imports_of_tests(source: str, name: str = "<module>") -> set[str]:
+    """The modules of tests/ that `source` imports, at load time or inside a function, or names
+    in a string as a whole module name (a module a process it starts imports)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source, name)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _TESTS_MODULE.fullmatch(node.value):
+            names.add(node.value)
+    return {n for n in names if n == "tests" or n.startswith("tests.")}
+
+
+def foreign_test_imports(source: str, name: str = "<module>") -> list[str]:
+    """What `source` imports of tests/ beyond tests.support: a test module, conftest, tests/
+    itself. `from tests.support import JOBS` imports the package, and a name of it."""
+    return sorted(n for n in imports_of_tests(source, name)
+                  if n != SUPPORT and not n.startswith(f"{SUPPORT}.") and n != "tests")
+
+
+def test_the_test_import_check_finds_imports_of_test_modules_and_names_nothing_else() -> None:
+    found = foreign_test_imports(
+        "from tests.hlo.test_family import fp\n"
+        "import tests.pipelines.test_nightly\n"
+        "from tests.delivery import test_hook\n"
+        "def late():\n    from tests.conftest import browser\n"
+        "serve(preload='tests.tuner.test_plan')\n")
+    # Named by their tails: a whole module name in a string of this file would count as an import.
+    assert found == [f"tests.{tail}" for tail in ("conftest", "conftest.browser", "delivery", "delivery.test_hook",
+                                                  "hlo.test_family", "hlo.test_family.fp", "pipelines.test_nightly",
+                                                  "tuner.test_plan")]
+    assert foreign_test_imports(
+        "from tests.support import JOBS, worker_tasks\n"
+        "from tests.support.serving import fdo\n"
+        "import tests.support.url_home\n"
+        "serve(preload='tests.support.url_home')\n"
+        "print('tests. are run by pytest')\n") == []
+
+
+def test_no_test_module_imports_another_and_benchmarks_import_only_the_support() -> None:
+    """A test module imports no other test module (nor conftest): what tests share lives in
+    tests/support/, as optuna/testing holds Optuna's. A benchmark imports from tests/ only
+    tests/support/'s fixtures (a running server, the numerics check's programs)."""
+    found = {str(path.relative_to(ROOT)): foreign
+             for directory in ("tests", "benchmarks") for path in sorted((ROOT / directory).rglob("*.py"))
+             if (foreign := foreign_test_imports(path.read_text(), str(path)))}
+    assert not found, f"imports of tests/ beyond {SUPPORT}: {found}"
 
 
 # --- A store entry is read through its record (storage.store_schema.StoreEntry), never as a dict ------
