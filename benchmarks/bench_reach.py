@@ -68,7 +68,8 @@ def night(home: Path, arm: str, date: datetime.date, args: argparse.Namespace) -
     simulated = time.perf_counter() - started
     report = run_nightly(open_home(home), NightlySettings(
         date=date, top=args.top, top_ops=0, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
-        validate_minutes=args.validate_minutes, rank_top=args.rank_top, beam_args=("--direct_running_mode=in_memory",),
+        validate_minutes=args.validate_minutes, rank_top=args.rank_top, rank_min_share=args.rank_min_share,
+        beam_args=("--direct_running_mode=in_memory",),
         **ARMS[arm]))
     stages = {s.stage: s for s in report.stages}
     tune = stages["tune"].counts if "tune" in stages else {}
@@ -125,7 +126,9 @@ def main() -> None:
     parser.add_argument("--tune-minutes", type=float, default=15.0, help="each night's tune stage")
     parser.add_argument("--tune-evals", type=int, default=16, help="evaluations per search")
     parser.add_argument("--top", type=int, default=6, help="searches a night")
-    parser.add_argument("--rank-top", type=int, default=300, help="graph candidates the ranking keeps")
+    parser.add_argument("--rank-top", type=int, default=3000, help="graph candidates the ranking keeps")
+    parser.add_argument("--rank-min-share", type=float, default=0.0,
+                        help="the ranking's long tail, left out (default: none: every key is a candidate)")
     parser.add_argument("--validate-minutes", type=float, default=2.0)
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=3)

@@ -54,6 +54,9 @@ class NightlySettings:
     # Graph candidates the ranking keeps (`ranking.rank.RankSettings.top_k`): the keys a night
     # may cover with checks and shared results, beyond the `top` it searches.
     rank_top: int = 20
+    # The ranking's long tail (`ranking.rank.RankSettings.min_share`): keys under this share of
+    # the fleet's chip-time are not candidates, and a night reaches them only by shared results.
+    rank_min_share: float = 0.001
     # Transfer checks before searches, searches seeded with transfers (`tuner.transfer`), and
     # keys measured alike sharing a result; False: each key searched on its own, as before.
     transfer: bool = True
@@ -172,7 +175,8 @@ def _rank(home: Home, settings: NightlySettings, progress: bool,
     from ranking.rank import RankSettings, rank
 
     candidates, _ = rank(home, RankSettings(date=settings.date, window_days=settings.window_days,
-                                            top_k=settings.rank_top), settings.beam_args)
+                                            top_k=settings.rank_top, min_share=settings.rank_min_share),
+                         settings.beam_args)
     kinds = candidates.column("kind").to_pylist()
     return {"graph_candidates": kinds.count(Kind.GRAPH), "op_candidates": kinds.count(Kind.OP)}
 

@@ -38,6 +38,10 @@ def add_nightly(sub: Subcommands) -> None:
                    "keys measured alike come first and on top: docs/nightly.md)")
     p.add_argument("--rank-top", type=int, default=20, metavar="N",
                    help="graph candidates the ranking keeps: the keys a night may reach")
+    p.add_argument("--rank-min-share", type=float, default=0.001, metavar="SHARE",
+                   help="the ranking's long tail: keys under this share of the fleet's chip-time "
+                   "are no candidates (a night reaches them only by results shared with keys "
+                   "measured alike)")
     p.add_argument("--no-transfer", action="store_true",
                    help="each key searched on its own, from the defaults: no transfer checks, no "
                    "seeds, no result shared by keys measured alike (for comparisons)")
@@ -74,7 +78,8 @@ def cmd_nightly(args: argparse.Namespace, home: Home) -> int:
         inbox=tuple(Path(p) for p in args.inbox), window_days=args.window_days, top=args.top,
         top_ops=args.top_ops, top_kernels=args.top_kernels, tune_evals=args.tune_evals,
         tune_minutes=args.tune_minutes, validate_minutes=args.validate_minutes,
-        verify_workers=args.verify_workers, rank_top=args.rank_top, transfer=not args.no_transfer,
+        verify_workers=args.verify_workers, rank_top=args.rank_top, rank_min_share=args.rank_min_share,
+        transfer=not args.no_transfer,
         beam_args=tuple(args.beam_args), force=args.force)
     from pipelines.stages import cluster_address, open_runner
 
