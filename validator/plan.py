@@ -259,6 +259,7 @@ class Planner:
         return {"key": entry.key, "fingerprint": entry.fingerprint, "env_key": entry.env_key,
                 "kind": entry.kind, "config": entry.config, "source": entry.source,
                 "relaxed_config": entry.relaxed_config,
+                "config_origin": entry.origin, "transferred_from": entry.transferred_from,
                 "toolchain": self.chain.name, "compiler_version": self.chain.compiler_version,
                 "fleet_hits": self.hits.get(entry.key, 0),
                 "age_days": (self.now - measured_at).total_seconds() / 86400,

@@ -65,7 +65,7 @@ from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
 from vocabulary.interval import Interval, as_flat, columns, from_flat
 from vocabulary.measure import MeasureMode
 from vocabulary.store import Provenance
-from vocabulary.tuning import Kind
+from vocabulary.tuning import Kind, Origin
 
 # What the audit row carries of the fleet's arms: Decision fields and columns alike.
 _FLEET_ARMS = ("fleet_tuned_jobs", "fleet_tuned_runs", "fleet_holdout_jobs", "fleet_holdout_runs")
@@ -164,6 +164,9 @@ class Decision:
     relaxed_config: str | None = None
     relaxed_outcome: DecisionOutcome | None = None
     relaxed_speedup: Interval | None = None
+    # Where the entry's config came from (StoreEntry.origin, .transferred_from): a re-key keeps it.
+    config_origin: Origin | None = None
+    transferred_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The journal's form: every field, each speedup as flat keys (`speedup`, `ci_low`,
@@ -182,7 +185,9 @@ class Decision:
                       "relaxed_outcome": (DecisionOutcome(data["relaxed_outcome"])
                                           if data.get("relaxed_outcome") is not None else None),
                       "autotune_fate": ResultsFate(fate) if fate is not None else None,
-                      "measure_mode": MeasureMode(data.get("measure_mode", MeasureMode.WHOLE))})
+                      "measure_mode": MeasureMode(data.get("measure_mode", MeasureMode.WHOLE)),
+                      "config_origin": (Origin(data["config_origin"])
+                                        if data.get("config_origin") is not None else None)})
 
 
 def expiry(now: datetime.datetime, origin: datetime.datetime, ttl: datetime.timedelta,
@@ -396,7 +401,8 @@ def new_entry(decision: Decision) -> StoreEntry:
                       compiler_version=decision.compiler_version, measured_at=_time(decision.decided_at),
                       source=decision.source, autotune_results=decision.autotune_results,
                       relaxed_config=decision.relaxed_config if relaxed is not None else None,
-                      relaxed_speedup=relaxed.estimate if relaxed is not None else None)
+                      relaxed_speedup=relaxed.estimate if relaxed is not None else None,
+                      origin=decision.config_origin, transferred_from=decision.transferred_from)
 
 
 def audit_row(decision: Decision, run_id: str, store_version: int | None, status: Applied) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from vocabulary.decisions import Applied, DecisionOutcome, StoreChange
 from vocabulary.failures import Failure
 from vocabulary.interval import Interval
 from vocabulary.store import Provenance
+from vocabulary.tuning import Origin
 
 OLDER = dataclasses.replace(HERE, compiler_version="jaxlib-old")
 
@@ -49,7 +50,7 @@ def queued(row: StoreEntry, same_compiler: bool = True, origin: datetime.datetim
     origin = origin or row.measured_at
     base = {"key": row.key, "fingerprint": row.fingerprint, "env_key": row.env_key,
             "kind": row.kind, "config": row.config, "source": row.source, "relaxed_config": row.relaxed_config,
-            "toolchain": "default",
+            "config_origin": row.origin, "transferred_from": row.transferred_from, "toolchain": "default",
             "compiler_version": HERE.compiler_version, "fleet_hits": 0, "age_days": 3.0,
             "decided_at": NOW.isoformat(), "origin_at": origin.isoformat(),
             "entry_measured_at": row.measured_at.isoformat(),
@@ -207,6 +208,15 @@ def test_a_rekeyed_entry_is_added_once_beside_the_old_one():
                                 provenance=Provenance.TUNER)
     kept_other, status = rules.apply([rekeyed], table(row, other))
     assert status == [Applied.STALE] and by_key(kept_other)[rekeyed.new_key] == other
+
+
+def test_a_rekeyed_transfer_stays_a_transfer_from_its_source_key():
+    row = dataclasses.replace(entry(1, OLDER), origin=Origin.TRANSFER, transferred_from="ab" * 32 + "/env")
+    rekeyed = measured(row, result(1.4, 1.2, 1.6), same_compiler=False)
+    assert Decision.from_json(json.loads(json.dumps(rekeyed.to_json()))) == rekeyed  # as journaled
+    new = by_key(rules.apply([rekeyed], table(row))[0])[rekeyed.new_key]
+    assert (new.origin, new.transferred_from, new.provenance) == (
+        Origin.TRANSFER, row.transferred_from, Provenance.VALIDATOR)
 
 
 def test_an_unmeasured_decision_changes_nothing():
