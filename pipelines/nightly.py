@@ -187,7 +187,7 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     measured alike with a concluded one share its result; transfer checks, worthiest first,
     within `CHECK_SHARE` of the stage's minutes; then searches by worth, at most `top`, sharing
     `tune_evals` evaluations a graph and the stage's minutes by what each is worth; then the
-    kernels and the ops, in what time is left."""
+    checks their results made possible; then the kernels and the ops, in what time is left."""
     from tuner.plan import NightState, night_counts, plan_checks, plan_searches, share_standing
     from tuner.transfer import transferred
 
@@ -210,6 +210,12 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
                              settings.transfer, settings.force)
     searched = stages.run_planned(home, searches, state, base, runner, deadline=deadline,
                                   reserve=1 if settings.top_ops else 0, progress=progress)
+    if settings.transfer and time.time() < deadline:  # the checks tonight's results made possible
+        state = NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
+        late = plan_checks(home, settings.date, state, settings.force, late=True)
+        checks += late
+        checked.extend(stages.run_planned(home, late, state, base, runner, deadline=deadline,
+                                       reserve=1 if settings.top_ops else 0, progress=progress))
     results = [r for r in searched.results if r is not None]
     counts = {"graphs": len(searches), "tuned": len(results), "accepted": sum(r.accepted for r in results),
               "budget_shares": [round(t.allotment.share, 4) for t in searches if t.allotment is not None],

@@ -197,6 +197,12 @@ class PlannedRound:
     results: list[TuneResult | None]
     shared: list[TuneResult]
 
+    def extend(self, later: PlannedRound) -> None:
+        """`later`'s tasks after these, as one round."""
+        self.outcomes += later.outcomes
+        self.results += later.results
+        self.shared += later.shared
+
 
 def transfers_for(home: Home, candidates: Sequence[Candidate]) -> list[tuple[Transfer, ...]]:
     """Each graph candidate's transfers (`tuner.transfer`), from `home`'s warehouse and store:

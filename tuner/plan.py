@@ -19,7 +19,10 @@ spends its stage on what covers the most first:
    share of the stage's evaluations by worth (`tuner.allot`). A group whose check was accepted
    tonight competes too, its worth discounted by `DEEPEN_DISCOUNT` (the transfer took part of
    the gain): by what it is worth, a transferred config is where a search starts, not where it
-   must end.
+   must end. With transfer, one search a night per kin (a family, or a graph without one): its
+   other groups wait for the check its result makes possible;
+5. late checks (`plan_checks(..., late=True)`, planned once the searches have run): the checks
+   tonight's results made possible, in the time left.
 
 A group's worth is its keys' fleet chip-seconds together, times the share a tuning of it is
 expected to save (`tuner.allot.worths`). Each list is written once per date under the home's
@@ -262,12 +265,13 @@ def share_standing(home: Home, state: NightState) -> list[TuneResult]:
     return shared
 
 
-def plan_checks(home: Home, date: datetime.date, state: NightState, force: bool = False) -> list[PlannedTask]:
-    """Steps 2 and 3: a transfer check for each open group that has transfers, by what it is
-    expected to decide (`check_value`), most first; read back where planned before for `date`
-    (unless `force`). A group whose checks found nothing gets none of configs that only won on
-    its platform again (its next step is a search), and a concluded group whose evidence moved
-    is checked with its siblings' new configs alone."""
+def plan_checks(home: Home, date: datetime.date, state: NightState, force: bool = False,
+                late: bool = False) -> list[PlannedTask]:
+    """Steps 2 and 3 (`late`: step 5, a plan of its own): a transfer check for each open group
+    that has transfers, by what it is expected to decide (`check_value`), most first; read back
+    where planned before for `date` (unless `force`). A group whose checks found nothing gets none
+    of configs that only won on its platform again (its next step is a search), and a concluded
+    group whose evidence moved is checked with its siblings' new configs alone."""
     def make() -> list[PlannedTask]:
         checks = []
         for group in state.open_groups():
@@ -280,7 +284,7 @@ def plan_checks(home: Home, date: datetime.date, state: NightState, force: bool 
                     Path.CHECK, group.key, state.alike(group.key), transfers)))
         return [task for _, task in sorted(checks, key=lambda c: (-c[0], c[1].key))]
 
-    return _planned(home, date, "checks", make, force)
+    return _planned(home, date, "late-checks" if late else "checks", make, force)
 
 
 def check_value(group: Group, transfers: tuple[Transfer, ...]) -> float:
@@ -296,7 +300,8 @@ def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, 
     of `per_task_evals` evaluations a task by worth and seeded with its transfers;
     `accepted_tonight`: the keys whose transfer check was accepted tonight, with the transfer
     that was (they compete with a discounted worth, their search seeded with it); `transfer`
-    False: no search is seeded. Read back where planned before for `date` (unless `force`)."""
+    False: no search is seeded, and kin may be searched the same night (else one group of a kin:
+    `_kin`). Read back where planned before for `date` (unless `force`)."""
     def make() -> list[PlannedTask]:
         groups = [g for g in state.open_groups() if not state.status(g.key).concluded]
         deepen = _groups_of(state, set(accepted_tonight))
@@ -311,6 +316,15 @@ def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, 
                 valued.append((worth.chip_seconds_saved * DEEPEN_DISCOUNT, group, worth,
                                (accepted_tonight[group.key],)))
         valued.sort(key=lambda v: (-v[0], v[1].key))
+        if transfer:  # a kin's worthiest group; the others wait for the check its result allows
+            seen: set[str] = set()
+            kept = []
+            for value in valued:
+                kin = _kin(state, value[1].key)
+                if kin not in seen:
+                    seen.add(kin)
+                    kept.append(value)
+            valued = kept
         chosen = valued[:max(top, 0)]
         allotted = allot([worth for _, _, worth, _ in chosen], per_task_evals) if chosen else []
         return [PlannedTask(Path.SEARCH, group.key, state.alike(group.key), transfers, allotment,
@@ -318,6 +332,13 @@ def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, 
                 for (_, group, _, transfers), allotment in zip(chosen, allotted)]
 
     return _planned(home, date, "searches", make, force)
+
+
+def _kin(state: NightState, key: GraphKey) -> str:
+    """What `key` shares with the groups a result of it transfers to first: its family, or its
+    graph where it has none."""
+    facts = state.sources.graphs.get(key)
+    return (facts.family if facts is not None else None) or key[0]
 
 
 def _groups_of(state: NightState, keys: set[GraphKey]) -> list[Group]:

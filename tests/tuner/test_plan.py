@@ -368,3 +368,25 @@ def test_checks_go_by_what_they_may_decide_and_a_group_whose_check_failed_waits_
     assert fp(4) not in {c.key[0] for c in later}
     searches = plan_searches(home, DAY + datetime.timedelta(days=1), state(tmp_path), 3, 10, {})
     assert fp(4) in {s.key[0] for s in searches}
+
+
+def test_with_transfer_a_night_searches_one_group_of_a_kin_and_checks_the_others_after(tmp_path):
+    # Graph 1 here and on 8 devices (two groups), graph 2 its family's; graph 4 another model.
+    for n, env in ((1, HERE), (1, EIGHT), (2, HERE), (4, HERE)):
+        graph(tmp_path, n, env)
+    ranked(tmp_path, (1, HERE, 50.0), (1, EIGHT, 40.0), (2, HERE, 30.0), (4, HERE, 20.0))
+    home = open_home(tmp_path)
+    assert plan_checks(home, DAY, state(tmp_path)) == []  # nothing verified anywhere yet
+    searches = plan_searches(home, DAY, state(tmp_path), 3, 10, {})
+    assert [s.key for s in searches] == [(fp(1), HERE.key()), (fp(4), HERE.key())]
+    each = plan_searches(home, DAY + datetime.timedelta(days=1), state(tmp_path), 3, 10, {}, transfer=False)
+    assert [s.key for s in each] == [(fp(1), HERE.key()), (fp(1), EIGHT.key()), (fp(2), HERE.key())]
+    # Graph 1's search is accepted (graph 4's found nothing): its kin get checks in the time the
+    # night has left, nearest kin first (the same program on 8 devices: 40 h x 0.8, before the
+    # sibling's 30 h x 0.6).
+    results(tmp_path, result_row(1, HERE, Verdict.ACCEPTED, REDUCE, low=1.4), result_row(4, HERE, Verdict.NO_GAIN))
+    publish(tmp_path, entry(1, HERE, REDUCE, 1.4))
+    late = plan_checks(home, DAY, state(tmp_path), late=True)
+    assert [(c.key, [t.kinship for t in c.transfers]) for c in late] == [
+        ((fp(1), EIGHT.key()), [Kinship.SAME_PROGRAM]), ((fp(2), HERE.key()), [Kinship.FAMILY])]
+    assert plan_checks(home, DAY, state(tmp_path)) == []  # the first pass's plan, as written
