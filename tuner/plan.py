@@ -58,9 +58,9 @@ from vocabulary.tuning import Verdict
 
 # A group whose transfer was accepted tonight competes for a search with this share of its worth.
 DEEPEN_DISCOUNT = 0.5
-# The chance a transfer check holds up, by its nearest kin: a prior the checks are ordered by (on
-# the reach fleet's first nights, docs/bench_reach.md: about 0.4 of the checks with only
-# platform-wide winners were accepted, most with the graph's own or its family's).
+# The chance a transfer check holds up, by its nearest kin: a prior the checks are ordered by, not
+# yet fitted. On the reach fleet's second night (docs/bench_reach.md) the accepted shares were
+# about 12 of 36 (family), 1 of 12 (the same program on 2,048 devices), 1 of 96 (platform).
 CHECK_PRIOR = {Kinship.SAME_PROGRAM: 0.8, Kinship.FAMILY: 0.6, Kinship.PLATFORM: 0.35}
 
 
