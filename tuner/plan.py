@@ -59,8 +59,8 @@ from vocabulary.tuning import Verdict
 # A group whose transfer was accepted tonight competes for a search with this share of its worth.
 DEEPEN_DISCOUNT = 0.5
 # The chance a transfer check holds up, by its nearest kin: a prior the checks are ordered by, not
-# yet fitted. On the reach fleet's second night (docs/bench_reach.md) the accepted shares were
-# about 12 of 36 (family), 1 of 12 (the same program on 2,048 devices), 1 of 96 (platform).
+# yet fitted. On the reach fleet's nights 2 and 3 (docs/bench_reach.md) the accepted shares were
+# 15 of 53 (family), 4 of 39 (the same program on 2,048 devices), 1 of 95 (platform).
 CHECK_PRIOR = {Kinship.SAME_PROGRAM: 0.8, Kinship.FAMILY: 0.6, Kinship.PLATFORM: 0.35}
 
 
