@@ -134,6 +134,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--arms", default=",".join(ARMS), help=f"of {', '.join(ARMS)}")
     parser.add_argument("--keep", type=Path, default=None, help="keep the homes under this directory")
+    parser.add_argument("--first-night", type=datetime.date.fromisoformat, default=None,
+                        help="the first night's date (default: the last night is today)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     arms = args.arms.split(",")
@@ -144,7 +146,7 @@ def main() -> None:
     homes = {arm: parent / arm for arm in arms}
     for home in homes.values():
         home.mkdir(parents=True, exist_ok=True)
-    first = datetime.date.today() - datetime.timedelta(days=args.nights - 1)
+    first = args.first_night or datetime.date.today() - datetime.timedelta(days=args.nights - 1)
     results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     for number in range(args.nights):
         date = first + datetime.timedelta(days=number)
