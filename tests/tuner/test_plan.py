@@ -23,7 +23,7 @@ from storage.store_schema import ENTRIES
 from storage.warehouse import Warehouse
 from tuner.decided import DECISION_DAYS, conclusive, key_statuses
 from tuner.persist import finished_result, save_result, share_result
-from tuner.plan import NightState, Path, PlannedTask, deferred_kin, land_shared, plan_checks, plan_searches
+from tuner.plan import NightState, Path, PlannedTask, land_shared, plan_checks, plan_searches
 from tuner.result import TuneResult
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.transfer import MAX_TRANSFERS, TRANSFER_CHECK, Kinship, Transfer, TransferSources, key_text
@@ -379,8 +379,6 @@ def test_with_transfer_a_night_searches_one_group_of_a_kin_and_checks_the_others
     assert plan_checks(home, DAY, state(tmp_path)) == []  # nothing verified anywhere yet
     searches = plan_searches(home, DAY, state(tmp_path), 3, 10, {})
     assert [s.key for s in searches] == [(fp(1), HERE.key()), (fp(4), HERE.key())]
-    assert deferred_kin(state(tmp_path), searches) == 2  # graph 1 on 8 devices, graph 2
-    assert deferred_kin(state(tmp_path), searches[1:]) == 0  # graph 4 has no kin
     each = plan_searches(home, DAY + datetime.timedelta(days=1), state(tmp_path), 3, 10, {}, transfer=False)
     assert [s.key for s in each] == [(fp(1), HERE.key()), (fp(1), EIGHT.key()), (fp(2), HERE.key())]
     # Graph 1's search is accepted (graph 4's found nothing): its kin get checks in the time the
