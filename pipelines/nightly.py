@@ -36,6 +36,10 @@ from vocabulary.tuning import Kind
 
 # The share of a tune stage's minutes its transfer checks may take: the rest is the searches'.
 CHECK_SHARE = 0.75
+# The share of the searches' time kept for the late checks where tonight's searches left kin
+# waiting (one search a family a night, tuner.plan): night 1 of the reach fleet spent it all on
+# searches without it, and their families' other groups waited a night (docs/bench_reach.md).
+LATE_CHECK_SHARE = 0.3
 
 
 @dataclass(frozen=True)
@@ -186,9 +190,10 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     """The night's graph tasks as `tuner.plan` plans them, covering before deepening: keys
     measured alike with a concluded one share its result; transfer checks, worthiest first,
     within `CHECK_SHARE` of the stage's minutes; then searches by worth, at most `top`, sharing
-    `tune_evals` evaluations a graph and the stage's minutes by what each is worth; then the
-    checks their results made possible; then the kernels and the ops, in what time is left."""
-    from tuner.plan import NightState, night_counts, plan_checks, plan_searches, share_standing
+    `tune_evals` evaluations a graph and the stage's minutes by what each is worth (less
+    `LATE_CHECK_SHARE` where they left kin waiting); then the checks their results made
+    possible; then the kernels and the ops, in what time is left."""
+    from tuner.plan import NightState, deferred_kin, night_counts, plan_checks, plan_searches, share_standing
     from tuner.transfer import transferred
 
     deadline = time.time() + 60 * settings.tune_minutes
@@ -208,7 +213,10 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     state = NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)  # after the checks
     searches = plan_searches(home, settings.date, state, settings.top, settings.tune_evals, accepted,
                              settings.transfer, settings.force)
-    searched = stages.run_planned(home, searches, state, base, runner, deadline=deadline,
+    searches_until = deadline
+    if settings.transfer and deferred_kin(state, searches):
+        searches_until = time.time() + (1 - LATE_CHECK_SHARE) * (deadline - time.time())
+    searched = stages.run_planned(home, searches, state, base, runner, deadline=searches_until,
                                   reserve=1 if settings.top_ops else 0, progress=progress)
     if settings.transfer and time.time() < deadline:  # the checks tonight's results made possible
         state = NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)

@@ -22,7 +22,8 @@ spends its stage on what covers the most first:
    must end. With transfer, one search a night per kin (a family, or a graph without one): its
    other groups wait for the check its result makes possible;
 5. late checks (`plan_checks(..., late=True)`, planned once the searches have run): the checks
-   tonight's results made possible, in the time left.
+   tonight's results made possible, in the time left, which holds at least a share of the
+   searches' time (`LATE_CHECK_SHARE` in pipelines.nightly) where searches left kin waiting.
 
 A group's worth is its keys' fleet chip-seconds together, times the share a tuning of it is
 expected to save (`tuner.allot.worths`). Each list is written once per date under the home's
@@ -332,6 +333,15 @@ def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, 
                 for (_, group, _, transfers), allotment in zip(chosen, allotted)]
 
     return _planned(home, date, "searches", make, force)
+
+
+def deferred_kin(state: NightState, searches: list[PlannedTask]) -> int:
+    """How many open groups share a kin with one of `searches` without being searched: the
+    groups a late check may reach once those searches land."""
+    searched = {task.key for task in searches}
+    kins = {_kin(state, key) for key in searched}
+    return sum(1 for group in state.open_groups()
+               if group.key not in searched and _kin(state, group.key) in kins)
 
 
 def _kin(state: NightState, key: GraphKey) -> str:

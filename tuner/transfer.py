@@ -17,7 +17,11 @@ config once (at its nearest kinship), none the key has tried already (`tried`), 
    broadly", in its simplest form), from the warehouse's tuning results.
 
 Sources are the live store's entries the loop measured (the tuner's, kept or re-keyed by the
-validator): a config the validator has since invalidated is no sibling's winner any more.
+validator): a config the validator has since invalidated is no sibling's winner any more. And,
+for a key without one, its best accepted result that no store version has held yet: tonight's,
+which the deliver stage publishes only after the tune stage, so that the night's late checks
+(`tuner.plan`) can carry a search's winner to its kin the same night. Once a version held a
+result, the store alone speaks for it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Iterable, NamedTuple
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from execution.flags import CompilerConfig, FlagError, checked_config, relaxes_numerics, trusted_config
@@ -136,20 +141,47 @@ class TransferSources:
         graphs = {(r["fingerprint"], r["env_key"]): GraphFacts(families.get((r["fingerprint"], r["env_key"])),
                                                                r["platform"], r["device_kind"]) for r in rows}
         sources = cls(graphs)
-        for entry in StoreReader(home).live_records():
+        store = StoreReader(home)
+        for entry in store.live_records():
             if entry.kind != Kind.GRAPH or entry.provenance not in _MEASURED_BY_LOOP:
                 continue
             config = _strict_config(entry.config)
             if config is not None and config:
                 sources.verified[(entry.fingerprint, entry.env_key)] = Verified(
                     config, entry.ci_low if entry.ci_low is not None else entry.speedup, entry.measured_at)
-        sources._add_broad(warehouse.read(TUNING_RESULTS))
+        results = warehouse.read(TUNING_RESULTS)
+        sources._add_undelivered(results, store.sources())
+        sources._add_broad(results)
         # Columnar: three columns of every trial, no row made.
         trials = warehouse.read(TRIALS, ["fingerprint", "env_key", "config"])
         for fingerprint, env_key, config in zip(*(trials.column(c).to_pylist()
                                                   for c in ("fingerprint", "env_key", "config"))):
             sources.tried.setdefault((fingerprint, env_key), set()).add(_canonical(config))
         return sources
+
+    def _add_undelivered(self, results: Any, delivered: set[str]) -> None:
+        """The best accepted strict graph result of each key without a live verified config, of
+        the results no store version has held (`delivered`: the tasks any version held) and newer
+        than the newest that one did for the key (an older one lost to it, or went with it)."""
+        results = results.filter(pc.and_(pc.equal(results.column("kind"), Kind.GRAPH),
+                                         results.column("accepted")))
+        held = pc.is_in(results.column("task_id"), value_set=pa.array(sorted(delivered), pa.string()))
+        last_held: dict[GraphKey, datetime.date] = {}
+        for result in results_of(results.filter(held)):
+            key = (result.fingerprint, result.env_key)
+            last_held[key] = max(result.dt, last_held.get(key, result.dt))
+        found: dict[GraphKey, Verified] = {}
+        for result in sorted(results_of(results.filter(pc.invert(held))), key=lambda r: r.task_id):
+            key = (result.fingerprint, result.env_key)
+            config = _strict_config(result.config)
+            if (key in self.verified or not config or not result.ci_low or not result.numerics_ok
+                    or (key in last_held and result.dt <= last_held[key])):
+                continue
+            if key not in found or result.ci_low >= found[key].speedup:  # as deliver: ties, the later task
+                # Measured when deliver will say it was: the result's day, at midnight UTC.
+                measured = datetime.datetime.combine(result.dt, datetime.time(), datetime.UTC)
+                found[key] = Verified(config, result.ci_low, measured)
+        self.verified.update(found)
 
     def _add_broad(self, results: Any) -> None:
         results = results.filter(pc.and_(pc.equal(results.column("kind"), Kind.GRAPH),

@@ -23,7 +23,7 @@ from storage.store_schema import ENTRIES
 from storage.warehouse import Warehouse
 from tuner.decided import DECISION_DAYS, conclusive, key_statuses
 from tuner.persist import finished_result, save_result, share_result
-from tuner.plan import NightState, Path, PlannedTask, land_shared, plan_checks, plan_searches
+from tuner.plan import NightState, Path, PlannedTask, deferred_kin, land_shared, plan_checks, plan_searches
 from tuner.result import TuneResult
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.transfer import MAX_TRANSFERS, TRANSFER_CHECK, Kinship, Transfer, TransferSources, key_text
@@ -379,14 +379,38 @@ def test_with_transfer_a_night_searches_one_group_of_a_kin_and_checks_the_others
     assert plan_checks(home, DAY, state(tmp_path)) == []  # nothing verified anywhere yet
     searches = plan_searches(home, DAY, state(tmp_path), 3, 10, {})
     assert [s.key for s in searches] == [(fp(1), HERE.key()), (fp(4), HERE.key())]
+    assert deferred_kin(state(tmp_path), searches) == 2  # graph 1 on 8 devices, graph 2
+    assert deferred_kin(state(tmp_path), searches[1:]) == 0  # graph 4 has no kin
     each = plan_searches(home, DAY + datetime.timedelta(days=1), state(tmp_path), 3, 10, {}, transfer=False)
     assert [s.key for s in each] == [(fp(1), HERE.key()), (fp(1), EIGHT.key()), (fp(2), HERE.key())]
     # Graph 1's search is accepted (graph 4's found nothing): its kin get checks in the time the
     # night has left, nearest kin first (the same program on 8 devices: 40 h x 0.8, before the
-    # sibling's 30 h x 0.6).
+    # sibling's 30 h x 0.6), before the deliver stage has published the result.
     results(tmp_path, result_row(1, HERE, Verdict.ACCEPTED, REDUCE, low=1.4), result_row(4, HERE, Verdict.NO_GAIN))
-    publish(tmp_path, entry(1, HERE, REDUCE, 1.4))
+    assert StoreReader(tmp_path).current() is None
     late = plan_checks(home, DAY, state(tmp_path), late=True)
     assert [(c.key, [t.kinship for t in c.transfers]) for c in late] == [
         ((fp(1), EIGHT.key()), [Kinship.SAME_PROGRAM]), ((fp(2), HERE.key()), [Kinship.FAMILY])]
     assert plan_checks(home, DAY, state(tmp_path)) == []  # the first pass's plan, as written
+
+
+def test_an_undelivered_accepted_result_is_a_source_until_a_store_version_holds_it(tmp_path):
+    for n in (1, 2):
+        graph(tmp_path, n, HERE)
+    sibling = (fp(2), HERE.key())
+    won = result_row(1, HERE, Verdict.ACCEPTED, REDUCE, low=1.4)
+    results(tmp_path, won, result_row(1, HERE, Verdict.ACCEPTED, REGION, low=1.2, task="a-weaker-one"),
+            result_row(1, HERE, Verdict.ACCEPTED, FAST_MATH, low=2.0, task="relaxes-numerics"))
+    # Not yet delivered: the best strict one transfers, dated as deliver will date it.
+    found = sources(tmp_path).candidates(sibling)
+    assert [(t.config, t.kinship, t.speedup) for t in found[:1]] == [(REDUCE, Kinship.FAMILY, 1.4)]
+    assert sources(tmp_path).verified[(fp(1), HERE.key())].measured_at == datetime.datetime(
+        DAY.year, DAY.month, DAY.day, tzinfo=datetime.UTC)
+    # Delivered, then taken out (the validator invalidated it): the old result does not come back.
+    publish(tmp_path, {**entry(1, HERE, REDUCE, 1.4), "source": won["task_id"]})
+    Store(tmp_path).update(lambda live: live.slice(0, 0), "invalidated")
+    assert (fp(1), HERE.key()) not in sources(tmp_path).verified
+    assert [t.kinship for t in sources(tmp_path).candidates(sibling)] == [Kinship.PLATFORM] * 2
+    # A later night's result for the key is a source again, until it is delivered.
+    results(tmp_path, result_row(1, HERE, Verdict.ACCEPTED, SCHEDULER, low=1.3, dt=DAY + datetime.timedelta(days=1)))
+    assert sources(tmp_path).verified[(fp(1), HERE.key())].config == SCHEDULER
