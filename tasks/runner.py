@@ -6,8 +6,9 @@ one `TaskOutcome` per task, as each ends. Its guarantees, whichever runner it is
   but that the local runner lets a task's exception end the run, as a local stage always has;
 - a task runs with its own settings, except that under a `Deadline` a tuning task's search gets
   a share of the time left (`budget_minutes`): its stage's allotment where it has one (`weight`:
-  what its graph is worth, `tuner.allot`), an equal share otherwise; and a task the deadline
-  leaves no time for is not started (TaskStatus.NOT_STARTED);
+  what its graph is worth, `tuner.allot`), an equal share otherwise (a transfer check, which
+  has no search, runs whole: `within`); and a task the deadline leaves no time for is not
+  started (TaskStatus.NOT_STARTED);
 - a task's landing is its own (`tasks.records.perform`): idempotent by task id, so a task run
   twice lands once.
 The stages are given a runner; they do not build one (`pipelines.stages.open_runner` does,
@@ -64,8 +65,10 @@ def time_share(tasks: Sequence[Task], index: int, reserve: int) -> float:
 
 
 def within(task: Task, minutes: float) -> Task:
-    """`task` with its search limited to `minutes` (a validation task has no search to limit)."""
-    if isinstance(task, TuneTask):
+    """`task` with its search limited to `minutes`. A validation task has no search to limit,
+    nor has a transfer check: it screens its few configs whole (a share of a stage's time left
+    among a hundred checks is a second or two, in which a check measures none of them)."""
+    if isinstance(task, TuneTask) and not task.settings.transfer_check:
         return replace(task, settings=replace(task.settings, budget_minutes=minutes))
     return task
 

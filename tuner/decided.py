@@ -48,9 +48,9 @@ class KeyStatus:
     """Where one graph key stands. `decision`: what is decided (None: nothing). `concluded`: a
     conclusive result stands (see the module docstring), so the key needs no new search; its
     task is `result_task` (the latest, where several). `checked`: transfer checks of it found
-    nothing (it waits for a search). `attempts`: inconclusive searches so far (a search cut
-    short), so a new one is a task of its own. `moved`: siblings' configs verified since its
-    conclusion that it has not tried."""
+    nothing (it waits for a search). `attempts`: inconclusive tasks so far (a search cut short,
+    a check whose time let it measure nothing), so a new one is a task of its own. `moved`:
+    siblings' configs verified since its conclusion that it has not tried."""
 
     decision: KeyDecision | None = None
     concluded: bool = False
@@ -90,9 +90,9 @@ def key_statuses(home: Home, sources: TransferSources, today: datetime.date | No
             continue
         key = (result.fingerprint, result.env_key)
         if not conclusive(result.strategy, result.status, result.search_stop, result.evaluations):
-            if result.strategy == TRANSFER_CHECK:
+            if result.strategy == TRANSFER_CHECK and not _starved(result.search_stop, result.evaluations):
                 checked.add(key)
-            else:
+            else:  # a search cut short, or a check its time let measure nothing: try again, anew
                 attempts[key] += 1
             continue
         if (today - result.dt).days >= DECISION_DAYS:
@@ -112,6 +112,11 @@ def key_statuses(home: Home, sources: TransferSources, today: datetime.date | No
         statuses[key] = KeyStatus(decision, key in concluded or key in faster, key in checked,
                                   attempts[key], moved, concluded[key][1] if key in concluded else None)
     return statuses
+
+
+def _starved(search_stop: StopReason | None, evaluations: int) -> bool:
+    """Whether a task's time ran out before it measured anything: it found nothing about its key."""
+    return search_stop == StopReason.TIME and evaluations == 0
 
 
 def _moved_since(sources: TransferSources, key: GraphKey, since: datetime.date) -> bool:

@@ -133,8 +133,8 @@ def measured_alike(home: Home, graphs: dict[GraphKey, dict], built: set[GraphKey
 class PlannedTask:
     """One task of a night: its path, the graph key it measures, the other environments of the
     graph measured alike (they share its result), its transfers, its share of the stage's
-    evaluations (a search's), and its attempt (inconclusive searches of the key before it: a
-    new search is a task of its own)."""
+    evaluations (a search's), and its attempt (inconclusive tasks of the key before it: a new
+    task is one of its own)."""
 
     path: Path
     key: GraphKey
@@ -148,7 +148,7 @@ class PlannedTask:
         starts from them within its allotment."""
         if self.path is Path.CHECK:
             return replace(base, transfers=self.transfers, transfer_check=True,
-                           budget_evals=len(self.transfers), allotment=None)
+                           budget_evals=len(self.transfers), allotment=None, seed=base.seed + self.attempt)
         budget = self.allotment.budget_evals if self.allotment is not None else base.budget_evals
         return replace(base, transfers=self.transfers, transfer_check=False, budget_evals=budget,
                        allotment=self.allotment, seed=base.seed + self.attempt)
@@ -282,7 +282,7 @@ def plan_checks(home: Home, date: datetime.date, state: NightState, force: bool 
                 transfers = tuple(t for t in transfers if t.kinship is not Kinship.PLATFORM)
             if transfers:
                 checks.append((check_value(group, transfers), PlannedTask(
-                    Path.CHECK, group.key, state.alike(group.key), transfers)))
+                    Path.CHECK, group.key, state.alike(group.key), transfers, attempt=status.attempts)))
         return [task for _, task in sorted(checks, key=lambda c: (-c[0], c[1].key))]
 
     return _planned(home, date, "late-checks" if late else "checks", make, force)

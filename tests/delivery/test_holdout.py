@@ -29,7 +29,7 @@ from ranking.savings import hit_rows, savings
 from storage.beam_io import Source, _read_unit
 from storage.store_schema import DEFAULT_HOLDOUT_SHARE, STORE_ENTRY_COLUMNS, StoreEntry
 from storage.warehouse import Warehouse
-from tests.support.job_runs import JOB, NO_YNN, hits
+from tests.support.job_runs import JOB, NO_YNN, hits, import_configs
 from tests.support.serving import fdo, running_server
 
 SMALL = {"xla_cpu_optimize_for_size": True}
@@ -215,10 +215,7 @@ def test_a_real_job_in_each_arm_records_its_hits_and_its_profile_joins_them(tmp_
     home.mkdir()
     run_job(home, "--job-id", "default")
     records = hits(home, "default")
-    (home / "entries.jsonl").write_text("".join(json.dumps(
-        {"fingerprint": r["fingerprint"], "env_key": r["env_key"], "kind": "graph", "config": SMALL,
-         "speedup": 1.25}) + "\n" for r in records))
-    assert fdo(home, "store", "import", str(home / "entries.jsonl")).returncode == 0
+    import_configs(home, records, SMALL)
     store = Store(home)
 
     def relax(live: pa.Table) -> pa.Table:  # as the tuner would: a relaxed config beside the strict one

@@ -38,6 +38,21 @@ def baseline(tmp_path_factory):
     return home, output, records
 
 
+@pytest.fixture
+def copied(baseline, tmp_path):
+    """The baseline's home copied for one test to change, the default run's output and hits."""
+    home, output, records = baseline
+    shutil.copytree(home, tmp_path / "home")
+    return tmp_path / "home", output, records
+
+
+def persistent_cache(directory: Path) -> dict[str, str]:
+    """The environment that makes a job keep every executable in JAX's persistent cache at
+    `directory`."""
+    return {"JAX_COMPILATION_CACHE_DIR": str(directory), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
 @pytest.mark.subprocess
 def test_default_run_looks_up_every_compile(baseline):
     home, output, records = baseline
@@ -51,10 +66,8 @@ def test_default_run_looks_up_every_compile(baseline):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_imported_config_reaches_the_compiler_for_jit_grad_vmap_and_sharded(baseline, tmp_path):
-    home, default_output, default_records = baseline
-    tuned = tmp_path / "home"
-    shutil.copytree(home, tuned)
+def test_imported_config_reaches_the_compiler_for_jit_grad_vmap_and_sharded(copied):
+    tuned, default_output, default_records = copied
     import_configs(tuned, default_records, NO_YNN)
     output, _ = run_job(tuned, "--job-id", "tuned")
     assert output["ynn"] is False  # the config changed what XLA generated
@@ -77,13 +90,9 @@ def test_imported_config_reaches_the_compiler_for_jit_grad_vmap_and_sharded(base
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_persistent_cache_never_hands_back_an_executable_with_other_flags(baseline, tmp_path):
-    home, default_output, default_records = baseline
-    tuned = tmp_path / "home"
-    shutil.copytree(home, tuned)
-    cache = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax-cache"),
-             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+def test_persistent_cache_never_hands_back_an_executable_with_other_flags(copied, tmp_path):
+    tuned, default_output, default_records = copied
+    cache = persistent_cache(tmp_path / "jax-cache")
     assert run_job(tuned, env=cache)[0]["ynn"] is True  # fills the cache with default executables
     import_configs(tuned, default_records, NO_YNN)
     assert run_job(tuned, env=cache)[0]["ynn"] is False
@@ -95,14 +104,10 @@ def test_persistent_cache_never_hands_back_an_executable_with_other_flags(baseli
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_backend_extra_option_reaches_the_compiler_and_the_cache_keeps_it_apart(baseline, tmp_path):
-    home, default_output, default_records = baseline
-    tuned = tmp_path / "home"
-    shutil.copytree(home, tuned)
+def test_a_backend_extra_option_reaches_the_compiler_and_the_cache_keeps_it_apart(copied, tmp_path):
+    tuned, default_output, default_records = copied
     jax_cache = tmp_path / "jax-cache"
-    cache = {"JAX_COMPILATION_CACHE_DIR": str(jax_cache),
-             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    cache = persistent_cache(jax_cache)
     default = run_job(tuned, env=cache)[0]  # fills the cache with default executables
     assert default["code"] == default_output["code"] > 0
     filled = set(jax_cache.iterdir())
@@ -132,10 +137,8 @@ def test_a_backend_extra_option_reaches_the_compiler_and_the_cache_keeps_it_apar
     # A dump path: the job's modules written wherever the store says.
     pytest.param(lambda dump: {"xla_dump_to": str(dump)}, "xla_dump_to", id="a-dump-path"),
 ])
-def test_a_flag_off_the_allowlist_never_arrives_from_the_store(baseline, tmp_path, config_of, reason):
-    home, default_output, default_records = baseline
-    tuned = tmp_path / "home"
-    shutil.copytree(home, tuned)
+def test_a_flag_off_the_allowlist_never_arrives_from_the_store(copied, tmp_path, config_of, reason):
+    tuned, default_output, default_records = copied
     dump = tmp_path / "dumped"
     config = config_of(dump)
     [flag] = config
@@ -158,10 +161,8 @@ def test_a_flag_off_the_allowlist_never_arrives_from_the_store(baseline, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_config_that_fails_to_compile_is_refused_in_the_sandbox_or_falls_back(baseline, tmp_path):
-    home, default_output, default_records = baseline
-    tuned = tmp_path / "home"
-    shutil.copytree(home, tuned)
+def test_a_config_that_fails_to_compile_is_refused_in_the_sandbox_or_falls_back(copied):
+    tuned, default_output, default_records = copied
     # Allowlisted and well-formed, but this XLA knows no such fusion type: its compile fails.
     config = {"placement:NO_SUCH_TYPE": "ynn"}
     import_configs(tuned, default_records, config)
@@ -185,10 +186,8 @@ def test_a_config_that_fails_to_compile_is_refused_in_the_sandbox_or_falls_back(
 
 
 @pytest.mark.subprocess
-def test_corrupt_store_leaves_the_job_running_with_defaults(baseline, tmp_path):
-    home, default_output, default_records = baseline
-    tuned = tmp_path / "home"
-    shutil.copytree(home, tuned)
+def test_corrupt_store_leaves_the_job_running_with_defaults(copied):
+    tuned, default_output, default_records = copied
     import_configs(tuned, default_records, NO_YNN)
     entries = tuned / "store" / f"v{Store(tuned).current()}" / "entries.parquet"
     data = bytearray(entries.read_bytes())
@@ -205,10 +204,8 @@ def test_corrupt_store_leaves_the_job_running_with_defaults(baseline, tmp_path):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_remote_store_applies_configs_and_an_unreachable_or_silent_one_does_not_break_the_job(
-        baseline, tmp_path):
-    home, default_output, default_records = baseline
-    tuned = tmp_path / "home"
-    shutil.copytree(home, tuned)
+        copied):
+    tuned, default_output, default_records = copied
     import_configs(tuned, default_records, NO_YNN)
     with running_server(tuned) as url:
         # A generous timeout: this part is about applying, and a loaded machine answers slowly.
@@ -244,10 +241,8 @@ def test_remote_store_applies_configs_and_an_unreachable_or_silent_one_does_not_
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_hits_land_once_and_a_profile_of_a_tuned_job_carries_its_hit(baseline, tmp_path):
-    home, default_output, default_records = baseline
-    tuned = tmp_path / "home"
-    shutil.copytree(home, tuned)
+def test_hits_land_once_and_a_profile_of_a_tuned_job_carries_its_hit(copied, tmp_path):
+    tuned, default_output, default_records = copied
     import_configs(tuned, default_records, NO_YNN, speedup=1.5)
     trace = tmp_path / "trace"
     trace.mkdir()

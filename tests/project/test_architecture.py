@@ -113,6 +113,26 @@ def test_the_packages_form_no_cycle() -> None:
             del remaining[package]
 
 
+# A room a newcomer reads in one sitting, and a function one screen long.
+MODULE_LINES = 500
+FUNCTION_LINES = 60
+
+
+def test_no_production_module_is_over_500_lines_nor_a_function_over_60() -> None:
+    too_long = []
+    for package in packages():
+        for path in modules(package):
+            text = path.read_text()
+            if text.count("\n") > MODULE_LINES:
+                too_long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+            for node in ast.walk(ast.parse(text, str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > FUNCTION_LINES:
+                        too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
+    assert not too_long, "split these:\n" + "\n".join(too_long)
+
+
 def test_no_two_modules_import_each_other() -> None:
     """Imports inside functions count: a cycle hidden in one still ties the modules together."""
     known = packages()

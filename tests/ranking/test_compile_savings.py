@@ -70,10 +70,7 @@ def home(tmp_path_factory) -> Path:
     (team search), and the 4-GPU environment's graph, each landed by ingestion; savings of DAY."""
     root = tmp_path_factory.mktemp("compile-savings")
     home = root / "home"
-    path = spool_path(home, started=datetime.datetime.combine(DAY, datetime.time(9), datetime.UTC).timestamp())
-    path.parent.mkdir(parents=True)
-    path.write_text("".join(to_line(_record(*compile, n)) for n, compile in enumerate(COMPILES)))
-    assert ingest_hits(home, now=time.time() + STALE_SECONDS + 1).rows == len(COMPILES)
+    land_compiles(home, COMPILES)
 
     drops = root / "drops"
     drops.mkdir()
@@ -84,14 +81,26 @@ def home(tmp_path_factory) -> Path:
         {"job_id": "train-1", "team": "ads"}, {"job_id": "train-4", "team": "search"})))
     assert ingest_profiles([drops], home).graph_runs == 2
 
-    symbols = root / "symbols"
+    land_graph(root / "symbols", GPUS, home)
+    savings(home, DAY, DAY, BEAM_ARGS)
+    return home
+
+
+def land_compiles(home: Path, compiles: list[tuple]) -> None:
+    """The hook's records of `compiles` (as COMPILES), spooled on DAY and ingested."""
+    path = spool_path(home, started=datetime.datetime.combine(DAY, datetime.time(9), datetime.UTC).timestamp())
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(to_line(_record(*compile, n)) for n, compile in enumerate(compiles)))
+    assert ingest_hits(home, now=time.time() + STALE_SECONDS + 1).rows == len(compiles)
+
+
+def land_graph(symbols: Path, environment: Environment, home: Path) -> None:
+    """A small graph of `environment`, dumped under `symbols` and ingested."""
     symbols.mkdir()
     (symbols / "step.hlo").write_text("HloModule step\n\nENTRY main {\n  p = f32[4]{0} parameter(0)\n"
                                       "  ROOT n = f32[4]{0} negate(p)\n}\n")
-    (symbols / "fdo-environment.json").write_text(json.dumps(GPUS.to_json()))
+    (symbols / "fdo-environment.json").write_text(json.dumps(environment.to_json()))
     assert ingest_symbols([symbols], home).graphs_changed == 1
-    savings(home, DAY, DAY, BEAM_ARGS)
-    return home
 
 
 def _rows(home: Path) -> dict[tuple[str, str], dict]:
@@ -214,16 +223,8 @@ def test_each_process_of_a_multi_process_job_books_its_compiles_on_its_own_devic
     compiles = [*[(key, hosts, "holdout", f"held-{n // 2}", s, DAY) for n, s in enumerate([20.0, 21.0, 19.0, 20.0])],
                 *[(key, hosts, "applied", "train", s, DAY) for s in (5.0, 7.0)]]
     home = tmp_path / "home"
-    path = spool_path(home, started=datetime.datetime.combine(DAY, datetime.time(9), datetime.UTC).timestamp())
-    path.parent.mkdir(parents=True)
-    path.write_text("".join(to_line(_record(*compile, n)) for n, compile in enumerate(compiles)))
-    assert ingest_hits(home, now=time.time() + STALE_SECONDS + 1).rows == len(compiles)
-    symbols = tmp_path / "symbols"
-    symbols.mkdir()
-    (symbols / "step.hlo").write_text("HloModule step\n\nENTRY main {\n  p = f32[4]{0} parameter(0)\n"
-                                      "  ROOT n = f32[4]{0} negate(p)\n}\n")
-    (symbols / "fdo-environment.json").write_text(json.dumps(hosts.to_json()))
-    assert ingest_symbols([symbols], home).graphs_changed == 1
+    land_compiles(home, compiles)
+    land_graph(tmp_path / "symbols", hosts, home)
     savings(home, DAY, DAY, BEAM_ARGS)
     [row] = Warehouse(home).read(SAVINGS).to_pylist()
     assert (row["env_key"], row["compile_hits"], row["compile_unmeasured"]) == (hosts.key(), 2, 0)

@@ -94,6 +94,12 @@ def _random_topological_order(graph: Graph, rng: random.Random) -> list[int]:
     return order
 
 
+def presentations(graph: Graph, rng: random.Random) -> list[str]:
+    """`graph`'s text as other dumps present the same program: its values renamed, its
+    instructions reordered, with and without metadata, names in other styles."""
+    return [to_text(graph, rng, prefix="renamed_", metadata=True), to_text(graph, rng, prefix="x.", percent=True)]
+
+
 def mutations(graph: Graph, rng: random.Random) -> list[tuple[str, Graph, Graph]]:
     """(what, base, mutated): pairs of graphs that differ in exactly one structural detail."""
     nodes = list(graph.nodes)

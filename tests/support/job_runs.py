@@ -30,11 +30,14 @@ def hits(home: Path, job: str) -> list[dict]:
     return json.loads(result.stdout)["records"]
 
 
-def import_configs(home: Path, records: list[dict], config: dict, speedup: float = 1.25) -> None:
+def import_configs(home: Path, records: list[dict], config: dict | list[dict], speedup: float = 1.25) -> None:
+    """`fdo store import` of an entry for each hit record's key: `config` for all of them, or
+    one of a list each."""
+    configs = config if isinstance(config, list) else [config] * len(records)
     path = home / f"import-{len(list(home.glob('import-*')))}.jsonl"
     path.write_text("".join(json.dumps({"fingerprint": r["fingerprint"], "env_key": r["env_key"],
-                                        "kind": "graph", "config": config, "speedup": speedup}) + "\n"
-                            for r in records))
+                                        "kind": "graph", "config": c, "speedup": speedup}) + "\n"
+                            for r, c in zip(records, configs, strict=True)))
     result = fdo(home, "store", "import", str(path), "--json")
     assert result.returncode == 0, result.stderr
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -158,19 +159,28 @@ def test_a_graph_without_kin_gets_the_configs_that_won_on_the_most_graphs_of_its
 
 
 def test_a_search_decides_a_transfer_check_that_found_nothing_does_not(tmp_path):
-    for n in (1, 2, 3, 4):
+    for n in (1, 2, 3, 4, 5):
         graph(tmp_path, n)
     results(tmp_path,
             result_row(1, HERE, Verdict.NO_GAIN),  # a search: the defaults are best
             result_row(2, HERE, Verdict.NO_GAIN, REDUCE, strategy=TRANSFER_CHECK, stop=StopReason.BUDGET,
                        origin=Origin.TRANSFER),  # a check: nothing of its siblings' held up
             result_row(3, HERE, Verdict.NO_GAIN, stop=StopReason.TIME, evaluations=3),  # cut short
-            result_row(4, HERE, Verdict.ACCEPTED, REDUCE, low=1.4))  # accepted, not live (invalidated)
+            result_row(4, HERE, Verdict.ACCEPTED, REDUCE, low=1.4),  # accepted, not live (invalidated)
+            result_row(5, HERE, Verdict.NO_GAIN, strategy=TRANSFER_CHECK, stop=StopReason.TIME,
+                       evaluations=0, origin=Origin.TRANSFER))  # a check out of time before a screen
     statuses = key_statuses(open_home(tmp_path), sources(tmp_path), DAY, COMPILER)
-    one, two, three, four = (statuses[(fp(n), HERE.key())] for n in (1, 2, 3, 4))
+    one, two, three, four, five = (statuses[(fp(n), HERE.key())] for n in (1, 2, 3, 4, 5))
     assert (one.decision, one.stands) == (KeyDecision.DEFAULTS, True)
     assert (two.decision, two.concluded, two.checked) == (None, False, True)
     assert (three.decision, three.concluded, three.attempts) == (None, False, 1)
+    # A check that measured nothing found nothing: the key is not "checked", and its next check
+    # is a task of its own (a finished task's id would hand back its empty result).
+    assert (five.decision, five.concluded, five.checked, five.attempts) == (None, False, False, 1)
+    check = PlannedTask(Path.CHECK, (fp(5), HERE.key()), transfers=(
+        Transfer(REDUCE, key_text((fp(2), HERE.key())), Kinship.FAMILY, 1.4),))
+    base = TuneSettings()
+    assert check.settings(base).seed != replace(check, attempt=five.attempts).settings(base).seed
     assert (four.decision, four.concluded) == (None, True)  # no new search: its config did not hold up
     publish(tmp_path, entry(4, HERE, REDUCE, 1.4))
     assert key_statuses(open_home(tmp_path), sources(tmp_path), DAY, COMPILER)[(fp(4), HERE.key())].decision \

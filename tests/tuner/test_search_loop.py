@@ -286,12 +286,18 @@ def test_evaluations_since_a_gain_count_the_timed_trials_after_the_last_signific
     assert evaluations_since_gain(trials + [screen(1.4), screen(1.0)], start=2) == 1
 
 
-def test_a_stalled_search_ends_after_its_cold_start_screen_and_says_so():
-    evaluator = every_config(flat)
-    strategy = ScreenedAfter(SPACE, budget=40, screen=3)
+def screened_search(screen: int, patience: int) -> tuple[StopReason, list[Trial]]:
+    """A search of `flat` that screens `screen` moves cold, then stalls after `patience`
+    evaluations without a gain: why it ended, and its trials."""
+    strategy = ScreenedAfter(SPACE, budget=40, screen=screen)
     trials: list[Trial] = []
-    stop = search(evaluator, proposals(strategy), trials, 40, SCREEN, lambda: True,
-                  lambda trial: None, stalled=Stall(strategy, patience=2))
+    stop = search(every_config(flat), proposals(strategy), trials, 40, SCREEN, lambda: True,
+                  lambda trial: None, stalled=Stall(strategy, patience=patience))
+    return stop, trials
+
+
+def test_a_stalled_search_ends_after_its_cold_start_screen_and_says_so():
+    stop, trials = screened_search(screen=3, patience=2)
     # a=1 (no gain), a=2 (the gain), b: the screen; then two evaluations after it without a
     # significant gain: stalled.
     assert stop == StopReason.STALLED and evaluations(trials) == 5
@@ -299,11 +305,7 @@ def test_a_stalled_search_ends_after_its_cold_start_screen_and_says_so():
 
 
 def test_a_search_never_stalls_before_its_cold_start_screen():
-    evaluator = every_config(flat)
-    strategy = ScreenedAfter(SPACE, budget=40, screen=9)
-    trials: list[Trial] = []
-    stop = search(evaluator, proposals(strategy), trials, 40, SCREEN, lambda: True,
-                  lambda trial: None, stalled=Stall(strategy, patience=1))
+    stop, trials = screened_search(screen=9, patience=1)
     # Patience ran out long before; it counts from the screen's end.
     assert stop == StopReason.STALLED and len(trials) == 10
     # A strategy alone has no cold-start screen: it runs its budget.

@@ -397,19 +397,24 @@ def test_tune_on_a_url_home_journals_lands_and_resumes_there(tmp_path):
     assert not [p for p in local.rglob("*") if ".tmp-" in p.name]
 
 
+def interrupted_tune(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A home, and the `fdo tune` command of 6 random evaluations of a conv net's module that
+    the interruption tests stop mid-search."""
+    module = _write_module(tmp_path / "conv.hlo", conv_net, (8, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
+    home = tmp_path / "home"
+    return home, [sys.executable, "-m", "pipelines.cli", "--home", str(home), "tune", str(module),
+                          "--budget-evals", "6", "--strategy", "random", "--verify-workers", "1", "--json"]
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_kill_9_mid_search_then_rerun_loses_and_duplicates_nothing(tmp_path):
-    module = _write_module(tmp_path / "conv.hlo", conv_net, (8, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
-    home = tmp_path / "home"
-    command = [sys.executable, "-m", "pipelines.cli", "--home", str(home), "tune", str(module),
-               "--budget-evals", "6", "--strategy", "random", "--verify-workers", "1", "--json"]
+    home, command = interrupted_tune(tmp_path)
     journal = kill_9_once_journaled(command, home / "tuner" / "tasks", "*/trials.jsonl", lines=2)
     assert journal is not None
     before = journal.read_text().splitlines()
     assert 2 <= len(before) < 6
-    rerun = fdo(home, "tune", str(module), "--budget-evals", "6", "--strategy", "random",
-                "--verify-workers", "1", "--json")
+    rerun = fdo(home, *command[command.index("tune"):])
     assert rerun.returncode == 0, rerun.stderr
     after = journal.read_text().splitlines()
     assert after[: len(before)] == before  # nothing redone, nothing lost
@@ -428,8 +433,7 @@ def test_kill_9_mid_search_then_rerun_loses_and_duplicates_nothing(tmp_path):
     trials = Warehouse(home).read(TRIALS).to_pylist()
     assert sorted(t["index"] for t in trials) == against_default
     assert len({t["trial_id"] for t in trials}) == len(against_default)
-    again = fdo(home, "tune", str(module), "--budget-evals", "6", "--strategy", "random",
-                "--verify-workers", "1", "--json")
+    again = fdo(home, *command[command.index("tune"):])
     assert json.loads(again.stdout)["task_id"] == json.loads(rerun.stdout)["task_id"]
     assert Warehouse(home).read(TRIALS).num_rows == len(against_default)
     assert Warehouse(home).read(TUNING_RESULTS).num_rows == 1
@@ -438,10 +442,7 @@ def test_kill_9_mid_search_then_rerun_loses_and_duplicates_nothing(tmp_path):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(tmp_path):
-    module = _write_module(tmp_path / "conv.hlo", conv_net, (8, 16, 16, 16), (3, 3, 16, 32), (3, 3, 32, 32))
-    home = tmp_path / "home"
-    command = [sys.executable, "-m", "pipelines.cli", "--home", str(home), "tune", str(module),
-               "--budget-evals", "6", "--strategy", "random", "--verify-workers", "1", "--json"]
+    home, command = interrupted_tune(tmp_path)
     journal, code = signal_once_journaled(command, home / "tuner" / "tasks", "*/trials.jsonl",
                                           2, signal.SIGINT)
     assert code == 130 and journal is not None
