@@ -60,8 +60,8 @@ from vocabulary.tuning import Verdict
 # A group whose transfer was accepted tonight competes for a search with this share of its worth.
 DEEPEN_DISCOUNT = 0.5
 # The chance a transfer check holds up, by its nearest kin: a prior the checks are ordered by, not
-# yet fitted. On the reach fleet's nights 2 and 3 (docs/bench_reach.md) the accepted shares were
-# 15 of 53 (family), 4 of 39 (the same program on 2,048 devices), 1 of 95 (platform).
+# yet fitted. On the reach fleet's 3 nights (docs/bench_reach.md, commit 88512ae) the accepted
+# shares were 11 of 15 (family), 2 of 4 (the same program elsewhere), 11 of 29 (platform).
 CHECK_PRIOR = {Kinship.SAME_PROGRAM: 0.8, Kinship.FAMILY: 0.6, Kinship.PLATFORM: 0.35}
 
 
