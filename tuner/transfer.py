@@ -150,8 +150,9 @@ class TransferSources:
                 sources.verified[(entry.fingerprint, entry.env_key)] = Verified(
                     config, entry.ci_low if entry.ci_low is not None else entry.speedup, entry.measured_at)
         results = warehouse.read(TUNING_RESULTS)
-        sources._add_undelivered(results, store.sources())
-        sources._add_broad(results)
+        accepted = results.filter(pc.and_(pc.equal(results.column("kind"), Kind.GRAPH), results.column("accepted")))
+        sources._add_undelivered(accepted, store.sources())
+        sources._add_broad(accepted)
         # Columnar: three columns of every trial, no row made.
         trials = warehouse.read(TRIALS, ["fingerprint", "env_key", "config"])
         for fingerprint, env_key, config in zip(*(trials.column(c).to_pylist()
@@ -160,11 +161,10 @@ class TransferSources:
         return sources
 
     def _add_undelivered(self, results: Any, delivered: set[str]) -> None:
-        """The best accepted strict graph result of each key without a live verified config, of
-        the results no store version has held (`delivered`: the tasks any version held) and newer
-        than the newest that one did for the key (an older one lost to it, or went with it)."""
-        results = results.filter(pc.and_(pc.equal(results.column("kind"), Kind.GRAPH),
-                                         results.column("accepted")))
+        """Of the accepted graph `results`, the best strict one of each key without a live
+        verified config, of those no store version has held (`delivered`: the tasks any version
+        held) and newer than the newest that one did for the key (an older one lost to it, or went
+        with it)."""
         held = pc.is_in(results.column("task_id"), value_set=pa.array(sorted(delivered), pa.string()))
         last_held: dict[GraphKey, datetime.date] = {}
         for result in results_of(results.filter(held)):
@@ -184,8 +184,7 @@ class TransferSources:
         self.verified.update(found)
 
     def _add_broad(self, results: Any) -> None:
-        results = results.filter(pc.and_(pc.equal(results.column("kind"), Kind.GRAPH),
-                                         results.column("accepted")))
+        """The platforms' broad winners, from the accepted graph `results`."""
         won: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
         configs: dict[str, CompilerConfig] = {}
         for result in results_of(results):
