@@ -20,10 +20,13 @@ A task's phases (`run_search`, `vocabulary.tuning.Phase`): the search proper (`s
 strategy's proposals until the budget, the time, or a stall: `Stall`, and it says which,
 `vocabulary.tuning.StopReason`), then the finalists' race and the winner's pruning (`tuner.winner`),
 each a comparison of one config against another (`measure` with `against`; the tuner's
-evaluator runs it in fresh workers) and a trial of its phase. The budget bounds the search
-alone: the race and the pruning come on top (at most `tuner.winner.FINALISTS` - 1 comparisons,
-and at most one per change of the winner but the last; twice that where the winner relaxes
-numerics and the strict configs race again: `tuner.winner.Winners`). Each trial is stamped as
+evaluator runs it in fresh workers) and a trial of its phase. The evaluations' budget bounds
+the search alone: the race and the pruning come on top (at most `tuner.winner.FINALISTS` - 1 comparisons,
+and at most one per change of the winner but the last, plus one for the changes that did
+nothing alone; twice that where the winner relaxes
+numerics and the strict configs race again: `tuner.winner.Winners`). The task's time (`in_time`)
+bounds the three together: no comparison starts once it is spent, and the winner so far is
+verified as it stands. Each trial is stamped as
 it finishes with the time and the seconds into its task (`TaskClock`); `spending` says what each
 phase spent.
 
@@ -334,8 +337,9 @@ def run_search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], 
     significant gain and the configs are no fixed list (`listed`), the finalists' race and the
     winner's pruning, each a comparison of one config against another measured with
     `compare_settings`, of the programs as the search built them where it kept them
-    (`Builds`); otherwise the best screen as measured. Where that winner relaxes numerics, the
-    strict winner is chosen the same way among the strict configs alone
+    (`Builds`), while `in_time()` (a comparison made before is reused whenever); otherwise the
+    best screen as measured. Where that winner relaxes numerics, the strict winner is chosen
+    the same way among the strict configs alone
     (`tuner.winner.Winners`). Every new trial is stamped by `clock` (default: one from
     `trials`)."""
     clock = TaskClock(trials) if clock is None else clock
@@ -371,8 +375,8 @@ def run_search(evaluator: Evaluator, next_config: Propose, trials: list[Trial], 
         return compare
 
     def winner(admits: Callable[[CompilerConfig], bool]) -> Trial | None:
-        raced = race(comparing(Phase.RACE), trials, record, admits)
-        return prune(comparing(Phase.PRUNE), trials, record, raced)
+        raced = race(comparing(Phase.RACE), trials, record, admits, in_time)
+        return prune(comparing(Phase.PRUNE), trials, record, raced, in_time)
 
     winners = split_winners(winner(lambda config: True), lambda: winner(strict))
     return SearchOutcome(trials, winners, stop, compiles)

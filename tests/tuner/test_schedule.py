@@ -482,11 +482,14 @@ def _trial(index: int, config: dict, speedup: float, program: str, spread: float
                  speedup=Interval(speedup, speedup - spread, speedup + spread), numerics_ok=True)
 
 
-def test_pruning_keeps_only_the_changes_that_matter():
+def _pruned(truth: dict[str, float], screened: float = 1.6) -> tuple[Trial, list[tuple[dict, dict]],
+                                                                      list[Trial], list[Trial]]:
+    """Screens of a alone (1.5x), c and d alone (no significant gain) and all three
+    (`screened`, +-3% as the others); `prune`
+    with comparisons that are their programs' ratio in `truth` +-0.4%: the winner, the
+    comparisons made (config, baseline), the trials and the recorded ones."""
     trials = [_trial(0, {"a": 2}, 1.5, "A"), _trial(1, {"c": "X"}, 1.01, "C"),
-              _trial(2, {"d": True}, 1.0, "D"), _trial(3, {"a": 2, "c": "X", "d": True}, 1.6, "ACD")]
-    # The speedup of each program over the default; each comparison is their ratio +-0.4%.
-    truth = {"ACD": 1.6, "AC": 1.61, "A": 1.59, "CD": 1.0, "C": 1.0}
+              _trial(2, {"d": True}, 1.0, "D"), _trial(3, {"a": 2, "c": "X", "d": True}, screened, "ACD")]
     programs = {config_key({"a": 2, "c": "X"}): "AC", config_key({"a": 2}): "A",
                 config_key({"c": "X", "d": True}): "CD", config_key({"c": "X"}): "C",
                 config_key(trials[3].config): "ACD"}
@@ -500,18 +503,38 @@ def test_pruning_keeps_only_the_changes_that_matter():
 
     recorded: list[Trial] = []
     best = prune(compare, trials, recorded.append, trials[3])
-    # d undone first (it did least alone): AC is no slower than ACD, so d goes; then c, against
-    # AC: A is 1.2% slower (a small change of a small win), so c stays; then a.
-    # Each undo is timed against the winner so far, even where a search trial of that config
-    # exists: a screen against the default is no comparison between two close programs.
+    # A resumed task reuses the comparisons it journaled.
+    again = prune(lambda *args: pytest.fail("compared twice"), trials, recorded.append, trials[3])
+    assert again.config == best.config
+    return best, runs, trials, recorded
+
+
+def test_pruning_keeps_only_the_changes_that_matter():
+    # The speedup of each program over the default.
+    best, runs, trials, recorded = _pruned({"ACD": 1.6, "AC": 1.61, "A": 1.59, "CD": 1.0, "C": 1.0})
+    # c and d did nothing alone, but the screens show A wholly below ACD: together they matter,
+    # so each is undone in turn. d first (it did least alone): AC is no slower than ACD, so d
+    # goes; then c, against AC: A is 1.2% slower (a small change of a small win), so c stays;
+    # then a. Each undo is timed against the winner so far, even where a search trial of that
+    # config exists: a screen against the default is no comparison between two close programs.
     assert best.config == {"a": 2, "c": "X"}
     ac = {"a": 2, "c": "X"}
     assert runs == [(ac, trials[3].config), ({"a": 2}, ac), ({"c": "X"}, ac)]
     assert all(t.phase == "prune" for t in recorded) and recorded == trials[4:]
     assert [t.baseline for t in recorded] == [trials[3].config, ac, ac]
-    # A resumed task reuses the comparisons it journaled.
-    again = prune(lambda *args: pytest.fail("compared twice"), trials, recorded.append, trials[3])
-    assert again.config == best.config
+
+
+def test_pruning_undoes_the_changes_that_did_nothing_alone_together_unless_shown_slower():
+    # The screens cannot tell A from ACD. c and d do nothing, alone or with a: the config
+    # without both is not shown slower (its interval reaches 1), so both go at once, and a,
+    # the gain itself, is left.
+    best, runs, trials, _ = _pruned({"ACD": 1.6, "AC": 1.6, "A": 1.601, "CD": 1.0, "C": 1.0}, 1.52)
+    assert best.config == {"a": 2} and runs == [({"a": 2}, trials[3].config)]
+    # Together they are worth 0.6%: A is shown slower, so each is undone in turn, as above.
+    best, runs, trials, _ = _pruned({"ACD": 1.6, "AC": 1.61, "A": 1.59, "CD": 1.0, "C": 1.0}, 1.52)
+    ac = {"a": 2, "c": "X"}
+    assert best.config == ac
+    assert runs == [({"a": 2}, trials[3].config), (ac, trials[3].config), ({"a": 2}, ac), ({"c": "X"}, ac)]
 
 
 def test_pruning_drops_a_change_that_leaves_the_program_as_it_is_without_timing():

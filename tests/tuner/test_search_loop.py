@@ -145,6 +145,24 @@ def test_pruning_times_each_undo_against_the_winner_and_drops_a_change_that_cost
     assert timings(evaluator) == [("B", "screen"), ("AB", "screen"), ("A/AB", "compare")]
 
 
+def test_no_comparison_starts_once_the_tasks_time_is_spent():
+    # The race's and the pruning's tables above, with the task's time spent at the last screen:
+    # the best screen is the winner as screened, its changes as they are.
+    lucky, steady, quiet = {"a": 1}, {"a": 2}, {"c": "X"}
+    raced = TableEvaluator(table((lucky, "A", 1.30, 1.10), (steady, "B", 1.27, 1.25), (quiet, "C", 1.26, 1.26)))
+    pruned = TableEvaluator(table(({"b": 1}, "B", 1.0, None), ({"a": 1, "b": 1}, "AB", 1.20, None),
+                                  ({"a": 1}, "A", 1.202, None)))
+    for evaluator, configs, winner in ((raced, [lucky, steady, quiet], lucky),
+                                       (pruned, [{"b": 1}, {"a": 1, "b": 1}], {"a": 1, "b": 1})):
+        journal: list[Trial] = []
+        outcome = run_search(evaluator, listed(configs), [], len(configs), SCREEN, COMPARE,
+                             lambda: len(journal) < len(configs), journal.append,
+                             clock=TaskClock([], now=evaluator.now))
+        assert outcome.winners.strict.config == winner and outcome.winners.strict.phase == "search"
+        assert [kind for _, kind in timings(evaluator)] == ["screen"] * len(configs)
+        assert [t.phase for t in journal] == ["search"] * len(configs)
+
+
 def test_a_comparison_the_race_made_is_not_made_again_in_the_pruning():
     both, a_only = {"a": 1, "b": 1}, {"a": 1}
     evaluator = TableEvaluator(table((both, "AB", 1.30, 1.25), (a_only, "A", 1.28, 1.24),
