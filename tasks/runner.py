@@ -4,8 +4,9 @@ A `Runner` is given a list of task records (`tasks.records`) and the home they s
 one `TaskOutcome` per task, as each ends. Its guarantees, whichever runner it is:
 - every task gets exactly one outcome, in any order (`run_all` puts them in the tasks' order),
   but that the local runner lets a task's exception end the run, as a local stage always has;
-- a task runs with its own settings, except that under a `Deadline` a tuning task's search gets
-  a share of the time left (`budget_minutes`): its stage's allotment where it has one (`weight`:
+- a task runs with its own settings, except that under a `Deadline` a tuning task's search,
+  race and pruning get a share of the time left (`budget_minutes`; its verification comes on
+  top): its stage's allotment where it has one (`weight`:
   what its graph is worth, `tuner.allot`), an equal share otherwise (a transfer check, which
   has no search, runs whole: `within`); and a task the deadline leaves no time for is not
   started (TaskStatus.NOT_STARTED);
@@ -65,7 +66,7 @@ def time_share(tasks: Sequence[Task], index: int, reserve: int) -> float:
 
 
 def within(task: Task, minutes: float) -> Task:
-    """`task` with its search limited to `minutes`. A validation task has no search to limit,
+    """`task` with its search, race and pruning limited to `minutes`. A validation task has no search to limit,
     nor has a transfer check: it screens its few configs whole (a share of a stage's time left
     among a hundred checks is a second or two, in which a check measures none of them)."""
     if isinstance(task, TuneTask) and not task.settings.transfer_check:

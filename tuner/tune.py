@@ -123,7 +123,7 @@ class TuneSettings:
     """The budget and the strategy of a task."""
 
     budget_evals: int = 40
-    budget_minutes: float | None = None
+    budget_minutes: float | None = None  # the search, race and pruning together (not the verification)
     strategy: str = "evolution"  # the last phase of the schedule, or the whole search without
     schedule: bool = True  # neighbours by prior, then combinations, then the strategy
     seed: int = 0

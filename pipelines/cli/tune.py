@@ -96,7 +96,8 @@ def _add_budget(p: argparse.ArgumentParser, graph_evals: int, kernels_evals: int
                    f"space for ops; kernels: how many of the costliest fusions' results to keep, "
                    f"default {kernels_evals})")
     p.add_argument("--budget-minutes", type=float, default=None, metavar="MINUTES",
-                   help="time budget of each task's search; the phases after it come on top "
+                   help="time budget of each task's search, race and pruning together: no "
+                   "screen or comparison starts after it; the verification comes on top "
                    "(default: none, --budget-evals alone)")
     p.add_argument("--stall-after", type=int, default=None, metavar="K",
                    help="end a search before its budget once K evaluations in a row brought no "
