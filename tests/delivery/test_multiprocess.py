@@ -259,7 +259,7 @@ def test_without_a_hook_in_process_0_the_other_compiles_the_defaults_within_its_
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_at_holdout_share_half_the_processes_of_a_launch_never_split(baseline, tmp_path):
-    """20 launches, half under `fdo run --job-id`, half with FDO_HOOK=1 and no id (the cheaper
+    """12 launches, half under `fdo run --job-id`, half with FDO_HOOK=1 and no id (the cheaper
     start), each compiling three keys with a stored config across both processes: in each, both
     processes take every key's arm that the job's one id gives."""
     tuned, step, version = tuned_home(baseline, tmp_path)
@@ -269,7 +269,7 @@ def test_at_holdout_share_half_the_processes_of_a_launch_never_split(baseline, t
     assert len(stored) == 3 and len({h["key"] for h in stored}) == 3
     publish(tuned, stored, NO_YNN)
     arms, finished = [], []
-    for batch in range(0, 20, CONCURRENT_LAUNCHES):  # the processes wait on each other a while
+    for batch in range(0, 12, CONCURRENT_LAUNCHES):  # the processes wait on each other a while
         jobs = [Launch(tuned, "--holdout", "0.5", "--job-id", f"launch-{n}", env=(env, env)) if n % 2 else
                 Launch(tuned, env=({**env, "FDO_HOLDOUT": "0.5"},) * 2, hooked=(Hooked.PLUGIN, Hooked.PLUGIN))
                 for n in range(batch, batch + CONCURRENT_LAUNCHES)]
@@ -282,7 +282,7 @@ def test_at_holdout_share_half_the_processes_of_a_launch_never_split(baseline, t
             held_out = holdout_arm(job_id, hit["key"], 0.5)
             assert hit["outcome"] == ("holdout" if held_out else "applied"), hit
             arms.append(held_out)
-    assert len(arms) == 60 and 0 < sum(arms) < 60  # both arms were live
+    assert len(arms) == 36 and 0 < sum(arms) < 36  # both arms were live
 
 
 def test_a_decision_reads_back_as_it_was_written():
