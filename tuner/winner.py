@@ -13,7 +13,7 @@ how a 40-evaluation search once pruned a 1.2% change out of a 2.8% win).
    one's) meet in turn: the best screened first, each next finalist timed against the one
    ahead, taking its place when faster.
 2. prune: the winner is cut down to the changes that matter (`prune`). The changes the
-   search screened alone and found no significant gain alone go first, together, in one
+   search screened alone and found no gain alone (intervals reaching 1) go first, together, in one
    comparison: they all go unless the config without them is shown slower (its interval wholly
    below 1). Then each change left is undone in turn and the undone config timed against the
    winner; a change stays only where undoing it is slower. A change that does nothing goes
@@ -111,7 +111,7 @@ def race(compare: Compare, trials: list[Trial], record: Callable[[Trial], None],
 def prune(compare: Compare, trials: list[Trial], record: Callable[[Trial], None],
           best: Trial | None, in_time: Callable[[], bool] = lambda: True) -> Trial | None:
     """`best` cut down to the changes that matter. First the changes the search screened alone
-    without a significant gain (`idle_alone`), where there are two or more and another change
+    without a gain (`_idle_alone`), where there are two or more and another change
     is left: undone together, in one comparison, and gone unless the config without them is
     shown slower. Then each change left undone in turn (the one that did least alone first) and
     the undone config timed against the winner so far by `compare`; kept undone where its
@@ -126,7 +126,7 @@ def prune(compare: Compare, trials: list[Trial], record: Callable[[Trial], None]
         return best
     alone = {next(iter(t.config.items())): t for t in trials
              if len(t.config) == 1 and t.baseline is None and t.phase == Phase.SEARCH}
-    idle = [name for name in best.config if idle_alone(alone.get((name, best.config[name])))]
+    idle = [name for name in best.config if _idle_alone(alone.get((name, best.config[name])))]
     if 2 <= len(idle) < len(best.config):
         best = _undone(compare, trials, record, best, idle, in_time, keep_unless_slower=True)
     chosen = best.config
@@ -138,7 +138,7 @@ def prune(compare: Compare, trials: list[Trial], record: Callable[[Trial], None]
     return best
 
 
-def idle_alone(screen: Trial | None) -> bool:
+def _idle_alone(screen: Trial | None) -> bool:
     """Whether a change's screen alone (against the default) was measured and showed no
     significant gain: its interval reaches 1 or lies below it."""
     return screen is not None and screen.fitness != FAILED and screen.low <= 0.0

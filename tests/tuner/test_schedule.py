@@ -484,10 +484,9 @@ def _trial(index: int, config: dict, speedup: float, program: str, spread: float
 
 def _pruned(truth: dict[str, float], screened: float = 1.6) -> tuple[Trial, list[tuple[dict, dict]],
                                                                       list[Trial], list[Trial]]:
-    """Screens of a alone (1.5x), c and d alone (no significant gain) and all three
-    (`screened`, +-3% as the others); `prune`
-    with comparisons that are their programs' ratio in `truth` +-0.4%: the winner, the
-    comparisons made (config, baseline), the trials and the recorded ones."""
+    """Screens of a alone (1.5x), c and d alone (no gain) and all three (`screened`), each
+    +-3%; `prune` with comparisons that are their programs' ratio in `truth` +-0.4%: the
+    winner, the comparisons made (config, baseline), the trials and the recorded ones."""
     trials = [_trial(0, {"a": 2}, 1.5, "A"), _trial(1, {"c": "X"}, 1.01, "C"),
               _trial(2, {"d": True}, 1.0, "D"), _trial(3, {"a": 2, "c": "X", "d": True}, screened, "ACD")]
     programs = {config_key({"a": 2, "c": "X"}): "AC", config_key({"a": 2}): "A",
