@@ -1,12 +1,12 @@
 """The base install (`pip install fleet-fdo`, no extras) is all a training job needs for the hook,
 and the pipeline extra is all the loop's stages need.
 
-Built for real in fresh venvs from a copy of the sources. The base holds none of the loop's
-heavy dependencies, its hooked JAX job applies a stored config from an embedded store (written
-by this checkout's store code) and from the config service, every command the README lists for
-it runs there, and its `fdo` names the extra a stage needs. Every command of the pipeline extra
-runs in a venv of `[pipeline]` alone. The import names `fdo` checks for each extra
-(pipelines.extras) match pyproject.toml.
+Built for real: one wheel of a copy of the sources, installed in fresh venvs. The base holds
+none of the loop's heavy dependencies, its hooked JAX job applies a stored config from an
+embedded store (written by this checkout's store code) and from the config service, every
+command the README lists for it runs there, and its `fdo` names the extra a stage needs. Every
+command of the pipeline extra runs in a venv of `[pipeline]` alone. The import names `fdo`
+checks for each extra (pipelines.extras) match pyproject.toml.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ PROJECT = "fleet-fdo"
 HEAVY = ("apache-beam", "duckdb", "fastapi", "uvicorn", "apscheduler", "plotly", "sqlalchemy",
          "tqdm", "zstandard", "ray")
 # The hook's, and pydantic for `fdo store import` (a hooked job never imports it).
-BASE_DEPENDENCIES = ("jax", "jaxlib", "numpy", "protobuf", "pyarrow", "scipy", "pydantic")
+BASE_DEPENDENCIES = ("jax", "jaxlib", "numpy", "protobuf", "pyarrow", "pydantic")
 INSTALL_SECONDS = 900  # a cold pip cache downloads jaxlib, scipy and pyarrow
 # A job for the base install's `fdo run`: one jitted function (its module is jit_energy), and
 # whether pydantic was imported in the job.
@@ -70,41 +70,45 @@ def pyproject() -> dict:
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory) -> Path:
-    """A copy of the sources that every venv here is built from: building in the checkout would
-    leave build/ and egg-info in it."""
-    source = tmp_path_factory.mktemp("source")
+def wheel(tmp_path_factory) -> Path:
+    """The project's wheel, built once from a copy of the sources (building in the checkout would
+    leave build/ and egg-info in it): what `pip install fleet-fdo` installs."""
+    source, wheels = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheels")
     for pattern in pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]:
         package = pattern.rstrip("*")
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
-    return source
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
+                            str(wheels), str(source)], capture_output=True, text=True, timeout=INSTALL_SECONDS)
+    assert built.returncode == 0, built.stderr[-4000:]
+    (path,) = wheels.glob("*.whl")
+    return path
 
 
-def install(source: Path, venv: Path, extras: str = "") -> Path:
-    """A fresh venv at `venv` with the project of `source` installed, with `extras` (e.g.
+def install(wheel: Path, venv: Path, extras: str = "") -> Path:
+    """A fresh venv at `venv` with the project's `wheel` installed, with `extras` (e.g.
     "[pipeline]"; none: the base install); returns its bin directory."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     # This interpreter's pip installs into the venv (--python), which so needs no pip of its own.
     installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
-                                "install", "--quiet", f"{source}{extras}"],
+                                "install", "--quiet", f"{wheel}{extras}"],
                                capture_output=True, text=True, timeout=INSTALL_SECONDS)
     assert installed.returncode == 0, installed.stderr[-4000:]
     return venv / "bin"
 
 
 @pytest.fixture(scope="module")
-def base(source, tmp_path_factory) -> Path:
+def base(wheel, tmp_path_factory) -> Path:
     """A fresh venv with this project installed without extras; returns its bin directory."""
-    return install(source, tmp_path_factory.mktemp("base-install") / "venv")
+    return install(wheel, tmp_path_factory.mktemp("base-install") / "venv")
 
 
 @pytest.fixture(scope="module")
-def pipeline(source, tmp_path_factory) -> Path:
-    """A fresh venv with this project and its pipeline extra (30 to 50 s to install on 2 busy
+def pipeline(wheel, tmp_path_factory) -> Path:
+    """A fresh venv with this project and its pipeline extra (20 to 30 s to install on 2 busy
     cores from a warm pip cache); returns its bin directory."""
-    return install(source, tmp_path_factory.mktemp("pipeline-install") / "venv", "[pipeline]")
+    return install(wheel, tmp_path_factory.mktemp("pipeline-install") / "venv", "[pipeline]")
 
 
 def run_venv(venv: Path, *command: str, env: dict | None = None) -> subprocess.CompletedProcess:
