@@ -14,8 +14,8 @@ from execution.measure import TIME_SCALE_VARIABLE
 pytest.register_assert_rewrite("tests.support")
 
 # Every measurement of the suite, in this process and the workers and commands it starts, takes
-# 0.4 of its time budget: the tests' programs and effects are small or large, never subtle.
-os.environ.setdefault(TIME_SCALE_VARIABLE, "0.4")
+# a quarter of its time budget: the tests' programs and effects are small or large, never subtle.
+os.environ.setdefault(TIME_SCALE_VARIABLE, "0.25")
 # No compile of the suite's hooked jobs goes to a holdout arm unless its test asks for one
 # (fdo run --holdout): which keys a job id holds out hangs on the machine's environment key.
 os.environ.setdefault("FDO_HOLDOUT", "0")
