@@ -4,37 +4,24 @@
 gathers each command's parser (`COMMANDS`) from the module named for it, or for its group of
 commands (`store`: deliver, store and serve; `loop`: nightly and scheduler; `rank`: rank and
 savings; `validate`: toolchain and validate); `common` holds what they share (exit codes, the
-home, help pages, tables and JSON). `fdo --help` shows the first line of this and `EXIT_CODES`.
+home, help pages, tables and JSON). A command imports its own module alone: `fdo hits` or the
+`fdo run` before a job does not import the tuner's. `fdo --help` shows the first line of this and
+`EXIT_CODES`.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import importlib
 import importlib.metadata
 import os
 import sys
 import tempfile
 import threading
-from typing import NoReturn
+from dataclasses import dataclass
+from typing import Callable, NoReturn
 
-from pipelines.cli import (
-    analyze,
-    cluster,
-    evaluate,
-    family,
-    fingerprint,
-    hits,
-    ingest,
-    loop,
-    rank,
-    run,
-    simulate,
-    store,
-    tune,
-    validate,
-    workloads,
-)
 from pipelines.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_BROKEN_PIPE,
@@ -65,17 +52,33 @@ HOME_OPTION = "--home"
 MEASURING_COMMANDS = frozenset({"evaluate", "tune", "validate", "nightly"})
 # fdo's own options, before the subcommand. After it, Beam commands would take them for Beam's.
 GLOBAL_OPTIONS = (HOME_OPTION,)
-# Each command's parser, added by its (or its group's) module, in the order `fdo --help` lists
-# them: the loop's order, from a module's fingerprint to the savings of tuned configs.
-COMMANDS = (fingerprint.add_fingerprint, family.add_family, evaluate.add_evaluate, workloads.add_workloads,
-            ingest.add_ingest, simulate.add_simulate, rank.add_rank, tune.add_tune, analyze.add_analyze,
-            store.add_deliver, store.add_store, store.add_serve, loop.add_nightly, loop.add_scheduler,
-            run.add_run, hits.add_hits, validate.add_toolchain, validate.add_validate, rank.add_savings,
-            cluster.add_cluster)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of `fdo`."""
+@dataclass(frozen=True)
+class Command:
+    """A command of `fdo`: its name, and the module of this package whose `add_<name>` adds its
+    parser (and holds its handler), imported only when the parser is built."""
+
+    name: str
+    module: str
+
+    def adder(self) -> Callable[[argparse._SubParsersAction], None]:
+        """The function that adds this command's parser to a subparsers action."""
+        return getattr(importlib.import_module(f"pipelines.cli.{self.module}"), f"add_{self.name}")
+
+
+# Each command, in the order `fdo --help` lists them: the loop's order, from a module's
+# fingerprint to the savings of tuned configs.
+COMMANDS = tuple(Command(name, module) for name, module in (
+    ("fingerprint", "fingerprint"), ("family", "family"), ("evaluate", "evaluate"),
+    ("workloads", "workloads"), ("ingest", "ingest"), ("simulate", "simulate"), ("rank", "rank"),
+    ("tune", "tune"), ("analyze", "analyze"), ("deliver", "store"), ("store", "store"),
+    ("serve", "store"), ("nightly", "loop"), ("scheduler", "loop"), ("run", "run"), ("hits", "hits"),
+    ("toolchain", "validate"), ("validate", "validate"), ("savings", "rank"), ("cluster", "cluster")))
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of `fdo`: with every command's parser, or with `command`'s alone
+    where it names one."""
     parser = argparse.ArgumentParser(
         prog="fdo", description=__doc__.splitlines()[0], formatter_class=HelpFormatter,
         epilog=epilog(["fdo workloads list", "fdo --home /data/fdo rank --top 10",
@@ -86,9 +89,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(HOME_OPTION, default=None, metavar="DIR",  # a string: `rank` and `savings` take URLs
                         help="data root, given before the command (default: $FDO_HOME, else ~/.fdo)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
-    for add in COMMANDS:
-        add(sub)
+    named = [c for c in COMMANDS if c.name == command]
+    for each in named or COMMANDS:
+        each.adder()(sub)
     return parser
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command `argv` names: its first word that is neither an option of fdo's nor the value
+    of one (None where there is none)."""
+    words = iter(argv)
+    for word in words:
+        if word == HOME_OPTION:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +135,7 @@ def _main(argv: list[str] | None) -> int:
     """Parse `argv`, resolve and check the home and run the command on it; bad input is one line
     and EXIT_BAD_INPUT."""
     quiet_beam_logging()  # Beam's notices, from the pipelines some commands run, are no answer
-    parser = build_parser()
+    parser = build_parser(_command_of(sys.argv[1:] if argv is None else argv))
     args, extra = parser.parse_known_args(argv)
     misplaced = [arg for arg in extra if arg.split("=", 1)[0] in GLOBAL_OPTIONS]
     if misplaced:

@@ -85,10 +85,12 @@ def test_each_command_shows_examples_that_parse():
 
 def test_each_command_is_defined_beside_its_handler_in_a_group_module():
     defined_by: dict[str, str] = {}
-    for add in COMMANDS:
+    for listed_command in COMMANDS:
+        add = listed_command.adder()
         sub = argparse.ArgumentParser().add_subparsers()
         add(sub)
         (name, command), = sub.choices.items()  # one command per function
+        assert name == listed_command.name
         handler = command.get_default("run")
         assert handler.__module__ == add.__module__, f"{name}: parser in {add.__module__}, handler elsewhere"
         defined_by[name] = add.__module__
@@ -99,6 +101,21 @@ def test_each_command_is_defined_beside_its_handler_in_a_group_module():
 
 
 @pytest.mark.subprocess
+@pytest.mark.subprocess
+def test_a_command_imports_its_own_module_and_not_the_others(tmp_path):
+    """`fdo hits` (and the `fdo run` before every hooked job) parses with its own parser alone:
+    the tuner's modules, which `fdo tune`'s parser needs, stay unimported."""
+    check = ("import sys; from pipelines.cli import main; code = main(sys.argv[1:]); "
+             "print(code, sorted(m for m in ('pipelines.cli.hits', 'pipelines.cli.tune', 'tuner.kinds') "
+             "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", check, "--home", str(tmp_path), "hits", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "0 ['pipelines.cli.hits']"
+    # With no command (fdo --help, or a word that is none), every command's parser is built.
+    assert len(build_parser("no-such-command")._subparsers._group_actions[0].choices) == len(COMMANDS)
+
+
 def test_version_is_the_installed_distributions():
     done = subprocess.run([sys.executable, "-m", "pipelines.cli", "--version"],
                           capture_output=True, text=True, timeout=120)
