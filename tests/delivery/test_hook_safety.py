@@ -31,7 +31,8 @@ class DripServer:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.interval, self.stopped = interval, threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.serving = threading.Thread(target=self._serve, daemon=True)
+        self.serving.start()
 
     def _serve(self) -> None:
         self.listener.settimeout(0.2)
@@ -56,6 +57,7 @@ class DripServer:
 
     def close(self) -> None:
         self.stopped.set()
+        self.serving.join()  # its accept times out within 0.2 s: the listener is closed after it
         self.listener.close()
 
 
