@@ -76,6 +76,7 @@ COMMANDS = tuple(Command(name, module) for name, module in (
     ("serve", "store"), ("nightly", "loop"), ("scheduler", "loop"), ("run", "run"), ("hits", "hits"),
     ("toolchain", "validate"), ("validate", "validate"), ("savings", "rank"), ("cluster", "cluster")))
 
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser of `fdo`: with every command's parser, or with `command`'s alone
     where it names one."""
@@ -100,7 +101,7 @@ def _command_of(argv: list[str]) -> str | None:
     of one (None where there is none)."""
     words = iter(argv)
     for word in words:
-        if word == HOME_OPTION:
+        if word in GLOBAL_OPTIONS:
             next(words, None)
         elif not word.startswith("-"):
             return word
