@@ -127,6 +127,7 @@ class Screen:
     outcome: str
     program: str | None
     seconds: float  # what it cost: compile, and the timing when its program was new
+    numerics_ok: bool = True  # False: it ran and got the numerics wrong
 
     @property
     def fitness(self) -> float:
@@ -182,7 +183,8 @@ class Bench:
             speedup = trial.speedup
             self.cache.screens[key] = Screen(speedup and speedup.estimate, speedup and speedup.low,
                                              trial.outcome, trial.program,
-                                             time.perf_counter() - started)
+                                             time.perf_counter() - started,
+                                             trial.numerics_ok is not False)
             self.cache.save()
         return self.cache.screens[key]
 
