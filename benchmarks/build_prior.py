@@ -10,7 +10,10 @@ cached on disk in the same place, so a killed run resumes and that benchmark reu
 each move did is summarized (`tuner.platform_prior.summarize`) and written to `--out` with the
 commit, CPU, device kind and compiler it was measured on. The table printed: per move, the
 workloads whose program it changed, on how many it screened faster and was catastrophic, its
-mean log speedup, and whether a search skips it.
+mean log speedup, and whether a search skips it. Then, leaving each workload out in turn, what
+the prior of the others would have skipped on it: the seconds of its one-move screens that
+saves, and the best speedup among the moves skipped (a gain the skip would give up: the
+search's later phases can still propose such a move).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import datetime
 import json
 import subprocess
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -37,14 +41,40 @@ from workloads import zoo  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def screened(bench: Bench) -> dict[Move, MoveScreen]:
+def screened(bench: Bench) -> tuple[dict[Move, MoveScreen], dict[Move, float]]:
     """Every one-move config of the workload's space, screened (from the cache where it holds
-    the screen)."""
-    found = {}
+    the screen), and the seconds each took when first screened (its compile and timing)."""
+    found, seconds = {}, {}
     for move in tqdm(neighbourhood(bench.space), desc=bench.name, leave=False):
         screen = bench.screen(dict([move]))
         found[move] = MoveScreen(TrialOutcome(screen.outcome), screen.speedup, screen.numerics_ok)
-    return found
+        seconds[move] = screen.seconds
+    return found, seconds
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A workload's screens against the prior of the other workloads: what its skip would have
+    saved of the one-move screens' seconds, and the best speedup among the moves it skips."""
+
+    workload: str
+    skipped: int
+    seconds_saved: float
+    seconds_all: float
+    best_skipped: float
+
+
+def held_out(screens: dict[str, dict[Move, MoveScreen]], seconds: dict[str, dict[Move, float]],
+             device_kinds: str, measured: Measured) -> list[HeldOut]:
+    """Per workload, leave one out: the prior of the others, judged on its screens."""
+    rows = []
+    for name, mine in screens.items():
+        others = summarize({k: v for k, v in screens.items() if k != name}, device_kinds, measured)
+        skipped = others.skipped() & mine.keys()
+        rows.append(HeldOut(name, len(skipped), sum(seconds[name][m] for m in skipped),
+                            sum(seconds[name].values()),
+                            max((mine[m].speedup or 0.0 for m in skipped), default=0.0)))
+    return rows
 
 
 def commit() -> str:
@@ -65,6 +95,17 @@ def report(prior: PlatformPrior) -> None:
         move = f"{m.move[0]}={m.move[1]}"
         print(f"  {move:<52} {m.changed:>4}/{m.workloads:<2} {m.faster:>6} {m.catastrophic:>8} "
               f"{m.mean_log_speedup:>9.3f}  {'yes' if m.skipped else ''}")
+
+
+def report_held_out(rows: list[HeldOut]) -> None:
+    print("\nleave one out: each workload against the prior of the others")
+    print(f"  {'workload':<16} {'skipped':>7} {'saved s':>8} {'of s':>7} {'share':>6} {'best skipped':>12}")
+    for row in rows:
+        print(f"  {row.workload:<16} {row.skipped:>7} {row.seconds_saved:>8.1f} {row.seconds_all:>7.1f} "
+              f"{row.seconds_saved / row.seconds_all:>6.1%} {row.best_skipped:>11.3f}x")
+    saved, spent = sum(r.seconds_saved for r in rows), sum(r.seconds_all for r in rows)
+    print(f"  {'all':<16} {'':>7} {saved:>8.1f} {spent:>7.1f} {saved / spent:>6.1%} "
+          f"{max(r.best_skipped for r in rows):>11.3f}x")
 
 
 def main() -> None:
@@ -89,22 +130,24 @@ def main() -> None:
     device_kinds = args.device_kinds or ":".join(here.device_kind.split(":")[:2]) + ":"
     out = args.out or ROOT / "tuner" / "priors" / f"{device_kinds.strip(':').replace(':', '-')}.json"
     args.cache.mkdir(parents=True, exist_ok=True)
-    screens = {}
+    screens, seconds = {}, {}
     for name in tqdm(names, desc="workloads"):
         bench = Bench(name, args.cache)
         try:
-            screens[name] = screened(bench)
+            screens[name], seconds[name] = screened(bench)
         finally:
             bench.close()
     measured = Measured(commit(), cpu_model_name(), here.device_kind, here.compiler_version,
                         datetime.date.today().isoformat(), tuple(names))
     prior = summarize(screens, device_kinds, measured)
+    rows = held_out(screens, seconds, device_kinds, measured)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, json.dumps(prior.to_json(), indent=1) + "\n")
     if args.json:
-        print(json.dumps(prior.to_json(), indent=1))
+        print(json.dumps({"prior": prior.to_json(), "held_out": [asdict(r) for r in rows]}, indent=1))
     else:
         report(prior)
+        report_held_out(rows)
         print(f"written to {out}")
 
 

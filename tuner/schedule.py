@@ -101,16 +101,17 @@ def order_moves(moves: Sequence[Move], prior: dict[Move, float] | None = None) -
 
 
 class Scheduled(Strategy):
-    """Neighbours by prior, then greedy combination, then `final` (see the module docstring)."""
+    """Neighbours by prior, then greedy combination, then `final` (see the module docstring);
+    the moves of `skip` are no neighbours (`tuner.platform_prior`: catastrophic across the zoo)."""
 
     name = "schedule"
 
     def __init__(self, final: Strategy, prior: dict[Move, float] | None = None,
-                 reserve: int | None = None) -> None:
+                 reserve: int | None = None, skip: frozenset[Move] = frozenset()) -> None:
         super().__init__(final.space, final.budget, prior=final.prior)
         self.final = final
         reserve = max(2, final.budget // 4) if reserve is None else reserve
-        moves = order_moves(neighbourhood(final.space), prior)
+        moves = order_moves([m for m in neighbourhood(final.space) if m not in skip], prior)
         screen = [move for move in moves if likely(move, prior)]
         # The neighbours by tier: the cold-start screen, then the rest (`likely`).
         self.tiers = [screen, [move for move in moves if move not in screen]]

@@ -67,6 +67,7 @@ from hlo.environment import current_environment
 from storage.home import Home
 from storage.home_factory import open_home
 from tuner.persist import finished_result, journal_trial, journaled_trials, land_result, save_result, task_digest
+from tuner.platform_prior import prior_for
 from tuner.prior import move_prior
 from tuner.result import RelaxedOption, TuneResult
 from tuner.schedule import Scheduled
@@ -91,7 +92,7 @@ from tuner.worker_evaluator import WorkerEvaluator
 from vocabulary.confidence import SCREENED_LEVEL, VERIFIED_LEVEL
 from vocabulary.failures import Failure
 from vocabulary.measure import MeasureMode
-from vocabulary.tuning import Origin, Phase, StopReason, Verdict
+from vocabulary.tuning import Kind, Origin, Phase, StopReason, Verdict
 
 if TYPE_CHECKING:
     # The allotment's module reads the ranking's candidates (the pipeline extra); the base
@@ -130,6 +131,7 @@ class TuneSettings:
     budget_minutes: float | None = None  # the search, race and pruning together (not the verification)
     strategy: str = "evolution"  # the last phase of the schedule, or the whole search without
     schedule: bool = True  # neighbours by prior, then combinations, then the strategy
+    shipped_prior: bool = True  # a graph's neighbours by the platform's too (tuner.platform_prior)
     seed: int = 0
     cores: frozenset[int] | None = None  # the cores to compile and measure on (default: all)
     compile_workers: int | None = None  # default: one per compile core (see execution.cores)
@@ -277,12 +279,16 @@ def _labelled(result: TuneResult, settings: TuneSettings, stop: StopReason | Non
 def _strategy(target: TuneTarget, home: Home, settings: TuneSettings,
               prior: list[TrialRecord] | None) -> Strategy:
     """The task's strategy: the schedule (tuner.schedule) ending in `settings.strategy`, its
-    neighbours ordered by what won on other graphs of `home`; or the strategy alone."""
+    neighbours ordered by what won on other graphs of `home` and, for a graph, by the prior
+    the tuner ships for this machine's platform (tuner.platform_prior); or the strategy alone."""
     strategy = STRATEGIES[settings.strategy](target.space, settings.budget_evals, settings.seed,
                                              prior or [])
     if not settings.schedule:
         return strategy
-    return Scheduled(strategy, move_prior(home, target.kind, target.fingerprint, compiler_defaults()))
+    shipped = (prior_for(current_environment().device_kind)
+               if settings.shipped_prior and target.kind == Kind.GRAPH else None)
+    prior = move_prior(home, target.kind, target.fingerprint, compiler_defaults(), shipped)
+    return Scheduled(strategy, prior.scores, skip=prior.skipped)
 
 
 def _listed(configs: tuple[CompilerConfig, ...], trials: list[Trial],

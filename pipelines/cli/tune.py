@@ -61,6 +61,10 @@ def add_tune(sub: Subcommands) -> None:
     p.add_argument("--plain", action="store_true",
                    help="the strategy alone, from the first evaluation (no neighbours, no "
                    "combinations; for comparisons)")
+    p.add_argument("--no-shipped-prior", action="store_true",
+                   help="graphs: order the default's neighbours by this home's evidence and the "
+                   "flags' cold ranks alone, without the prior the tuner ships for this platform "
+                   "(which skips moves catastrophic across the zoo; for comparisons)")
     p.add_argument("--no-fold", action="store_true", help="with --kind op: tune the ops only")
     p.add_argument("--no-transfer", action="store_true",
                    help="graphs: search from the defaults alone, without first trying the configs "
@@ -255,6 +259,7 @@ def _tune_settings(args: argparse.Namespace) -> Any:
     settings = stages.tune_settings(args.kind, budget_evals=args.budget_evals or None,
                                     budget_minutes=args.budget_minutes, strategy=args.strategy,
                                     schedule=not args.plain, seed=args.seed,
+                                    shipped_prior=not args.no_shipped_prior,
                                     cores=parse_cores(args.cores) if args.cores else None,
                                     compile_workers=args.compile_workers,
                                     verify_workers=args.verify_workers,

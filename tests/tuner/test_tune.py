@@ -20,10 +20,11 @@ import pytest
 
 from execution.compile import compiler_defaults
 from execution.cores import MIN_CORES_TO_SPLIT, CorePlan, available_cores, plan_cores
-from execution.flags import FLAGS, checked_config, relaxes_numerics
+from execution.flags import FLAGS, checked_config, relaxes_numerics, trusted_config
 from execution.measure import MeasureSettings
 from execution.session import Span
 from execution.worker import Worker
+from hlo.environment import current_environment
 from hlo.module import from_lowered, from_text
 from pipelines.cli.tune import _print_tune_result
 from storage.home_factory import open_home
@@ -32,11 +33,12 @@ from tests.support import worker_tasks
 from tests.support.processes import kill_9_once_journaled, signal_once_journaled
 from tests.support.url_home import UrlFileSystem, url_of
 from tuner.persist import finished_result, land_result, save_result, task_file
-from tuner.prior import NO_CHANGE, move_prior
+from tuner.platform_prior import NO_CHANGE, prior_for
+from tuner.prior import move_prior
 from tuner.result import TuneResult
-from tuner.schedule import order_moves
+from tuner.schedule import Scheduled, order_moves
 from tuner.search import PhaseSpend, search, spending
-from tuner.space import Param, SearchSpace, config_key, graph_space
+from tuner.space import Param, SearchSpace, accepted_flags, config_key, graph_space
 from tuner.strategies import FAILED, STRATEGIES, TrialRecord, propose
 from tuner.tables import TRIALS, TUNING_RESULTS, ResultRow, results_of, trials_of
 from tuner.task import tune_module
@@ -292,7 +294,9 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
     home = tmp_path / "home"
     # Two fresh workers per comparison and verification (the default's three cost the suite a
     # third more worker starts; the median's logic is the same).
-    result = fdo(home, "tune", str(module), "--budget-evals", "6", "--verify-workers", "2", "--json")
+    # The known moves lead the flags' cold ranks; the shipped prior orders by the zoo (below).
+    result = fdo(home, "tune", str(module), "--budget-evals", "6", "--verify-workers", "2",
+                 "--no-shipped-prior", "--json")
     assert result.returncode == 0, result.stderr
     tuned = json.loads(result.stdout)
     assert checked_config(tuned["config"]) == tuned["config"]  # allowlisted, as the store takes it
@@ -333,7 +337,7 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
     results = Warehouse(home).read(TUNING_RESULTS).to_pylist()
     assert [r["status"] for r in results] == ["accepted"]
     # The next graph's search starts with what won here, and leaves what did nothing for last.
-    prior = move_prior(home, "graph", "0" * 32, compiler_defaults())
+    prior = move_prior(home, "graph", "0" * 32, compiler_defaults()).scores
     ordered = order_moves(list(prior), prior)
     assert prior[ordered[0]] > 0 and ordered[0] in {tuple(m.split("=")) for m in KNOWN_MOVES}
     assert prior[("placement:INDIVIDUAL_CONVOLUTION", "xla")] == NO_CHANGE  # no convolution here
@@ -343,11 +347,24 @@ def test_tune_finds_the_best_of_a_known_set_and_verifies_it(tmp_path):
 @pytest.mark.subprocess
 def test_tune_reports_no_gain_where_there_is_none(tmp_path):
     module = _write_module(tmp_path / "add.hlo", lambda a, b: a + b, (64,), (64,))
-    result = fdo(tmp_path / "home", "tune", str(module), "--budget-evals", "5",
-                 "--verify-workers", "1", "--json")
+    home = tmp_path / "home"
+    result = fdo(home, "tune", str(module), "--budget-evals", "5", "--verify-workers", "1", "--json")
     assert result.returncode == 0, result.stderr
     tuned = json.loads(result.stdout)
     assert not tuned["accepted"] and tuned["status"] == "no significant gain"
+    # A fresh home's search starts from the prior the tuner ships for this platform: its best
+    # move first, and none of the moves it skips (catastrophic across the zoo) among its screens.
+    shipped = prior_for(current_environment().device_kind)
+    if shipped is None:
+        return
+    prior = move_prior(home / "none", Kind.GRAPH, "f" * 32, compiler_defaults(), shipped)
+    schedule = Scheduled(STRATEGIES["evolution"](graph_space("cpu", accepted_flags("cpu"), compiler_defaults()),
+                                                 budget=5, seed=0), prior.scores, skip=prior.skipped)
+    configs = [trusted_config(json.loads(t.config))
+               for t in sorted(trials_of(Warehouse(home).read(TRIALS)), key=lambda t: t.index)]
+    singles = [next(iter(c.items())) for c in configs if len(c) == 1]
+    assert shipped.skipped() and singles[0] == schedule.tiers[0][0]
+    assert not set(singles) & shipped.skipped() and len(singles) > 5
 
 
 @pytest.mark.xla
