@@ -2,11 +2,12 @@
 side by side.
 
     python benchmarks/bench_tune_time.py FILE [FILE ...] --before DIR [--seeds 1] [--json]
-        [--after-args "FDO TUNE ARGS"] [-- FDO TUNE ARGS]
+        [--before-args "FDO TUNE ARGS"] [--after-args "FDO TUNE ARGS"] [-- FDO TUNE ARGS]
 
 For each module FILE and seed, `fdo tune FILE --json` (its default settings, or the arguments
 after `--`; the after run also takes `--after-args`, e.g. "--budget-minutes 8" against the
-before run's 40 evaluations) runs twice, each in a fresh home and a process of its own: once with the code of
+before run's 40 evaluations, and the before run `--before-args`, e.g. "--no-shipped-prior"
+with --before this checkout) runs twice, each in a fresh home and a process of its own: once with the code of
 the checkout DIR (on PYTHONPATH: "before", e.g. `git worktree add DIR <commit>` or `git archive
 <commit> | tar -x -C DIR`) and once with this one's ("after"), in alternating order from seed to
 seed so that a drift in the machine's load falls on both. Per run: the verified speedup and its
@@ -102,12 +103,12 @@ def versus(module: Path, new: CompilerConfig, old: CompilerConfig) -> float | No
     return statistics.median(figures)
 
 
-def bench(modules: list[Path], before: Path, seeds: int, extra: list[str],
+def bench(modules: list[Path], before: Path, seeds: int, extra: list[str], before_extra: list[str],
           after_extra: list[str]) -> list[dict[str, Any]]:
     rows = []
     for module in modules:
         for seed in range(seeds):
-            order = [("before", before, extra), ("after", HERE, extra + after_extra)]
+            order = [("before", before, extra + before_extra), ("after", HERE, extra + after_extra)]
             runs = {code: tune(module, root, code, seed, given)
                     for code, root, given in (order if seed % 2 == 0 else order[::-1])}
             old, new = runs["before"], runs["after"]
@@ -147,11 +148,14 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable results")
     parser.add_argument("--after-args", default="", metavar="ARGS",
                         help="more `fdo tune` arguments for the after run alone, as one string")
+    parser.add_argument("--before-args", default="", metavar="ARGS",
+                        help="more `fdo tune` arguments for the before run alone, as one string "
+                        "(with --before this checkout: one setting against another)")
     args, extra = parser.parse_known_args()
     if not (args.before / "tuner" / "tune.py").exists():
         parser.error(f"--before {args.before}: no checkout of this project there (no tuner/tune.py)")
     rows = bench([f.resolve() for f in args.files], args.before.resolve(), args.seeds,
-                 [a for a in extra if a != "--"], shlex.split(args.after_args))
+                 [a for a in extra if a != "--"], shlex.split(args.before_args), shlex.split(args.after_args))
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
