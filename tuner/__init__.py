@@ -6,7 +6,8 @@
   `target` (what a task tunes), `tune` (`run_task`: search, then verify afresh), `kernels` (a
   GPU graph's XLA:GPU autotune results, tuned offline), `op_cut` and `fold` (a kernel cut out,
   op results folded into graph configs);
-- the search: `space`, `strategies` (behind one `Strategy`), `schedule`, `prior`, the loop
+- the search: `space`, `strategies` (behind one `Strategy`), `schedule`, `prior` (a home's
+  evidence) and `platform_prior` (the prior shipped per platform, `priors/`), the loop
   behind an `Evaluator` (`search`), the sandboxed workers' evaluator (`worker_evaluator`),
   `trial` and `winner`;
 - what a task leaves: `result` (`TuneResult`), `persist`, `tables` (`trials`,

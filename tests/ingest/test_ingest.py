@@ -126,7 +126,10 @@ def test_trace_time_matches_the_measured_job_time(dump_dir, tmp_path):
     assert len(mine) == 1, runs  # keyed by the graph whose optimized module ran
     row = mine[0]
     assert (row["job_id"], row["team"], row["chips"], row["executions"]) == ("attn-1", "research", 4, 30)
-    assert row["chip_seconds"] / 4 == pytest.approx(measured, rel=0.10)
+    # The trace holds the executions; the wall clock holds them and the host's dispatch between
+    # them, which a busy machine stretches (14% seen beside another test's measurements): a
+    # unit or a count wrong (chips, microseconds, a double count) is off several-fold.
+    assert 0.75 * measured <= row["chip_seconds"] / 4 <= 1.05 * measured
     ops = Warehouse(home).read(OP_RUNS).to_pylist()
     graph_ops = sum(o["chip_seconds"] for o in ops if o["graph_fingerprint"] == row["fingerprint"])
     assert 0 < graph_ops <= row["chip_seconds"]
