@@ -208,9 +208,11 @@ def _task_id(target: TuneTarget, settings: TuneSettings, env_key: str, compiler_
     strategy_name = settings.strategy if settings.schedule else f"{settings.strategy} (plain)"
     # A sharded graph's mode is part of what a task is; a one-device graph's id is as before.
     measured_as = [target.placement.mode] if target.placement.partitioning is not None else []
+    # A search without the shipped prior is another task; with it (the default), as before.
+    unshipped = [] if settings.shipped_prior else ["no shipped prior"]
     return task_digest(target.kind, target.fingerprint, env_key, strategy_name, settings.seed,
                        settings.budget_evals, compiler_version, *map(config_key, target.configs),
-                       *measured_as, *_transfer_parts(settings))
+                       *measured_as, *_transfer_parts(settings), *unshipped)
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def add_tune(sub: Subcommands) -> None:
     p.add_argument("--no-shipped-prior", action="store_true",
                    help="graphs: order the default's neighbours by this home's evidence and the "
                    "flags' cold ranks alone, without the prior the tuner ships for this platform "
-                   "(which skips moves catastrophic across the zoo; for comparisons)")
+                   "(which skips the moves slower on every zoo workload they change; for comparisons)")
     p.add_argument("--no-fold", action="store_true", help="with --kind op: tune the ops only")
     p.add_argument("--no-transfer", action="store_true",
                    help="graphs: search from the defaults alone, without first trying the configs "
