@@ -85,10 +85,12 @@ def cold_rank(move: Move) -> tuple[int, int]:
 
 def likely(move: Move, prior: dict[Move, float] | None = None) -> bool:
     """Whether `move` belongs to the cold-start screen: its cold rank is `LIKELY_RANK` or
-    better, or it won on other graphs (a prior score above 0). Evidence only adds moves: one
-    that lost elsewhere is still screened where its rank says so (a lever of one graph loses
-    on most others)."""
-    return cold_rank(move)[0] <= LIKELY_RANK or (prior or {}).get(move, 0.0) > 0
+    better, or it won on other graphs (a prior score above the noise band: a mean of a few
+    tenths of a percent is no win, and the shipped prior's fast min/max, +0.2%, which relaxes
+    numerics, drew an opt-in verification of its own into a slow module's task). Evidence only
+    adds moves: one that lost elsewhere is still screened where its rank says so (a lever of
+    one graph loses on most others)."""
+    return cold_rank(move)[0] <= LIKELY_RANK or (prior or {}).get(move, 0.0) > NOISE_BAND
 
 
 def order_moves(moves: Sequence[Move], prior: dict[Move, float] | None = None) -> list[Move]:
