@@ -289,8 +289,8 @@ def _strategy(target: TuneTarget, home: Home, settings: TuneSettings,
         return strategy
     shipped = (prior_for(current_environment().device_kind)
                if settings.shipped_prior and target.kind == Kind.GRAPH else None)
-    prior = move_prior(home, target.kind, target.fingerprint, compiler_defaults(), shipped)
-    return Scheduled(strategy, prior.scores, skip=prior.skipped)
+    start = move_prior(home, target.kind, target.fingerprint, compiler_defaults(), shipped)
+    return Scheduled(strategy, start.scores, skip=start.skipped)
 
 
 def _listed(configs: tuple[CompilerConfig, ...], trials: list[Trial],
