@@ -36,7 +36,7 @@ from typing import Any, Mapping
 from execution.flags import FlagError, checked_config, to_json
 from tuner.schedule import Move
 from tuner.strategies import FAILED
-from vocabulary.tuning import TrialOutcome
+from vocabulary.tuning import UNTIMED, TrialOutcome
 
 FORMAT = 1  # the files' format: a reader refuses another
 SHIPPED_WEIGHT = 2.0  # the file's mean counts as this many graphs of the home's evidence
@@ -58,10 +58,16 @@ class MoveScreen:
     numerics_ok: bool = True
 
     @property
+    def new_program(self) -> bool:
+        """Whether it compiled to a program of its own: not the default's, nor that of a move
+        tried before it (REDUCE to oneDNN or XNNPACK builds what REDUCE to XLA's emitters does)."""
+        return self.outcome not in UNTIMED
+
+    @property
     def evidence(self) -> float:
-        """Its log speedup as a prior counts it: NO_CHANGE for the default's program, FAILED
-        (tuner.strategies) where it failed or got the numerics wrong."""
-        if self.outcome == TrialOutcome.IDENTICAL:
+        """Its log speedup as a prior counts it: NO_CHANGE where it built no program of its own,
+        FAILED (tuner.strategies) where it failed or got the numerics wrong."""
+        if not self.new_program:
             return NO_CHANGE
         if self.outcome == TrialOutcome.FAILED or not self.speedup or not self.numerics_ok:
             return FAILED
@@ -74,8 +80,8 @@ class MoveScreen:
 
 @dataclass(frozen=True)
 class MoveEvidence:
-    """What the workloads showed of one move: on how many it was screened, changed the
-    program, screened faster than the default, was catastrophic; its mean evidence."""
+    """What the workloads showed of one move: on how many it was screened, built a program of
+    its own (`changed`), screened faster than the default, was catastrophic; its mean evidence."""
 
     move: Move
     workloads: int
@@ -159,7 +165,7 @@ def summarize(screens: Mapping[str, Mapping[Move, MoveScreen]], device_kinds: st
             by_move.setdefault(move, []).append(screen)
     moves = []
     for move, seen in by_move.items():
-        changed = [s for s in seen if s.outcome != TrialOutcome.IDENTICAL]
+        changed = [s for s in seen if s.new_program]
         moves.append(MoveEvidence(
             move, len(seen), len(changed),
             sum(1 for s in changed if s.evidence > 0), sum(1 for s in changed if s.catastrophic),

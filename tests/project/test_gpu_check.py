@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT
+from vocabulary.tuning import Phase
 
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 # The dry run checks that every step runs and what it records, not what a measurement finds.
@@ -44,8 +45,12 @@ def test_runs_1_and_3_take_modules_through_evaluate_the_tuner_the_hook_and_the_v
     assert aa["exit"] == 0 and aa["numerics_ok"] and aa["speedup"] > 0
     assert figures["aa_across:mlp-s"]["same_program"] and figures["aa_across:mlp-s"]["numerics_ok"]
     tuned = figures["tune:mlp-s"]
-    # The tuner's schedule screens single moves first: its 2 evaluations, however long they take.
-    assert tuned["moves"] > 2 and 2 <= len(tuned["screens"]) and not tuned["cut_short"]
+    # The tuner's schedule screens single moves first, within its 2 evaluations however long
+    # they take: the neighbours' share of 2 is one; the other goes to the strategy (a mutation
+    # of the best, or none where it proposes only programs already known).
+    (search,) = [p for p in tuned["phases"] if p["phase"] == Phase.SEARCH]
+    assert tuned["moves"] > 2 and tuned["screens"] and 1 <= search["evaluations"] <= 2
+    assert not tuned["cut_short"]
     assert all(len(s["config"]) == 1 for s in tuned["screens"])
     assert {"status", "accepted", "speedup"} <= set(tuned["tuned"])
     assert "share_of_oracle" in figures["oracle:mlp-s"]

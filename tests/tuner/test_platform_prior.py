@@ -41,6 +41,7 @@ SLOW = ("xla_backend_optimization_level", 0)
 ONE_WIN = ("xla_cpu_disable_loop_unrolling", True)
 FEW = ("xla_cpu_optimize_for_size", True)
 REDUCE = ("placement:REDUCE", "xla")
+ALIAS = ("placement:REDUCE", "xnn")
 
 
 def measured(speedup: float) -> MoveScreen:
@@ -58,6 +59,8 @@ SCREENS_BY_MOVE = {
     # Slower on the four workloads whose program it changed: too few to skip.
     FEW: [measured(0.1), IDENTICAL, measured(0.1), measured(0.1), measured(0.1), IDENTICAL],
     REDUCE: [measured(11.0), IDENTICAL, IDENTICAL, WRONG, IDENTICAL, IDENTICAL],
+    # The program of a move tried before it, wherever it changed one: nothing of its own.
+    ALIAS: [MoveScreen(TrialOutcome.DUPLICATE, 11.0)] + [MoveScreen(TrialOutcome.DUPLICATE, 0.5)] * 5,
 }
 SCREENS = {w: {move: screens[i] for move, screens in SCREENS_BY_MOVE.items()} for i, w in enumerate(WORKLOADS)}
 
@@ -72,6 +75,9 @@ def test_a_summary_skips_what_was_never_faster_on_enough_workloads():
     assert slow.skipped and prior.skipped() == {SLOW}
     assert by_move[ONE_WIN].faster == 1 and not by_move[ONE_WIN].skipped
     assert by_move[FEW].changed == SKIP_MIN_CHANGED - 1 and not by_move[FEW].skipped
+    # A move that only rebuilt an earlier move's program is no evidence either way.
+    alias = by_move[ALIAS]
+    assert (alias.changed, alias.faster, alias.mean_log_speedup, alias.skipped) == (0, 0, NO_CHANGE, False)
     # Wrong numerics count as a failure, not as the speed they ran at.
     assert by_move[REDUCE].faster == 1 and by_move[REDUCE].catastrophic == 1
     # Best first: the search's order.
