@@ -174,14 +174,13 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
         land_result(home, finished)
         return finished
     trials = journaled_trials(home, task_id)
-    started = time.monotonic()
     clock = TaskClock(trials)
     bar = progress_bar(total=settings.budget_evals,
                        initial=evaluations([t for t in trials if t.phase == Phase.SEARCH]),
                        desc=f"tune {target.label}", unit="eval", enabled=progress)
 
-    def in_time() -> bool:
-        return not settings.budget_minutes or time.monotonic() - started < 60 * settings.budget_minutes
+    def in_time() -> bool:  # a resumed task's journaled seconds count: its minutes are not renewed
+        return not settings.budget_minutes or clock() < 60 * settings.budget_minutes
 
     def record(trial: Trial) -> None:
         journal_trial(home, task_id, trial)
@@ -191,6 +190,8 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
             bar.set_postfix_str(f"choosing the winner ({trial.phase})")
 
     searched = _search(target, home, settings, prior, trials, clock, in_time, record)
+    if not in_time():  # the minutes are spent: the claim is the strict winner's alone (docs/tuner.md)
+        searched = replace(searched, winners=replace(searched.winners, relaxed=None))
     if searched.winners.strict is not None or searched.winners.relaxed is not None:
         bar.set_postfix_str(f"verifying in {settings.verify_workers} fresh workers")
     result = _verify(target, searched.trials, searched.winners, settings, task_id, env_key,

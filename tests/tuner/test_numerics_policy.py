@@ -19,23 +19,24 @@ from delivery.store_writer import Store
 from execution.evaluate import EvaluationResult
 from execution.flags import FLAGS, relaxes_numerics
 from execution.measure import MeasureSettings
+from hlo.environment import current_environment
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import from_lowered
 from pipelines.cli.tune import _print_tune_result
 from storage.home_factory import open_home
 from storage.warehouse import TableSchema, Warehouse
 from tests.support.table_evaluator import COMPARE, SCREEN, TableEvaluator, listed, table
-from tuner.persist import finished_result, land_result, save_result
+from tuner.persist import finished_result, journal_trial, land_result, save_result
 from tuner.result import RelaxedOption, TuneResult
 from tuner.search import TaskClock, run_search
 from tuner.space import SearchSpace, config_key
 from tuner.tables import TUNING_RESULTS
 from tuner.target import TuneTarget
 from tuner.trial import Trial
-from tuner.tune import TuneSettings, _relaxed_option, run_task
+from tuner.tune import TuneSettings, _relaxed_option, _task_id, run_task
 from tuner.winner import best_trial
 from vocabulary.interval import Interval
-from vocabulary.tuning import Phase, TrialOutcome, Verdict
+from vocabulary.tuning import Phase, StopReason, TrialOutcome, Verdict
 
 FAST_MATH = "xla_cpu_enable_fast_math"
 HONOR = [f"xla_cpu_fast_math_honor_{what}" for what in ("nans", "infs", "division", "functions")]
@@ -233,3 +234,32 @@ def test_a_tuning_run_over_fast_math_delivers_a_strict_config_and_offers_the_rel
         assert result.relaxed.speedup.estimate > result.speedup.estimate
     assert row["relaxed_config"] == config_key(result.relaxed.config)
     assert row["relaxed_speedup"] == result.relaxed.speedup.estimate
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_task_out_of_its_minutes_verifies_its_strict_winner_alone(tmp_path: Path):
+    """A task resumed from a journal whose screens took 60 s of its 30-s budget (the relaxing
+    config the best, then a strict one) starts nothing more, verifies the strict winner
+    alone and offers no opt-in: its minutes were not renewed by the rerun."""
+    module = from_lowered(jax.jit(_activations).lower(jax.ShapeDtypeStruct((256, 1024), jnp.float32)))
+    relaxed, strict = {FAST_MATH: True}, {"xla_cpu_prefer_vector_width": 128}
+    short = MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=60, max_seconds=1.0)
+    settings = TuneSettings(budget_evals=10, budget_minutes=0.5, search=short, compare=short,
+                            verify=MeasureSettings(min_pairs=20, max_seconds=2.0), verify_workers=1)
+    target = TuneTarget(module, graph_fingerprint(module), "graph", SearchSpace(()), "activations",
+                        configs=(relaxed, strict))
+    environment = current_environment()
+    home = open_home(tmp_path / "home")
+    task_id = _task_id(target, settings, environment.key(), environment.compiler_version)
+    for index, (config, speedup, seconds) in enumerate([(relaxed, 1.5, 30.0), (strict, 1.2, 60.0)]):
+        journal_trial(home, task_id, Trial(index, config, TrialOutcome.MEASURED, f"program-{index}",
+                                           Interval(speedup, speedup * 0.98, speedup * 1.02),
+                                           numerics_ok=True, elapsed_seconds=seconds))
+    result = run_task(target, home, settings)
+    assert result.task_id == task_id and result.search_stop == StopReason.TIME
+    assert [t.phase for t in result.trials] == [Phase.SEARCH, Phase.SEARCH]  # no race, no pruning
+    verify = result.phases[-1]
+    assert verify.phase == Phase.VERIFY and verify.configs == 1
+    assert result.relaxed is None and result.config in ({}, strict)
