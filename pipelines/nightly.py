@@ -199,10 +199,10 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     deadline = time.time() + 60 * settings.tune_minutes
     runner = runner or LocalRunner()
     base = stages.tune_settings(Kind.GRAPH, budget_evals=settings.tune_evals,
-                                verify_workers=settings.verify_workers)
+                                verify_workers=settings.verify_workers, day=settings.date)
     share_alike = settings.transfer or settings.share_alike
     state = NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
-    shared = share_standing(home, state)
+    shared = share_standing(home, state, settings.date)
     checks = plan_checks(home, settings.date, state, settings.force) if settings.transfer else []
     checked = stages.run_planned(home, checks, state, base, runner,
                                  deadline=time.time() + CHECK_SHARE * (deadline - time.time()),
@@ -239,7 +239,8 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
         found = KINDS[Kind.OP].candidates(home, settings.top_ops, True, runner.environments())
         ops = stages.tune_candidates(Kind.OP, home, found.tunable,
                                      stages.tune_settings(Kind.OP, budget_minutes=left / settings.top_ops,
-                                                          verify_workers=settings.verify_workers),
+                                                          verify_workers=settings.verify_workers,
+                                                          day=settings.date),
                                      progress, runner=runner)
         counts.update(ops=len(ops.results), ops_accepted=sum(r.accepted for r in ops.results),
                       folds=len(ops.folds), folds_accepted=sum(f.accepted for _, f in ops.folds))
@@ -253,7 +254,8 @@ def _tune_kernels(home: Home, settings: NightlySettings, progress: bool, runner:
     candidates = KINDS[Kind.KERNELS].candidates(home, settings.top_kernels, True, runner.environments()).tunable
     if not candidates:
         return {"kernels": 0}
-    kernels = stages.tune_settings(Kind.KERNELS, verify_workers=settings.verify_workers)
+    kernels = stages.tune_settings(Kind.KERNELS, verify_workers=settings.verify_workers,
+                                   day=settings.date)
     results = stages.tune_candidates(Kind.KERNELS, home, candidates, kernels, progress, deadline=deadline,
                                      reserve=1 if settings.top_ops else 0, runner=runner).results
     return {"kernels": len(candidates), "kernels_tuned": len(results),

@@ -184,7 +184,7 @@ def run_planned(home: Home, planned: Sequence[PlannedTask], state: NightState, s
                            task_settings=[task.settings(settings) for task in planned])
     results = [o.result for o in done.outcomes]
     shared = [r for task, result in zip(planned, results) if result is not None
-              for r in land_shared(home, task, result)]
+              for r in land_shared(home, task, result, settings.day)]
     return PlannedRound(done.outcomes, results, shared)
 
 

@@ -78,7 +78,7 @@ def run_kernels_task(target: TuneTarget, home: Home, settings: TuneSettings,
                           settings.seed, settings.budget_evals, environment.compiler_version)
     finished = finished_result(home, task_id)
     if finished is not None:
-        land_result(home, finished)
+        land_result(home, finished, settings.day)
         return finished
     started = time.monotonic()
     found = (None if target.unmeasurable is not None
@@ -106,7 +106,7 @@ def run_kernels_task(target: TuneTarget, home: Home, settings: TuneSettings,
                         compiler_version=environment.compiler_version, kind=target.kind,
                         phases=phases)
     save_result(home, result)
-    land_result(home, result)
+    land_result(home, result, settings.day)
     return result
 
 

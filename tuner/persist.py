@@ -119,19 +119,21 @@ def result_row(result: TuneResult, on: datetime.date) -> ResultRow:
         transferred_from=result.transferred_from)
 
 
-def share_result(home: Home, result: TuneResult, env_key: str) -> TuneResult:
+def share_result(home: Home, result: TuneResult, env_key: str,
+                 on: datetime.date | None = None) -> TuneResult:
     """`result` as the result of the same graph in environment `env_key`, which the tuner
     measures alike (the same program, platform, device kind and partitioning: the keys differ
     only in the compiler release their jobs ran, which the tuner does not run): the same
     verdict and figures, `Origin.SHARED` from the measured key, as a task of its own (its id
-    from the result's and `env_key`, its trials the measured task's), landed. Idempotent."""
+    from the result's and `env_key`, its trials the measured task's), landed under the day `on`
+    (default today). Idempotent."""
     source = f"{result.fingerprint}/{result.env_key}"
     shared = replace(result, task_id=task_digest(result.task_id, "shared", env_key), env_key=env_key,
                      trials=[], origin=Origin.SHARED, transferred_from=source,
                      reason=f"{result.reason}; measured as {source}, a key measured alike")
     if finished_result(home, shared.task_id) is None:
         save_result(home, shared)
-    land_result(home, shared)
+    land_result(home, shared, on)
     return shared
 
 

@@ -256,13 +256,14 @@ class NightState:
         return found
 
 
-def share_standing(home: Home, state: NightState) -> list[TuneResult]:
-    """Step 1: every key measured alike with a key whose conclusion stands takes its result."""
+def share_standing(home: Home, state: NightState, on: datetime.date | None = None) -> list[TuneResult]:
+    """Step 1: every key measured alike with a key whose conclusion stands takes its result,
+    landed under the day `on` (default today)."""
     shared = []
     for task_id, env_key in state.shares():
         result = finished_result(home, task_id)
         if result is not None:
-            shared.append(share_result(home, result, env_key))
+            shared.append(share_result(home, result, env_key, on))
     return shared
 
 
@@ -366,12 +367,14 @@ def _groups_of(state: NightState, keys: set[GraphKey]) -> list[Group]:
     return sorted(found, key=lambda g: g.key)
 
 
-def land_shared(home: Home, task: PlannedTask, result: TuneResult) -> list[TuneResult]:
+def land_shared(home: Home, task: PlannedTask, result: TuneResult,
+                on: datetime.date | None = None) -> list[TuneResult]:
     """The other keys of `task`'s group take its result, where it concludes (an accepted or a
-    searched one: a check that found nothing leaves them to their own search with it)."""
+    searched one: a check that found nothing leaves them to their own search with it), landed
+    under the day `on` (default today)."""
     if task.path is Path.CHECK and result.status != Verdict.ACCEPTED:
         return []
-    return [share_result(home, result, env_key) for env_key in task.alike]
+    return [share_result(home, result, env_key, on) for env_key in task.alike]
 
 
 def _planned(home: Home, date: datetime.date, part: str, make: Any, force: bool) -> list[PlannedTask]:

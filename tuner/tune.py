@@ -51,6 +51,7 @@ the seconds into the task at which the config it verified was found (`seconds_to
 
 from __future__ import annotations
 
+import datetime
 import functools
 import time
 from dataclasses import dataclass, replace
@@ -151,6 +152,9 @@ class TuneSettings:
     # the best of them verified as any winner is.
     transfers: tuple[Transfer, ...] = ()
     transfer_check: bool = False
+    # The day its results land under in the warehouse (None: the day it finishes): a nightly's
+    # date, so a decision's age (`tuner.decided`) counts from the night that made it.
+    day: datetime.date | None = None
 
     def __post_init__(self) -> None:
         if self.stall_after is not None and self.stall_after < 1:
@@ -171,7 +175,7 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     task_id = _task_id(target, settings, env_key, environment.compiler_version)
     finished = finished_result(home, task_id)
     if finished is not None:  # landing again is a no-op unless a kill cut it short
-        land_result(home, finished)
+        land_result(home, finished, settings.day)
         return finished
     trials = journaled_trials(home, task_id)
     clock = TaskClock(trials)
@@ -200,7 +204,7 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
     result = _labelled(result, settings, searched.stop)
     bar.close()
     save_result(home, result)
-    land_result(home, result)
+    land_result(home, result, settings.day)
     return result
 
 

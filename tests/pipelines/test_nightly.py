@@ -87,12 +87,14 @@ def test_a_nightly_run_killed_mid_stage_finishes_without_duplicates(fleet_home):
     candidates = warehouse.read(CANDIDATES, filter_dt=lambda dt: dt == DATE.isoformat())
     keys = list(zip(*(candidates.column(c).to_pylist() for c in ("kind", "fingerprint", "env_key"))))
     assert keys and len(keys) == len(set(keys))
-    trials = warehouse.read(TRIALS).column("trial_id").to_pylist()
-    assert trials and len(trials) == len(set(trials))
+    trials = warehouse.read(TRIALS, ["trial_id", "dt"]).to_pylist()
+    assert trials and len(trials) == len({t["trial_id"] for t in trials})
     landed = warehouse.read(TUNING_RESULTS, ["task_id", "origin", "budget_share", "budget_reason",
-                                             "search_stop"]).to_pylist()
+                                             "search_stop", "dt"]).to_pylist()
     tasks = [r["task_id"] for r in landed]
     assert len(tasks) == len(set(tasks))  # nothing landed twice
+    # Under the night's date, not the day it ran: a decision's age counts from its night.
+    assert {r["dt"] for r in landed + trials} == {DATE}
     # One task ran (the keys measured alike took its result, each once); it had the whole
     # stage's budget, said why, and why its search ended.
     (result,) = [r for r in landed if r["origin"] != "shared"]
