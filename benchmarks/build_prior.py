@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search_quality import Bench  # noqa: E402
+from checkout import commit  # noqa: E402
 
 from hlo.environment import cpu_model_name, current_environment  # noqa: E402
 from storage.home_factory import atomic_write  # noqa: E402
@@ -75,15 +75,6 @@ def held_out(screens: dict[str, dict[Move, MoveScreen]], seconds: dict[str, dict
                             sum(seconds[name].values()),
                             max((mine[m].speedup or 0.0 for m in skipped), default=0.0)))
     return rows
-
-
-def commit() -> str:
-    """The checkout's commit, "+dirty" where it has uncommitted changes."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
-    return f"{head}+dirty" if dirty else head
 
 
 def report(prior: PlatformPrior) -> None:
@@ -137,7 +128,7 @@ def main() -> None:
             screens[name], seconds[name] = screened(bench)
         finally:
             bench.close()
-    measured = Measured(commit(), cpu_model_name(), here.device_kind, here.compiler_version,
+    measured = Measured(commit() or "unknown", cpu_model_name(), here.device_kind, here.compiler_version,
                         datetime.date.today().isoformat(), tuple(names))
     prior = summarize(screens, device_kinds, measured)
     rows = held_out(screens, seconds, device_kinds, measured)

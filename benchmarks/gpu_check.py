@@ -73,6 +73,8 @@ from typing import Any, Callable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checkout import commit  # noqa: E402
 
 from execution.compile import compiler_defaults  # noqa: E402
 from execution.flags import FLAGS, to_json  # noqa: E402
@@ -312,7 +314,7 @@ def environment_figures() -> dict[str, Any]:
         "environment": environment.to_json(), "env_key": environment.key(),
         "description": dataclasses.asdict(description) if description else None,
         "jax": jax.__version__, "python": sys.version.split()[0], "devices": [str(d) for d in devices],
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": _commit(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": commit(),
         "gpu_flags": {name: {"accepted": name in accepted_flags(GPU_PLATFORM),
                              "default": to_json({name: defaults[name]})[name] if name in defaults else None,
                              "rank": spec.rank, "min_devices": spec.min_devices}
@@ -321,16 +323,6 @@ def environment_figures() -> dict[str, Any]:
                   for param in space.params},
         "single_moves": len(neighbourhood(space)),
     }
-
-
-def _commit() -> str | None:
-    """The checkout's commit (None where there is no git, or no repository)."""
-    try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=10)
-    except OSError:
-        return None
-    return done.stdout.strip() or None
 
 
 def aa_figures(plan: Plan, state: State, name: str) -> dict[str, Any]:
@@ -1200,7 +1192,7 @@ def main() -> None:
     # Each run's own machine, date and commit: the runs of the figures may be sessions apart.
     state.record(f"run {args.run}", {
         "seconds": round(time.monotonic() - started, 1), "dry_run": args.dry_run, "minutes": args.minutes,
-        "device": jax.devices()[0].device_kind, "jax": jax.__version__, "commit": _commit(),
+        "device": jax.devices()[0].device_kind, "jax": jax.__version__, "commit": commit(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "imports": sorted(name for name in ABSENT_ON_DEVICE if name in sys.modules)})
     print(report(state.results))
