@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -31,6 +32,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ray
+from provenance import describe
 from ray.cluster_utils import Cluster
 
 from execution.measure import MeasureSettings
@@ -151,4 +153,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

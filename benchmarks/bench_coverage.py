@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import describe
+
 import tuner
 from pipelines.nightly import ledger_rows
 from ranking.verified_coverage import verified_coverage
@@ -125,4 +127,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from typing import Any
 
+from provenance import describe
 from tqdm import tqdm
 
 from execution.evaluate import evaluate
@@ -141,4 +143,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

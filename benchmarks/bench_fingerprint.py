@@ -14,6 +14,8 @@ import statistics
 import sys
 import time
 
+from provenance import describe
+
 from hlo.family import family_fingerprint
 from hlo.fingerprint import fingerprint_module, graph_fingerprint
 from hlo.module import from_lowered, from_text
@@ -67,4 +69,5 @@ def main(sizes: list[int]) -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main([int(a) for a in sys.argv[1:]] or [10_000, 100_000, 500_000])

@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+from provenance import describe
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -160,4 +162,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

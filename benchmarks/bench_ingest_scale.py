@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import duckdb
+from provenance import describe
 
 # graph_runs rows per job and day in the simulated fleet (measured: 3.19; a row per profiled process)
 ROWS_PER_JOB = 3.2
@@ -79,4 +80,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

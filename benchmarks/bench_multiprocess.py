@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from provenance import describe
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -129,4 +131,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

@@ -30,6 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from provenance import describe
+
 from execution.compile import CompileError, compile_module, compiler_defaults, object_code  # noqa: E402
 from execution.numerics import all_ok, compare_outputs, pooled  # noqa: E402
 from execution.session import Reference, RunError, measurable_module, program_key, run_once  # noqa: E402
@@ -148,4 +150,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

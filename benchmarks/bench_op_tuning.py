@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import sys
 import tempfile
 from pathlib import Path
+
+from provenance import describe
 
 from execution.evaluate import evaluate
 from hlo.module import from_text
@@ -75,4 +78,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

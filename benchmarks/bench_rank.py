@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import apache_beam as beam
+from provenance import describe
 
 from ingest.tables import GRAPH_RUNS
 from ranking.rank import RankSettings, rank, rank_reads
@@ -103,4 +104,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

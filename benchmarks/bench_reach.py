@@ -34,12 +34,14 @@ import argparse
 import datetime
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
+from provenance import describe
 
 from execution.sharded import MAX_PARTITION_DEVICES, spans
 from hlo.environment import cpu_model_name, current_environment, partitioning_from_json
@@ -194,4 +196,5 @@ def _pct(value: float | None) -> str:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import sys
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -37,6 +38,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from provenance import describe
 
 from console.progress import progress_bar
 from hlo.environment import Environment, store_key
@@ -244,4 +246,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

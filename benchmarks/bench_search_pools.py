@@ -22,7 +22,10 @@ import argparse
 import math
 import random
 import statistics
+import sys
 import time
+
+from provenance import describe
 
 from execution.compile import compiler_defaults
 from execution.cores import CorePlan, available_cores, plan_cores
@@ -119,4 +122,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

@@ -70,6 +70,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from provenance import describe
 from tqdm import tqdm
 
 import tuner
@@ -605,4 +606,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

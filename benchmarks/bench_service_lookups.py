@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_hook import make_store, probe_keys  # noqa: E402
+from provenance import describe
 
 HOOK_TIMEOUT = 0.25
 TOKEN = "bench-token"
@@ -212,4 +213,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

@@ -47,6 +47,8 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from provenance import describe
+
 from execution.evaluate import evaluate_independently  # noqa: E402
 from execution.flags import CompilerConfig  # noqa: E402
 from execution.sharded import Placement  # noqa: E402
@@ -291,4 +293,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

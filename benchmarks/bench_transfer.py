@@ -28,10 +28,13 @@ import json
 import math
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from provenance import describe
 
 from delivery.deliver import deliver
 from hlo.environment import cpu_model_name, current_environment
@@ -144,4 +147,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

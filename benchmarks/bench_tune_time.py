@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provenance import describe
+
 import tuner
 from execution.compile import compiler_defaults
 from execution.evaluate import FRESH_WORKERS, evaluate
@@ -163,4 +165,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

@@ -17,6 +17,7 @@ import dataclasses
 import datetime
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -25,6 +26,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pyarrow as pa
+from provenance import describe
 
 from delivery.store_writer import Store
 from hlo.environment import current_environment, store_key
@@ -128,4 +130,5 @@ def _decisions(counts: dict[str, int]) -> str:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search_quality import Bench  # noqa: E402
-from checkout import commit  # noqa: E402
+from provenance import commit, describe
 
 from hlo.environment import cpu_model_name, current_environment  # noqa: E402
 from storage.home_factory import atomic_write  # noqa: E402
@@ -143,4 +143,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()

@@ -74,7 +74,7 @@ from typing import Any, Callable  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checkout import commit  # noqa: E402
+from provenance import commit, describe  # noqa: E402
 
 from execution.compile import compiler_defaults  # noqa: E402
 from execution.flags import FLAGS, to_json  # noqa: E402
@@ -1201,4 +1201,5 @@ def main() -> None:
 RUNS: dict[int, Callable[[Plan, State, Clock], None]] = {1: run_loop, 2: run_kernels, 3: run_breadth}
 
 if __name__ == "__main__":
+    print(describe(), file=sys.stderr, flush=True)
     main()
