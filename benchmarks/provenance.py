@@ -26,29 +26,13 @@ def commit() -> str | None:
     return f"{head}+dirty" if dirty else head
 
 
-def cpu() -> str:
-    """The CPU's model name with its family and model numbers, which tell apart the CPUs a
-    virtual machine names alike ("AMD EPYC (family 26, model 2)"); the platform's elsewhere."""
-    from hlo.environment import cpu_model_name
-
-    fields: dict[str, str] = {}
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if not line.strip():
-                break  # the first processor's block is enough
-            key, _, value = line.partition(":")
-            fields[key.strip()] = value.strip()
-    numbers = ", ".join(f"{name} {fields[key]}" for key, name in (("cpu family", "family"), ("model", "model"))
-                        if fields.get(key))
-    return f"{cpu_model_name()} ({numbers})" if numbers else cpu_model_name()
-
-
 def describe() -> str:
     """One line: CPU, cores this process may use, jaxlib, commit."""
+    from hlo.environment import cpu_model_name
+
     try:
         jaxlib = metadata.version("jaxlib")
     except metadata.PackageNotFoundError:
         jaxlib = "not installed"
-    return (f"machine: {cpu()}, {len(os.sched_getaffinity(0))} cores, jaxlib {jaxlib}, "
+    return (f"machine: {cpu_model_name()}, {len(os.sched_getaffinity(0))} cores, jaxlib {jaxlib}, "
             f"commit {commit() or 'unknown'}")

@@ -316,12 +316,20 @@ def _cpu_flags() -> set[str]:
 
 
 def cpu_model_name() -> str:
-    """The CPU's model as the kernel names it ("AMD EPYC 7B13", ...: which moves win differs by
-    CPU, so every benchmark says which it ran on); the platform's processor name elsewhere."""
+    """The CPU's model as the kernel names it, with its family and model numbers, which tell
+    apart the CPUs a virtual machine names alike ("AMD EPYC (family 26, model 2)"): which moves
+    win differs by CPU, so every benchmark says which it ran on. The platform's processor name
+    where there is no /proc/cpuinfo."""
     cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                return value.strip()
-    return platform.processor() or platform.machine()
+    if not cpuinfo.exists():
+        return platform.processor() or platform.machine()
+    fields: dict[str, str] = {}
+    for line in cpuinfo.read_text().splitlines():
+        if not line.strip():
+            break  # the first processor's block is enough
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    numbers = ", ".join(f"{label} {fields[key]}" for key, label in (("cpu family", "family"), ("model", "model"))
+                        if fields.get(key))
+    return f"{name} ({numbers})" if numbers else name

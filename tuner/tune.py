@@ -117,6 +117,9 @@ COMPARE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSet
                            catastrophe_ratio=None)
 # Why a transfer check verified nothing.
 NO_TRANSFER_GAIN = "no transferred config screened faster than the default"
+# Why a task verified nothing where only a config that relaxes numerics beat the default.
+RELAXED_OUT_OF_MINUTES = ("only a config that relaxes numerics beat the default in the search, and "
+                          "the task's minutes were spent before its verification")
 # The claim: 10 s of timing in each fresh worker, and at least 20 pairs, as the validator's (at
 # 99.9%, 20 pairs give the 3rd to the 18th of their ratios). On a module of a second a run the
 # pairs, not the 10 s, set a worker's time: 40 pairs made the verification of such a module
@@ -194,13 +197,16 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
             bar.set_postfix_str(f"choosing the winner ({trial.phase})")
 
     searched = _search(target, home, settings, prior, trials, clock, in_time, record)
-    if not in_time():  # the minutes are spent: the claim is the strict winner's alone (docs/tuner.md)
+    unverified = searched.winners.relaxed if not in_time() else None
+    if unverified is not None:  # the minutes are spent: the claim is the strict winner's alone (docs/tuner.md)
         searched = replace(searched, winners=replace(searched.winners, relaxed=None))
     if searched.winners.strict is not None or searched.winners.relaxed is not None:
         bar.set_postfix_str(f"verifying in {settings.verify_workers} fresh workers")
     result = _verify(target, searched.trials, searched.winners, settings, task_id, env_key,
                      environment.compiler_version, spending(searched.trials, clock(), searched.compiles),
                      searched.default_fails)
+    if unverified is not None and searched.winners.strict is None:
+        result = replace(result, reason=RELAXED_OUT_OF_MINUTES)
     result = _labelled(result, settings, searched.stop)
     bar.close()
     save_result(home, result)

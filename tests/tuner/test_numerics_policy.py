@@ -33,7 +33,7 @@ from tuner.space import SearchSpace, config_key
 from tuner.tables import TUNING_RESULTS
 from tuner.target import TuneTarget
 from tuner.trial import Trial
-from tuner.tune import TuneSettings, _relaxed_option, _task_id, run_task
+from tuner.tune import RELAXED_OUT_OF_MINUTES, TuneSettings, _relaxed_option, _task_id, run_task
 from tuner.winner import best_trial
 from vocabulary.interval import Interval
 from vocabulary.tuning import Phase, StopReason, TrialOutcome, Verdict
@@ -236,30 +236,50 @@ def test_a_tuning_run_over_fast_math_delivers_a_strict_config_and_offers_the_rel
     assert row["relaxed_speedup"] == result.relaxed.speedup.estimate
 
 
-@pytest.mark.xla
-@pytest.mark.slow
-@pytest.mark.subprocess
-def test_a_task_out_of_its_minutes_verifies_its_strict_winner_alone(tmp_path: Path):
-    """A task resumed from a journal whose screens took 60 s of its 30-s budget (the relaxing
-    config the best, then a strict one) starts nothing more, verifies the strict winner
-    alone and offers no opt-in: its minutes were not renewed by the rerun."""
+RELAXED, STRICT = {FAST_MATH: True}, {"xla_cpu_prefer_vector_width": 128}
+
+
+def _resumed_out_of_minutes(tmp_path: Path, journaled: list[tuple[dict, float, float]]) -> TuneResult:
+    """The result of a task resumed from a journal of screens (config, speedup, seconds) that
+    took all of its 30-s budget, on a real module."""
     module = from_lowered(jax.jit(_activations).lower(jax.ShapeDtypeStruct((256, 1024), jnp.float32)))
-    relaxed, strict = {FAST_MATH: True}, {"xla_cpu_prefer_vector_width": 128}
     short = MeasureSettings(min_pairs=10, batch_pairs=10, max_pairs=60, max_seconds=1.0)
     settings = TuneSettings(budget_evals=10, budget_minutes=0.5, search=short, compare=short,
                             verify=MeasureSettings(min_pairs=20, max_seconds=2.0), verify_workers=1)
     target = TuneTarget(module, graph_fingerprint(module), "graph", SearchSpace(()), "activations",
-                        configs=(relaxed, strict))
+                        configs=tuple(config for config, _, _ in journaled))
     environment = current_environment()
     home = open_home(tmp_path / "home")
     task_id = _task_id(target, settings, environment.key(), environment.compiler_version)
-    for index, (config, speedup, seconds) in enumerate([(relaxed, 1.5, 30.0), (strict, 1.2, 60.0)]):
+    for index, (config, speedup, seconds) in enumerate(journaled):
         journal_trial(home, task_id, Trial(index, config, TrialOutcome.MEASURED, f"program-{index}",
                                            Interval(speedup, speedup * 0.98, speedup * 1.02),
                                            numerics_ok=True, elapsed_seconds=seconds))
     result = run_task(target, home, settings)
     assert result.task_id == task_id and result.search_stop == StopReason.TIME
     assert [t.phase for t in result.trials] == [Phase.SEARCH, Phase.SEARCH]  # no race, no pruning
+    return result
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_task_out_of_its_minutes_verifies_its_strict_winner_alone(tmp_path: Path):
+    """A task resumed with the relaxing config its best, then a strict one, starts nothing
+    more, verifies the strict winner alone and offers no opt-in: its minutes were not renewed
+    by the rerun."""
+    result = _resumed_out_of_minutes(tmp_path, [(RELAXED, 1.5, 30.0), (STRICT, 1.2, 60.0)])
     verify = result.phases[-1]
     assert verify.phase == Phase.VERIFY and verify.configs == 1
-    assert result.relaxed is None and result.config in ({}, strict)
+    assert result.relaxed is None and result.config in ({}, STRICT)
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_task_out_of_its_minutes_whose_only_winner_relaxes_says_it_was_not_verified(tmp_path: Path):
+    """Where only the relaxing config beat the default, nothing is verified, and the reason
+    says why: the minutes, not the search, which found something."""
+    result = _resumed_out_of_minutes(tmp_path, [(RELAXED, 1.5, 30.0), (STRICT, 0.8, 60.0)])
+    assert result.phases[-1].configs == 0 and result.relaxed is None and result.config == {}
+    assert result.status == Verdict.NO_GAIN and result.reason == RELAXED_OUT_OF_MINUTES
