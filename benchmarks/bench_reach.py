@@ -23,9 +23,13 @@ none always runs on the busier machine. After each night, from each home's ledge
 - the tune stage: its seconds, the transfer checks and searches run and accepted, and the keys
   each reached (a task's result reaches the keys measured alike), and the keys that took a
   result with no task.
+
+`--keep` on a directory kept before goes on from its homes' last night (the day after, as night
+N+1), so a long run can be taken in parts.
+
 At the end, what limits the figures: the tunable chip-time of keys no machine here can measure
-(spanning more devices than a per-device program can be built for), of keys the ranking left out
-(the long tail, beyond `--rank-top`), and of keys still open.
+(spanning more devices than a per-device program can be built for), of keys the ranking left
+out (the long tail, beyond `--rank-top`), and of keys still open.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from provenance import describe
 from execution.sharded import MAX_PARTITION_DEVICES, spans
 from hlo.environment import cpu_model_name, current_environment, partitioning_from_json
 from ingest.tables import GRAPH_RUNS, GRAPHS
-from pipelines.nightly import NightlySettings, coverage_by_night, run_nightly
+from pipelines.nightly import NightlySettings, coverage_by_night, ledger_rows, run_nightly
 from ranking.tables import CANDIDATES
 from storage.beam_logging import quiet_beam_logging
 from storage.home_factory import open_home
@@ -85,6 +89,11 @@ def night(home: Path, arm: str, date: datetime.date, args: argparse.Namespace) -
             **{name: tune.get(name, 0) for name in (
                 "checks", "checks_accepted", "checks_keys", "checks_seconds", "searches", "searches_accepted",
                 "searches_keys", "searches_seconds", "shared_keys", "out_of_budget")}}
+
+
+def nights_run(home: Path) -> list[datetime.date]:
+    """The dates a kept home's nightly loop ran for, in order."""
+    return sorted(set(ledger_rows(open_home(home)).column("dt").to_pylist()))
 
 
 def limits(home: Path, last: datetime.date, rank_top: int) -> dict[str, float]:
@@ -135,7 +144,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--arms", default=",".join(ARMS), help=f"of {', '.join(ARMS)}")
-    parser.add_argument("--keep", type=Path, default=None, help="keep the homes under this directory")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep the homes under this directory; homes kept before go on from their last night")
     parser.add_argument("--first-night", type=datetime.date.fromisoformat, default=None,
                         help="the first night's date (default: the last night is today)")
     parser.add_argument("--json", action="store_true")
@@ -148,10 +158,12 @@ def main() -> None:
     homes = {arm: parent / arm for arm in arms}
     for home in homes.values():
         home.mkdir(parents=True, exist_ok=True)
-    first = args.first_night or datetime.date.today() - datetime.timedelta(days=args.nights - 1)
+    before = nights_run(homes[arms[0]])  # a kept home goes on from its last night
+    first = args.first_night or (before[-1] + datetime.timedelta(days=1) if before else
+                                 datetime.date.today() - datetime.timedelta(days=args.nights - 1))
     results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
-    for number in range(args.nights):
-        date = first + datetime.timedelta(days=number)
+    for number in range(len(before), len(before) + args.nights):
+        date = first + datetime.timedelta(days=number - len(before))
         order = arms if number % 2 == 0 else arms[::-1]
         for arm in order:
             catalog = homes[arms[0]] / "simulator" / "catalog"
@@ -182,7 +194,7 @@ def main() -> None:
                   f"{r['checks_keys']:>7}/{r['searches_keys']}/{r['shared_keys']}")
     for number in range(args.nights):
         faster = {arm: results[arm][number]["faster_share"] or 0.0 for arm in arms}
-        print(f"night {number + 1}: faster share of each arm over the last's: " + ", ".join(
+        print(f"night {results[arms[0]][number]['night']}: faster share of each arm over the last's: " + ", ".join(
             f"{arm} {faster[arm] / faster[arms[-1]]:.2f}x" if faster[arms[-1]] else f"{arm} -" for arm in arms))
     for arm in arms:
         lim = summary["limits"][arm]
