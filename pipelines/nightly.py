@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +33,9 @@ from tasks.runner import LocalRunner, Runner
 from tuner.kinds import KINDS
 from vocabulary.tasks import TaskStatus
 from vocabulary.tuning import Kind
+
+if TYPE_CHECKING:
+    from tuner.plan import TaskSeconds
 
 # The share of a tune stage's minutes its transfer checks may take: the rest is the searches'.
 CHECK_SHARE = 0.75
@@ -187,13 +190,11 @@ def _rank(home: Home, settings: NightlySettings, progress: bool,
 
 def _tune(home: Home, settings: NightlySettings, progress: bool,
           runner: Runner | None = None) -> dict[str, Any]:
-    """The night's graph tasks as `tuner.plan` plans them, covering before deepening: keys
-    measured alike with a concluded one share its result; transfer checks, worthiest first,
-    within `CHECK_SHARE` of the stage's minutes; then searches by worth, at most `top`, sharing
-    `tune_evals` evaluations a graph and the stage's minutes by what each is worth (less
-    `LATE_CHECK_SHARE` where they left kin waiting); then the checks their results made
-    possible; then the kernels and the ops, in what time is left."""
-    from tuner.plan import NightState, deferred_kin, night_counts, plan_checks, plan_searches, share_standing
+    """The night's graph tasks in the order `tuner.plan` states (shares, the checks that come
+    first, within `CHECK_SHARE` of the stage's minutes, searches, less `LATE_CHECK_SHARE` where
+    they left kin waiting, then the other checks), at the past nights' seconds a task
+    (`task_seconds`); then the kernels and the ops, in what time is left."""
+    from tuner import plan
     from tuner.transfer import transferred
 
     deadline = time.time() + 60 * settings.tune_minutes
@@ -201,26 +202,27 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     base = stages.tune_settings(Kind.GRAPH, budget_evals=settings.tune_evals,
                                 verify_workers=settings.verify_workers, day=settings.date)
     share_alike = settings.transfer or settings.share_alike
-    state = NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
-    shared = share_standing(home, state, settings.date)
-    checks = plan_checks(home, settings.date, state, settings.force) if settings.transfer else []
+    state = plan.NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
+    shared = plan.share_standing(home, state, settings.date)
+    planned = plan.plan_checks(home, settings.date, state, settings.force) if settings.transfer else []
+    checks, waiting = plan.checks_first(state, planned, task_seconds(home))  # waiting: after the searches
     checked = stages.run_planned(home, checks, state, base, runner,
                                  deadline=time.time() + CHECK_SHARE * (deadline - time.time()),
                                  progress=progress)
     accepted = {task.key: transfer for task, result in zip(checks, checked.results)
                 if result is not None and result.accepted
                 and (transfer := transferred(result.config, task.transfers)) is not None}
-    state = NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)  # after the checks
-    searches = plan_searches(home, settings.date, state, settings.top, settings.tune_evals, accepted,
-                             settings.transfer, settings.force)
+    state = plan.NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)  # checked
+    searches = plan.plan_searches(home, settings.date, state, settings.top, settings.tune_evals, accepted,
+                                  settings.transfer, settings.force, frozenset(c.key for c in waiting))
     searches_until = deadline
-    if settings.transfer and deferred_kin(state, searches):
+    if settings.transfer and plan.deferred_kin(state, searches):
         searches_until = time.time() + (1 - LATE_CHECK_SHARE) * (deadline - time.time())
     searched = stages.run_planned(home, searches, state, base, runner, deadline=searches_until,
                                   reserve=1 if settings.top_ops else 0, progress=progress)
     if settings.transfer and time.time() < deadline:  # the checks tonight's results made possible
-        state = NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
-        late = plan_checks(home, settings.date, state, settings.force, late=True)
+        state = plan.NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
+        late = plan.plan_checks(home, settings.date, state, settings.force, late=True)
         checks += late
         checked.extend(stages.run_planned(home, late, state, base, runner, deadline=deadline,
                                        reserve=1 if settings.top_ops else 0, progress=progress))
@@ -229,8 +231,8 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
               "budget_shares": [round(t.allotment.share, 4) for t in searches if t.allotment is not None],
               "budget_evals": [t.allotment.budget_evals for t in searches if t.allotment is not None],
               "search_stops": [r.search_stop for r in results],
-              **night_counts(checks, checked.results, searches, searched.results,
-                             len(shared) + len(checked.shared) + len(searched.shared)),
+              **plan.night_counts(checks, checked.results, searches, searched.results,
+                                  len(shared) + len(checked.shared) + len(searched.shared)),
               **_not_tuned(checked.outcomes + searched.outcomes)}
     if settings.top_kernels:
         counts.update(_tune_kernels(home, settings, progress, runner, deadline))
@@ -245,6 +247,24 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
         counts.update(ops=len(ops.results), ops_accepted=sum(r.accepted for r in ops.results),
                       folds=len(ops.folds), folds_accepted=sum(f.accepted for _, f in ops.folds))
     return counts
+
+
+def task_seconds(home: Home) -> TaskSeconds:
+    """What a check and a search of a night took on average over the past nights' tune stages
+    (their ledger's counts), each where some ran; `TaskSeconds`' defaults where none did."""
+    from tuner.plan import TaskSeconds
+
+    spent = {"checks": [0.0, 0], "searches": [0.0, 0]}
+    for row in ledger_rows(home).to_pylist():
+        if row["stage"] == "tune" and row["status"] == StageStatus.DONE:
+            counts = json.loads(row["counts"] or "{}")
+            for path, total in spent.items():
+                total[0] += counts.get(f"{path}_seconds", 0.0)
+                total[1] += counts.get(path, 0)
+    default = TaskSeconds()
+    (check_seconds, checks), (search_seconds, searches) = spent["checks"], spent["searches"]
+    return TaskSeconds(check_seconds / checks if checks else default.check,
+                       search_seconds / searches if searches else default.search)
 
 
 def _tune_kernels(home: Home, settings: NightlySettings, progress: bool, runner: Runner,

@@ -13,17 +13,20 @@ spends its stage on what covers the most first:
    group then shares (`land_shared`);
 3. checks (`plan_checks`): each group that has transfers (`tuner.transfer`: configs verified for
    its siblings, or that won broadly on its platform) gets a transfer check, worthiest first: a
-   few compiles and screens and one verification, where a search is dozens;
+   few compiles and screens and one verification, where a search is dozens. A check runs before
+   the searches where it is expected to decide at least as much chip-time a second as the
+   worthiest search would (`checks_first`); the others wait for step 5;
 4. searches (`plan_searches`, planned once the checks have run): the groups still without a
-   conclusion, worthiest first, at most `top`, each seeded with its transfers and allotted its
-   share of the stage's evaluations by worth (`tuner.allot`). A group whose check was accepted
-   tonight competes too, its worth discounted by `DEEPEN_DISCOUNT` (the transfer took part of
-   the gain): by what it is worth, a transferred config is where a search starts, not where it
-   must end. With transfer, one search a night per kin (a family, or a graph without one): its
-   other groups wait for the check its result makes possible;
+   conclusion and not waiting for a check, worthiest first, at most `top`, each seeded with its
+   transfers and allotted its share of the stage's evaluations by worth (`tuner.allot`). A group
+   whose check was accepted tonight competes too, its worth discounted by `DEEPEN_DISCOUNT` (the
+   transfer took part of the gain): by what it is worth, a transferred config is where a search
+   starts, not where it must end. With transfer, one search a night per kin (a family, or a graph
+   without one): its other groups wait for the check its result makes possible;
 5. late checks (`plan_checks(..., late=True)`, planned once the searches have run): the checks
-   tonight's results made possible, in the time left, which holds at least a share of the
-   searches' time (`LATE_CHECK_SHARE` in pipelines.nightly) where searches left kin waiting.
+   tonight's results made possible and those that waited, in the time left, which holds at least
+   a share of the searches' time (`LATE_CHECK_SHARE` in pipelines.nightly) where searches left
+   kin waiting.
 
 A group's worth is its keys' fleet chip-seconds together, times the share a tuning of it is
 expected to save (`tuner.allot.worths`). Each list is written once per date under the home's
@@ -63,6 +66,16 @@ DEEPEN_DISCOUNT = 0.5
 # yet fitted. On the reach fleet's 3 nights (docs/bench_reach.md, commit 88512ae) the accepted
 # shares were 11 of 15 (family), 2 of 4 (the same program elsewhere), 11 of 29 (platform).
 CHECK_PRIOR = {Kinship.SAME_PROGRAM: 0.8, Kinship.FAMILY: 0.6, Kinship.PLATFORM: 0.35}
+
+
+@dataclass(frozen=True)
+class TaskSeconds:
+    """What a check and a search of a night are expected to take, in seconds (pipelines.nightly
+    reads them off the past nights' ledger). The defaults, for a home's first nights: the reach
+    fleet's (docs/bench_reach.md), 29 s a check and 60 to 150 s a search."""
+
+    check: float = 30.0
+    search: float = 120.0
 
 
 class Path(StrEnum):
@@ -289,6 +302,33 @@ def plan_checks(home: Home, date: datetime.date, state: NightState, force: bool 
     return _planned(home, date, "late-checks" if late else "checks", make, force)
 
 
+def checks_first(state: NightState, checks: list[PlannedTask],
+                 seconds: TaskSeconds) -> tuple[list[PlannedTask], list[PlannedTask]]:
+    """`checks` (in order) split into those a night runs before its searches and those that wait
+    until after them. A check goes first where what it is expected to decide a second
+    (`check_value` over `seconds.check`) is at least what the worthiest open group's search
+    would: its chip-seconds times the chance it needs one (1 without a check tonight, else the
+    chance its check finds nothing), over `seconds.search`. So a large group whose check found
+    nothing, a search's, does not wait a night behind the checks of groups a fraction its size."""
+    groups = {g.key: g for g in state.open_groups() if not state.status(g.key).concluded}
+    planned = {c.key: c for c in checks}
+
+    def searched(group: Group) -> float:  # chip-seconds a search of it is expected to decide
+        check = planned.get(group.key)
+        if check is None:
+            return group.chip_seconds
+        return group.chip_seconds * (1 - max(CHECK_PRIOR[t.kinship] for t in check.transfers))
+
+    bar = max(map(searched, groups.values()), default=0.0) / seconds.search
+    first: list[PlannedTask] = []
+    later: list[PlannedTask] = []
+    for check in checks:
+        group = groups.get(check.key)
+        rate = check_value(group, check.transfers) / seconds.check if group is not None else 0.0
+        (first if group is not None and rate >= bar else later).append(check)
+    return first, later
+
+
 def check_value(group: Group, transfers: tuple[Transfer, ...]) -> float:
     """What a check of `transfers` is expected to decide: the group's chip-seconds times the
     chance its nearest kin's config holds up (`CHECK_PRIOR`)."""
@@ -297,15 +337,16 @@ def check_value(group: Group, transfers: tuple[Transfer, ...]) -> float:
 
 def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, per_task_evals: int,
                   accepted_tonight: dict[GraphKey, Transfer], transfer: bool = True,
-                  force: bool = False) -> list[PlannedTask]:
+                  force: bool = False, waiting: frozenset[GraphKey] = frozenset()) -> list[PlannedTask]:
     """Step 4: the searches of the night, at most `top`, worthiest first, each allotted its share
     of `per_task_evals` evaluations a task by worth and seeded with its transfers;
     `accepted_tonight`: the keys whose transfer check was accepted tonight, with the transfer
     that was (they compete with a discounted worth, their search seeded with it); `transfer`
     False: no search is seeded, and kin may be searched the same night (else one group of a kin:
-    `_kin`). Read back where planned before for `date` (unless `force`)."""
+    `_kin`); `waiting`: the keys of groups whose check comes later tonight (`checks_first`),
+    searched on no night before it. Read back where planned before for `date` (unless `force`)."""
     def make() -> list[PlannedTask]:
-        groups = [g for g in state.open_groups() if not state.status(g.key).concluded]
+        groups = [g for g in state.open_groups() if not state.status(g.key).concluded and g.key not in waiting]
         deepen = _groups_of(state, set(accepted_tonight))
         candidates = groups + deepen
         valued: list[tuple[float, Group, Worth, tuple[Transfer, ...]]] = []

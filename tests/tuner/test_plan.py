@@ -24,7 +24,17 @@ from storage.store_schema import ENTRIES
 from storage.warehouse import Warehouse
 from tuner.decided import DECISION_DAYS, conclusive, key_statuses
 from tuner.persist import finished_result, save_result, share_result
-from tuner.plan import NightState, Path, PlannedTask, deferred_kin, land_shared, plan_checks, plan_searches
+from tuner.plan import (
+    NightState,
+    Path,
+    PlannedTask,
+    TaskSeconds,
+    checks_first,
+    deferred_kin,
+    land_shared,
+    plan_checks,
+    plan_searches,
+)
 from tuner.result import TuneResult
 from tuner.tables import TRIALS, TUNING_RESULTS
 from tuner.transfer import MAX_TRANSFERS, TRANSFER_CHECK, Kinship, Transfer, TransferSources, key_text
@@ -424,3 +434,25 @@ def test_an_undelivered_accepted_result_is_a_source_until_a_store_version_holds_
     # A later night's result for the key is a source again, until it is delivered.
     results(tmp_path, result_row(1, HERE, Verdict.ACCEPTED, SCHEDULER, low=1.3, dt=DAY + datetime.timedelta(days=1)))
     assert sources(tmp_path).verified[(fp(1), HERE.key())].config == SCHEDULER
+
+
+def test_a_small_groups_check_waits_behind_the_search_of_a_large_group_whose_check_found_nothing(tmp_path):
+    for n in (1, 2, 4, 6, 7):
+        graph(tmp_path, n)
+    publish(tmp_path, entry(2, HERE, REDUCE, 1.5))  # graph 1's family (A)
+    results(tmp_path, result_row(7, HERE, Verdict.ACCEPTED, SCHEDULER, low=1.2))  # won on the platform
+    results(tmp_path, result_row(4, HERE, Verdict.NO_GAIN, SCHEDULER, strategy=TRANSFER_CHECK,
+                                 stop=StopReason.BUDGET, origin=Origin.TRANSFER))  # graph 4: a search next
+    ranked(tmp_path, (1, HERE, 30.0), (4, HERE, 40.0), (6, HERE, 2.0))
+    home = open_home(tmp_path)
+    checks = plan_checks(home, DAY, state(tmp_path))
+    assert [c.key[0] for c in checks] == [fp(1), fp(6)]
+    # A second of graph 4's search decides 40 h / 120 s; of graph 1's check 30 h x 0.6 / 30 s,
+    # more; of graph 6's, 2 h x 0.35 / 30 s, far less: it waits until after the searches.
+    first, waiting = checks_first(state(tmp_path), checks, TaskSeconds(check=30.0, search=120.0))
+    assert [c.key[0] for c in first] == [fp(1)] and [c.key[0] for c in waiting] == [fp(6)]
+    searches = plan_searches(home, DAY, state(tmp_path), 3, 10, {}, waiting=frozenset(c.key for c in waiting))
+    assert fp(4) in {s.key[0] for s in searches} and fp(6) not in {s.key[0] for s in searches}
+    # Where a search took as long as 70 checks, both checks come first.
+    first, waiting = checks_first(state(tmp_path), checks, TaskSeconds(check=30.0, search=2100.0))
+    assert [c.key[0] for c in first] == [fp(1), fp(6)] and waiting == []
