@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 # The share of a tune stage's minutes its transfer checks may take: the rest is the searches'.
 CHECK_SHARE = 0.75
+# The nights whose tune stages say what a check and a search take (`task_seconds`): a week's,
+# so the figure follows the fleet's programs and this machine as they change.
+TASK_SECONDS_DAYS = 7
 # The share of the searches' time kept for the late checks where tonight's searches left kin
 # waiting (one search a family a night, tuner.plan): night 1 of the reach fleet spent it all on
 # searches without it, and their families' other groups waited a night (docs/bench_reach.md).
@@ -205,7 +208,7 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     state = plan.NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
     shared = plan.share_standing(home, state, settings.date)
     planned = plan.plan_checks(home, settings.date, state, settings.force) if settings.transfer else []
-    checks, waiting = plan.checks_first(state, planned, task_seconds(home))  # waiting: after the searches
+    checks, waiting = plan.checks_first(state, planned, task_seconds(home, settings.date))  # waiting: after searches
     checked = stages.run_planned(home, checks, state, base, runner,
                                  deadline=time.time() + CHECK_SHARE * (deadline - time.time()),
                                  progress=progress)
@@ -249,13 +252,15 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     return counts
 
 
-def task_seconds(home: Home) -> TaskSeconds:
-    """What a check and a search of a night took on average over the past nights' tune stages
-    (their ledger's counts), each where some ran; `TaskSeconds`' defaults where none did."""
+def task_seconds(home: Home, date: datetime.date) -> TaskSeconds:
+    """What a check and a search of a night took on average over the tune stages of the
+    `TASK_SECONDS_DAYS` nights before `date` (their ledger's counts), each where some ran;
+    `TaskSeconds`' defaults where none did."""
     from tuner.plan import TaskSeconds
 
+    days = {(date - datetime.timedelta(days=n)).isoformat() for n in range(1, TASK_SECONDS_DAYS + 1)}
     spent = {"checks": [0.0, 0], "searches": [0.0, 0]}
-    for row in ledger_rows(home).to_pylist():
+    for row in Warehouse(home).read(RUNS, filter_dt=days.__contains__).to_pylist():
         if row["stage"] == "tune" and row["status"] == StageStatus.DONE:
             counts = json.loads(row["counts"] or "{}")
             for path, total in spent.items():

@@ -58,17 +58,20 @@ def test_a_ledger_written_before_statuses_were_an_enum_still_reads(tmp_path):
     assert ledger_rows(tmp_path, DATE).num_rows == len(rows)  # a skipped stage writes no row
 
 
-def test_a_nights_plan_expects_the_seconds_a_check_and_a_search_took_on_the_nights_before(tmp_path):
-    assert task_seconds(open_home(tmp_path)) == TaskSeconds()  # no night yet: the defaults
+def test_a_nights_plan_expects_the_seconds_a_check_and_a_search_took_on_the_week_before(tmp_path):
+    tonight = DATE + datetime.timedelta(days=4)
+    assert task_seconds(open_home(tmp_path), tonight) == TaskSeconds()  # no night yet: the defaults
     started = datetime.datetime(2026, 5, 3, 2, tzinfo=datetime.UTC)
-    nights = [(1, "done", {"checks": 4, "checks_seconds": 100.0, "searches": 2, "searches_seconds": 300.0}),
+    nights = [(-10, "done", {"checks": 10, "checks_seconds": 9000.0}),  # beyond the week before
+              (1, "done", {"checks": 4, "checks_seconds": 100.0, "searches": 2, "searches_seconds": 300.0}),
               (2, "done", {"checks": 6, "checks_seconds": 200.0, "searches": 0}),
-              (3, "failed", {"checks": 1, "checks_seconds": 900.0})]  # a failed stage's counts: none
+              (3, "failed", {"checks": 1, "checks_seconds": 900.0}),  # a failed stage's counts: none
+              (4, "done", {"checks": 1, "checks_seconds": 900.0})]  # tonight's own, a rerun's
     rows = [{"dt": DATE + datetime.timedelta(days=night), "stage": "tune", "attempt": 1, "status": status,
              "started_at": started, "seconds": 1.0, "counts": json.dumps(counts), "error": None}
             for night, status, counts in nights]
     Warehouse(tmp_path).append(RUNS, pa.Table.from_pylist(rows, RUNS.schema), "nights")
-    assert task_seconds(open_home(tmp_path)) == TaskSeconds(check=30.0, search=150.0)
+    assert task_seconds(open_home(tmp_path), tonight) == TaskSeconds(check=30.0, search=150.0)
 
 
 @pytest.mark.slow
