@@ -315,17 +315,15 @@ def checks_first(state: NightState, checks: list[PlannedTask],
 
     def searched(group: Group) -> float:  # chip-seconds a search of it is expected to decide
         check = planned.get(group.key)
-        if check is None:
-            return group.chip_seconds
-        return group.chip_seconds * (1 - max(CHECK_PRIOR[t.kinship] for t in check.transfers))
+        return group.chip_seconds - (check_value(group, check.transfers) if check is not None else 0.0)
 
     bar = max(map(searched, groups.values()), default=0.0) / seconds.search
     first: list[PlannedTask] = []
     later: list[PlannedTask] = []
     for check in checks:
         group = groups.get(check.key)
-        rate = check_value(group, check.transfers) / seconds.check if group is not None else 0.0
-        (first if group is not None and rate >= bar else later).append(check)
+        goes_first = group is not None and check_value(group, check.transfers) / seconds.check >= bar
+        (first if goes_first else later).append(check)
     return first, later
 
 

@@ -197,15 +197,15 @@ def run_task(target: TuneTarget, home: Home, settings: TuneSettings, env_key: st
             bar.set_postfix_str(f"choosing the winner ({trial.phase})")
 
     searched = _search(target, home, settings, prior, trials, clock, in_time, record)
-    unverified = searched.winners.relaxed if not in_time() else None
-    if unverified is not None:  # the minutes are spent: the claim is the strict winner's alone (docs/tuner.md)
+    unverified = searched.winners.relaxed is not None and not in_time()
+    if unverified:  # the minutes are spent: the claim is the strict winner's alone (docs/tuner.md)
         searched = replace(searched, winners=replace(searched.winners, relaxed=None))
     if searched.winners.strict is not None or searched.winners.relaxed is not None:
         bar.set_postfix_str(f"verifying in {settings.verify_workers} fresh workers")
     result = _verify(target, searched.trials, searched.winners, settings, task_id, env_key,
                      environment.compiler_version, spending(searched.trials, clock(), searched.compiles),
                      searched.default_fails)
-    if unverified is not None and searched.winners.strict is None:
+    if unverified and searched.winners.strict is None:
         result = replace(result, reason=RELAXED_OUT_OF_MINUTES)
     result = _labelled(result, settings, searched.stop)
     bar.close()
