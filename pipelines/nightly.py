@@ -27,7 +27,7 @@ from pipelines import stages
 from pipelines.tables import RUNS
 from storage.home import Home
 from storage.home_factory import open_home
-from storage.warehouse import Warehouse
+from storage.warehouse import Warehouse, partition_days
 from tasks.records import TaskOutcome
 from tasks.runner import LocalRunner, Runner
 from tuner.kinds import KINDS
@@ -258,7 +258,7 @@ def task_seconds(home: Home, date: datetime.date) -> TaskSeconds:
     `TaskSeconds`' defaults where none did."""
     from tuner.plan import TaskSeconds
 
-    days = {(date - datetime.timedelta(days=n)).isoformat() for n in range(1, TASK_SECONDS_DAYS + 1)}
+    days = set(partition_days(date - datetime.timedelta(days=TASK_SECONDS_DAYS), date - datetime.timedelta(days=1)))
     spent = {"checks": [0.0, 0], "searches": [0.0, 0]}
     for row in Warehouse(home).read(RUNS, filter_dt=days.__contains__).to_pylist():
         if row["stage"] == "tune" and row["status"] == StageStatus.DONE:

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from ingest.ran_tuned import ran_tuned
 from ingest.tables import GRAPH_RUNS
 from storage.home import Home
-from storage.warehouse import Warehouse
+from storage.warehouse import Warehouse, partition_days
 from vocabulary.interval import Interval, columns
 from vocabulary.tuning import Kind
 
@@ -176,7 +176,7 @@ def read_realized(home: Home | str | Path, first: datetime.date, last: datetime.
 
 def read_runs(home: Home | str | Path, first: datetime.date, last: datetime.date) -> pa.Table:
     """The graph_runs of [first, last] that carry a store key, RUN_COLUMNS only."""
-    days = {(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)}
+    days = set(partition_days(first, last))
     # A file at a time: most of a fleet's runs carry no key, and only the others are kept.
     kept = [rows.filter(pc.is_valid(rows.column("config_key"))) for rows in
             Warehouse(home).read_files(GRAPH_RUNS, columns=RUN_COLUMNS, filter_dt=days.__contains__)]

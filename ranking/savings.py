@@ -47,7 +47,7 @@ from storage.beam_runner import pipeline_options
 from storage.home import Home
 from storage.home_factory import open_home
 from storage.store_reader import StoreReader
-from storage.warehouse import TableSchema, Warehouse
+from storage.warehouse import TableSchema, Warehouse, partition_days
 from vocabulary.hits import TRIED, HitOutcome
 from vocabulary.store import Provenance
 from vocabulary.tuning import Kind
@@ -168,7 +168,7 @@ def build_savings_pipeline(pipeline: beam.Pipeline, reads: ReadPlan, home: Home,
     (pipeline
      | "Read" >> ReadTables(reads)
      | "Account" >> AccountSavings(validator_keys)
-     | "Write" >> WriteWarehouse(home, SAVINGS, _days(first, last)))
+     | "Write" >> WriteWarehouse(home, SAVINGS, partition_days(first, last)))
 
 
 def savings(home: Home, first: datetime.date, last: datetime.date,
@@ -182,7 +182,7 @@ def savings(home: Home, first: datetime.date, last: datetime.date,
     reads = savings_reads(home, first, last)
     with beam.Pipeline(options=pipeline_options(beam_args, reads.rows)) as pipeline:
         build_savings_pipeline(pipeline, reads, home, first, last, validator_keys.to_pylist())
-    days = set(_days(first, last))
+    days = set(partition_days(first, last))
     return Warehouse(home).read(SAVINGS, filter_dt=days.__contains__).sort_by([(name, "ascending") for name in _KEYS])
 
 
@@ -325,5 +325,3 @@ def _validator_updated(keys: pa.ChunkedArray, validator_keys: list[str]) -> pa.C
     return pc.is_in(keys, value_set=pa.array(validator_keys, pa.string()))
 
 
-def _days(first: datetime.date, last: datetime.date) -> list[str]:
-    return [(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]

@@ -34,7 +34,7 @@ from ingest.tables import GRAPH_RUNS, GRAPHS, partitioning_of
 from storage.home import Home
 from storage.home_factory import open_home
 from storage.store_reader import StoreReader
-from storage.warehouse import Warehouse
+from storage.warehouse import Warehouse, partition_days
 from vocabulary.store import Provenance
 from vocabulary.tuning import Kind
 
@@ -103,7 +103,7 @@ def verified_coverage(home: Home, first: datetime.date, last: datetime.date,
                      for text in graphs.column("partitioning").to_pylist()], pa.bool_())
     tunable_keys = _keys(graphs.filter(pc.and_(platform, pc.invert(wide))))
     unmeasurable_keys = _keys(graphs.filter(pc.and_(platform, wide)))
-    days = {(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)}
+    days = set(partition_days(first, last))
     runs = warehouse.read(GRAPH_RUNS, ["fingerprint", "env_key", "opted_out", "chip_seconds"],
                           filter_dt=days.__contains__)
     runs = runs.filter(pc.invert(runs.column("opted_out")))

@@ -294,6 +294,12 @@ class Warehouse:
             _stored(rows, table), handle, row_group_size=ROW_GROUP_ROWS))
 
 
+def partition_days(first: datetime.date, last: datetime.date) -> list[str]:
+    """The `dt` partitions of the days from `first` to `last`, both included, in order (none
+    where `last` is before `first`)."""
+    return [(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
+
+
 def partition_of(path: Any) -> str:
     """The `dt` of a warehouse file, from its directory's name."""
     return str(path).rsplit("/", 2)[-2].split("=", 1)[1]

@@ -91,7 +91,7 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
     from ranking.realized import read_runs, realized_savings, realized_speedups
     from ranking.savings import MIN_HOLDOUT_COMPILES, BookedSavings, savings
     from ranking.verified_coverage import verified_coverage
-    from storage.warehouse import Warehouse
+    from storage.warehouse import Warehouse, partition_days
     from tuner.decided import defaults_kept
     from tuner.tables import TRIALS
     from validator.tables import VALIDATIONS
@@ -103,7 +103,7 @@ def cmd_savings(args: argparse.Namespace, home: Home) -> int:
     realized = realized_speedups(runs)
     split = realized_savings(runs, realized)
     warehouse, last_day = Warehouse(home), last.isoformat()
-    days = {(first + datetime.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)}
+    days = set(partition_days(first, last))
     cost = loop_cost(warehouse.read(TRIALS, ["dt", "task_id", "elapsed_seconds"], lambda dt: dt <= last_day),
                      warehouse.read(VALIDATIONS, ["dt", "run_id", "validated_at"], days.__contains__),
                      realized, first, last)

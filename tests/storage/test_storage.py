@@ -22,7 +22,7 @@ from storage.local import LocalHome
 from storage.store_reader import StoreReader
 from storage.store_schema import STORE_ENTRY_COLUMNS
 from storage.url import UrlHome
-from storage.warehouse import SchemaError, Warehouse
+from storage.warehouse import SchemaError, Warehouse, partition_days
 from tests.support.url_home import UrlFileSystem, url_of
 
 
@@ -213,3 +213,11 @@ def test_the_cli_hands_a_url_home_to_the_stages_that_take_one(tmp_path, capsys):
     assert main(["--home", home, "toolchain", "remove", "nope"]) == 2
     err = capsys.readouterr().err
     assert "no tuning trials" in err and "nope: not registered" in err and "local home" not in err
+
+
+def test_partition_days_spans_both_ends_across_a_month_and_is_empty_backwards():
+    first = datetime.date(2026, 11, 29)
+    assert partition_days(first, datetime.date(2026, 12, 2)) == ["2026-11-29", "2026-11-30", "2026-12-01",
+                                                                "2026-12-02"]
+    assert partition_days(first, first) == ["2026-11-29"]
+    assert partition_days(first, first - datetime.timedelta(days=1)) == []
