@@ -50,11 +50,11 @@ from provenance import describe
 from execution.sharded import MAX_PARTITION_DEVICES, spans
 from hlo.environment import cpu_model_name, current_environment, partitioning_from_json
 from ingest.tables import GRAPH_RUNS, GRAPHS
-from pipelines.nightly import NightlySettings, coverage_by_night, ledger_rows, run_nightly
+from pipelines.nightly import STAGES, NightlySettings, StageStatus, coverage_by_night, ledger_rows, run_nightly
 from ranking.tables import CANDIDATES
 from storage.beam_logging import quiet_beam_logging
 from storage.home_factory import open_home
-from storage.warehouse import Warehouse
+from storage.warehouse import Warehouse, partition_days
 from tuner.decided import home_statuses
 from workloads.simulator.fleet import FleetMode
 from workloads.simulator.run import simulate, store_lookup
@@ -69,8 +69,9 @@ WINDOW_DAYS = 7  # the nightly's savings window (NightlySettings.window_days)
 def night(home: Path, arm: str, date: datetime.date, args: argparse.Namespace) -> dict[str, Any]:
     """One simulated day of the reach fleet, then the nightly loop for it, in `home`."""
     started = time.perf_counter()
-    simulate(open_home(home), days=1, jobs=args.jobs, seed=args.seed, start=date, mode=FleetMode.REACH,
-             tuned=store_lookup(home), inbox=home / "inbox" / "fleet")
+    if not stage_done(home, date, STAGES[0]):  # a night killed after its ingest resumes without a new day
+        simulate(open_home(home), days=1, jobs=args.jobs, seed=args.seed, start=date, mode=FleetMode.REACH,
+                 tuned=store_lookup(home), inbox=home / "inbox" / "fleet")
     simulated = time.perf_counter() - started
     report = run_nightly(open_home(home), NightlySettings(
         date=date, top=args.top, top_ops=0, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
@@ -92,8 +93,15 @@ def night(home: Path, arm: str, date: datetime.date, args: argparse.Namespace) -
 
 
 def nights_run(home: Path) -> list[datetime.date]:
-    """The dates a kept home's nightly loop ran for, in order."""
-    return sorted(set(ledger_rows(open_home(home)).column("dt").to_pylist()))
+    """The dates a kept home's nightly loop ran whole for (its last stage done), in order."""
+    return sorted({row["dt"] for row in ledger_rows(open_home(home)).to_pylist()
+                   if row["stage"] == STAGES[-1] and row["status"] == StageStatus.DONE})
+
+
+def stage_done(home: Path, date: datetime.date, stage: str) -> bool:
+    """Whether the nightly loop of `date` has done `stage` in `home`."""
+    return any(row["stage"] == stage and row["status"] == StageStatus.DONE
+               for row in ledger_rows(open_home(home), date).to_pylist())
 
 
 def limits(home: Path, last: datetime.date, rank_top: int) -> dict[str, float]:
@@ -104,7 +112,7 @@ def limits(home: Path, last: datetime.date, rank_top: int) -> dict[str, float]:
     graphs = {(g["fingerprint"], g["env_key"]): g for g in warehouse.read(GRAPHS).to_pylist()
               if (g["platform"], g["device_kind"]) == (here.platform, here.device_kind)}
     first = last - datetime.timedelta(days=WINDOW_DAYS - 1)
-    days = {(first + datetime.timedelta(days=i)).isoformat() for i in range(WINDOW_DAYS)}
+    days = set(partition_days(first, last))
     runs = warehouse.read(GRAPH_RUNS, ["fingerprint", "env_key", "opted_out", "chip_seconds"], days.__contains__)
     runs = runs.filter(pc.invert(runs.column("opted_out")))
     per_key: dict[tuple[str, str], float] = {}
@@ -158,7 +166,7 @@ def main() -> None:
     homes = {arm: parent / arm for arm in arms}
     for home in homes.values():
         home.mkdir(parents=True, exist_ok=True)
-    before = nights_run(homes[arms[0]])  # a kept home goes on from its last night
+    before = min((nights_run(homes[arm]) for arm in arms), key=len)  # kept homes go on from their last whole night
     first = args.first_night or (before[-1] + datetime.timedelta(days=1) if before else
                                  datetime.date.today() - datetime.timedelta(days=args.nights - 1))
     results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
@@ -166,6 +174,9 @@ def main() -> None:
         date = first + datetime.timedelta(days=number - len(before))
         order = arms if number % 2 == 0 else arms[::-1]
         for arm in order:
+            if stage_done(homes[arm], date, STAGES[-1]):
+                print(f"{arm}: night {number + 1} ({date}) ran whole before; not run again", file=sys.stderr)
+                continue
             catalog = homes[arms[0]] / "simulator" / "catalog"
             mine = homes[arm] / "simulator" / "catalog"
             if not mine.exists() and catalog.exists():
