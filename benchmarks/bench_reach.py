@@ -2,7 +2,8 @@
 without, side by side in one run.
 
     python benchmarks/bench_reach.py [--nights 3] [--tune-minutes 15] [--jobs 20000] [--top 6]
-                                     [--arms transfer,sharing,no-transfer] [--keep DIR] [--json]
+                                     [--arms transfer,sharing,no-transfer] [--keep DIR]
+                                     [--first-night DATE] [--json]
 
 The reach fleet (`fdo simulate --fleet reach`: every zoo workload at three shapes, popularity by
 model, each program across releases, device counts and partitionings; its programs compiled and
@@ -24,8 +25,11 @@ none always runs on the busier machine. After each night, from each home's ledge
   each reached (a task's result reaches the keys measured alike), and the keys that took a
   result with no task.
 
-`--keep` on a directory kept before goes on from its homes' last night (the day after, as night
-N+1), so a long run can be taken in parts.
+`--keep` on a directory kept before goes on from the last night all its homes ran whole (the
+day after, as night N+1), so a long run can be taken in parts; a night killed mid-way is
+finished (its day is not simulated again once its ingest is done), and an arm that ran it whole
+is not run again. The fleet is a function of its dates: `--first-night` gives two runs the same
+fleet.
 
 At the end, what limits the figures: the tunable chip-time of keys no machine here can measure
 (spanning more devices than a per-device program can be built for), of keys the ranking left
