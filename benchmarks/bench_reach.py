@@ -29,7 +29,7 @@ none always runs on the busier machine. After each night, from each home's ledge
 day after, as night N+1), so a long run can be taken in parts; a night killed mid-way is
 finished (its day is not simulated again once its ingest is done), and an arm that ran it whole
 is not run again. The fleet is a function of its dates: `--first-night` gives two runs the same
-fleet.
+fleet (new homes only: kept homes that ran a night go on from it).
 
 At the end, what limits the figures: the tunable chip-time of keys no machine here can measure
 (spanning more devices than a per-device program can be built for), of keys the ranking left
@@ -168,9 +168,14 @@ def main() -> None:
     quiet_beam_logging()
     parent = args.keep or Path(tempfile.mkdtemp(prefix="bench-reach-"))
     homes = {arm: parent / arm for arm in arms}
+    ran = {arm: nights_run(homes[arm]) if homes[arm].exists() else [] for arm in arms}
+    if args.first_night is not None and any(ran.values()):
+        last = max(nights[-1] for nights in ran.values() if nights)
+        parser.error(f"--first-night {args.first_night}: the homes under {parent} ran nights up to {last}; "
+                     "kept homes go on from their last night (leave --first-night out)")
+    before = min(ran.values(), key=len)  # kept homes go on from their last whole night
     for home in homes.values():
         home.mkdir(parents=True, exist_ok=True)
-    before = min((nights_run(homes[arm]) for arm in arms), key=len)  # kept homes go on from their last whole night
     first = args.first_night or (before[-1] + datetime.timedelta(days=1) if before else
                                  datetime.date.today() - datetime.timedelta(days=args.nights - 1))
     results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}

@@ -35,7 +35,7 @@ from vocabulary.tasks import TaskStatus
 from vocabulary.tuning import Kind
 
 if TYPE_CHECKING:
-    from tuner.plan import TaskSeconds
+    from tuner.task_seconds import TaskSeconds
 
 # The share of a tune stage's minutes its transfer checks may take: the rest is the searches'.
 CHECK_SHARE = 0.75
@@ -207,8 +207,9 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     share_alike = settings.transfer or settings.share_alike
     state = plan.NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
     shared = plan.share_standing(home, state, settings.date)
-    planned = plan.plan_checks(home, settings.date, state, settings.force) if settings.transfer else []
-    checks, waiting = plan.checks_first(state, planned, task_seconds(home, settings.date))  # waiting: after searches
+    seconds = task_seconds(home, settings.date)
+    planned = plan.plan_checks(home, settings.date, state, seconds, settings.force) if settings.transfer else []
+    checks, waiting = plan.checks_first(state, planned, seconds)  # waiting: after searches
     checked = stages.run_planned(home, checks, state, base, runner,
                                  deadline=time.time() + CHECK_SHARE * (deadline - time.time()),
                                  progress=progress)
@@ -225,7 +226,7 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
                                   reserve=1 if settings.top_ops else 0, progress=progress)
     if settings.transfer and time.time() < deadline:  # the checks tonight's results made possible
         state = plan.NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
-        late = plan.plan_checks(home, settings.date, state, settings.force, late=True)
+        late = plan.plan_checks(home, settings.date, state, seconds, settings.force, late=True)
         checks += late
         checked.extend(stages.run_planned(home, late, state, base, runner, deadline=deadline,
                                        reserve=1 if settings.top_ops else 0, progress=progress))
@@ -253,10 +254,11 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
 
 
 def task_seconds(home: Home, date: datetime.date) -> TaskSeconds:
-    """What a check and a search of a night took on average over the tune stages of the
-    `TASK_SECONDS_DAYS` nights before `date` (their ledger's counts), each where some ran;
-    `TaskSeconds`' defaults where none did."""
-    from tuner.plan import TaskSeconds
+    """What a night's tasks are expected to take (`tuner.task_seconds`), from the
+    `TASK_SECONDS_DAYS` nights before `date`: a check and a search on average over their tune
+    stages (the ledger's counts), each where some ran, `TaskSeconds`' defaults where none did;
+    and a check of each key by its step time, from the checks those nights ran."""
+    from tuner.task_seconds import TaskSeconds, past_checks, step_seconds
 
     days = set(partition_days(date - datetime.timedelta(days=TASK_SECONDS_DAYS), date - datetime.timedelta(days=1)))
     spent = {"checks": [0.0, 0], "searches": [0.0, 0]}
@@ -268,8 +270,10 @@ def task_seconds(home: Home, date: datetime.date) -> TaskSeconds:
                 total[1] += counts.get(path, 0)
     default = TaskSeconds()
     (check_seconds, checks), (search_seconds, searches) = spent["checks"], spent["searches"]
+    steps = step_seconds(home, days | {date.isoformat()})  # tonight's profiles too: the keys planned
     return TaskSeconds(check_seconds / checks if checks else default.check,
-                       search_seconds / searches if searches else default.search)
+                       search_seconds / searches if searches else default.search,
+                       steps, past_checks(home, days, steps))
 
 
 def _tune_kernels(home: Home, settings: NightlySettings, progress: bool, runner: Runner,

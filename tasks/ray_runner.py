@@ -37,7 +37,7 @@ from storage.home import Home
 from storage.home_factory import open_home
 from tasks.records import Task, TaskOutcome, home_address, perform
 from tasks.resources import KIND_PREFIX, PREFIX, environment_key, kind_of, offered, offering
-from tasks.runner import Deadline, Runner, weight, within
+from tasks.runner import Deadline, Runner, unstartable, weight, within
 from vocabulary.tasks import TaskStatus
 
 RETRIES = 3  # reruns after a worker or node died: four tries in all
@@ -143,7 +143,6 @@ class RayRunner(Runner):
             if ready:
                 continue
             nodes = offered(ray.nodes())
-            late = deadline is not None and deadline.left() <= 0
             for ref, index in list(pending.items()):
                 task = tasks[index]
                 if not offering(task.resources(), nodes):
@@ -151,11 +150,11 @@ class RayRunner(Runner):
                     del pending[ref]
                     yield index, _unroutable(task, "the last live node offering its environment "
                                              "died", attempts(home, run_id, task))
-                elif late and not attempts(home, run_id, task):
+                elif (deadline is not None and (reason := unstartable(task, deadline)) is not None
+                      and not attempts(home, run_id, task)):
                     ray.cancel(ref, force=True)
                     del pending[ref]
-                    yield index, TaskOutcome(task.label, TaskStatus.NOT_STARTED,
-                                             reason="the deadline left it no time")
+                    yield index, TaskOutcome(task.label, TaskStatus.NOT_STARTED, reason=reason)
 
     def _outcome(self, ref: Any, task: Task, home: Home, run_id: str) -> TaskOutcome:
         """The outcome of a finished Ray task."""

@@ -8,8 +8,9 @@ one `TaskOutcome` per task, as each ends. Its guarantees, whichever runner it is
   race and pruning get a share of the time left (`budget_minutes`; its verification comes on
   top): its stage's allotment where it has one (`weight`:
   what its graph is worth, `tuner.allot`), an equal share otherwise (a transfer check, which
-  has no search, runs whole: `within`); and a task the deadline leaves no time for is not
-  started (TaskStatus.NOT_STARTED);
+  has no search, runs whole: `within`); and a task the deadline leaves no time for, or fewer
+  seconds than it is expected to take (`TuneSettings.expected_seconds`), is not started
+  (TaskStatus.NOT_STARTED: `unstartable`), while a later one that fits still may be;
 - a task's landing is its own (`tasks.records.perform`): idempotent by task id, so a task run
   twice lands once.
 The stages are given a runner; they do not build one (`pipelines.stages.open_runner` does,
@@ -46,6 +47,18 @@ class Deadline:
     def left(self) -> float:
         """Minutes left."""
         return (self.at - time.time()) / 60
+
+
+def unstartable(task: Task, deadline: Deadline) -> str | None:
+    """Why `task` may not start now under `deadline`: no time left, or less than it is expected
+    to take; None: it may."""
+    left = deadline.left() * 60
+    if left <= 0:
+        return "the deadline left it no time"
+    expected = task.settings.expected_seconds if isinstance(task, TuneTask) else None
+    if expected is not None and expected > left:
+        return f"expected to take {expected:.0f} s, and {left:.0f} s were left"
+    return None
 
 
 def weight(task: Task, count: int) -> float:
@@ -110,12 +123,11 @@ class LocalRunner(Runner):
             progress: bool = False) -> Iterator[tuple[int, TaskOutcome]]:
         for index, task in enumerate(tasks):
             if deadline is not None:
-                left = deadline.left()
-                if left <= 0:
-                    yield index, TaskOutcome(task.label, TaskStatus.NOT_STARTED,
-                                             reason="the deadline left it no time")
+                reason = unstartable(task, deadline)
+                if reason is not None:
+                    yield index, TaskOutcome(task.label, TaskStatus.NOT_STARTED, reason=reason)
                     continue
-                task = within(task, left * time_share(tasks, index, deadline.reserve))
+                task = within(task, deadline.left() * time_share(tasks, index, deadline.reserve))
             result = perform(task, home, progress)
             yield index, TaskOutcome(task.label, TaskStatus.DONE, LOCAL_NODE, 1, result)
 

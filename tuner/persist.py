@@ -116,7 +116,7 @@ def result_row(result: TuneResult, on: datetime.date) -> ResultRow:
         numerics=_failed_outputs_json(result.numerics) if result.numerics else None,
         measure_mode=result.measure_mode, search_stop=result.search_stop,
         budget_share=result.budget_share, budget_reason=result.budget_reason, origin=result.origin,
-        transferred_from=result.transferred_from)
+        transferred_from=result.transferred_from, seconds=result.seconds)
 
 
 def share_result(home: Home, result: TuneResult, env_key: str,

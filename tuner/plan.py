@@ -12,8 +12,10 @@ spends its stage on what covers the most first:
    (`MeasuredAlike`); one task per group, on its worthiest key, whose result every key of the
    group then shares (`land_shared`);
 3. checks (`plan_checks`): each group that has transfers (`tuner.transfer`: configs verified for
-   its siblings, or that won broadly on its platform) gets a transfer check, worthiest first: a
-   few compiles and screens and one verification, where a search is dozens. A check runs before
+   its siblings, or that won broadly on its platform) gets a transfer check: a few compiles and
+   screens and one verification, where a search is dozens. They run by what each is expected to
+   decide a second (`check_rate`): a check's seconds grow with its program's step time
+   (`tuner.task_seconds`), and a night has time for a fraction of its checks. A check runs before
    the searches where it is expected to decide at least as much chip-time a second as the
    worthiest search would (`checks_first`); the others wait for step 5;
 4. searches (`plan_searches`, planned once the checks have run): the groups still without a
@@ -55,6 +57,7 @@ from tuner.candidates import RankedGraph, _measurable_graphs, ranked_graphs
 from tuner.decided import KeyStatus, key_statuses
 from tuner.persist import finished_result, share_result
 from tuner.result import TuneResult
+from tuner.task_seconds import TaskSeconds
 from tuner.transfer import GraphKey, Kinship, Transfer, TransferSources
 from tuner.tune import TuneSettings
 from vocabulary.measure import MeasureMode
@@ -66,16 +69,6 @@ DEEPEN_DISCOUNT = 0.5
 # yet fitted. On the reach fleet's 3 nights (docs/bench_reach.md, commit 88512ae) the accepted
 # shares were 11 of 15 (family), 2 of 4 (the same program elsewhere), 11 of 29 (platform).
 CHECK_PRIOR = {Kinship.SAME_PROGRAM: 0.8, Kinship.FAMILY: 0.6, Kinship.PLATFORM: 0.35}
-
-
-@dataclass(frozen=True)
-class TaskSeconds:
-    """What a check and a search of a night are expected to take, in seconds (pipelines.nightly
-    reads them off the past nights' ledger). The defaults, for a home's first nights: the reach
-    fleet's (docs/bench_reach.md), 29 s a check and 60 to 150 s a search."""
-
-    check: float = 30.0
-    search: float = 120.0
 
 
 class Path(StrEnum):
@@ -146,8 +139,8 @@ def measured_alike(home: Home, graphs: dict[GraphKey, dict], built: set[GraphKey
 class PlannedTask:
     """One task of a night: its path, the graph key it measures, the other environments of the
     graph measured alike (they share its result), its transfers, its share of the stage's
-    evaluations (a search's), and its attempt (inconclusive tasks of the key before it: a new
-    task is one of its own)."""
+    evaluations (a search's), its attempt (inconclusive tasks of the key before it: a new
+    task is one of its own), and the seconds a check is expected to take."""
 
     path: Path
     key: GraphKey
@@ -155,13 +148,14 @@ class PlannedTask:
     transfers: tuple[Transfer, ...] = ()
     allotment: Allotment | None = None
     attempt: int = 0
+    expected_seconds: float | None = None  # a check's (`TaskSeconds.check_of`)
 
     def settings(self, base: TuneSettings) -> TuneSettings:
         """The task's settings, from the stage's: a check tries its transfers alone, a search
         starts from them within its allotment."""
         if self.path is Path.CHECK:
-            return replace(base, transfers=self.transfers, transfer_check=True,
-                           budget_evals=len(self.transfers), allotment=None, seed=base.seed + self.attempt)
+            return replace(base, transfers=self.transfers, transfer_check=True, budget_evals=len(self.transfers),
+                           allotment=None, seed=base.seed + self.attempt, expected_seconds=self.expected_seconds)
         budget = self.allotment.budget_evals if self.allotment is not None else base.budget_evals
         return replace(base, transfers=self.transfers, transfer_check=False, budget_evals=budget,
                        allotment=self.allotment, seed=base.seed + self.attempt)
@@ -171,15 +165,16 @@ class PlannedTask:
         return {"path": str(self.path), "key": list(self.key), "alike": list(self.alike),
                 "transfers": [t.to_json() for t in self.transfers],
                 "allotment": self.allotment.to_json() if self.allotment is not None else None,
-                "attempt": self.attempt}
+                "attempt": self.attempt, "expected_seconds": self.expected_seconds}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PlannedTask:
-        """The task `to_json` wrote."""
+        """The task `to_json` wrote (a plan written before checks were timed: none expected)."""
         allotment = data.get("allotment")
         return cls(Path(data["path"]), (data["key"][0], data["key"][1]), tuple(data["alike"]),
                    tuple(Transfer.from_json(t) for t in data["transfers"]),
-                   Allotment.from_json(allotment) if allotment is not None else None, data["attempt"])
+                   Allotment.from_json(allotment) if allotment is not None else None, data["attempt"],
+                   data.get("expected_seconds"))
 
 
 @dataclass
@@ -280,11 +275,11 @@ def share_standing(home: Home, state: NightState, on: datetime.date | None = Non
     return shared
 
 
-def plan_checks(home: Home, date: datetime.date, state: NightState, force: bool = False,
-                late: bool = False) -> list[PlannedTask]:
+def plan_checks(home: Home, date: datetime.date, state: NightState, seconds: TaskSeconds,
+                force: bool = False, late: bool = False) -> list[PlannedTask]:
     """Steps 2 and 3 (`late`: step 5, a plan of its own): a transfer check for each open group
-    that has transfers, by what it is expected to decide (`check_value`), most first; read back
-    where planned before for `date` (unless `force`). A group whose checks found nothing gets none
+    that has transfers, by what it is expected to decide a second (`check_rate`, at `seconds`),
+    most first; read back where planned before for `date` (unless `force`). A group whose checks found nothing gets none
     of configs that only won on its platform again (its next step is a search), and a concluded
     group whose evidence moved is checked with its siblings' new configs alone."""
     def make() -> list[PlannedTask]:
@@ -295,8 +290,9 @@ def plan_checks(home: Home, date: datetime.date, state: NightState, force: bool 
             if status.concluded or status.checked:
                 transfers = tuple(t for t in transfers if t.kinship is not Kinship.PLATFORM)
             if transfers:
-                checks.append((check_value(group, transfers), PlannedTask(
-                    Path.CHECK, group.key, state.alike(group.key), transfers, attempt=status.attempts)))
+                checks.append((check_rate(group, transfers, seconds), PlannedTask(
+                    Path.CHECK, group.key, state.alike(group.key), transfers, attempt=status.attempts,
+                    expected_seconds=round(seconds.check_of(group.key), 1))))
         return [task for _, task in sorted(checks, key=lambda c: (-c[0], c[1].key))]
 
     return _planned(home, date, "late-checks" if late else "checks", make, force)
@@ -306,7 +302,7 @@ def checks_first(state: NightState, checks: list[PlannedTask],
                  seconds: TaskSeconds) -> tuple[list[PlannedTask], list[PlannedTask]]:
     """`checks` (in order) split into those a night runs before its searches and those that wait
     until after them. A check goes first where what it is expected to decide a second
-    (`check_value` over `seconds.check`) is at least what the worthiest open group's search
+    (`check_rate`) is at least what the worthiest open group's search
     would: its chip-seconds times the chance it needs one (1 without a check tonight, else the
     chance its check finds nothing), over `seconds.search`. So a large group whose check found
     nothing, a search's, does not wait a night behind the checks of groups a fraction its size."""
@@ -322,7 +318,7 @@ def checks_first(state: NightState, checks: list[PlannedTask],
     later: list[PlannedTask] = []
     for check in checks:
         group = groups.get(check.key)
-        goes_first = group is not None and check_value(group, check.transfers) / seconds.check >= bar
+        goes_first = group is not None and check_rate(group, check.transfers, seconds) >= bar
         (first if goes_first else later).append(check)
     return first, later
 
@@ -331,6 +327,12 @@ def check_value(group: Group, transfers: tuple[Transfer, ...]) -> float:
     """What a check of `transfers` is expected to decide: the group's chip-seconds times the
     chance its nearest kin's config holds up (`CHECK_PRIOR`)."""
     return group.chip_seconds * max(CHECK_PRIOR[t.kinship] for t in transfers)
+
+
+def check_rate(group: Group, transfers: tuple[Transfer, ...], seconds: TaskSeconds) -> float:
+    """What a check of `transfers` is expected to decide a second: `check_value` over the seconds
+    a check of the group's key is expected to take (`TaskSeconds.check_of`)."""
+    return check_value(group, transfers) / seconds.check_of(group.key)
 
 
 def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, per_task_evals: int,

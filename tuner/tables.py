@@ -65,9 +65,10 @@ TRIALS = TableSchema(
 # measured its graph (`measure_mode`), why its search ended (`search_stop`), and a nightly
 # task's share of its stage's budget and why.
 # Version 6: where the config came from (`origin`, `transferred_from`: `tuner.transfer`).
+# Version 7: the task's seconds in all (`seconds`: `tuner.task_seconds`).
 TUNING_RESULTS = TableSchema(
     name="tuning_results",
-    version=6,
+    version=7,
     schema=pa.schema([
         pa.field("dt", pa.date32(), nullable=False),
         pa.field("task_id", pa.string(), nullable=False),
@@ -123,6 +124,9 @@ TUNING_RESULTS = TableSchema(
         # null before version 6: search, from nowhere else.
         added_column(pa.field("origin", pa.string(), nullable=True), 6),
         added_column(pa.field("transferred_from", pa.string(), nullable=True), 6),
+        # The task's seconds in all (`TuneResult.seconds`: its phases'); a shared result's are
+        # its source task's. Null where the phases were not told, or landed before version 7.
+        added_column(pa.field("seconds", pa.float64(), nullable=True), 7),
     ]),
 )
 
@@ -210,6 +214,7 @@ class ResultRow:
     budget_reason: str | None = None
     origin: Origin = Origin.SEARCH  # a null (before version 6) reads as a search
     transferred_from: str | None = None  # "<fingerprint>/<env_key>"
+    seconds: float | None = None  # None: not told, or landed before version 7
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ResultRow:

@@ -155,6 +155,10 @@ class TuneSettings:
     # the best of them verified as any winner is.
     transfers: tuple[Transfer, ...] = ()
     transfer_check: bool = False
+    # What the task is expected to take in all, in seconds (a night's transfer check's:
+    # `tuner.task_seconds`); a runner under a deadline does not start it with less time left.
+    # None: no estimate.
+    expected_seconds: float | None = None
     # The day its results land under in the warehouse (None: the day it finishes): a nightly's
     # date, so a decision's age (`tuner.decided`) counts from the night that made it.
     day: datetime.date | None = None

@@ -23,8 +23,8 @@ from storage.home_factory import open_home
 from storage.warehouse import Warehouse
 from tests.support.processes import wait_for
 from tests.support.serving import fdo
-from tuner.plan import TaskSeconds
 from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.task_seconds import TaskSeconds
 from workloads.simulator.run import simulate
 
 # These tests assert what the stages leave behind, not what a measurement finds.

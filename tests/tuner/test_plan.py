@@ -28,7 +28,6 @@ from tuner.plan import (
     NightState,
     Path,
     PlannedTask,
-    TaskSeconds,
     checks_first,
     deferred_kin,
     land_shared,
@@ -37,6 +36,7 @@ from tuner.plan import (
 )
 from tuner.result import TuneResult
 from tuner.tables import TRIALS, TUNING_RESULTS
+from tuner.task_seconds import TaskSeconds
 from tuner.transfer import MAX_TRANSFERS, TRANSFER_CHECK, Kinship, Transfer, TransferSources, key_text
 from tuner.tune import TuneSettings
 from vocabulary.interval import Interval
@@ -228,12 +228,12 @@ def test_keys_measured_alike_share_a_conclusion_and_form_one_task(tmp_path):
     night = state(tmp_path)
     assert night.measured[(fp(1), HERE.key())] == night.measured[(fp(1), OLD_RELEASE.key())]
     assert night.measured[(fp(1), HERE.key())] != night.measured[(fp(1), EIGHT.key())]
-    checks = plan_checks(home, DAY, night)
+    checks = plan_checks(home, DAY, night, TaskSeconds())
     # Graph 1 here and on the old release: one check (its family's config); on 8 devices,
     # another; graph 4 has no kin and nothing won broadly: no check.
     assert [(c.key, c.alike, [t.config for t in c.transfers]) for c in checks] == [
         ((fp(1), HERE.key()), (OLD_RELEASE.key(),), [REDUCE]), ((fp(1), EIGHT.key()), (), [REDUCE])]
-    assert plan_checks(home, DAY, night) == checks  # read back as planned
+    assert plan_checks(home, DAY, night, TaskSeconds()) == checks  # read back as planned
     # Graph 4 concluded here by a search: its old release takes the result, no task.
     results(tmp_path, result_row(4, HERE, Verdict.NO_GAIN, task="four-here"))
     save_result(home, _result(4, HERE, "four-here"))
@@ -376,7 +376,7 @@ def test_checks_go_by_what_they_may_decide_and_a_group_whose_check_failed_waits_
     results(tmp_path, result_row(5, HERE, Verdict.ACCEPTED, SCHEDULER, low=1.2))  # won on the platform
     ranked(tmp_path, (1, HERE, 15.0), (4, HERE, 20.0))
     home = open_home(tmp_path)
-    checks = plan_checks(home, DAY, state(tmp_path))
+    checks = plan_checks(home, DAY, state(tmp_path), TaskSeconds())
     # Graph 1 (15 h, its family's config: 0.6 of it, 9) before graph 4 (20 h, a platform winner: 0.35, 7).
     assert [(c.key[0], [t.kinship for t in c.transfers]) for c in checks] == [
         (fp(1), [Kinship.FAMILY, Kinship.PLATFORM]), (fp(4), [Kinship.PLATFORM])]
@@ -384,7 +384,7 @@ def test_checks_go_by_what_they_may_decide_and_a_group_whose_check_failed_waits_
     results(tmp_path, result_row(4, HERE, Verdict.NO_GAIN, SCHEDULER, strategy=TRANSFER_CHECK,
                                  stop=StopReason.BUDGET, origin=Origin.TRANSFER))
     results(tmp_path, result_row(3, HERE, Verdict.ACCEPTED, REGION, low=1.1))  # a new platform winner
-    later = plan_checks(home, DAY + datetime.timedelta(days=1), state(tmp_path))
+    later = plan_checks(home, DAY + datetime.timedelta(days=1), state(tmp_path), TaskSeconds())
     assert fp(4) not in {c.key[0] for c in later}
     searches = plan_searches(home, DAY + datetime.timedelta(days=1), state(tmp_path), 3, 10, {})
     assert fp(4) in {s.key[0] for s in searches}
@@ -396,7 +396,7 @@ def test_with_transfer_a_night_searches_one_group_of_a_kin_and_checks_the_others
         graph(tmp_path, n, env)
     ranked(tmp_path, (1, HERE, 50.0), (1, EIGHT, 40.0), (2, HERE, 30.0), (4, HERE, 20.0))
     home = open_home(tmp_path)
-    assert plan_checks(home, DAY, state(tmp_path)) == []  # nothing verified anywhere yet
+    assert plan_checks(home, DAY, state(tmp_path), TaskSeconds()) == []  # nothing verified anywhere yet
     searches = plan_searches(home, DAY, state(tmp_path), 3, 10, {})
     assert [s.key for s in searches] == [(fp(1), HERE.key()), (fp(4), HERE.key())]
     assert deferred_kin(state(tmp_path), searches) == 2  # graph 1 on 8 devices, graph 2
@@ -408,10 +408,10 @@ def test_with_transfer_a_night_searches_one_group_of_a_kin_and_checks_the_others
     # sibling's 30 h x 0.6), before the deliver stage has published the result.
     results(tmp_path, result_row(1, HERE, Verdict.ACCEPTED, REDUCE, low=1.4), result_row(4, HERE, Verdict.NO_GAIN))
     assert StoreReader(tmp_path).current() is None
-    late = plan_checks(home, DAY, state(tmp_path), late=True)
+    late = plan_checks(home, DAY, state(tmp_path), TaskSeconds(), late=True)
     assert [(c.key, [t.kinship for t in c.transfers]) for c in late] == [
         ((fp(1), EIGHT.key()), [Kinship.SAME_PROGRAM]), ((fp(2), HERE.key()), [Kinship.FAMILY])]
-    assert plan_checks(home, DAY, state(tmp_path)) == []  # the first pass's plan, as written
+    assert plan_checks(home, DAY, state(tmp_path), TaskSeconds()) == []  # the first pass's plan, as written
 
 
 def test_an_undelivered_accepted_result_is_a_source_until_a_store_version_holds_it(tmp_path):
@@ -445,7 +445,7 @@ def test_a_small_groups_check_waits_behind_the_search_of_a_large_group_whose_che
                                  stop=StopReason.BUDGET, origin=Origin.TRANSFER))  # graph 4: a search next
     ranked(tmp_path, (1, HERE, 30.0), (4, HERE, 40.0), (6, HERE, 2.0))
     home = open_home(tmp_path)
-    checks = plan_checks(home, DAY, state(tmp_path))
+    checks = plan_checks(home, DAY, state(tmp_path), TaskSeconds())
     assert [c.key[0] for c in checks] == [fp(1), fp(6)]
     # A second of graph 4's search decides 40 h / 120 s; of graph 1's check 30 h x 0.6 / 30 s,
     # more; of graph 6's, 2 h x 0.35 / 30 s, far less: it waits until after the searches.
@@ -456,3 +456,25 @@ def test_a_small_groups_check_waits_behind_the_search_of_a_large_group_whose_che
     # Where a search took as long as 70 checks, both checks come first.
     first, waiting = checks_first(state(tmp_path), checks, TaskSeconds(check=30.0, search=2100.0))
     assert [c.key[0] for c in first] == [fp(1), fp(6)] and waiting == []
+
+
+def test_checks_run_by_what_they_decide_a_second_so_a_slow_programs_check_waits_behind_cheaper_ones(tmp_path):
+    for n in (1, 2, 4, 6, 7):
+        graph(tmp_path, n)
+    publish(tmp_path, entry(2, HERE, REDUCE, 1.5))  # graph 1's family (A)
+    results(tmp_path, result_row(7, HERE, Verdict.ACCEPTED, SCHEDULER, low=1.2))  # won on the platform
+    results(tmp_path, result_row(4, HERE, Verdict.NO_GAIN, SCHEDULER, strategy=TRANSFER_CHECK,
+                                 stop=StopReason.BUDGET, origin=Origin.TRANSFER))  # graph 4: a search next
+    ranked(tmp_path, (1, HERE, 30.0), (4, HERE, 40.0), (6, HERE, 8.0))
+    home = open_home(tmp_path)
+    # Past checks took 12 s on a 1 ms program and 130 s on a 1 s one; graph 1 runs 1 s a step.
+    seconds = TaskSeconds(steps={(fp(1), HERE.key()): 1.0, (fp(6), HERE.key()): 0.001},
+                          checks=((0.001, 12.0), (0.03, 40.0), (1.0, 130.0)))
+    checks = plan_checks(home, DAY, state(tmp_path), seconds)
+    # Graph 1's check decides 30 h x 0.6 in about 130 s; graph 6's 8 h x 0.35 in about 12 s: more a second.
+    assert [c.key[0] for c in checks] == [fp(6), fp(1)]
+    assert checks[1].expected_seconds > 100 > 20 > checks[0].expected_seconds
+    assert checks[1].settings(TuneSettings()).expected_seconds == checks[1].expected_seconds
+    assert plan_checks(home, DAY, state(tmp_path), TaskSeconds()) == checks  # read back as planned
+    # Where every check is expected to take as long, the larger group's comes first.
+    assert [c.key[0] for c in plan_checks(home, DAY, state(tmp_path), TaskSeconds(), force=True)] == [fp(1), fp(6)]
