@@ -436,14 +436,20 @@ def test_an_undelivered_accepted_result_is_a_source_until_a_store_version_holds_
     assert sources(tmp_path).verified[(fp(1), HERE.key())].config == SCHEDULER
 
 
-def test_a_small_groups_check_waits_behind_the_search_of_a_large_group_whose_check_found_nothing(tmp_path):
+def checkable(home, graph_6_hours: float) -> None:
+    """Graph 1 with a family transfer (30 h), graph 6 with a platform one (`graph_6_hours`), and
+    graph 4 (40 h), whose check found nothing: a search next."""
     for n in (1, 2, 4, 6, 7):
-        graph(tmp_path, n)
-    publish(tmp_path, entry(2, HERE, REDUCE, 1.5))  # graph 1's family (A)
-    results(tmp_path, result_row(7, HERE, Verdict.ACCEPTED, SCHEDULER, low=1.2))  # won on the platform
-    results(tmp_path, result_row(4, HERE, Verdict.NO_GAIN, SCHEDULER, strategy=TRANSFER_CHECK,
+        graph(home, n)
+    publish(home, entry(2, HERE, REDUCE, 1.5))  # graph 1's family (A)
+    results(home, result_row(7, HERE, Verdict.ACCEPTED, SCHEDULER, low=1.2))  # won on the platform
+    results(home, result_row(4, HERE, Verdict.NO_GAIN, SCHEDULER, strategy=TRANSFER_CHECK,
                                  stop=StopReason.BUDGET, origin=Origin.TRANSFER))  # graph 4: a search next
-    ranked(tmp_path, (1, HERE, 30.0), (4, HERE, 40.0), (6, HERE, 2.0))
+    ranked(home, (1, HERE, 30.0), (4, HERE, 40.0), (6, HERE, graph_6_hours))
+
+
+def test_a_small_groups_check_waits_behind_the_search_of_a_large_group_whose_check_found_nothing(tmp_path):
+    checkable(tmp_path, 2.0)
     home = open_home(tmp_path)
     checks = plan_checks(home, DAY, state(tmp_path), TaskSeconds())
     assert [c.key[0] for c in checks] == [fp(1), fp(6)]
@@ -459,13 +465,7 @@ def test_a_small_groups_check_waits_behind_the_search_of_a_large_group_whose_che
 
 
 def test_checks_run_by_what_they_decide_a_second_so_a_slow_programs_check_waits_behind_cheaper_ones(tmp_path):
-    for n in (1, 2, 4, 6, 7):
-        graph(tmp_path, n)
-    publish(tmp_path, entry(2, HERE, REDUCE, 1.5))  # graph 1's family (A)
-    results(tmp_path, result_row(7, HERE, Verdict.ACCEPTED, SCHEDULER, low=1.2))  # won on the platform
-    results(tmp_path, result_row(4, HERE, Verdict.NO_GAIN, SCHEDULER, strategy=TRANSFER_CHECK,
-                                 stop=StopReason.BUDGET, origin=Origin.TRANSFER))  # graph 4: a search next
-    ranked(tmp_path, (1, HERE, 30.0), (4, HERE, 40.0), (6, HERE, 8.0))
+    checkable(tmp_path, 8.0)
     home = open_home(tmp_path)
     # Past checks took 12 s on a 1 ms program and 130 s on a 1 s one; graph 1 runs 1 s a step.
     seconds = TaskSeconds(steps={(fp(1), HERE.key()): 1.0, (fp(6), HERE.key()): 0.001},
