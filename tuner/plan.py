@@ -12,10 +12,12 @@ spends its stage on what covers the most first:
    (`MeasuredAlike`); one task per group, on its worthiest key, whose result every key of the
    group then shares (`land_shared`);
 3. checks (`plan_checks`): each group that has transfers (`tuner.transfer`: configs verified for
-   its siblings, or that won broadly on its platform) gets a transfer check: a few compiles and
-   screens and one verification, where a search is dozens. They run by what each is expected to
-   decide a second (`check_rate`): a check's seconds grow with its program's step time
-   (`tuner.task_seconds`), and a night has time for a fraction of its checks. A check runs before
+   its siblings, or that won broadly on its platform) gets a transfer check, worthiest first: a
+   few compiles and screens and one verification, where a search is dozens. Each carries the
+   seconds it is expected to take (`tuner.task_seconds`: they grow with its program's step time),
+   and a runner does not start one the stage's time left cannot hold. (Ordered by what each
+   decides a second instead, the reach fleet's faster share fell on each of 4 nights:
+   docs/bench_reach.md, 4ad5bed.) A check runs before
    the searches where it is expected to decide at least as much chip-time a second as the
    worthiest search would (`checks_first`); the others wait for step 5;
 4. searches (`plan_searches`, planned once the checks have run): the groups still without a
@@ -278,10 +280,11 @@ def share_standing(home: Home, state: NightState, on: datetime.date | None = Non
 def plan_checks(home: Home, date: datetime.date, state: NightState, seconds: TaskSeconds,
                 force: bool = False, late: bool = False) -> list[PlannedTask]:
     """Steps 2 and 3 (`late`: step 5, a plan of its own): a transfer check for each open group
-    that has transfers, by what it is expected to decide a second (`check_rate`, at `seconds`),
-    most first; read back where planned before for `date` (unless `force`). A group whose checks found nothing gets none
-    of configs that only won on its platform again (its next step is a search), and a concluded
-    group whose evidence moved is checked with its siblings' new configs alone."""
+    that has transfers, by what it is expected to decide (`check_value`), most first, each with
+    the seconds it is expected to take (`seconds.check_of`); read back where planned before for
+    `date` (unless `force`). A group whose checks found nothing gets none of configs that only
+    won on its platform again (its next step is a search), and a concluded group whose evidence
+    moved is checked with its siblings' new configs alone."""
     def make() -> list[PlannedTask]:
         checks = []
         for group in state.open_groups():
@@ -290,7 +293,7 @@ def plan_checks(home: Home, date: datetime.date, state: NightState, seconds: Tas
             if status.concluded or status.checked:
                 transfers = tuple(t for t in transfers if t.kinship is not Kinship.PLATFORM)
             if transfers:
-                checks.append((check_rate(group, transfers, seconds), PlannedTask(
+                checks.append((check_value(group, transfers), PlannedTask(
                     Path.CHECK, group.key, state.alike(group.key), transfers, attempt=status.attempts,
                     expected_seconds=round(seconds.check_of(group.key), 1))))
         return [task for _, task in sorted(checks, key=lambda c: (-c[0], c[1].key))]
@@ -302,7 +305,7 @@ def checks_first(state: NightState, checks: list[PlannedTask],
                  seconds: TaskSeconds) -> tuple[list[PlannedTask], list[PlannedTask]]:
     """`checks` (in order) split into those a night runs before its searches and those that wait
     until after them. A check goes first where what it is expected to decide a second
-    (`check_rate`) is at least what the worthiest open group's search
+    (`check_value` over `seconds.check`) is at least what the worthiest open group's search
     would: its chip-seconds times the chance it needs one (1 without a check tonight, else the
     chance its check finds nothing), over `seconds.search`. So a large group whose check found
     nothing, a search's, does not wait a night behind the checks of groups a fraction its size."""
@@ -318,7 +321,7 @@ def checks_first(state: NightState, checks: list[PlannedTask],
     later: list[PlannedTask] = []
     for check in checks:
         group = groups.get(check.key)
-        goes_first = group is not None and check_rate(group, check.transfers, seconds) >= bar
+        goes_first = group is not None and check_value(group, check.transfers) / seconds.check >= bar
         (first if goes_first else later).append(check)
     return first, later
 
@@ -327,12 +330,6 @@ def check_value(group: Group, transfers: tuple[Transfer, ...]) -> float:
     """What a check of `transfers` is expected to decide: the group's chip-seconds times the
     chance its nearest kin's config holds up (`CHECK_PRIOR`)."""
     return group.chip_seconds * max(CHECK_PRIOR[t.kinship] for t in transfers)
-
-
-def check_rate(group: Group, transfers: tuple[Transfer, ...], seconds: TaskSeconds) -> float:
-    """What a check of `transfers` is expected to decide a second: `check_value` over the seconds
-    a check of the group's key is expected to take (`TaskSeconds.check_of`)."""
-    return check_value(group, transfers) / seconds.check_of(group.key)
 
 
 def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, per_task_evals: int,
