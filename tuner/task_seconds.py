@@ -2,10 +2,11 @@
 
 A check screens a few configs, then verifies the best in fresh workers, each timing at least
 `VERIFY_SETTINGS.min_pairs` pairs of runs: its seconds grow with what one execution of the
-program takes. On the reach fleet a check took 13 to 19 s on most zoo programs and 43 to 131 s on
-the float64 n-body, whose step is a hundred times longer (docs/bench_reach.md). A plan that
-orders checks by what they decide a second, and a runner that does not start one the stage has
-no time left for, need each check's own figure, not the average.
+program takes. On the reach fleet a check took 13 to 38 s on most zoo programs and 43 to 144 s on
+the float64 n-body, whose step is a hundred times longer (docs/bench_reach.md). A runner that
+does not start a check the stage has no time left for (`tasks.runner.unstartable`) needs each
+check's own figure, not the average. The fit does not see a program slower than any the home
+has checked: it extrapolates flat from fast ones until one has run.
 
 A key's step time is the fleet's (`step_seconds`: its chip-seconds over chips times executions
 in `graph_runs`), which the profiles record for every key, checked or not. A check of a key is
