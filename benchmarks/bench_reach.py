@@ -54,7 +54,15 @@ from provenance import describe
 from execution.sharded import MAX_PARTITION_DEVICES, spans
 from hlo.environment import cpu_model_name, current_environment, partitioning_from_json
 from ingest.tables import GRAPH_RUNS, GRAPHS
-from pipelines.nightly import STAGES, NightlySettings, StageStatus, coverage_by_night, ledger_rows, run_nightly
+from pipelines.nightly import (
+    STAGES,
+    NightlySettings,
+    StageStatus,
+    coverage_by_night,
+    ledger_rows,
+    run_nightly,
+    stage_attempts,
+)
 from ranking.tables import CANDIDATES
 from storage.beam_logging import quiet_beam_logging
 from storage.home_factory import open_home
@@ -104,8 +112,7 @@ def nights_run(home: Path) -> list[datetime.date]:
 
 def stage_done(home: Path, date: datetime.date, stage: str) -> bool:
     """Whether the nightly loop of `date` has done `stage` in `home`."""
-    return any(row["stage"] == stage and row["status"] == StageStatus.DONE
-               for row in ledger_rows(open_home(home), date).to_pylist())
+    return StageStatus.DONE in stage_attempts(open_home(home), date).get(stage, [])
 
 
 def limits(home: Path, last: datetime.date, rank_top: int) -> dict[str, float]:

@@ -129,7 +129,7 @@ def run_nightly(home: Home, settings: NightlySettings, progress: bool = False,
     home = open_home(home)
     report = NightlyReport(settings.date.isoformat())
     with home.lock(home.location("pipelines", "nightly.lock"), "nightly run", wait=False):
-        ledger = _ledger(home, settings.date)
+        ledger = stage_attempts(home, settings.date)
         for stage in STAGES:
             attempts = ledger.get(stage, [])
             if StageStatus.DONE in attempts and not settings.force:
@@ -198,6 +198,7 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     they left kin waiting, then the other checks), at the past nights' seconds a task
     (`task_seconds`); then the kernels and the ops, in what time is left."""
     from tuner import plan
+    from tuner.task_seconds import TaskSeconds
     from tuner.transfer import transferred
 
     deadline = time.time() + 60 * settings.tune_minutes
@@ -207,7 +208,8 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     share_alike = settings.transfer or settings.share_alike
     state = plan.NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
     shared = plan.share_standing(home, state, settings.date)
-    seconds = task_seconds(home, settings.date)
+    # Without transfer nothing is checked, and nothing reads what a check takes.
+    seconds = task_seconds(home, settings.date) if settings.transfer else TaskSeconds()
     planned = plan.plan_checks(home, settings.date, state, seconds, settings.force) if settings.transfer else []
     checks, waiting = plan.checks_first(state, planned, seconds)  # waiting: after searches
     checked = stages.run_planned(home, checks, state, base, runner,
@@ -383,8 +385,8 @@ _STAGE_FUNCTIONS: dict[str, Callable[[Home, NightlySettings, bool, Runner], dict
 STAGES = tuple(_STAGE_FUNCTIONS)
 
 
-def _ledger(home: Home, date: datetime.date) -> dict[str, list[StageStatus]]:
-    """Stage -> statuses of its earlier attempts for `date`."""
+def stage_attempts(home: Home, date: datetime.date) -> dict[str, list[StageStatus]]:
+    """Stage -> the statuses of its attempts for `date` so far, in order (a stage not tried: absent)."""
     found: dict[str, list[StageStatus]] = {}
     for row in ledger_rows(home, date).select(["stage", "status"]).to_pylist():
         found.setdefault(row["stage"], []).append(StageStatus(row["status"]))

@@ -295,7 +295,7 @@ def plan_checks(home: Home, date: datetime.date, state: NightState, seconds: Tas
             if transfers:
                 checks.append((check_value(group, transfers), PlannedTask(
                     Path.CHECK, group.key, state.alike(group.key), transfers, attempt=status.attempts,
-                    expected_seconds=round(seconds.check_of(group.key), 1))))
+                    expected_seconds=round(seconds.check_of(group.key, len(transfers)), 1))))
         return [task for _, task in sorted(checks, key=lambda c: (-c[0], c[1].key))]
 
     return _planned(home, date, "late-checks" if late else "checks", make, force)

@@ -14,7 +14,9 @@ expected to take a power of its step time fitted to the home's past checks (`Che
 squares of log seconds on log step, the power held within [0, 1]: a check never gets cheaper as
 its program gets slower, nor dearer faster than its step); with fewer than `MIN_CHECKS` past
 checks, none spread in step time, or no step time for the key, the average the nights' ledger
-says (`TaskSeconds.check`).
+says (`TaskSeconds.check`). Either way at least the runs its measurements time at that step
+(`check_runs`): a check of a program slower than any checked is not expected to take what fast
+ones took (on the reach fleet the flat fit expected 20 s of checks that took 48 to 144 s).
 """
 
 from __future__ import annotations
@@ -25,15 +27,25 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Mapping
 
+from execution.evaluate import FRESH_WORKERS
 from ingest.tables import GRAPH_RUNS
 from storage.home import Home
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS, results_of
-from tuner.transfer import TRANSFER_CHECK, GraphKey
+from tuner.transfer import MAX_TRANSFERS, TRANSFER_CHECK, GraphKey
+from tuner.tune import SEARCH_SETTINGS, VERIFY_SETTINGS
 from vocabulary.tuning import Origin
 
 # Past checks below which no fit is made (the ledger's average is taken instead).
 MIN_CHECKS = 3
+
+
+def check_runs(configs: int = MAX_TRANSFERS) -> int:
+    """The program runs a check of `configs` transferred configs times where each of its screens
+    and of its verification's fresh workers stops at its minimum pairs (of the default and the
+    config) and it verifies one: a catastrophic screen stops sooner, and a screen or worker whose
+    interval is not yet tight goes on."""
+    return 2 * (configs * SEARCH_SETTINGS.min_pairs + FRESH_WORKERS * VERIFY_SETTINGS.min_pairs)
 
 
 @dataclass(frozen=True)
@@ -82,10 +94,14 @@ class TaskSeconds:
         """The past checks' fit (None: too few, `CheckFit.of`)."""
         return CheckFit.of(self.checks)
 
-    def check_of(self, key: GraphKey) -> float:
-        """The seconds a transfer check of `key` is expected to take (see the module docstring)."""
+    def check_of(self, key: GraphKey, configs: int = MAX_TRANSFERS) -> float:
+        """The seconds a transfer check of `configs` configs on `key` is expected to take (see the
+        module docstring)."""
         step = self.steps.get(key)
-        return self.fit.seconds(step) if self.fit is not None and step is not None else self.check
+        if step is None:
+            return self.check
+        estimate = self.fit.seconds(step) if self.fit is not None else self.check
+        return max(estimate, check_runs(configs) * step)
 
 
 def step_seconds(home: Home, days: set[str]) -> dict[GraphKey, float]:

@@ -3,8 +3,8 @@ one head and three raylets, shared by the module): tasks go only to nodes of the
 (a node whose processes run under other XLA_FLAGS is another environment), a task no node can
 measure is told at once, the validator's measurements run on the nodes, a node removed
 mid-task has its task resumed from its journal on another node and landed once, a task whose
-worker is killed on every try fails with the reason, and `fdo nightly --cluster` runs the whole
-loop."""
+worker is killed on every try fails with the reason, a check still waiting for a node when the
+time left cannot hold it is not started, and `fdo nightly --cluster` runs the whole loop."""
 
 from __future__ import annotations
 
@@ -222,6 +222,30 @@ def test_nightly_with_a_cluster_runs_all_six_stages(cluster, tmp_path, capsys):
     tune = next(s for s in report["stages"] if s["stage"] == "tune")["counts"]
     assert tune["tuned"] == 1 and tune["unroutable"] == tune["failed"] == 0
     assert attempt_records(home)  # the task ran on a node
+
+
+def test_a_check_waiting_for_a_node_that_the_time_left_cannot_hold_is_cancelled_and_one_that_fits_runs(
+        cluster, tmp_path):
+    from tasks.runner import Deadline
+    from tuner.transfer import Kinship, Transfer
+
+    made, nodes, _, other = cluster
+    home = tmp_path / "home"
+    transfer = Transfer({"placement:REDUCE": "xla"}, "a" * 32 + "/" + "b" * 32, Kinship.FAMILY, 1.2)
+    check = replace(QUICK, transfers=(transfer,), transfer_check=True, budget_evals=1)
+    # The environment's one node is busy with a search while both checks wait for it; 300 s are
+    # left, and one check is expected to take 900.
+    tasks = [task("busy", jnp.maximum, other, replace(QUICK, budget_evals=6)),
+             task("long", lambda a, b: jnp.exp(a) * b, other, replace(check, expected_seconds=900.0)),
+             task("short", lambda a, b: jnp.exp(a) + b, other, replace(check, expected_seconds=5.0))]
+    busy, long, short = run_all(RayRunner(made.address), tasks, open_home(home), Deadline(time.time() + 300))
+    assert busy.status == TaskStatus.DONE and busy.node == nodes["b"].node_id
+    assert long.status == TaskStatus.NOT_STARTED and long.reason.startswith("expected to take 900 s"), long
+    assert short.status == TaskStatus.DONE and short.node == nodes["b"].node_id, short
+    # The check passed by never ran anywhere: no try of it, no result of it.
+    assert len(attempt_records(home)) == 2
+    assert sorted(Warehouse(home).read(TUNING_RESULTS).column("task_id").to_pylist()) == sorted(
+        o.result.task_id for o in (busy, short))
 
 
 def test_a_task_whose_last_node_dies_mid_task_is_reported_not_left_pending(cluster, tmp_path):

@@ -13,7 +13,7 @@ from ingest.tables import GRAPH_RUNS
 from storage.home_factory import open_home
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
-from tuner.task_seconds import MIN_CHECKS, CheckFit, TaskSeconds, past_checks, step_seconds
+from tuner.task_seconds import MIN_CHECKS, CheckFit, TaskSeconds, check_runs, past_checks, step_seconds
 from tuner.transfer import TRANSFER_CHECK
 from vocabulary.tuning import Origin, Verdict
 
@@ -44,7 +44,20 @@ def test_a_check_of_a_key_without_a_step_time_or_a_fit_is_expected_to_take_the_l
     fitted = TaskSeconds(check=25.0, steps=steps, checks=((0.001, 12.0), (0.01, 20.0), (0.9, 130.0)))
     assert fitted.check_of((fp(1), ENV)) > 100 > 15 > fitted.check_of((fp(2), ENV))
     assert fitted.check_of((fp(3), ENV)) == 25.0  # no profile of it
-    assert TaskSeconds(check=25.0, steps=steps, checks=((0.001, 12.0),)).check_of((fp(1), ENV)) == 25.0
+    assert TaskSeconds(check=25.0, steps=steps, checks=((0.001, 12.0),)).check_of((fp(2), ENV)) == 25.0
+
+
+def test_a_check_of_a_program_slower_than_any_checked_is_expected_to_take_at_least_its_timed_runs():
+    steps = {(fp(1), ENV): 0.5, (fp(2), ENV): 0.002}
+    # Past checks of fast programs only: a flat fit at about 15 s.
+    flat = TaskSeconds(check=15.0, steps=steps, checks=((0.001, 14.0), (0.002, 16.0), (0.004, 15.0)))
+    assert flat.fit is not None and flat.fit.seconds(0.5) < 20
+    assert flat.check_of((fp(1), ENV)) == pytest.approx(check_runs() * 0.5)
+    assert flat.check_of((fp(1), ENV), configs=1) == pytest.approx(check_runs(1) * 0.5)
+    assert flat.check_of((fp(2), ENV)) == pytest.approx(flat.fit.seconds(0.002))  # its runs are a fraction of a second
+    assert TaskSeconds(check=15.0, steps=steps).check_of((fp(1), ENV)) == pytest.approx(check_runs() * 0.5)
+    # More configs screened, more runs: each screen and each verification worker times its pairs.
+    assert check_runs(3) > check_runs(1) > 0
 
 
 def run_row(n: int, job: str, chips: int, executions: int, chip_seconds: float, day: datetime.date = DAY) -> dict:
