@@ -242,17 +242,22 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
               **_not_tuned(checked.outcomes + searched.outcomes)}
     if settings.top_kernels:
         counts.update(_tune_kernels(home, settings, progress, runner, deadline))
-    left = (deadline - time.time()) / 60
-    if settings.top_ops and left > 0:
-        found = KINDS[Kind.OP].candidates(home, settings.top_ops, True, runner.environments())
-        ops = stages.tune_candidates(Kind.OP, home, found.tunable,
-                                     stages.tune_settings(Kind.OP, budget_minutes=left / settings.top_ops,
-                                                          verify_workers=settings.verify_workers,
-                                                          day=settings.date),
-                                     progress, runner=runner)
-        counts.update(ops=len(ops.results), ops_accepted=sum(r.accepted for r in ops.results),
-                      folds=len(ops.folds), folds_accepted=sum(f.accepted for _, f in ops.folds))
+    if settings.top_ops and deadline > time.time():
+        counts.update(_tune_ops(home, settings, progress, runner, deadline))
     return counts
+
+
+def _tune_ops(home: Home, settings: NightlySettings, progress: bool, runner: Runner,
+              deadline: float) -> dict[str, int]:
+    """The ops' tasks of the night (`settings.top_ops`), sharing the stage's minutes left."""
+    left = (deadline - time.time()) / 60
+    found = KINDS[Kind.OP].candidates(home, settings.top_ops, True, runner.environments())
+    ops = stages.tune_candidates(Kind.OP, home, found.tunable,
+                                 stages.tune_settings(Kind.OP, budget_minutes=left / settings.top_ops,
+                                                      verify_workers=settings.verify_workers, day=settings.date),
+                                 progress, runner=runner)
+    return {"ops": len(ops.results), "ops_accepted": sum(r.accepted for r in ops.results),
+            "folds": len(ops.folds), "folds_accepted": sum(f.accepted for _, f in ops.folds)}
 
 
 def task_seconds(home: Home, date: datetime.date) -> TaskSeconds:

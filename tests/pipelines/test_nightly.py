@@ -1,6 +1,7 @@
 """The nightly loop and its scheduler, as real processes: a run killed mid-stage finishes on the
-next try without duplicating anything; the daemon runs the loop on its cron, stops cleanly on
-SIGTERM and picks its schedule up again after a restart, even after kill -9."""
+next try without duplicating anything; a night with ops tunes them after its graphs; the daemon
+runs the loop on its cron, stops cleanly on SIGTERM and picks its schedule up again after a
+restart, even after kill -9."""
 
 from __future__ import annotations
 
@@ -149,6 +150,24 @@ def test_a_nightly_run_on_a_url_home_runs_every_stage_there(fleet_home, tmp_path
     for place in ("/warehouse/graph_runs/", "/warehouse/candidates/", "/warehouse/trials/",
                   "/warehouse/runs/", "/tuner/tasks/", "/store/", "/validator/runs/"):
         assert any(place in path for path in UrlFileSystem.used), place
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.subprocess
+def test_a_night_with_ops_tunes_them_in_the_minutes_its_graphs_left(fleet_home, tmp_path, capsys):
+    from pipelines.cli import main
+
+    home = tmp_path / "home"
+    ops = [*FAST[:2], "--top-ops", "1", *FAST[4:]]
+    code = main(["--home", str(home), "nightly", "--date", DATE.isoformat(), "--json", *ops,
+                 "--inbox", str(fleet_home / "fleet")])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["ok"], report
+    tune = next(s for s in report["stages"] if s["stage"] == "tune")["counts"]
+    assert tune["tuned"] == 1 and tune["ops"] == 1, tune
+    kinds = Warehouse(home).read(TUNING_RESULTS, ["kind"]).column("kind").to_pylist()
+    assert kinds.count("op") == 1 and "graph" in kinds  # the graph's result, shared with its keys measured alike
 
 
 @pytest.mark.slow
