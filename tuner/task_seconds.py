@@ -5,8 +5,7 @@ A check screens a few configs, then verifies the best in fresh workers, each tim
 program takes. On the reach fleet a check took 13 to 38 s on most zoo programs and 43 to 144 s on
 the float64 n-body, whose step is a hundred times longer (docs/bench_reach.md). A runner that
 does not start a check the stage has no time left for (`tasks.runner.unstartable`) needs each
-check's own figure, not the average. The fit does not see a program slower than any the home
-has checked: it extrapolates flat from fast ones until one has run.
+check's own figure, not the average.
 
 A key's step time is the fleet's (`step_seconds`: its chip-seconds over chips times executions
 in `graph_runs`), which the profiles record for every key, checked or not. A check of a key is
@@ -15,8 +14,8 @@ squares of log seconds on log step, the power held within [0, 1]: a check never 
 its program gets slower, nor dearer faster than its step); with fewer than `MIN_CHECKS` past
 checks, none spread in step time, or no step time for the key, the average the nights' ledger
 says (`TaskSeconds.check`). Either way at least the runs its measurements time at that step
-(`check_runs`): a check of a program slower than any checked is not expected to take what fast
-ones took (on the reach fleet the flat fit expected 20 s of checks that took 48 to 144 s).
+(`check_runs`): the fit cannot see a program slower than any the home has checked (on the reach
+fleet, fitted to fast programs alone, it expected 20 s of checks that took 48 to 144 s).
 """
 
 from __future__ import annotations
