@@ -123,8 +123,12 @@ RELAXED_OUT_OF_MINUTES = ("only a config that relaxes numerics beat the default 
 # The claim: 10 s of timing in each fresh worker, and at least 20 pairs, as the validator's (at
 # 99.9%, 20 pairs give the 3rd to the 18th of their ratios). On a module of a second a run the
 # pairs, not the 10 s, set a worker's time: 40 pairs made the verification of such a module
-# four minutes.
-VERIFY_SETTINGS = MeasureSettings(confidence=VERIFIED_LEVEL, min_pairs=20, max_seconds=10.0)
+# four minutes. A worker whose pairs leave no doubt at 20, 40 or 80 of them stops there
+# (`execution.measure.early_decision`, its looks' error rate held to the claim's own 0.1%): a
+# clear gain's interval need not be narrowed to 1.5% for its decision, and a fast program's
+# three workers took 25-35 s of a transfer check's 30-40 (docs/bench_reach.md).
+VERIFY_SETTINGS = MeasureSettings(confidence=VERIFIED_LEVEL, min_pairs=20, max_seconds=10.0,
+                                  early_looks=(20, 40, 80), early_alpha=1.0 - VERIFIED_LEVEL)
 
 
 @dataclass(frozen=True)
@@ -385,7 +389,7 @@ def verdict_of(check: EvaluationResult, noise_band: float,
     """A verification's verdict, with its reason: the default fails; the verification failed;
     the numerics differ (whatever the speed: a config that changes results is never delivered);
     no significant gain (the interval's lower end under 1 + `noise_band`, measured per device
-    under 1 + the mode's error too: `holds_up`; or the default's very program); or accepted."""
+    under 1 + the mode's error: `holds_up`; or the default's very program); or accepted."""
     if check.error is not None:
         if check.failure == Failure.DEFAULT_FAILS:  # its error says "default fails: <reason>"
             return Verdict.DEFAULT_FAILS, check.error.removeprefix(f"{Verdict.DEFAULT_FAILS}: ")
@@ -396,12 +400,13 @@ def verdict_of(check: EvaluationResult, noise_band: float,
     figure = check.speedup.as_speedup()
     if not check.numerics_ok:
         return Verdict.NUMERICS_DIFFER, f"{check.judged().describe()}; measured {figure}"
+    # First: measured per device, the verification's `significant` is to this bar (`verify_settings`).
+    if placement.mode is not MeasureMode.WHOLE and check.speedup.low <= 1.0 + PER_DEVICE_ERROR:
+        return Verdict.NO_GAIN, (f"measured {figure} per device: the interval's lower end is "
+                                 f"under {1 + PER_DEVICE_ERROR:.3f}, the per-device mode's error")
     if not check.significant:
         return Verdict.NO_GAIN, (f"measured {figure}: the interval's lower end is under "
                                  f"{1 + noise_band:.3f}")
-    if not holds_up(check, placement):
-        return Verdict.NO_GAIN, (f"measured {figure} per device: the interval's lower end is "
-                                 f"under {1 + PER_DEVICE_ERROR:.3f}, the per-device mode's error")
     return Verdict.ACCEPTED, f"measured {figure}, numerics {check.judged().describe()}"
 
 
@@ -412,8 +417,17 @@ def _check(target: TuneTarget, winner: Trial | None,
     if winner is None:
         return None
     return evaluate_independently(target.module, winner.config, settings.verify_workers,
-                                  settings=settings.verify, seed=settings.seed + 1,
-                                  partitioning=target.placement.compiled_for)
+                                  settings=verify_settings(settings.verify, target.placement),
+                                  seed=settings.seed + 1, partitioning=target.placement.compiled_for)
+
+
+def verify_settings(verify: MeasureSettings, placement: Placement) -> MeasureSettings:
+    """`verify` for a target measured as `placement` says: per device, its noise band is the
+    mode's measured error too (`holds_up`'s bar), so that an early decision stops a worker only
+    where the gain clears the bar it must clear, and a smaller one is measured on."""
+    if placement.mode is MeasureMode.WHOLE:
+        return verify
+    return replace(verify, noise_band=max(verify.noise_band, PER_DEVICE_ERROR))
 
 
 def holds_up(check: EvaluationResult, placement: Placement) -> bool:
