@@ -209,7 +209,7 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     state = plan.NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
     shared = plan.share_standing(home, state, settings.date)
     # Without transfer nothing is checked, and nothing reads what a check takes.
-    seconds = task_seconds(home, settings.date) if settings.transfer else TaskSeconds()
+    seconds = task_seconds(home, settings.date, base.verify_workers) if settings.transfer else TaskSeconds()
     planned = plan.plan_checks(home, settings.date, state, seconds, settings.force) if settings.transfer else []
     checks, waiting = plan.checks_first(state, planned, seconds)  # waiting: after searches
     checked = stages.run_planned(home, checks, state, base, runner,
@@ -260,11 +260,12 @@ def _tune_ops(home: Home, settings: NightlySettings, progress: bool, runner: Run
             "folds": len(ops.folds), "folds_accepted": sum(f.accepted for _, f in ops.folds)}
 
 
-def task_seconds(home: Home, date: datetime.date) -> TaskSeconds:
+def task_seconds(home: Home, date: datetime.date, verify_workers: int) -> TaskSeconds:
     """What a night's tasks are expected to take (`tuner.task_seconds`), from the
     `TASK_SECONDS_DAYS` nights before `date`: a check and a search on average over their tune
     stages (the ledger's counts), each where some ran, `TaskSeconds`' defaults where none did;
-    and a check of each key by its step time, from the checks those nights ran."""
+    and a check of each key by its step time, from the checks those nights ran, verified in
+    `verify_workers` fresh workers."""
     from tuner.task_seconds import TaskSeconds, past_checks, step_seconds
 
     days = set(partition_days(date - datetime.timedelta(days=TASK_SECONDS_DAYS), date - datetime.timedelta(days=1)))
@@ -280,7 +281,7 @@ def task_seconds(home: Home, date: datetime.date) -> TaskSeconds:
     steps = step_seconds(home, days | {date.isoformat()})  # tonight's profiles too: the keys planned
     return TaskSeconds(check_seconds / checks if checks else default.check,
                        search_seconds / searches if searches else default.search,
-                       steps, past_checks(home, days, steps))
+                       steps, past_checks(home, days, steps), verify_workers)
 
 
 def _tune_kernels(home: Home, settings: NightlySettings, progress: bool, runner: Runner,

@@ -39,12 +39,12 @@ from vocabulary.tuning import Origin
 MIN_CHECKS = 3
 
 
-def check_runs(configs: int = MAX_TRANSFERS) -> int:
+def check_runs(configs: int = MAX_TRANSFERS, verify_workers: int = FRESH_WORKERS) -> int:
     """The program runs a check of `configs` transferred configs times where each of its screens
-    and of its verification's fresh workers stops at its minimum pairs (of the default and the
-    config) and it verifies one: a catastrophic screen stops sooner, and a screen or worker whose
-    interval is not yet tight goes on."""
-    return 2 * (configs * SEARCH_SETTINGS.min_pairs + FRESH_WORKERS * VERIFY_SETTINGS.min_pairs)
+    and of its verification's `verify_workers` fresh workers stops at its minimum pairs (of the
+    default and the config) and it verifies one: a catastrophic screen stops sooner, and a screen
+    or worker whose pairs leave doubt goes on."""
+    return 2 * (configs * SEARCH_SETTINGS.min_pairs + verify_workers * VERIFY_SETTINGS.min_pairs)
 
 
 @dataclass(frozen=True)
@@ -81,12 +81,14 @@ class TaskSeconds:
     past nights' ledger, `pipelines.nightly.task_seconds`; the defaults, for a home's first
     nights, are the reach fleet's: 29 s a check and 60 to 150 s a search), and a check of each
     key by its step time (`check_of`). `steps`: each key's step seconds in the fleet; `checks`:
-    the home's past checks, (step seconds, seconds taken)."""
+    the home's past checks, (step seconds, seconds taken); `verify_workers`: the fresh workers
+    each check's verification runs in (the stage's `--verify-workers`)."""
 
     check: float = 30.0
     search: float = 120.0
     steps: Mapping[GraphKey, float] = field(default_factory=dict)
     checks: tuple[tuple[float, float], ...] = ()
+    verify_workers: int = FRESH_WORKERS
 
     @cached_property
     def fit(self) -> CheckFit | None:
@@ -100,7 +102,7 @@ class TaskSeconds:
         if step is None:
             return self.check
         estimate = self.fit.seconds(step) if self.fit is not None else self.check
-        return max(estimate, check_runs(configs) * step)
+        return max(estimate, check_runs(configs, self.verify_workers) * step)
 
 
 def step_seconds(home: Home, days: set[str]) -> dict[GraphKey, float]:

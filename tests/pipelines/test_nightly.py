@@ -61,7 +61,7 @@ def test_a_ledger_written_before_statuses_were_an_enum_still_reads(tmp_path):
 
 def test_a_nights_plan_expects_the_seconds_a_check_and_a_search_took_on_the_week_before(tmp_path):
     tonight = DATE + datetime.timedelta(days=4)
-    assert task_seconds(open_home(tmp_path), tonight) == TaskSeconds()  # no night yet: the defaults
+    assert task_seconds(open_home(tmp_path), tonight, 3) == TaskSeconds()  # no night yet: the defaults
     started = datetime.datetime(2026, 5, 3, 2, tzinfo=datetime.UTC)
     nights = [(-10, "done", {"checks": 10, "checks_seconds": 9000.0}),  # beyond the week before
               (1, "done", {"checks": 4, "checks_seconds": 100.0, "searches": 2, "searches_seconds": 300.0}),
@@ -72,7 +72,7 @@ def test_a_nights_plan_expects_the_seconds_a_check_and_a_search_took_on_the_week
              "started_at": started, "seconds": 1.0, "counts": json.dumps(counts), "error": None}
             for night, status, counts in nights]
     Warehouse(tmp_path).append(RUNS, pa.Table.from_pylist(rows, RUNS.schema), "nights")
-    assert task_seconds(open_home(tmp_path), tonight) == TaskSeconds(check=30.0, search=150.0)
+    assert task_seconds(open_home(tmp_path), tonight, 1) == TaskSeconds(check=30.0, search=150.0, verify_workers=1)
 
 
 @pytest.mark.slow

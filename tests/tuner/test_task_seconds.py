@@ -58,6 +58,11 @@ def test_a_check_of_a_program_slower_than_any_checked_is_expected_to_take_at_lea
     assert TaskSeconds(check=15.0, steps=steps).check_of((fp(1), ENV)) == pytest.approx(check_runs() * 0.5)
     # More configs screened, more runs: each screen and each verification worker times its pairs.
     assert check_runs(3) > check_runs(1) > 0
+    # A stage verifying in one fresh worker (--verify-workers 1) expects one worker's runs.
+    one = TaskSeconds(check=15.0, steps=steps, verify_workers=1)
+    assert check_runs(3, 1) < check_runs(3)
+    assert one.check_of((fp(1), ENV)) == pytest.approx(check_runs(3, 1) * 0.5)
+    assert one.check_of((fp(1), ENV)) < flat.check_of((fp(1), ENV))
 
 
 def run_row(n: int, job: str, chips: int, executions: int, chip_seconds: float, day: datetime.date = DAY) -> dict:
