@@ -2,8 +2,9 @@
 
 A check screens a few configs, then verifies the best in fresh workers, each timing at least
 `VERIFY_SETTINGS.min_pairs` pairs of runs: its seconds grow with what one execution of the
-program takes. On the reach fleet a check took 13 to 38 s on most zoo programs and 43 to 144 s on
-the float64 n-body, whose step is a hundred times longer (docs/bench_reach.md). A runner that
+program takes. On the reach fleet a check took 5 to 22 s on most zoo programs (median 10 s:
+a verification worker stops at 20 pairs where they leave no doubt) and up to 137 s on the
+float64 n-body, whose step is a hundred times longer (docs/bench_reach.md). A runner that
 does not start a check the stage has no time left for (`tasks.runner.unstartable`) needs each
 check's own figure, not the average.
 
@@ -79,7 +80,8 @@ class CheckFit:
 class TaskSeconds:
     """What a check and a search of a night are expected to take, in seconds: on average (the
     past nights' ledger, `pipelines.nightly.task_seconds`; the defaults, for a home's first
-    nights, are the reach fleet's: 29 s a check and 60 to 150 s a search), and a check of each
+    nights, are the reach fleet's before its verifications stopped early: 29 s a check, where
+it is 10 to 20 s since, and 60 to 150 s a search), and a check of each
     key by its step time (`check_of`). `steps`: each key's step seconds in the fleet; `checks`:
     the home's past checks, (step seconds, seconds taken); `verify_workers`: the fresh workers
     each check's verification runs in (the stage's `--verify-workers`)."""
