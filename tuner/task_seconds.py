@@ -81,7 +81,7 @@ class TaskSeconds:
     """What a check and a search of a night are expected to take, in seconds: on average (the
     past nights' ledger, `pipelines.nightly.task_seconds`; the defaults, for a home's first
     nights, are the reach fleet's before its verifications stopped early: 29 s a check, where
-it is 10 to 20 s since, and 60 to 150 s a search), and a check of each
+    it is 10 to 20 s since, and 60 to 150 s a search), and a check of each
     key by its step time (`check_of`). `steps`: each key's step seconds in the fleet; `checks`:
     the home's past checks, (step seconds, seconds taken); `verify_workers`: the fresh workers
     each check's verification runs in (the stage's `--verify-workers`)."""

@@ -125,8 +125,8 @@ RELAXED_OUT_OF_MINUTES = ("only a config that relaxes numerics beat the default 
 # pairs, not the 10 s, set a worker's time: 40 pairs made the verification of such a module
 # four minutes. A worker whose pairs leave no doubt at 20, 40 or 80 of them stops there
 # (`execution.measure.early_decision`, its looks' error rate held to the claim's own 0.1%): a
-# clear gain's interval need not be narrowed to 1.5% for its decision, and a fast program's
-# three workers took 25-35 s of a transfer check's 30-40 (docs/bench_reach.md).
+# clear gain's interval need not be narrowed to 1.5% for its decision, where a fast program's
+# three workers took 13 to 36 s of a transfer check's 17 to 40 (docs/bench_reach.md).
 VERIFY_SETTINGS = MeasureSettings(confidence=VERIFIED_LEVEL, min_pairs=20, max_seconds=10.0,
                                   early_looks=(20, 40, 80), early_alpha=1.0 - VERIFIED_LEVEL)
 
