@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.util import assert_that, equal_to
 
 from hlo.environment import store_key
@@ -144,9 +145,16 @@ def test_beam_savings_equal_the_reference_and_the_definition(fleet_home):
     assert savings(fleet_home, START, LAST).equals(rows)  # a rerun replaces, never duplicates
 
 
+def _unrun_pipeline(options: PipelineOptions) -> beam.Pipeline:
+    """A pipeline built and never run, its temp dir removed (Beam removes it only in `run`)."""
+    pipeline = beam.Pipeline(options=options)
+    shutil.rmtree(pipeline.local_tempdir)
+    return pipeline
+
+
 def test_standard_beam_options_reach_the_pipeline():
     options = pipeline_options(["--runner=FlinkRunner", "--flink_master=localhost:8081", "--parallelism=4"])
-    pipeline = beam.Pipeline(options=options)
+    pipeline = _unrun_pipeline(options)
     assert pipeline.options.view_as(StandardOptions).runner == "FlinkRunner"
     everything = pipeline.options.get_all_options()
     assert everything["flink_master"] == "localhost:8081" and everything["parallelism"] == 4
@@ -154,7 +162,7 @@ def test_standard_beam_options_reach_the_pipeline():
     default = pipeline_options([]).get_all_options()
     assert (default["runner"], default["direct_running_mode"]) == (
         "storage.beam_runner.InProcessRunner", "multi_processing")
-    assert isinstance(beam.Pipeline(options=pipeline_options([])).runner, InProcessRunner)
+    assert isinstance(_unrun_pipeline(pipeline_options([])).runner, InProcessRunner)
 
 
 @pytest.mark.subprocess
