@@ -31,6 +31,7 @@ from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _F
 from hlo.environment import Partitioning
 from hlo.module import HloModule, from_text
 from hlo.proto import ShapeProto, build_messages
+from vocabulary.measure import MeasureMode
 
 # How far a per-device speedup may overstate the whole program's: the 90th percentile of the
 # overstatement over every single move of the zoo's sharded workloads (0.112, 47 moves of three
@@ -182,3 +183,9 @@ def _changed_axis(name: str, dims: list[int], operand_dims: list[int]) -> int:
         raise PerDeviceError(f"{name}: axis {axis} goes from {operand_dims[axis]} to "
                              f"{dims[axis]}, not by a whole factor")
     return axis
+
+
+def gain_bar(band: float, mode: MeasureMode) -> float:
+    """The noise band a gain measured in `mode` must clear, for a measurement whose own is
+    `band`: per device, PER_DEVICE_ERROR too (the whole program may gain that much less)."""
+    return band if mode is MeasureMode.WHOLE else max(band, PER_DEVICE_ERROR)

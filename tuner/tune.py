@@ -62,7 +62,7 @@ from execution.cores import plan_cores
 from execution.evaluate import FRESH_WORKERS, DefaultFails, EvaluationResult, evaluate_independently
 from execution.flags import CompilerConfig
 from execution.measure import MeasureSettings
-from execution.per_device import PER_DEVICE_ERROR
+from execution.per_device import gain_bar
 from execution.sharded import Placement
 from hlo.environment import current_environment
 from storage.home import Home
@@ -108,10 +108,13 @@ SEARCH_SETTINGS = MeasureSettings(confidence=SCREENED_LEVEL, max_seconds=6.0, ta
                                   max_pairs=200, early_looks=(10, 15, 20, 30), min_pairs=10,
                                   catastrophe_ratio=3.0)
 # The winner's race and pruning time one config against another (tuner.winner), in fresh
-# workers (`TuneSettings.verify_workers` of them), each to a tight interval or 3 s, with no
-# early stop: they tell apart programs a percent apart, where a screen only tells a candidate
-# from the default.
-COMPARE_SETTINGS = replace(SEARCH_SETTINGS, early_looks=(), max_pairs=MeasureSettings().max_pairs,
+# workers (`TuneSettings.verify_workers` of them), each to a tight interval or 3 s: they tell
+# apart programs a percent apart, where a screen only tells a candidate from the default. A
+# worker whose pairs leave no doubt at a screen's early look stops there, at the screens' error
+# rate (undoing a 7x change needs no 3 s to show it slower); two programs within the noise band
+# of each other are stopped early at most `early_alpha` of the time, and measured as before
+# (tests/tuner/test_compare_settings.py).
+COMPARE_SETTINGS = replace(SEARCH_SETTINGS, max_pairs=MeasureSettings().max_pairs,
                            min_pairs=MeasureSettings().min_pairs, max_seconds=3.0,
                            target_half_width=0.005, stop_when_no_gain=False,
                            catastrophe_ratio=None)
@@ -400,13 +403,10 @@ def verdict_of(check: EvaluationResult, noise_band: float,
     figure = check.speedup.as_speedup()
     if not check.numerics_ok:
         return Verdict.NUMERICS_DIFFER, f"{check.judged().describe()}; measured {figure}"
-    # First: measured per device, the verification's `significant` is to this bar (`verify_settings`).
-    if placement.mode is not MeasureMode.WHOLE and check.speedup.low <= 1.0 + PER_DEVICE_ERROR:
-        return Verdict.NO_GAIN, (f"measured {figure} per device: the interval's lower end is "
-                                 f"under {1 + PER_DEVICE_ERROR:.3f}, the per-device mode's error")
-    if not check.significant:
-        return Verdict.NO_GAIN, (f"measured {figure}: the interval's lower end is under "
-                                 f"{1 + noise_band:.3f}")
+    if not holds_up(check, placement):
+        per_device = f" {placement.mode}" if placement.mode is not MeasureMode.WHOLE else ""
+        return Verdict.NO_GAIN, (f"measured {figure}{per_device}: the interval's lower end is "
+                                 f"under {1 + gain_bar(noise_band, placement.mode):.3f}")
     return Verdict.ACCEPTED, f"measured {figure}, numerics {check.judged().describe()}"
 
 
@@ -422,21 +422,21 @@ def _check(target: TuneTarget, winner: Trial | None,
 
 
 def verify_settings(verify: MeasureSettings, placement: Placement) -> MeasureSettings:
-    """`verify` for a target measured as `placement` says: per device, its noise band is the
-    mode's measured error too (`holds_up`'s bar), so that an early decision stops a worker only
-    where the gain clears the bar it must clear, and a smaller one is measured on."""
-    if placement.mode is MeasureMode.WHOLE:
-        return verify
-    return replace(verify, noise_band=max(verify.noise_band, PER_DEVICE_ERROR))
+    """`verify` for a target measured as `placement` says: its noise band is the bar a gain
+    measured so must clear (`execution.per_device.gain_bar`: per device, the mode's error too),
+    so that an early decision stops a worker only where the gain clears it, and a smaller one
+    is measured on."""
+    band = gain_bar(verify.noise_band, placement.mode)
+    return verify if band == verify.noise_band else replace(verify, noise_band=band)
 
 
 def holds_up(check: EvaluationResult, placement: Placement) -> bool:
     """Whether a verification shows a gain to deliver: significant (its interval's lower end
-    above the noise band), and measured per device, above the per-device mode's measured error
-    too (`execution.per_device.PER_DEVICE_ERROR`): the whole program may gain that much less."""
+    above its noise band), and above the bar of the way it was measured, whatever settings
+    measured it (`execution.per_device.gain_bar`: per device, the mode's error too)."""
     if not check.significant or check.speedup is None:
         return False
-    return placement.mode is MeasureMode.WHOLE or check.speedup.low > 1.0 + PER_DEVICE_ERROR
+    return check.speedup.low > 1.0 + gain_bar(0.0, placement.mode)
 
 
 def _relaxed_option(relaxed: Trial | None, check: EvaluationResult | None,

@@ -59,7 +59,7 @@ from execution.evaluate import (
 )
 from execution.flags import CompilerConfig, FlagError, checked_config
 from execution.measure import MeasureSettings
-from execution.per_device import PER_DEVICE_ERROR, PerDeviceError
+from execution.per_device import PerDeviceError, gain_bar
 from execution.session import Built
 from execution.sharded import Placement
 from execution.worker import WorkerFailure
@@ -222,9 +222,7 @@ def measure(queued: Queued, home: Home, chain: Toolchain, settings: ValidateSett
             module = per_device_program(module, placement.partitioning, settings.timeout)
         except PerDeviceError as exc:
             return decide(DecisionOutcome.UNMEASURED, str(exc), StoreChange.NONE)
-    # Measured per device, a gain must clear the mode's measured error too (tuner.tune.holds_up).
-    band = (settings.measure.noise_band if placement.mode is MeasureMode.WHOLE
-            else max(settings.measure.noise_band, PER_DEVICE_ERROR))
+    band = gain_bar(settings.measure.noise_band, placement.mode)
 
     def settled(median: EvaluationResult) -> bool:
         return rules.settled(median, queued.same_compiler, band)
