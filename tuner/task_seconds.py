@@ -80,13 +80,13 @@ class CheckFit:
 class TaskSeconds:
     """What a check and a search of a night are expected to take, in seconds: on average (the
     past nights' ledger, `pipelines.nightly.task_seconds`; the defaults, for a home's first
-    nights, are the reach fleet's before its verifications stopped early: 29 s a check, where
-    it is 10 to 20 s since, and 60 to 150 s a search), and a check of each
+    nights, are the reach fleet's: 13 s a check on night 1 and 19 s over three nights, where
+    later nights check slower programs, and 60 to 150 s a search), and a check of each
     key by its step time (`check_of`). `steps`: each key's step seconds in the fleet; `checks`:
     the home's past checks, (step seconds, seconds taken); `verify_workers`: the fresh workers
     each check's verification runs in (the stage's `--verify-workers`)."""
 
-    check: float = 30.0
+    check: float = 15.0
     search: float = 120.0
     steps: Mapping[GraphKey, float] = field(default_factory=dict)
     checks: tuple[tuple[float, float], ...] = ()
