@@ -8,10 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from execution.measure import MeasureSettings, Runner, early_decision, measure_pair
+from execution.measure import measure_pair
 from execution.per_device import PER_DEVICE_ERROR
 from execution.sharded import Placement
 from hlo.environment import Partitioning
+from tests.support.paired_runs import NOISES, first_decision, noisy_runners
 from tuner.tune import VERIFY_SETTINGS, verify_settings
 from vocabulary.confidence import VERIFIED_LEVEL
 from vocabulary.measure import MeasureMode
@@ -19,44 +20,26 @@ from vocabulary.measure import MeasureMode
 PER_DEVICE = Placement(MeasureMode.PER_DEVICE, Partitioning(partitions=4, spmd=True))
 
 
-def _first_decision(log_ratios: np.ndarray, settings: MeasureSettings) -> str | None:
-    return next((d for n in range(1, len(log_ratios) + 1) if (d := early_decision(log_ratios[:n], settings))),
-                None)
-
-
-@pytest.mark.parametrize("noise", ["normal", "heavy tails", "skewed"])
+@pytest.mark.parametrize("noise", sorted(NOISES))
 def test_a_verification_decides_a_gain_at_the_noise_band_faster_no_more_often_than_its_claim_errs(noise):
     # A candidate whose true median ratio is the bar itself (1 + noise band): over every look, it
     # is decided faster at most (1 - VERIFIED_LEVEL) / 2 of the time.
     rng = np.random.default_rng(5)
-    draw = {"normal": lambda: rng.normal(0, 0.05, 80),
-            "heavy tails": lambda: rng.standard_t(2, 80) * 0.05,
-            "skewed": lambda: (rng.lognormal(0, 1, 80) - 1.0) * 0.05}[noise]  # median 0
     runs = 4000
     bar = math.log(1.0 + VERIFY_SETTINGS.noise_band)
-    faster = sum(_first_decision(bar + draw(), VERIFY_SETTINGS) == "decided faster" for _ in range(runs)) / runs
+    faster = sum(first_decision(bar + NOISES[noise](rng, 80), VERIFY_SETTINGS) == "decided faster"
+                 for _ in range(runs)) / runs
     claimed = (1.0 - VERIFIED_LEVEL) / 2
     assert VERIFY_SETTINGS.early_alpha == pytest.approx(1.0 - VERIFIED_LEVEL)
     assert faster <= claimed + 3 * math.sqrt(claimed * (1 - claimed) / runs), faster
 
 
-def _runners(ratio: float, seed: int) -> tuple[Runner, Runner]:
-    """A default of 10 ms a run and a candidate `ratio` times faster, each run slowed by noise
-    of some 8% (no time passes)."""
-    rng = np.random.default_rng(seed)
-
-    def runner(seconds: float) -> Runner:
-        return lambda repeats: sum(seconds * math.exp(abs(rng.normal(0, 0.1))) for _ in range(repeats))
-
-    return runner(0.01), runner(0.01 / ratio)
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_clear_gain_is_verified_in_20_pairs_and_a_small_one_is_measured_to_a_tight_interval(seed):
-    clear = measure_pair(*_runners(1.3, seed), VERIFY_SETTINGS)
+    clear = measure_pair(*noisy_runners(1.3, seed), VERIFY_SETTINGS)
     assert (clear.stop_reason, clear.pairs, clear.significant) == ("decided faster", 20, True)
     assert clear.speedup.low > 1.0 + VERIFY_SETTINGS.noise_band
-    small = measure_pair(*_runners(1.02, seed), VERIFY_SETTINGS)
+    small = measure_pair(*noisy_runners(1.02, seed), VERIFY_SETTINGS)
     assert small.stop_reason == "interval tight" and small.pairs > 80 and small.significant
     half_width = (small.speedup.high - small.speedup.low) / 2
     assert half_width <= VERIFY_SETTINGS.target_half_width * small.speedup.estimate
@@ -68,8 +51,8 @@ def test_measured_per_device_a_gain_under_the_mode_s_error_is_not_decided_early_
     assert verify_settings(VERIFY_SETTINGS, Placement()) is VERIFY_SETTINGS
     assert per_device.noise_band == PER_DEVICE_ERROR
     # 1.06x: past the whole program's bar (1.01), under the per-device mode's (1.11).
-    assert measure_pair(*_runners(1.06, seed), VERIFY_SETTINGS).significant
-    measured = measure_pair(*_runners(1.06, seed), per_device)
+    assert measure_pair(*noisy_runners(1.06, seed), VERIFY_SETTINGS).significant
+    measured = measure_pair(*noisy_runners(1.06, seed), per_device)
     assert measured.stop_reason != "decided faster" and not measured.significant
-    clear = measure_pair(*_runners(1.5, seed), per_device)
+    clear = measure_pair(*noisy_runners(1.5, seed), per_device)
     assert (clear.stop_reason, clear.pairs, clear.significant) == ("decided faster", 20, True)
