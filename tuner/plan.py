@@ -48,6 +48,7 @@ from enum import StrEnum
 from typing import Any
 
 from execution.evaluate import per_device_programs
+from execution.per_device import gain_bar
 from execution.sharded import choose_placement, whole_capacity
 from hlo.fingerprint import graph_fingerprint
 from hlo.module import HloModule, from_text
@@ -61,16 +62,21 @@ from tuner.persist import finished_result, share_result
 from tuner.result import TuneResult
 from tuner.task_seconds import TaskSeconds
 from tuner.transfer import GraphKey, Kinship, Transfer, TransferSources
-from tuner.tune import TuneSettings
+from tuner.tune import VERIFY_SETTINGS, TuneSettings
 from vocabulary.measure import MeasureMode
 from vocabulary.tuning import Verdict
 
 # A group whose transfer was accepted tonight competes for a search with this share of its worth.
 DEEPEN_DISCOUNT = 0.5
-# The chance a transfer check holds up, by its nearest kin: a prior the checks are ordered by, not
-# yet fitted. On the reach fleet's 3 nights (docs/bench_reach.md, commit 88512ae) the accepted
-# shares were 11 of 15 (family), 2 of 4 (the same program elsewhere), 11 of 29 (platform).
-CHECK_PRIOR = {Kinship.SAME_PROGRAM: 0.8, Kinship.FAMILY: 0.6, Kinship.PLATFORM: 0.35}
+# The chance a transfer check holds up, by its nearest kin, where that kin's verified figure
+# clears the bar the group's measurement must clear: a prior the checks are ordered by, not yet
+# fitted. On three runs of the reach fleet's 3 nights (docs/bench_reach.md, 4ece688 to 79d068f)
+# the accepted shares were 19 of 19 (the same program elsewhere), 41 of 42 (family) and 46 of 75
+# (platform).
+CHECK_PRIOR = {Kinship.SAME_PROGRAM: 0.95, Kinship.FAMILY: 0.9, Kinship.PLATFORM: 0.6}
+# The chance where it does not (a sibling's 1.04x, for a group measured per device, whose bar is
+# the mode's 11% error): 3 of 21 on those runs. A sibling seldom gains much more than its source.
+UNDER_BAR_PRIOR = 0.15
 
 
 class Path(StrEnum):
@@ -328,8 +334,18 @@ def checks_first(state: NightState, checks: list[PlannedTask],
 
 def check_value(group: Group, transfers: tuple[Transfer, ...]) -> float:
     """What a check of `transfers` is expected to decide: the group's chip-seconds times the
-    chance its nearest kin's config holds up (`CHECK_PRIOR`)."""
-    return group.chip_seconds * max(CHECK_PRIOR[t.kinship] for t in transfers)
+    best chance one of them holds up (`check_chance`)."""
+    return group.chip_seconds * max(check_chance(t, group.alike.mode) for t in transfers)
+
+
+def check_chance(transfer: Transfer, mode: MeasureMode) -> float:
+    """The chance `transfer` holds up in a check of a group measured in `mode`: its kinship's
+    `CHECK_PRIOR` where its verified figure (the lower end) clears the bar the group's
+    verification must clear (`execution.per_device.gain_bar`), else at most `UNDER_BAR_PRIOR`."""
+    prior = CHECK_PRIOR[transfer.kinship]
+    if transfer.speedup > 1.0 + gain_bar(VERIFY_SETTINGS.noise_band, mode):
+        return prior
+    return min(prior, UNDER_BAR_PRIOR)
 
 
 def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, per_task_evals: int,

@@ -25,9 +25,12 @@ from storage.warehouse import Warehouse
 from tuner.decided import DECISION_DAYS, conclusive, key_statuses
 from tuner.persist import finished_result, save_result, share_result
 from tuner.plan import (
+    CHECK_PRIOR,
+    UNDER_BAR_PRIOR,
     NightState,
     Path,
     PlannedTask,
+    check_chance,
     checks_first,
     deferred_kin,
     land_shared,
@@ -40,6 +43,7 @@ from tuner.task_seconds import TaskSeconds
 from tuner.transfer import MAX_TRANSFERS, TRANSFER_CHECK, Kinship, Transfer, TransferSources, key_text
 from tuner.tune import TuneSettings
 from vocabulary.interval import Interval
+from vocabulary.measure import MeasureMode
 from vocabulary.store import Provenance
 from vocabulary.tuning import KeyDecision, Kind, Origin, StopReason, Verdict
 
@@ -264,6 +268,17 @@ def test_searches_go_by_worth_seeded_with_transfers_and_a_transferred_win_compet
     assert all(s.path is Path.SEARCH and s.allotment is not None for s in searches)
     unseeded = plan_searches(home, DAY + datetime.timedelta(days=1), state(tmp_path), 2, 10, {}, transfer=False)
     assert all(s.transfers == () for s in unseeded)
+
+
+def test_a_transfer_whose_figure_is_under_the_groups_bar_is_given_little_chance():
+    # A sibling's 1.04x clears a whole program's 1% bar, not the per-device mode's 11%: a check
+    # there is seldom accepted, whatever the kinship; a 1.3x clears both.
+    small, large = (Transfer(REDUCE, "a/b", kinship, figure)
+                    for kinship, figure in ((Kinship.SAME_PROGRAM, 1.04), (Kinship.FAMILY, 1.3)))
+    assert check_chance(small, MeasureMode.WHOLE) == CHECK_PRIOR[Kinship.SAME_PROGRAM]
+    assert check_chance(small, MeasureMode.PER_DEVICE) == UNDER_BAR_PRIOR
+    assert check_chance(large, MeasureMode.PER_DEVICE) == CHECK_PRIOR[Kinship.FAMILY] > UNDER_BAR_PRIOR
+    assert check_chance(Transfer(REDUCE, "a/b", Kinship.FAMILY, 1.005), MeasureMode.WHOLE) == UNDER_BAR_PRIOR
 
 
 def test_a_planned_task_runs_as_a_check_or_a_seeded_search_and_survives_json(tmp_path):
