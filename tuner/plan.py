@@ -71,11 +71,11 @@ DEEPEN_DISCOUNT = 0.5
 # The chance a transfer check holds up, by its nearest kin, where that kin's verified figure
 # clears the bar the group's measurement must clear: a prior the checks are ordered by, not yet
 # fitted. On four runs of the reach fleet's 3 nights (docs/bench_reach.md, 4ece688 to e7989dc)
-# the accepted shares were 25 of 25 (the same program elsewhere), 55 of 56 (family) and 64 of
-# 101 (platform).
+# the accepted shares were 18 of 18 (the same program elsewhere), 46 of 47 (family) and 53 of
+# 81 (platform).
 CHECK_PRIOR = {Kinship.SAME_PROGRAM: 0.95, Kinship.FAMILY: 0.9, Kinship.PLATFORM: 0.6}
 # The chance where it does not (a sibling's 1.04x, for a group measured per device, whose bar is
-# the mode's 11% error): 3 of 29 on those runs. A sibling seldom gains much more than its source.
+# the mode's 11% error): 3 of 21 on those runs. A sibling seldom gains much more than its source.
 UNDER_BAR_PRIOR = 0.15
 
 
