@@ -2,7 +2,7 @@
 without, side by side in one run.
 
     python benchmarks/bench_reach.py [--nights 3] [--tune-minutes 15] [--jobs 20000] [--top 6]
-                                     [--arms transfer,sharing,no-transfer] [--keep DIR]
+                                     [--baseline-top N] [--arms transfer,sharing,no-transfer] [--keep DIR]
                                      [--first-night DATE] [--json]
 
 The reach fleet (`fdo simulate --fleet reach`: every zoo workload at three shapes, popularity by
@@ -88,7 +88,7 @@ def night(home: Path, arm: str, date: datetime.date, args: argparse.Namespace) -
                  tuned=store_lookup(home), inbox=home / "inbox" / "fleet")
     simulated = time.perf_counter() - started
     report = run_nightly(open_home(home), NightlySettings(
-        date=date, top=args.top, top_ops=0, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
+        date=date, top=args.top if ARMS[arm]["transfer"] else args.baseline_top or args.top, top_ops=0, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
         validate_minutes=args.validate_minutes, rank_top=args.rank_top, rank_min_share=args.rank_min_share,
         beam_args=("--direct_running_mode=in_memory",),
         **ARMS[arm]))
@@ -160,6 +160,9 @@ def main() -> None:
     parser.add_argument("--tune-minutes", type=float, default=15.0, help="each night's tune stage")
     parser.add_argument("--tune-evals", type=int, default=16, help="evaluations per search")
     parser.add_argument("--top", type=int, default=6, help="searches a night")
+    parser.add_argument("--baseline-top", type=int, default=None,
+                        help="searches a night for the arms without transfer (default: --top); at --top they "
+                             "may leave the stage's minutes unused")
     parser.add_argument("--rank-top", type=int, default=3000, help="graph candidates the ranking keeps")
     parser.add_argument("--rank-min-share", type=float, default=0.0,
                         help="the ranking's long tail, left out (default: none: every key is a candidate)")
