@@ -87,8 +87,9 @@ def night(home: Path, arm: str, date: datetime.date, args: argparse.Namespace) -
         simulate(open_home(home), days=1, jobs=args.jobs, seed=args.seed, start=date, mode=FleetMode.REACH,
                  tuned=store_lookup(home), inbox=home / "inbox" / "fleet")
     simulated = time.perf_counter() - started
+    top = args.top if ARMS[arm]["transfer"] else args.baseline_top or args.top
     report = run_nightly(open_home(home), NightlySettings(
-        date=date, top=args.top if ARMS[arm]["transfer"] else args.baseline_top or args.top, top_ops=0, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
+        date=date, top=top, top_ops=0, tune_evals=args.tune_evals, tune_minutes=args.tune_minutes,
         validate_minutes=args.validate_minutes, rank_top=args.rank_top, rank_min_share=args.rank_min_share,
         beam_args=("--direct_running_mode=in_memory",),
         **ARMS[arm]))

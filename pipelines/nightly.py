@@ -198,7 +198,6 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     they left kin waiting, then the other checks), at the past nights' seconds a task
     (`task_seconds`); then the kernels and the ops, in what time is left."""
     from tuner import plan
-    from tuner.task_seconds import TaskSeconds
     from tuner.transfer import transferred
 
     deadline = time.time() + 60 * settings.tune_minutes
@@ -208,8 +207,7 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
     share_alike = settings.transfer or settings.share_alike
     state = plan.NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)
     shared = plan.share_standing(home, state, settings.date)
-    # Without transfer nothing is checked, and nothing reads what a check takes.
-    seconds = task_seconds(home, settings.date, base.verify_workers) if settings.transfer else TaskSeconds()
+    seconds = task_seconds(home, settings.date, base.verify_workers)
     planned = plan.plan_checks(home, settings.date, state, seconds, settings.force) if settings.transfer else []
     checks, waiting = plan.checks_first(state, planned, seconds)  # waiting: after searches
     checked = stages.run_planned(home, checks, state, base, runner,
@@ -220,7 +218,7 @@ def _tune(home: Home, settings: NightlySettings, progress: bool,
                 and (transfer := transferred(result.config, task.transfers)) is not None}
     state = plan.NightState.load(home, runner.environments(), settings.date, share_alike=share_alike)  # checked
     searches = plan.plan_searches(home, settings.date, state, settings.top, settings.tune_evals, accepted,
-                                  settings.transfer, settings.force, frozenset(c.key for c in waiting))
+                                  settings.transfer, settings.force, frozenset(c.key for c in waiting), seconds)
     searches_until = deadline
     if settings.transfer and plan.deferred_kin(state, searches):
         searches_until = time.time() + (1 - LATE_CHECK_SHARE) * (deadline - time.time())

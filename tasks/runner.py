@@ -5,8 +5,8 @@ one `TaskOutcome` per task, as each ends. Its guarantees, whichever runner it is
 - every task gets exactly one outcome, in any order (`run_all` puts them in the tasks' order),
   but that the local runner lets a task's exception end the run, as a local stage always has;
 - a task runs with its own settings, except that under a `Deadline` a tuning task's search,
-  race and pruning get a share of the time left (`budget_minutes`; its verification comes on
-  top): its stage's allotment where it has one (`weight`:
+  race and pruning get a share of the time left, less what its verification, which comes on
+  top, is expected to take (`within`): its stage's allotment where it has one (`weight`:
   what its graph is worth, `tuner.allot`), an equal share otherwise (a transfer check, which
   has no search, runs whole: `within`); and a task the deadline leaves no time for, or fewer
   seconds than it is expected to take (`TuneSettings.expected_seconds`), is not started
@@ -79,11 +79,14 @@ def time_share(tasks: Sequence[Task], index: int, reserve: int) -> float:
 
 
 def within(task: Task, minutes: float) -> Task:
-    """`task` with its search, race and pruning limited to `minutes`. A validation task has no search to limit,
-    nor has a transfer check: it screens its few configs whole (a share of a stage's time left
-    among a hundred checks is a second or two, in which a check measures none of them)."""
+    """`task` with its search, race and pruning limited to `minutes`, less what its verification
+    is expected to take (`TuneSettings.verify_seconds`), which comes on top, but at most half of
+    them (a short share still searches). A validation task has no search to limit, nor has a
+    transfer check: it screens its few configs whole (a share of a stage's time left among a
+    hundred checks is a second or two, in which a check measures none of them)."""
     if isinstance(task, TuneTask) and not task.settings.transfer_check:
-        return replace(task, settings=replace(task.settings, budget_minutes=minutes))
+        verify = (task.settings.verify_seconds or 0.0) / 60
+        return replace(task, settings=replace(task.settings, budget_minutes=max(minutes - verify, minutes / 2)))
     return task
 
 

@@ -148,7 +148,8 @@ class PlannedTask:
     """One task of a night: its path, the graph key it measures, the other environments of the
     graph measured alike (they share its result), its transfers, its share of the stage's
     evaluations (a search's), its attempt (inconclusive tasks of the key before it: a new
-    task is one of its own), and the seconds a check is expected to take."""
+    task is one of its own), the seconds a check is expected to take, and those a search's
+    verification is."""
 
     path: Path
     key: GraphKey
@@ -157,6 +158,7 @@ class PlannedTask:
     allotment: Allotment | None = None
     attempt: int = 0
     expected_seconds: float | None = None  # a check's (`TaskSeconds.check_of`)
+    verify_seconds: float | None = None  # a search's verification's (`TaskSeconds.verify_of`)
 
     def settings(self, base: TuneSettings) -> TuneSettings:
         """The task's settings, from the stage's: a check tries its transfers alone, a search
@@ -166,23 +168,24 @@ class PlannedTask:
                            allotment=None, seed=base.seed + self.attempt, expected_seconds=self.expected_seconds)
         budget = self.allotment.budget_evals if self.allotment is not None else base.budget_evals
         return replace(base, transfers=self.transfers, transfer_check=False, budget_evals=budget,
-                       allotment=self.allotment, seed=base.seed + self.attempt)
+                       allotment=self.allotment, seed=base.seed + self.attempt, verify_seconds=self.verify_seconds)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready."""
         return {"path": str(self.path), "key": list(self.key), "alike": list(self.alike),
                 "transfers": [t.to_json() for t in self.transfers],
                 "allotment": self.allotment.to_json() if self.allotment is not None else None,
-                "attempt": self.attempt, "expected_seconds": self.expected_seconds}
+                "attempt": self.attempt, "expected_seconds": self.expected_seconds,
+                "verify_seconds": self.verify_seconds}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PlannedTask:
-        """The task `to_json` wrote (a plan written before checks were timed: none expected)."""
+        """The task `to_json` wrote (a plan written before tasks were timed: none expected)."""
         allotment = data.get("allotment")
         return cls(Path(data["path"]), (data["key"][0], data["key"][1]), tuple(data["alike"]),
                    tuple(Transfer.from_json(t) for t in data["transfers"]),
                    Allotment.from_json(allotment) if allotment is not None else None, data["attempt"],
-                   data.get("expected_seconds"))
+                   data.get("expected_seconds"), data.get("verify_seconds"))
 
 
 @dataclass
@@ -350,9 +353,11 @@ def check_chance(transfer: Transfer, mode: MeasureMode) -> float:
 
 def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, per_task_evals: int,
                   accepted_tonight: dict[GraphKey, Transfer], transfer: bool = True,
-                  force: bool = False, waiting: frozenset[GraphKey] = frozenset()) -> list[PlannedTask]:
+                  force: bool = False, waiting: frozenset[GraphKey] = frozenset(),
+                  seconds: TaskSeconds = TaskSeconds()) -> list[PlannedTask]:
     """Step 4: the searches of the night, at most `top`, worthiest first, each allotted its share
-    of `per_task_evals` evaluations a task by worth and seeded with its transfers;
+    of `per_task_evals` evaluations a task by worth, seeded with its transfers, and with the
+    seconds its verification is expected to take (`seconds.verify_of`);
     `accepted_tonight`: the keys whose transfer check was accepted tonight, with the transfer
     that was (they compete with a discounted worth, their search seeded with it); `transfer`
     False: no search is seeded, and kin may be searched the same night (else one group of a kin:
@@ -384,7 +389,8 @@ def plan_searches(home: Home, date: datetime.date, state: NightState, top: int, 
         chosen = valued[:max(top, 0)]
         allotted = allot([worth for _, _, worth, _ in chosen], per_task_evals) if chosen else []
         return [PlannedTask(Path.SEARCH, group.key, state.alike(group.key), transfers, allotment,
-                            state.status(group.key).attempts)
+                            state.status(group.key).attempts,
+                            verify_seconds=round(seconds.verify_of(group.key), 1))
                 for (_, group, _, transfers), allotment in zip(chosen, allotted)]
 
     return _planned(home, date, "searches", make, force)

@@ -8,6 +8,12 @@ float64 n-body, whose step is a hundred times longer (docs/bench_reach.md). A ru
 does not start a check the stage has no time left for (`tasks.runner.unstartable`) needs each
 check's own figure, not the average.
 
+A search's verification is expected to take its fresh workers' starts and their minimum pairs at
+the key's step time, or their time limit (`TaskSeconds.verify_of`): on the reach fleet 5 to 7 s
+on a fast program and 37 s on the n-body, whose workers stop at their limit. A runner ends the
+search that much before its share of the stage's time is up (`tasks.runner.within`), so the
+verification on top ends within it.
+
 A key's step time is the fleet's (`step_seconds`: its chip-seconds over chips times executions
 in `graph_runs`), which the profiles record for every key, checked or not. A check of a key is
 expected to take a power of its step time fitted to the home's past checks (`CheckFit`: least
@@ -28,6 +34,7 @@ from functools import cached_property
 from typing import Iterable, Mapping
 
 from execution.evaluate import FRESH_WORKERS
+from execution.measure import time_scale
 from ingest.tables import GRAPH_RUNS
 from storage.home import Home
 from storage.warehouse import Warehouse
@@ -38,6 +45,9 @@ from vocabulary.tuning import Origin
 
 # Past checks below which no fit is made (the ledger's average is taken instead).
 MIN_CHECKS = 3
+# Seconds a fresh verification worker takes to start, load and compile the default and the
+# config (the reach fleet's fast programs verified in 5 to 7 s in three workers).
+WORKER_START = 2.0
 
 
 def check_runs(configs: int = MAX_TRANSFERS, verify_workers: int = FRESH_WORKERS) -> int:
@@ -105,6 +115,14 @@ class TaskSeconds:
             return self.check
         estimate = self.fit.seconds(step) if self.fit is not None else self.check
         return max(estimate, check_runs(configs, self.verify_workers) * step)
+
+    def verify_of(self, key: GraphKey) -> float:
+        """The seconds a search's verification on `key` is expected to take: each fresh worker's
+        start (`WORKER_START`) and its minimum pairs at the key's step time, or its time limit
+        where that is less (no step known: the starts alone). A worker whose pairs leave doubt
+        goes on past them, to its limit."""
+        pairs = 2 * VERIFY_SETTINGS.min_pairs * self.steps.get(key, 0.0)
+        return self.verify_workers * (WORKER_START + min(pairs, VERIFY_SETTINGS.max_seconds * time_scale()))
 
 
 def step_seconds(home: Home, days: set[str]) -> dict[GraphKey, float]:

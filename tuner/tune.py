@@ -166,6 +166,10 @@ class TuneSettings:
     # `tuner.task_seconds`); a runner under a deadline does not start it with less time left.
     # None: no estimate.
     expected_seconds: float | None = None
+    # What a search's verification is expected to take, in seconds (`tuner.task_seconds`): a
+    # runner under a deadline ends its search, race and pruning that much before its share of
+    # the time is up, so the verification that comes on top ends within it. None: no estimate.
+    verify_seconds: float | None = None
     # The day its results land under in the warehouse (None: the day it finishes): a nightly's
     # date, so a decision's age (`tuner.decided`) counts from the night that made it.
     day: datetime.date | None = None

@@ -28,6 +28,11 @@ def task(settings: TuneSettings) -> TuneTask:
 def test_a_search_gets_its_share_of_the_time_and_a_check_screens_its_transfers_whole():
     search = within(task(TuneSettings(transfers=(TRANSFER,))), 0.02)
     assert search.settings.budget_minutes == 0.02
+    # Its verification comes on top: the search ends that much sooner, so the task ends within its
+    # share; but a share shorter than twice the verification still searches half of it.
+    verified = within(task(TuneSettings(verify_seconds=30.0)), 2.0)
+    assert verified.settings.budget_minutes == pytest.approx(1.5)
+    assert within(task(TuneSettings(verify_seconds=30.0)), 0.6).settings.budget_minutes == pytest.approx(0.3)
     # A check's share among a hundred others would be a second: it would measure none of its
     # configs, and land a verdict on nothing.
     check = within(task(TuneSettings(transfers=(TRANSFER,), transfer_check=True, budget_evals=1)), 0.02)

@@ -259,13 +259,17 @@ def test_searches_go_by_worth_seeded_with_transfers_and_a_transferred_win_compet
     accepted = {(fp(1), HERE.key()): Transfer(REDUCE, key_text((fp(2), HERE.key())), Kinship.FAMILY, 1.5)}
     results(tmp_path, result_row(1, HERE, Verdict.ACCEPTED, REDUCE, strategy=TRANSFER_CHECK, low=1.45,
                                  origin=Origin.TRANSFER))
-    searches = plan_searches(home, DAY, state(tmp_path), 2, 10, accepted)
+    searches = plan_searches(home, DAY, state(tmp_path), 2, 10, accepted,
+                             seconds=TaskSeconds(steps={(fp(4), HERE.key()): 0.05}))
     # Graph 1 is concluded by its accepted check: at half its worth (20) it ranks behind graph 4
     # (30) and before graph 3 (15).
     assert [s.key for s in searches] == [(fp(4), HERE.key()), (fp(1), HERE.key())]
     assert searches[1].transfers == (accepted[(fp(1), HERE.key())],)
     assert [t.config for t in searches[0].transfers] == [REDUCE]  # graph 4 has no kin: the broad winner
     assert all(s.path is Path.SEARCH and s.allotment is not None for s in searches)
+    # Each carries what its verification is expected to take: graph 4's pairs at its 50 ms step
+    # on top of the workers' starts, graph 1's (no step known) the starts alone.
+    assert searches[0].verify_seconds > searches[1].verify_seconds == TaskSeconds().verify_of(searches[1].key) > 0
     unseeded = plan_searches(home, DAY + datetime.timedelta(days=1), state(tmp_path), 2, 10, {}, transfer=False)
     assert all(s.transfers == () for s in unseeded)
 
@@ -286,10 +290,12 @@ def test_a_planned_task_runs_as_a_check_or_a_seeded_search_and_survives_json(tmp
     check = PlannedTask(Path.CHECK, (fp(1), HERE.key()), (OLD_RELEASE.key(),), (transfer,))
     settings = check.settings(TuneSettings(budget_evals=24))
     assert (settings.transfer_check, settings.budget_evals, settings.transfers) == (True, 1, (transfer,))
-    search = PlannedTask(Path.SEARCH, (fp(1), HERE.key()), (), (transfer,), attempt=2)
+    search = PlannedTask(Path.SEARCH, (fp(1), HERE.key()), (), (transfer,), attempt=2, verify_seconds=36.0)
     settings = search.settings(TuneSettings(budget_evals=24, seed=5))
     assert (settings.transfer_check, settings.budget_evals, settings.seed) == (False, 24, 7)
+    assert settings.verify_seconds == 36.0
     assert PlannedTask.from_json(json.loads(json.dumps(check.to_json()))) == check
+    assert PlannedTask.from_json(json.loads(json.dumps(search.to_json()))) == search
     with pytest.raises(ValueError, match="transfer check needs transfers"):
         TuneSettings(transfer_check=True)
 

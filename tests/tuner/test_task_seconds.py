@@ -9,12 +9,22 @@ import math
 import pyarrow as pa
 import pytest
 
+from execution.measure import TIME_SCALE_VARIABLE
 from ingest.tables import GRAPH_RUNS
 from storage.home_factory import open_home
 from storage.warehouse import Warehouse
 from tuner.tables import TUNING_RESULTS
-from tuner.task_seconds import MIN_CHECKS, CheckFit, TaskSeconds, check_runs, past_checks, step_seconds
+from tuner.task_seconds import (
+    MIN_CHECKS,
+    WORKER_START,
+    CheckFit,
+    TaskSeconds,
+    check_runs,
+    past_checks,
+    step_seconds,
+)
 from tuner.transfer import TRANSFER_CHECK
+from tuner.tune import VERIFY_SETTINGS
 from vocabulary.tuning import Origin, Verdict
 
 DAY = datetime.date(2026, 5, 2)
@@ -63,6 +73,19 @@ def test_a_check_of_a_program_slower_than_any_checked_is_expected_to_take_at_lea
     assert check_runs(3, 1) < check_runs(3)
     assert one.check_of((fp(1), ENV)) == pytest.approx(check_runs(3, 1) * 0.5)
     assert one.check_of((fp(1), ENV)) < flat.check_of((fp(1), ENV))
+
+
+def test_a_searchs_verification_is_expected_to_take_its_workers_starts_and_pairs_up_to_their_limit(monkeypatch):
+    monkeypatch.setenv(TIME_SCALE_VARIABLE, "1")
+    steps = {(fp(1), ENV): 0.001, (fp(2), ENV): 0.05, (fp(3), ENV): 2.0}
+    seconds = TaskSeconds(steps=steps, verify_workers=3)
+    fast, slow, slowest, unknown = (seconds.verify_of((fp(n), ENV)) for n in (1, 2, 3, 4))
+    assert unknown == 3 * WORKER_START
+    assert fast == pytest.approx(3 * (WORKER_START + 2 * VERIFY_SETTINGS.min_pairs * 0.001))
+    assert unknown < fast < slow
+    # A worker stops at its time limit however slow the program (the n-body's: 37 s in three).
+    assert slowest == pytest.approx(3 * (WORKER_START + VERIFY_SETTINGS.max_seconds))
+    assert TaskSeconds(steps=steps, verify_workers=1).verify_of((fp(3), ENV)) == pytest.approx(slowest / 3)
 
 
 def run_row(n: int, job: str, chips: int, executions: int, chip_seconds: float, day: datetime.date = DAY) -> dict:
